@@ -1,0 +1,16 @@
+"""entangle-jax: order native side effects inside compiled JAX programs.
+
+``entangle(payload, *witnesses)`` returns ``payload`` unchanged, but under
+``jit`` it is ordered after every witness's producer. See ``entangle``'s
+docstring, the README, and ``entangle_jax.testing`` for proving the order on
+the compiled module.
+"""
+
+from entangle_jax import _native_loader
+
+_native_loader.register_targets(_native_loader.load_native())
+
+from entangle_jax._entangle import entangle  # noqa: E402
+from entangle_jax._version import __version__  # noqa: E402
+
+__all__ = ["__version__", "entangle"]

@@ -1,0 +1,114 @@
+"""The `entangle` primitive: abstract evaluation, lowering, batching and AD.
+
+The primitive takes ``num_payload`` payload operands followed by any number of
+witness operands and returns the payload operands unchanged. It lowers to one
+XLA custom call whose results alias the payload operands, so XLA has to treat
+each result as a new value that depends on every witness, while at run time
+the call does nothing.
+
+Operands reaching the primitive are physical arrays: the public wrapper in
+``_entangle.py`` unwraps extended dtypes (PRNG keys) before binding.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+
+from entangle_jax import _native_loader, _partitioning
+
+entangle_p = Primitive("entangle")
+entangle_p.multiple_results = True
+
+
+def bind(
+  payload: Sequence[Any], witnesses: Sequence[Any]
+) -> Sequence[jax.Array]:
+  """Binds the primitive: payload arrays come back ordered after witnesses."""
+  return entangle_p.bind(*payload, *witnesses, num_payload=len(payload))
+
+
+@functools.cache
+def _compiled_impl(num_payload: int):
+  return jax.jit(functools.partial(entangle_p.bind, num_payload=num_payload))
+
+
+def _impl(*args, num_payload: int):
+  # Eagerly, run the real custom call: the payload result then becomes ready
+  # only once every witness buffer is, which is the eager meaning of ordering.
+  return _compiled_impl(num_payload)(*args)
+
+
+def _abstract_eval(*avals, num_payload: int):
+  return avals[:num_payload]
+
+
+def custom_call_lowering(ctx, *operands, num_payload: int):
+  """Lowers to one FFI custom call, each payload operand aliased to its result."""
+  lower = jax.ffi.ffi_lowering(
+    _native_loader.ENTANGLE_TARGET,
+    operand_output_aliases={i: i for i in range(num_payload)},
+  )
+  return lower(ctx, *operands)
+
+
+def _lowering(ctx, *operands, num_payload: int):
+  if _partitioning.needs_partitioning(ctx):
+    return _partitioning.partitioned_lowering(
+      ctx, *operands, num_payload=num_payload
+    )
+  return custom_call_lowering(ctx, *operands, num_payload=num_payload)
+
+
+def _barrier(*operands, num_payload: int):
+  return jax.lax.optimization_barrier(list(operands))[:num_payload]
+
+
+def _batch(args, dims, *, num_payload: int):
+  # Every operand keeps its own batch dimension; the custom call is shape
+  # agnostic, so a batched entangle is one entangle on batched operands.
+  return entangle_p.bind(*args, num_payload=num_payload), dims[:num_payload]
+
+
+def _jvp(primals, tangents, *, num_payload: int):
+  primals_out = entangle_p.bind(*primals, num_payload=num_payload)
+  witnesses = primals[num_payload:]
+  payload_tangents = tangents[:num_payload]
+  live = [i for i, t in enumerate(payload_tangents) if type(t) is not ad.Zero]
+  # A symbolic-zero tangent stays one: its aval is the output's tangent aval.
+  tangents_out = list(payload_tangents)
+  if live:
+    # Tangents are ordered after the witnesses too, so forward-mode code that
+    # feeds tangents into native calls keeps the primal program's order.
+    entangled = bind([payload_tangents[i] for i in live], witnesses)
+    for i, tangent in zip(live, entangled, strict=True):
+      tangents_out[i] = tangent
+  return primals_out, tangents_out
+
+
+def _transpose(cotangents, *operands, num_payload: int):
+  # Linear in the payload (the identity), constant in the witnesses.
+  num_witnesses = len(operands) - num_payload
+  return [*cotangents, *([None] * num_witnesses)]
+
+
+entangle_p.def_impl(_impl)
+entangle_p.def_abstract_eval(_abstract_eval)
+mlir.register_lowering(entangle_p, _lowering)
+# User FFI handlers cannot run on TPU: there, fall back to XLA's own barrier,
+# which keeps the values together but, unlike the custom call, does not stop
+# XLA's CPU pipeline from expanding it (see README, "Platforms").
+mlir.register_lowering(
+  entangle_p,
+  mlir.lower_fun(_barrier, multiple_results=True),
+  platform="tpu",
+)
+batching.primitive_batchers[entangle_p] = _batch
+ad.primitive_jvps[entangle_p] = _jvp
+ad.primitive_transposes[entangle_p] = _transpose
+_partitioning.allow_device_assignment(entangle_p)
