@@ -1,7 +1,16 @@
 """Tools for testing code that uses `entangle`.
 
-* ``write_slot``, ``read_slot``, ``reset_slots``: a tiny mutable native
-  resource, for reproducing ordering hazards in your own tests.
+Proving order on the module XLA runs:
+
+* ``happens_before(compiled, before, after)``: is every op ``before`` selects
+  ordered before every op ``after`` selects by dependency edges?
+* ``races(compiled, among=None)``: pairs of ops ordered neither way.
+* ``OrderAnalysis``: the same questions, parsing the module once.
+
+A tiny mutable native resource, for reproducing ordering hazards:
+
+* ``write_slot``, ``read_slot``, ``reset_slots``, ``slot_values``,
+  ``NUM_SLOTS``.
 """
 
 from entangle_jax._example_resource import (
@@ -11,9 +20,13 @@ from entangle_jax._example_resource import (
   slot_values,
   write_slot,
 )
+from entangle_jax._hlo_order import OrderAnalysis, happens_before, races
 
 __all__ = [
   "NUM_SLOTS",
+  "OrderAnalysis",
+  "happens_before",
+  "races",
   "read_slot",
   "reset_slots",
   "slot_values",

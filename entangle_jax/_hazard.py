@@ -1,0 +1,67 @@
+"""The seed example's hazard, as a program the tests and the demo both run.
+
+``write(slot, 1); x = read(token); write(token, 2)``: the read must see 1.0.
+Nothing but a data dependency orders the read before the second write. The
+read also waits on some unrelated arithmetic, as real code would, which makes
+an unordered schedule run the second write first.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import jax
+import jax.numpy as jnp
+
+from entangle_jax import _entangle, _example_resource
+
+EXPECTED = 1.0
+"""What the read sees when it runs before the second write."""
+
+# Enough arithmetic in front of the read to let an unordered schedule pass it.
+DELAY_SIZE = 100_000
+
+
+class Ordering(enum.Enum):
+  """How the program tries to order the read before the second write."""
+
+  NONE = "no ordering"
+  OPTIMIZATION_BARRIER = "optimization_barrier"
+  ENTANGLE = "entangle"
+
+
+def program(ordering: Ordering):
+  """The hazard as a function of ``(slot, delay_input)`` returning the read.
+
+  Ops are named with ``jax.named_scope``: "first_write", "read" and
+  "second_write", for ``entangle_jax.testing.happens_before``.
+  """
+
+  def hazard(slot, delay_input):
+    with jax.named_scope("first_write"):
+      token = _example_resource.write_slot(slot, jnp.float32(EXPECTED))
+    # Always 0, but XLA cannot know: multiplying by zero is no identity for NaN.
+    delay = (jnp.sum(jnp.sin(delay_input)) * 0).astype(jnp.int32)
+    with jax.named_scope("read"):
+      x = _example_resource.read_slot(token + delay)
+    if ordering is Ordering.ENTANGLE:
+      token = _entangle.entangle(token, x)
+    elif ordering is Ordering.OPTIMIZATION_BARRIER:
+      token, x = jax.lax.optimization_barrier((token, x))
+    with jax.named_scope("second_write"):
+      _example_resource.write_slot(token, jnp.float32(EXPECTED + 1))
+    return x
+
+  return hazard
+
+
+def arguments(slot: int = 0):
+  return jnp.int32(slot), jnp.ones(DELAY_SIZE, jnp.float32)
+
+
+def count_wrong(ordering: Ordering, runs: int, slot: int = 0) -> int:
+  """Runs the compiled hazard `runs` times; counts reads that missed 1.0."""
+  compiled = jax.jit(program(ordering))
+  args = arguments(slot)
+  results = [compiled(*args) for _ in range(runs)]
+  return sum(int(r != EXPECTED) for r in jax.device_get(results))
