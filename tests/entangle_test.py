@@ -1,0 +1,284 @@
+"""The entangle function: values, trees, dtypes and transformations."""
+
+from tests import test_util  # noqa: F401  (first: sets up JAX devices)
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+from absl.testing import absltest, parameterized
+
+import entangle_jax
+from entangle_jax import entangle
+from entangle_jax._native_loader import ENTANGLE_TARGET
+from tests.test_util import custom_calls
+
+# Every array dtype JAX has (64-bit ones become 32-bit without jax_enable_x64).
+DTYPES = [
+  np.bool_,
+  ml_dtypes.int2,
+  ml_dtypes.uint2,
+  ml_dtypes.int4,
+  ml_dtypes.uint4,
+  np.int8,
+  np.uint8,
+  np.int16,
+  np.uint16,
+  np.int32,
+  np.uint32,
+  np.int64,
+  np.uint64,
+  ml_dtypes.bfloat16,
+  np.float16,
+  np.float32,
+  np.float64,
+  np.complex64,
+  np.complex128,
+  ml_dtypes.float8_e4m3fn,
+  ml_dtypes.float8_e5m2,
+  ml_dtypes.float8_e4m3b11fnuz,
+  ml_dtypes.float8_e4m3fnuz,
+  ml_dtypes.float8_e5m2fnuz,
+  ml_dtypes.float8_e3m4,
+  ml_dtypes.float8_e4m3,
+  ml_dtypes.float8_e8m0fnu,
+  ml_dtypes.float4_e2m1fn,
+]
+
+
+def lowered_text(fn, *args) -> str:
+  return jax.jit(fn).lower(*args).as_text()
+
+
+def compiled_text(fn, *args) -> str:
+  return jax.jit(fn).lower(*args).compile().as_text()
+
+
+def assert_bitwise_equal(test, actual, expected):
+  actual, expected = np.asarray(actual), np.asarray(expected)
+  test.assertEqual(actual.dtype, expected.dtype)
+  test.assertEqual(actual.shape, expected.shape)
+  test.assertEqual(actual.tobytes(), expected.tobytes())
+
+
+class ValuesTest(parameterized.TestCase):
+  @parameterized.named_parameters(
+    (np.dtype(dtype).name, dtype) for dtype in DTYPES
+  )
+  def test_every_dtype_round_trips_bit_exactly(self, dtype):
+    bits = np.arange(12, dtype=np.uint8).reshape(3, 4)
+    values = jnp.asarray(bits.astype(dtype))
+    witness = jnp.ones(2)
+    eager = entangle(values, witness)
+    jitted = jax.jit(entangle)(values, witness)
+    as_witness = jax.jit(entangle)(witness, values)
+    assert_bitwise_equal(self, eager, values)
+    assert_bitwise_equal(self, jitted, values)
+    assert_bitwise_equal(self, as_witness, witness)
+
+  def test_nan_payloads_and_negative_zero_survive(self):
+    bits = np.array([0x7FC00001, 0xFFC12345, 0x80000000, 0x7F800000], np.uint32)
+    payload = jnp.asarray(bits.view(np.float32))
+    out = jax.jit(entangle)(payload, 1.0)
+    self.assertEqual(np.asarray(out).view(np.uint32).tolist(), bits.tolist())
+
+  @parameterized.parameters((0,), ((0, 3),), ((2, 0, 5),))
+  def test_zero_size_arrays(self, shape):
+    payload = jnp.zeros(shape, jnp.float32)
+    out = jax.jit(entangle)(payload, jnp.zeros(shape))
+    self.assertEqual(out.shape, payload.shape)
+
+  def test_scalars_keep_weak_types(self):
+    out = jax.jit(entangle)(1.0, jnp.ones(2))
+    self.assertTrue(out.weak_type)
+    self.assertEqual(out.dtype, jnp.float32)
+    strong = entangle(jnp.float32(1.0), 2)
+    self.assertFalse(strong.weak_type)
+    self.assertEqual(entangle(3, 1.0).dtype, jnp.int32)
+
+  def test_pytrees_keep_their_structure(self):
+    payload = {"a": 1, "b": (jnp.arange(3.0), np.float32(2)), "c": [True]}
+    out = jax.jit(entangle)(payload, 3, [jnp.ones(2), {"w": 4}])
+    self.assertEqual(
+      jax.tree_util.tree_structure(out), jax.tree_util.tree_structure(payload)
+    )
+    for got, want in zip(
+      jax.tree_util.tree_leaves(out),
+      jax.tree_util.tree_leaves(payload),
+      strict=True,
+    ):
+      np.testing.assert_array_equal(got, want)
+
+  def test_typed_prng_keys(self):
+    key = jax.random.key(7)
+    keys = jax.random.split(key, 3)
+    out = jax.jit(entangle)((key, keys), jnp.ones(2))
+    self.assertEqual(out[0].dtype, key.dtype)
+    np.testing.assert_array_equal(
+      jax.random.key_data(out[1]), jax.random.key_data(keys)
+    )
+    as_witness = jax.jit(entangle)(jnp.ones(2), key)
+    np.testing.assert_array_equal(as_witness, jnp.ones(2))
+    # The key stays usable after entangling.
+    self.assertEqual(jax.random.normal(out[0], (2,)).shape, (2,))
+
+  def test_no_witnesses_returns_payload_itself(self):
+    payload = {"x": jnp.ones(3)}
+    self.assertIs(entangle(payload), payload)
+    self.assertIs(entangle(payload, (), {}, [None]), payload)
+    text = lowered_text(lambda x: entangle(x, ()), jnp.ones(3))
+    self.assertNotIn(ENTANGLE_TARGET, text)
+
+
+class LoweringTest(parameterized.TestCase):
+  def test_one_custom_call_for_three_leaves_and_four_witnesses(self):
+    payload = (jnp.ones(3), jnp.ones((2, 2)), jnp.int32(1))
+    witnesses = (jnp.ones(1), jnp.ones(2), jnp.int8(3), jnp.ones((4, 1)))
+
+    def fn(p, w):
+      return entangle(p, *w)
+
+    self.assertEqual(
+      custom_calls(compiled_text(fn, payload, witnesses), ENTANGLE_TARGET), 1
+    )
+
+  def test_payload_operands_alias_results(self):
+    text = lowered_text(
+      lambda a, b, w: entangle((a, b), w), jnp.ones(3), jnp.ones(2), 1.0
+    )
+    self.assertIn("output_operand_aliases", text)
+    self.assertEqual(text.count("stablehlo.output_operand_alias<"), 2)
+
+  def test_not_side_effecting(self):
+    text = lowered_text(lambda x, w: entangle(x, w), jnp.ones(3), 1.0)
+    self.assertNotIn("has_side_effect = true", text)
+
+  def test_unused_result_is_removed(self):
+    def fn(x, w):
+      entangle(x, w)
+      return x
+
+    self.assertEqual(
+      custom_calls(compiled_text(fn, jnp.ones(3), 1.0), ENTANGLE_TARGET), 0
+    )
+
+  def test_tpu_lowers_to_optimization_barrier(self):
+    fn = jax.jit(lambda x, w: entangle(x, w))
+    exported = jax.export.export(fn, platforms=["tpu"])(
+      jax.ShapeDtypeStruct((3,), jnp.float32), jax.ShapeDtypeStruct((), jnp.float32)
+    )
+    text = exported.mlir_module()
+    self.assertIn("stablehlo.optimization_barrier", text)
+    self.assertNotIn(ENTANGLE_TARGET, text)
+
+  def test_version_is_exposed(self):
+    self.assertRegex(entangle_jax.__version__, r"^\d+\.\d+\.\d+")
+
+
+class TransformationsTest(parameterized.TestCase):
+  def test_vmap_is_one_call_on_batched_operands(self):
+    def fn(p, w):
+      return jax.vmap(entangle, in_axes=(1, None), out_axes=1)(p, w)
+
+    payload, witness = jnp.arange(12.0).reshape(3, 4), jnp.ones(2)
+    np.testing.assert_array_equal(jax.jit(fn)(payload, witness), payload)
+    text = compiled_text(fn, payload, witness)
+    self.assertEqual(custom_calls(text, ENTANGLE_TARGET), 1)
+    self.assertNotIn(" while(", text)
+
+  def test_vmap_leaves_unbatched_leaves_unbatched(self):
+    def fn(a, b, w):
+      return jax.vmap(lambda a, w: entangle((a, b), w))(a, w)
+
+    args = (jnp.ones((4, 2)), jnp.float32(3), jnp.ones((4, 5)))
+    (eqn,) = [
+      e for e in jax.make_jaxpr(fn)(*args).eqns if e.primitive.name == "entangle"
+    ]
+    self.assertEqual([v.aval.shape for v in eqn.invars], [(4, 2), (), (4, 5)])
+    out = fn(*args)
+    np.testing.assert_array_equal(out[1], jnp.full(4, 3.0))
+
+  def test_grad_is_identity_for_payload_and_zero_for_witness(self):
+    def loss(x, w):
+      return jnp.sum(jnp.sin(entangle(x, w)))
+
+    x, w = jnp.arange(3.0), jnp.arange(2.0)
+    gx, gw = jax.grad(loss, argnums=(0, 1))(x, w)
+    np.testing.assert_allclose(gx, jnp.cos(x))
+    np.testing.assert_array_equal(gw, jnp.zeros(2))
+
+  def test_jvp_vjp_and_linearize(self):
+    x, w = jnp.arange(3.0), jnp.ones(2)
+    primal, tangent = jax.jvp(entangle, (x, w), (2 * x, w))
+    np.testing.assert_array_equal(primal, x)
+    np.testing.assert_array_equal(tangent, 2 * x)
+    _, vjp = jax.vjp(entangle, x, w)
+    ct_x, ct_w = vjp(jnp.full(3, 5.0))
+    np.testing.assert_array_equal(ct_x, jnp.full(3, 5.0))
+    np.testing.assert_array_equal(ct_w, jnp.zeros(2))
+    _, linear = jax.linearize(lambda x: entangle(x, w), x)
+    np.testing.assert_array_equal(linear(x), x)
+
+  def test_jvp_entangles_the_tangent_with_the_witnesses(self):
+    text = lowered_text(
+      lambda x, t, w: jax.jvp(lambda x: entangle(x, w), (x,), (t,)),
+      jnp.ones(3),
+      jnp.ones(3),
+      jnp.ones(2),
+    )
+    self.assertEqual(text.count(f"@{ENTANGLE_TARGET}"), 2)
+
+  def test_integer_payload_under_grad(self):
+    def loss(x, n):
+      x, n = entangle((x, n), x)
+      return jnp.sum(x) * n
+
+    np.testing.assert_array_equal(
+      jax.grad(loss)(jnp.ones(3), jnp.int32(2)), jnp.full(3, 2.0)
+    )
+
+  def test_checkpoint(self):
+    w = jnp.ones(2)
+
+    def fn(x):
+      return jnp.sum(jax.checkpoint(lambda x: jnp.sin(entangle(x, w)))(x))
+
+    x = jnp.arange(3.0)
+    np.testing.assert_allclose(jax.jit(jax.grad(fn))(x), jnp.cos(x))
+
+  def test_inside_scan_while_and_cond(self):
+    def body(carry, _):
+      carry = entangle(carry, carry * 2)
+      return carry + 1, carry
+
+    final, history = jax.jit(lambda: jax.lax.scan(body, 0.0, None, length=4))()
+    self.assertEqual(float(final), 4.0)
+    np.testing.assert_array_equal(history, jnp.arange(4.0))
+    loop = jax.jit(
+      lambda: jax.lax.while_loop(lambda c: c < 5, lambda c: entangle(c, c) + 1, 0)
+    )
+    self.assertEqual(int(loop()), 5)
+    branch = jax.jit(
+      lambda p: jax.lax.cond(p, lambda x: entangle(x, 1.0), lambda x: -x, 2.0)
+    )
+    self.assertEqual(float(branch(True)), 2.0)
+    self.assertEqual(float(branch(False)), -2.0)
+
+
+class ErrorsTest(parameterized.TestCase):
+  @parameterized.named_parameters(
+    ("payload_string", ({"a": [1, "s"]}, 1.0), r"payload\['a'\]\[1\]"),
+    ("witness_object", (1.0, 2.0, {"q": object()}), r"witnesses\[1\]\['q'\]"),
+    ("payload_none_leaf_free", ([object()], 1.0), r"payload\[0\]"),
+  )
+  def test_non_array_leaf_raises_type_error_naming_its_path(self, args, path):
+    with self.assertRaisesRegex(TypeError, path):
+      entangle(*args)
+
+  def test_error_also_under_jit(self):
+    with self.assertRaisesRegex(TypeError, r"witnesses\[0\]"):
+      jax.jit(lambda x: entangle(x, "nope"))(1.0)
+
+
+if __name__ == "__main__":
+  absltest.main()
