@@ -11,6 +11,7 @@ from entangle_jax import _native_loader
 _native_loader.register_targets(_native_loader.load_native())
 
 from entangle_jax._entangle import entangle  # noqa: E402
+from entangle_jax._export import export_safety_checks  # noqa: E402
 from entangle_jax._version import __version__  # noqa: E402
 
-__all__ = ["__version__", "entangle"]
+__all__ = ["__version__", "entangle", "export_safety_checks"]

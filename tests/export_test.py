@@ -1,0 +1,93 @@
+"""jax.export: entangle survives serialization and runs in a fresh process."""
+
+from tests import test_util  # noqa: F401  (first: sets up JAX devices)
+
+import os
+import subprocess
+import sys
+import tempfile
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl.testing import absltest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import entangle_jax
+from entangle_jax import entangle
+
+_FRESH_PROCESS = """
+import sys
+import numpy as np
+import jax
+import entangle_jax  # registers the handler the module calls
+
+exported = jax.export.deserialize(open(sys.argv[1], "rb").read())
+out = exported.call(np.arange(4, dtype=np.float32), np.float32(1))
+np.testing.assert_array_equal(out, np.arange(4, dtype=np.float32))
+print("fresh process ok")
+"""
+
+
+def fn(x, w):
+  return entangle(x, w) * 2
+
+
+class ExportTest(absltest.TestCase):
+  def export(self, f, *args):
+    return jax.export.export(
+      f, disabled_checks=entangle_jax.export_safety_checks()
+    )(*args)
+
+  def test_refused_without_the_safety_checks(self):
+    with self.assertRaisesRegex(ValueError, "entangle_jax_entangle"):
+      jax.export.export(jax.jit(fn))(jnp.ones(4), 1.0)
+
+  def test_round_trip(self):
+    exported = self.export(jax.jit(fn), jnp.ones(4), jnp.float32(1))
+    restored = jax.export.deserialize(exported.serialize())
+    np.testing.assert_array_equal(
+      restored.call(jnp.arange(4.0), jnp.float32(1)), jnp.arange(4.0) * 2
+    )
+
+  def test_sharded_round_trip(self):
+    mesh = jax.make_mesh((8,), ("x",))
+    sharded = NamedSharding(mesh, P("x"))
+    replicated = NamedSharding(mesh, P())
+    f = jax.jit(
+      lambda x, w: entangle(x, w),
+      in_shardings=(sharded, replicated),
+      out_shardings=sharded,
+    )
+    x = jax.device_put(jnp.arange(16.0), sharded)
+    w = jax.device_put(jnp.ones(3), replicated)
+    exported = self.export(f, x, w)
+    self.assertEqual(exported.nr_devices, 8)
+    restored = jax.export.deserialize(exported.serialize())
+    out = restored.call(x, w)
+    np.testing.assert_array_equal(out, x)
+    self.assertTrue(out.sharding.is_equivalent_to(sharded, 1))
+
+  def test_runs_in_a_fresh_process(self):
+    exported = self.export(
+      jax.jit(lambda x, w: entangle(x, w)), jnp.ones(4), jnp.float32(1)
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+      path = os.path.join(tmp, "module.bin")
+      with open(path, "wb") as f:
+        f.write(exported.serialize())
+      env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+      result = subprocess.run(
+        [sys.executable, "-c", _FRESH_PROCESS, path],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+      )
+    self.assertEqual(result.returncode, 0, result.stderr)
+    self.assertIn("fresh process ok", result.stdout)
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -1,0 +1,79 @@
+"""One process of multiprocess_test: 4 CPU devices of an 8-device mesh.
+
+Usage: multiprocess_worker.py PROCESS_ID COORDINATOR_PORT
+Each device runs write -> read -> write on its own slot of the process's
+example resource, ordered by entangle; the process checks its shards' values
+and the order in the module it compiled.
+"""
+
+import sys
+
+import jax
+
+jax.config.update("jax_num_cpu_devices", 4)
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+from entangle_jax import entangle, testing  # noqa: E402
+
+RUNS = 50
+
+
+def hazard(ordered: bool):
+  def per_device(slot, delay_input):
+    with jax.named_scope("first_write"):
+      token = testing.write_slot(slot, jnp.ones(slot.shape, jnp.float32))
+    delay = (jnp.sum(jnp.sin(delay_input)) * 0).astype(jnp.int32)
+    with jax.named_scope("read"):
+      x = testing.read_slot(token + delay)
+    if ordered:
+      token = entangle(token, x)
+    with jax.named_scope("second_write"):
+      testing.write_slot(token, jnp.full(slot.shape, 2.0, jnp.float32))
+    return x
+
+  return per_device
+
+
+def main(process_id: int, port: str) -> None:
+  jax.distributed.initialize(
+    f"127.0.0.1:{port}",
+    num_processes=2,
+    process_id=process_id,
+    initialization_timeout=60,
+  )
+  assert jax.device_count() == 8 and jax.local_device_count() == 4
+  mesh = jax.make_mesh((8,), ("x",))
+  sharded = NamedSharding(mesh, P("x"))
+  slots = jax.make_array_from_callback(
+    (8,), sharded, lambda index: np.arange(8, dtype=np.int32)[index]
+  )
+  delay_input = jax.make_array_from_callback(
+    (8, 50_000), sharded, lambda index: np.ones((8, 50_000), np.float32)[index]
+  )
+
+  def compile_hazard(ordered):
+    fn = jax.shard_map(
+      hazard(ordered), mesh=mesh, in_specs=(P("x"), P("x")), out_specs=P("x")
+    )
+    return jax.jit(fn), jax.jit(fn).lower(slots, delay_input).compile()
+
+  _, unordered = compile_hazard(ordered=False)
+  assert not testing.happens_before(unordered, "read", "second_write")
+  fn, compiled = compile_hazard(ordered=True)
+  assert testing.happens_before(compiled, "read", "second_write")
+  for _ in range(RUNS):
+    out = fn(slots, delay_input)
+    for shard in out.addressable_shards:
+      value = np.asarray(shard.data)
+      assert (value == 1.0).all(), f"shard {shard.index}: {value}"
+  print(f"process {process_id}: ordered and correct on {len(out.addressable_shards)} devices")
+  jax.distributed.shutdown()
+
+
+if __name__ == "__main__":
+  main(int(sys.argv[1]), sys.argv[2])
