@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -10,12 +10,10 @@ import numpy as np
 
 from entangle_jax import _primitive
 
-T = TypeVar("T")
-
 _SCALAR_TYPES = (bool, int, float, complex, np.generic, np.ndarray)
 
 
-def entangle(payload: T, *witnesses: Any) -> T:
+def entangle(payload: Any, *witnesses: Any) -> Any:
   """Returns ``payload`` unchanged, ordered under ``jit`` after ``witnesses``.
 
   Under ``jit`` the result is produced by one XLA custom call that XLA cannot

@@ -14,7 +14,10 @@ def export_safety_checks() -> list[jax.export.DisabledSafetyCheck]:
   guarantee from JAX. entangle's target is stable: its handler is a no-op
   that reads no operand, attribute or result, so any version of this package
   runs a module exported by any other. Pass the result as
-  ``jax.export.export(fn, disabled_checks=entangle_jax.export_safety_checks())``.
+  ``disabled_checks`` to ``jax.export.export``::
+
+    jax.export.export(fn, disabled_checks=entangle_jax.export_safety_checks())
+
   The process that calls the deserialized module must have imported
   ``entangle_jax`` (which registers the handler) before the call.
 
@@ -22,4 +25,6 @@ def export_safety_checks() -> list[jax.export.DisabledSafetyCheck]:
     A list holding the one ``DisabledSafetyCheck`` for entangle's custom
     call target.
   """
-  return [jax.export.DisabledSafetyCheck.custom_call(_native_loader.ENTANGLE_TARGET)]
+  return [
+    jax.export.DisabledSafetyCheck.custom_call(_native_loader.ENTANGLE_TARGET)
+  ]

@@ -20,7 +20,6 @@ What is concluded, and what is not:
 
 from __future__ import annotations
 
-import functools
 import itertools
 import re
 from collections.abc import Iterable, Sequence
@@ -33,7 +32,9 @@ Selector = str
 _PATH_LIMIT = 64
 _TRANSFORM = re.compile(r"^[\w\-]+\((.*)\)$")
 # Ops that carry metadata but are bookkeeping, not work a user names.
-_BOOKKEEPING = frozenset({"parameter", "constant", "get-tuple-element", "tuple"})
+_BOOKKEEPING = frozenset(
+  {"parameter", "constant", "get-tuple-element", "tuple"}
+)
 
 
 class OrderAnalysis:
@@ -44,14 +45,15 @@ class OrderAnalysis:
   """
 
   def __init__(self, compiled: jax.stages.Compiled | str):
-    text = compiled if isinstance(compiled, str) else compiled.as_text()
-    self._module = _hlo_parse.parse(text)
+    self._module = _hlo_parse.parse(module_text(compiled))
     self._by_name = {
       (i.computation, i.name): i
       for instructions in self._module.computations.values()
       for i in instructions
     }
     self._callers = self._find_callers()
+    self._site_paths_cache: dict[str, list] = {}
+    self._closures: dict[str, tuple] = {}
 
   # Selection ----------------------------------------------------------------
 
@@ -94,7 +96,7 @@ class OrderAnalysis:
   def _instructions(self) -> Iterable[_hlo_parse.Instruction]:
     return self._by_name.values()
 
-  # Questions ------------------------------------------------------------------
+  # Questions ----------------------------------------------------------------
 
   def happens_before(self, before: Selector, after: Selector) -> bool:
     """True iff every op `before` selects precedes every op `after` selects."""
@@ -122,15 +124,13 @@ class OrderAnalysis:
       if not self._precedes(a, b) and not self._precedes(b, a)
     ]
 
-  # Reachability -----------------------------------------------------------------
+  # Reachability -------------------------------------------------------------
 
   def _precedes(self, a, b) -> bool:
     paths_a, paths_b = self._call_paths(a), self._call_paths(b)
     if not paths_a or not paths_b:
       return False  # Too many call sites to conclude anything.
-    return all(
-      self._path_precedes(pa, pb) for pa in paths_a for pb in paths_b
-    )
+    return all(self._path_precedes(pa, pb) for pa in paths_a for pb in paths_b)
 
   def _path_precedes(self, pa, pb) -> bool:
     for x, y in zip(pa, pb, strict=False):
@@ -149,15 +149,19 @@ class OrderAnalysis:
 
   def _call_paths(self, op) -> list[tuple[_hlo_parse.Instruction, ...]]:
     """Chains of call sites from the entry computation down to `op`."""
-    return [path + (op,) for path in self._site_paths(op.computation)]
+    return [(*path, op) for path in self._site_paths(op.computation)]
 
-  @functools.cache  # noqa: B019 (lives as long as the analysis)
   def _site_paths(self, computation: str):
+    if computation not in self._site_paths_cache:
+      self._site_paths_cache[computation] = self._find_site_paths(computation)
+    return self._site_paths_cache[computation]
+
+  def _find_site_paths(self, computation: str):
     if computation == self._module.entry:
       return [()]
     paths = []
     for site in self._callers.get(computation, []):
-      paths.extend(path + (site,) for path in self._site_paths(site.computation))
+      paths.extend((*path, site) for path in self._site_paths(site.computation))
       if len(paths) > _PATH_LIMIT:
         return []
     return paths
@@ -166,8 +170,12 @@ class OrderAnalysis:
     index, closure = self._closure(computation)
     return bool(closure[index[source]] >> index[target] & 1)
 
-  @functools.cache  # noqa: B019 (lives as long as the analysis)
   def _closure(self, computation: str):
+    if computation not in self._closures:
+      self._closures[computation] = self._find_closure(computation)
+    return self._closures[computation]
+
+  def _find_closure(self, computation: str):
     """Per instruction, the bitset of instructions that depend on it."""
     instructions = self._module.computations[computation]
     index = {i.name: n for n, i in enumerate(instructions)}
@@ -182,6 +190,16 @@ class OrderAnalysis:
         bits |= (1 << user) | reach[user]
       reach[n] = bits
     return index, reach
+
+
+def module_text(compiled: jax.stages.Compiled | str) -> str:
+  """The optimized HLO text of `compiled` (or `compiled` itself, if text)."""
+  if isinstance(compiled, str):
+    return compiled
+  text = compiled.as_text()
+  if text is None:
+    raise ValueError(f"{compiled!r} has no HLO text to analyse")
+  return text
 
 
 def _topological_order(users: list[list[int]]) -> list[int]:

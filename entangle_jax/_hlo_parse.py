@@ -100,7 +100,9 @@ def _parse_instruction(line: str, computation: str) -> tuple[Instruction, str]:
   open_paren = opcode_match.end() - 1
   close = _balanced_end(line, open_paren)
   opcode = opcode_match.group(1)
-  operand_text = "" if opcode in _NO_OPERANDS else line[open_paren + 1 : close - 1]
+  operand_text = (
+    "" if opcode in _NO_OPERANDS else line[open_paren + 1 : close - 1]
+  )
   attrs = line[close:]
   callees = list(_ONE_CALLEE.findall(attrs))
   for group in _MANY_CALLEES.findall(attrs):

@@ -24,7 +24,7 @@ _REBUILD_HINT = (
 def load_native() -> types.ModuleType:
   """Imports the extension, raising an ImportError that says how to rebuild."""
   try:
-    from entangle_jax import _native  # noqa: PLC0415
+    from entangle_jax import _native
   except ImportError as err:
     raise ImportError(f"{_REBUILD_HINT} (cause: {err})") from err
   return _native

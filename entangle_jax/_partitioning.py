@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import string
 
-import jax
 from jax._src import dispatch
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.interpreters import mlir
@@ -67,7 +66,7 @@ def _result_shardings(arg_shapes, num_payload):
 
 @functools.cache
 def _partitioned(ranks: tuple[int, ...], num_payload: int):
-  from entangle_jax import _primitive  # noqa: PLC0415 (import cycle)
+  from entangle_jax import _primitive
 
   def entangled(*operands):
     return tuple(_primitive.entangle_p.bind(*operands, num_payload=num_payload))
@@ -75,8 +74,11 @@ def _partitioned(ranks: tuple[int, ...], num_payload: int):
   def partition(mesh, arg_shapes, result_shape):
     del result_shape
     arg_shardings = tuple(s.sharding for s in arg_shapes)
-    return mesh, entangled, _result_shardings(arg_shapes, num_payload), (
-      arg_shardings
+    return (
+      mesh,
+      entangled,
+      _result_shardings(arg_shapes, num_payload),
+      (arg_shardings),
     )
 
   def infer(mesh, arg_shapes, result_shape):

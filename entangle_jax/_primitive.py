@@ -49,7 +49,7 @@ def _abstract_eval(*avals, num_payload: int):
 
 
 def custom_call_lowering(ctx, *operands, num_payload: int):
-  """Lowers to one FFI custom call, each payload operand aliased to its result."""
+  """Lowers to one FFI custom call; payload operands alias the results."""
   lower = jax.ffi.ffi_lowering(
     _native_loader.ENTANGLE_TARGET,
     operand_output_aliases={i: i for i in range(num_payload)},

@@ -6,6 +6,7 @@ Proving order on the module XLA runs:
   ordered before every op ``after`` selects by dependency edges?
 * ``races(compiled, among=None)``: pairs of ops ordered neither way.
 * ``OrderAnalysis``: the same questions, parsing the module once.
+* ``module_text(compiled)``: the optimized HLO text that they analyse.
 
 A tiny mutable native resource, for reproducing ordering hazards:
 
@@ -20,12 +21,18 @@ from entangle_jax._example_resource import (
   slot_values,
   write_slot,
 )
-from entangle_jax._hlo_order import OrderAnalysis, happens_before, races
+from entangle_jax._hlo_order import (
+  OrderAnalysis,
+  happens_before,
+  module_text,
+  races,
+)
 
 __all__ = [
   "NUM_SLOTS",
   "OrderAnalysis",
   "happens_before",
+  "module_text",
   "races",
   "read_slot",
   "reset_slots",

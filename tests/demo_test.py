@@ -1,13 +1,12 @@
 """`python -m entangle_jax.demo` prints the table with the right verdicts."""
 
-from tests import test_util  # noqa: F401  (first: sets up JAX devices)
-
 import contextlib
 import io
 
 from absl.testing import absltest
 
 from entangle_jax import demo
+from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
 
 class DemoTest(absltest.TestCase):
@@ -28,7 +27,10 @@ class DemoTest(absltest.TestCase):
     self.assertRegex(rows["entangle"], r"\b0 / 20 +ordered$")
 
   def test_rejects_zero_runs(self):
-    with self.assertRaises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
+    with (
+      self.assertRaises(SystemExit),
+      contextlib.redirect_stderr(io.StringIO()),
+    ):
       demo.main(["--runs", "0"])
 
 

@@ -1,13 +1,12 @@
 """The example native resource: slots written and read through XLA."""
 
-from tests import test_util  # noqa: F401  (first: sets up JAX devices)
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest, parameterized
 
 from entangle_jax import testing
+from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
 
 class ExampleResourceTest(parameterized.TestCase):
@@ -38,7 +37,9 @@ class ExampleResourceTest(parameterized.TestCase):
   def test_vmap(self):
     slots = jnp.arange(4, dtype=jnp.int32)
     tokens = jax.vmap(testing.write_slot)(slots, slots * 1.5)
-    np.testing.assert_array_equal(jax.vmap(testing.read_slot)(tokens), slots * 1.5)
+    np.testing.assert_array_equal(
+      jax.vmap(testing.read_slot)(tokens), slots * 1.5
+    )
 
   def test_write_survives_unused_result(self):
     @jax.jit

@@ -1,7 +1,5 @@
 """jax.export: entangle survives serialization and runs in a fresh process."""
 
-from tests import test_util  # noqa: F401  (first: sets up JAX devices)
-
 import os
 import subprocess
 import sys
@@ -16,6 +14,7 @@ from jax.sharding import PartitionSpec as P
 
 import entangle_jax
 from entangle_jax import entangle
+from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
 _FRESH_PROCESS = """
 import sys

@@ -1,11 +1,10 @@
 """The seed's runtime hazard: wrong without entangle, never wrong with it."""
 
-from tests import test_util  # noqa: F401  (first: sets up JAX devices)
-
 from absl.testing import absltest
 
 from entangle_jax import _hazard
 from entangle_jax._hazard import Ordering
+from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
 
 class HazardTest(absltest.TestCase):

@@ -1,13 +1,12 @@
 """happens_before / races on compiled modules and on hand-written HLO."""
 
-from tests import test_util  # noqa: F401  (first: sets up JAX devices)
-
 import jax
 import jax.numpy as jnp
 from absl.testing import absltest, parameterized
 
 from entangle_jax import _hazard, entangle, testing
 from entangle_jax._hazard import Ordering
+from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
 WRITE = "entangle_jax_write_slot"
 READ = "entangle_jax_read_slot"
@@ -56,12 +55,10 @@ class CompiledHazardTest(parameterized.TestCase):
     self.assertFalse(testing.happens_before(compiled, "second_write", "read"))
 
   def test_accepts_hlo_text(self):
-    text = compile_hazard(Ordering.ENTANGLE).as_text()
+    text = testing.module_text(compile_hazard(Ordering.ENTANGLE))
     self.assertTrue(testing.happens_before(text, "read", "second_write"))
 
-  @parameterized.parameters(
-    (Ordering.NONE, False), (Ordering.ENTANGLE, True)
-  )
+  @parameterized.parameters((Ordering.NONE, False), (Ordering.ENTANGLE, True))
   def test_inside_scan_body(self, ordering, ordered):
     def loop(token, y):
       def body(carry, _):
@@ -70,14 +67,12 @@ class CompiledHazardTest(parameterized.TestCase):
       return jax.lax.scan(body, (token, y), None, length=5)[0]
 
     compiled = jax.jit(loop).lower(jnp.int32(0), jnp.float32(1)).compile()
-    self.assertIn(" while(", compiled.as_text())
+    self.assertIn(" while(", testing.module_text(compiled))
     self.assertEqual(
       testing.happens_before(compiled, "read", "second_write"), ordered
     )
 
-  @parameterized.parameters(
-    (Ordering.NONE, False), (Ordering.ENTANGLE, True)
-  )
+  @parameterized.parameters((Ordering.NONE, False), (Ordering.ENTANGLE, True))
   def test_under_vmap(self, ordering, ordered):
     fn = jax.vmap(lambda t, y: hazard_step(t, y, ordering))
     compiled = (
@@ -87,9 +82,7 @@ class CompiledHazardTest(parameterized.TestCase):
       testing.happens_before(compiled, "read", "second_write"), ordered
     )
 
-  @parameterized.parameters(
-    (Ordering.NONE, False), (Ordering.ENTANGLE, True)
-  )
+  @parameterized.parameters((Ordering.NONE, False), (Ordering.ENTANGLE, True))
   def test_under_grad(self, ordering, ordered):
     def loss(y):
       _, y = hazard_step(jnp.int32(0), y, ordering)
@@ -112,9 +105,7 @@ class CompiledHazardTest(parameterized.TestCase):
       return token, a, b
 
     compiled = (
-      jax.jit(fn)
-      .lower(jnp.int32(0), jnp.int32(1), jnp.int32(2))
-      .compile()
+      jax.jit(fn).lower(jnp.int32(0), jnp.int32(1), jnp.int32(2)).compile()
     )
     self.assertTrue(testing.happens_before(compiled, "read", "use_a"))
     self.assertTrue(testing.happens_before(compiled, "read", "use_b"))
@@ -122,7 +113,9 @@ class CompiledHazardTest(parameterized.TestCase):
 
   def test_unknown_selector_lists_what_exists(self):
     compiled = compile_hazard(Ordering.ENTANGLE)
-    with self.assertRaisesRegex(ValueError, r"'nothing'.*entangle_jax_read_slot.*second_write"):
+    with self.assertRaisesRegex(
+      ValueError, r"'nothing'.*entangle_jax_read_slot.*second_write"
+    ):
       testing.happens_before(compiled, "nothing", "read")
 
 
@@ -210,7 +203,9 @@ class HandWrittenHloTest(parameterized.TestCase):
     ("first", "free", False),
   )
   def test_nested(self, before, after, expected):
-    self.assertEqual(testing.happens_before(NESTED_HLO, before, after), expected)
+    self.assertEqual(
+      testing.happens_before(NESTED_HLO, before, after), expected
+    )
 
   def test_default_races_are_side_effecting_calls(self):
     self.assertCountEqual(

@@ -1,7 +1,5 @@
 """Two processes x 4 CPU devices under jax.distributed, on localhost."""
 
-from tests import test_util  # noqa: F401  (first: sets up JAX devices)
-
 import os
 import socket
 import subprocess
@@ -9,7 +7,11 @@ import sys
 
 from absl.testing import absltest
 
-WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "multiprocess_worker.py")
+from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
+
+WORKER = os.path.join(
+  os.path.dirname(os.path.abspath(__file__)), "multiprocess_worker.py"
+)
 TIMEOUT_S = 240
 
 

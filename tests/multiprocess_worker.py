@@ -71,7 +71,10 @@ def main(process_id: int, port: str) -> None:
     for shard in out.addressable_shards:
       value = np.asarray(shard.data)
       assert (value == 1.0).all(), f"shard {shard.index}: {value}"
-  print(f"process {process_id}: ordered and correct on {len(out.addressable_shards)} devices")
+  print(
+    f"process {process_id}: ordered and correct on "
+    f"{len(out.addressable_shards)} devices"
+  )
   jax.distributed.shutdown()
 
 

@@ -1,11 +1,10 @@
 """Guards the private JAX API that sharded lowering depends on."""
 
-from tests import test_util  # noqa: F401  (first: sets up JAX devices)
-
 from absl.testing import absltest
 from jax._src import dispatch
 
 from entangle_jax import _partitioning, _primitive
+from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
 
 class PrivateApiTest(absltest.TestCase):
@@ -16,11 +15,14 @@ class PrivateApiTest(absltest.TestCase):
       _partitioning.PRIVATE_DEVICE_SET,
       dispatch.prim_requires_devices_during_lowering,
     )
-    self.assertIn(_primitive.entangle_p, dispatch.prim_requires_devices_during_lowering)
+    self.assertIn(
+      _primitive.entangle_p, dispatch.prim_requires_devices_during_lowering
+    )
 
   def test_sharding_rule_mirrors_each_payload(self):
     self.assertEqual(
-      _partitioning.sharding_rule((2, 0, 1), num_payload=2), "a0 a1, , c0 -> a0 a1, "
+      _partitioning.sharding_rule((2, 0, 1), num_payload=2),
+      "a0 a1, , c0 -> a0 a1, ",
     )
 
 

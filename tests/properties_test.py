@@ -1,7 +1,5 @@
 """Property tests: random pytrees, dtypes and shapes round-trip exactly."""
 
-from tests import test_util  # noqa: F401  (first: sets up JAX devices)
-
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -11,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from entangle_jax import entangle
+from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
 _DTYPES = [
   np.bool_,
@@ -56,12 +55,16 @@ def trees(leaves):
 
 def same_bits(a, b) -> bool:
   a, b = np.asarray(a), np.asarray(b)
-  return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+  return (
+    a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+  )
 
 
 class PropertiesTest(absltest.TestCase):
   @settings(max_examples=40, deadline=None)
-  @given(payload=trees(arrays()), witnesses=st.lists(trees(arrays()), max_size=3))
+  @given(
+    payload=trees(arrays()), witnesses=st.lists(trees(arrays()), max_size=3)
+  )
   def test_random_trees_round_trip(self, payload, witnesses):
     out = jax.jit(entangle)(payload, *witnesses)
     self.assertEqual(

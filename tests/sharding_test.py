@@ -1,7 +1,5 @@
 """Sharded entangle: no collectives added, the payload's sharding kept."""
 
-from tests import test_util  # noqa: F401  (first: sets up JAX devices)
-
 import re
 from unittest import mock
 
@@ -13,6 +11,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from entangle_jax import _partitioning, entangle
+from entangle_jax.testing import module_text
+from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
 _COLLECTIVE = re.compile(
   r"\b(all-gather|all-reduce|all-to-all|collective-permute|reduce-scatter)"
@@ -21,7 +21,8 @@ _COLLECTIVE = re.compile(
 
 
 def collectives(compiled) -> list[str]:
-  return [m.group(1) for m in _COLLECTIVE.finditer(compiled.as_text())]
+  text = module_text(compiled)
+  return [m.group(1) for m in _COLLECTIVE.finditer(text)]
 
 
 def put(mesh, value, spec):
@@ -39,7 +40,14 @@ def mesh_2d():
 # (name, mesh, payload shape, payload spec, witness shape, witness spec)
 CASES = [
   ("witness_sharded_alike", mesh_1d, (16,), P("x"), (16,), P("x")),
-  ("witness_sharded_differently", mesh_1d, (16,), P("x"), (8, 16), P(None, "x")),
+  (
+    "witness_sharded_differently",
+    mesh_1d,
+    (16,),
+    P("x"),
+    (8, 16),
+    P(None, "x"),
+  ),
   ("witness_replicated", mesh_1d, (16, 3), P("x"), (5,), P()),
   ("two_d_mesh", mesh_2d, (8, 6), P("x", "y"), (8, 8), P("y", "x")),
   ("partially_sharded", mesh_2d, (8, 6), P("x", None), (2,), P("y")),
@@ -53,12 +61,18 @@ class ShardingTest(parameterized.TestCase):
     self, make_mesh, p_shape, p_spec, w_shape, w_spec
   ):
     mesh = make_mesh()
-    payload = put(mesh, jnp.arange(np.prod(p_shape), dtype=jnp.float32).reshape(p_shape), p_spec)
+    payload = put(
+      mesh,
+      jnp.arange(np.prod(p_shape), dtype=jnp.float32).reshape(p_shape),
+      p_spec,
+    )
     witness = put(mesh, jnp.ones(w_shape), w_spec)
     fn = jax.jit(lambda p, w: entangle(p, w))
     self.assertEqual(collectives(fn.lower(payload, witness).compile()), [])
     out = fn(payload, witness)
-    self.assertTrue(out.sharding.is_equivalent_to(payload.sharding, len(p_shape)))
+    self.assertTrue(
+      out.sharding.is_equivalent_to(payload.sharding, len(p_shape))
+    )
     np.testing.assert_array_equal(out, payload)
 
   def test_plain_custom_call_would_add_collectives(self):
@@ -66,7 +80,9 @@ class ShardingTest(parameterized.TestCase):
     mesh = mesh_1d()
     payload = put(mesh, jnp.arange(16.0), P("x"))
     witness = put(mesh, jnp.ones((8, 16)), P(None, "x"))
-    with mock.patch.object(_partitioning, "needs_partitioning", return_value=False):
+    with mock.patch.object(
+      _partitioning, "needs_partitioning", return_value=False
+    ):
       fn = jax.jit(lambda p, w: entangle(p, w))
       self.assertNotEqual(collectives(fn.lower(payload, witness).compile()), [])
 

@@ -1,15 +1,22 @@
-"""Shared test setup: importing this first gives JAX 8 host CPU devices.
+"""Shared test setup: importing this gives JAX 8 host CPU devices.
 
 Both runners import each test file before any test runs (pytest collects
-every file first; Bazel runs one file per process), so the device count is
-set before JAX initialises its backends.
+every file first; Bazel runs one file per process), and importing JAX or
+entangle_jax initialises no backend, so the device count is set in time.
 """
 
 import jax
 
+from entangle_jax.testing import module_text
+
 NUM_CPU_DEVICES = 8
 
 jax.config.update("jax_num_cpu_devices", NUM_CPU_DEVICES)
+
+
+def hlo_text(fn, *args, **jit_kwargs) -> str:
+  """The optimized HLO of `jax.jit(fn, **jit_kwargs)` for `args`."""
+  return module_text(jax.jit(fn, **jit_kwargs).lower(*args).compile())
 
 
 def custom_calls(compiled_text: str, target: str) -> int:

@@ -52,8 +52,8 @@ def verify(name: str, data: bytes, expected: str, origin: str) -> None:
   actual = sha256(data)
   if actual != expected:
     raise HeaderError(
-        f"{name} from {origin} has sha256 {actual}, but the pin in "
-        f"{PIN_FILE.name} expects {expected}"
+      f"{name} from {origin} has sha256 {actual}, but the pin in "
+      f"{PIN_FILE.name} expects {expected}"
     )
 
 
@@ -78,27 +78,41 @@ def download_wheel(version: str) -> pathlib.Path:
     return found[0]
   wheels.mkdir(parents=True, exist_ok=True)
   command = [
-      sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-      "--only-binary=:all:", f"jaxlib=={version}", "--dest", str(wheels),
+    sys.executable,
+    "-m",
+    "pip",
+    "download",
+    "--quiet",
+    "--no-deps",
+    "--only-binary=:all:",
+    f"jaxlib=={version}",
+    "--dest",
+    str(wheels),
   ]
   result = subprocess.run(command, capture_output=True, text=True)
   found = sorted(wheels.glob(f"jaxlib-{version}-*.whl"))
   if result.returncode != 0 or not found:
     raise HeaderError(
-        f"could not download jaxlib=={version} with pip (needed for its XLA "
-        f"FFI headers): {' '.join(command)}\n{result.stderr.strip()}"
+      f"could not download jaxlib=={version} with pip (needed for its XLA "
+      f"FFI headers): {' '.join(command)}\n{result.stderr.strip()}"
     )
   return found[0]
 
 
-def read_headers(version: str, names: list[str]) -> tuple[dict[str, bytes], str]:
+def read_headers(
+  version: str, names: list[str]
+) -> tuple[dict[str, bytes], str]:
   include = installed_jaxlib_include(version)
   if include is not None:
-    return {n: (include / n).read_bytes() for n in names}, f"installed jaxlib {include}"
+    return {
+      n: (include / n).read_bytes() for n in names
+    }, f"installed jaxlib {include}"
   wheel = download_wheel(version)
   with zipfile.ZipFile(wheel) as archive:
     try:
-      return {n: archive.read(HEADER_DIR_IN_WHEEL + n) for n in names}, str(wheel)
+      return {n: archive.read(HEADER_DIR_IN_WHEEL + n) for n in names}, str(
+        wheel
+      )
     except KeyError as err:
       raise HeaderError(f"{wheel} lacks an XLA FFI header: {err}") from None
 
@@ -107,8 +121,8 @@ def fetch(dest: pathlib.Path) -> None:
   pin = load_pin()
   expected: dict[str, str] = pin["headers"]
   present = all(
-      (dest / n).is_file() and sha256((dest / n).read_bytes()) == h
-      for n, h in expected.items()
+    (dest / n).is_file() and sha256((dest / n).read_bytes()) == h
+    for n, h in expected.items()
   )
   if present:
     return
@@ -140,7 +154,9 @@ def main(argv: list[str] | None = None) -> int:
   commands = parser.add_subparsers(dest="command", required=True)
   fetch_cmd = commands.add_parser("fetch", help="place verified headers")
   fetch_cmd.add_argument("dest", type=pathlib.Path)
-  refresh_cmd = commands.add_parser("refresh", help="re-pin to a jaxlib version")
+  refresh_cmd = commands.add_parser(
+    "refresh", help="re-pin to a jaxlib version"
+  )
   refresh_cmd.add_argument("version")
   args = parser.parse_args(argv)
   try:

@@ -1,0 +1,2 @@
+# Type stub for _version.py, which the build generates from VERSION.
+__version__: str
