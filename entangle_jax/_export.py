@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import jax
+from jax import export
 
 from entangle_jax import _native_loader
 
 
-def export_safety_checks() -> list[jax.export.DisabledSafetyCheck]:
+def export_safety_checks() -> list[export.DisabledSafetyCheck]:
   """The safety checks to disable when exporting code that uses `entangle`.
 
   ``jax.export`` refuses custom calls whose targets carry no compatibility
@@ -26,5 +26,5 @@ def export_safety_checks() -> list[jax.export.DisabledSafetyCheck]:
     call target.
   """
   return [
-    jax.export.DisabledSafetyCheck.custom_call(_native_loader.ENTANGLE_TARGET)
+    export.DisabledSafetyCheck.custom_call(_native_loader.ENTANGLE_TARGET)
   ]

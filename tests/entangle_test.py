@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 from absl.testing import absltest, parameterized
+from jax import export
 
 import entangle_jax
 from entangle_jax import entangle
@@ -162,7 +163,7 @@ class LoweringTest(parameterized.TestCase):
 
   def test_tpu_lowers_to_optimization_barrier(self):
     fn = jax.jit(lambda x, w: entangle(x, w))
-    exported = jax.export.export(fn, platforms=["tpu"])(
+    exported = export.export(fn, platforms=["tpu"])(
       jax.ShapeDtypeStruct((3,), jnp.float32),
       jax.ShapeDtypeStruct((), jnp.float32),
     )

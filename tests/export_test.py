@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest
+from jax import export
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -19,10 +20,10 @@ from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 _FRESH_PROCESS = """
 import sys
 import numpy as np
-import jax
+from jax import export
 import entangle_jax  # registers the handler the module calls
 
-exported = jax.export.deserialize(open(sys.argv[1], "rb").read())
+exported = export.deserialize(open(sys.argv[1], "rb").read())
 out = exported.call(np.arange(4, dtype=np.float32), np.float32(1))
 np.testing.assert_array_equal(out, np.arange(4, dtype=np.float32))
 print("fresh process ok")
@@ -35,17 +36,17 @@ def fn(x, w):
 
 class ExportTest(absltest.TestCase):
   def export(self, f, *args):
-    return jax.export.export(
+    return export.export(
       f, disabled_checks=entangle_jax.export_safety_checks()
     )(*args)
 
   def test_refused_without_the_safety_checks(self):
     with self.assertRaisesRegex(ValueError, "entangle_jax_entangle"):
-      jax.export.export(jax.jit(fn))(jnp.ones(4), 1.0)
+      export.export(jax.jit(fn))(jnp.ones(4), 1.0)
 
   def test_round_trip(self):
     exported = self.export(jax.jit(fn), jnp.ones(4), jnp.float32(1))
-    restored = jax.export.deserialize(exported.serialize())
+    restored = export.deserialize(exported.serialize())
     np.testing.assert_array_equal(
       restored.call(jnp.arange(4.0), jnp.float32(1)), jnp.arange(4.0) * 2
     )
@@ -63,7 +64,7 @@ class ExportTest(absltest.TestCase):
     w = jax.device_put(jnp.ones(3), replicated)
     exported = self.export(f, x, w)
     self.assertEqual(exported.nr_devices, 8)
-    restored = jax.export.deserialize(exported.serialize())
+    restored = export.deserialize(exported.serialize())
     out = restored.call(x, w)
     np.testing.assert_array_equal(out, x)
     self.assertTrue(out.sharding.is_equivalent_to(sharded, 1))
