@@ -1,10 +1,12 @@
 """A tiny mutable native resource: the stand-in for a real library's state.
 
 The store is a fixed table of float32 slots kept in native memory, which XLA
-cannot see. ``write_slot`` is side-effecting (XLA never drops it); ``read_slot``
-is not, like a solver query that reads library state. Nothing but a data
-dependency orders a read against a later write of the same slot, which is the
-hazard that `entangle` fixes.
+cannot see: host memory on CPU, device memory on CUDA GPUs (when the package
+was built with CUDA), where the calls run on the stream XLA hands them.
+``write_slot`` is side-effecting (XLA never drops it); ``read_slot`` is not,
+like a solver query that reads library state. Nothing but a data dependency
+orders a read against a later write of the same slot, which is the hazard
+that `entangle` fixes.
 """
 
 from __future__ import annotations
@@ -73,9 +75,24 @@ def read_slot(token: jax.typing.ArrayLike):
 
 
 def reset_slots() -> None:
-  """Sets every slot to 0.0 (host store), after pending work has finished."""
+  """Sets every slot to 0.0, after pending work has finished.
+
+  Resets the host store and, when the CUDA store was built and a GPU is in
+  use, the device store.
+  """
   jax.effects_barrier()
   _native.reset_host_slots()
+  cuda = _native_loader.load_native_cuda()
+  if cuda is not None and has_cuda_device():
+    cuda.reset_device_slots()
+
+
+def has_cuda_device() -> bool:
+  """Whether JAX has a CUDA GPU (where the CUDA store is used)."""
+  try:
+    return any(d.platform == "gpu" for d in jax.devices("cuda"))
+  except RuntimeError:
+    return False
 
 
 def slot_values() -> np.ndarray:

@@ -30,6 +30,15 @@ def load_native() -> types.ModuleType:
   return _native
 
 
+def load_native_cuda() -> types.ModuleType | None:
+  """The CUDA example-resource module, or None when it was not built."""
+  try:
+    from entangle_jax import _native_cuda
+  except ImportError:
+    return None
+  return _native_cuda
+
+
 def register_targets(native: types.ModuleType) -> None:
   """Registers every handler of `native` with XLA's FFI registry."""
   entangle = native.entangle_handler()
@@ -41,3 +50,11 @@ def register_targets(native: types.ModuleType) -> None:
   jax.ffi.register_ffi_target(
     READ_SLOT_TARGET, native.read_slot_host_handler(), platform="cpu"
   )
+  cuda = load_native_cuda()
+  if cuda is not None:
+    jax.ffi.register_ffi_target(
+      WRITE_SLOT_TARGET, cuda.write_slot_cuda_handler(), platform="CUDA"
+    )
+    jax.ffi.register_ffi_target(
+      READ_SLOT_TARGET, cuda.read_slot_cuda_handler(), platform="CUDA"
+    )

@@ -16,6 +16,7 @@ A tiny mutable native resource, for reproducing ordering hazards:
 
 from entangle_jax._example_resource import (
   NUM_SLOTS,
+  has_cuda_device,
   read_slot,
   reset_slots,
   slot_values,
@@ -32,6 +33,7 @@ __all__ = [
   "NUM_SLOTS",
   "OrderAnalysis",
   "happens_before",
+  "has_cuda_device",
   "module_text",
   "races",
   "read_slot",

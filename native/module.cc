@@ -3,19 +3,11 @@
 // resource needs outside of XLA.
 #include <pybind11/pybind11.h>
 
+#include "capsule.h"
 #include "entangle.h"
 #include "example_resource.h"
 
-namespace py = pybind11;
-
-namespace {
-
-template <typename Fn>
-py::capsule AsCapsule(Fn* fn) {
-  return py::capsule(reinterpret_cast<void*>(fn));
-}
-
-}  // namespace
+using entangle_jax::AsCapsule;
 
 PYBIND11_MODULE(_native, m) {
   m.doc() = "Native FFI handlers of entangle_jax.";

@@ -9,10 +9,12 @@ Usage:
   xla_ffi_headers.py fetch DEST   put verified headers under DEST/xla/ffi/api
   xla_ffi_headers.py refresh VER  re-pin to jaxlib VER (rewrites the pin file)
 
-Headers come, in order of preference, from an installed jaxlib of exactly the
-pinned version, or from the jaxlib wheel downloaded with ``python -m pip
-download`` (so the user's pip configuration, index and mirrors apply) into a
-cache directory (``$ENTANGLE_JAX_CACHE``, default ``~/.cache/entangle-jax``).
+Headers come, in order of preference, from ``$ENTANGLE_JAX_FFI_HEADERS`` (a
+directory holding ``xla/ffi/api/*.h``, for machines without an index), from
+an installed jaxlib of exactly the pinned version, or from the jaxlib wheel
+downloaded with ``python -m pip download`` (so the user's pip configuration,
+index and mirrors apply) into a cache directory (``$ENTANGLE_JAX_CACHE``,
+default ``~/.cache/entangle-jax``).
 """
 
 from __future__ import annotations
@@ -102,6 +104,11 @@ def download_wheel(version: str) -> pathlib.Path:
 def read_headers(
   version: str, names: list[str]
 ) -> tuple[dict[str, bytes], str]:
+  provided = os.environ.get("ENTANGLE_JAX_FFI_HEADERS")
+  if provided:
+    root = pathlib.Path(provided)
+    headers = {n: (root / n).read_bytes() for n in names}
+    return headers, f"$ENTANGLE_JAX_FFI_HEADERS ({root})"
   include = installed_jaxlib_include(version)
   if include is not None:
     return {

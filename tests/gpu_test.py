@@ -1,0 +1,49 @@
+"""Ordering on a CUDA GPU; skipped (with the reason) where JAX sees none."""
+
+import unittest
+
+import jax
+from absl.testing import absltest
+
+from entangle_jax import _hazard, _native_loader, testing
+from entangle_jax._hazard import Ordering
+
+
+def skip_reason() -> str | None:
+  if not testing.has_cuda_device():
+    return f"no CUDA GPU: JAX sees {jax.devices()}"
+  if _native_loader.load_native_cuda() is None:
+    return "entangle_jax was built without its CUDA example resource"
+  return None
+
+
+@unittest.skipIf(skip_reason() is not None, skip_reason())
+class GpuHazardTest(absltest.TestCase):
+  def setUp(self):
+    super().setUp()
+    testing.reset_slots()
+
+  def test_entangle_orders_on_gpu(self):
+    self.assertEqual(_hazard.count_wrong(Ordering.ENTANGLE, runs=1000), 0)
+    compiled = (
+      jax.jit(_hazard.program(Ordering.ENTANGLE))
+      .lower(*_hazard.arguments())
+      .compile()
+    )
+    self.assertTrue(testing.happens_before(compiled, "read", "second_write"))
+
+  def test_unordered_program_has_no_edge_on_gpu(self):
+    compiled = (
+      jax.jit(_hazard.program(Ordering.NONE))
+      .lower(*_hazard.arguments())
+      .compile()
+    )
+    self.assertFalse(testing.happens_before(compiled, "read", "second_write"))
+
+  def test_example_resource_on_gpu(self):
+    token = testing.write_slot(3, 1.5)
+    self.assertEqual(float(testing.read_slot(token)), 1.5)
+
+
+if __name__ == "__main__":
+  absltest.main()
