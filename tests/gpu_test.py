@@ -9,15 +9,16 @@ from entangle_jax import _hazard, _native_loader, testing
 from entangle_jax._hazard import Ordering
 
 
-def skip_reason() -> str | None:
+def skip_reason() -> str:
+  """Why the GPU tests cannot run here; empty when they can."""
   if not testing.has_cuda_device():
     return f"no CUDA GPU: JAX sees {jax.devices()}"
   if _native_loader.load_native_cuda() is None:
     return "entangle_jax was built without its CUDA example resource"
-  return None
+  return ""
 
 
-@unittest.skipIf(skip_reason() is not None, skip_reason())
+@unittest.skipIf(bool(skip_reason()), skip_reason())
 class GpuHazardTest(absltest.TestCase):
   def setUp(self):
     super().setUp()
