@@ -13,7 +13,7 @@ import enum
 import jax
 import jax.numpy as jnp
 
-from entangle_jax import _entangle, _example_resource
+from entangle_jax import _entangle, _example_resource, _hlo_order
 
 EXPECTED = 1.0
 """What the read sees when it runs before the second write."""
@@ -65,3 +65,9 @@ def count_wrong(ordering: Ordering, runs: int, slot: int = 0) -> int:
   args = arguments(slot)
   results = [compiled(*args) for _ in range(runs)]
   return sum(int(r != EXPECTED) for r in jax.device_get(results))
+
+
+def read_precedes_second_write(ordering: Ordering) -> bool:
+  """Whether the compiled hazard orders the read before the second write."""
+  compiled = jax.jit(program(ordering)).lower(*arguments()).compile()
+  return _hlo_order.happens_before(compiled, "read", "second_write")

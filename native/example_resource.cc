@@ -3,7 +3,6 @@
 #include <array>
 #include <atomic>
 #include <cstddef>
-#include <string>
 
 namespace ffi = xla::ffi;
 
@@ -13,16 +12,6 @@ namespace {
 // Relaxed atomics: XLA:CPU may run unordered calls on different threads, and
 // such a race must give a wrong answer, never undefined behaviour.
 std::array<std::atomic<float>, kNumSlots> host_slots{};
-
-ffi::Error CheckSlot(int32_t slot) {
-  if (slot < 0 || slot >= kNumSlots) {
-    return ffi::Error(ffi::ErrorCode::kOutOfRange,
-                      "entangle_jax example resource: slot id " +
-                          std::to_string(slot) + " is outside [0, " +
-                          std::to_string(kNumSlots) + ")");
-  }
-  return ffi::Error::Success();
-}
 
 ffi::Error WriteSlot(ffi::Buffer<ffi::S32> slot, ffi::Buffer<ffi::F32> value,
                      ffi::ResultBuffer<ffi::S32> token) {

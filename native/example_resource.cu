@@ -47,12 +47,7 @@ ffi::Error CheckSlots(cudaStream_t stream, const int32_t* ids, size_t n) {
   if (status == cudaSuccess) status = cudaStreamSynchronize(stream);
   if (status != cudaSuccess) return CudaError(status, "reading slot ids");
   for (int32_t id : host) {
-    if (id < 0 || id >= kNumSlots) {
-      return ffi::Error(ffi::ErrorCode::kOutOfRange,
-                        "entangle_jax example resource: slot id " +
-                            std::to_string(id) + " is outside [0, " +
-                            std::to_string(kNumSlots) + ")");
-    }
+    if (ffi::Error err = CheckSlot(id); err.failure()) return err;
   }
   return ffi::Error::Success();
 }

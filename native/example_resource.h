@@ -6,12 +6,25 @@
 #define ENTANGLE_JAX_NATIVE_EXAMPLE_RESOURCE_H_
 
 #include <cstdint>
+#include <string>
 
 #include "xla/ffi/api/ffi.h"
 
 namespace entangle_jax {
 
 inline constexpr int32_t kNumSlots = 64;
+
+// Success for a valid slot id, else an out-of-range error naming it. Shared
+// by the host and CUDA stores so both report bad ids the same way.
+inline xla::ffi::Error CheckSlot(int32_t slot) {
+  if (slot < 0 || slot >= kNumSlots) {
+    return xla::ffi::Error(xla::ffi::ErrorCode::kOutOfRange,
+                           "entangle_jax example resource: slot id " +
+                               std::to_string(slot) + " is outside [0, " +
+                               std::to_string(kNumSlots) + ")");
+  }
+  return xla::ffi::Error::Success();
+}
 
 // Sets every slot of the host store to zero.
 void ResetHostSlots();

@@ -10,7 +10,7 @@ from jax import export
 import entangle_jax
 from entangle_jax import entangle
 from entangle_jax._native_loader import ENTANGLE_TARGET
-from tests.test_util import custom_calls, hlo_text
+from tests.test_util import assert_same_tree, custom_calls, hlo_text
 
 # Every array dtype JAX has (64-bit ones become 32-bit without jax_enable_x64).
 DTYPES = [
@@ -98,15 +98,7 @@ class ValuesTest(parameterized.TestCase):
   def test_pytrees_keep_their_structure(self):
     payload = {"a": 1, "b": (jnp.arange(3.0), np.float32(2)), "c": [True]}
     out = jax.jit(entangle)(payload, 3, [jnp.ones(2), {"w": 4}])
-    self.assertEqual(
-      jax.tree_util.tree_structure(out), jax.tree_util.tree_structure(payload)
-    )
-    for got, want in zip(
-      jax.tree_util.tree_leaves(out),
-      jax.tree_util.tree_leaves(payload),
-      strict=True,
-    ):
-      np.testing.assert_array_equal(got, want)
+    assert_same_tree(self, out, payload, np.array_equal)
 
   def test_typed_prng_keys(self):
     key = jax.random.key(7)

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from entangle_jax import entangle
-from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
+from tests.test_util import assert_same_tree
 
 _DTYPES = [
   np.bool_,
@@ -67,15 +67,7 @@ class PropertiesTest(absltest.TestCase):
   )
   def test_random_trees_round_trip(self, payload, witnesses):
     out = jax.jit(entangle)(payload, *witnesses)
-    self.assertEqual(
-      jax.tree_util.tree_structure(out), jax.tree_util.tree_structure(payload)
-    )
-    for got, want in zip(
-      jax.tree_util.tree_leaves(out),
-      jax.tree_util.tree_leaves(payload),
-      strict=True,
-    ):
-      self.assertTrue(same_bits(got, want))
+    assert_same_tree(self, out, payload, same_bits)
 
   @settings(max_examples=25, deadline=None)
   @given(payload=arrays(), witness=arrays(), batch=st.integers(1, 4))

@@ -22,3 +22,16 @@ def hlo_text(fn, *args, **jit_kwargs) -> str:
 def custom_calls(compiled_text: str, target: str) -> int:
   """How many custom calls to `target` the HLO text holds."""
   return compiled_text.count(f'custom_call_target="{target}"')
+
+
+def assert_same_tree(test, actual, expected, leaves_equal) -> None:
+  """Asserts equal tree structures and `leaves_equal` on each leaf pair."""
+  test.assertEqual(
+    jax.tree_util.tree_structure(actual), jax.tree_util.tree_structure(expected)
+  )
+  for got, want in zip(
+    jax.tree_util.tree_leaves(actual),
+    jax.tree_util.tree_leaves(expected),
+    strict=True,
+  ):
+    test.assertTrue(leaves_equal(got, want), f"{got} != {want}")

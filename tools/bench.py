@@ -29,6 +29,8 @@ import subprocess
 import sys
 import time
 
+from timing import median_seconds
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PEER_VERSION = "0.1.1"
 IMPLS = (
@@ -55,18 +57,6 @@ def _entangle_fn(impl: str):
   return lambda payload, *w: payload
 
 
-def _best_time(fn, args, repeats: int) -> float:
-  import jax
-
-  jax.block_until_ready(fn(*args))
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
-
-
 def _scan_seconds(entangle, leaves: int, witnesses: int, steps: int, repeats):
   import jax
   import jax.numpy as jnp
@@ -83,7 +73,7 @@ def _scan_seconds(entangle, leaves: int, witnesses: int, steps: int, repeats):
   payload = tuple(jnp.zeros(()) for _ in range(leaves))
   payload = payload[0] if leaves == 1 else payload
   wits = tuple(jnp.zeros(()) for _ in range(witnesses))
-  return _best_time(run, (payload, wits), repeats)
+  return median_seconds(run, (payload, wits), repeats)
 
 
 def _vmap_seconds(entangle, batch: int, repeats: int) -> float:
@@ -91,7 +81,9 @@ def _vmap_seconds(entangle, batch: int, repeats: int) -> float:
   import jax.numpy as jnp
 
   fn = jax.jit(jax.vmap(lambda p, w: entangle(p, w)))
-  return _best_time(fn, (jnp.ones((batch, 4)), jnp.ones((batch, 2))), repeats)
+  return median_seconds(
+    fn, (jnp.ones((batch, 4)), jnp.ones((batch, 2))), repeats
+  )
 
 
 def _structure(entangle) -> dict:

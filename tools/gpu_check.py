@@ -17,9 +17,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import statistics
 import sys
-import time
 
 # Custom calls may be recorded into command buffers (CUDA graphs) only when
 # asked for; entangle declares itself compatible.
@@ -31,6 +29,7 @@ os.environ["XLA_FLAGS"] = (
 
 import jax
 import jax.numpy as jnp
+from timing import median_seconds
 
 from entangle_jax import _hazard, _native_loader, entangle, testing
 from entangle_jax._hlo_order import OrderAnalysis
@@ -42,14 +41,9 @@ def hazard_counts(runs: int) -> dict[str, int]:
 
 
 def verdicts() -> dict[str, bool]:
-  result = {}
-  for ordering in _hazard.Ordering:
-    fn = jax.jit(_hazard.program(ordering))
-    compiled = fn.lower(*_hazard.arguments()).compile()
-    result[ordering.value] = testing.happens_before(
-      compiled, "read", "second_write"
-    )
-  return result
+  return {
+    o.value: _hazard.read_precedes_second_write(o) for o in _hazard.Ordering
+  }
 
 
 def command_buffer() -> dict:
@@ -94,14 +88,7 @@ def per_call_cost(steps: int = 10_000, repeats: int = 7) -> dict:
     )
 
   def best(fn):
-    args = (jnp.zeros(()), jnp.zeros(()))
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-      start = time.perf_counter()
-      jax.block_until_ready(fn(*args))
-      times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return median_seconds(fn, (jnp.zeros(()), jnp.zeros(())), repeats)
 
   plain = best(scan_with(lambda p, w: p))
   entangled = best(scan_with(entangle))
