@@ -61,7 +61,7 @@ def same_bits(a, b) -> bool:
 
 
 class PropertiesTest(absltest.TestCase):
-  @settings(max_examples=40, deadline=None)
+  @settings(max_examples=40, deadline=None, database=None)
   @given(
     payload=trees(arrays()), witnesses=st.lists(trees(arrays()), max_size=3)
   )
@@ -69,7 +69,7 @@ class PropertiesTest(absltest.TestCase):
     out = jax.jit(entangle)(payload, *witnesses)
     assert_same_tree(self, out, payload, same_bits)
 
-  @settings(max_examples=25, deadline=None)
+  @settings(max_examples=25, deadline=None, database=None)
   @given(payload=arrays(), witness=arrays(), batch=st.integers(1, 4))
   def test_vmap_matches_unbatched(self, payload, witness, batch):
     stacked = jnp.stack([payload] * batch)

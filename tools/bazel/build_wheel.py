@@ -1,0 +1,88 @@
+"""Writes a PEP 427 wheel: the files given, METADATA, WHEEL and RECORD.
+
+Invoked by the `py_wheel` rule in wheel.bzl; every argument comes from there.
+Archive entries get a fixed timestamp so the same inputs give the same wheel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import zipfile
+
+_EPOCH = (1980, 1, 1, 0, 0, 0)
+
+
+def record_hash(data: bytes) -> str:
+  digest = hashlib.sha256(data).digest()
+  return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def metadata(args: argparse.Namespace) -> str:
+  lines = [
+    "Metadata-Version: 2.1",
+    f"Name: {args.distribution.replace('_', '-')}",
+    f"Version: {args.version}",
+  ]
+  if args.summary:
+    lines.append(f"Summary: {args.summary}")
+  if args.python_requires:
+    lines.append(f"Requires-Python: {args.python_requires}")
+  lines += [f"Requires-Dist: {r}" for r in args.requires]
+  body = ""
+  if args.description_file:
+    lines.append("Description-Content-Type: text/markdown")
+    with open(args.description_file, encoding="utf-8") as f:
+      body = f.read()
+  return "\n".join(lines) + "\n\n" + body
+
+
+def wheel_file(tag: str) -> str:
+  return "\n".join([
+    "Wheel-Version: 1.0",
+    "Generator: entangle_jax tools/bazel/build_wheel.py",
+    "Root-Is-Purelib: false",
+    f"Tag: {tag}",
+    "",
+  ])
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__)
+  parser.add_argument("--output", required=True)
+  parser.add_argument("--distribution", required=True)
+  parser.add_argument("--version", required=True)
+  parser.add_argument("--tag", required=True)
+  parser.add_argument("--summary", default="")
+  parser.add_argument("--python-requires", default="")
+  parser.add_argument("--requires", action="append", default=[])
+  parser.add_argument("--description-file")
+  parser.add_argument(
+    "--file", action="append", default=[], help="ARCHIVE_PATH=SOURCE_PATH"
+  )
+  args = parser.parse_args()
+
+  dist_info = f"{args.distribution}-{args.version}.dist-info"
+  entries: list[tuple[str, bytes]] = []
+  for spec in sorted(args.file):
+    archive_path, source = spec.split("=", 1)
+    with open(source, "rb") as f:
+      entries.append((archive_path, f.read()))
+  entries.append((f"{dist_info}/METADATA", metadata(args).encode()))
+  entries.append((f"{dist_info}/WHEEL", wheel_file(args.tag).encode()))
+  record = [f"{p},{record_hash(d)},{len(d)}" for p, d in entries]
+  record.append(f"{dist_info}/RECORD,,")
+  entries.append((f"{dist_info}/RECORD", ("\n".join(record) + "\n").encode()))
+
+  with zipfile.ZipFile(args.output, "w", zipfile.ZIP_DEFLATED) as wheel:
+    for archive_path, data in entries:
+      info = zipfile.ZipInfo(archive_path, date_time=_EPOCH)
+      executable = archive_path.endswith(".so")
+      info.external_attr = (0o755 if executable else 0o644) << 16
+      info.compress_type = zipfile.ZIP_DEFLATED
+      wheel.writestr(info, data)
+
+
+if __name__ == "__main__":
+  main()

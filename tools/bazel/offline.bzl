@@ -1,0 +1,23 @@
+"""Local stand-ins for what Debian's Bazel 4.2.3 would otherwise download.
+
+Bazel's built-in WORKSPACE suffix asks for rules_cc, rules_java and
+remote_coverage_tools, none of which can be fetched offline. Declaring them
+first, as local repositories, satisfies it: rules_cc and
+remote_coverage_tools from tools/bazel/ (ours), rules_java from Debian's
+bazel-rules-java package. Call before anything else in a WORKSPACE;
+`entangle_jax_path` is where this repository is, relative to that workspace.
+"""
+
+def entangle_jax_offline_bazel(entangle_jax_path = "."):
+    native.local_repository(
+        name = "rules_cc",
+        path = entangle_jax_path + "/tools/bazel/rules_cc",
+    )
+    native.local_repository(
+        name = "remote_coverage_tools",
+        path = entangle_jax_path + "/tools/bazel/remote_coverage_tools",
+    )
+    native.local_repository(
+        name = "rules_java",
+        path = "/usr/share/bazel/rules/java",
+    )

@@ -1,0 +1,74 @@
+"""`py_wheel`: a PEP 427 wheel from a set of files, with nothing but Bazel.
+
+rules_python cannot be fetched offline, so this rule stands in for its
+`py_wheel`. Its attributes are a subset of rules_python's (plus `summary` and
+`description_file`, which rules_python also has), so a Bzlmod user can switch
+the load line to `@rules_python//python:packaging.bzl`.
+"""
+
+def _archive_path(file, strip_path_prefixes):
+    path = file.short_path
+    if path.startswith("../"):
+        # A file of an external repository: ../<repo>/<path>.
+        path = path.split("/", 2)[2]
+    for prefix in strip_path_prefixes:
+        if path.startswith(prefix):
+            return path[len(prefix):]
+    return path
+
+def _py_wheel_impl(ctx):
+    name = "{}-{}-{}-{}-{}.whl".format(
+        ctx.attr.distribution,
+        ctx.attr.version,
+        ctx.attr.python_tag,
+        ctx.attr.abi,
+        ctx.attr.platform,
+    )
+    wheel = ctx.actions.declare_file(name)
+    files = depset(transitive = [d[DefaultInfo].files for d in ctx.attr.deps])
+    args = ctx.actions.args()
+    args.add("--output", wheel)
+    args.add("--distribution", ctx.attr.distribution)
+    args.add("--version", ctx.attr.version)
+    args.add("--tag", "{}-{}-{}".format(ctx.attr.python_tag, ctx.attr.abi, ctx.attr.platform))
+    args.add("--summary", ctx.attr.summary)
+    args.add("--python-requires", ctx.attr.python_requires)
+    args.add_all(ctx.attr.requires, before_each = "--requires")
+    inputs = [files]
+    if ctx.file.description_file:
+        args.add("--description-file", ctx.file.description_file)
+        inputs.append(depset([ctx.file.description_file]))
+    for f in files.to_list():
+        args.add("--file", "{}={}".format(_archive_path(f, ctx.attr.strip_path_prefixes), f.path))
+    ctx.actions.run(
+        executable = ctx.executable._builder,
+        arguments = [args],
+        inputs = depset(transitive = inputs),
+        outputs = [wheel],
+        mnemonic = "PyWheel",
+        progress_message = "Building wheel " + name,
+    )
+    return [DefaultInfo(files = depset([wheel]))]
+
+py_wheel = rule(
+    implementation = _py_wheel_impl,
+    attrs = {
+        "abi": attr.string(default = "none"),
+        "deps": attr.label_list(doc = "Targets whose files go into the wheel."),
+        "description_file": attr.label(allow_single_file = True),
+        "distribution": attr.string(mandatory = True),
+        "platform": attr.string(default = "any"),
+        "python_requires": attr.string(),
+        "python_tag": attr.string(default = "py3"),
+        "requires": attr.string_list(),
+        "strip_path_prefixes": attr.string_list(),
+        "summary": attr.string(),
+        "version": attr.string(mandatory = True),
+        "_builder": attr.label(
+            default = "//tools/bazel:build_wheel",
+            executable = True,
+            cfg = "exec",
+        ),
+    },
+    doc = "Builds a wheel (PEP 427) holding the files of `deps`.",
+)
