@@ -39,13 +39,15 @@ def metadata(args: argparse.Namespace) -> str:
 
 
 def wheel_file(tag: str) -> str:
-  return "\n".join([
-    "Wheel-Version: 1.0",
-    "Generator: entangle_jax tools/bazel/build_wheel.py",
-    "Root-Is-Purelib: false",
-    f"Tag: {tag}",
-    "",
-  ])
+  return "\n".join(
+    [
+      "Wheel-Version: 1.0",
+      "Generator: entangle_jax tools/bazel/build_wheel.py",
+      "Root-Is-Purelib: false",
+      f"Tag: {tag}",
+      "",
+    ]
+  )
 
 
 def main() -> None:

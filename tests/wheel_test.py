@@ -1,0 +1,96 @@
+"""The Bazel-built wheel matches the meson-built one and is well formed.
+
+Needs two wheels, named by the environment (tools/ci_bazel.sh sets both):
+ENTANGLE_JAX_BAZEL_WHEEL (from `bazel build //:wheel`) and
+ENTANGLE_JAX_MESON_WHEEL (from `pip wheel .`, built without CUDA). Skipped,
+saying so, when they are not given.
+"""
+
+import base64
+import email.parser
+import hashlib
+import os
+import re
+import zipfile
+
+from absl.testing import absltest
+
+BAZEL_WHEEL = os.environ.get("ENTANGLE_JAX_BAZEL_WHEEL", "")
+MESON_WHEEL = os.environ.get("ENTANGLE_JAX_MESON_WHEEL", "")
+# PEP 427: {distribution}-{version}(-{build})?-{python}-{abi}-{platform}.whl
+WHEEL_NAME = re.compile(
+  r"^(?P<dist>[A-Za-z0-9_.]+)-(?P<version>[^-]+)(-\d[^-]*)?"
+  r"-(?P<python>[^-]+)-(?P<abi>[^-]+)-(?P<platform>[^-]+)\.whl$"
+)
+
+
+def dist_info(archive: zipfile.ZipFile) -> str:
+  (name,) = {n.split("/")[0] for n in archive.namelist() if ".dist-info/" in n}
+  return name
+
+
+def metadata(archive: zipfile.ZipFile):
+  text = archive.read(f"{dist_info(archive)}/METADATA").decode()
+  return email.parser.Parser().parsestr(text)
+
+
+def package_files(archive: zipfile.ZipFile) -> set[str]:
+  return {n for n in archive.namelist() if ".dist-info/" not in n}
+
+
+@absltest.skipUnless(
+  BAZEL_WHEEL and MESON_WHEEL,
+  "set ENTANGLE_JAX_BAZEL_WHEEL and ENTANGLE_JAX_MESON_WHEEL",
+)
+class WheelTest(absltest.TestCase):
+  def setUp(self):
+    super().setUp()
+    self.bazel = zipfile.ZipFile(BAZEL_WHEEL)
+    self.meson = zipfile.ZipFile(MESON_WHEEL)
+    self.addCleanup(self.bazel.close)
+    self.addCleanup(self.meson.close)
+
+  def test_same_package_files(self):
+    self.assertEqual(package_files(self.bazel), package_files(self.meson))
+
+  def test_same_metadata(self):
+    bazel, meson = metadata(self.bazel), metadata(self.meson)
+    for field in ("Name", "Version", "Requires-Python", "Summary"):
+      self.assertEqual(bazel[field], meson[field], field)
+    self.assertCountEqual(
+      bazel.get_all("Requires-Dist"), meson.get_all("Requires-Dist")
+    )
+
+  def test_same_tags(self):
+    bazel = WHEEL_NAME.match(os.path.basename(BAZEL_WHEEL))
+    meson = WHEEL_NAME.match(os.path.basename(MESON_WHEEL))
+    self.assertIsNotNone(bazel)
+    self.assertIsNotNone(meson)
+    assert bazel and meson
+    for part in ("dist", "version", "python", "abi", "platform"):
+      self.assertEqual(bazel[part], meson[part], part)
+    wheel = self.bazel.read(f"{dist_info(self.bazel)}/WHEEL").decode()
+    tag = f"{bazel['python']}-{bazel['abi']}-{bazel['platform']}"
+    self.assertIn(f"Tag: {tag}", wheel)
+    self.assertIn("Root-Is-Purelib: false", wheel)
+
+  def test_record_lists_every_file_with_its_hash(self):
+    record_name = f"{dist_info(self.bazel)}/RECORD"
+    rows = [
+      line.split(",")
+      for line in self.bazel.read(record_name).decode().splitlines()
+    ]
+    listed = {path for path, _, _ in rows}
+    self.assertEqual(listed, set(self.bazel.namelist()))
+    for path, digest, size in rows:
+      if path == record_name:
+        self.assertEqual((digest, size), ("", ""))
+        continue
+      data = self.bazel.read(path)
+      expected = base64.urlsafe_b64encode(hashlib.sha256(data).digest())
+      self.assertEqual(digest, "sha256=" + expected.rstrip(b"=").decode())
+      self.assertEqual(int(size), len(data))
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -1,0 +1,12 @@
+"""Bzlmod: the same repositories WORKSPACE mode gets from repositories.bzl."""
+
+load("//tools/bazel:repositories.bzl", "entangle_jax_repositories")
+
+def _entangle_jax_deps_impl(module_ctx):
+    del module_ctx  # Nothing to configure: the pins live in the repository.
+    entangle_jax_repositories()
+
+entangle_jax_deps = module_extension(
+    implementation = _entangle_jax_deps_impl,
+    doc = "The Python env, pinned XLA FFI headers and local CUDA toolkit.",
+)

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The Bazel half of CI (called by .ci/run after the pip/uv checks, from the
+# repository root, with .venv already set up from requirements.lock).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+section() { printf '\n=== %s ===\n' "$*"; }
+
+section "Bazel: install"
+if ! command -v bazel >/dev/null 2>&1 || [[ ! -d /usr/share/bazel/rules/java ]]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q bazel-bootstrap bazel-rules-java
+fi
+bazel --version 2>/dev/null || true
+
+section "Bazel: bazel test //..."
+bazel test //...
+
+section "Bazel: bazel build //:wheel, compared with the meson wheel"
+bazel build //:wheel
+bazel_wheel=$(realpath bazel-bin/entangle_jax-*.whl)
+rm -rf dist/meson
+uv run python -m pip wheel --quiet --no-deps --no-build-isolation \
+  -Csetup-args=-Dcuda=disabled -Cbuild-dir=build/meson-wheel -w dist/meson .
+meson_wheel=$(realpath dist/meson/entangle_jax-*.whl)
+ENTANGLE_JAX_BAZEL_WHEEL=$bazel_wheel ENTANGLE_JAX_MESON_WHEEL=$meson_wheel \
+  uv run pytest tests/wheel_test.py
+
+section "Bazel: the wheel in a fresh venv, with the test suite"
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+uv venv --quiet --python 3.11 "$scratch/venv"
+VIRTUAL_ENV=$scratch/venv uv pip sync --quiet --require-hashes requirements.lock
+VIRTUAL_ENV=$scratch/venv uv pip install --quiet --no-deps "$bazel_wheel"
+# Run from a copy of the tests, so that the installed package is imported
+# rather than the checkout's entangle_jax/.
+cp -r tests "$scratch/tests"
+(
+  cd "$scratch"
+  venv/bin/python -c 'import entangle_jax, sys; f = entangle_jax.__file__; print("imported", f); sys.exit("site-packages" not in f)'
+  venv/bin/python -m pytest -q -p no:cacheprovider tests
+)
+
+section "Bazel: the downstream example"
+(cd examples/bazel_downstream && bazel test //... && bazel shutdown)
+
+section "Bazel: bazel build --config=cuda //..."
+if [[ -x "${CUDA_PATH:-/usr/local/cuda}/bin/nvcc" ]]; then
+  bazel build --config=cuda //...
+else
+  echo "skipped: no nvcc under ${CUDA_PATH:-/usr/local/cuda}"
+fi
+bazel shutdown
