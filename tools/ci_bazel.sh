@@ -14,6 +14,9 @@ if ! command -v bazel >/dev/null 2>&1 || [[ ! -d /usr/share/bazel/rules/java ]];
 fi
 bazel --version 2>/dev/null || true
 
+section "Bazel: buildifier --check"
+tools/buildifier.sh --check
+
 section "Bazel: bazel test //..."
 bazel test //...
 

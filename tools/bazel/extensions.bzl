@@ -2,8 +2,8 @@
 
 load("//tools/bazel:repositories.bzl", "entangle_jax_repositories")
 
-def _entangle_jax_deps_impl(module_ctx):
-    del module_ctx  # Nothing to configure: the pins live in the repository.
+def _entangle_jax_deps_impl(module_ctx):  # @unused
+    # Nothing to configure: the pins live in this repository.
     entangle_jax_repositories()
 
 entangle_jax_deps = module_extension(

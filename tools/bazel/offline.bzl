@@ -8,6 +8,7 @@ bazel-rules-java package. Call before anything else in a WORKSPACE;
 `entangle_jax_path` is where this repository is, relative to that workspace.
 """
 
+# buildifier: disable=unnamed-macro (a WORKSPACE setup function, like *_repositories)
 def entangle_jax_offline_bazel(entangle_jax_path = "."):
     native.local_repository(
         name = "rules_cc",

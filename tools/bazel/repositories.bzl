@@ -9,6 +9,7 @@ load("//tools/bazel:cuda.bzl", "cuda_toolkit")
 load("//tools/bazel:python_env.bzl", "python_env")
 load("//tools/bazel:xla_ffi_headers.bzl", "xla_ffi_headers")
 
+# buildifier: disable=unnamed-macro (a WORKSPACE setup function, like *_repositories)
 def entangle_jax_repositories():
     python_env(
         name = "entangle_jax_python",
