@@ -33,13 +33,16 @@ class Ordering(enum.Enum):
 def program(ordering: Ordering):
   """The hazard as a function of ``(slot, delay_input)`` returning the read.
 
+  ``slot`` may be an array of slot ids (each element is one hazard); the
+  read's result has its shape.
+
   Ops are named with ``jax.named_scope``: "first_write", "read" and
   "second_write", for ``entangle_jax.testing.happens_before``.
   """
 
   def hazard(slot, delay_input):
     with jax.named_scope("first_write"):
-      token = _example_resource.write_slot(slot, jnp.float32(EXPECTED))
+      token = _example_resource.write_slot(slot, jnp.full(slot.shape, EXPECTED))
     # Always 0, but XLA cannot know: multiplying by zero is no identity for NaN.
     delay = (jnp.sum(jnp.sin(delay_input)) * 0).astype(jnp.int32)
     with jax.named_scope("read"):
@@ -49,7 +52,7 @@ def program(ordering: Ordering):
     elif ordering is Ordering.OPTIMIZATION_BARRIER:
       token, x = jax.lax.optimization_barrier((token, x))
     with jax.named_scope("second_write"):
-      _example_resource.write_slot(token, jnp.float32(EXPECTED + 1))
+      _example_resource.write_slot(token, jnp.full(slot.shape, EXPECTED + 1))
     return x
 
   return hazard

@@ -13,30 +13,14 @@ import jax
 jax.config.update("jax_num_cpu_devices", 4)
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
 
-import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from entangle_jax import entangle, testing  # noqa: E402
+from entangle_jax import _hazard, testing  # noqa: E402
+from entangle_jax._hazard import Ordering  # noqa: E402
 
 RUNS = 50
-
-
-def hazard(ordered: bool):
-  def per_device(slot, delay_input):
-    with jax.named_scope("first_write"):
-      token = testing.write_slot(slot, jnp.ones(slot.shape, jnp.float32))
-    delay = (jnp.sum(jnp.sin(delay_input)) * 0).astype(jnp.int32)
-    with jax.named_scope("read"):
-      x = testing.read_slot(token + delay)
-    if ordered:
-      token = entangle(token, x)
-    with jax.named_scope("second_write"):
-      testing.write_slot(token, jnp.full(slot.shape, 2.0, jnp.float32))
-    return x
-
-  return per_device
 
 
 def main(process_id: int, port: str) -> None:
@@ -56,21 +40,24 @@ def main(process_id: int, port: str) -> None:
     (8, 50_000), sharded, lambda index: np.ones((8, 50_000), np.float32)[index]
   )
 
-  def compile_hazard(ordered):
+  def compile_hazard(ordering):
     fn = jax.shard_map(
-      hazard(ordered), mesh=mesh, in_specs=(P("x"), P("x")), out_specs=P("x")
+      _hazard.program(ordering),
+      mesh=mesh,
+      in_specs=(P("x"), P("x")),
+      out_specs=P("x"),
     )
     return jax.jit(fn), jax.jit(fn).lower(slots, delay_input).compile()
 
-  _, unordered = compile_hazard(ordered=False)
+  _, unordered = compile_hazard(Ordering.NONE)
   assert not testing.happens_before(unordered, "read", "second_write")
-  fn, compiled = compile_hazard(ordered=True)
+  fn, compiled = compile_hazard(Ordering.ENTANGLE)
   assert testing.happens_before(compiled, "read", "second_write")
   for _ in range(RUNS):
     out = fn(slots, delay_input)
     for shard in out.addressable_shards:
       value = np.asarray(shard.data)
-      assert (value == 1.0).all(), f"shard {shard.index}: {value}"
+      assert (value == _hazard.EXPECTED).all(), f"shard {shard.index}: {value}"
   print(
     f"process {process_id}: ordered and correct on "
     f"{len(out.addressable_shards)} devices"
