@@ -45,28 +45,29 @@ def entangle(payload: Any, *witnesses: Any) -> Any:
   """
   witness_leaves = []
   for index, witness in enumerate(witnesses):
-    witness_leaves += _physical_leaves(witness, f"witnesses[{index}]")
+    witness_leaves += _flatten(witness, f"witnesses[{index}]")[0]
   if not witness_leaves:
     return payload
-  payload_leaves, treedef = jax.tree_util.tree_flatten(payload)
-  physical = _physical_leaves(payload, "payload")
+  physical, originals, treedef = _flatten(payload, "payload")
   results = _primitive.bind(physical, witness_leaves)
   rewrapped = [
     _like(original, result)
-    for original, result in zip(payload_leaves, results, strict=True)
+    for original, result in zip(originals, results, strict=True)
   ]
   return jax.tree_util.tree_unflatten(treedef, rewrapped)
 
 
-def _physical_leaves(tree: Any, name: str) -> list[jax.Array]:
-  """Leaves of `tree` as plain arrays, PRNG keys replaced by their key data."""
-  leaves = []
-  for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+def _flatten(tree: Any, name: str):
+  """`tree`'s leaves as plain arrays (PRNG keys as their key data), its
+  leaves as given, and its structure."""
+  with_paths, treedef = jax.tree_util.tree_flatten_with_path(tree)
+  physical = []
+  for path, leaf in with_paths:
     array = _as_array(leaf, name + jax.tree_util.keystr(path))
     if jax.dtypes.issubdtype(array.dtype, jax.dtypes.extended):
       array = jax.random.key_data(array)
-    leaves.append(array)
-  return leaves
+    physical.append(array)
+  return physical, [leaf for _, leaf in with_paths], treedef
 
 
 def _as_array(leaf: Any, where: str) -> jax.Array:
