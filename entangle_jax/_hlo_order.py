@@ -115,9 +115,8 @@ class OrderAnalysis:
     if among is None:
       ops = [i for i in self._instructions() if _touches_state(i)]
     else:
-      ops = list(
-        dict.fromkeys(i for s in among for i in self._select(s)).keys()
-      )
+      # Each op once, in selector order, however many selectors match it.
+      ops = list(dict.fromkeys(i for s in among for i in self._select(s)))
     return [
       (a.name, b.name)
       for a, b in itertools.combinations(ops, 2)

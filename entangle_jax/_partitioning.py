@@ -66,6 +66,7 @@ def _result_shardings(arg_shapes, num_payload):
 
 @functools.cache
 def _partitioned(ranks: tuple[int, ...], num_payload: int):
+  # Imported here: _primitive imports this module at load time.
   from entangle_jax import _primitive
 
   def entangled(*operands):
@@ -78,7 +79,7 @@ def _partitioned(ranks: tuple[int, ...], num_payload: int):
       mesh,
       entangled,
       _result_shardings(arg_shapes, num_payload),
-      (arg_shardings),
+      arg_shardings,
     )
 
   def infer(mesh, arg_shapes, result_shape):

@@ -31,8 +31,7 @@ import jax
 import jax.numpy as jnp
 from timing import median_seconds
 
-from entangle_jax import _hazard, _native_loader, entangle, testing
-from entangle_jax._hlo_order import OrderAnalysis
+from entangle_jax import _hazard, _hlo_parse, _native_loader, entangle, testing
 
 
 def hazard_counts(runs: int) -> dict[str, int]:
@@ -53,26 +52,26 @@ def command_buffer() -> dict:
     return jnp.cos(y) + 1
 
   compiled = jax.jit(fn).lower(jnp.ones(1024), jnp.ones(8)).compile()
-  text = testing.module_text(compiled)
-  analysis = OrderAnalysis(text)
+  module = _hlo_parse.parse(testing.module_text(compiled))
   calls = [
     i
-    for i in analysis._instructions()
+    for instructions in module.computations.values()
+    for i in instructions
     if i.target == _native_loader.ENTANGLE_TARGET
   ]
   computations = sorted({i.computation for i in calls})
   in_buffer = bool(calls) and all("command_buffer" in c for c in computations)
-  neighbours = []
-  for c in computations:
-    ops = analysis._module.computations[c]
-    neighbours.append([i.opcode for i in ops if i.opcode != "parameter"])
+  neighbours = [
+    [i.opcode for i in module.computations[c] if i.opcode != "parameter"]
+    for c in computations
+  ]
   return {
     "entangle_calls": len(calls),
     "computations": computations,
     "inside_command_buffer": in_buffer,
     "ops_in_that_computation": neighbours,
     "command_buffer_computations": sum(
-      "command_buffer" in c for c in analysis._module.computations
+      "command_buffer" in c for c in module.computations
     ),
   }
 
