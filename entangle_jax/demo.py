@@ -3,7 +3,8 @@
 Runs ``write(slot, 1); x = read(slot); write(slot, 2)`` three ways (no
 ordering, ``jax.lax.optimization_barrier``, ``entangle``) and prints, for each,
 how often the read saw the wrong value and whether the compiled module orders
-the read before the second write.
+the read before the second write. Then runs the entangle version once more,
+written with ``Resource``, which adds the ``entangle`` call itself.
 """
 
 from __future__ import annotations
@@ -13,7 +14,16 @@ import sys
 
 import jax
 
-from entangle_jax import _hazard
+from entangle_jax import _hazard, _hlo_order, _native_loader, _resource_hazard
+
+# The entangle row's program, written by hand and with Resource.
+SIDE_BY_SIDE = (
+  ("hand-written entangle", "Resource"),
+  ("token = write_slot(slot, 1.0)", "res = Resource(slot)"),
+  ("x = read_slot(token)", "res.write(write_slot, 1.0)"),
+  ("token = entangle(token, x)", "x = res.read(read_slot)"),
+  ("write_slot(token, 2.0)", "res.write(write_slot, 2.0)"),
+)
 
 
 def verdict(ordering: _hazard.Ordering) -> str:
@@ -27,6 +37,33 @@ def table(runs: int) -> list[tuple[str, str, str]]:
     wrong = _hazard.count_wrong(ordering, runs)
     rows.append((ordering.value, f"{wrong} / {runs}", verdict(ordering)))
   return rows
+
+
+def entangle_calls(compiled) -> int:
+  """How many entangle custom calls a compiled module holds."""
+  text = _hlo_order.module_text(compiled)
+  return text.count(f'custom_call_target="{_native_loader.ENTANGLE_TARGET}"')
+
+
+def resource_summary(runs: int) -> str:
+  """The Resource version's wrong reads, verdict and entangle calls."""
+  wrong = _resource_hazard.count_wrong(runs)
+  ordered = _resource_hazard.read_precedes_second_write()
+  by_hand = jax.jit(_hazard.program(_hazard.Ordering.ENTANGLE))
+  hand_calls = entangle_calls(by_hand.lower(*_hazard.arguments()).compile())
+  calls = entangle_calls(_resource_hazard.compiled())
+  return (
+    f"Resource: {wrong} of {runs} reads wrong; compiled HLO: read -> second "
+    f"write {'ordered' if ordered else 'not ordered'}; entangle calls: "
+    f"{calls} (hand-written: {hand_calls})"
+  )
+
+
+def render_side_by_side() -> str:
+  width = max(len(left) for left, _ in SIDE_BY_SIDE)
+  return "\n".join(
+    f"  {left.ljust(width)}    {right}" for left, right in SIDE_BY_SIDE
+  )
 
 
 def render(rows: list[tuple[str, str, str]]) -> str:
@@ -58,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     "\nOnly entangle gives the read a data dependency that the second write "
     "must wait for, so only entangle is ordered in the module XLA runs."
   )
+  print("\nThe entangle row, written both ways:\n")
+  print(render_side_by_side())
+  print("\n" + resource_summary(args.runs))
   return 0
 
 

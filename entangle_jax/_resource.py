@@ -1,0 +1,239 @@
+"""`Resource`: program order for every call on one native resource."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+from entangle_jax import _entangle
+
+_ARRAY_TYPES = (jax.Array, np.ndarray, np.generic, bool, int, float, complex)
+
+
+class Resource:
+  """Orders the reads and writes of one native resource, as written.
+
+  A native resource (a solver handle, a communicator, a slot store) is named
+  inside a JAX program by a *token*: a pytree of arrays that its native calls
+  take and return. ``Resource`` threads that token through the calls and adds
+  the `entangle` calls that make XLA keep their program order::
+
+    res = Resource(token)
+    res.write(native_write, a)  # native_write(token, a) -> new token
+    x = res.read(native_read)   # native_read(token) -> x; after the write
+    y = res.read(native_read)   # after the write; x, y not ordered
+    res.write(native_write, b)  # after both reads
+    return x, y, res.token      # res.token: after everything above
+
+  The order it gives:
+
+  * a read runs after every earlier write;
+  * a write runs after every earlier read and write;
+  * reads between the same two writes are not ordered among themselves, so
+    XLA may run them concurrently.
+
+  A ``Resource`` is a Python object that records calls while a function is
+  traced (or runs, eagerly): create it inside the function from a token
+  argument and return ``res.token``. Under ``scan``, ``while_loop`` and
+  ``cond``, make the token the carry and create a ``Resource`` from it in the
+  body. Everything it emits is ``entangle`` plus your own calls, so ``vmap``,
+  ``grad``, ``shard_map``, sharded ``jit`` and ``jax.export`` treat it as they
+  treat those.
+
+  Costs: one ``entangle`` per write that follows reads, taking the outputs of
+  all those reads, and none for a write that follows a write. With a token of
+  several leaves, one or two more after each write (see `write`).
+  """
+
+  def __init__(self, token: Any):
+    """Starts tracking the resource named by ``token``.
+
+    Args:
+      token: a pytree of arrays (JAX or NumPy arrays, NumPy or Python
+        scalars) with at least one leaf. Calls recorded later are ordered
+        after whatever produced it, and nothing else.
+
+    Raises:
+      TypeError: a leaf of ``token`` is not an array; the message names it.
+      ValueError: ``token`` has no leaves.
+    """
+    _check_token(token, "Resource: token")
+    self._token = token
+    self._treedef = jax.tree_util.tree_structure(token)
+    self._pending: list[Any] = []  # Outputs of the reads since the last write.
+    self._entangled: Any = None  # `token`, once computed for `_pending`.
+
+  @property
+  def token(self) -> Any:
+    """The current token, ordered after every read and write so far.
+
+    It is the last write's token, entangled with the outputs of the reads
+    since that write (one ``entangle`` call; none when no read is pending).
+    Return it from the traced function, or pass it to the next code that uses
+    the resource. Taking it does not order later reads after earlier ones.
+    """
+    if not self._pending:
+      return self._token
+    if self._entangled is None:
+      self._entangled = _entangle.entangle(self._token, *self._pending)
+    return self._entangled
+
+  def read(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """Calls a native read: returns ``fn(token, *args, **kwargs)``.
+
+    ``fn`` receives the token of the last write, so it runs after every
+    earlier write. Its outputs (a pytree of arrays) become witnesses of the
+    next write, which therefore runs after this read. Reads between the same
+    two writes see the same token and are not ordered among themselves.
+
+    A read's outputs are kept alive by the next write (or by `token`) even if
+    you drop them, because the write's ``entangle`` uses them.
+
+    Raises:
+      TypeError: a leaf of ``fn``'s result is not an array.
+    """
+    result = fn(self._token, *args, **kwargs)
+    leaves = jax.tree_util.tree_leaves(result)
+    for index, leaf in enumerate(leaves):
+      if not _is_array(leaf):
+        raise TypeError(
+          f"Resource.read: leaf {index} of {_name(fn)}'s result is not an "
+          f"array: got {type(leaf).__name__}"
+        )
+    if leaves:
+      self._pending.append(result)
+      self._entangled = None
+    return result
+
+  def write(
+    self,
+    fn: Callable[..., Any],
+    /,
+    *args: Any,
+    has_aux: bool = False,
+    **kwargs: Any,
+  ) -> Any:
+    """Calls a native write: ``fn(token, *args, **kwargs)`` returns the token.
+
+    ``fn`` receives `token`: the last write's token entangled, in one
+    ``entangle`` call, with the outputs of every read since that write (no
+    call when there were none). So the write runs after every earlier read
+    and write. Its result becomes the new token and must have the token's
+    tree structure.
+
+    With several token leaves, a read that uses only some of them would
+    depend only on the native calls that produced those. So after a write
+    that changed some leaves (returned objects other than those it was
+    given), ``Resource`` entangles the other leaves with a changed one (one
+    more ``entangle``; two when several leaves changed, to tie those to each
+    other too): any read then runs after the whole write.
+
+    Args:
+      fn: the native write.
+      *args: passed to ``fn`` after the token.
+      has_aux: ``fn`` returns ``(new_token, aux)``, for a write that also
+        produces values (a receive returning data and a token); ``write``
+        returns ``aux``. ``aux`` is not a witness of later calls: it is
+        ordered as ``fn`` produced it. Reserved: ``fn`` cannot receive a
+        keyword argument named ``has_aux`` through ``write``.
+      **kwargs: passed to ``fn``.
+
+    Returns:
+      ``aux`` when ``has_aux``, else None.
+
+    Raises:
+      TypeError: ``fn``'s result (its first element, with ``has_aux``) does
+        not have the token's tree structure, a leaf of it is not an array,
+        or with ``has_aux`` ``fn`` did not return a pair.
+      ValueError: ``fn`` returned the token it was given, unchanged: nothing
+        would order later calls after the write.
+
+    A native write that returns only a status, not the token, is dead code
+    to XLA unless it is side-effecting, and returning the given token would
+    drop it. Return the token entangled with the status instead:
+    ``lambda t, a: entangle(t, native_write(t, a))``.
+    """
+    token = self.token
+    result = fn(token, *args, **kwargs)
+    aux = None
+    if has_aux:
+      if not (isinstance(result, tuple | list) and len(result) == 2):
+        raise TypeError(
+          f"Resource.write: with has_aux=True, {_name(fn)} must return a "
+          f"pair (new_token, aux), got {type(result).__name__}"
+        )
+      result, aux = result
+    treedef = jax.tree_util.tree_structure(result)
+    if treedef != self._treedef:
+      raise TypeError(
+        f"Resource.write: {_name(fn)} must return a token with the token's "
+        f"tree structure {self._treedef}, got {treedef}"
+      )
+    _check_token(result, f"Resource.write: {_name(fn)}'s new token")
+    self._token = _tie(token, result, _name(fn))
+    self._pending = []
+    self._entangled = None
+    return aux
+
+  def __repr__(self) -> str:
+    return (
+      f"Resource(token={self._treedef}, pending_reads={len(self._pending)})"
+    )
+
+
+def _tie(old: Any, new: Any, fn_name: str) -> Any:
+  """``new`` with every leaf ordered after every leaf that the write changed.
+
+  A leaf is changed when it is not the very object ``fn`` was given. Leaves
+  are tied in a chain rather than by entangling ``new`` with itself: an
+  operand that is both a payload and a witness of one call would make XLA
+  copy it.
+  """
+  old_leaves = jax.tree_util.tree_leaves(old)
+  new_leaves, treedef = jax.tree_util.tree_flatten(new)
+  changed = [
+    i
+    for i, (o, n) in enumerate(zip(old_leaves, new_leaves, strict=True))
+    if o is not n
+  ]
+  if not changed:
+    raise ValueError(
+      f"Resource.write: {fn_name} returned the token it was given, so "
+      "nothing orders later calls after the write (XLA may even drop it as "
+      "dead code). Return a token computed by the write, e.g. "
+      "entangle(token, status) for a write that returns only a status."
+    )
+  if len(new_leaves) == 1:
+    return new
+  order = changed + [i for i in range(len(new_leaves)) if i not in changed]
+  head, *tail = [new_leaves[i] for i in order]
+  if len(changed) > 1:
+    head = _entangle.entangle(head, *tail[: len(changed) - 1])
+  tail = _entangle.entangle(tail, head)
+  tied = [None] * len(new_leaves)
+  for i, leaf in zip(order, [head, *tail], strict=True):
+    tied[i] = leaf
+  return jax.tree_util.tree_unflatten(treedef, tied)
+
+
+def _check_token(token: Any, what: str) -> None:
+  with_paths = jax.tree_util.tree_leaves_with_path(token)
+  if not with_paths:
+    raise ValueError(f"{what} has no array leaves: {token!r}")
+  for path, leaf in with_paths:
+    if not _is_array(leaf):
+      raise TypeError(
+        f"{what}{jax.tree_util.keystr(path)} is not an array: got "
+        f"{type(leaf).__name__}"
+      )
+
+
+def _is_array(leaf: Any) -> bool:
+  return isinstance(leaf, _ARRAY_TYPES) or hasattr(leaf, "__jax_array__")
+
+
+def _name(fn: Callable[..., Any]) -> str:
+  return getattr(fn, "__name__", repr(fn))
