@@ -102,7 +102,9 @@ class CompiledOrderTest(absltest.TestCase):
     self.assertFalse(happens_before(compiled, "r2", "r1"))
 
   def test_control_without_resource_is_not_ordered(self):
-    compiled = self.compile(write_read_read_write_by_hand_unordered, SLOTS, A, B)
+    compiled = self.compile(
+      write_read_read_write_by_hand_unordered, SLOTS, A, B
+    )
     for before, after in [("w1", "r1"), ("r1", "w2"), ("w1", "w2")]:
       with self.subTest(before=before, after=after):
         self.assertFalse(happens_before(compiled, before, after))
@@ -290,7 +292,9 @@ class WriteResultsTest(absltest.TestCase):
       write_status(slot, 7.0)
       return slot
 
-    self.assertEqual(test_util.custom_calls(test_util.hlo_text(dropped, 5), WRITE), 0)
+    self.assertEqual(
+      test_util.custom_calls(test_util.hlo_text(dropped, 5), WRITE), 0
+    )
     dropped(jnp.int32(5))
     self.assertEqual(slot_values()[5], 0.0)
 
@@ -311,7 +315,9 @@ class WriteResultsTest(absltest.TestCase):
 
 class InputErrorsTest(absltest.TestCase):
   def test_token_leaf_not_an_array(self):
-    with self.assertRaisesRegex(TypeError, r"token\[1\]\['h'\] is not an array"):
+    with self.assertRaisesRegex(
+      TypeError, r"token\[1\]\['h'\] is not an array"
+    ):
       Resource((jnp.int32(0), {"h": "handle"}))
 
   def test_empty_token(self):

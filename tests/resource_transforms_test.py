@@ -145,6 +145,7 @@ class LoopsTest(absltest.TestCase):
       )
 
     _, token, total = loop(jnp.int32(4))
+    self.assertEqual(int(token), 4)
     self.assertEqual(float(total), 0.0 + 1 + 2 + 3 + 4)
     self.assertEqual(slot_values()[4], 40.0)
 
