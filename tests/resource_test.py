@@ -313,6 +313,31 @@ class WriteResultsTest(absltest.TestCase):
       res.write(lambda t, v: (write_status(t, v), t)[1], 7.0)
 
 
+class ApiTest(absltest.TestCase):
+  def setUp(self):
+    super().setUp()
+    reset_slots()
+
+  def test_token_without_pending_reads_is_the_write_result(self):
+    given = jnp.int32(6)
+    res = Resource(given)
+    self.assertIs(res.token, given)
+    res.write(write_slot, 1.0)
+    token = res.token
+    self.assertIs(res.token, token)  # No entangle: nothing is pending.
+
+  def test_arguments_and_keywords_reach_fn(self):
+    res = Resource(jnp.int32(6))
+    res.write(lambda t, v, *, scale: write_slot(t, v * scale), 2.0, scale=3.0)
+    x = res.read(lambda t, *, offset: read_slot(t + offset), offset=0)
+    self.assertEqual(float(x), 6.0)
+
+  def test_repr(self):
+    res = Resource(jnp.int32(6))
+    res.read(read_slot)
+    self.assertIn("pending_reads=1", repr(res))
+
+
 class InputErrorsTest(absltest.TestCase):
   def test_token_leaf_not_an_array(self):
     with self.assertRaisesRegex(
