@@ -83,16 +83,19 @@ def sharding_rule(shapes: Sequence[Sequence[int]], num_payload: int) -> str:
   )
 
 
-def annotate(op, shapes: Sequence[Sequence[int]], num_payload: int) -> None:
+def annotate(op) -> None:
   """Attaches `sharding_rule` to the custom call `op`.
 
-  Shape-polymorphic (symbolic) dimensions have no size a rule can name, so
-  such a call gets no rule: the partitioner alone then keeps its shardings.
+  Shapes come from `op`'s own operands, and its results are taken to alias
+  its leading operands, result ``i`` to operand ``i``. Shape-polymorphic
+  (dynamic) dimensions have no size a rule can name, so such a call gets no
+  rule: the partitioner alone then keeps its shardings.
   """
-  if not all(isinstance(size, int) for shape in shapes for size in shape):
+  shapes = [mlir.ir.RankedTensorType(value.type).shape for value in op.operands]
+  if any(size < 0 for shape in shapes for size in shape):
     return
   op.attributes["sdy.sharding_rule"] = mlir.ir.Attribute.parse(
-    sharding_rule(shapes, num_payload)
+    sharding_rule(shapes, len(op.results))
   )
 
 

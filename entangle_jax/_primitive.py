@@ -62,12 +62,12 @@ def _lowering(ctx, *operands, num_payload: int):
   # partitioner registered for its target (`_partitioning`) keep shardings,
   # and neither needs devices at lowering time, so AbstractMesh export works.
   results = custom_call_lowering(ctx, *operands, num_payload=num_payload)
-  if results:
-    _partitioning.annotate(
-      results[0].owner,
-      [aval.shape for aval in ctx.avals_in],
-      num_payload,
-    )
+  calls = []
+  for result in results:
+    if result.owner not in calls:
+      calls.append(result.owner)
+  for call in calls:
+    _partitioning.annotate(call)
   return results
 
 

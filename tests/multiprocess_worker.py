@@ -32,7 +32,7 @@ _COLLECTIVE = re.compile(
 def check_sharded_jit(payload, witness) -> None:
   """entangle under jit across both processes: no collective, sharding kept."""
   fn = jax.jit(lambda p, w: entangle(p, w))
-  text = fn.lower(payload, witness).compile().as_text()
+  text = testing.module_text(fn.lower(payload, witness).compile())
   assert not _COLLECTIVE.search(text), text
   out = fn(payload, witness)
   assert out.sharding.is_equivalent_to(payload.sharding, payload.ndim)

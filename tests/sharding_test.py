@@ -161,7 +161,9 @@ class ShardingTest(parameterized.TestCase):
   def test_shard_map_keeps_two_d_sharding(self, axes, p_spec, w_spec):
     # Partially manual: 'y' stays automatic inside the body, so the payload
     # keeps P('x', 'y') only if entangle keeps its automatic sharding too.
-    if axes != {"x", "y"} and not jax.config.jax_use_shardy_partitioner:
+    if (
+      axes != {"x", "y"} and not jax.config.values["jax_use_shardy_partitioner"]
+    ):
       self.skipTest(
         "GSPMD gathers a partially manual shard_map's automatic axes even "
         "for the identity; Shardy (jax_use_shardy_partitioner) keeps them."
