@@ -2,25 +2,24 @@
 
 XLA's SPMD partitioner treats a custom call it knows nothing about as
 replicated: it all-gathers the operands in front and slices the results
-behind. Two things attached to entangle's *target name*, not to one module,
-tell it better:
+behind. Two things tell it better:
 
-* a Shardy sharding rule on each call (`sharding_rule`): every operand
-  dimension is a factor of its own and each payload result reuses its
-  operand's factors, so propagation gives each result its payload's sharding
-  and never asks a witness to move;
-* a partitioner registered for the target (`register_partitioner`). XLA calls
-  it while it partitions a multi-device module; it keeps every operand's
-  sharding as it is, gives each payload result its operand's sharding, and
-  hands XLA the plain aliasing custom call on the local shards as the
-  per-device program.
+* a Shardy sharding rule on each call (`annotate`): every operand dimension
+  is a factor of its own and each payload result reuses its operand's
+  factors, so propagation gives each result its payload's sharding and never
+  asks a witness to move. On its own it removes no collective;
+* a partitioner registered for the target name (`register_partitioner`).
+  XLA calls it while it partitions a multi-device module; it keeps every
+  operand's sharding as it is, gives each payload result its operand's
+  sharding, and hands XLA the plain aliasing custom call on the local shards
+  as the per-device program.
 
-Because both hang off the target name, they hold for `jit`, for `shard_map`
-(fully or partially manual), and for modules exported with an `AbstractMesh`
-and compiled in another process, as long as that process has imported
-`entangle_jax`. Nothing here needs devices during lowering, and the lowered
-module holds no per-process key, so it can hit the persistent compilation
-cache.
+The partitioner is found by target name, not through anything stored in the
+module, so it serves `jit`, `shard_map` (fully or partially manual) and
+modules exported with an `AbstractMesh` and compiled in another process, as
+long as that process has imported `entangle_jax`. Nothing here needs devices
+during lowering, and the lowered module holds no per-process key, so it can
+hit the persistent compilation cache.
 
 The partitioner is registered through jaxlib's
 `register_custom_call_partitioner` and JAX's plugin hook, both private API;

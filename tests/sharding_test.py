@@ -47,6 +47,31 @@ def collectives(compiled) -> list[str]:
   return [m.group(1) for m in _COLLECTIVE.finditer(text)]
 
 
+def export_for_abstract_mesh(num_devices: int) -> export.Exported:
+  """Exports `entangle(p, w) * 2` for a 1-d AbstractMesh of `num_devices`.
+
+  The payload p is (2 * num_devices,) sharded P('x'), the witness w is
+  (8, 2 * num_devices) sharded P(None, 'x'); no device need be attached.
+  """
+  abstract = AbstractMesh((num_devices,), ("x",))
+  sharded = NamedSharding(abstract, P("x"))
+  witness_sharding = NamedSharding(abstract, P(None, "x"))
+  fn = jax.jit(
+    lambda p, w: entangle(p, w) * 2,
+    in_shardings=(sharded, witness_sharding),
+    out_shardings=sharded,
+  )
+  size = 2 * num_devices
+  return export.export(
+    fn,
+    platforms=["cpu"],
+    disabled_checks=entangle_jax.export_safety_checks(),
+  )(
+    jax.ShapeDtypeStruct((size,), jnp.float32, sharding=sharded),
+    jax.ShapeDtypeStruct((8, size), jnp.float32, sharding=witness_sharding),
+  )
+
+
 def put(mesh, value, spec):
   return jax.device_put(value, NamedSharding(mesh, spec))
 
@@ -205,23 +230,9 @@ class ShardedExportTest(absltest.TestCase):
   def test_abstract_mesh_export_runs_on_eight_devices(self):
     # Exported for a topology that is not attached: no device is needed to
     # lower entangle.
-    abstract = AbstractMesh((8,), ("x",))
-    sharded = NamedSharding(abstract, P("x"))
-    witness_sharding = NamedSharding(abstract, P(None, "x"))
-    fn = jax.jit(
-      lambda p, w: entangle(p, w) * 2,
-      in_shardings=(sharded, witness_sharding),
-      out_shardings=sharded,
-    )
-    exported = self.export(
-      fn,
-      jax.ShapeDtypeStruct((16,), jnp.float32, sharding=sharded),
-      jax.ShapeDtypeStruct((8, 16), jnp.float32, sharding=witness_sharding),
-      platforms=["cpu"],
-    )
+    exported = export_for_abstract_mesh(8)
     self.assertEqual(exported.nr_devices, 8)
     restored = export.deserialize(exported.serialize())
-
     mesh = mesh_1d(AxisType.Auto)
     payload = put(mesh, jnp.arange(16.0), P("x"))
     witness = put(mesh, jnp.ones((8, 16)), P(None, "x"))
