@@ -25,7 +25,15 @@ class PrivateApiTest(absltest.TestCase):
     # registered for a custom call's target while partitioning. Our
     # partitioner asks `_shard_program` for the per-device program, so a
     # sharded compile with a shape never seen before must add a miss.
-    self.assertTrue(callable(xla_client.register_custom_call_partitioner))
+    # Positional order and the c_api keyword, as register_partitioner passes
+    # them (a nanobind function: its signature is the docstring's first line).
+    signature = xla_client.register_custom_call_partitioner.__doc__
+    self.assertRegex(
+      signature.splitlines()[0],
+      r"^register_custom_call_partitioner\(name: str, prop_user_sharding: "
+      r"object, partition: object, infer_sharding_from_operands: object, "
+      r".*c_api: ",
+    )
     mesh = jax.make_mesh((8,), ("x",))
     payload = jax.device_put(jnp.ones(8 * 11), NamedSharding(mesh, P("x")))
     before = _primitive._shard_program.cache_info().misses
