@@ -1,109 +1,172 @@
-"""Sharding-aware lowering of `entangle`: no collectives, shardings kept.
+"""Sharding of entangle's custom call: no collectives, every sharding kept.
 
-A plain custom call is opaque to XLA's SPMD partitioner, which then replicates
-it: all-gathers in front, slices behind. Under a multi-device lowering we
-instead lower through `custom_partitioning`, whose partition rule keeps every
-operand's sharding and gives each payload result its payload's sharding; each
-device then runs the plain, aliasing custom call on its own shard.
+XLA's SPMD partitioner treats a custom call it knows nothing about as
+replicated: it all-gathers the operands in front and slices the results
+behind. Two things tell it better:
+
+* a Shardy sharding rule on each call (`annotate`): every operand dimension
+  is a factor of its own and each payload result reuses its operand's
+  factors, so propagation gives each result its payload's sharding and never
+  asks a witness to move. On its own it removes no collective;
+* a partitioner registered for the target name (`register_partitioner`).
+  XLA calls it while it partitions a multi-device module; it keeps every
+  operand's sharding as it is, gives each payload result its operand's
+  sharding, and hands XLA the plain aliasing custom call on the local shards
+  as the per-device program.
+
+The partitioner is found by target name, not through anything stored in the
+module, so it serves `jit`, `shard_map` (fully or partially manual) and
+modules exported with an `AbstractMesh` and compiled in another process, as
+long as that process has imported `entangle_jax`. Nothing here needs devices
+during lowering, and the lowered module holds no per-process key, so it can
+hit the persistent compilation cache.
+
+The partitioner is registered through jaxlib's
+`register_custom_call_partitioner` and JAX's plugin hook, both private API;
+tests/private_api_test.py fails when either disappears or changes meaning.
 """
 
 from __future__ import annotations
 
 import functools
-import string
+from collections.abc import Callable, Sequence
 
-from jax._src import dispatch
-from jax.experimental.custom_partitioning import custom_partitioning
+import numpy as np
+from jax._src import xla_bridge
+from jax._src.lib import xla_client
 from jax.interpreters import mlir
 
-# custom_partitioning asks for the device assignment while lowering, which JAX
-# only provides to primitives listed here. This is private JAX API; the test
-# suite checks that it still exists (tests/private_api_test.py).
-PRIVATE_DEVICE_SET = dispatch.prim_requires_devices_during_lowering
+# (local operand shapes and dtypes, number of payload leaves) -> the
+# per-device program as MLIR text.
+ShardProgram = Callable[
+  [tuple[tuple[tuple[int, ...], np.dtype], ...], int], str
+]
+
+# Shardy names factors i, j, ..., z, then z_1, z_2, ... in its text form.
+_FIRST_FACTORS = "ijklmnopqrstuvwxyz"
 
 
-def needs_partitioning(ctx: mlir.LoweringRuleContext) -> bool:
-  """Whether this lowering spans several devices and is not for export.
+def factor_name(index: int) -> str:
+  """Shardy's name for the `index`-th factor of a sharding rule."""
+  if index < len(_FIRST_FACTORS):
+    return _FIRST_FACTORS[index]
+  return f"z_{index - len(_FIRST_FACTORS) + 1}"
 
-  Exported modules cannot hold custom_partitioning's Python callback, so they
-  take the plain custom call (the partitioner may then add collectives).
+
+def sharding_rule(shapes: Sequence[Sequence[int]], num_payload: int) -> str:
+  """The Shardy rule, as text, of a call whose results mirror its leading
+  operands.
+
+  Args:
+    shapes: the shape of every operand, payload leaves first.
+    num_payload: how many leading operands are payload; result ``i`` has
+      operand ``i``'s shape and aliases it.
+
+  Returns:
+    An ``#sdy.op_sharding_rule`` in which each operand dimension is a factor
+    of its own and each result reuses its operand's factors.
   """
-  module = ctx.module_context
-  if module.lowering_parameters.for_export:
-    return False
-  devices = getattr(module.axis_context, "device_assignment", None)
-  return devices is not None and len(devices) > 1
+  mappings, sizes = [], []
+  for shape in shapes:
+    names = []
+    for size in shape:
+      name = factor_name(len(sizes))
+      names.append(name)
+      sizes.append(f"{name}={size}")
+    mappings.append(f"[{', '.join(names)}]")
+  operands = ", ".join(mappings)
+  results = ", ".join(mappings[:num_payload])
+  return (
+    f"#sdy.op_sharding_rule<({operands})->({results}) "
+    f"{{{', '.join(sizes)}}}, custom>"
+  )
 
 
-def sharding_rule(ranks: tuple[int, ...], num_payload: int) -> str:
-  """A Shardy rule where each payload result mirrors its own operand.
+def annotate(op) -> None:
+  """Attaches `sharding_rule` to the custom call `op`.
 
-  Every dimension of every operand gets a factor of its own, so the
-  partitioner has no reason to move data between operands.
+  Shapes come from `op`'s own operands, and its results are taken to alias
+  its leading operands, result ``i`` to operand ``i``. Shape-polymorphic
+  (dynamic) dimensions have no size a rule can name, so such a call gets no
+  rule: the partitioner alone then keeps its shardings.
   """
-  operands, results = [], []
-  for i, rank in enumerate(ranks):
-    factors = " ".join(f"{_letters(i)}{d}" for d in range(rank))
-    operands.append(factors)
-    if i < num_payload:
-      results.append(factors)
-  return f"{', '.join(operands)} -> {', '.join(results)}"
+  shapes = [mlir.ir.RankedTensorType(value.type).shape for value in op.operands]
+  if any(size < 0 for shape in shapes for size in shape):
+    return
+  op.attributes["sdy.sharding_rule"] = mlir.ir.Attribute.parse(
+    sharding_rule(shapes, len(op.results))
+  )
 
 
-def _letters(index: int) -> str:
-  # Factor names are identifiers; spell operand indices in letters.
-  out = ""
-  index += 1
-  while index:
-    index, digit = divmod(index - 1, 26)
-    out = string.ascii_lowercase[digit] + out
-  return out
+def register_partitioner(target: str, shard_program: ShardProgram) -> None:
+  """Makes XLA partition every custom call to `target` shard by shard.
+
+  Args:
+    target: the FFI target name. Each call's results must alias its leading
+      operands, result ``i`` to operand ``i``.
+    shard_program: builds the per-device program for given local operand
+      shapes and dtypes and a number of payload leaves: the plain custom call
+      on those shards, as MLIR text.
+  """
+  register = functools.partial(
+    xla_client.register_custom_call_partitioner,
+    target,
+    _propagate_user_sharding,
+    functools.partial(_partition, shard_program),
+    _infer_sharding_from_operands,
+  )
+  register()
+  # GPU plugins run their own compiler, with a registry of their own.
+  xla_bridge.register_plugin_callbacks(lambda c_api: register(c_api=c_api))
 
 
-def _result_shardings(arg_shapes, num_payload):
-  return tuple(s.sharding for s in arg_shapes[:num_payload])
+def _result_shapes(result_shape) -> list:
+  if result_shape.is_tuple():
+    return list(result_shape.tuple_shapes())
+  return [result_shape]
 
 
-@functools.cache
-def _partitioned(ranks: tuple[int, ...], num_payload: int):
-  # Imported here: _primitive imports this module at load time.
-  from entangle_jax import _primitive
+def _pack(result_shape, shardings: list):
+  if result_shape.is_tuple():
+    return xla_client.HloSharding.tuple_sharding(result_shape, shardings)
+  return shardings[0]
 
-  def entangled(*operands):
-    return tuple(_primitive.entangle_p.bind(*operands, num_payload=num_payload))
 
-  def partition(mesh, arg_shapes, result_shape):
-    del result_shape
-    arg_shardings = tuple(s.sharding for s in arg_shapes)
-    return (
-      mesh,
-      entangled,
-      _result_shardings(arg_shapes, num_payload),
-      arg_shardings,
+def _partition(
+  shard_program: ShardProgram,
+  arg_shapes,
+  arg_shardings,
+  result_shape,
+  result_sharding,
+  backend_config,
+):
+  # Keep every operand where it is and give each payload result its payload
+  # operand's sharding: each device then runs the plain call on its shards.
+  del result_sharding, backend_config
+  num_payload = len(_result_shapes(result_shape))
+  local = tuple(
+    (
+      tuple(sharding.tile(shape).dimensions()),
+      np.dtype(shape.numpy_dtype()),
     )
-
-  def infer(mesh, arg_shapes, result_shape):
-    del mesh, result_shape
-    return _result_shardings(arg_shapes, num_payload)
-
-  fn = custom_partitioning(entangled)
-  fn.def_partition(
-    partition=partition,
-    infer_sharding_from_operands=infer,
-    sharding_rule=sharding_rule(ranks, num_payload),
+    for shape, sharding in zip(arg_shapes, arg_shardings, strict=True)
   )
-  return fn
+  program = shard_program(local, num_payload).encode()
+  results = list(arg_shardings[:num_payload])
+  return program, list(arg_shardings), _pack(result_shape, results)
 
 
-def partitioned_lowering(ctx, *operands, num_payload: int):
-  """Lowers `entangle` through custom_partitioning (multi-device only)."""
-  ranks = tuple(len(a.shape) for a in ctx.avals_in)
-  fn = _partitioned(ranks, num_payload)
-  return mlir.lower_fun(lambda *xs: list(fn(*xs)), multiple_results=True)(
-    ctx, *operands
-  )
+def _infer_sharding_from_operands(
+  arg_shapes, arg_shardings, result_shape, backend_config
+):
+  # GSPMD's propagation (Shardy reads `sharding_rule` instead).
+  del arg_shapes, backend_config
+  num_payload = len(_result_shapes(result_shape))
+  return _pack(result_shape, list(arg_shardings[:num_payload]))
 
 
-def allow_device_assignment(primitive) -> None:
-  """Lets `primitive` see the device assignment while it is lowered."""
-  PRIVATE_DEVICE_SET.add(primitive)
+def _propagate_user_sharding(user_sharding, shape, backend_config):
+  # A result can take whatever sharding its user asks for: it is its
+  # operand, which can be sharded that way too.
+  del shape, backend_config
+  return user_sharding

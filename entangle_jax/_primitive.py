@@ -58,11 +58,26 @@ def custom_call_lowering(ctx, *operands, num_payload: int):
 
 
 def _lowering(ctx, *operands, num_payload: int):
-  if _partitioning.needs_partitioning(ctx):
-    return _partitioning.partitioned_lowering(
-      ctx, *operands, num_payload=num_payload
-    )
-  return custom_call_lowering(ctx, *operands, num_payload=num_payload)
+  # The plain custom call, whatever the devices: its sharding rule and the
+  # partitioner registered for its target (`_partitioning`) keep shardings,
+  # and neither needs devices at lowering time, so AbstractMesh export works.
+  results = custom_call_lowering(ctx, *operands, num_payload=num_payload)
+  calls = []
+  for result in results:
+    if result.owner not in calls:
+      calls.append(result.owner)
+  for call in calls:
+    _partitioning.annotate(call)
+  return results
+
+
+@functools.lru_cache(maxsize=256)
+def _shard_program(operands, num_payload: int) -> str:
+  # What each device runs when XLA partitions an entangle: the same custom
+  # call on the local shards, lowered for one device.
+  specs = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in operands]
+  fn = jax.jit(functools.partial(entangle_p.bind, num_payload=num_payload))
+  return fn.lower(*specs).as_text()
 
 
 def _barrier(*operands, num_payload: int):
@@ -111,4 +126,6 @@ mlir.register_lowering(
 batching.primitive_batchers[entangle_p] = _batch
 ad.primitive_jvps[entangle_p] = _jvp
 ad.primitive_transposes[entangle_p] = _transpose
-_partitioning.allow_device_assignment(entangle_p)
+_partitioning.register_partitioner(
+  _native_loader.ENTANGLE_TARGET, _shard_program
+)

@@ -3,7 +3,8 @@
 Usage: multiprocess_worker.py PROCESS_ID COORDINATOR_PORT
 Each device runs write -> read -> write on its own slot of the process's
 example resource, ordered by entangle; the process checks its shards' values
-and the order in the module it compiled.
+and the order in the module it compiled. First, a plain sharded `jit` of
+entangle over both processes must add no collective and keep the sharding.
 """
 
 import sys
@@ -13,14 +14,32 @@ import jax
 jax.config.update("jax_num_cpu_devices", 4)
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
 
+import re  # noqa: E402
+
 import numpy as np  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from entangle_jax import _hazard, testing  # noqa: E402
+from entangle_jax import _hazard, entangle, testing  # noqa: E402
 from entangle_jax._hazard import Ordering  # noqa: E402
 
 RUNS = 50
+_COLLECTIVE = re.compile(
+  r"\b(all-gather|all-reduce|all-to-all|collective-permute|reduce-scatter)"
+)
+
+
+def check_sharded_jit(payload, witness) -> None:
+  """entangle under jit across both processes: no collective, sharding kept."""
+  fn = jax.jit(lambda p, w: entangle(p, w))
+  text = testing.module_text(fn.lower(payload, witness).compile())
+  assert not _COLLECTIVE.search(text), text
+  out = fn(payload, witness)
+  assert out.sharding.is_equivalent_to(payload.sharding, payload.ndim)
+  for shard, expected in zip(
+    out.addressable_shards, payload.addressable_shards, strict=True
+  ):
+    np.testing.assert_array_equal(shard.data, expected.data)
 
 
 def main(process_id: int, port: str) -> None:
@@ -39,6 +58,8 @@ def main(process_id: int, port: str) -> None:
   delay_input = jax.make_array_from_callback(
     (8, 50_000), sharded, lambda index: np.ones((8, 50_000), np.float32)[index]
   )
+
+  check_sharded_jit(slots, delay_input)
 
   def compile_hazard(ordering):
     fn = jax.shard_map(

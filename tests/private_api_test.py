@@ -1,28 +1,84 @@
-"""Guards the private JAX API that sharded lowering depends on."""
+"""Guards the private JAX API that sharded lowering depends on.
 
+Each test fails when the symbol disappears or stops meaning what
+entangle_jax/_partitioning.py relies on.
+"""
+
+import inspect
+
+import jax
+import jax.numpy as jnp
 from absl.testing import absltest
-from jax._src import dispatch
+from jax._src import xla_bridge
+from jax._src.lib import xla_client
+from jax.interpreters import mlir
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from entangle_jax import _partitioning, _primitive
+from entangle_jax import _native_loader, _partitioning, _primitive, entangle
 from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
 
 class PrivateApiTest(absltest.TestCase):
-  def test_device_assignment_set_exists_and_holds_entangle(self):
-    # custom_partitioning asserts without a device assignment at lowering
-    # time; JAX hands one only to primitives in this (private) set.
-    self.assertIs(
-      _partitioning.PRIVATE_DEVICE_SET,
-      dispatch.prim_requires_devices_during_lowering,
+  def test_registered_partitioner_is_called_for_the_target(self):
+    # xla_client.register_custom_call_partitioner: XLA calls the partitioner
+    # registered for a custom call's target while partitioning. Our
+    # partitioner asks `_shard_program` for the per-device program, so a
+    # sharded compile with a shape never seen before must add a miss.
+    # Positional order and the c_api keyword, as register_partitioner passes
+    # them (a nanobind function: its signature is the docstring's first line).
+    signature = xla_client.register_custom_call_partitioner.__doc__
+    self.assertRegex(
+      signature.splitlines()[0],
+      r"^register_custom_call_partitioner\(name: str, prop_user_sharding: "
+      r"object, partition: object, infer_sharding_from_operands: object, "
+      r".*c_api: ",
     )
-    self.assertIn(
-      _primitive.entangle_p, dispatch.prim_requires_devices_during_lowering
+    mesh = jax.make_mesh((8,), ("x",))
+    payload = jax.device_put(jnp.ones(8 * 11), NamedSharding(mesh, P("x")))
+    before = _primitive._shard_program.cache_info().misses
+    jax.jit(lambda p: entangle(p, p)).lower(payload).compile()
+    self.assertEqual(_primitive._shard_program.cache_info().misses, before + 1)
+
+  def test_shard_program_is_the_plain_call_on_local_shapes(self):
+    text = _primitive._shard_program(
+      (((11,), jnp.dtype("float32")), ((), jnp.dtype("int32"))), 1
     )
+    self.assertIn(f"@{_native_loader.ENTANGLE_TARGET}(", text)
+    self.assertIn("(tensor<11xf32>, tensor<i32>) -> tensor<11xf32>", text)
+    self.assertIn("output_operand_aliases", text)
+
+  def test_plugin_callbacks_take_one_callback(self):
+    # xla_bridge.register_plugin_callbacks(callback) calls `callback(c_api)`
+    # for every PJRT plugin backend, now or once plugins are discovered. Here
+    # backends exist already, so it runs at once: with a C API capsule for a
+    # plugin (GPU), with nothing on a CPU-only install.
+    params = list(
+      inspect.signature(xla_bridge.register_plugin_callbacks).parameters
+    )
+    self.assertEqual(params, ["callback"])
+    seen = []
+    xla_bridge.register_plugin_callbacks(seen.append)
+    plugins = [b for b in jax.devices() if b.platform not in ("cpu", "tpu")]
+    if plugins:
+      self.assertNotEqual(seen, [])
+    for c_api in seen:
+      self.assertEqual(type(c_api).__name__, "PyCapsule")
+
+  def test_sharding_rule_text_is_shardys(self):
+    # The rule is built as Shardy's text form; parsing and printing it back
+    # must give the same text, factor names included (i..z, then z_1, ...).
+    shapes = [(2,) * 20, (), (3, 4)]
+    text = _partitioning.sharding_rule(shapes, num_payload=2)
+    with mlir.make_ir_context():
+      self.assertEqual(str(mlir.ir.Attribute.parse(text)), text)
+    self.assertIn("z_2", text)
 
   def test_sharding_rule_mirrors_each_payload(self):
     self.assertEqual(
-      _partitioning.sharding_rule((2, 0, 1), num_payload=2),
-      "a0 a1, , c0 -> a0 a1, ",
+      _partitioning.sharding_rule([(4, 5), (), (6,)], num_payload=2),
+      "#sdy.op_sharding_rule<([i, j], [], [k])->([i, j], []) "
+      "{i=4, j=5, k=6}, custom>",
     )
 
 
