@@ -240,7 +240,7 @@ def _balanced(text: str) -> bool:
   return depth == 0
 
 
-# Ops and labels ----------------------------------------------------------------
+# Ops and labels ---------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -324,7 +324,7 @@ class Race(tuple[str, str]):
     return race
 
 
-# The analysis ------------------------------------------------------------------
+# The analysis -----------------------------------------------------------------
 
 
 class OrderAnalysis:
@@ -445,7 +445,7 @@ class OrderAnalysis:
     return not self.unordered(before, after)
 
   def unordered(self, before: Selector, after: Selector) -> list[Race]:
-    """The pairs ``(a, b)`` of selected ops where ``a`` does not precede ``b``."""
+    """Pairs ``(a, b)`` of selected ops where ``a`` does not precede ``b``."""
     firsts, seconds = self.select_ops(before), self.select_ops(after)
     return [
       Race(a, b) for a in firsts for b in seconds if not self.precedes(a, b)
@@ -611,7 +611,9 @@ def _check_selector(selector: object) -> None:
     raise ValueError("a selector must not be empty")
 
 
-def module_text(compiled: jax.stages.Compiled | jax.stages.Lowered | str) -> str:
+def module_text(
+  compiled: jax.stages.Compiled | jax.stages.Lowered | str,
+) -> str:
   """The optimized HLO text of `compiled` (or `compiled` itself, if text).
 
   A ``jax.stages.Lowered`` is compiled first.
@@ -651,7 +653,7 @@ def _topological_order(users: list[list[int]]) -> list[int]:
   return order
 
 
-# Module-level API ----------------------------------------------------------------
+# Module-level API -------------------------------------------------------------
 
 FIX_HINT = (
   "Usual fix: make the later call consume a value computed from the earlier "

@@ -153,7 +153,9 @@ class _StackFrames:
     # XLA prints each frame's parent shifted by one (1 means "no parent"),
     # so a frame can appear to be its own parent. Detect that convention
     # rather than trust either.
-    shift = int(any(f.get("parent_frame_id", 0) >= n for n, f in frames.items()))
+    shift = int(
+      any(f.get("parent_frame_id", 0) >= n for n, f in frames.items())
+    )
     stack = []
     seen = set()
     while frame_id in frames and frame_id not in seen:

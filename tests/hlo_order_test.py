@@ -1,6 +1,7 @@
 """happens_before / races on compiled modules and on hand-written HLO."""
 
 import os
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -93,7 +94,7 @@ class CompiledHazardTest(parameterized.TestCase):
   def test_rejects_what_is_not_compiled(self):
     fn = jax.jit(_hazard.program(Ordering.ENTANGLE))
     with self.assertRaisesRegex(TypeError, "jax.stages.Compiled.*PjitFunc"):
-      testing.happens_before(fn, "read", "second_write")
+      testing.happens_before(cast(Any, fn), "read", "second_write")
 
   @ORDERED
   def test_inside_scan_body(self, ordering, ordered):
@@ -267,7 +268,7 @@ class ScopeSelectorTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, "must not be empty"):
       testing.happens_before(c, "", "read")
     with self.assertRaisesRegex(TypeError, "must be a str"):
-      testing.happens_before(c, 3, "read")
+      testing.happens_before(c, cast(Any, 3), "read")
 
 
 class LibraryKernelsTest(absltest.TestCase):
@@ -323,6 +324,7 @@ class AssertHappensBeforeTest(absltest.TestCase):
     (race,) = testing.races(c)
     line = fn.__code__.co_firstlineno + 2
     location = race.first.location
+    assert location is not None
     self.assertEqual(location.split(os.sep)[-1], f"{THIS_FILE}:{line}")
     rendered = testing.format_races(testing.races(c))
     self.assertIn(f"{THIS_FILE}:{line}", rendered)
@@ -470,8 +472,8 @@ class HandWrittenHloTest(parameterized.TestCase):
     self.assertFalse(testing.happens_before(NESTED_HLO, before, after))
     # Control: the same edge as an operand counts.
     as_operand = NESTED_HLO.replace(
-      "custom-call(%a), custom_call_target=\"after\"",
-      "custom-call(%a, %loop), custom_call_target=\"after\"",
+      'custom-call(%a), custom_call_target="after"',
+      'custom-call(%a, %loop), custom_call_target="after"',
     ).replace(", control-predecessors={%loop}", "")
     self.assertTrue(testing.happens_before(as_operand, before, after))
 
