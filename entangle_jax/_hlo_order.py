@@ -8,8 +8,8 @@ Which edges count. Only edges the XLA runtimes honour:
   in concurrent mode derive their dependencies from buffer uses as well; a
   value one op produces and another reads is a buffer conflict on every
   backend. Through ``tuple``/``get-tuple-element`` only the element that is
-  read counts. Edges through zero-sized values (no bytes, so no buffer
-  conflict) do not count.
+  read counts. Edges through zero-sized values do not count: an empty
+  buffer slice need not overlap, so conflict with, anything.
 * **Not control predecessors.** They constrain XLA's scheduler, not the
   CPU runtime's execution graph, so a ``control-predecessors={...}`` edge
   alone orders nothing here.
@@ -182,10 +182,46 @@ def scope_matches(selector: str, op_name: str) -> bool:
   scopes, and are never matched.
   """
   needle = f"/{selector}/"
-  for text in {op_name, _unwrap_transforms(op_name)}:
-    if needle in _strip_function_components(text):
-      return True
+  for variant in _merged_variants(op_name):
+    for text in {variant, _unwrap_transforms(variant)}:
+      if needle in _strip_function_components(text):
+        return True
   return False
+
+
+def _merged_variants(op_name: str, limit: int = 64) -> list[str]:
+  """The op names XLA merged into one, e.g. ``f/(a/x:b/y)`` -> f/a/x, f/b/y.
+
+  When XLA merges equal ops (CSE), it keeps the common prefix of their
+  ``op_name`` and joins the rest as ``(first:second)``.
+  """
+  variants = [op_name]
+  done = []
+  while variants and len(done) + len(variants) <= limit:
+    name = variants.pop()
+    components = _split_components(name)
+    for n, component in enumerate(components):
+      if component.startswith("(") and component.endswith(")"):
+        alternatives = _split_top_level(component[1:-1], ":")
+        if len(alternatives) > 1:
+          for alternative in alternatives:
+            rest = components[n + 1 :]
+            variants.append("/".join([*components[:n], alternative, *rest]))
+          break
+    else:
+      done.append(name)
+  return done + variants
+
+
+def _split_top_level(text: str, separator: str) -> list[str]:
+  parts, depth, start = [], 0, 0
+  for i, c in enumerate(text):
+    depth += (c == "(") - (c == ")")
+    if c == separator and depth == 0:
+      parts.append(text[start:i])
+      start = i + 1
+  parts.append(text[start:])
+  return parts
 
 
 def _strip_function_components(op_name: str) -> str:

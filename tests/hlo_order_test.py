@@ -303,9 +303,10 @@ class AssertHappensBeforeTest(absltest.TestCase):
       testing.assert_happens_before(c, "read", "second_write")
     message = str(raised.exception)
     self.assertIn("'read' does not happen before 'second_write'", message)
-    self.assertIn(f"{READ} scope 'jit(hazard)/read/", message)
-    self.assertIn(f"{WRITE} scope 'jit(hazard)/second_write/", message)
-    self.assertRegex(message, r"entangle_jax/_hazard\.py:\d+ \(%")
+    # jax < 0.7 adds a jit(main) component.
+    self.assertRegex(message, rf"{READ} scope 'jit\(hazard\)/.*read/")
+    self.assertRegex(message, rf"{WRITE} scope 'jit\(hazard\)/.*second_write/")
+    self.assertRegex(message, r"entangle_jax/_\w+\.py:\d+ \(%")
     self.assertIn("entangle(token, x)", message)
 
   def test_passes_when_ordered(self):
@@ -325,9 +326,13 @@ class AssertHappensBeforeTest(absltest.TestCase):
     line = fn.__code__.co_firstlineno + 2
     location = race.first.location
     assert location is not None
-    self.assertEqual(location.split(os.sep)[-1], f"{THIS_FILE}:{line}")
+    if len(race.first.instruction.stack) > 1:
+      expected = f"{THIS_FILE}:{line}"
+    else:  # Older XLA records only the innermost frame: the wrapper's.
+      expected = f"_example_resource.py:{race.first.instruction.stack[0][1]}"
+    self.assertEqual(location.split(os.sep)[-1], expected)
     rendered = testing.format_races(testing.races(c))
-    self.assertIn(f"{THIS_FILE}:{line}", rendered)
+    self.assertIn(expected, rendered)
     self.assertIn("1 pair of ops not ordered", rendered)
 
 
@@ -546,6 +551,19 @@ class HandWrittenHloTest(parameterized.TestCase):
   def test_text_without_entry_is_rejected(self):
     with self.assertRaisesRegex(ValueError, "ENTRY"):
       testing.races("HloModule empty\n")
+
+  def test_merged_op_names(self):
+    # XLA's CSE merges equal ops and joins their op_names as "(x:y)".
+    text = NESTED_HLO.replace(
+      'custom_call_target="free"',
+      'custom_call_target="free", '
+      'metadata={op_name="jit(f)/(a/sum:b (1)/sum)/tail"}',
+    )
+    analysis = testing.OrderAnalysis(text)
+    for scope in ("a", "b (1)", "tail", "a/sum/tail"):
+      self.assertEqual(analysis.select(scope), ["free"], scope)
+    with self.assertRaisesRegex(ValueError, "matches no op"):
+      analysis.select("sum:b")
 
   def test_source_file_metadata(self):
     text = NESTED_HLO.replace(
