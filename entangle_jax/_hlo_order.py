@@ -10,6 +10,11 @@ Which edges count. Only edges the XLA runtimes honour:
   backend. Through ``tuple``/``get-tuple-element`` only the element that is
   read counts. Edges through zero-sized values do not count: an empty
   buffer slice need not overlap, so conflict with, anything.
+* **Into a while loop**, only the state elements its body or condition
+  read: XLA:CPU runs the loop as one thunk whose buffer uses are those of
+  the thunks inside (``xla/backends/cpu/runtime/while_thunk.cc``), so an
+  element carried through unchanged orders nothing; reading it after the
+  loop depends on its producer, not on the loop.
 * **Not control predecessors.** They constrain XLA's scheduler, not the
   CPU runtime's execution graph, so a ``control-predecessors={...}`` edge
   alone orders nothing here.
@@ -394,6 +399,7 @@ class OrderAnalysis:
     self._callers = self._find_callers()
     self._site_paths_cache: dict[str, list] = {}
     self._closures: dict[str, tuple] = {}
+    self._loops: dict[tuple[str, str], tuple] = {}
 
   # Selection ----------------------------------------------------------------
 
@@ -613,16 +619,105 @@ class OrderAnalysis:
     """Operands whose values `i` reads: the edges the runtime honours."""
     for name in i.operands:
       operand = self._by_name[(i.computation, name)]
-      if (
-        i.opcode == "get-tuple-element"
-        and operand.opcode == "tuple"
-        and i.tuple_index is not None
-        and i.tuple_index < len(operand.operands)
-      ):
-        name = operand.operands[i.tuple_index]
-        operand = self._by_name[(i.computation, name)]
+      if i.opcode == "while" and operand.opcode == "tuple":
+        # The loop reads only the elements its body or condition use; an
+        # element it merely carries through is no buffer conflict of it.
+        used = self._loop_elements(i)[0]
+        elements = [
+          self._by_name[(i.computation, e)]
+          for k, e in enumerate(operand.operands)
+          if used is None or k in used
+        ]
+        yield from (e.name for e in elements if not e.zero_sized)
+        continue
+      if i.opcode == "while" and self._loop_elements(i)[0] == set():
+        continue  # The loop reads nothing of its init: no conflict.
+      if i.opcode == "get-tuple-element" and i.tuple_index is not None:
+        operand = self._element(operand, i.tuple_index)
       if not operand.zero_sized:
-        yield name
+        yield operand.name
+
+  def _element(
+    self, producer: _hlo_parse.Instruction, index: int
+  ) -> _hlo_parse.Instruction:
+    """The instruction that produced element `index` of `producer`."""
+    if producer.opcode == "tuple" and index < len(producer.operands):
+      return self._by_name[(producer.computation, producer.operands[index])]
+    if producer.opcode == "while" and index in self._loop_elements(producer)[1]:
+      # Carried through unchanged: the value (and buffer) of the init.
+      (init,) = producer.operands[:1] or (None,)
+      if init is not None:
+        return self._element(self._by_name[(producer.computation, init)], index)
+    return producer
+
+  def _loop_elements(self, loop: _hlo_parse.Instruction):
+    """(elements the loop reads or None for all, elements it carries through).
+
+    XLA:CPU runs a while loop as one thunk whose buffer uses are those of
+    the thunks in its condition and body, so only the elements some op in
+    there reads make the loop wait for their producers.
+    """
+    key = (loop.computation, loop.name)
+    if key not in self._loops:
+      self._loops[key] = self._find_loop_elements(loop)
+    return self._loops[key]
+
+  def _find_loop_elements(self, loop: _hlo_parse.Instruction):
+    used: set[int] | None = set()
+    carried: set[int] = set()
+    for callee in loop.callees:
+      instructions = self._module.computations.get(callee, [])
+      params = [i for i in instructions if i.opcode == "parameter"]
+      if len(params) != 1:
+        return None, set()
+      users = _users(instructions)
+      for user in users.get(params[0].name, []):
+        if user.opcode == "get-tuple-element" and user.tuple_index is not None:
+          if used is not None and _read_by_an_op(user, users):
+            used.add(user.tuple_index)
+        elif not user.root:
+          used = None
+      if callee == loop.body:
+        root = next((i for i in instructions if i.root), None)
+        if root is not None and root.opcode == "tuple":
+          for k, name in enumerate(root.operands):
+            element = self._by_name[(callee, name)]
+            if (
+              element.opcode == "get-tuple-element"
+              and element.tuple_index == k
+              and element.operands == (params[0].name,)
+            ):
+              carried.add(k)
+    return used, carried
+
+
+def _users(instructions) -> dict[str, list[_hlo_parse.Instruction]]:
+  users: dict[str, list[_hlo_parse.Instruction]] = {}
+  for i in instructions:
+    for operand in i.operands:
+      users.setdefault(operand, []).append(i)
+  return users
+
+
+# Ops that only rename or regroup buffers: no thunk reads through them.
+_FORWARDING = frozenset({"get-tuple-element", "bitcast", "tuple"})
+
+
+def _read_by_an_op(value: _hlo_parse.Instruction, users) -> bool:
+  """Whether an op other than the ROOT forwarding reads `value`."""
+  pending, seen = [value], set()
+  while pending:
+    current = pending.pop()
+    for user in users.get(current.name, []):
+      if user.name in seen:
+        continue
+      seen.add(user.name)
+      if user.root and user.opcode == "tuple":
+        continue  # Carried to the next iteration, not read.
+      if user.opcode not in _FORWARDING:
+        return True
+      pending.append(user)
+  return False
 
 
 def _starts_async(opcode: str) -> bool:

@@ -452,7 +452,60 @@ ENTRY %main (a: s32[]) -> s32[] {
 """
 
 
+# A loop that reads element 0 of its state and carries element 1 through.
+LOOP_HLO = """
+HloModule loop
+
+%body (b: (s32[], s32[])) -> (s32[], s32[]) {
+  %b = (s32[], s32[]) parameter(0)
+  %i = s32[] get-tuple-element(%b), index=0
+  %c = s32[] get-tuple-element(%b), index=1
+  %r = s32[] custom-call(%i), custom_call_target="inside"
+  ROOT %t = (s32[], s32[]) tuple(%r, %c)
+}
+
+%cond (p: (s32[], s32[])) -> pred[] {
+  %p = (s32[], s32[]) parameter(0)
+  %pi = s32[] get-tuple-element(%p), index=0
+  %k = s32[] constant(10)
+  ROOT %lt = pred[] compare(%pi, %k), direction=LT
+}
+
+ENTRY %main (a: s32[]) -> s32[] {
+  %a = s32[] parameter(0)
+  %used = s32[] custom-call(%a), custom_call_target="used", custom_call_has_side_effect=true
+  %carried = s32[] custom-call(%a), custom_call_target="carried", custom_call_has_side_effect=true
+  %init = (s32[], s32[]) tuple(%used, %carried)
+  %loop = (s32[], s32[]) while(%init), condition=%cond, body=%body
+  %out1 = s32[] get-tuple-element(%loop), index=1
+  %after_carried = s32[] custom-call(%out1), custom_call_target="after_carried"
+  %out0 = s32[] get-tuple-element(%loop), index=0
+  ROOT %after_loop = s32[] custom-call(%out0), custom_call_target="after_loop"
+}
+"""
+
+
 class HandWrittenHloTest(parameterized.TestCase):
+  @parameterized.parameters(
+    ("used", "inside", True),
+    ("carried", "inside", False),  # the loop never reads it
+    ("inside", "after_loop", True),
+    ("inside", "after_carried", False),  # reads only what the loop carried
+    ("carried", "after_carried", True),
+    ("used", "after_loop", True),
+  )
+  def test_loop_carried_elements(self, before, after, expected):
+    self.assertEqual(testing.happens_before(LOOP_HLO, before, after), expected)
+
+  def test_loop_element_read_inside_orders(self):
+    # Control: once the body reads element 1, its producer precedes the loop.
+    reads_both = LOOP_HLO.replace(
+      '%r = s32[] custom-call(%i), custom_call_target="inside"',
+      '%r = s32[] custom-call(%i, %c), custom_call_target="inside"',
+    )
+    self.assertTrue(testing.happens_before(reads_both, "carried", "inside"))
+    self.assertFalse(testing.happens_before(LOOP_HLO, "carried", "inside"))
+
   @parameterized.parameters(
     ("first", "read", True),
     ("prepare", "read", True),  # fusion -> tuple -> while containing read
