@@ -154,20 +154,22 @@ class CompiledHazardTest(parameterized.TestCase):
     c = compiled(jax.grad(loss), jnp.ones(3))
     self.assertEqual(testing.happens_before(c, "read", "second_write"), ordered)
 
-  def test_several_payload_leaves(self):
+  @ORDERED
+  def test_several_payload_leaves(self, ordering, ordered):
     def fn(token, a, b):
       with jax.named_scope("read"):
         x = testing.read_slot(token)
-      token, a, b = entangle((token, a, b), x)
+      if ordering is Ordering.ENTANGLE:
+        token, a, b = entangle((token, a, b), x)
       with jax.named_scope("use_a"):
         a = testing.write_slot(a, jnp.float32(0))
       with jax.named_scope("use_b"):
         b = testing.write_slot(b, jnp.float32(0))
-      return token, a, b
+      return token, a, b, x  # x: keep the read without entangle too
 
     c = compiled(fn, jnp.int32(0), jnp.int32(1), jnp.int32(2))
-    self.assertTrue(testing.happens_before(c, "read", "use_a"))
-    self.assertTrue(testing.happens_before(c, "read", "use_b"))
+    self.assertEqual(testing.happens_before(c, "read", "use_a"), ordered)
+    self.assertEqual(testing.happens_before(c, "read", "use_b"), ordered)
     self.assertFalse(testing.happens_before(c, "use_a", "use_b"))
 
   def test_unknown_selector_lists_what_exists(self):
@@ -204,14 +206,16 @@ class ScopeSelectorTest(parameterized.TestCase):
     self.assertGreater(len(all_w2), 1)
     self.assertFalse(testing.happens_before(c, "r1", "w2", all_ops=True))
 
-  def test_derived_ops_in_a_scan_are_not_selected(self):
+  @ORDERED
+  def test_derived_ops_in_a_scan_are_not_selected(self, ordering, ordered):
     # XLA copies the read's op_name onto a bitcast/copy it derives for the
     # scan's stacked output; only the custom call is selected.
     def loop(token):
       def body(t, _):
         with jax.named_scope("r1"):
           x = testing.read_slot(t)
-        t = entangle(t, x)
+        if ordering is Ordering.ENTANGLE:
+          t = entangle(t, x)
         with jax.named_scope("w2"):
           t = testing.write_slot(t, 2.0)
         return t, x
@@ -221,7 +225,7 @@ class ScopeSelectorTest(parameterized.TestCase):
     c = compiled(loop, jnp.int32(0))
     (selected,) = testing.OrderAnalysis(c).select_ops("r1")
     self.assertEqual(selected.target, READ)
-    self.assertTrue(testing.happens_before(c, "r1", "w2"))
+    self.assertEqual(testing.happens_before(c, "r1", "w2"), ordered)
 
   def test_non_ascii_and_quoted_scope_names(self):
     name = 'caf\u00e9 "q" \u2192'
