@@ -338,6 +338,7 @@ class AssertHappensBeforeTest(absltest.TestCase):
     rendered = testing.format_races(testing.races(c))
     self.assertIn(expected, rendered)
     self.assertIn("1 pair of ops not ordered", rendered)
+    self.assertEqual(testing.format_races([]), "Every pair of ops is ordered.")
 
 
 # A while loop fed by a fusion, a side-effecting op ordered only by a control
