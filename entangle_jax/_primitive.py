@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
+from jax.experimental import jet
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
@@ -35,13 +36,20 @@ def bind(
 
 @functools.cache
 def _compiled_impl(num_payload: int):
-  return jax.jit(functools.partial(entangle_p.bind, num_payload=num_payload))
+  def entangle(*operands):  # The name JAX's argument errors show.
+    return entangle_p.bind(*operands, num_payload=num_payload)
+
+  return jax.jit(entangle)
 
 
 def _impl(*args, num_payload: int):
   # Eagerly, run the real custom call: the payload result then becomes ready
   # only once every witness buffer is, which is the eager meaning of ordering.
-  return _compiled_impl(num_payload)(*args)
+  # Under `jax.disable_jit` the jitted function would bind the primitive
+  # eagerly again, and so on forever: compile it anyway, as JAX does for its
+  # own primitives.
+  with jax.disable_jit(False):
+    return _compiled_impl(num_payload)(*args)
 
 
 def _abstract_eval(*avals, num_payload: int):
@@ -97,6 +105,25 @@ def _transpose(cotangents, *operands, num_payload: int):
   return [*cotangents, *([None] * num_witnesses)]
 
 
+def _jet(primals, series, *, num_payload: int):
+  """Taylor series of the identity: the payload's terms pass through.
+
+  Like tangents under JVP, the terms are ordered after the witnesses too, so
+  code that feeds them into native calls keeps the primal program's order.
+  (jet hands rules every term as an array, zeros included.)
+  """
+  primals_out = entangle_p.bind(*primals, num_payload=num_payload)
+  payload_series = series[:num_payload]
+  terms = [term for leaf_terms in payload_series for term in leaf_terms]
+  if not terms:
+    return primals_out, [list(leaf_terms) for leaf_terms in payload_series]
+  entangled = iter(bind(terms, primals[num_payload:]))
+  series_out = [
+    [next(entangled) for _ in leaf_terms] for leaf_terms in payload_series
+  ]
+  return primals_out, series_out
+
+
 entangle_p.def_impl(_impl)
 entangle_p.def_abstract_eval(_abstract_eval)
 mlir.register_lowering(entangle_p, _lowering)
@@ -111,4 +138,5 @@ mlir.register_lowering(
 batching.primitive_batchers[entangle_p] = _batch
 ad.primitive_jvps[entangle_p] = _jvp
 ad.primitive_transposes[entangle_p] = _transpose
+jet.jet_rules[entangle_p] = _jet
 _partitioning.allow_device_assignment(entangle_p)
