@@ -7,6 +7,7 @@ from typing import Any, TypeVar
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 
 from entangle_jax import _primitive
 
@@ -112,7 +113,7 @@ def _check_devices(arrays: list[jax.Array], names: list[str]) -> None:
   first = None
   for array, where in zip(arrays, names, strict=True):
     # Tracers are jax.Array instances too, but have no devices of their own.
-    if isinstance(array, jax.core.Tracer) or not array.committed:
+    if isinstance(array, Tracer) or not array.committed:
       continue
     devices = sorted(array.devices(), key=lambda device: device.id)
     if first is None:

@@ -11,7 +11,12 @@ from jax.experimental import jet
 import entangle_jax
 from entangle_jax import entangle
 from entangle_jax._native_loader import ENTANGLE_TARGET
-from entangle_jax.testing import happens_before, read_slot, write_slot
+from entangle_jax.testing import (
+  happens_before,
+  module_text,
+  read_slot,
+  write_slot,
+)
 from tests.test_util import (
   NUM_CPU_DEVICES,
   assert_same_tree,
@@ -326,10 +331,10 @@ class StructureTest(parameterized.TestCase):
   def test_one_call_orders_the_consumer_after_the_witness(self, transformed):
     args = (jnp.int32(0), jnp.arange(1.0, 4.0))
     compiled = jax.jit(probe(transformed, entangle)).lower(*args).compile()
-    self.assertEqual(custom_calls(compiled.as_text(), ENTANGLE_TARGET), 1)
+    self.assertEqual(custom_calls(module_text(compiled), ENTANGLE_TARGET), 1)
     self.assertTrue(happens_before(compiled, "witness", "consumer"))
     control = jax.jit(probe(transformed, identity)).lower(*args).compile()
-    self.assertEqual(custom_calls(control.as_text(), ENTANGLE_TARGET), 0)
+    self.assertEqual(custom_calls(module_text(control), ENTANGLE_TARGET), 0)
     self.assertFalse(happens_before(control, "witness", "consumer"))
 
   def test_jvp_keeps_one_call_each_for_primal_and_tangent(self):
@@ -342,7 +347,7 @@ class StructureTest(parameterized.TestCase):
       return primal
 
     compiled = jax.jit(fn).lower(jnp.int32(0), jnp.ones(3)).compile()
-    self.assertEqual(custom_calls(compiled.as_text(), ENTANGLE_TARGET), 2)
+    self.assertEqual(custom_calls(module_text(compiled), ENTANGLE_TARGET), 2)
     self.assertTrue(happens_before(compiled, "witness", "consumer"))
 
   def test_jet_passes_the_series_through(self):
