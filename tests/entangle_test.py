@@ -1,5 +1,8 @@
 """The entangle function: values, trees, dtypes and transformations."""
 
+import functools
+import re
+
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -11,6 +14,7 @@ from jax.experimental import jet
 import entangle_jax
 from entangle_jax import entangle
 from entangle_jax._native_loader import ENTANGLE_TARGET
+from entangle_jax._primitive import MAX_LEAVES_PER_CALL
 from entangle_jax.testing import (
   happens_before,
   module_text,
@@ -20,6 +24,7 @@ from entangle_jax.testing import (
 from tests.test_util import (
   NUM_CPU_DEVICES,
   assert_same_tree,
+  copies,
   custom_calls,
   hlo_text,
 )
@@ -177,6 +182,76 @@ class LoweringTest(parameterized.TestCase):
 
   def test_version_is_exposed(self):
     self.assertRegex(entangle_jax.__version__, r"^\d+\.\d+\.\d+")
+
+
+def leaves(count: int) -> list[jax.Array]:
+  return [jnp.full(2, i, jnp.float32) for i in range(count)]
+
+
+class ManyLeavesTest(parameterized.TestCase):
+  """Above MAX_LEAVES_PER_CALL payload leaves, one call per chunk of them.
+
+  (One call aliasing thousands of leaves compiles for tens of seconds; see
+  MAX_LEAVES_PER_CALL. Compile time is measured by benchmarks, not tests.)
+  """
+
+  @parameterized.parameters(
+    (1, 1), (MAX_LEAVES_PER_CALL, 1), (MAX_LEAVES_PER_CALL + 1, 2), (300, 3)
+  )
+  def test_calls_per_payload_size(self, count, calls):
+    text = compiled_text(lambda p, w: entangle(p, w), leaves(count), 1.0)
+    self.assertEqual(custom_calls(text, ENTANGLE_TARGET), calls)
+    calls_found = re.findall(
+      r"custom-call\(([^)]*)\), "
+      rf'custom_call_target="{ENTANGLE_TARGET}".*'
+      r"output_to_operand_aliasing=\{(.*?)\}, ",
+      text,
+    )
+    self.assertLen(calls_found, calls)
+    aliased = [aliases.count("}: (") for _, aliases in calls_found]
+    self.assertEqual(sum(aliased), count)
+    self.assertLessEqual(max(aliased), MAX_LEAVES_PER_CALL)
+    for (operands, _), payload_leaves in zip(calls_found, aliased, strict=True):
+      # Every call takes the witness besides its aliased payload leaves.
+      self.assertLen(operands.split(", "), payload_leaves + 1)
+
+  def test_every_chunk_is_ordered_after_the_witness(self):
+    count = 2 * MAX_LEAVES_PER_CALL + 5
+
+    def fn(ent, slot, payload):
+      with jax.named_scope("witness"):
+        w = read_slot(slot)
+      out = ent(payload, w)
+      other_slot = slot + 1
+      with jax.named_scope("first"):
+        write_slot(slot, out[0][0])
+      with jax.named_scope("last"):
+        write_slot(other_slot, out[-1][0])
+      return out, w
+
+    for ent, ordered in ((entangle, True), (identity, False)):
+      compiled = (
+        jax.jit(functools.partial(fn, ent))
+        .lower(jnp.int32(0), leaves(count))
+        .compile()
+      )
+      self.assertEqual(happens_before(compiled, "witness", "first"), ordered)
+      self.assertEqual(happens_before(compiled, "witness", "last"), ordered)
+
+  def test_chunks_add_no_copy(self):
+    payload = leaves(2 * MAX_LEAVES_PER_CALL + 5)
+    self.assertEqual(
+      copies(lambda p, w: entangle(p, w), payload, 1.0, donate_argnums=0), 0
+    )
+    # The control: without donation every leaf is copied.
+    self.assertEqual(
+      copies(lambda p, w: entangle(p, w), payload, 1.0), len(payload)
+    )
+
+  def test_values_and_order_of_leaves_survive(self):
+    payload = {"a": leaves(MAX_LEAVES_PER_CALL + 3), "b": jnp.int32(7)}
+    out = jax.jit(entangle)(payload, jnp.ones(2))
+    assert_same_tree(self, out, payload, np.array_equal)
 
 
 class TransformationsTest(parameterized.TestCase):

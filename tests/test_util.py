@@ -5,6 +5,8 @@ every file first; Bazel runs one file per process), and importing JAX or
 entangle_jax initialises no backend, so the device count is set in time.
 """
 
+import re
+
 import jax
 
 from entangle_jax.testing import module_text
@@ -22,6 +24,14 @@ def hlo_text(fn, *args, **jit_kwargs) -> str:
 def custom_calls(compiled_text: str, target: str) -> int:
   """How many custom calls to `target` the HLO text holds."""
   return compiled_text.count(f'custom_call_target="{target}"')
+
+
+def copies(fn, *args, **jit_kwargs) -> int:
+  """Copy instructions in the entry computation (a copy fused into the
+  producer of a value writes its result in place and costs nothing extra)."""
+  text = hlo_text(fn, *args, **jit_kwargs)
+  entry = text[text.index("\nENTRY") :]
+  return len(re.findall(r"= \S+ copy\(", entry))
 
 
 def assert_same_tree(test, actual, expected, leaves_equal) -> None:
