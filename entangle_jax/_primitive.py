@@ -59,9 +59,11 @@ def bind(
 
 @functools.cache
 def _compiled_impl(num_payload: int):
-  def entangle(*operands):  # The name JAX's argument errors show.
+  def entangle(*operands):
     return entangle_p.bind(*operands, num_payload=num_payload)
 
+  # JAX's errors about the arguments (devices, for instance) name this.
+  entangle.__qualname__ = "entangle"
   return jax.jit(entangle)
 
 

@@ -468,6 +468,23 @@ class EagerTest(parameterized.TestCase):
     self.assertIn(str(zero), str(raised.exception))
     self.assertIn(str(one), str(raised.exception))
 
+  def test_devices_in_another_order_name_entangle(self):
+    # Same devices, other order: JAX's own check catches it; the message
+    # must still name entangle rather than an internal function.
+    devices = np.array(jax.devices())
+    meshes = [
+      jax.sharding.Mesh(order, ("x",)) for order in (devices, devices[::-1])
+    ]
+    x, w = (
+      jax.device_put(
+        jnp.arange(8.0),
+        jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("x")),
+      )
+      for mesh in meshes
+    )
+    with self.assertRaisesRegex(ValueError, r"operands\[1\] of entangle "):
+      entangle(x, w)
+
   def test_same_device_and_uncommitted_leaves_are_fine(self):
     one = jax.devices()[1]
     payload = jax.device_put(jnp.arange(3.0), one)
