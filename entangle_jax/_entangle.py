@@ -21,9 +21,12 @@ def entangle(payload: T, *witnesses: Any) -> T:
 
   Under ``jit`` the result is produced by one XLA custom call that XLA cannot
   see into. It takes every payload leaf and every witness leaf as operands and
-  returns the payload leaves, each aliased to its operand. Anything that uses
-  the result therefore runs after every witness's producer, which is how you
-  order native calls that share no ordinary data dependency. At run time the
+  returns the payload leaves, each aliased to its operand. (A payload of more
+  than 128 leaves takes one such call per 128 leaves, each with every
+  witness: one call aliasing thousands of leaves compiles very slowly.)
+  Anything that uses the result therefore runs after every witness's
+  producer, which is how you order native calls that share no ordinary data
+  dependency. At run time the
   call does nothing: the result is bit-identical to the payload.
 
   Args:
