@@ -26,8 +26,8 @@ def entangle(payload: T, *witnesses: Any) -> T:
   witness: one call aliasing thousands of leaves compiles very slowly.)
   Anything that uses the result therefore runs after every witness's
   producer, which is how you order native calls that share no ordinary data
-  dependency. At run time the
-  call does nothing: the result is bit-identical to the payload.
+  dependency. At run time the call does nothing: the result is bit-identical
+  to the payload.
 
   Args:
     payload: a pytree of arrays (JAX or NumPy arrays, NumPy or Python

@@ -1,8 +1,11 @@
 """Shared test setup: importing this gives JAX 8 host CPU devices.
 
-Both runners import each test file before any test runs (pytest collects
-every file first; Bazel runs one file per process), and importing JAX or
-entangle_jax initialises no backend, so the device count is set in time.
+JAX fixes the device count when its first backend starts, so this must be
+imported before anything asks JAX for devices. pytest imports it through
+tests/conftest.py before any test file; Bazel runs each test file in a
+process of its own, and every test module that uses JAX imports it at module
+level. Importing JAX, entangle_jax or a test module starts no backend
+(tests/imports_test.py checks both).
 """
 
 import re
