@@ -2,26 +2,32 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 
 from entangle_jax import _primitive
 
 _SCALAR_TYPES = (bool, int, float, complex, np.generic, np.ndarray)
 
+T = TypeVar("T")
 
-def entangle(payload: Any, *witnesses: Any) -> Any:
+
+def entangle(payload: T, *witnesses: Any) -> T:
   """Returns ``payload`` unchanged, ordered under ``jit`` after ``witnesses``.
 
   Under ``jit`` the result is produced by one XLA custom call that XLA cannot
   see into. It takes every payload leaf and every witness leaf as operands and
-  returns the payload leaves, each aliased to its operand. Anything that uses
-  the result therefore runs after every witness's producer, which is how you
-  order native calls that share no ordinary data dependency. At run time the
-  call does nothing: the result is bit-identical to the payload.
+  returns the payload leaves, each aliased to its operand. (A payload of more
+  than 128 leaves takes one such call per 128 leaves, each with every
+  witness: one call aliasing thousands of leaves compiles very slowly.)
+  Anything that uses the result therefore runs after every witness's
+  producer, which is how you order native calls that share no ordinary data
+  dependency. At run time the call does nothing: the result is bit-identical
+  to the payload.
 
   Args:
     payload: a pytree of arrays (JAX or NumPy arrays, NumPy or Python
@@ -29,13 +35,18 @@ def entangle(payload: Any, *witnesses: Any) -> Any:
     *witnesses: pytrees of arrays that the result must be ordered after.
 
   Returns:
-    ``payload``'s tree with the same shapes, dtypes, weak types and values.
-    With no witness leaves, ``payload`` itself is returned and no operation
-    is emitted.
+    ``payload``'s tree with the same shapes, dtypes, weak types and values;
+    its leaves are JAX arrays (a NumPy or Python scalar leaf comes back as
+    the JAX array it converts to, which is why the annotation ``T`` is exact
+    for trees of JAX arrays). With no witness leaves, ``payload`` itself is
+    returned and no operation is emitted.
 
   Raises:
-    TypeError: a leaf of ``payload`` or of a witness is not an array; the
-      message names the leaf's path.
+    TypeError: a leaf of ``payload`` or of a witness is not an array of a
+      dtype JAX supports (a string, object or datetime array, a Python int
+      too large for its dtype, ...); the message names the leaf's path.
+    ValueError: called outside ``jit`` on arrays committed to different
+      devices; the message names the leaves and their devices.
 
   The custom call is not side-effecting: if its result is unused it may be
   removed, along with the ordering it would have imposed. Use the result,
@@ -43,12 +54,15 @@ def entangle(payload: Any, *witnesses: Any) -> Any:
   XLA copies the payload buffer if the original payload is still used
   afterwards or cannot be donated; see the README's "Copies" section.
   """
-  witness_leaves = []
+  witness_leaves, witness_names = [], []
   for index, witness in enumerate(witnesses):
-    witness_leaves += _flatten(witness, f"witnesses[{index}]")[0]
+    leaves, _, _, names = _flatten(witness, f"witnesses[{index}]")
+    witness_leaves += leaves
+    witness_names += names
   if not witness_leaves:
     return payload
-  physical, originals, treedef = _flatten(payload, "payload")
+  physical, originals, treedef, names = _flatten(payload, "payload")
+  _check_devices(physical + witness_leaves, names + witness_names)
   results = _primitive.bind(physical, witness_leaves)
   rewrapped = [
     _like(original, result)
@@ -59,27 +73,65 @@ def entangle(payload: Any, *witnesses: Any) -> Any:
 
 def _flatten(tree: Any, name: str):
   """`tree`'s leaves as plain arrays (PRNG keys as their key data), its
-  leaves as given, and its structure."""
+  leaves as given, its structure, and each leaf's path for messages."""
   with_paths, treedef = jax.tree_util.tree_flatten_with_path(tree)
-  physical = []
+  physical, names = [], []
   for path, leaf in with_paths:
-    array = _as_array(leaf, name + jax.tree_util.keystr(path))
+    where = name + jax.tree_util.keystr(path)
+    array = _as_array(leaf, where)
     if jax.dtypes.issubdtype(array.dtype, jax.dtypes.extended):
       array = jax.random.key_data(array)
     physical.append(array)
-  return physical, [leaf for _, leaf in with_paths], treedef
+    names.append(where)
+  return physical, [leaf for _, leaf in with_paths], treedef, names
 
 
 def _as_array(leaf: Any, where: str) -> jax.Array:
   if isinstance(leaf, jax.Array):
     return leaf
   if isinstance(leaf, _SCALAR_TYPES) or hasattr(leaf, "__jax_array__"):
-    return jnp.asarray(leaf)
-  raise TypeError(
-    f"entangle: {where} is not an array: got {type(leaf).__name__} "
-    f"{_short_repr(leaf)}. Payload and witness leaves must be arrays or "
-    "scalars that jax.numpy.asarray accepts."
+    # JAX's own messages name neither entangle nor the leaf.
+    try:
+      return jnp.asarray(leaf)
+    except OverflowError as error:  # A Python int too large for its dtype.
+      raise _not_an_array(leaf, where, f" ({error})") from error
+    except (TypeError, ValueError) as error:  # Strings, objects, datetimes.
+      raise _not_an_array(leaf, where, "") from error
+  raise _not_an_array(leaf, where, "")
+
+
+def _not_an_array(leaf: Any, where: str, why: str) -> TypeError:
+  dtype = getattr(leaf, "dtype", None)
+  kind = type(leaf).__name__ + (f" of dtype {dtype}" if dtype else "")
+  return TypeError(
+    f"entangle: {where} is not an array JAX supports: got {kind} "
+    f"{_short_repr(leaf)}{why}. Payload and witness leaves must be arrays "
+    "or scalars that jax.numpy.asarray accepts."
   )
+
+
+def _check_devices(arrays: list[jax.Array], names: list[str]) -> None:
+  """Outside ``jit``, names the leaves when committed arrays live on
+  different devices (JAX's own error would name an internal function)."""
+  first = None
+  for array, where in zip(arrays, names, strict=True):
+    # Tracers are jax.Array instances too, but have no devices of their own.
+    if isinstance(array, Tracer) or not array.committed:
+      continue
+    devices = sorted(array.devices(), key=lambda device: device.id)
+    if first is None:
+      first = (where, devices)
+    elif devices != first[1]:
+      raise ValueError(
+        f"entangle: {first[0]} is committed to {_device_names(first[1])} "
+        f"but {where} to {_device_names(devices)}. Outside jit, entangle "
+        "runs one computation, which needs every committed leaf on the same "
+        "devices: move them there with jax.device_put first."
+      )
+
+
+def _device_names(devices: list[Any]) -> str:
+  return "[" + ", ".join(str(device) for device in devices) + "]"
 
 
 def _short_repr(value: Any, limit: int = 60) -> str:

@@ -70,6 +70,30 @@ def count_wrong(ordering: Ordering, runs: int, slot: int = 0) -> int:
   return sum(int(r != EXPECTED) for r in jax.device_get(results))
 
 
+def runs_until_wrong(
+  ordering: Ordering, max_runs: int, batch: int = 20, slot: int = 0
+) -> int | None:
+  """Runs the compiled hazard until a read misses 1.0, at most `max_runs`
+  times; returns how many runs that took, or None if every read was right.
+
+  Nothing obliges XLA to run an unordered program in the wrong order, so a
+  fixed number of runs can miss the hazard by chance; running until it shows
+  (in batches, so runs still overlap as in `count_wrong`) keeps a control
+  experiment cheap where the hazard is frequent and sound where it is rare.
+  """
+  compiled = jax.jit(program(ordering))
+  args = arguments(slot)
+  done = 0
+  while done < max_runs:
+    size = min(batch, max_runs - done)
+    results = jax.device_get([compiled(*args) for _ in range(size)])
+    for index, result in enumerate(results):
+      if result != EXPECTED:
+        return done + index + 1
+    done += size
+  return None
+
+
 def read_precedes_second_write(ordering: Ordering) -> bool:
   """Whether the compiled hazard orders the read before the second write."""
   compiled = jax.jit(program(ordering)).lower(*arguments()).compile()

@@ -22,8 +22,11 @@ class DemoTest(absltest.TestCase):
     self.assertCountEqual(
       rows, ["no ordering", "optimization_barrier", "entangle"]
     )
-    self.assertRegex(rows["no ordering"], r"\b([1-9]\d*) / 20 +not ordered$")
-    self.assertRegex(rows["optimization_barrier"], r"not ordered$")
+    # The verdicts come from the compiled module and are certain, as is
+    # entangle's count. How many of 20 unordered runs go wrong is up to the
+    # scheduler (hazard_test shows that they do); here only its form.
+    self.assertRegex(rows["no ordering"], r"\b\d+ / 20 +not ordered$")
+    self.assertRegex(rows["optimization_barrier"], r"\b\d+ / 20 +not ordered$")
     self.assertRegex(rows["entangle"], r"\b0 / 20 +ordered$")
 
   def test_rejects_zero_runs(self):

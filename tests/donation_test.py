@@ -1,20 +1,10 @@
 """Donated payloads: entangle adds no copy; XLA copies what it must keep."""
 
-import re
-
 import jax.numpy as jnp
 from absl.testing import absltest
 
 from entangle_jax import entangle
-from tests.test_util import hlo_text
-
-
-def copies(fn, *args, **jit_kwargs) -> int:
-  """Copy instructions in the entry computation (a copy fused into the
-  producer of a value writes its result in place and costs nothing extra)."""
-  text = hlo_text(fn, *args, **jit_kwargs)
-  entry = text[text.index("\nENTRY") :]
-  return len(re.findall(r"= \S+ copy\(", entry))
+from tests.test_util import copies
 
 
 def entangled(x, w):

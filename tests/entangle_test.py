@@ -1,16 +1,33 @@
 """The entangle function: values, trees, dtypes and transformations."""
 
+import functools
+import re
+
 import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 from absl.testing import absltest, parameterized
 from jax import export
+from jax.experimental import jet
 
 import entangle_jax
 from entangle_jax import entangle
 from entangle_jax._native_loader import ENTANGLE_TARGET
-from tests.test_util import assert_same_tree, custom_calls, hlo_text
+from entangle_jax._primitive import MAX_LEAVES_PER_CALL
+from entangle_jax.testing import (
+  happens_before,
+  module_text,
+  read_slot,
+  write_slot,
+)
+from tests.test_util import (
+  NUM_CPU_DEVICES,
+  assert_same_tree,
+  copies,
+  custom_calls,
+  hlo_text,
+)
 
 # Every array dtype JAX has (64-bit ones become 32-bit without jax_enable_x64).
 DTYPES = [
@@ -167,6 +184,76 @@ class LoweringTest(parameterized.TestCase):
     self.assertRegex(entangle_jax.__version__, r"^\d+\.\d+\.\d+")
 
 
+def leaves(count: int) -> list[jax.Array]:
+  return [jnp.full(2, i, jnp.float32) for i in range(count)]
+
+
+class ManyLeavesTest(parameterized.TestCase):
+  """Above MAX_LEAVES_PER_CALL payload leaves, one call per chunk of them.
+
+  (One call aliasing thousands of leaves compiles for tens of seconds; see
+  MAX_LEAVES_PER_CALL. Compile time is measured by benchmarks, not tests.)
+  """
+
+  @parameterized.parameters(
+    (1, 1), (MAX_LEAVES_PER_CALL, 1), (MAX_LEAVES_PER_CALL + 1, 2), (300, 3)
+  )
+  def test_calls_per_payload_size(self, count, calls):
+    text = compiled_text(lambda p, w: entangle(p, w), leaves(count), 1.0)
+    self.assertEqual(custom_calls(text, ENTANGLE_TARGET), calls)
+    calls_found = re.findall(
+      r"custom-call\(([^)]*)\), "
+      rf'custom_call_target="{ENTANGLE_TARGET}".*'
+      r"output_to_operand_aliasing=\{(.*?)\}, ",
+      text,
+    )
+    self.assertLen(calls_found, calls)
+    aliased = [aliases.count("}: (") for _, aliases in calls_found]
+    self.assertEqual(sum(aliased), count)
+    self.assertLessEqual(max(aliased), MAX_LEAVES_PER_CALL)
+    for (operands, _), payload_leaves in zip(calls_found, aliased, strict=True):
+      # Every call takes the witness besides its aliased payload leaves.
+      self.assertLen(operands.split(", "), payload_leaves + 1)
+
+  def test_every_chunk_is_ordered_after_the_witness(self):
+    count = 2 * MAX_LEAVES_PER_CALL + 5
+
+    def fn(ent, slot, payload):
+      with jax.named_scope("witness"):
+        w = read_slot(slot)
+      out = ent(payload, w)
+      other_slot = slot + 1
+      with jax.named_scope("first"):
+        write_slot(slot, out[0][0])
+      with jax.named_scope("last"):
+        write_slot(other_slot, out[-1][0])
+      return out, w
+
+    for ent, ordered in ((entangle, True), (identity, False)):
+      compiled = (
+        jax.jit(functools.partial(fn, ent))
+        .lower(jnp.int32(0), leaves(count))
+        .compile()
+      )
+      self.assertEqual(happens_before(compiled, "witness", "first"), ordered)
+      self.assertEqual(happens_before(compiled, "witness", "last"), ordered)
+
+  def test_chunks_add_no_copy(self):
+    payload = leaves(2 * MAX_LEAVES_PER_CALL + 5)
+    self.assertEqual(
+      copies(lambda p, w: entangle(p, w), payload, 1.0, donate_argnums=0), 0
+    )
+    # The control: without donation every leaf is copied.
+    self.assertEqual(
+      copies(lambda p, w: entangle(p, w), payload, 1.0), len(payload)
+    )
+
+  def test_values_and_order_of_leaves_survive(self):
+    payload = {"a": leaves(MAX_LEAVES_PER_CALL + 3), "b": jnp.int32(7)}
+    out = jax.jit(entangle)(payload, jnp.ones(2))
+    assert_same_tree(self, out, payload, np.array_equal)
+
+
 class TransformationsTest(parameterized.TestCase):
   def test_vmap_is_one_call_on_batched_operands(self):
     def fn(p, w):
@@ -261,11 +348,172 @@ class TransformationsTest(parameterized.TestCase):
     self.assertEqual(float(branch(False)), -2.0)
 
 
+def identity(payload, *witnesses):
+  """The control for structure tests: entangle's values, none of its order."""
+  del witnesses
+  return payload
+
+
+# Each applies `ent` (entangle, or the identity control) to payload `x` with
+# witness `w` through a transformation, and returns an array to consume.
+TRANSFORMED = {
+  "plain": lambda ent, x, w: ent(x, w),
+  "vmap": lambda ent, x, w: jax.vmap(ent, in_axes=(0, None))(x[None], w)[0],
+  "grad": lambda ent, x, w: jax.grad(lambda x: jnp.sum(jnp.sin(ent(x, w))))(x),
+  "jvp_tangent": lambda ent, x, w: jax.jvp(lambda x: ent(x, w), (x,), (x,))[1],
+  "vjp_primal": lambda ent, x, w: jax.vjp(lambda x: ent(x, w), x)[0],
+  "linearize": lambda ent, x, w: jax.linearize(lambda x: ent(x, w), x)[1](x),
+  "checkpoint": lambda ent, x, w: jax.grad(
+    lambda x: jnp.sum(jax.checkpoint(lambda x: jnp.sin(ent(x, w)))(x))
+  )(x),
+  "jet": lambda ent, x, w: sum(
+    jet.jet(lambda x: ent(x, w), (x,), ((x, 3 * x),))[1]
+  ),
+  "scan": lambda ent, x, w: jax.lax.scan(
+    lambda c, _: (ent(c, w) + 1, None), x, None, length=3
+  )[0],
+  "while_loop": lambda ent, x, w: jax.lax.while_loop(
+    lambda c: c[0] < 5, lambda c: ent(c, w) + 1, x
+  ),
+  "cond": lambda ent, x, w: jax.lax.cond(
+    x[0] > 0, lambda x: ent(x, w), lambda x: -x, x
+  ),
+}
+
+
+def probe(transformed, ent):
+  """A native read is the witness; a native write consumes the result."""
+
+  def fn(slot, x):
+    with jax.named_scope("witness"):
+      w = read_slot(slot)
+    y = transformed(ent, x, w)
+    with jax.named_scope("consumer"):
+      write_slot(slot, jnp.sum(y))
+    return y, w  # Returning `w` keeps the read in the control too.
+
+  return fn
+
+
+class StructureTest(parameterized.TestCase):
+  """Under every transformation: one custom call, and the order it makes.
+
+  Values alone cannot tell entangle from the identity; the control shows
+  that the identity gives neither the call nor the order.
+  """
+
+  @parameterized.named_parameters(TRANSFORMED.items())
+  def test_one_call_orders_the_consumer_after_the_witness(self, transformed):
+    args = (jnp.int32(0), jnp.arange(1.0, 4.0))
+    compiled = jax.jit(probe(transformed, entangle)).lower(*args).compile()
+    self.assertEqual(custom_calls(module_text(compiled), ENTANGLE_TARGET), 1)
+    self.assertTrue(happens_before(compiled, "witness", "consumer"))
+    control = jax.jit(probe(transformed, identity)).lower(*args).compile()
+    self.assertEqual(custom_calls(module_text(control), ENTANGLE_TARGET), 0)
+    self.assertFalse(happens_before(control, "witness", "consumer"))
+
+  def test_jvp_keeps_one_call_each_for_primal_and_tangent(self):
+    def fn(slot, x):
+      with jax.named_scope("witness"):
+        w = read_slot(slot)
+      primal, tangent = jax.jvp(lambda x: entangle(x, w), (x,), (2 * x,))
+      with jax.named_scope("consumer"):
+        write_slot(slot, jnp.sum(tangent))
+      return primal
+
+    compiled = jax.jit(fn).lower(jnp.int32(0), jnp.ones(3)).compile()
+    self.assertEqual(custom_calls(module_text(compiled), ENTANGLE_TARGET), 2)
+    self.assertTrue(happens_before(compiled, "witness", "consumer"))
+
+  def test_jet_passes_the_series_through(self):
+    x, w = jnp.arange(3.0), jnp.ones(2)
+    terms = (x, 3 * x, -x)
+    primal, series = jet.jet(lambda x: entangle(x, w), (x,), (terms,))
+    np.testing.assert_array_equal(primal, x)
+    for got, want in zip(series, terms, strict=True):
+      np.testing.assert_array_equal(got, want)
+
+
+class EagerTest(parameterized.TestCase):
+  def test_under_disable_jit(self):
+    payload = {"a": jnp.arange(3.0), "k": jax.random.key(1), "n": 4}
+    with jax.disable_jit():
+      out = entangle(payload, jnp.ones(2), 5.0)
+      self.assertIsInstance(out["a"], jax.Array)
+    np.testing.assert_array_equal(out["a"], payload["a"])
+    np.testing.assert_array_equal(
+      jax.random.key_data(out["k"]), jax.random.key_data(payload["k"])
+    )
+    self.assertEqual(int(out["n"]), 4)
+
+  def test_under_disable_jit_inside_vmap_and_grad(self):
+    with jax.disable_jit():
+      batched = jax.vmap(entangle, in_axes=(0, None))(jnp.ones((2, 3)), 1.0)
+      grad = jax.grad(lambda x: jnp.sum(entangle(x, 1.0) ** 2))(jnp.ones(3))
+    np.testing.assert_array_equal(batched, jnp.ones((2, 3)))
+    np.testing.assert_array_equal(grad, jnp.full(3, 2.0))
+
+  def test_leaves_committed_to_different_devices_are_named(self):
+    self.assertEqual(jax.device_count(), NUM_CPU_DEVICES)
+    zero, one = jax.devices()[:2]
+    payload = {"x": jax.device_put(jnp.ones(3), zero)}
+    witness = [jax.device_put(jnp.ones(2), one)]
+    with self.assertRaisesRegex(
+      ValueError,
+      r"^entangle: payload\['x'\] is committed to \[.*\] but "
+      r"witnesses\[1\]\[0\] to \[.*\]\..*jax\.device_put",
+    ) as raised:
+      entangle(payload, 1.0, witness)
+    self.assertIn(str(zero), str(raised.exception))
+    self.assertIn(str(one), str(raised.exception))
+
+  def test_devices_in_another_order_name_entangle(self):
+    # Same devices, other order: JAX's own check catches it; the message
+    # must still name entangle rather than an internal function.
+    devices = np.array(jax.devices())
+    meshes = [
+      jax.sharding.Mesh(order, ("x",)) for order in (devices, devices[::-1])
+    ]
+    x, w = (
+      jax.device_put(
+        jnp.arange(8.0),
+        jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("x")),
+      )
+      for mesh in meshes
+    )
+    with self.assertRaisesRegex(ValueError, r"operands\[1\] of entangle "):
+      entangle(x, w)
+
+  def test_same_device_and_uncommitted_leaves_are_fine(self):
+    one = jax.devices()[1]
+    payload = jax.device_put(jnp.arange(3.0), one)
+    out = entangle(payload, jax.device_put(2.0, one), jnp.ones(2), np.ones(1))
+    self.assertEqual(out.devices(), {one})
+    np.testing.assert_array_equal(out, jnp.arange(3.0))
+
+
 class ErrorsTest(parameterized.TestCase):
   @parameterized.named_parameters(
     ("payload_string", ({"a": [1, "s"]}, 1.0), r"payload\['a'\]\[1\]"),
     ("witness_object", (1.0, 2.0, {"q": object()}), r"witnesses\[1\]\['q'\]"),
     ("payload_none_leaf_free", ([object()], 1.0), r"payload\[0\]"),
+    ("payload_int_too_large", ({"big": 2**70}, 1.0), r"payload\['big'\]"),
+    ("witness_int_too_large", (1.0, [-(2**64)]), r"witnesses\[0\]\[0\]"),
+    ("string_array", ((np.array(["a"]),), 1.0), r"payload\[0\]"),
+    ("object_array", (1.0, np.array([None])), r"witnesses\[0\]"),
+    ("numpy_str", ({"s": np.str_("hi")}, 1.0), r"payload\['s'\]"),
+    ("bytes_scalar", (1.0, 2.0, np.bytes_(b"a")), r"witnesses\[1\]"),
+    (
+      "datetime64",
+      (1.0, {"t": np.datetime64("2026-11-29")}),
+      r"witnesses\[0\]\['t'\]",
+    ),
+    (
+      "datetime64_array",
+      ([np.array(["2026-11-29"], "datetime64[D]")], 1.0),
+      r"payload\[0\]",
+    ),
+    ("timedelta64", (1.0, np.timedelta64(3, "s")), r"witnesses\[0\]"),
   )
   def test_non_array_leaf_raises_type_error_naming_its_path(self, args, path):
     with self.assertRaisesRegex(TypeError, path):

@@ -7,10 +7,15 @@ from absl.testing import absltest
 
 from entangle_jax import _hazard, _native_loader, testing
 from entangle_jax._hazard import Ordering
+from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
 
 def skip_reason() -> str:
-  """Why the GPU tests cannot run here; empty when they can."""
+  """Why the GPU tests cannot run here; empty when they can.
+
+  Called when the tests run, never at import: asking JAX for its devices
+  starts its backends, after which no test module can set the device count.
+  """
   if not testing.has_cuda_device():
     return f"no CUDA GPU: JAX sees {jax.devices()}"
   if _native_loader.load_native_cuda() is None:
@@ -18,8 +23,14 @@ def skip_reason() -> str:
   return ""
 
 
-@unittest.skipIf(bool(skip_reason()), skip_reason())
 class GpuHazardTest(absltest.TestCase):
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    reason = skip_reason()
+    if reason:
+      raise unittest.SkipTest(reason)
+
   def setUp(self):
     super().setUp()
     testing.reset_slots()

@@ -1,9 +1,14 @@
 """Shared test setup: importing this gives JAX 8 host CPU devices.
 
-Both runners import each test file before any test runs (pytest collects
-every file first; Bazel runs one file per process), and importing JAX or
-entangle_jax initialises no backend, so the device count is set in time.
+JAX fixes the device count when its first backend starts, so this must be
+imported before anything asks JAX for devices. pytest imports it through
+tests/conftest.py before any test file; Bazel runs each test file in a
+process of its own, and every test module that uses JAX imports it at module
+level. Importing JAX, entangle_jax or a test module starts no backend
+(tests/imports_test.py checks both).
 """
+
+import re
 
 import jax
 
@@ -22,6 +27,14 @@ def hlo_text(fn, *args, **jit_kwargs) -> str:
 def custom_calls(compiled_text: str, target: str) -> int:
   """How many custom calls to `target` the HLO text holds."""
   return compiled_text.count(f'custom_call_target="{target}"')
+
+
+def copies(fn, *args, **jit_kwargs) -> int:
+  """Copy instructions in the entry computation (a copy fused into the
+  producer of a value writes its result in place and costs nothing extra)."""
+  text = hlo_text(fn, *args, **jit_kwargs)
+  entry = text[text.index("\nENTRY") :]
+  return len(re.findall(r"= \S+ copy\(", entry))
 
 
 def assert_same_tree(test, actual, expected, leaves_equal) -> None:

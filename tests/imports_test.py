@@ -1,0 +1,104 @@
+"""Test modules set JAX's devices up before anything starts its backends.
+
+JAX fixes the number of CPU devices when a backend first starts. pytest
+imports every test file before running any test, and Bazel runs each file
+in a process of its own, so a test module that asks JAX for its devices at
+import time leaves later modules with one device instead of
+`test_util.NUM_CPU_DEVICES` (it happened: `pytest tests/gpu_test.py
+tests/sharding_test.py`).
+"""
+
+import ast
+import pathlib
+import subprocess
+import sys
+
+import jax
+from absl.testing import absltest
+
+from tests import test_util
+
+TESTS = pathlib.Path(__file__).resolve().parent
+REPOSITORY = TESTS.parent
+
+_IMPORT_ALL_WITHOUT_A_BACKEND = """
+import importlib, sys
+import jax
+# Any backend started from here on fails: the module that started it is named.
+jax.config.update("jax_platforms", "no_such_platform")
+for name in sys.argv[1:]:
+  try:
+    importlib.import_module(name)
+  except Exception as error:
+    sys.exit(f"importing {name} started a JAX backend: {error!r}"[:500])
+"""
+
+
+def sibling_test_files() -> list[pathlib.Path]:
+  return sorted(TESTS.glob("*_test.py"))
+
+
+def imports_jax(tree: ast.Module) -> bool:
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      names = [alias.name for alias in node.names]
+    elif isinstance(node, ast.ImportFrom):
+      names = [node.module or ""]
+    else:
+      continue
+    if any(name == "jax" or name.startswith("jax.") for name in names):
+      return True
+  return False
+
+
+def imports_test_util(tree: ast.Module) -> bool:
+  for node in tree.body:  # At module level, so it runs at import.
+    if isinstance(node, ast.ImportFrom):
+      if node.module == "tests.test_util":
+        return True
+      if node.module == "tests" and any(
+        alias.name == "test_util" for alias in node.names
+      ):
+        return True
+  return False
+
+
+class ImportsTest(absltest.TestCase):
+  def setUp(self):
+    super().setUp()
+    self.modules = [
+      m for m in sibling_test_files() if m.name != "imports_test.py"
+    ]
+    if not self.modules:
+      # Bazel gives each test only its own file.
+      self.skipTest("the other test files are not next to this one")
+
+  def test_no_test_module_starts_a_backend_at_import(self):
+    names = [f"tests.{module.stem}" for module in self.modules]
+    result = subprocess.run(
+      [sys.executable, "-c", _IMPORT_ALL_WITHOUT_A_BACKEND, *names],
+      cwd=REPOSITORY,
+      capture_output=True,
+      text=True,
+      check=False,
+    )
+    self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+
+  def test_every_module_using_jax_imports_test_util(self):
+    for module in self.modules:
+      tree = ast.parse(module.read_text(), str(module))
+      if imports_jax(tree):
+        self.assertTrue(
+          imports_test_util(tree),
+          f"{module.name} uses JAX but does not import tests.test_util at "
+          f"module level, so run alone it gets 1 CPU device, not "
+          f"{test_util.NUM_CPU_DEVICES}",
+        )
+
+  def test_the_device_count_took_effect(self):
+    # The control for the checks above: the setup they protect works.
+    self.assertEqual(jax.device_count(), test_util.NUM_CPU_DEVICES)
+
+
+if __name__ == "__main__":
+  absltest.main()
