@@ -109,12 +109,14 @@ class ExampleResourceTest(parameterized.TestCase):
     -0.5,  # was slot 0
     63.9,  # was slot 63
     np.float32(3.0),
-    (jnp.array([1.0, 2.0]),),
+    (np.array([1.0, 2.0], np.float32),),
     True,
     np.bool_(False),
     "3",
   )
   def test_non_integer_slot_is_a_type_error(self, slot):
+    if isinstance(slot, np.ndarray):
+      slot = jnp.asarray(slot)  # A JAX array; made here, not at import.
     with self.assertRaisesRegex(TypeError, "integer"):
       testing.write_slot(slot, jnp.zeros(jnp.shape(slot)))
     with self.assertRaisesRegex(TypeError, "integer"):

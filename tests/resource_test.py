@@ -71,9 +71,9 @@ def write_read_read_write_by_hand_unordered(slots, a, b):
   return x, y, token
 
 
-SLOTS = jnp.array([0, 1], jnp.int32)
-A = jnp.array([1.0, 2.0], jnp.float32)
-B = jnp.array([3.0, 4.0], jnp.float32)
+SLOTS = np.array([0, 1], np.int32)
+A = np.array([1.0, 2.0], np.float32)
+B = np.array([3.0, 4.0], np.float32)
 
 
 class CompiledOrderTest(absltest.TestCase):
