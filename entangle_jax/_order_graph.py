@@ -229,8 +229,8 @@ def to_dot(graph: Graph) -> str:
 
   lines = [
     "digraph order {",
-    '  graph [fontname="Helvetica"];
-  node [shape=box, fontname="Helvetica"];',
+    '  graph [fontname="Helvetica"];',
+    '  node [shape=box, fontname="Helvetica"];',
     *_nest(graph.nodes, node, cluster),
   ]
   lines += [_DOT_EDGE.format(ids[a], ids[b]) for a, b in graph.edges]
