@@ -24,7 +24,7 @@ from typing import Literal
 
 import jax
 
-from entangle_jax import _hlo_order, _hlo_parse
+from entangle_jax import _hlo_order, _hlo_parse, _native_loader
 
 Format = Literal["dot", "mermaid"]
 FORMATS: tuple[str, ...] = ("dot", "mermaid")
@@ -103,10 +103,11 @@ def build(
   order = _topological(before)
   ops = [ops[n] for n in order]
   before = [[before[a][b] for b in order] for a in order]
-  index = {op.name: n for n, op in enumerate(ops)}
-  races = sorted(
-    tuple(sorted((index[a], index[b]))) for a, b in analysis.races(among)
-  )
+  races = [
+    (a, b)
+    for a, b in itertools.combinations(range(len(ops)), 2)
+    if not before[a][b] and not before[b][a]
+  ]
   numbers: dict[tuple[str, str], int] = {}
   nodes = tuple(
     Node(
@@ -161,7 +162,13 @@ def _selected(
       f"write [{among!r}]"
     )
   if among is None:
-    return [i for i in analysis._instructions() if _hlo_order._touches_state(i)]
+    return [
+      i
+      for i in analysis._instructions()
+      if i.opcode == "custom-call"
+      and i.target
+      and i.target != _native_loader.ENTANGLE_TARGET
+    ]
   return list(dict.fromkeys(i for s in among for i in analysis._select(s)))
 
 

@@ -7,6 +7,8 @@ Proving order on the module XLA runs:
 * ``races(compiled, among=None)``: pairs of ops ordered neither way.
 * ``OrderAnalysis``: the same questions, parsing the module once.
 * ``module_text(compiled)``: the optimized HLO text that they analyse.
+* ``order_graph(compiled, among=None, format="dot")``: the whole picture, as
+  Graphviz DOT or Mermaid text.
 
 A tiny mutable native resource, for reproducing ordering hazards:
 
@@ -28,6 +30,7 @@ from entangle_jax._hlo_order import (
   module_text,
   races,
 )
+from entangle_jax._order_graph import order_graph
 
 __all__ = [
   "NUM_SLOTS",
@@ -35,6 +38,7 @@ __all__ = [
   "happens_before",
   "has_cuda_device",
   "module_text",
+  "order_graph",
   "races",
   "read_slot",
   "reset_slots",
