@@ -7,9 +7,15 @@ was built with CUDA), where the calls run on the stream XLA hands them.
 like a solver query that reads library state. Nothing but a data dependency
 orders a read against a later write of the same slot, which is the hazard
 that `entangle` fixes.
+
+The host store also records the order in which its calls actually ran
+(`call_log`), so that tests can check ordering claims against the runtime.
 """
 
 from __future__ import annotations
+
+import operator
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -23,11 +29,55 @@ NUM_SLOTS: int = _native.num_slots
 """Number of slots in the store; valid slot ids are ``0 .. NUM_SLOTS - 1``."""
 
 
+def _slot_ids(slot: jax.typing.ArrayLike, who: str) -> jax.Array:
+  """`slot` as int32 ids, rejecting non-integers and, if known, bad ids.
+
+  Concrete ids outside ``[0, NUM_SLOTS)`` raise here, before anything runs.
+  Traced ids of an integer type wider than int32 cannot be checked now and
+  must not wrap when narrowed: out-of-range ones become a sentinel that the
+  native call rejects.
+  """
+  if isinstance(slot, bool | np.bool_):
+    raise TypeError(f"{who}: a slot id must be an integer, not {slot!r}")
+  if isinstance(slot, int):
+    _check_range(np.asarray([operator.index(slot)], dtype=object), who)
+    return jnp.asarray(slot, jnp.int32)
+  dtype = np.dtype(getattr(slot, "dtype", None) or np.asarray(slot).dtype)
+  if not np.issubdtype(dtype, np.integer):
+    raise TypeError(
+      f"{who}: slot ids must have an integer dtype, got {dtype} ({slot!r})"
+    )
+  try:
+    concrete = np.asarray(slot)
+  except jax.errors.TracerArrayConversionError:
+    concrete = None
+  if concrete is not None:
+    _check_range(concrete, who)
+    return jnp.asarray(concrete.astype(np.int32))
+  slot = jnp.asarray(slot)
+  if np.iinfo(dtype).max > np.iinfo(np.int32).max:
+    in_range = (slot >= 0) & (slot < NUM_SLOTS)
+    slot = jnp.where(in_range, slot, _native.unrepresentable_slot)
+  return slot.astype(jnp.int32)
+
+
+def _check_range(ids: np.ndarray, who: str) -> None:
+  for item in ids.reshape(-1):
+    if not 0 <= int(item) < NUM_SLOTS:
+      raise ValueError(
+        f"{who}: slot id {int(item)} is outside [0, {NUM_SLOTS}); nothing "
+        f"was written"
+        if who == "write_slot"
+        else f"{who}: slot id {int(item)} is outside [0, {NUM_SLOTS})"
+      )
+
+
 def write_slot(slot: jax.typing.ArrayLike, value: jax.typing.ArrayLike):
   """Stores ``value`` into ``slot`` and returns a token naming the slot.
 
   Args:
-    slot: int32 slot id(s), any shape.
+    slot: integer slot id(s), any shape and integer dtype, each in
+      ``[0, NUM_SLOTS)``.
     value: float32 value(s), the same shape as ``slot``; element ``i`` is
       stored into slot ``slot[i]``, in index order.
 
@@ -36,10 +86,13 @@ def write_slot(slot: jax.typing.ArrayLike, value: jax.typing.ArrayLike):
     must see this write (usually through `entangle`).
 
   Raises:
-    An XLA runtime error (``jax.errors.JaxRuntimeError``) when a slot id is
-    outside ``[0, NUM_SLOTS)``; nothing is written then.
+    TypeError: ``slot`` is not of an integer type (floats and bools are
+      rejected, never rounded).
+    ValueError: a concrete slot id is outside ``[0, NUM_SLOTS)``.
+    jax.errors.JaxRuntimeError: at run time, for a traced slot id outside
+      the range. In every error case nothing is written.
   """
-  slot = jnp.asarray(slot, jnp.int32)
+  slot = _slot_ids(slot, "write_slot")
   value = jnp.asarray(value, jnp.float32)
   if slot.shape != value.shape:
     raise ValueError(
@@ -63,9 +116,10 @@ def read_slot(token: jax.typing.ArrayLike):
   write to the same slot, unless a data dependency orders it.
 
   Raises:
-    An XLA runtime error when a slot id is outside ``[0, NUM_SLOTS)``.
+    TypeError, ValueError, jax.errors.JaxRuntimeError: a bad slot id, as
+    for `write_slot`.
   """
-  token = jnp.asarray(token, jnp.int32)
+  token = _slot_ids(token, "read_slot")
   call = jax.ffi.ffi_call(
     _native_loader.READ_SLOT_TARGET,
     jax.ShapeDtypeStruct(token.shape, jnp.float32),
@@ -75,13 +129,14 @@ def read_slot(token: jax.typing.ArrayLike):
 
 
 def reset_slots() -> None:
-  """Sets every slot to 0.0, after pending work has finished.
+  """Sets every slot to 0.0 and clears the call log, after pending work.
 
   Resets the host store and, when the CUDA store was built and a GPU is in
   use, the device store.
   """
   jax.effects_barrier()
   _native.reset_host_slots()
+  _native.clear_call_log()
   cuda = _native_loader.load_native_cuda()
   if cuda is not None and has_cuda_device():
     cuda.reset_device_slots()
@@ -99,3 +154,36 @@ def slot_values() -> np.ndarray:
   """A snapshot of every slot, read outside of XLA (for tests and demos)."""
   jax.effects_barrier()
   return np.asarray(read_slot(jnp.arange(NUM_SLOTS, dtype=jnp.int32)))
+
+
+class CallRecord(NamedTuple):
+  """One host call of the example resource, as it ran.
+
+  ``start`` and ``end`` come from one counter shared by all calls: ``start``
+  when the call began, ``end`` when it had finished. Call ``a`` ran before
+  call ``b`` iff ``a.end < b.start``; calls that overlap in time are
+  ordered neither way.
+  """
+
+  start: int
+  end: int
+  kind: str
+  """``"write"`` or ``"read"``."""
+  slots: tuple[int, ...]
+  """The slot ids of the call, in index order."""
+
+
+def call_log() -> list[CallRecord]:
+  """The host store's calls since the last `reset_slots`, in order of end.
+
+  Waits for pending work first. Only successful calls are recorded; the CUDA
+  store records nothing.
+
+  Raises:
+    RuntimeError: more calls than the log holds (65536) since the reset.
+  """
+  jax.effects_barrier()
+  return [
+    CallRecord(start, end, "write" if is_write else "read", tuple(slots))
+    for start, end, is_write, slots in _native.call_log()
+  ]

@@ -1,26 +1,50 @@
 """Happens-before and races on a compiled, optimized XLA module.
 
-What is concluded, and what is not:
+Which edges count. Only edges the XLA runtimes honour:
 
-* Op ``a`` happens before op ``b`` when a chain of dependency edges (operands
-  and control predecessors) leads from ``a`` to ``b`` in the module XLA runs.
-  Without such a chain the two may run in either order, or concurrently.
+* **Operand edges** (data dependencies). XLA:CPU runs thunks concurrently
+  on an execution graph built only from their buffer and resource uses
+  (``xla/backends/cpu/runtime/thunk_executor.cc``), and GPU command buffers
+  in concurrent mode derive their dependencies from buffer uses as well; a
+  value one op produces and another reads is a buffer conflict on every
+  backend. Through ``tuple``/``get-tuple-element`` only the element that is
+  read counts. Edges through zero-sized values (no bytes, so no buffer
+  conflict) do not count.
+* **Not control predecessors.** They constrain XLA's scheduler, not the
+  CPU runtime's execution graph, so a ``control-predecessors={...}`` edge
+  alone orders nothing here.
+* **Async pairs** (``*-start`` ... ``*-done``, ``send``/``send-done``,
+  ``recv``/``recv-done``, ``async-start``/``async-update``/``async-done``)
+  are one piece of work that begins at the start and ends at the done: an op
+  precedes it when it precedes the start, and it precedes an op when the
+  done does. Ops that depend on the start alone may overlap it.
+
+What is concluded, given those edges:
+
+* Op ``a`` happens before op ``b`` when a chain of counted edges leads from
+  ``a`` (the end of its work) to ``b`` (the start of its work).
 * Ops in nested computations (fusions, while/conditional bodies, calls,
-  command buffers) are related through the instructions that call their
-  computations: ``a`` inside a while loop happens before ``b`` after the loop
-  when the while instruction reaches ``b``. Two ops in the same nested
-  computation are related within it, that is within one loop iteration; the
-  order between different iterations is not analysed.
+  async computations, command buffers) are related through the
+  instructions that call their computations: ``a`` inside a while loop
+  happens before ``b`` after the loop when the while instruction reaches
+  ``b``. Two ops in the same nested computation are related within it, that
+  is within one loop iteration; the order between different iterations is
+  not analysed.
 * Ops in different computations of one instruction (a loop's condition and
   body, two branches of a conditional) and an op and the instruction that
   contains it are never concluded to be ordered.
 * A computation called from several places is concluded ordered only if the
   order holds at every call site.
+
+Which ops a selector picks, and which ops ``races`` looks at by default, is
+decided by `is_effectful` and `is_user_native_call`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import os
 import re
 from collections.abc import Iterable, Sequence
 
@@ -30,27 +54,307 @@ from entangle_jax import _hlo_parse, _native_loader
 
 Selector = str
 _PATH_LIMIT = 64
-_TRANSFORM = re.compile(r"^[\w\-]+\((.*)\)$")
-# Ops that carry metadata but are bookkeeping, not work a user names.
-_BOOKKEEPING = frozenset(
-  {"parameter", "constant", "get-tuple-element", "tuple"}
+
+EFFECTFUL_OPCODES = frozenset(
+  {
+    "send",
+    "send-done",
+    "recv",
+    "recv-done",
+    "infeed",
+    "outfeed",
+    "all-reduce",
+    "all-reduce-start",
+    "all-reduce-done",
+    "all-gather",
+    "all-gather-start",
+    "all-gather-done",
+    "all-to-all",
+    "ragged-all-to-all",
+    "reduce-scatter",
+    "collective-broadcast",
+    "collective-permute",
+    "collective-permute-start",
+    "collective-permute-done",
+    "rng",
+    "rng-get-and-update-state",
+  }
 )
+"""Opcodes with effects beyond their result: communication, I/O, state."""
+
+LIBRARY_TARGET_PREFIXES = (
+  "lapack_",  # jnp.linalg / lax.linalg on CPU
+  "ducc_",  # FFT on CPU (older jaxlib)
+  "dynamic_ducc_",
+  "cusolver",  # lax.linalg on CUDA
+  "cublas",
+  "__cublas$",  # XLA:GPU's GEMMs
+  "__cudnn$",
+  "cu_",  # jaxlib's CUDA kernels (threefry, LU pivots)
+  "hipsolver",
+  "hipblas",
+  "hip_",
+  "__gpu$",  # XLA:GPU's own custom calls
+  "__triton",  # Pallas/Triton kernels: pure functions of their buffers
+  "mosaic_gpu",
+  "tpu_custom_call",
+  "__onednn$",
+  "xla_python_",  # host callbacks, ordered by JAX's own tokens
+  "xla_ffi_python_",
+  "xla.",
+)
+"""Custom-call target prefixes of JAX's and XLA's own library kernels."""
+
+LIBRARY_TARGETS = frozenset(
+  {
+    "Sharding",
+    "SPMDFullToShardShape",
+    "SPMDShardToFullShape",
+    "MoveToHost",
+    "MoveToDevice",
+    "annotate_device_placement",
+    "LayoutConstraint",
+    "X64Combine",
+    "X64SplitLow",
+    "X64SplitHigh",
+  }
+)
+"""Exact custom-call targets that are markers of JAX/XLA, not user calls."""
+
+# Ops that carry metadata but are bookkeeping, never selected.
+_BOOKKEEPING = frozenset(
+  {"parameter", "constant", "get-tuple-element", "tuple", "bitcast"}
+)
+# Component wrappers that are function names, not transformations of a scope.
+_FUNCTION_WRAPPERS = frozenset({"jit", "pjit"})
+_WRAPPER_START = re.compile(r"([A-Za-z_]\w*)\(")
+# The example resource's wrappers: plumbing between the user's line and the
+# custom call, skipped when naming where an op comes from.
+_WRAPPER_FILE = os.path.join(
+  os.path.dirname(os.path.abspath(__file__)), "_example_resource.py"
+)
+
+
+# Selection rules --------------------------------------------------------------
+
+
+def is_effectful(instruction: _hlo_parse.Instruction) -> bool:
+  """Whether a named-scope selector picks `instruction` (by default).
+
+  Effectful work is every custom call except entangle's own no-op (user FFI
+  calls, library kernels, host callbacks) and every instruction whose opcode
+  is in `EFFECTFUL_OPCODES`. Arithmetic, copies, fusions, bitcasts and
+  control flow are not: XLA copies ``op_name`` metadata onto ops it derives
+  from a call's result, and those have no observable order.
+  """
+  if instruction.opcode == "custom-call":
+    return instruction.target != _native_loader.ENTANGLE_TARGET
+  return instruction.opcode in EFFECTFUL_OPCODES
+
+
+def is_library_target(target: str) -> bool:
+  """Whether `target` is one of JAX's or XLA's own custom-call targets."""
+  return target in LIBRARY_TARGETS or target.startswith(LIBRARY_TARGET_PREFIXES)
+
+
+def is_user_native_call(instruction: _hlo_parse.Instruction) -> bool:
+  """Whether ``races`` looks at `instruction` when given no selectors.
+
+  These are custom calls to targets other than entangle's own and other
+  than JAX's and XLA's library targets (`is_library_target`): the FFI calls
+  your code registered, side-effecting or not.
+  """
+  return (
+    instruction.opcode == "custom-call"
+    and instruction.target is not None
+    and instruction.target != _native_loader.ENTANGLE_TARGET
+    and not is_library_target(instruction.target)
+  )
+
+
+def scope_matches(selector: str, op_name: str) -> bool:
+  """Whether `selector` names a ``jax.named_scope`` in `op_name`.
+
+  The selector must equal one or more whole ``/``-separated components
+  (so scopes may contain ``/`` and parentheses), either as written or with
+  transformation wrappers such as ``vmap(...)``, ``jvp(...)`` and
+  ``transpose(...)`` removed. ``jit(name)`` components name functions, not
+  scopes, and are never matched.
+  """
+  needle = f"/{selector}/"
+  for text in {op_name, _unwrap_transforms(op_name)}:
+    if needle in _strip_function_components(text):
+      return True
+  return False
+
+
+def _strip_function_components(op_name: str) -> str:
+  """``/op_name/`` with ``jit(...)``-style components blanked out."""
+  parts = []
+  for component in _split_components(op_name):
+    head = _WRAPPER_START.match(component)
+    is_function = (
+      head is not None
+      and head.group(1) in _FUNCTION_WRAPPERS
+      and component.endswith(")")
+    )
+    parts.append("\0" if is_function else component)
+  return "/" + "/".join(parts) + "/"
+
+
+def _split_components(op_name: str) -> list[str]:
+  """Splits on ``/`` outside parentheses."""
+  parts, depth, start = [], 0, 0
+  for i, c in enumerate(op_name):
+    depth += (c == "(") - (c == ")")
+    if c == "/" and depth <= 0:
+      parts.append(op_name[start:i])
+      start = i + 1
+  parts.append(op_name[start:])
+  return parts
+
+
+def _unwrap_transforms(op_name: str) -> str:
+  """Replaces ``vmap(x)``-style components by ``x``, recursively."""
+  out = []
+  for component in _split_components(op_name):
+    head = _WRAPPER_START.match(component)
+    while (
+      head is not None
+      and head.group(1) not in _FUNCTION_WRAPPERS
+      and component.endswith(")")
+      and _balanced(component[head.end() : -1])
+    ):
+      component = _unwrap_transforms(component[head.end() : -1])
+      head = _WRAPPER_START.match(component)
+    out.append(component)
+  return "/".join(out)
+
+
+def _balanced(text: str) -> bool:
+  depth = 0
+  for c in text:
+    depth += (c == "(") - (c == ")")
+    if depth < 0:
+      return False
+  return depth == 0
+
+
+# Ops and labels ----------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Op:
+  """One piece of work: an instruction, or an async ``start``..``done`` pair.
+
+  ``name`` is the instruction that starts it (the custom call itself, or
+  the ``*-start``); ``last`` is the one that ends it (the same, or the
+  ``*-done``).
+  """
+
+  computation: str
+  name: str
+  last: str
+  instruction: _hlo_parse.Instruction = dataclasses.field(compare=False)
+
+  @property
+  def target(self) -> str | None:
+    return self.instruction.target
+
+  @property
+  def scope(self) -> str:
+    """The ``op_name`` metadata: jitted function, named scopes, primitive."""
+    return self.instruction.op_name
+
+  @property
+  def location(self) -> str | None:
+    """``file:line`` of the Python code that made the op, if recorded.
+
+    The innermost frame, skipping the example resource's own wrappers (so a
+    call made through ``entangle_jax.testing.write_slot`` points at the line
+    that called it); paths under the working directory are shown relative
+    to it.
+    """
+    stack = self.instruction.stack
+    if not stack:
+      return None
+    outside = [f for f in stack if not _is_wrapper(f[0])]
+    file, line = (outside or list(stack))[0]
+    return f"{_short_path(file)}:{line}"
+
+  def label(self) -> str:
+    """One line naming the op as the user wrote it."""
+    what = self.target or self.instruction.opcode
+    parts = [what]
+    if self.scope:
+      parts.append(f"scope {self.scope!r}")
+    if self.location:
+      parts.append(f"at {self.location}")
+    parts.append(f"(%{self.name})")
+    return " ".join(parts)
+
+
+def _is_wrapper(path: str) -> bool:
+  return os.path.abspath(path) == _WRAPPER_FILE
+
+
+def _short_path(path: str) -> str:
+  absolute = os.path.abspath(path)
+  cwd = os.getcwd()
+  if absolute.startswith(cwd + os.sep):
+    return os.path.relpath(absolute, cwd)
+  return path
+
+
+class Race(tuple[str, str]):
+  """An unordered pair of ops.
+
+  Compares equal to the ``(first, second)`` tuple of their instruction
+  names; ``first`` and ``second`` are the `Op` objects, which
+  `format_races` renders.
+  """
+
+  first: Op
+  second: Op
+
+  def __new__(cls, first: Op, second: Op) -> Race:
+    race = super().__new__(cls, (first.name, second.name))
+    race.first = first
+    race.second = second
+    return race
+
+
+# The analysis ------------------------------------------------------------------
 
 
 class OrderAnalysis:
   """Ordering facts about one compiled module.
 
-  Build it once and ask many questions; ``happens_before`` and ``races``
-  build one per call.
+  Build it once and ask many questions; the module-level functions build
+  one per call.
+
+  Args:
+    compiled: a ``jax.stages.Compiled``, a ``jax.stages.Lowered`` (compiled
+      here) or the optimized HLO text.
+    all_ops: let named-scope selectors pick every op in the scope
+      (arithmetic, fusions, copies...), not only effectful work
+      (`is_effectful`). Target selectors are unaffected.
   """
 
-  def __init__(self, compiled: jax.stages.Compiled | str):
+  def __init__(
+    self,
+    compiled: jax.stages.Compiled | jax.stages.Lowered | str,
+    *,
+    all_ops: bool = False,
+  ):
     self._module = _hlo_parse.parse(module_text(compiled))
+    self._all_ops = all_ops
     self._by_name = {
       (i.computation, i.name): i
       for instructions in self._module.computations.values()
       for i in instructions
     }
+    self._spans = self._find_spans()
     self._callers = self._find_callers()
     self._site_paths_cache: dict[str, list] = {}
     self._closures: dict[str, tuple] = {}
@@ -58,40 +362,78 @@ class OrderAnalysis:
   # Selection ----------------------------------------------------------------
 
   def select(self, selector: Selector) -> list[str]:
-    """Names of the instructions `selector` matches, in module text order.
+    """Names of the ops `selector` picks, in module text order.
 
-    A selector matches a custom call whose target equals it, or an op whose
-    ``op_name`` metadata has it as one scope component (``jax.named_scope``),
-    also under transformation wrappers such as ``vmap(name)``.
+    A selector picks custom calls whose target equals it and, by name of a
+    ``jax.named_scope`` (`scope_matches`), the effectful work in that scope
+    (`is_effectful`), or every op there with ``all_ops=True``.
 
     Raises:
-      ValueError: nothing matches; the message lists targets and scopes.
+      TypeError: `selector` is not a string.
+      ValueError: `selector` is empty, or picks nothing; the message lists
+        the targets and scopes that exist.
     """
-    return [i.name for i in self._select(selector)]
+    return [op.name for op in self.select_ops(selector)]
 
-  def _select(self, selector: Selector) -> list[_hlo_parse.Instruction]:
+  def select_ops(self, selector: Selector) -> list[Op]:
+    """The `Op` objects `selector` picks; see `select`."""
+    _check_selector(selector)
     found = [
-      i
-      for i in self._instructions()
-      if i.target == selector
-      or (i.opcode not in _BOOKKEEPING and selector in _scopes(i.op_name))
+      self.op(i) for i in self._instructions() if self._picks(selector, i)
     ]
     if not found:
-      targets = sorted({i.target for i in self._instructions() if i.target})
-      scopes = sorted(
-        {
-          s
-          for i in self._instructions()
-          if i.opcode not in _BOOKKEEPING
-          for s in _scopes(i.op_name)
-          if s
-        }
-      )
       raise ValueError(
         f"selector {selector!r} matches no op of the compiled module. "
-        f"Custom-call targets: {targets}. Scopes in op_name: {scopes}."
+        f"Custom-call targets: {self._targets()}. Scopes of selectable ops "
+        f"(op_name): {self._scopes()}."
       )
-    return found
+    return list(dict.fromkeys(found))
+
+  def effectful_ops(self) -> list[Op]:
+    """Every op `is_effectful` accepts, once each, in module text order."""
+    ops = (self.op(i) for i in self._instructions() if is_effectful(i))
+    return list(dict.fromkeys(ops))
+
+  def user_native_calls(self) -> list[Op]:
+    """The ops ``races`` looks at by default (`is_user_native_call`)."""
+    ops = (self.op(i) for i in self._instructions() if is_user_native_call(i))
+    return list(dict.fromkeys(ops))
+
+  def op(self, instruction: _hlo_parse.Instruction) -> Op:
+    """The `Op` that `instruction` is part of (an async pair, or itself)."""
+    first, last = self._spans.get(
+      (instruction.computation, instruction.name),
+      (instruction.name, instruction.name),
+    )
+    return Op(
+      instruction.computation,
+      first,
+      last,
+      self._by_name[(instruction.computation, first)],
+    )
+
+  def _picks(self, selector: str, i: _hlo_parse.Instruction) -> bool:
+    if i.opcode == "custom-call" and i.target == selector:
+      return True
+    if i.opcode in _BOOKKEEPING or not i.op_name:
+      return False
+    if not (self._all_ops or is_effectful(i)):
+      return False
+    return scope_matches(selector, i.op_name)
+
+  def _targets(self) -> list[str]:
+    return sorted({i.target for i in self._instructions() if i.target})
+
+  def _scopes(self) -> list[str]:
+    return sorted(
+      {
+        i.op_name
+        for i in self._instructions()
+        if i.op_name
+        and i.opcode not in _BOOKKEEPING
+        and (self._all_ops or is_effectful(i))
+      }
+    )
 
   def _instructions(self) -> Iterable[_hlo_parse.Instruction]:
     return self._by_name.values()
@@ -100,32 +442,47 @@ class OrderAnalysis:
 
   def happens_before(self, before: Selector, after: Selector) -> bool:
     """True iff every op `before` selects precedes every op `after` selects."""
-    firsts, seconds = self._select(before), self._select(after)
-    return all(self._precedes(a, b) for a in firsts for b in seconds)
+    return not self.unordered(before, after)
 
-  def races(
-    self, among: Sequence[Selector] | None = None
-  ) -> list[tuple[str, str]]:
-    """Pairs of selected ops ordered neither way, as instruction names.
+  def unordered(self, before: Selector, after: Selector) -> list[Race]:
+    """The pairs ``(a, b)`` of selected ops where ``a`` does not precede ``b``."""
+    firsts, seconds = self.select_ops(before), self.select_ops(after)
+    return [
+      Race(a, b) for a in firsts for b in seconds if not self.precedes(a, b)
+    ]
 
-    By default the selected ops are the custom calls that can touch hidden
-    state: side-effecting ones, and ones that write into an operand's buffer
-    (output-to-operand aliasing), except entangle's own no-op.
+  def races(self, among: Sequence[Selector] | None = None) -> list[Race]:
+    """Pairs of ops ordered neither way, in module text order.
+
+    Args:
+      among: selectors choosing the ops; by default the user's native calls
+        (`user_native_calls`).
+
+    Raises:
+      TypeError: `among` is a string rather than a sequence of selectors.
     """
     if among is None:
-      ops = [i for i in self._instructions() if _touches_state(i)]
+      ops = self.user_native_calls()
     else:
+      if isinstance(among, str) or not isinstance(among, Iterable):
+        raise TypeError(
+          f"races: `among` must be a list of selectors, not {among!r}; "
+          f"write among=[{among!r}]"
+          if isinstance(among, str)
+          else f"races: `among` must be a list of selectors, not {among!r}"
+        )
       # Each op once, in selector order, however many selectors match it.
-      ops = list(dict.fromkeys(i for s in among for i in self._select(s)))
+      ops = list(dict.fromkeys(op for s in among for op in self.select_ops(s)))
     return [
-      (a.name, b.name)
+      Race(a, b)
       for a, b in itertools.combinations(ops, 2)
-      if not self._precedes(a, b) and not self._precedes(b, a)
+      if not self.precedes(a, b) and not self.precedes(b, a)
     ]
 
   # Reachability -------------------------------------------------------------
 
-  def _precedes(self, a, b) -> bool:
+  def precedes(self, a: Op, b: Op) -> bool:
+    """Whether the work of `a` ends before the work of `b` begins."""
     paths_a, paths_b = self._call_paths(a), self._call_paths(b)
     if not paths_a or not paths_b:
       return False  # Too many call sites to conclude anything.
@@ -136,17 +493,43 @@ class OrderAnalysis:
       if x.computation != y.computation:
         return False  # Different computations of one caller.
       if x.name != y.name:
-        return self._reaches(x.computation, x.name, y.name)
+        return self._reaches(x.computation, x.last, y.name)
     return False  # One contains the other, or they are the same op.
 
-  def _find_callers(self) -> dict[str, list[_hlo_parse.Instruction]]:
-    callers: dict[str, list[_hlo_parse.Instruction]] = {}
+  def _find_spans(self) -> dict[tuple[str, str], tuple[str, str]]:
+    """Each instruction of an async pair -> (its start, its done)."""
+    spans = {}
+    for computation, instructions in self._module.computations.items():
+      users: dict[str, list[_hlo_parse.Instruction]] = {}
+      for i in instructions:
+        for operand in i.operands:
+          users.setdefault(operand, []).append(i)
+      for i in instructions:
+        if not _starts_async(i.opcode):
+          continue
+        chain = [i.name]
+        current = i
+        while not _ends_async(current.opcode):
+          step = [u for u in users.get(current.name, []) if _continues(u)]
+          if not step:
+            break
+          current = step[0]
+          chain.append(current.name)
+        for name in chain:
+          spans[(computation, name)] = (chain[0], chain[-1])
+    return spans
+
+  def _find_callers(self) -> dict[str, list[Op]]:
+    callers: dict[str, list[Op]] = {}
     for instruction in self._instructions():
       for callee in instruction.callees:
-        callers.setdefault(callee, []).append(instruction)
+        sites = callers.setdefault(callee, [])
+        site = self.op(instruction)
+        if site not in sites:
+          sites.append(site)
     return callers
 
-  def _call_paths(self, op) -> list[tuple[_hlo_parse.Instruction, ...]]:
+  def _call_paths(self, op: Op) -> list[tuple[Op, ...]]:
     """Chains of call sites from the entry computation down to `op`."""
     return [(*path, op) for path in self._site_paths(op.computation)]
 
@@ -180,7 +563,7 @@ class OrderAnalysis:
     index = {i.name: n for n, i in enumerate(instructions)}
     users: list[list[int]] = [[] for _ in instructions]
     for n, i in enumerate(instructions):
-      for producer in (*i.operands, *i.control_predecessors):
+      for producer in self._producers(i):
         users[index[producer]].append(n)
     reach = [0] * len(instructions)
     for n in reversed(_topological_order(users)):
@@ -190,11 +573,61 @@ class OrderAnalysis:
       reach[n] = bits
     return index, reach
 
+  def _producers(self, i: _hlo_parse.Instruction) -> Iterable[str]:
+    """Operands whose values `i` reads: the edges the runtime honours."""
+    for name in i.operands:
+      operand = self._by_name[(i.computation, name)]
+      if (
+        i.opcode == "get-tuple-element"
+        and operand.opcode == "tuple"
+        and i.tuple_index is not None
+        and i.tuple_index < len(operand.operands)
+      ):
+        name = operand.operands[i.tuple_index]
+        operand = self._by_name[(i.computation, name)]
+      if not operand.zero_sized:
+        yield name
 
-def module_text(compiled: jax.stages.Compiled | str) -> str:
-  """The optimized HLO text of `compiled` (or `compiled` itself, if text)."""
+
+def _starts_async(opcode: str) -> bool:
+  return opcode.endswith("-start") or opcode in ("send", "recv")
+
+
+def _ends_async(opcode: str) -> bool:
+  return opcode.endswith("-done")
+
+
+def _continues(user: _hlo_parse.Instruction) -> bool:
+  return user.opcode == "async-update" or _ends_async(user.opcode)
+
+
+def _check_selector(selector: object) -> None:
+  if not isinstance(selector, str):
+    raise TypeError(
+      f"a selector must be a str (a custom-call target or a named scope), "
+      f"not {type(selector).__name__}: {selector!r}"
+    )
+  if not selector:
+    raise ValueError("a selector must not be empty")
+
+
+def module_text(compiled: jax.stages.Compiled | jax.stages.Lowered | str) -> str:
+  """The optimized HLO text of `compiled` (or `compiled` itself, if text).
+
+  A ``jax.stages.Lowered`` is compiled first.
+
+  Raises:
+    TypeError: `compiled` is none of those (for example a jitted function).
+  """
   if isinstance(compiled, str):
     return compiled
+  if isinstance(compiled, jax.stages.Lowered):
+    compiled = compiled.compile()
+  if not isinstance(compiled, jax.stages.Compiled):
+    raise TypeError(
+      "expected a jax.stages.Compiled (jax.jit(f).lower(*args).compile()), "
+      f"a jax.stages.Lowered or HLO text, got {type(compiled).__name__}"
+    )
   text = compiled.as_text()
   if text is None:
     raise ValueError(f"{compiled!r} has no HLO text to analyse")
@@ -218,60 +651,106 @@ def _topological_order(users: list[list[int]]) -> list[int]:
   return order
 
 
-def _scopes(op_name: str) -> set[str]:
-  scopes = set()
-  for component in op_name.split("/"):
-    scopes.add(component)
-    while match := _TRANSFORM.match(component):
-      component = match.group(1)
-      scopes.add(component)
-  return scopes
+# Module-level API ----------------------------------------------------------------
+
+FIX_HINT = (
+  "Usual fix: make the later call consume a value computed from the earlier "
+  "call's result, e.g. `token = entangle(token, x)` with the read's result "
+  "`x` before the write."
+)
 
 
-def _touches_state(instruction: _hlo_parse.Instruction) -> bool:
-  if instruction.opcode != "custom-call":
-    return False
-  if instruction.target == _native_loader.ENTANGLE_TARGET:
-    return False
-  return instruction.side_effect or instruction.aliases_operands
+def format_races(races: Sequence[Race], heading: str | None = None) -> str:
+  """Renders unordered pairs, one line each, plus the usual fix.
+
+  Args:
+    races: pairs from `races` or `OrderAnalysis.unordered`.
+    heading: first line; by default it counts the pairs.
+  """
+  count = len(races)
+  lines = [heading or f"{count} pair{'s' * (count != 1)} of ops not ordered:"]
+  for race in races:
+    lines.append(f"  {race.first.label()}")
+    lines.append(f"    is not ordered before {race.second.label()}")
+  lines.append(FIX_HINT)
+  return "\n".join(lines)
 
 
 def happens_before(
-  compiled: jax.stages.Compiled | str, before: Selector, after: Selector
+  compiled: jax.stages.Compiled | jax.stages.Lowered | str,
+  before: Selector,
+  after: Selector,
+  *,
+  all_ops: bool = False,
 ) -> bool:
   """Whether every op `before` selects precedes every op `after` selects.
 
-  Precedence means a chain of dependency edges (operands and control
-  predecessors) in the compiled, optimized module, following nested
-  computations through the instructions that call them (see the module
-  docstring of ``entangle_jax._hlo_order`` for exactly what is concluded).
+  Precedence means a chain of the edges the XLA runtime honours (operands,
+  not control predecessors; async pairs from their start to their done) in
+  the compiled, optimized module, following nested computations through the
+  instructions that call them. See the module docstring of
+  ``entangle_jax._hlo_order`` for exactly what is concluded.
 
   Args:
-    compiled: a ``jax.stages.Compiled`` (``jax.jit(f).lower(*a).compile()``)
-      or its HLO text.
-    before, after: selectors. A selector matches custom calls whose target
-      equals it and ops whose ``op_name`` has it as a scope component, which
-      is what ``with jax.named_scope(name):`` produces.
+    compiled: a ``jax.stages.Compiled`` (``jax.jit(f).lower(*a).compile()``),
+      a ``jax.stages.Lowered`` or the HLO text.
+    before, after: selectors. A selector picks custom calls whose target
+      equals it, and the effectful work (custom calls other than entangle's,
+      communication, I/O) in the ``jax.named_scope`` of that name.
+    all_ops: let scope selectors pick every op in the scope instead.
 
   Raises:
-    ValueError: a selector matches nothing; the message lists what exists.
+    ValueError: a selector is empty or matches nothing; the message lists
+      what exists.
   """
-  return OrderAnalysis(compiled).happens_before(before, after)
+  return OrderAnalysis(compiled, all_ops=all_ops).happens_before(before, after)
+
+
+def assert_happens_before(
+  compiled: jax.stages.Compiled | jax.stages.Lowered | str,
+  before: Selector,
+  after: Selector,
+  *,
+  all_ops: bool = False,
+) -> None:
+  """Asserts `happens_before`, explaining every unordered pair on failure.
+
+  Raises:
+    AssertionError: some op `before` selects does not precede some op
+      `after` selects; the message names each pair by custom-call target,
+      named scope and Python ``file:line``, and says the usual fix.
+  """
+  unordered = OrderAnalysis(compiled, all_ops=all_ops).unordered(before, after)
+  if unordered:
+    count = len(unordered)
+    raise AssertionError(
+      format_races(
+        unordered,
+        heading=f"{before!r} does not happen before {after!r}: {count} "
+        f"pair{'s' * (count != 1)} not ordered",
+      )
+    )
 
 
 def races(
-  compiled: jax.stages.Compiled | str, among: Sequence[Selector] | None = None
-) -> list[tuple[str, str]]:
-  """Pairs of ops that no dependency chain orders, either way.
+  compiled: jax.stages.Compiled | jax.stages.Lowered | str,
+  among: Sequence[Selector] | None = None,
+  *,
+  all_ops: bool = False,
+) -> list[Race]:
+  """Pairs of ops that no honoured dependency chain orders, either way.
 
   Args:
-    compiled: a ``jax.stages.Compiled`` or HLO text.
-    among: selectors choosing the ops to consider. By default, every custom
-      call that is side-effecting or writes into an operand's buffer, except
-      entangle's own no-op.
+    compiled: a ``jax.stages.Compiled``, ``jax.stages.Lowered`` or HLO text.
+    among: selectors choosing the ops to consider. By default: every custom
+      call to a target other than entangle's own and JAX's/XLA's library
+      targets (LAPACK, cuBLAS, cuSOLVER, host callbacks...; see
+      `is_user_native_call`).
+    all_ops: let scope selectors pick every op in the scope.
 
   Returns:
-    ``(first, second)`` instruction-name pairs, in module text order; map
-    selectors to instruction names with ``OrderAnalysis(compiled).select``.
+    `Race` pairs in module text order. Each equals the ``(first, second)``
+    tuple of instruction names; `format_races` renders them with targets,
+    scopes and source lines.
   """
-  return OrderAnalysis(compiled).races(among)
+  return OrderAnalysis(compiled, all_ops=all_ops).races(among)

@@ -2,7 +2,9 @@
 
 It keeps only what ordering questions need: each instruction's operands,
 control predecessors, called computations, custom-call target, side-effect
-flag and ``op_name`` metadata.
+flag, result shape, tuple index, ``op_name`` metadata and Python source
+location (``source_file``/``source_line`` metadata, or the module's
+``StackFrames`` table that newer XLA prints instead).
 """
 
 from __future__ import annotations
@@ -22,13 +24,25 @@ _MANY_CALLEES = re.compile(
   r"\b(?:calls|branch_computations|called_computations)=\{([^}]*)\}"
 )
 _CONTROL = re.compile(r"\bcontrol-predecessors=\{([^}]*)\}")
-_TARGET = re.compile(r'\bcustom_call_target="((?:[^"\\]|\\.)*)"')
-_OP_NAME = re.compile(r'\bop_name="((?:[^"\\]|\\.)*)"')
+_QUOTED = r'"((?:[^"\\]|\\.)*)"'
+_TARGET = re.compile(r"\bcustom_call_target=" + _QUOTED)
+_OP_NAME = re.compile(r"\bop_name=" + _QUOTED)
+_SOURCE_FILE = re.compile(r"\bsource_file=" + _QUOTED)
+_SOURCE_LINE = re.compile(r"\bsource_line=(\d+)")
+_STACK_FRAME = re.compile(r"\bstack_frame_id=(\d+)")
+_TUPLE_INDEX = re.compile(r"^,\s*index=(\d+)")
 _SIDE_EFFECT = re.compile(r"\bcustom_call_has_side_effect=true\b")
 _ALIASING = re.compile(r"\boutput_to_operand_aliasing=\{")
+_ESCAPE = re.compile(rb"\\(?:([0-7]{1,3})|x([0-9a-fA-F]{1,2})|(.))", re.DOTALL)
+_SIMPLE_ESCAPES = {b"n": b"\n", b"t": b"\t", b"r": b"\r"}
+_ARRAY_DIMS = re.compile(r"\b[a-z]+[0-9a-z]*\[([^\]]*)\]")
 
 # Opcodes whose parenthesised text is a literal or an index, not operands.
 _NO_OPERANDS = frozenset({"constant", "parameter", "iota", "rng-bit-generator"})
+
+# The StackFrames table: "<id> {file_location_id=<n> parent_frame_id=<n>}".
+_TABLE_ROW = re.compile(r"^(\d+)\s+(.*)$")
+_FIELD = re.compile(r"(\w+)=(\d+)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +59,20 @@ class Instruction:
   op_name: str
   side_effect: bool
   aliases_operands: bool
+  shape: str = ""
+  tuple_index: int | None = None
+  source: tuple[str, int] | None = None
+  """Python ``(file, line)`` that created the op, innermost frame first."""
+  stack: tuple[tuple[str, int], ...] = ()
+  """The whole Python stack of the op, innermost frame first, if known."""
+
+  @property
+  def zero_sized(self) -> bool:
+    """Whether the result holds no bytes (every array in it has a 0 dim)."""
+    dims = _ARRAY_DIMS.findall(self.shape)
+    if not dims or "token[" in self.shape:
+      return False
+    return all("0" in (d.strip() for d in group.split(",")) for group in dims)
 
 
 @dataclasses.dataclass
@@ -53,6 +81,21 @@ class Module:
 
   computations: dict[str, list[Instruction]]
   entry: str
+
+
+def unescape(text: str) -> str:
+  """Decodes an HLO string literal's escapes (octal bytes, ``\\"``...)."""
+
+  def one(match: re.Match) -> bytes:
+    octal, hexa, char = match.groups()
+    if octal is not None:
+      return bytes([int(octal, 8) & 0xFF])
+    if hexa is not None:
+      return bytes([int(hexa, 16)])
+    return _SIMPLE_ESCAPES.get(char, char)
+
+  raw = _ESCAPE.sub(one, text.encode("utf-8"))
+  return raw.decode("utf-8", errors="replace")
 
 
 def _balanced_end(text: str, start: int) -> int:
@@ -89,11 +132,52 @@ def _names(text: str) -> tuple[str, ...]:
   return tuple(_NAME.findall(text))
 
 
+class _StackFrames:
+  """The module's ``FileNames``/``FileLocations``/``StackFrames`` tables."""
+
+  def __init__(self):
+    self.tables: dict[str, dict[int, str]] = {}
+
+  def add(self, table: str, line: str) -> None:
+    row = _TABLE_ROW.match(line.strip())
+    if row:
+      self.tables.setdefault(table, {})[int(row.group(1))] = row.group(2)
+
+  def stack(self, frame_id: int) -> tuple[tuple[str, int], ...]:
+    files = self.tables.get("FileNames", {})
+    locations = self.tables.get("FileLocations", {})
+    frames = {
+      n: dict((k, int(v)) for k, v in _FIELD.findall(text))
+      for n, text in self.tables.get("StackFrames", {}).items()
+    }
+    # XLA prints each frame's parent shifted by one (1 means "no parent"),
+    # so a frame can appear to be its own parent. Detect that convention
+    # rather than trust either.
+    shift = int(any(f.get("parent_frame_id", 0) >= n for n, f in frames.items()))
+    stack = []
+    seen = set()
+    while frame_id in frames and frame_id not in seen:
+      seen.add(frame_id)
+      frame = frames[frame_id]
+      location = dict(
+        (k, int(v))
+        for k, v in _FIELD.findall(locations.get(frame["file_location_id"], ""))
+      )
+      name = files.get(location.get("file_name_id", -1), "")
+      if name.startswith('"'):
+        name = unescape(name.strip()[1:-1])
+      if name and "line" in location:
+        stack.append((name, location["line"]))
+      frame_id = frame.get("parent_frame_id", 0) - shift
+    return tuple(stack)
+
+
 def _parse_instruction(line: str, computation: str) -> tuple[Instruction, str]:
   """Parses one instruction; operand names are resolved by the caller."""
   head = _INSTRUCTION.match(line)
   assert head is not None
   pos = _skip_shape(line, head.end())
+  shape = line[head.end() : pos].strip()
   opcode_match = _OPCODE.match(line, pos)
   if opcode_match is None:
     raise ValueError(f"unparsable HLO instruction: {line.strip()}")
@@ -110,6 +194,9 @@ def _parse_instruction(line: str, computation: str) -> tuple[Instruction, str]:
   control = _CONTROL.search(attrs)
   target = _TARGET.search(attrs)
   op_name = _OP_NAME.search(attrs)
+  source_file = _SOURCE_FILE.search(attrs)
+  source_line = _SOURCE_LINE.search(attrs)
+  index = _TUPLE_INDEX.match(attrs) if opcode == "get-tuple-element" else None
   instruction = Instruction(
     name=head.group(2),
     computation=computation,
@@ -117,10 +204,17 @@ def _parse_instruction(line: str, computation: str) -> tuple[Instruction, str]:
     operands=(),
     control_predecessors=_names(control.group(1)) if control else (),
     callees=tuple(dict.fromkeys(callees)),
-    target=target.group(1) if target else None,
-    op_name=op_name.group(1) if op_name else "",
+    target=unescape(target.group(1)) if target else None,
+    op_name=unescape(op_name.group(1)) if op_name else "",
     side_effect=bool(_SIDE_EFFECT.search(attrs)),
     aliases_operands=bool(_ALIASING.search(attrs)),
+    shape=shape,
+    tuple_index=int(index.group(1)) if index else None,
+    source=(
+      (unescape(source_file.group(1)), int(source_line.group(1)))
+      if source_file and source_line
+      else None
+    ),
   )
   return instruction, operand_text
 
@@ -129,6 +223,9 @@ def parse(text: str) -> Module:
   """Parses HLO module text into computations of instructions."""
   computations: dict[str, list[Instruction]] = {}
   operand_texts: dict[tuple[str, str], str] = {}
+  frame_ids: dict[tuple[str, str], int] = {}
+  frames = _StackFrames()
+  table = None
   entry = None
   current = None
   for line in text.splitlines():
@@ -139,6 +236,16 @@ def parse(text: str) -> Module:
         computations[current] = []
         if header.group(1):
           entry = current
+        table = None
+      elif line.strip() in (
+        "FileNames",
+        "FunctionNames",
+        "FileLocations",
+        "StackFrames",
+      ):
+        table = line.strip()
+      elif table is not None:
+        frames.add(table, line)
       continue
     if line.startswith("}"):
       current = None
@@ -147,20 +254,32 @@ def parse(text: str) -> Module:
       instruction, operand_text = _parse_instruction(line, current)
       computations[current].append(instruction)
       operand_texts[(current, instruction.name)] = operand_text
+      frame = _STACK_FRAME.search(line[line.rfind("metadata=") :])
+      if frame and "metadata=" in line:
+        frame_ids[(current, instruction.name)] = int(frame.group(1))
   if entry is None:
     raise ValueError("no ENTRY computation found in the HLO text")
   for name, instructions in computations.items():
     known = {i.name for i in instructions}
-    computations[name] = [
-      dataclasses.replace(
-        i,
-        operands=tuple(
-          n for n in _names(operand_texts[(name, i.name)]) if n in known
-        ),
-        control_predecessors=tuple(
-          n for n in i.control_predecessors if n in known
-        ),
+    resolved = []
+    for i in instructions:
+      stack = ()
+      if (name, i.name) in frame_ids:
+        stack = frames.stack(frame_ids[(name, i.name)])
+      elif i.source is not None:
+        stack = (i.source,)
+      resolved.append(
+        dataclasses.replace(
+          i,
+          operands=tuple(
+            n for n in _names(operand_texts[(name, i.name)]) if n in known
+          ),
+          control_predecessors=tuple(
+            n for n in i.control_predecessors if n in known
+          ),
+          stack=stack,
+          source=stack[0] if stack else None,
+        )
       )
-      for i in instructions
-    ]
+    computations[name] = resolved
   return Module(computations=computations, entry=entry)

@@ -6,7 +6,9 @@
 #define ENTANGLE_JAX_NATIVE_EXAMPLE_RESOURCE_H_
 
 #include <cstdint>
+#include <limits>
 #include <string>
+#include <vector>
 
 #include "xla/ffi/api/ffi.h"
 
@@ -14,20 +16,50 @@ namespace entangle_jax {
 
 inline constexpr int32_t kNumSlots = 64;
 
+// The id the Python wrappers substitute, inside jit, for a slot id of a wider
+// integer type that is out of range: its true value does not fit in int32,
+// so the error must not pretend to know it.
+inline constexpr int32_t kUnrepresentableSlot =
+    std::numeric_limits<int32_t>::min();
+
 // Success for a valid slot id, else an out-of-range error naming it. Shared
 // by the host and CUDA stores so both report bad ids the same way.
 inline xla::ffi::Error CheckSlot(int32_t slot) {
+  const std::string range = "[0, " + std::to_string(kNumSlots) + ")";
+  if (slot == kUnrepresentableSlot) {
+    return xla::ffi::Error(
+        xla::ffi::ErrorCode::kOutOfRange,
+        "entangle_jax example resource: a slot id is outside " + range +
+            " (its integer type is wider than int32)");
+  }
   if (slot < 0 || slot >= kNumSlots) {
     return xla::ffi::Error(xla::ffi::ErrorCode::kOutOfRange,
                            "entangle_jax example resource: slot id " +
-                               std::to_string(slot) + " is outside [0, " +
-                               std::to_string(kNumSlots) + ")");
+                               std::to_string(slot) + " is outside " + range);
   }
   return xla::ffi::Error::Success();
 }
 
 // Sets every slot of the host store to zero.
 void ResetHostSlots();
+
+// One host call of the example resource, as it actually ran. Sequence
+// numbers come from one counter: `start` is taken when the call begins,
+// `end` when it has finished, so call a ran before call b iff
+// a.end < b.start.
+struct CallRecord {
+  int64_t start;
+  int64_t end;
+  bool is_write;
+  std::vector<int32_t> slots;
+};
+
+// The host calls recorded since the last ClearCallLog, in order of `end`.
+// `overflowed` is set when calls were dropped because the log was full.
+std::vector<CallRecord> CallLog(bool* overflowed);
+
+// Forgets every recorded call.
+void ClearCallLog();
 
 }  // namespace entangle_jax
 

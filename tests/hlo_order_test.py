@@ -1,5 +1,7 @@
 """happens_before / races on compiled modules and on hand-written HLO."""
 
+import os
+
 import jax
 import jax.numpy as jnp
 from absl.testing import absltest, parameterized
@@ -10,6 +12,7 @@ from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
 WRITE = "entangle_jax_write_slot"
 READ = "entangle_jax_read_slot"
+THIS_FILE = os.path.basename(__file__)
 
 
 def compile_hazard(ordering):
@@ -32,33 +35,67 @@ def hazard_step(token, y, ordering):
   return token, y * x
 
 
+def compiled(fn, *args):
+  return jax.jit(fn).lower(*args).compile()
+
+
+ORDERED = parameterized.parameters(
+  (Ordering.NONE, False), (Ordering.ENTANGLE, True)
+)
+
+
 class CompiledHazardTest(parameterized.TestCase):
   def test_no_ordering_races(self):
-    compiled = compile_hazard(Ordering.NONE)
-    analysis = testing.OrderAnalysis(compiled)
-    self.assertFalse(testing.happens_before(compiled, "read", "second_write"))
-    self.assertTrue(testing.happens_before(compiled, "first_write", "read"))
+    c = compile_hazard(Ordering.NONE)
+    analysis = testing.OrderAnalysis(c)
+    self.assertFalse(testing.happens_before(c, "read", "second_write"))
+    self.assertTrue(testing.happens_before(c, "first_write", "read"))
     (read,) = analysis.select(READ)
     (second,) = analysis.select("second_write")
     self.assertEqual(analysis.races([READ, WRITE]), [(read, second)])
 
+  @ORDERED
+  def test_default_races_find_the_demo_hazard(self, ordering, ordered):
+    # read_slot is neither side-effecting nor aliasing: it must be looked at.
+    c = compile_hazard(ordering)
+    analysis = testing.OrderAnalysis(c)
+    (read,) = analysis.select("read")
+    (second,) = analysis.select("second_write")
+    expected = [] if ordered else [{read, second}]
+    self.assertEqual([set(race) for race in testing.races(c)], expected)
+
   def test_optimization_barrier_does_not_order_on_cpu(self):
-    compiled = compile_hazard(Ordering.OPTIMIZATION_BARRIER)
-    self.assertFalse(testing.happens_before(compiled, "read", "second_write"))
-    self.assertLen(testing.races(compiled, [READ, WRITE]), 1)
+    c = compile_hazard(Ordering.OPTIMIZATION_BARRIER)
+    self.assertFalse(testing.happens_before(c, "read", "second_write"))
+    self.assertLen(testing.races(c, [READ, WRITE]), 1)
 
   def test_entangle_orders(self):
-    compiled = compile_hazard(Ordering.ENTANGLE)
-    self.assertTrue(testing.happens_before(compiled, "read", "second_write"))
-    self.assertTrue(testing.happens_before(compiled, READ, "second_write"))
-    self.assertEqual(testing.races(compiled, [READ, WRITE]), [])
-    self.assertFalse(testing.happens_before(compiled, "second_write", "read"))
+    c = compile_hazard(Ordering.ENTANGLE)
+    self.assertTrue(testing.happens_before(c, "read", "second_write"))
+    self.assertTrue(testing.happens_before(c, READ, "second_write"))
+    self.assertEqual(testing.races(c, [READ, WRITE]), [])
+    self.assertFalse(testing.happens_before(c, "second_write", "read"))
 
-  def test_accepts_hlo_text(self):
-    text = testing.module_text(compile_hazard(Ordering.ENTANGLE))
+  def test_accepts_hlo_text_and_lowered(self):
+    lowered = jax.jit(_hazard.program(Ordering.ENTANGLE)).lower(
+      *_hazard.arguments()
+    )
+    text = testing.module_text(lowered.compile())
     self.assertTrue(testing.happens_before(text, "read", "second_write"))
+    self.assertTrue(testing.happens_before(lowered, "read", "second_write"))
+    lowered_none = jax.jit(_hazard.program(Ordering.NONE)).lower(
+      *_hazard.arguments()
+    )
+    self.assertFalse(
+      testing.happens_before(lowered_none, "read", "second_write")
+    )
 
-  @parameterized.parameters((Ordering.NONE, False), (Ordering.ENTANGLE, True))
+  def test_rejects_what_is_not_compiled(self):
+    fn = jax.jit(_hazard.program(Ordering.ENTANGLE))
+    with self.assertRaisesRegex(TypeError, "jax.stages.Compiled.*PjitFunc"):
+      testing.happens_before(fn, "read", "second_write")
+
+  @ORDERED
   def test_inside_scan_body(self, ordering, ordered):
     def loop(token, y):
       def body(carry, _):
@@ -66,32 +103,55 @@ class CompiledHazardTest(parameterized.TestCase):
 
       return jax.lax.scan(body, (token, y), None, length=5)[0]
 
-    compiled = jax.jit(loop).lower(jnp.int32(0), jnp.float32(1)).compile()
-    self.assertIn(" while(", testing.module_text(compiled))
-    self.assertEqual(
-      testing.happens_before(compiled, "read", "second_write"), ordered
-    )
+    c = compiled(loop, jnp.int32(0), jnp.float32(1))
+    self.assertIn(" while(", testing.module_text(c))
+    self.assertEqual(testing.happens_before(c, "read", "second_write"), ordered)
+    self.assertTrue(testing.happens_before(c, "first_write", "read"))
 
-  @parameterized.parameters((Ordering.NONE, False), (Ordering.ENTANGLE, True))
+  @ORDERED
+  def test_inside_while_loop_body(self, ordering, ordered):
+    def loop(token, y):
+      def body(carry):
+        i, token, y = carry
+        token, y = hazard_step(token, y, ordering)
+        return i + 1, token, y
+
+      return jax.lax.while_loop(lambda c: c[0] < 3, body, (0, token, y))
+
+    c = compiled(loop, jnp.int32(0), jnp.float32(1))
+    self.assertIn(" while(", testing.module_text(c))
+    self.assertEqual(testing.happens_before(c, "read", "second_write"), ordered)
+    self.assertEqual(len(testing.races(c)) == 0, ordered)
+
+  @ORDERED
+  def test_inside_cond_branch(self, ordering, ordered):
+    def branchy(p, token, y):
+      return jax.lax.cond(
+        p,
+        lambda t, v: hazard_step(t, v, ordering),
+        lambda t, v: (t, v),
+        token,
+        y,
+      )
+
+    c = compiled(branchy, True, jnp.int32(0), jnp.float32(1))
+    self.assertIn(" conditional(", testing.module_text(c))
+    self.assertEqual(testing.happens_before(c, "read", "second_write"), ordered)
+
+  @ORDERED
   def test_under_vmap(self, ordering, ordered):
     fn = jax.vmap(lambda t, y: hazard_step(t, y, ordering))
-    compiled = (
-      jax.jit(fn).lower(jnp.arange(3, dtype=jnp.int32), jnp.ones(3)).compile()
-    )
-    self.assertEqual(
-      testing.happens_before(compiled, "read", "second_write"), ordered
-    )
+    c = compiled(fn, jnp.arange(3, dtype=jnp.int32), jnp.ones(3))
+    self.assertEqual(testing.happens_before(c, "read", "second_write"), ordered)
 
-  @parameterized.parameters((Ordering.NONE, False), (Ordering.ENTANGLE, True))
+  @ORDERED
   def test_under_grad(self, ordering, ordered):
     def loss(y):
       _, y = hazard_step(jnp.int32(0), y, ordering)
       return jnp.sum(y)
 
-    compiled = jax.jit(jax.grad(loss)).lower(jnp.ones(3)).compile()
-    self.assertEqual(
-      testing.happens_before(compiled, "read", "second_write"), ordered
-    )
+    c = compiled(jax.grad(loss), jnp.ones(3))
+    self.assertEqual(testing.happens_before(c, "read", "second_write"), ordered)
 
   def test_several_payload_leaves(self):
     def fn(token, a, b):
@@ -104,19 +164,169 @@ class CompiledHazardTest(parameterized.TestCase):
         b = testing.write_slot(b, jnp.float32(0))
       return token, a, b
 
-    compiled = (
-      jax.jit(fn).lower(jnp.int32(0), jnp.int32(1), jnp.int32(2)).compile()
-    )
-    self.assertTrue(testing.happens_before(compiled, "read", "use_a"))
-    self.assertTrue(testing.happens_before(compiled, "read", "use_b"))
-    self.assertFalse(testing.happens_before(compiled, "use_a", "use_b"))
+    c = compiled(fn, jnp.int32(0), jnp.int32(1), jnp.int32(2))
+    self.assertTrue(testing.happens_before(c, "read", "use_a"))
+    self.assertTrue(testing.happens_before(c, "read", "use_b"))
+    self.assertFalse(testing.happens_before(c, "use_a", "use_b"))
 
   def test_unknown_selector_lists_what_exists(self):
-    compiled = compile_hazard(Ordering.ENTANGLE)
+    c = compile_hazard(Ordering.ENTANGLE)
     with self.assertRaisesRegex(
       ValueError, r"'nothing'.*entangle_jax_read_slot.*second_write"
     ):
-      testing.happens_before(compiled, "nothing", "read")
+      testing.happens_before(c, "nothing", "read")
+
+
+class ScopeSelectorTest(parameterized.TestCase):
+  """A named scope selects the effectful work in it, not the arithmetic."""
+
+  @ORDERED
+  def test_arithmetic_in_the_scope_is_not_selected(self, ordering, ordered):
+    def fn(slot, v):
+      with jax.named_scope("w1"):
+        t = testing.write_slot(slot, 1.0)
+      with jax.named_scope("r1"):
+        x = testing.read_slot(t)
+      if ordering is Ordering.ENTANGLE:
+        t = entangle(t, x)
+      with jax.named_scope("w2"):
+        testing.write_slot(t, v * 2.0)  # the multiply is in "w2" too
+      return x
+
+    c = compiled(fn, jnp.int32(0), jnp.float32(3))
+    self.assertEqual(testing.happens_before(c, "r1", "w2"), ordered)
+    (w2,) = testing.OrderAnalysis(c).select_ops("w2")
+    self.assertEqual(w2.target, WRITE)
+    # Explicitly asking for every op brings the multiply back, and it is
+    # rightly not ordered after the read.
+    all_w2 = testing.OrderAnalysis(c, all_ops=True).select("w2")
+    self.assertGreater(len(all_w2), 1)
+    self.assertFalse(testing.happens_before(c, "r1", "w2", all_ops=True))
+
+  def test_derived_ops_in_a_scan_are_not_selected(self):
+    # XLA copies the read's op_name onto a bitcast/copy it derives for the
+    # scan's stacked output; only the custom call is selected.
+    def loop(token):
+      def body(t, _):
+        with jax.named_scope("r1"):
+          x = testing.read_slot(t)
+        t = entangle(t, x)
+        with jax.named_scope("w2"):
+          t = testing.write_slot(t, 2.0)
+        return t, x
+
+      return jax.lax.scan(body, token, None, length=4)
+
+    c = compiled(loop, jnp.int32(0))
+    (selected,) = testing.OrderAnalysis(c).select_ops("r1")
+    self.assertEqual(selected.target, READ)
+    self.assertTrue(testing.happens_before(c, "r1", "w2"))
+
+  def test_non_ascii_and_quoted_scope_names(self):
+    name = 'caf\u00e9 "q" \u2192'
+
+    def fn(slot):
+      with jax.named_scope(name):
+        return testing.write_slot(slot, 1.0)
+
+    c = compiled(fn, jnp.int32(0))
+    self.assertIn("\\303\\251", testing.module_text(c))  # HLO escapes it
+    (op,) = testing.OrderAnalysis(c).select_ops(name)
+    self.assertEqual(op.target, WRITE)
+    self.assertIn(name, op.scope)
+
+  @parameterized.parameters("a/b", "solve (v2)", "f(x)", "vmap(me)")
+  def test_scope_names_with_slashes_and_parentheses(self, name):
+    def fn(slot):
+      with jax.named_scope("other"):
+        t = testing.write_slot(slot, 1.0)
+      with jax.named_scope(name):
+        return testing.read_slot(t)
+
+    c = compiled(fn, jnp.int32(0))
+    (op,) = testing.OrderAnalysis(c).select_ops(name)
+    self.assertEqual(op.target, READ)
+    self.assertTrue(testing.happens_before(c, "other", name))
+
+  def test_scope_that_is_part_of_a_function_name(self):
+    def read_and_write(slot):
+      t = testing.write_slot(slot, 1.0)  # in no scope
+      with jax.named_scope("write"):
+        return testing.write_slot(t, 2.0)
+
+    c = compiled(read_and_write, jnp.int32(0))
+    self.assertLen(testing.OrderAnalysis(c).select("write"), 1)
+    for selector in ("read", "read_and", "read_and_write"):
+      with self.assertRaisesRegex(ValueError, "matches no op"):
+        testing.OrderAnalysis(c).select(selector)
+
+  def test_bad_selector_arguments(self):
+    c = compile_hazard(Ordering.NONE)
+    with self.assertRaisesRegex(TypeError, r"among=\['read'\]"):
+      testing.races(c, "read")
+    with self.assertRaisesRegex(ValueError, "must not be empty"):
+      testing.happens_before(c, "", "read")
+    with self.assertRaisesRegex(TypeError, "must be a str"):
+      testing.happens_before(c, 3, "read")
+
+
+class LibraryKernelsTest(absltest.TestCase):
+  def test_default_races_skip_jax_library_kernels(self):
+    def fn(slot, a, b):
+      t = testing.write_slot(slot, 1.0)
+      x = testing.read_slot(t)
+      s = jnp.linalg.solve(a, b)  # LAPACK custom calls on CPU
+      testing.write_slot(t, s[0])
+      return x, jnp.linalg.solve(a, 2 * b)
+
+    c = compiled(fn, jnp.int32(0), jnp.eye(3), jnp.ones(3))
+    analysis = testing.OrderAnalysis(c)
+    lapack = [t for t in analysis._targets() if t.startswith("lapack_")]
+    self.assertNotEmpty(lapack)  # the kernels are there...
+    found = testing.races(c)
+    targets = {op.target for race in found for op in (race.first, race.second)}
+    self.assertEqual(targets, {READ, WRITE})  # ...but not in the default
+    # The one real hazard: the read is not ordered before the second write.
+    self.assertLen(found, 1)
+    self.assertEqual(
+      {found[0].first.target, found[0].second.target}, {READ, WRITE}
+    )
+    # Named explicitly, library kernels are still selectable.
+    self.assertNotEmpty(analysis.select(lapack[0]))
+
+
+class AssertHappensBeforeTest(absltest.TestCase):
+  def test_failure_names_target_scope_line_and_fix(self):
+    c = compile_hazard(Ordering.NONE)
+    with self.assertRaises(AssertionError) as raised:
+      testing.assert_happens_before(c, "read", "second_write")
+    message = str(raised.exception)
+    self.assertIn("'read' does not happen before 'second_write'", message)
+    self.assertIn(f"{READ} scope 'jit(hazard)/read/", message)
+    self.assertIn(f"{WRITE} scope 'jit(hazard)/second_write/", message)
+    self.assertRegex(message, r"entangle_jax/_hazard\.py:\d+ \(%")
+    self.assertIn("entangle(token, x)", message)
+
+  def test_passes_when_ordered(self):
+    testing.assert_happens_before(
+      compile_hazard(Ordering.ENTANGLE), "read", "second_write"
+    )
+
+  def test_location_is_the_users_line(self):
+    def fn(slot):
+      t = testing.write_slot(slot, 1.0)
+      x = testing.read_slot(t)  # the line the message must point at
+      testing.write_slot(t, 2.0)
+      return x
+
+    c = compiled(fn, jnp.int32(0))
+    (race,) = testing.races(c)
+    line = fn.__code__.co_firstlineno + 2
+    location = race.first.location
+    self.assertEqual(location.split(os.sep)[-1], f"{THIS_FILE}:{line}")
+    rendered = testing.format_races(testing.races(c))
+    self.assertIn(f"{THIS_FILE}:{line}", rendered)
+    self.assertIn("1 pair of ops not ordered", rendered)
 
 
 # A while loop fed by a fusion, a side-effecting op ordered only by a control
@@ -188,13 +398,59 @@ ENTRY %main (a: s32[], k: s32[]) -> s32[] {
 """
 
 
+# Async work: the read is wrapped in async-start/async-done; "early" uses only
+# the start, "late" the done.
+ASYNC_HLO = """
+HloModule async
+
+%wrapped (p: s32[]) -> f32[] {
+  %p = s32[] parameter(0)
+  ROOT %r = f32[] custom-call(%p), custom_call_target="read"
+}
+
+%sum (u: f32[], v: f32[]) -> f32[] {
+  %u = f32[] parameter(0)
+  %v = f32[] parameter(1)
+  ROOT %s = f32[] add(%u, %v)
+}
+
+ENTRY %main (a: s32[]) -> f32[] {
+  %a = s32[] parameter(0)
+  %before = s32[] custom-call(%a), custom_call_target="before", custom_call_has_side_effect=true
+  %start = ((s32[]), f32[], u32[]) async-start(%before), calls=%wrapped
+  %early = s32[] custom-call(%start), custom_call_target="early", custom_call_has_side_effect=true
+  %done = f32[] async-done(%start)
+  %late = s32[] custom-call(%done), custom_call_target="late", custom_call_has_side_effect=true
+  %ar-start = f32[] all-reduce-start(%done), replica_groups={}, to_apply=%sum
+  %mid = s32[] custom-call(%ar-start), custom_call_target="mid", custom_call_has_side_effect=true
+  %ar-done = f32[] all-reduce-done(%ar-start)
+  ROOT %end = f32[] custom-call(%ar-done), custom_call_target="end"
+}
+"""
+
+# Data that flows only through one element of a tuple, and a zero-sized value.
+TUPLE_HLO = """
+HloModule tuples
+
+ENTRY %main (a: s32[]) -> s32[] {
+  %a = s32[] parameter(0)
+  %x = s32[] custom-call(%a), custom_call_target="x", custom_call_has_side_effect=true
+  %y = s32[] custom-call(%a), custom_call_target="y", custom_call_has_side_effect=true
+  %t = (s32[], s32[]) tuple(%x, %y)
+  %g = s32[] get-tuple-element(%t), index=1
+  %uses_y = s32[] custom-call(%g), custom_call_target="uses_y"
+  %empty = s32[0] custom-call(%a), custom_call_target="empty", custom_call_has_side_effect=true
+  ROOT %uses_empty = s32[] custom-call(%empty), custom_call_target="uses_empty"
+}
+"""
+
+
 class HandWrittenHloTest(parameterized.TestCase):
   @parameterized.parameters(
     ("first", "read", True),
     ("prepare", "read", True),  # fusion -> tuple -> while containing read
     ("prepare", "write", True),
-    ("read", "after", True),  # only through control-predecessors
-    ("write", "after", True),
+    ("write", "free", False),
     ("read", "write", False),  # unordered within the loop body
     ("write", "read", False),
     ("read", "first", False),
@@ -204,13 +460,67 @@ class HandWrittenHloTest(parameterized.TestCase):
   )
   def test_nested(self, before, after, expected):
     self.assertEqual(
-      testing.happens_before(NESTED_HLO, before, after), expected
+      testing.happens_before(NESTED_HLO, before, after, all_ops=True), expected
     )
 
-  def test_default_races_are_side_effecting_calls(self):
+  @parameterized.parameters(("read", "after"), ("write", "after"))
+  def test_control_predecessors_do_not_count(self, before, after):
+    # %after has only control-predecessors={%loop}: XLA:CPU's thunk executor
+    # orders by buffer and resource conflicts, so this orders nothing.
+    self.assertFalse(testing.happens_before(NESTED_HLO, before, after))
+    # Control: the same edge as an operand counts.
+    as_operand = NESTED_HLO.replace(
+      "custom-call(%a), custom_call_target=\"after\"",
+      "custom-call(%a, %loop), custom_call_target=\"after\"",
+    ).replace(", control-predecessors={%loop}", "")
+    self.assertTrue(testing.happens_before(as_operand, before, after))
+
+  def test_parsed_control_predecessors(self):
+    analysis = testing.OrderAnalysis(NESTED_HLO)
+    (after,) = analysis.select_ops("after")
+    self.assertEqual(after.instruction.control_predecessors, ("loop",))
+
+  @parameterized.parameters(
+    ("before", "read", True),
+    ("read", "late", True),  # after the done
+    ("read", "early", False),  # after the start only: may overlap the read
+    ("early", "read", False),
+    ("before", "mid", True),
+    ("late", "mid", False),  # all-reduce is effectful, "mid" overlaps it
+    ("read", "end", True),
+  )
+  def test_async_pairs(self, before, after, expected):
+    self.assertEqual(testing.happens_before(ASYNC_HLO, before, after), expected)
+
+  def test_async_collective_is_one_op(self):
+    analysis = testing.OrderAnalysis(ASYNC_HLO)
+    (reduce,) = [op for op in analysis.effectful_ops() if op.target is None]
+    self.assertEqual((reduce.name, reduce.last), ("ar-start", "ar-done"))
+    self.assertTrue(analysis.precedes(analysis.select_ops("read")[0], reduce))
+    self.assertFalse(analysis.precedes(analysis.select_ops("late")[0], reduce))
+    self.assertTrue(analysis.precedes(reduce, analysis.select_ops("end")[0]))
+    self.assertFalse(analysis.precedes(reduce, analysis.select_ops("mid")[0]))
+
+  def test_only_the_tuple_element_read_counts(self):
+    self.assertTrue(testing.happens_before(TUPLE_HLO, "y", "uses_y"))
+    self.assertFalse(testing.happens_before(TUPLE_HLO, "x", "uses_y"))
+
+  def test_zero_sized_values_order_nothing(self):
+    self.assertFalse(testing.happens_before(TUPLE_HLO, "empty", "uses_empty"))
+
+  def test_default_races_are_user_native_calls(self):
     self.assertCountEqual(
       testing.races(NESTED_HLO),
-      [("w", "free"), ("first", "free"), ("after", "free")],
+      [
+        ("r", "w"),
+        ("r", "after"),
+        ("r", "free"),
+        ("w", "after"),
+        ("w", "free"),
+        ("first", "after"),
+        ("first", "free"),
+        ("after", "free"),
+      ],
     )
 
   def test_races_among_selected(self):
@@ -234,6 +544,15 @@ class HandWrittenHloTest(parameterized.TestCase):
   def test_text_without_entry_is_rejected(self):
     with self.assertRaisesRegex(ValueError, "ENTRY"):
       testing.races("HloModule empty\n")
+
+  def test_source_file_metadata(self):
+    text = NESTED_HLO.replace(
+      'custom_call_target="free"',
+      'custom_call_target="free", metadata={op_name="jit(f)/s\\303\\251/x" '
+      'source_file="/x/y.py" source_line=7}',
+    )
+    (op,) = testing.OrderAnalysis(text).select_ops("s\u00e9")
+    self.assertEqual((op.location, op.target), ("/x/y.py:7", "free"))
 
 
 if __name__ == "__main__":
