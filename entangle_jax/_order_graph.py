@@ -24,7 +24,7 @@ from typing import Literal
 
 import jax
 
-from entangle_jax import _hlo_order, _hlo_parse, _native_loader
+from entangle_jax import _hlo_order
 
 Format = Literal["dot", "mermaid"]
 FORMATS: tuple[str, ...] = ("dot", "mermaid")
@@ -57,18 +57,24 @@ class Graph:
 
 
 def order_graph(
-  compiled: jax.stages.Compiled | str,
+  compiled: jax.stages.Compiled | jax.stages.Lowered | str,
   among: Sequence[_hlo_order.Selector] | None = None,
   format: Format = "dot",
+  *,
+  all_ops: bool = False,
 ) -> str:
   """The order among a compiled module's native calls, as graph text.
 
   Args:
-    compiled: a ``jax.stages.Compiled`` or its HLO text.
+    compiled: a ``jax.stages.Compiled``, a ``jax.stages.Lowered`` (compiled
+      here) or the optimized HLO text.
     among: selectors choosing the ops to draw, with the same rules and the
-      same default as ``races``.
+      same default as ``races``: by default the user's native calls
+      (``is_user_native_call``).
     format: ``"dot"`` (Graphviz: ``dot -Tsvg``) or ``"mermaid"`` (a
       ``flowchart``, which Markdown renderers draw in a ```mermaid block).
+    all_ops: as for ``races``: let scope selectors pick every op in the
+      scope, not only effectful work.
 
   Returns:
     The graph's text. Arrows are the transitive reduction of happens-before
@@ -85,7 +91,7 @@ def order_graph(
     raise ValueError(
       f"order_graph: unknown format {format!r}; expected one of {FORMATS}"
     )
-  graph = build(_hlo_order.OrderAnalysis(compiled), among)
+  graph = build(_hlo_order.OrderAnalysis(compiled, all_ops=all_ops), among)
   return to_dot(graph) if format == "dot" else to_mermaid(graph)
 
 
@@ -98,7 +104,7 @@ def build(
 ) -> Graph:
   """Nodes, reduced happens-before edges and race pairs of `analysis`."""
   ops = _selected(analysis, among)
-  before = [[a is not b and analysis._precedes(a, b) for b in ops] for a in ops]
+  before = [[a is not b and analysis.precedes(a, b) for b in ops] for a in ops]
   # Draw in an order that respects happens-before, as one reads a program.
   order = _topological(before)
   ops = [ops[n] for n in order]
@@ -153,34 +159,27 @@ def _topological(before: list[list[bool]]) -> list[int]:
 def _selected(
   analysis: _hlo_order.OrderAnalysis,
   among: Sequence[_hlo_order.Selector] | None,
-) -> list[_hlo_parse.Instruction]:
+) -> list[_hlo_order.Op]:
   """The ops ``races(among)`` considers, each once, in its order."""
-  # Adapter until _hlo_order exposes the selection `races` uses.
+  # The same rule as OrderAnalysis.races, which keeps its selection inline.
   if isinstance(among, str):
     raise TypeError(
-      f"among must be a sequence of selectors, not the string {among!r}; "
-      f"write [{among!r}]"
+      f"order_graph: `among` must be a list of selectors, not the string "
+      f"{among!r}; write among=[{among!r}]"
     )
   if among is None:
-    return [
-      i
-      for i in analysis._instructions()
-      if i.opcode == "custom-call"
-      and i.target
-      and i.target != _native_loader.ENTANGLE_TARGET
-    ]
-  return list(dict.fromkeys(i for s in among for i in analysis._select(s)))
+    return analysis.user_native_calls()
+  return list(dict.fromkeys(op for s in among for op in analysis.select_ops(s)))
 
 
-def _label(op: _hlo_parse.Instruction) -> tuple[str, ...]:
-  """Target (or opcode), named scope and file:line of `op`."""
-  # Adapter until _hlo_order provides the labels assert_happens_before uses.
-  scope = "/".join(op.op_name.split("/")[1:-1])
-  return tuple(line for line in (op.target or op.opcode, scope) if line)
+def _label(op: _hlo_order.Op) -> tuple[str, ...]:
+  """Target (or opcode), named scope and ``file:line``, as races reports."""
+  lines = (op.target or op.instruction.opcode, op.scope, op.location)
+  return tuple(line for line in lines if line)
 
 
 def _clusters(
-  analysis: _hlo_order.OrderAnalysis, op: _hlo_parse.Instruction
+  analysis: _hlo_order.OrderAnalysis, op: _hlo_order.Op
 ) -> list[tuple[tuple[str, str], str]]:
   """The boxes around `op`, outermost first: (site, computation), label.
 
@@ -190,25 +189,23 @@ def _clusters(
   paths = analysis._call_paths(op)
   if not paths:
     return []
-  path = paths[0]
   return [
-    ((site.name, inner.computation), _cluster_label(site, inner))
-    for site, inner in itertools.pairwise(path)
+    ((site.name, inner.computation), _cluster_label(site, inner.computation))
+    for site, inner in itertools.pairwise(paths[0])
   ]
 
 
-def _cluster_label(
-  site: _hlo_parse.Instruction, callee: _hlo_parse.Instruction
-) -> str:
-  computation = callee.computation
-  if site.opcode == "while":
+def _cluster_label(site: _hlo_order.Op, computation: str) -> str:
+  """Names the role of `computation` for the instruction that calls it."""
+  instruction = site.instruction
+  if instruction.opcode == "while":
     # XLA prints condition= before body=, and the parser keeps that order.
-    role = "loop body" if computation == site.callees[-1] else "loop condition"
-    return f"{role} of {site.name}"
-  if site.opcode == "conditional":
-    branch = site.callees.index(computation)
+    body = computation == instruction.callees[-1]
+    return f"{'loop body' if body else 'loop condition'} of {site.name}"
+  if instruction.opcode == "conditional":
+    branch = instruction.callees.index(computation)
     return f"branch {branch} of {site.name}"
-  return f"{site.opcode} {site.name}"
+  return f"{instruction.opcode} {site.name}"
 
 
 # DOT ------------------------------------------------------------------------
