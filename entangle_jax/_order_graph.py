@@ -131,13 +131,20 @@ def build(
 
 def _reduction(before: list[list[bool]]) -> tuple[tuple[int, int], ...]:
   """The pairs ``a`` before ``b`` with no ``c`` between them."""
-  n = range(len(before))
-  return tuple(
-    (a, b)
-    for a in n
-    for b in n
-    if before[a][b] and not any(before[a][c] and before[c][b] for c in n)
-  )
+  # Bitsets: after[a] holds the ops `a` precedes. An arrow a -> b is implied
+  # when b follows some op that follows a.
+  after = [sum(1 << b for b, p in enumerate(row) if p) for row in before]
+  edges = []
+  for a, successors in enumerate(after):
+    implied = 0
+    for c in _bits(successors):
+      implied |= after[c]
+    edges += [(a, b) for b in _bits(successors & ~implied)]
+  return tuple(edges)
+
+
+def _bits(mask: int) -> list[int]:
+  return [n for n in range(mask.bit_length()) if mask >> n & 1]
 
 
 def _topological(before: list[list[bool]]) -> list[int]:

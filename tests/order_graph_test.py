@@ -3,8 +3,10 @@
 import contextlib
 import importlib.util
 import io
+import itertools
 import os
 import pathlib
+import random
 import re
 import shutil
 import subprocess
@@ -272,6 +274,24 @@ class ReductionTest(absltest.TestCase):
       unordered_names(named_edges(graph, graph.races)),
       {frozenset((x, "d")) for x in "abcef"} | {frozenset("be")},
     )
+
+  def test_reduction_of_random_orders(self):
+    rng = random.Random(0)
+    for _ in range(50):
+      n = rng.randrange(1, 12)
+      # A random strict order: an edge set closed transitively.
+      before = [
+        [a < b and rng.random() < 0.3 for b in range(n)] for a in range(n)
+      ]
+      for c, a, b in itertools.product(range(n), repeat=3):
+        before[a][b] |= before[a][c] and before[c][b]
+      expected = {
+        (a, b)
+        for a, b in itertools.product(range(n), repeat=2)
+        if before[a][b]
+        and not any(before[a][c] and before[c][b] for c in range(n))
+      }
+      self.assertEqual(set(_order_graph._reduction(before)), expected)
 
   def test_chain_of_three_among_selectors(self):
     _, graph = drawn(_CHAIN_HLO, ["lib_a", "lib_c", "lib_f"])
