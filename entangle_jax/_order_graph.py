@@ -218,7 +218,8 @@ def _cluster_label(site: _hlo_order.Op, computation: str) -> str:
 # DOT ------------------------------------------------------------------------
 
 _DOT_EDGE = "  {} -> {};"
-_DOT_RACE = "  {} -> {} [dir=none, style=dashed, color=red];"
+# A race line does not rank its ends: either may come first.
+_DOT_RACE = "  {} -> {} [dir=none, style=dashed, color=red, constraint=false];"
 
 
 def to_dot(graph: Graph) -> str:
