@@ -503,6 +503,20 @@ class ReadmeGraphsTest(absltest.TestCase):
     for block in blocks:
       read_mermaid(self, block)
 
+  def test_readme_example_runs(self):
+    section = self.readme.split("## Seeing the order\n", 1)[1].split("\n## ")[0]
+    (example,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+      exec(example, {})
+    labels, _, arrows, dashed = read_mermaid(self, out.getvalue().rstrip("\n"))
+    self.assertLen(labels, 3)
+    self.assertLen(arrows, 2)
+    ((a, b),) = dashed
+    self.assertCountEqual(
+      [labels[a].split("\n")[0], labels[b].split("\n")[0]], [READ, WRITE]
+    )
+
   def test_readme_shows_what_the_demo_prints(self):
     version, platform = self.tool.recorded_with(self.readme)
     here = (jax.__version__, jax.devices()[0].platform)
