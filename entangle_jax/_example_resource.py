@@ -55,7 +55,7 @@ def _slot_ids(slot: jax.typing.ArrayLike, who: str) -> jax.Array:
     _check_range(concrete, who)
     return jnp.asarray(concrete.astype(np.int32))
   slot = jnp.asarray(slot)
-  if np.iinfo(dtype).max > np.iinfo(np.int32).max:
+  if dtype.itemsize > 4 or (dtype.itemsize == 4 and dtype.kind == "u"):
     in_range = (slot >= 0) & (slot < NUM_SLOTS)
     slot = jnp.where(in_range, slot, _native.unrepresentable_slot)
   return slot.astype(jnp.int32)

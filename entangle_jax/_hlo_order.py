@@ -8,8 +8,13 @@ Which edges count. Only edges the XLA runtimes honour:
   in concurrent mode derive their dependencies from buffer uses as well; a
   value one op produces and another reads is a buffer conflict on every
   backend. Through ``tuple``/``get-tuple-element`` only the element that is
-  read counts. Edges through zero-sized values (no bytes, so no buffer
-  conflict) do not count.
+  read counts. Edges through zero-sized values do not count: an empty
+  buffer slice need not overlap, so conflict with, anything.
+* **Into a while loop**, only the state elements its body or condition
+  read: XLA:CPU runs the loop as one thunk whose buffer uses are those of
+  the thunks inside (``xla/backends/cpu/runtime/while_thunk.cc``), so an
+  element carried through unchanged orders nothing; reading it after the
+  loop depends on its producer, not on the loop.
 * **Not control predecessors.** They constrain XLA's scheduler, not the
   CPU runtime's execution graph, so a ``control-predecessors={...}`` edge
   alone orders nothing here.
@@ -182,10 +187,46 @@ def scope_matches(selector: str, op_name: str) -> bool:
   scopes, and are never matched.
   """
   needle = f"/{selector}/"
-  for text in {op_name, _unwrap_transforms(op_name)}:
-    if needle in _strip_function_components(text):
-      return True
+  for variant in _merged_variants(op_name):
+    for text in {variant, _unwrap_transforms(variant)}:
+      if needle in _strip_function_components(text):
+        return True
   return False
+
+
+def _merged_variants(op_name: str, limit: int = 64) -> list[str]:
+  """The op names XLA merged into one, e.g. ``f/(a/x:b/y)`` -> f/a/x, f/b/y.
+
+  When XLA merges equal ops (CSE), it keeps the common prefix of their
+  ``op_name`` and joins the rest as ``(first:second)``.
+  """
+  variants = [op_name]
+  done = []
+  while variants and len(done) + len(variants) <= limit:
+    name = variants.pop()
+    components = _split_components(name)
+    for n, component in enumerate(components):
+      if component.startswith("(") and component.endswith(")"):
+        alternatives = _split_top_level(component[1:-1], ":")
+        if len(alternatives) > 1:
+          for alternative in alternatives:
+            rest = components[n + 1 :]
+            variants.append("/".join([*components[:n], alternative, *rest]))
+          break
+    else:
+      done.append(name)
+  return done + variants
+
+
+def _split_top_level(text: str, separator: str) -> list[str]:
+  parts, depth, start = [], 0, 0
+  for i, c in enumerate(text):
+    depth += (c == "(") - (c == ")")
+    if c == separator and depth == 0:
+      parts.append(text[start:i])
+      start = i + 1
+  parts.append(text[start:])
+  return parts
 
 
 def _strip_function_components(op_name: str) -> str:
@@ -240,7 +281,7 @@ def _balanced(text: str) -> bool:
   return depth == 0
 
 
-# Ops and labels ----------------------------------------------------------------
+# Ops and labels ---------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -324,7 +365,7 @@ class Race(tuple[str, str]):
     return race
 
 
-# The analysis ------------------------------------------------------------------
+# The analysis -----------------------------------------------------------------
 
 
 class OrderAnalysis:
@@ -358,6 +399,7 @@ class OrderAnalysis:
     self._callers = self._find_callers()
     self._site_paths_cache: dict[str, list] = {}
     self._closures: dict[str, tuple] = {}
+    self._loops: dict[tuple[str, str], tuple] = {}
 
   # Selection ----------------------------------------------------------------
 
@@ -445,7 +487,7 @@ class OrderAnalysis:
     return not self.unordered(before, after)
 
   def unordered(self, before: Selector, after: Selector) -> list[Race]:
-    """The pairs ``(a, b)`` of selected ops where ``a`` does not precede ``b``."""
+    """Pairs ``(a, b)`` of selected ops where ``a`` does not precede ``b``."""
     firsts, seconds = self.select_ops(before), self.select_ops(after)
     return [
       Race(a, b) for a in firsts for b in seconds if not self.precedes(a, b)
@@ -577,16 +619,105 @@ class OrderAnalysis:
     """Operands whose values `i` reads: the edges the runtime honours."""
     for name in i.operands:
       operand = self._by_name[(i.computation, name)]
-      if (
-        i.opcode == "get-tuple-element"
-        and operand.opcode == "tuple"
-        and i.tuple_index is not None
-        and i.tuple_index < len(operand.operands)
-      ):
-        name = operand.operands[i.tuple_index]
-        operand = self._by_name[(i.computation, name)]
+      if i.opcode == "while" and operand.opcode == "tuple":
+        # The loop reads only the elements its body or condition use; an
+        # element it merely carries through is no buffer conflict of it.
+        used = self._loop_elements(i)[0]
+        elements = [
+          self._by_name[(i.computation, e)]
+          for k, e in enumerate(operand.operands)
+          if used is None or k in used
+        ]
+        yield from (e.name for e in elements if not e.zero_sized)
+        continue
+      if i.opcode == "while" and self._loop_elements(i)[0] == set():
+        continue  # The loop reads nothing of its init: no conflict.
+      if i.opcode == "get-tuple-element" and i.tuple_index is not None:
+        operand = self._element(operand, i.tuple_index)
       if not operand.zero_sized:
-        yield name
+        yield operand.name
+
+  def _element(
+    self, producer: _hlo_parse.Instruction, index: int
+  ) -> _hlo_parse.Instruction:
+    """The instruction that produced element `index` of `producer`."""
+    if producer.opcode == "tuple" and index < len(producer.operands):
+      return self._by_name[(producer.computation, producer.operands[index])]
+    if producer.opcode == "while" and index in self._loop_elements(producer)[1]:
+      # Carried through unchanged: the value (and buffer) of the init.
+      (init,) = producer.operands[:1] or (None,)
+      if init is not None:
+        return self._element(self._by_name[(producer.computation, init)], index)
+    return producer
+
+  def _loop_elements(self, loop: _hlo_parse.Instruction):
+    """(elements the loop reads or None for all, elements it carries through).
+
+    XLA:CPU runs a while loop as one thunk whose buffer uses are those of
+    the thunks in its condition and body, so only the elements some op in
+    there reads make the loop wait for their producers.
+    """
+    key = (loop.computation, loop.name)
+    if key not in self._loops:
+      self._loops[key] = self._find_loop_elements(loop)
+    return self._loops[key]
+
+  def _find_loop_elements(self, loop: _hlo_parse.Instruction):
+    used: set[int] | None = set()
+    carried: set[int] = set()
+    for callee in loop.callees:
+      instructions = self._module.computations.get(callee, [])
+      params = [i for i in instructions if i.opcode == "parameter"]
+      if len(params) != 1:
+        return None, set()
+      users = _users(instructions)
+      for user in users.get(params[0].name, []):
+        if user.opcode == "get-tuple-element" and user.tuple_index is not None:
+          if used is not None and _read_by_an_op(user, users):
+            used.add(user.tuple_index)
+        elif not user.root:
+          used = None
+      if callee == loop.body:
+        root = next((i for i in instructions if i.root), None)
+        if root is not None and root.opcode == "tuple":
+          for k, name in enumerate(root.operands):
+            element = self._by_name[(callee, name)]
+            if (
+              element.opcode == "get-tuple-element"
+              and element.tuple_index == k
+              and element.operands == (params[0].name,)
+            ):
+              carried.add(k)
+    return used, carried
+
+
+def _users(instructions) -> dict[str, list[_hlo_parse.Instruction]]:
+  users: dict[str, list[_hlo_parse.Instruction]] = {}
+  for i in instructions:
+    for operand in i.operands:
+      users.setdefault(operand, []).append(i)
+  return users
+
+
+# Ops that only rename or regroup buffers: no thunk reads through them.
+_FORWARDING = frozenset({"get-tuple-element", "bitcast", "tuple"})
+
+
+def _read_by_an_op(value: _hlo_parse.Instruction, users) -> bool:
+  """Whether an op other than the ROOT forwarding reads `value`."""
+  pending, seen = [value], set()
+  while pending:
+    current = pending.pop()
+    for user in users.get(current.name, []):
+      if user.name in seen:
+        continue
+      seen.add(user.name)
+      if user.root and user.opcode == "tuple":
+        continue  # Carried to the next iteration, not read.
+      if user.opcode not in _FORWARDING:
+        return True
+      pending.append(user)
+  return False
 
 
 def _starts_async(opcode: str) -> bool:
@@ -611,7 +742,9 @@ def _check_selector(selector: object) -> None:
     raise ValueError("a selector must not be empty")
 
 
-def module_text(compiled: jax.stages.Compiled | jax.stages.Lowered | str) -> str:
+def module_text(
+  compiled: jax.stages.Compiled | jax.stages.Lowered | str,
+) -> str:
   """The optimized HLO text of `compiled` (or `compiled` itself, if text).
 
   A ``jax.stages.Lowered`` is compiled first.
@@ -651,7 +784,7 @@ def _topological_order(users: list[list[int]]) -> list[int]:
   return order
 
 
-# Module-level API ----------------------------------------------------------------
+# Module-level API -------------------------------------------------------------
 
 FIX_HINT = (
   "Usual fix: make the later call consume a value computed from the earlier "

@@ -30,6 +30,7 @@ _OP_NAME = re.compile(r"\bop_name=" + _QUOTED)
 _SOURCE_FILE = re.compile(r"\bsource_file=" + _QUOTED)
 _SOURCE_LINE = re.compile(r"\bsource_line=(\d+)")
 _STACK_FRAME = re.compile(r"\bstack_frame_id=(\d+)")
+_BODY = re.compile(r"\bbody=%?([\w.\-]+)")
 _TUPLE_INDEX = re.compile(r"^,\s*index=(\d+)")
 _SIDE_EFFECT = re.compile(r"\bcustom_call_has_side_effect=true\b")
 _ALIASING = re.compile(r"\boutput_to_operand_aliasing=\{")
@@ -65,6 +66,10 @@ class Instruction:
   """Python ``(file, line)`` that created the op, innermost frame first."""
   stack: tuple[tuple[str, int], ...] = ()
   """The whole Python stack of the op, innermost frame first, if known."""
+  root: bool = False
+  """Whether this is its computation's ROOT."""
+  body: str | None = None
+  """A while loop's body computation."""
 
   @property
   def zero_sized(self) -> bool:
@@ -153,7 +158,9 @@ class _StackFrames:
     # XLA prints each frame's parent shifted by one (1 means "no parent"),
     # so a frame can appear to be its own parent. Detect that convention
     # rather than trust either.
-    shift = int(any(f.get("parent_frame_id", 0) >= n for n, f in frames.items()))
+    shift = int(
+      any(f.get("parent_frame_id", 0) >= n for n, f in frames.items())
+    )
     stack = []
     seen = set()
     while frame_id in frames and frame_id not in seen:
@@ -197,6 +204,7 @@ def _parse_instruction(line: str, computation: str) -> tuple[Instruction, str]:
   source_file = _SOURCE_FILE.search(attrs)
   source_line = _SOURCE_LINE.search(attrs)
   index = _TUPLE_INDEX.match(attrs) if opcode == "get-tuple-element" else None
+  body = _BODY.search(attrs) if opcode == "while" else None
   instruction = Instruction(
     name=head.group(2),
     computation=computation,
@@ -210,6 +218,8 @@ def _parse_instruction(line: str, computation: str) -> tuple[Instruction, str]:
     aliases_operands=bool(_ALIASING.search(attrs)),
     shape=shape,
     tuple_index=int(index.group(1)) if index else None,
+    root=bool(head.group(1)),
+    body=body.group(1) if body else None,
     source=(
       (unescape(source_file.group(1)), int(source_line.group(1)))
       if source_file and source_line

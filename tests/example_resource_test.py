@@ -1,5 +1,9 @@
 """The example native resource: slots written and read through XLA."""
 
+import importlib
+import itertools
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,9 +17,8 @@ def enable_x64():
   """64-bit types on, as a context manager (the API moved in jax 0.7)."""
   if hasattr(jax, "enable_x64"):
     return jax.enable_x64(True)
-  from jax.experimental import enable_x64 as legacy  # noqa: PLC0415
-
-  return legacy()
+  legacy: Any = importlib.import_module("jax.experimental")
+  return legacy.enable_x64()
 
 
 class ExampleResourceTest(parameterized.TestCase):
@@ -130,9 +133,7 @@ class ExampleResourceTest(parameterized.TestCase):
     np.testing.assert_array_equal(
       testing.slot_values(), np.zeros(testing.NUM_SLOTS)
     )
-    self.assertEqual(
-      [r for r in testing.call_log() if r.kind == "write"], []
-    )
+    self.assertEqual([r for r in testing.call_log() if r.kind == "write"], [])
 
   def test_call_log_records_calls_in_the_order_they_ran(self):
     token = testing.write_slot(jnp.array([3, 4]), jnp.array([1.0, 2.0]))
@@ -145,7 +146,7 @@ class ExampleResourceTest(parameterized.TestCase):
     )
     for record in log:
       self.assertLess(record.start, record.end)
-    for earlier, later in zip(log, log[1:], strict=False):
+    for earlier, later in itertools.pairwise(log):
       self.assertLess(earlier.end, later.start)
 
   def test_call_log_records_only_successful_calls(self):

@@ -1,6 +1,7 @@
 """happens_before / races on compiled modules and on hand-written HLO."""
 
 import os
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -93,7 +94,7 @@ class CompiledHazardTest(parameterized.TestCase):
   def test_rejects_what_is_not_compiled(self):
     fn = jax.jit(_hazard.program(Ordering.ENTANGLE))
     with self.assertRaisesRegex(TypeError, "jax.stages.Compiled.*PjitFunc"):
-      testing.happens_before(fn, "read", "second_write")
+      testing.happens_before(cast(Any, fn), "read", "second_write")
 
   @ORDERED
   def test_inside_scan_body(self, ordering, ordered):
@@ -153,20 +154,22 @@ class CompiledHazardTest(parameterized.TestCase):
     c = compiled(jax.grad(loss), jnp.ones(3))
     self.assertEqual(testing.happens_before(c, "read", "second_write"), ordered)
 
-  def test_several_payload_leaves(self):
+  @ORDERED
+  def test_several_payload_leaves(self, ordering, ordered):
     def fn(token, a, b):
       with jax.named_scope("read"):
         x = testing.read_slot(token)
-      token, a, b = entangle((token, a, b), x)
+      if ordering is Ordering.ENTANGLE:
+        token, a, b = entangle((token, a, b), x)
       with jax.named_scope("use_a"):
         a = testing.write_slot(a, jnp.float32(0))
       with jax.named_scope("use_b"):
         b = testing.write_slot(b, jnp.float32(0))
-      return token, a, b
+      return token, a, b, x  # x: keep the read without entangle too
 
     c = compiled(fn, jnp.int32(0), jnp.int32(1), jnp.int32(2))
-    self.assertTrue(testing.happens_before(c, "read", "use_a"))
-    self.assertTrue(testing.happens_before(c, "read", "use_b"))
+    self.assertEqual(testing.happens_before(c, "read", "use_a"), ordered)
+    self.assertEqual(testing.happens_before(c, "read", "use_b"), ordered)
     self.assertFalse(testing.happens_before(c, "use_a", "use_b"))
 
   def test_unknown_selector_lists_what_exists(self):
@@ -203,14 +206,16 @@ class ScopeSelectorTest(parameterized.TestCase):
     self.assertGreater(len(all_w2), 1)
     self.assertFalse(testing.happens_before(c, "r1", "w2", all_ops=True))
 
-  def test_derived_ops_in_a_scan_are_not_selected(self):
+  @ORDERED
+  def test_derived_ops_in_a_scan_are_not_selected(self, ordering, ordered):
     # XLA copies the read's op_name onto a bitcast/copy it derives for the
     # scan's stacked output; only the custom call is selected.
     def loop(token):
       def body(t, _):
         with jax.named_scope("r1"):
           x = testing.read_slot(t)
-        t = entangle(t, x)
+        if ordering is Ordering.ENTANGLE:
+          t = entangle(t, x)
         with jax.named_scope("w2"):
           t = testing.write_slot(t, 2.0)
         return t, x
@@ -220,7 +225,7 @@ class ScopeSelectorTest(parameterized.TestCase):
     c = compiled(loop, jnp.int32(0))
     (selected,) = testing.OrderAnalysis(c).select_ops("r1")
     self.assertEqual(selected.target, READ)
-    self.assertTrue(testing.happens_before(c, "r1", "w2"))
+    self.assertEqual(testing.happens_before(c, "r1", "w2"), ordered)
 
   def test_non_ascii_and_quoted_scope_names(self):
     name = 'caf\u00e9 "q" \u2192'
@@ -267,7 +272,7 @@ class ScopeSelectorTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, "must not be empty"):
       testing.happens_before(c, "", "read")
     with self.assertRaisesRegex(TypeError, "must be a str"):
-      testing.happens_before(c, 3, "read")
+      testing.happens_before(c, cast(Any, 3), "read")
 
 
 class LibraryKernelsTest(absltest.TestCase):
@@ -302,9 +307,10 @@ class AssertHappensBeforeTest(absltest.TestCase):
       testing.assert_happens_before(c, "read", "second_write")
     message = str(raised.exception)
     self.assertIn("'read' does not happen before 'second_write'", message)
-    self.assertIn(f"{READ} scope 'jit(hazard)/read/", message)
-    self.assertIn(f"{WRITE} scope 'jit(hazard)/second_write/", message)
-    self.assertRegex(message, r"entangle_jax/_hazard\.py:\d+ \(%")
+    # jax < 0.7 adds a jit(main) component.
+    self.assertRegex(message, rf"{READ} scope 'jit\(hazard\)/.*read/")
+    self.assertRegex(message, rf"{WRITE} scope 'jit\(hazard\)/.*second_write/")
+    self.assertRegex(message, r"entangle_jax/_\w+\.py:\d+ \(%")
     self.assertIn("entangle(token, x)", message)
 
   def test_passes_when_ordered(self):
@@ -323,9 +329,14 @@ class AssertHappensBeforeTest(absltest.TestCase):
     (race,) = testing.races(c)
     line = fn.__code__.co_firstlineno + 2
     location = race.first.location
-    self.assertEqual(location.split(os.sep)[-1], f"{THIS_FILE}:{line}")
+    assert location is not None
+    if len(race.first.instruction.stack) > 1:
+      expected = f"{THIS_FILE}:{line}"
+    else:  # Older XLA records only the innermost frame: the wrapper's.
+      expected = f"_example_resource.py:{race.first.instruction.stack[0][1]}"
+    self.assertEqual(location.split(os.sep)[-1], expected)
     rendered = testing.format_races(testing.races(c))
-    self.assertIn(f"{THIS_FILE}:{line}", rendered)
+    self.assertIn(expected, rendered)
     self.assertIn("1 pair of ops not ordered", rendered)
 
 
@@ -445,7 +456,60 @@ ENTRY %main (a: s32[]) -> s32[] {
 """
 
 
+# A loop that reads element 0 of its state and carries element 1 through.
+LOOP_HLO = """
+HloModule loop
+
+%body (b: (s32[], s32[])) -> (s32[], s32[]) {
+  %b = (s32[], s32[]) parameter(0)
+  %i = s32[] get-tuple-element(%b), index=0
+  %c = s32[] get-tuple-element(%b), index=1
+  %r = s32[] custom-call(%i), custom_call_target="inside"
+  ROOT %t = (s32[], s32[]) tuple(%r, %c)
+}
+
+%cond (p: (s32[], s32[])) -> pred[] {
+  %p = (s32[], s32[]) parameter(0)
+  %pi = s32[] get-tuple-element(%p), index=0
+  %k = s32[] constant(10)
+  ROOT %lt = pred[] compare(%pi, %k), direction=LT
+}
+
+ENTRY %main (a: s32[]) -> s32[] {
+  %a = s32[] parameter(0)
+  %used = s32[] custom-call(%a), custom_call_target="used", custom_call_has_side_effect=true
+  %carried = s32[] custom-call(%a), custom_call_target="carried", custom_call_has_side_effect=true
+  %init = (s32[], s32[]) tuple(%used, %carried)
+  %loop = (s32[], s32[]) while(%init), condition=%cond, body=%body
+  %out1 = s32[] get-tuple-element(%loop), index=1
+  %after_carried = s32[] custom-call(%out1), custom_call_target="after_carried"
+  %out0 = s32[] get-tuple-element(%loop), index=0
+  ROOT %after_loop = s32[] custom-call(%out0), custom_call_target="after_loop"
+}
+"""
+
+
 class HandWrittenHloTest(parameterized.TestCase):
+  @parameterized.parameters(
+    ("used", "inside", True),
+    ("carried", "inside", False),  # the loop never reads it
+    ("inside", "after_loop", True),
+    ("inside", "after_carried", False),  # reads only what the loop carried
+    ("carried", "after_carried", True),
+    ("used", "after_loop", True),
+  )
+  def test_loop_carried_elements(self, before, after, expected):
+    self.assertEqual(testing.happens_before(LOOP_HLO, before, after), expected)
+
+  def test_loop_element_read_inside_orders(self):
+    # Control: once the body reads element 1, its producer precedes the loop.
+    reads_both = LOOP_HLO.replace(
+      '%r = s32[] custom-call(%i), custom_call_target="inside"',
+      '%r = s32[] custom-call(%i, %c), custom_call_target="inside"',
+    )
+    self.assertTrue(testing.happens_before(reads_both, "carried", "inside"))
+    self.assertFalse(testing.happens_before(LOOP_HLO, "carried", "inside"))
+
   @parameterized.parameters(
     ("first", "read", True),
     ("prepare", "read", True),  # fusion -> tuple -> while containing read
@@ -470,8 +534,8 @@ class HandWrittenHloTest(parameterized.TestCase):
     self.assertFalse(testing.happens_before(NESTED_HLO, before, after))
     # Control: the same edge as an operand counts.
     as_operand = NESTED_HLO.replace(
-      "custom-call(%a), custom_call_target=\"after\"",
-      "custom-call(%a, %loop), custom_call_target=\"after\"",
+      'custom-call(%a), custom_call_target="after"',
+      'custom-call(%a, %loop), custom_call_target="after"',
     ).replace(", control-predecessors={%loop}", "")
     self.assertTrue(testing.happens_before(as_operand, before, after))
 
@@ -544,6 +608,19 @@ class HandWrittenHloTest(parameterized.TestCase):
   def test_text_without_entry_is_rejected(self):
     with self.assertRaisesRegex(ValueError, "ENTRY"):
       testing.races("HloModule empty\n")
+
+  def test_merged_op_names(self):
+    # XLA's CSE merges equal ops and joins their op_names as "(x:y)".
+    text = NESTED_HLO.replace(
+      'custom_call_target="free"',
+      'custom_call_target="free", '
+      'metadata={op_name="jit(f)/(a/sum:b (1)/sum)/tail"}',
+    )
+    analysis = testing.OrderAnalysis(text)
+    for scope in ("a", "b (1)", "tail", "a/sum/tail"):
+      self.assertEqual(analysis.select(scope), ["free"], scope)
+    with self.assertRaisesRegex(ValueError, "matches no op"):
+      analysis.select("sum:b")
 
   def test_source_file_metadata(self):
     text = NESTED_HLO.replace(

@@ -35,7 +35,7 @@ def programs(draw):
 
 
 def build(ops):
-  """The program; op k touches k + 1 copies of its slot, naming it in the log."""
+  """The program. Op k touches k + 1 copies of its slot: its name in the log."""
 
   def program(base, delay_input):
     delay = (jnp.sum(jnp.sin(delay_input)) * 0).astype(jnp.int32)
@@ -101,9 +101,7 @@ class RuntimeCrossCheckTest(absltest.TestCase):
     ]
     args = (jnp.int32(0), jnp.ones(DELAY_SIZE, jnp.float32))
     compiled = jax.jit(build(ops)).lower(*args).compile()
-    self.assertCountEqual(
-      claimed_orders(compiled, 3), [(0, 1), (1, 2), (0, 2)]
-    )
+    self.assertCountEqual(claimed_orders(compiled, 3), [(0, 1), (1, 2), (0, 2)])
     for log in run_logs(compiled, args, RUNS):
       self.assertLess(log[0].end, log[1].start)
       self.assertLess(log[1].end, log[2].start)
