@@ -230,12 +230,34 @@ class DemoProgramTest(parameterized.TestCase):
       # Graphviz titles an undirected-looking edge by its written direction.
       self.assertTrue({f"{read}->{second}", f"{second}->{read}"} & set(edges))
 
-  def test_labels_name_target_and_scope(self):
+  def test_accepts_lowered_and_text(self):
+    lowered = jax.jit(_hazard.program(Ordering.NONE)).lower(
+      *_hazard.arguments()
+    )
+    compiled = lowered.compile()
+    expected = testing.order_graph(compiled, format="mermaid")
+    self.assertEqual(testing.order_graph(lowered, format="mermaid"), expected)
+    text = testing.module_text(compiled)
+    self.assertEqual(testing.order_graph(text, format="mermaid"), expected)
+
+  def test_all_ops_draws_arithmetic_in_the_scope_too(self):
+    compiled = compile_hazard(Ordering.ENTANGLE)
+    _, effectful = drawn(compiled, ["read"])
+    analysis = testing.OrderAnalysis(compiled, all_ops=True)
+    everything = _order_graph.build(analysis, ["read"])
+    self.assertLen(effectful.nodes, 1)
+    self.assertGreater(len(everything.nodes), 1)
+    text = testing.order_graph(compiled, ["read"], all_ops=True)
+    self.assertEqual(text, _order_graph.to_dot(everything))
+
+  def test_labels_name_target_scope_and_line(self):
     analysis, graph = drawn(compile_hazard(Ordering.ENTANGLE))
-    (read,) = analysis.select("read")
-    (node,) = [n for n in graph.nodes if n.name == read]
-    self.assertEqual(node.label[0], READ)
-    self.assertTrue(any("read" in line for line in node.label[1:]))
+    (read,) = analysis.select_ops("read")
+    (node,) = [n for n in graph.nodes if n.name == read.name]
+    # The same target, scope and file:line that races/format_races report.
+    self.assertEqual(node.label, (READ, read.scope, read.location))
+    self.assertIn("/read/", node.label[1])
+    self.assertRegex(node.label[2], r"_hazard\.py:\d+$")
 
 
 _CHAIN_HLO = """\
