@@ -257,7 +257,7 @@ class DemoProgramTest(parameterized.TestCase):
     # The same target, scope and file:line that races/format_races report.
     self.assertEqual(node.label, (READ, read.scope, read.location))
     self.assertIn("/read/", node.label[1])
-    self.assertRegex(node.label[2], r"_hazard\.py:\d+$")
+    self.assertRegex(node.label[2], r"\.py:\d+$")  # Which frame: see Op.
 
 
 _CHAIN_HLO = """\
