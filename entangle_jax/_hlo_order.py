@@ -801,6 +801,8 @@ def format_races(races: Sequence[Race], heading: str | None = None) -> str:
     heading: first line; by default it counts the pairs.
   """
   count = len(races)
+  if not count and heading is None:
+    return "Every pair of ops is ordered."
   lines = [heading or f"{count} pair{'s' * (count != 1)} of ops not ordered:"]
   for race in races:
     lines.append(f"  {race.first.label()}")
