@@ -80,7 +80,8 @@ def order_graph(
     The graph's text. Arrows are the transitive reduction of happens-before
     among the drawn ops; dashed red lines without arrowheads join the pairs
     that ``races`` returns; loop bodies, loop conditions, conditional branches
-    and called computations are labelled clusters.
+    and called computations are labelled clusters (a computation called from
+    several places is drawn inside the clusters of its first call site).
 
   Raises:
     ValueError: `format` is neither ``"dot"`` nor ``"mermaid"``, or a selector
