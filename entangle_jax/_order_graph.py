@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import jax
@@ -255,7 +255,8 @@ def to_dot(graph: Graph) -> str:
 def _dot_escape(text: str) -> str:
   """`text` inside a DOT double-quoted string, shown literally."""
   # Backslash starts DOT escapes (\n, \l, \N) in labels; quotes end strings.
-  return text.replace("\\", "\\\\").replace('"', '\\"')
+  escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+  return escaped.replace("\n", "\\n")
 
 
 def _dot_quote(name: str) -> str:
@@ -265,7 +266,7 @@ def _dot_quote(name: str) -> str:
 # Mermaid --------------------------------------------------------------------
 
 # Characters Mermaid would read as syntax, markup or entity starts in a label.
-_MERMAID_SPECIAL = re.compile(r'["#&<>`\\]')
+_MERMAID_SPECIAL = re.compile(r'["#&<>`\\\n]')
 
 
 def to_mermaid(graph: Graph) -> str:
@@ -298,7 +299,13 @@ def _mermaid_escape(text: str) -> str:
 # Nesting --------------------------------------------------------------------
 
 
-def _nest(nodes: Sequence[Node], node, cluster, depth: int = 0, indices=None):
+def _nest(
+  nodes: Sequence[Node],
+  node: Callable[[int, str], list[str]],
+  cluster: Callable[[Cluster, str, list[str]], list[str]],
+  depth: int = 0,
+  indices: Sequence[int] | None = None,
+) -> list[str]:
   """Lines for the nodes `indices`, each cluster's members inside it.
 
   `node(i, pad)` and `cluster(c, pad, inner_lines)` write one format's

@@ -448,6 +448,15 @@ class EscapingTest(absltest.TestCase):
     (cluster,) = svg_groups(svg, "cluster").values()
     self.assertEqual(cluster, [AWKWARD])
 
+  def test_newline_in_a_label(self):
+    graph = _order_graph.Graph(
+      (_order_graph.Node("a", ("one\ntwo",), ()),), (), ()
+    )
+    svg = render_svg(self, _order_graph.to_dot(graph))
+    self.assertEqual(svg_groups(svg, "node"), {"a": ["one", "two"]})
+    text = _order_graph.to_mermaid(graph)
+    self.assertEqual(text, 'flowchart TD\n  n0["one#10;two"]\n')
+
   def test_mermaid_escapes_labels(self):
     text = _order_graph.to_mermaid(self.awkward_graph())
     labels, clusters, arrows, _ = read_mermaid(self, text)
