@@ -4,7 +4,9 @@ Runs ``write(slot, 1); x = read(slot); write(slot, 2)`` three ways (no
 ordering, ``jax.lax.optimization_barrier``, ``entangle``) and prints, for each,
 how often the read saw the wrong value and whether the compiled module orders
 the read before the second write. Then runs the entangle version once more,
-written with ``Resource``, which adds the ``entangle`` call itself.
+written with ``Resource``, which adds the ``entangle`` call itself. With
+``--graph`` it prints, instead, each program's native calls and their order
+as Mermaid graphs (Markdown).
 """
 
 from __future__ import annotations
@@ -14,7 +16,13 @@ import sys
 
 import jax
 
-from entangle_jax import _hazard, _hlo_order, _native_loader, _resource_hazard
+from entangle_jax import (
+  _hazard,
+  _hlo_order,
+  _native_loader,
+  _order_graph,
+  _resource_hazard,
+)
 
 # The entangle row's program, written by hand and with Resource.
 SIDE_BY_SIDE = (
@@ -77,12 +85,30 @@ def render(rows: list[tuple[str, str, str]]) -> str:
   return "\n".join(line.rstrip() for line in lines)
 
 
+def graphs() -> str:
+  """Markdown: each ordering's name and the Mermaid graph of its program."""
+  blocks = []
+  for ordering in _hazard.Ordering:
+    compiled = jax.jit(_hazard.program(ordering)).lower(*_hazard.arguments())
+    text = _order_graph.order_graph(compiled.compile(), format="mermaid")
+    blocks.append(f"{ordering.value}:\n\n```mermaid\n{text}```\n")
+  return "\n".join(blocks)
+
+
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument(
     "--runs", type=int, default=200, help="runs per ordering (default 200)"
   )
+  parser.add_argument(
+    "--graph",
+    action="store_true",
+    help="print the programs' order as Mermaid graphs instead of running them",
+  )
   args = parser.parse_args(argv)
+  if args.graph:
+    print(graphs(), end="")
+    return 0
   if args.runs < 1:
     parser.error("--runs must be at least 1")
   platform = jax.devices()[0].platform

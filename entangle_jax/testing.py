@@ -13,6 +13,8 @@ Proving order on the module XLA runs:
 * ``is_effectful`` / ``is_user_native_call``: which ops a named-scope
   selector picks, and which ``races`` considers by default.
 * ``module_text(compiled)``: the optimized HLO text that they analyse.
+* ``order_graph(compiled, among=None, format="dot")``: the whole picture, as
+  Graphviz DOT or Mermaid text.
 
 A tiny mutable native resource, for reproducing ordering hazards:
 
@@ -43,6 +45,7 @@ from entangle_jax._hlo_order import (
   module_text,
   races,
 )
+from entangle_jax._order_graph import order_graph
 
 __all__ = [
   "NUM_SLOTS",
@@ -58,6 +61,7 @@ __all__ = [
   "is_effectful",
   "is_user_native_call",
   "module_text",
+  "order_graph",
   "races",
   "read_slot",
   "reset_slots",
