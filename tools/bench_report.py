@@ -1,0 +1,372 @@
+"""Turns the benchmark's rounds into a Markdown report and a chart.
+
+Input is what ``tools/bench.py`` collects: for every implementation, one
+dict of metrics per round. Every timed number is reported as its median over
+rounds with its interquartile range (IQR) and compared, round by round,
+against the other implementations and against the identity-vs-identity
+noise floor of the same run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+
+import bench_stats
+
+OURS = "entangle-jax"
+PEER = "entangle-jax 0.1.1"
+BARRIER = "optimization_barrier"
+BASELINE = "identity"
+NOISE = "identity (again)"
+IMPLS = (OURS, PEER, BARRIER, BASELINE, NOISE)
+COMPILE_IMPLS = (OURS, BARRIER, BASELINE)
+
+
+@dataclasses.dataclass(frozen=True)
+class Metric:
+  """A timed metric: ``kind`` "diff" is ns over identity, "ratio" is x it."""
+
+  key: str
+  header: str
+  title: str
+  kind: str
+
+
+METRICS = (
+  Metric(
+    "scan_1x1_ns", "scan 1x1, ns a call", "scan, 1 leaf x 1 witness", "diff"
+  ),
+  Metric(
+    "scan_3x4_ns", "scan 3x4, ns a step", "scan, 3 leaves x 4 witnesses", "diff"
+  ),
+  Metric(
+    "resource_1e3",
+    "program, B=1e3, x identity",
+    "jit(vmap(write, read, entangle, write)), B=1e3",
+    "ratio",
+  ),
+  Metric(
+    "resource_1e5",
+    "program, B=1e5, x identity",
+    "jit(vmap(write, read, entangle, write)), B=1e5",
+    "ratio",
+  ),
+  Metric(
+    "donated_1e5",
+    "donated, B=1e5, x identity",
+    "jit(vmap(entangle)), donated (1e5, 4) payload",
+    "ratio",
+  ),
+)
+
+STRUCTURE = (
+  ("custom_calls_3x4", "custom calls, 3 leaves x 4 witnesses"),
+  ("collectives_sharded", "collectives, 8-way sharded payload"),
+  ("copies_donated", "copies, donated payload"),
+  ("copies_resource", "copies, vmap program (B=1e3)"),
+  ("loops_resource", "while loops, vmap program (B=1e3)"),
+  ("copies_batched_donated", "copies, jit(vmap) with donated payload"),
+)
+
+
+def derive(timings: dict[str, list[dict]], steps: int) -> dict:
+  """Per-round metrics of each implementation against the same round's
+  identity: ns a scan step over it, or time as a multiple of its time."""
+  base = timings[BASELINE]
+  derived: dict[str, dict[str, list[float]]] = {}
+  for impl, rounds in timings.items():
+    derived[impl] = {
+      "scan_1x1_ns": [
+        (r["scan_1x1_s"] - b["scan_1x1_s"]) / steps * 1e9
+        for r, b in zip(rounds, base, strict=True)
+      ],
+      "scan_3x4_ns": [
+        (r["scan_3x4_s"] - b["scan_3x4_s"]) / steps * 1e9
+        for r, b in zip(rounds, base, strict=True)
+      ],
+    }
+    for key, raw in (
+      ("resource_1e3", "resource_1e+03_s"),
+      ("resource_1e5", "resource_1e+05_s"),
+      ("donated_1e5", "donated_1e+05_s"),
+    ):
+      derived[impl][key] = bench_stats.ratios(
+        [r[raw] for r in rounds], [b[raw] for b in base]
+      )
+  return derived
+
+
+def _number(value: float, kind: str) -> str:
+  if kind == "diff":
+    return f"{value:.0f}" if abs(value) >= 9.5 else f"{value:.1f}"
+  if value >= 100:
+    return f"{value:.0f}x"
+  return f"{value:.2f}x"
+
+
+def _cell(values: list[float], kind: str) -> str:
+  s = bench_stats.spread(values)
+  return (
+    f"{_number(s.median, kind)} "
+    f"({_number(s.q1, kind).rstrip('x')}…{_number(s.q3, kind)})"
+  )
+
+
+def _noise(derived: dict, metric: Metric) -> list[float]:
+  offset = 0.0 if metric.kind == "diff" else 1.0
+  return [v - offset for v in derived[NOISE][metric.key]]
+
+
+def timing_table(derived: dict) -> list[str]:
+  lines = [
+    "| implementation | " + " | ".join(m.header for m in METRICS) + " |",
+    "|---" * (len(METRICS) + 1) + "|",
+  ]
+  for impl in IMPLS:
+    if impl == BASELINE:
+      cells = [
+        "0 (baseline)" if m.kind == "diff" else "1x (baseline)" for m in METRICS
+      ]
+    else:
+      cells = [_cell(derived[impl][m.key], m.kind) for m in METRICS]
+    name = "identity vs identity (noise floor)" if impl == NOISE else impl
+    lines.append(f"| {name} | " + " | ".join(cells) + " |")
+  return lines
+
+
+def comparisons(derived: dict) -> list[dict]:
+  """entangle-jax against each other implementation, metric by metric."""
+  found = []
+  for metric in METRICS:
+    noise = _noise(derived, metric)
+    for other in (PEER, BARRIER, BASELINE):
+      ours = derived[OURS][metric.key]
+      if other == BASELINE:
+        theirs = [0.0 if metric.kind == "diff" else 1.0] * len(ours)
+      else:
+        theirs = derived[other][metric.key]
+      verdict = bench_stats.compare(bench_stats.paired(ours, theirs), noise)
+      ratio = None
+      if all(t > 0 for t in theirs) and all(o > 0 for o in ours):
+        per_round = bench_stats.ratios(ours, theirs)
+        ratio = (
+          bench_stats.spread(per_round).median,
+          bench_stats.bootstrap_ci(per_round),
+        )
+      found.append(
+        {"metric": metric, "other": other, "verdict": verdict, "ratio": ratio}
+      )
+  return found
+
+
+def _conclusion(verdict: bench_stats.Verdict) -> str:
+  if verdict.conclusion == bench_stats.PARITY:
+    return bench_stats.PARITY
+  return f"entangle-jax {verdict.conclusion}"
+
+
+def comparison_table(found: list[dict]) -> list[str]:
+  lines = [
+    "| metric | entangle-jax vs | difference, median (95% CI) | ratio, "
+    "median (95% CI) | noise threshold | conclusion |",
+    "|---|---|---|---|---|---|",
+  ]
+  for row in found:
+    metric, verdict = row["metric"], row["verdict"]
+    digits = 0 if metric.kind == "diff" else 2
+    lo, hi = verdict.ci
+    difference = (
+      f"{verdict.median_difference:+.{digits}f} "
+      f"({lo:+.{digits}f}…{hi:+.{digits}f})"
+    )
+    if row["ratio"] is None:
+      ratio = "—"
+    else:
+      median, (rlo, rhi) = row["ratio"]
+      ratio = f"{median:.2f}x ({rlo:.2f}…{rhi:.2f})"
+    threshold = f"±{verdict.threshold:.{digits}f}"
+    lines.append(
+      f"| {metric.header} | {row['other']} | {difference} | {ratio} | "
+      f"{threshold} | {_conclusion(verdict)} |"
+    )
+  return lines
+
+
+def compile_table(compiles: dict[str, list[dict]]) -> list[str]:
+  sizes = list(compiles[OURS][0]["payload"])
+  lines = [
+    "| leaves | axis | "
+    + " | ".join(f"{impl}, s" for impl in COMPILE_IMPLS)
+    + " | entangle-jax / optimization_barrier |",
+    "|---" * (len(COMPILE_IMPLS) + 3) + "|",
+  ]
+  for axis in ("payload", "witness"):
+    for n in sizes:
+      cells = []
+      for impl in COMPILE_IMPLS:
+        s = bench_stats.spread([r[axis][n] for r in compiles[impl]])
+        cells.append(f"{s.median:.3g} ({s.low:.3g}…{s.high:.3g})")
+      ratio = bench_stats.spread(
+        bench_stats.ratios(
+          [r[axis][n] for r in compiles[OURS]],
+          [r[axis][n] for r in compiles[BARRIER]],
+        )
+      )
+      cells.append(f"{ratio.median:.2f}x ({ratio.low:.2f}…{ratio.high:.2f})")
+      lines.append(f"| {n} | {axis} | " + " | ".join(cells) + " |")
+  return lines
+
+
+def structure_table(structure: dict[str, dict]) -> list[str]:
+  impls = [i for i in IMPLS if i in structure]
+  lines = [
+    "| compiled HLO | " + " | ".join(impls) + " |",
+    "|---" * (len(impls) + 1) + "|",
+  ]
+  for key, label in STRUCTURE:
+    cells = [str(structure[i][key]) for i in impls]
+    lines.append(f"| {label} | " + " | ".join(cells) + " |")
+  return lines
+
+
+def markdown(results: dict) -> str:
+  """The README-ready report of one run."""
+  derived = results["derived"]
+  found = comparisons(derived)
+  meta = results["meta"]
+  lines = [
+    f"{meta['date']}; {meta['machine']}; {meta['versions']}; "
+    f"{meta['timing_rounds']} alternating rounds of timing, "
+    f"{meta['compile_rounds']} of compilation; scans of {meta['steps']} "
+    f"steps; load average {meta['load_start']} at the start, "
+    f"{meta['load_end']} at the end; the run took {meta['wall_min']:.1f} min"
+    f"{' (--quick)' if meta['quick'] else ''}.",
+    "",
+    "Cost over a plain identity, median over rounds (interquartile range):",
+    "",
+    *timing_table(derived),
+    "",
+    "entangle-jax against the others, paired round by round. A difference",
+    "counts when its 95% bootstrap interval excludes zero and it is larger",
+    "than the noise threshold (the largest identity-vs-identity difference",
+    "of the run); otherwise it is parity within noise:",
+    "",
+    *comparison_table(found),
+    "",
+    "Trace + lower + compile time of one call with n payload leaves (1",
+    "witness) or n witness leaves (1 payload leaf), median (min…max) over",
+    "rounds:",
+    "",
+    *compile_table(results["compile"]),
+    "",
+    *structure_table(results["structure"]),
+    "",
+    "The custom call each package emits in the 1x1 scan (compiled HLO, "
+    "metadata and names removed):",
+    "",
+    "```",
+  ]
+  for impl in (OURS, PEER):
+    for line in results["structure"][impl]["custom_call_1x1"]:
+      lines.append(f"{impl}: {line}")
+  lines.append("```")
+  return "\n".join(lines) + "\n"
+
+
+def _dot_plot(ax, derived: dict, metric: Metric) -> None:
+  impls = list(IMPLS)
+  for y, impl in enumerate(impls):
+    if impl == BASELINE:
+      values = [0.0 if metric.kind == "diff" else 1.0]
+    else:
+      values = derived[impl][metric.key]
+    s = bench_stats.spread(values)
+    ax.hlines(y, s.low, s.high, color="#999", linewidth=1)
+    ax.hlines(y, s.q1, s.q3, color="#333", linewidth=4)
+    ax.plot([s.median], [y], "o", color="#c33" if impl == OURS else "#36c")
+    ax.annotate(
+      _number(s.median, metric.kind),
+      (s.high, y),
+      xytext=(4, 0),
+      textcoords="offset points",
+      va="center",
+      fontsize=7,
+    )
+  ax.set_yticks(range(len(impls)), impls, fontsize=7)
+  ax.invert_yaxis()
+  ax.set_title(metric.title, fontsize=8)
+  ax.set_xlabel(
+    "ns over identity" if metric.kind == "diff" else "time / identity's",
+    fontsize=7,
+  )
+  left, right = ax.get_xlim()
+  ax.set_xlim(min(0.0, left), right * 1.25 if right > 0 else 1.0)
+  ax.tick_params(axis="x", labelsize=7)
+
+
+def _compile_plot(ax, compiles: dict, axis: str) -> None:
+  for impl, color in zip(COMPILE_IMPLS, ("#c33", "#36c", "#999"), strict=True):
+    sizes = list(compiles[impl][0][axis])
+    spreads = [
+      bench_stats.spread([r[axis][n] for r in compiles[impl]]) for n in sizes
+    ]
+    xs = [int(n) for n in sizes]
+    medians = [s.median for s in spreads]
+    ax.errorbar(
+      xs,
+      medians,
+      yerr=[
+        [s.median - s.low for s in spreads],
+        [s.high - s.median for s in spreads],
+      ],
+      fmt="o-",
+      color=color,
+      label=impl,
+      markersize=3,
+      capsize=2,
+    )
+    ax.annotate(
+      f"{medians[-1]:.2g} s",
+      (xs[-1], medians[-1]),
+      xytext=(-4, 4),
+      textcoords="offset points",
+      ha="right",
+      fontsize=7,
+      color=color,
+    )
+  ax.set_xlim(left=0)
+  ax.set_ylim(bottom=0)
+  ax.set_title(f"compile time vs {axis} leaves", fontsize=8)
+  ax.set_xlabel(f"{axis} leaves", fontsize=7)
+  ax.set_ylabel("seconds (min…max bars)", fontsize=7)
+  ax.tick_params(labelsize=7)
+  ax.legend(fontsize=6)
+
+
+def chart(results: dict, path: pathlib.Path) -> None:
+  """Dot plots (median, IQR, min…max) on linear axes from zero."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, axes = plt.subplots(2, 4, figsize=(17, 6.5))
+  flat = list(axes.flat)
+  for ax, metric in zip(flat[:5], METRICS, strict=True):
+    _dot_plot(ax, results["derived"], metric)
+  _compile_plot(flat[5], results["compile"], "payload")
+  _compile_plot(flat[6], results["compile"], "witness")
+  flat[7].axis("off")
+  flat[7].text(
+    0.0,
+    0.5,
+    "dot: median over rounds\nthick bar: interquartile range\n"
+    "thin bar: min…max\nlinear axes from zero",
+    fontsize=8,
+    va="center",
+  )
+  fig.suptitle(results["meta"]["date"] + ", " + results["meta"]["machine"])
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
