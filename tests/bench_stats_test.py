@@ -70,28 +70,36 @@ class BenchStatsTest(absltest.TestCase):
     with self.assertRaises(ZeroDivisionError):
       self.stats.ratios([1.0], [0.0])
 
+  def test_relative_noise_is_the_largest_relative_gap(self):
+    again = [1.1, 0.95, 1.0]
+    base = [1.0, 1.0, 1.0]
+    self.assertAlmostEqual(self.stats.relative_noise(again, base), 0.1)
+    with self.assertRaisesRegex(ValueError, "no noise"):
+      self.stats.relative_noise([], [])
+
   def test_clear_difference_is_reported(self):
-    noise = [1.0, -2.0, 0.5, -1.0, 1.5, -0.5, 0.0, 2.0]
-    higher = self.stats.compare([20.0, 22.0, 19.0, 21.0, 23.0, 20.5], noise)
+    higher = self.stats.compare([20.0, 22.0, 19.0, 21.0, 23.0, 20.5], 2.0)
     self.assertEqual(higher.conclusion, "higher")
     self.assertEqual(higher.threshold, 2.0)
-    lower = self.stats.compare([-20.0, -22.0, -19.0, -21.0, -23.0], noise)
+    lower = self.stats.compare([-20.0, -22.0, -19.0, -21.0, -23.0], 2.0)
     self.assertEqual(lower.conclusion, "lower")
 
   def test_difference_below_noise_floor_is_parity(self):
     # Consistently positive (the interval excludes zero) but smaller than
     # what identity against identity produced in the same run.
-    noise = [5.0, -6.0, 4.0, -3.0]
-    verdict = self.stats.compare([2.0, 2.5, 3.0, 2.2, 2.8], noise)
+    verdict = self.stats.compare([2.0, 2.5, 3.0, 2.2, 2.8], 6.0)
     self.assertGreater(verdict.ci[0], 0.0)
     self.assertEqual(verdict.conclusion, self.stats.PARITY)
 
   def test_difference_whose_interval_spans_zero_is_parity(self):
-    noise = [0.1, -0.1]
-    verdict = self.stats.compare([10.0, -9.0, 12.0, -11.0, 8.0, -10.0], noise)
+    verdict = self.stats.compare([10.0, -9.0, 12.0, -11.0, 8.0, -10.0], 0.1)
     self.assertLess(verdict.ci[0], 0.0)
     self.assertGreater(verdict.ci[1], 0.0)
     self.assertEqual(verdict.conclusion, self.stats.PARITY)
+
+  def test_negative_threshold_is_rejected(self):
+    with self.assertRaisesRegex(ValueError, "-1"):
+      self.stats.compare([1.0, 2.0], -1.0)
 
 
 if __name__ == "__main__":

@@ -152,13 +152,13 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument(
     "--quick", action="store_true", help="fewer rounds, sizes and repeats"
   )
-  parser.add_argument("--rounds", type=int, help="timing rounds (default 8)")
+  parser.add_argument("--rounds", type=int, help="timing rounds (default 7)")
   parser.add_argument(
     "--compile-rounds", type=int, help="compile-time rounds (default 3)"
   )
   parser.add_argument("--out", type=pathlib.Path, default=ROOT / "bench-out")
   args = parser.parse_args(argv)
-  timing_rounds = args.rounds or (3 if args.quick else 8)
+  timing_rounds = args.rounds or (3 if args.quick else 7)
   compile_rounds = args.compile_rounds or (2 if args.quick else 3)
   if timing_rounds < 2 or compile_rounds < 2:
     parser.error("a spread needs at least 2 rounds")

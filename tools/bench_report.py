@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import statistics
 
 import bench_stats
 
@@ -31,32 +32,44 @@ class Metric:
   header: str
   title: str
   kind: str
+  raw: str  # the worker's key: seconds per call of the whole program
 
 
 METRICS = (
   Metric(
-    "scan_1x1_ns", "scan 1x1, ns a call", "scan, 1 leaf x 1 witness", "diff"
+    "scan_1x1_ns",
+    "scan 1x1, ns a call",
+    "scan, 1 leaf x 1 witness",
+    "diff",
+    "scan_1x1_s",
   ),
   Metric(
-    "scan_3x4_ns", "scan 3x4, ns a step", "scan, 3 leaves x 4 witnesses", "diff"
+    "scan_3x4_ns",
+    "scan 3x4, ns a step",
+    "scan, 3 leaves x 4 witnesses",
+    "diff",
+    "scan_3x4_s",
   ),
   Metric(
     "resource_1e3",
     "program, B=1e3, x identity",
     "jit(vmap(write, read, entangle, write)), B=1e3",
     "ratio",
+    "resource_1e+03_s",
   ),
   Metric(
     "resource_1e5",
     "program, B=1e5, x identity",
     "jit(vmap(write, read, entangle, write)), B=1e5",
     "ratio",
+    "resource_1e+05_s",
   ),
   Metric(
     "donated_1e5",
     "donated, B=1e5, x identity",
     "jit(vmap(entangle)), donated (1e5, 4) payload",
     "ratio",
+    "donated_1e+05_s",
   ),
 )
 
@@ -72,29 +85,37 @@ STRUCTURE = (
 
 def derive(timings: dict[str, list[dict]], steps: int) -> dict:
   """Per-round metrics of each implementation against the same round's
-  identity: ns a scan step over it, or time as a multiple of its time."""
+  identity: ns a scan step over it, or time as a multiple of its time.
+
+  ``derived[impl][key + "_total"]`` is the whole program's time in the
+  metric's unit (ns a scan step, or identity's time): the size against
+  which the noise floor is scaled.
+  """
   base = timings[BASELINE]
   derived: dict[str, dict[str, list[float]]] = {}
   for impl, rounds in timings.items():
-    derived[impl] = {
-      "scan_1x1_ns": [
-        (r["scan_1x1_s"] - b["scan_1x1_s"]) / steps * 1e9
-        for r, b in zip(rounds, base, strict=True)
-      ],
-      "scan_3x4_ns": [
-        (r["scan_3x4_s"] - b["scan_3x4_s"]) / steps * 1e9
-        for r, b in zip(rounds, base, strict=True)
-      ],
-    }
-    for key, raw in (
-      ("resource_1e3", "resource_1e+03_s"),
-      ("resource_1e5", "resource_1e+05_s"),
-      ("donated_1e5", "donated_1e+05_s"),
-    ):
-      derived[impl][key] = bench_stats.ratios(
-        [r[raw] for r in rounds], [b[raw] for b in base]
-      )
+    derived[impl] = {}
+    for metric in METRICS:
+      times = [r[metric.raw] for r in rounds]
+      base_times = [b[metric.raw] for b in base]
+      if metric.kind == "diff":
+        totals = [t / steps * 1e9 for t in times]
+        values = [
+          d / steps * 1e9 for d in bench_stats.paired(times, base_times)
+        ]
+      else:
+        totals = values = bench_stats.ratios(times, base_times)
+      derived[impl][metric.key] = values
+      derived[impl][metric.key + "_total"] = totals
   return derived
+
+
+def relative_noise(timings: dict[str, list[dict]], metric: Metric) -> float:
+  """Identity against identity: the largest relative gap over rounds."""
+  return bench_stats.relative_noise(
+    [r[metric.raw] for r in timings[NOISE]],
+    [r[metric.raw] for r in timings[BASELINE]],
+  )
 
 
 def _number(value: float, kind: str) -> str:
@@ -111,11 +132,6 @@ def _cell(values: list[float], kind: str) -> str:
     f"{_number(s.median, kind)} "
     f"({_number(s.q1, kind).rstrip('x')}…{_number(s.q3, kind)})"
   )
-
-
-def _noise(derived: dict, metric: Metric) -> list[float]:
-  offset = 0.0 if metric.kind == "diff" else 1.0
-  return [v - offset for v in derived[NOISE][metric.key]]
 
 
 def timing_table(derived: dict) -> list[str]:
@@ -135,27 +151,43 @@ def timing_table(derived: dict) -> list[str]:
   return lines
 
 
-def comparisons(derived: dict) -> list[dict]:
-  """entangle-jax against each other implementation, metric by metric."""
+def comparisons(timings: dict, derived: dict) -> list[dict]:
+  """entangle-jax against the peer (and identity, for the vmap programs).
+
+  The noise threshold of a comparison is the run's relative
+  identity-vs-identity gap times the compared program's whole time, so a
+  long program is not judged by the noise of a short one.
+  """
   found = []
   for metric in METRICS:
-    noise = _noise(derived, metric)
-    for other in (PEER, BARRIER, BASELINE):
+    noise = relative_noise(timings, metric)
+    others = (PEER, BASELINE) if metric.kind == "ratio" else (PEER,)
+    for other in others:
       ours = derived[OURS][metric.key]
       if other == BASELINE:
-        theirs = [0.0 if metric.kind == "diff" else 1.0] * len(ours)
+        theirs = [1.0] * len(ours)
+        size = 1.0
       else:
         theirs = derived[other][metric.key]
-      verdict = bench_stats.compare(bench_stats.paired(ours, theirs), noise)
+        size = statistics.median(derived[other][metric.key + "_total"])
+      verdict = bench_stats.compare(
+        bench_stats.paired(ours, theirs), noise * size
+      )
       ratio = None
       if all(t > 0 for t in theirs) and all(o > 0 for o in ours):
         per_round = bench_stats.ratios(ours, theirs)
         ratio = (
-          bench_stats.spread(per_round).median,
+          statistics.median(per_round),
           bench_stats.bootstrap_ci(per_round),
         )
       found.append(
-        {"metric": metric, "other": other, "verdict": verdict, "ratio": ratio}
+        {
+          "metric": metric,
+          "other": other,
+          "verdict": verdict,
+          "ratio": ratio,
+          "relative_noise": noise,
+        }
       )
   return found
 
@@ -185,7 +217,7 @@ def comparison_table(found: list[dict]) -> list[str]:
     else:
       median, (rlo, rhi) = row["ratio"]
       ratio = f"{median:.2f}x ({rlo:.2f}…{rhi:.2f})"
-    threshold = f"±{verdict.threshold:.{digits}f}"
+    threshold = f"±{verdict.threshold:.{digits}f} ({row['relative_noise']:.1%})"
     lines.append(
       f"| {metric.header} | {row['other']} | {difference} | {ratio} | "
       f"{threshold} | {_conclusion(verdict)} |"
@@ -233,7 +265,7 @@ def structure_table(structure: dict[str, dict]) -> list[str]:
 def markdown(results: dict) -> str:
   """The README-ready report of one run."""
   derived = results["derived"]
-  found = comparisons(derived)
+  found = comparisons(results["timings"], derived)
   meta = results["meta"]
   lines = [
     f"{meta['date']}; {meta['machine']}; {meta['versions']}; "
@@ -243,14 +275,18 @@ def markdown(results: dict) -> str:
     f"{meta['load_end']} at the end; the run took {meta['wall_min']:.1f} min"
     f"{' (--quick)' if meta['quick'] else ''}.",
     "",
-    "Cost over a plain identity, median over rounds (interquartile range):",
+    "Cost over a plain identity, median over rounds (interquartile range).",
+    "A round's value is the fastest of repeated calls in its subprocess",
+    "(the call least disturbed by other load); the spread is over rounds:",
     "",
     *timing_table(derived),
     "",
-    "entangle-jax against the others, paired round by round. A difference",
-    "counts when its 95% bootstrap interval excludes zero and it is larger",
-    "than the noise threshold (the largest identity-vs-identity difference",
-    "of the run); otherwise it is parity within noise:",
+    "entangle-jax against the others, paired round by round (differences in",
+    "ns for the scans, in multiples of identity's time for the programs). A",
+    "difference counts when its 95% bootstrap interval excludes zero and it",
+    "exceeds the noise threshold: the largest relative gap between identity",
+    "and identity (in parentheses) over the rounds of this run, times the",
+    "compared program's whole time. Otherwise it is parity within noise:",
     "",
     *comparison_table(found),
     "",

@@ -100,16 +100,17 @@ def ratios(a: Sequence[float], b: Sequence[float]) -> list[float]:
   return [x / y for x, y in zip(a, b, strict=True)]
 
 
-def noise_threshold(noise: Sequence[float]) -> float:
-  """The difference the machine could not tell from zero in this run.
+def relative_noise(again: Sequence[float], base: Sequence[float]) -> float:
+  """How far apart two runs of the same program came, as a fraction.
 
-  ``noise`` holds per-round differences between two runs of the same
-  implementation (identity against identity); the largest magnitude among
-  them is what chance alone produced here.
+  ``again`` and ``base`` are per-round times of the same implementation run
+  twice (identity against identity). The largest ``|again / base - 1|`` is
+  what chance alone produced in this run; scaled by the size of a measured
+  time, it is the difference that time cannot resolve.
   """
-  if not noise:
+  if not again:
     raise ValueError("no noise-floor rounds")
-  return max(abs(x) for x in noise)
+  return max(abs(r - 1.0) for r in ratios(again, base))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,16 +123,18 @@ class Verdict:
   conclusion: str  # "lower", "higher" or PARITY
 
 
-def compare(differences: Sequence[float], noise: Sequence[float]) -> Verdict:
+def compare(differences: Sequence[float], threshold: float) -> Verdict:
   """Compares per-round paired differences ``a - b`` against the noise.
 
   A difference counts only when the bootstrap 95% interval of its median
-  excludes zero and its median exceeds the noise threshold; otherwise the
-  two are at parity within noise.
+  excludes zero and its median exceeds ``threshold`` (the difference the
+  noise floor allows, in the same unit); otherwise the two are at parity
+  within noise.
   """
+  if threshold < 0:
+    raise ValueError(f"negative noise threshold {threshold}")
   median = statistics.median(differences)
   ci = bootstrap_ci(differences)
-  threshold = noise_threshold(noise)
   excludes_zero = ci[0] > 0 or ci[1] < 0
   if excludes_zero and abs(median) > threshold:
     conclusion = "lower" if median < 0 else "higher"

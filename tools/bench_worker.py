@@ -184,26 +184,31 @@ def versions(impl: str) -> dict:
   return found
 
 
-def timing(impl: str, quick: bool, native_path: str | None) -> dict:
-  """Medians of repeated calls of each timed program, in seconds."""
+def _record(result: dict, name: str, times: list[float]) -> None:
+  # The fastest call is the one least disturbed by other load on a shared
+  # machine; the median is kept too, for readers who prefer it.
   import statistics
 
+  result[f"{name}_s"] = min(times)
+  result[f"{name}_median_s"] = statistics.median(times)
+
+
+def timing(impl: str, quick: bool, native_path: str | None) -> dict:
+  """Fastest and median of repeated calls of each program, in seconds."""
   entangle = entangle_fn(impl)
   resource = example_resource(native_path)
   result = {}
   for name, (leaves, witnesses) in {"1x1": (1, 1), "3x4": (3, 4)}.items():
     fn, args = scan_program(entangle, leaves, witnesses)
-    times = call_seconds(fn, args, 5 if quick else 9)
-    result[f"scan_{name}_s"] = statistics.median(times)
+    _record(result, f"scan_{name}", call_seconds(fn, args, 5 if quick else 9))
   for batch, repeats in ((1_000, 21 if quick else 51), (100_000, 21)):
     fn, args = resource_program(entangle, resource, batch)
-    times = call_seconds(fn, args, repeats)
-    result[f"resource_{batch:.0e}_s"] = statistics.median(times)
+    _record(result, f"resource_{batch:.0e}", call_seconds(fn, args, repeats))
   fn, payload, witness = donated_program(entangle, 100_000)
   times = chained_seconds(
     lambda p: fn(p, witness), payload, 11 if quick else 21
   )
-  result["donated_1e+05_s"] = statistics.median(times)
+  _record(result, "donated_1e+05", times)
   result["versions"] = versions(impl)
   return result
 
