@@ -70,12 +70,17 @@ class BenchStatsTest(absltest.TestCase):
     with self.assertRaises(ZeroDivisionError):
       self.stats.ratios([1.0], [0.0])
 
-  def test_relative_noise_is_the_largest_relative_gap(self):
-    again = [1.1, 0.95, 1.0]
-    base = [1.0, 1.0, 1.0]
-    self.assertAlmostEqual(self.stats.relative_noise(again, base), 0.1)
-    with self.assertRaisesRegex(ValueError, "no noise"):
-      self.stats.relative_noise([], [])
+  def test_relative_noise_is_the_far_end_of_the_median_gap_interval(self):
+    base = [2.0] * 5
+    self.assertAlmostEqual(self.stats.relative_noise([2.1] * 5, base), 0.05)
+    self.assertAlmostEqual(self.stats.relative_noise([1.9] * 5, base), 0.05)
+    # One wild round moves the median gap little.
+    again = [2.0, 2.02, 1.98, 2.0, 4.0, 2.01, 1.99]
+    noise = self.stats.relative_noise(again, [2.0] * 7)
+    self.assertGreater(noise, 0.0)
+    self.assertLess(noise, 0.02)
+    with self.assertRaisesRegex(ValueError, "got 1"):
+      self.stats.relative_noise([1.0], [1.0])
 
   def test_clear_difference_is_reported(self):
     higher = self.stats.compare([20.0, 22.0, 19.0, 21.0, 23.0, 20.5], 2.0)

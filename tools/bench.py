@@ -66,6 +66,15 @@ def peer_python() -> pathlib.Path:
   return python
 
 
+def peer_extension(python: pathlib.Path) -> str:
+  """Path of the peer's compiled extension, which registers its handler."""
+  venv = python.parent.parent
+  found = sorted(venv.glob("lib/python*/site-packages/entangle_jax/_ffi*.so"))
+  if not found:
+    raise FileNotFoundError(f"no entangle_jax/_ffi*.so under {venv}")
+  return str(found[0])
+
+
 def native_extension() -> str:
   """Path of this checkout's compiled extension (the example resource)."""
   from entangle_jax import _native_loader
@@ -84,6 +93,8 @@ class Workers:
   def run(self, impl: str, part: str) -> dict:
     command = [sys.executable, str(WORKER), "--impl", impl, "--part", part]
     cwd = ROOT
+    if part == "handlers":
+      command += ["--peer-extension", peer_extension(self.peer)]
     if impl == PEER:
       # The peer venv must not see this checkout's package: run elsewhere,
       # and load only the example resource's extension from this checkout.
@@ -176,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     if impl != NOISE:
       log(f"structure: {impl}")
       structure[impl] = workers.run(impl, "structure")
+  log("handlers: this checkout's and the peer's, in one process")
+  handlers = workers.run(bench_report.OURS, "handlers")["handler_ns"]
   timings = alternate(workers, IMPLS, "timing", timing_rounds, log)
   compiles = alternate(workers, COMPILE_IMPLS, "compile", compile_rounds, log)
 
@@ -200,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
       for impl, rounds in compiles.items()
     },
     "structure": structure,
+    "handlers": handlers,
   }
   args.out.mkdir(parents=True, exist_ok=True)
   report = bench_report.markdown(results)

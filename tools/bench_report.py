@@ -111,7 +111,7 @@ def derive(timings: dict[str, list[dict]], steps: int) -> dict:
 
 
 def relative_noise(timings: dict[str, list[dict]], metric: Metric) -> float:
-  """Identity against identity: the largest relative gap over rounds."""
+  """Identity against identity: the relative gap of the median."""
   return bench_stats.relative_noise(
     [r[metric.raw] for r in timings[NOISE]],
     [r[metric.raw] for r in timings[BASELINE]],
@@ -155,8 +155,9 @@ def comparisons(timings: dict, derived: dict) -> list[dict]:
   """entangle-jax against the peer (and identity, for the vmap programs).
 
   The noise threshold of a comparison is the run's relative
-  identity-vs-identity gap times the compared program's whole time, so a
-  long program is not judged by the noise of a short one.
+  identity-vs-identity gap (`bench_stats.relative_noise`) times the compared
+  program's whole time, so a long program is not judged by the noise of a
+  short one.
   """
   found = []
   for metric in METRICS:
@@ -198,6 +199,11 @@ def _conclusion(verdict: bench_stats.Verdict) -> str:
   return f"entangle-jax {verdict.conclusion}"
 
 
+def _sig(value: float) -> str:
+  # Two decimals, or three significant digits for ratios far below 1.
+  return f"{value:.2f}" if abs(value) >= 0.1 else f"{value:.3g}"
+
+
 def comparison_table(found: list[dict]) -> list[str]:
   lines = [
     "| metric | entangle-jax vs | difference, median (95% CI) | ratio, "
@@ -206,7 +212,8 @@ def comparison_table(found: list[dict]) -> list[str]:
   ]
   for row in found:
     metric, verdict = row["metric"], row["verdict"]
-    digits = 0 if metric.kind == "diff" else 2
+    big = abs(row["verdict"].median_difference) >= 100
+    digits = 0 if metric.kind == "diff" or big else 2
     lo, hi = verdict.ci
     difference = (
       f"{verdict.median_difference:+.{digits}f} "
@@ -216,7 +223,7 @@ def comparison_table(found: list[dict]) -> list[str]:
       ratio = "—"
     else:
       median, (rlo, rhi) = row["ratio"]
-      ratio = f"{median:.2f}x ({rlo:.2f}…{rhi:.2f})"
+      ratio = f"{_sig(median)}x ({_sig(rlo)}…{_sig(rhi)})"
     threshold = f"±{verdict.threshold:.{digits}f} ({row['relative_noise']:.1%})"
     lines.append(
       f"| {metric.header} | {row['other']} | {difference} | {ratio} | "
@@ -247,6 +254,32 @@ def compile_table(compiles: dict[str, list[dict]]) -> list[str]:
       )
       cells.append(f"{ratio.median:.2f}x ({ratio.low:.2f}…{ratio.high:.2f})")
       lines.append(f"| {n} | {axis} | " + " | ".join(cells) + " |")
+  return lines
+
+
+def handler_lines(handlers: dict[str, list[float]]) -> list[str]:
+  """This checkout's handler against the peer's, behind identical calls."""
+  ours, peer = handlers[OURS], handlers[PEER]
+  again = handlers[f"{OURS} (again)"]
+  noise = bench_stats.relative_noise(again, ours)
+  verdict = bench_stats.compare(
+    bench_stats.paired(ours, peer), noise * statistics.median(peer)
+  )
+  lines = [
+    "| handler behind the same custom call | ns a scan step, median (IQR) |",
+    "|---|---|",
+  ]
+  for name, values in handlers.items():
+    s = bench_stats.spread(values)
+    lines.append(f"| {name} | {s.median:.0f} ({s.q1:.0f}…{s.q3:.0f}) |")
+  lo, hi = verdict.ci
+  lines += [
+    "",
+    f"This checkout's handler minus the peer's: "
+    f"{verdict.median_difference:+.0f} ns a call (95% CI {lo:+.0f}…{hi:+.0f}; "
+    f"noise threshold ±{verdict.threshold:.0f}, from this checkout's handler "
+    f"against itself, {noise:.1%}): {_conclusion(verdict)}.",
+  ]
   return lines
 
 
@@ -284,9 +317,10 @@ def markdown(results: dict) -> str:
     "entangle-jax against the others, paired round by round (differences in",
     "ns for the scans, in multiples of identity's time for the programs). A",
     "difference counts when its 95% bootstrap interval excludes zero and it",
-    "exceeds the noise threshold: the largest relative gap between identity",
-    "and identity (in parentheses) over the rounds of this run, times the",
-    "compared program's whole time. Otherwise it is parity within noise:",
+    "exceeds the noise threshold: how far from zero the median gap between",
+    "identity and identity could lie in this run (the far end of its 95%",
+    "bootstrap interval, relative, in parentheses), times the compared",
+    "program's whole time. Otherwise it is parity within noise:",
     "",
     *comparison_table(found),
     "",
@@ -297,6 +331,13 @@ def markdown(results: dict) -> str:
     *compile_table(results["compile"]),
     "",
     *structure_table(results["structure"]),
+    "",
+    "Both handlers in one process, each behind a `jax.ffi.ffi_call` with",
+    "the same operands, aliasing and API version (so only the handler",
+    "differs), alternated over "
+    f"{len(results['handlers'][OURS])} rounds of a 1x1 scan:",
+    "",
+    *handler_lines(results["handlers"]),
     "",
     "The custom call each package emits in the 1x1 scan (compiled HLO, "
     "metadata and names removed):",

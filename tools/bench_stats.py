@@ -101,16 +101,20 @@ def ratios(a: Sequence[float], b: Sequence[float]) -> list[float]:
 
 
 def relative_noise(again: Sequence[float], base: Sequence[float]) -> float:
-  """How far apart two runs of the same program came, as a fraction.
+  """How far apart two runs of the same program could come, as a fraction.
 
-  ``again`` and ``base`` are per-round times of the same implementation run
-  twice (identity against identity). The largest ``|again / base - 1|`` is
-  what chance alone produced in this run; scaled by the size of a measured
-  time, it is the difference that time cannot resolve.
+  ``again`` and ``base`` are per-round times of one program run twice
+  (identity against identity). Comparisons report medians over rounds, so
+  the noise that matters is that of the median gap: this returns the end
+  of the 95% bootstrap interval of the median of ``again / base - 1`` that
+  lies farther from zero. Scaled by a measured time, it is the difference
+  in that time's median that chance alone could produce in this run.
   """
-  if not again:
-    raise ValueError("no noise-floor rounds")
-  return max(abs(r - 1.0) for r in ratios(again, base))
+  if len(again) < 2:
+    raise ValueError(f"need 2 or more noise-floor rounds, got {len(again)}")
+  gaps = [r - 1.0 for r in ratios(again, base)]
+  lo, hi = bootstrap_ci(gaps)
+  return max(abs(lo), abs(hi))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,7 +8,9 @@ too, so it lives in a venv of its own. ``--part`` picks what to measure:
 * ``timing``: per-call cost in a scan and ``jit(vmap)`` programs;
 * ``compile``: trace + lower + compile time against the number of leaves;
 * ``structure``: counts of custom calls, collectives and copies in the
-  compiled HLO, and the custom-call instruction itself.
+  compiled HLO, and the custom-call instruction itself;
+* ``handlers``: this checkout's handler against the peer's compiled
+  handler, in one process, behind identical custom calls.
 """
 
 from __future__ import annotations
@@ -307,16 +309,68 @@ def structure(impl: str, native_path: str | None) -> dict:
   }
 
 
+def handlers(peer_extension: str, quick: bool) -> dict:
+  """ns a scan step with each package's handler behind the same call.
+
+  Both handlers are registered in this process (the peer's extension
+  registers its target when loaded) and called through `jax.ffi.ffi_call`
+  with the same operands, aliasing and API version, so only the handler
+  differs. Our handler is timed twice, as two separately compiled programs,
+  for an in-process noise floor. Rounds alternate the three programs.
+  """
+  import jax
+  import jax.numpy as jnp
+
+  from entangle_jax import _native_loader
+
+  spec = importlib.util.spec_from_file_location("_ffi", peer_extension)
+  if spec is None or spec.loader is None:
+    raise ImportError(f"cannot load the peer's extension {peer_extension}")
+  spec.loader.exec_module(importlib.util.module_from_spec(spec))
+  targets = {
+    "entangle-jax": _native_loader.ENTANGLE_TARGET,
+    "entangle-jax 0.1.1": "entangle_jax",
+    "entangle-jax (again)": _native_loader.ENTANGLE_TARGET,
+  }
+
+  def aliased_call(target):
+    call = jax.ffi.ffi_call(
+      target,
+      jax.ShapeDtypeStruct((), jnp.float32),
+      input_output_aliases={0: 0},
+    )
+    return lambda payload, witness: call(payload, witness)
+
+  programs = {
+    name: scan_program(aliased_call(target), 1, 1)
+    for name, target in targets.items()
+  }
+  for fn, args in programs.values():
+    jax.block_until_ready(fn(*args))
+  names = list(programs)
+  per_round: dict[str, list[float]] = {name: [] for name in names}
+  for r in range(10 if quick else 30):
+    order = names[r % 3 :] + names[: r % 3]
+    for name in order[::-1] if r % 2 else order:
+      fn, args = programs[name]
+      fastest = min(call_seconds(fn, args, 3))
+      per_round[name].append(fastest / SCAN_STEPS * 1e9)
+  return {"handler_ns": per_round, "versions": versions("entangle-jax")}
+
+
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--impl", required=True)
   parser.add_argument(
-    "--part", required=True, choices=("timing", "compile", "structure")
+    "--part",
+    required=True,
+    choices=("timing", "compile", "structure", "handlers"),
   )
   parser.add_argument("--quick", action="store_true")
   parser.add_argument(
     "--native", help="example resource extension to load (peer venv only)"
   )
+  parser.add_argument("--peer-extension", help="the peer's compiled _ffi")
   args = parser.parse_args(argv)
   import warnings
 
@@ -327,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
   if args.part == "structure":
     jax.config.update("jax_num_cpu_devices", 8)
     result = structure(args.impl, args.native)
+  elif args.part == "handlers":
+    result = handlers(args.peer_extension, args.quick)
   elif args.part == "compile":
     result = compile_scaling(args.impl, args.quick)
   else:
