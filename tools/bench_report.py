@@ -119,6 +119,8 @@ def relative_noise(timings: dict[str, list[dict]], metric: Metric) -> float:
 
 
 def _number(value: float, kind: str) -> str:
+  if kind == "diff" and abs(value) < 0.05:
+    return "0.0"  # not "-0.0"
   if kind == "diff":
     return f"{value:.0f}" if abs(value) >= 9.5 else f"{value:.1f}"
   if value >= 100:
@@ -383,7 +385,8 @@ def _dot_plot(ax, derived: dict, metric: Metric) -> None:
 
 
 def _compile_plot(ax, compiles: dict, axis: str) -> None:
-  for impl, color in zip(COMPILE_IMPLS, ("#c33", "#36c", "#999"), strict=True):
+  colors = ("#c33", "#36c", "#999")
+  for i, (impl, color) in enumerate(zip(COMPILE_IMPLS, colors, strict=True)):
     sizes = list(compiles[impl][0][axis])
     spreads = [
       bench_stats.spread([r[axis][n] for r in compiles[impl]]) for n in sizes
@@ -406,7 +409,7 @@ def _compile_plot(ax, compiles: dict, axis: str) -> None:
     ax.annotate(
       f"{medians[-1]:.2g} s",
       (xs[-1], medians[-1]),
-      xytext=(-4, 4),
+      xytext=(-4, 4 - 10 * i),  # staggered: the lines may end close together
       textcoords="offset points",
       ha="right",
       fontsize=7,
@@ -421,8 +424,32 @@ def _compile_plot(ax, compiles: dict, axis: str) -> None:
   ax.legend(fontsize=6)
 
 
+def _handler_plot(ax, handlers: dict[str, list[float]]) -> None:
+  names = list(handlers)
+  for y, name in enumerate(names):
+    s = bench_stats.spread(handlers[name])
+    ax.hlines(y, s.low, s.high, color="#999", linewidth=1)
+    ax.hlines(y, s.q1, s.q3, color="#333", linewidth=4)
+    ax.plot([s.median], [y], "o", color="#c33" if name == OURS else "#36c")
+    ax.annotate(
+      f"{s.median:.0f}",
+      (s.high, y),
+      xytext=(4, 0),
+      textcoords="offset points",
+      va="center",
+      fontsize=7,
+    )
+  ax.set_yticks(range(len(names)), names, fontsize=7)
+  ax.invert_yaxis()
+  ax.set_xlim(0, max(max(v) for v in handlers.values()) * 1.25)
+  ax.set_title("handler alone, same custom call, 1x1 scan", fontsize=8)
+  ax.set_xlabel("ns a scan step (whole step)", fontsize=7)
+  ax.tick_params(axis="x", labelsize=7)
+
+
 def chart(results: dict, path: pathlib.Path) -> None:
-  """Dot plots (median, IQR, min…max) on linear axes from zero."""
+  """Dot plots (dot: median over rounds, thick bar: interquartile range,
+  thin bar: min…max) and compile-time curves, on linear axes from zero."""
   import matplotlib
 
   matplotlib.use("Agg")
@@ -434,16 +461,13 @@ def chart(results: dict, path: pathlib.Path) -> None:
     _dot_plot(ax, results["derived"], metric)
   _compile_plot(flat[5], results["compile"], "payload")
   _compile_plot(flat[6], results["compile"], "witness")
-  flat[7].axis("off")
-  flat[7].text(
-    0.0,
-    0.5,
-    "dot: median over rounds\nthick bar: interquartile range\n"
-    "thin bar: min…max\nlinear axes from zero",
-    fontsize=8,
-    va="center",
+  _handler_plot(flat[7], results["handlers"])
+  meta = results["meta"]
+  fig.suptitle(
+    f"{meta['date']}, {meta['machine']}. Dot: median over rounds; thick "
+    "bar: interquartile range; thin bar: min…max. Linear axes from zero.",
+    fontsize=9,
   )
-  fig.suptitle(results["meta"]["date"] + ", " + results["meta"]["machine"])
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
