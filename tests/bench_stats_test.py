@@ -1,4 +1,7 @@
-"""The benchmark's statistics, on synthetic rounds (nothing is timed here)."""
+"""The benchmark's statistics and derived metrics, on synthetic rounds.
+
+Nothing is timed here: the inputs are made-up per-round times.
+"""
 
 import importlib.util
 import pathlib
@@ -7,18 +10,20 @@ import sys
 
 from absl.testing import absltest
 
-_SOURCE = (
-  pathlib.Path(__file__).resolve().parent.parent / "tools/bench_stats.py"
-)
+_TOOLS = pathlib.Path(__file__).resolve().parent.parent / "tools"
+_SOURCE = _TOOLS / "bench_stats.py"
 
 
-def _load_bench_stats():
-  # tools/ is not a package; load the module from its file.
-  spec = importlib.util.spec_from_file_location("bench_stats", _SOURCE)
+def _load(name: str):
+  # tools/ is not a package; load the module from its file. bench_report
+  # imports bench_stats by name, so load that one first.
+  if name in sys.modules:
+    return sys.modules[name]
+  spec = importlib.util.spec_from_file_location(name, _TOOLS / f"{name}.py")
   assert spec is not None and spec.loader is not None
   module = importlib.util.module_from_spec(spec)
   # Dataclasses look their module up in sys.modules while being created.
-  sys.modules.setdefault("bench_stats", module)
+  sys.modules[name] = module
   spec.loader.exec_module(module)
   return module
 
@@ -30,7 +35,7 @@ class BenchStatsTest(absltest.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    cls.stats = _load_bench_stats()
+    cls.stats = _load("bench_stats")
 
   def test_quantile_interpolates_between_order_statistics(self):
     values = [4.0, 1.0, 3.0, 2.0]
@@ -105,6 +110,81 @@ class BenchStatsTest(absltest.TestCase):
   def test_negative_threshold_is_rejected(self):
     with self.assertRaisesRegex(ValueError, "-1"):
       self.stats.compare([1.0, 2.0], -1.0)
+
+
+def _rounds(seconds: dict[str, float], jitter: list[float]) -> list[dict]:
+  keys = (
+    "scan_1x1_s",
+    "scan_3x4_s",
+    "resource_1e+03_s",
+    "resource_1e+05_s",
+    "donated_1e+05_s",
+  )
+  return [
+    {key: seconds.get(key, 1e-3) * factor for key in keys} for factor in jitter
+  ]
+
+
+@absltest.skipUnless(
+  (_TOOLS / "bench_report.py").exists(),
+  "tools/bench_report.py is not among this test's files",
+)
+class BenchReportTest(absltest.TestCase):
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    _load("bench_stats")
+    cls.report = _load("bench_report")
+
+  def _timings(self, ours_extra_s: float) -> dict:
+    # Every implementation shares the round's jitter (a busy minute hits all
+    # of them); ours is slower than the identity by a fixed amount.
+    jitter = [1.0, 1.3, 0.9, 1.1, 1.2, 0.95, 1.05]
+    base = _rounds({"scan_1x1_s": 0.01}, jitter)
+    ours = _rounds({"scan_1x1_s": 0.01 + ours_extra_s}, jitter)
+    report = self.report
+    return {
+      report.OURS: ours,
+      report.PEER: base,
+      report.BARRIER: base,
+      report.BASELINE: base,
+      report.NOISE: _rounds({"scan_1x1_s": 0.01}, jitter[::-1]),
+    }
+
+  def test_per_call_cost_is_time_over_identity_per_step(self):
+    steps = 1000
+    timings = self._timings(ours_extra_s=1e-4)
+    derived = self.report.derive(timings, steps)
+    jitter = [1.0, 1.3, 0.9, 1.1, 1.2, 0.95, 1.05]
+    for value, factor in zip(
+      derived[self.report.OURS]["scan_1x1_ns"], jitter, strict=True
+    ):
+      self.assertAlmostEqual(value, 100.0 * factor)
+    self.assertEqual(derived[self.report.BASELINE]["scan_1x1_ns"], [0.0] * 7)
+    self.assertEqual(derived[self.report.OURS]["resource_1e5"], [1.0] * 7)
+
+  def _verdict(self, timings: dict, key: str, other: str) -> str:
+    derived = self.report.derive(timings, 1000)
+    for row in self.report.comparisons(timings, derived):
+      if row["metric"].key == key and row["other"] == other:
+        return row["verdict"].conclusion
+    self.fail(f"no comparison of {key} against {other}")
+
+  def test_slower_implementation_is_reported_higher(self):
+    timings = self._timings(ours_extra_s=5e-3)
+    self.assertEqual(
+      self._verdict(timings, "scan_1x1_ns", self.report.PEER), "higher"
+    )
+
+  def test_equal_implementations_are_at_parity(self):
+    timings = self._timings(ours_extra_s=0.0)
+    for key, other in (
+      ("scan_1x1_ns", self.report.PEER),
+      ("resource_1e5", self.report.BASELINE),
+    ):
+      self.assertEqual(
+        self._verdict(timings, key, other), "parity within noise"
+      )
 
 
 if __name__ == "__main__":
