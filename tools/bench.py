@@ -14,10 +14,10 @@ alike. Every comparison pairs values of the same round. Writes
 ``results.md`` (README-ready), ``results.json`` (every round) and
 ``results.png`` to ``--out``.
 
-  uv run --group bench python tools/bench.py           # full run, ~10 min
+  uv run --group bench python tools/bench.py           # full run, 8 to 10 min
   uv run --group bench python tools/bench.py --quick   # 3 to 5 min
 
-On a busy 2-core machine a full run took 9.4 to 10 minutes; most of it is
+On a busy 2-core machine a full run took 8 to 10 minutes; most of it is
 subprocess start-up and compilation, and one entangle of 2000 payload leaves
 takes about half a minute to compile.
 """
