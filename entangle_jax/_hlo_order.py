@@ -9,7 +9,10 @@ Which edges count. Only edges the XLA runtimes honour:
   value one op produces and another reads is a buffer conflict on every
   backend. Through ``tuple``/``get-tuple-element`` only the element that is
   read counts. Edges through zero-sized values do not count: an empty
-  buffer slice need not overlap, so conflict with, anything.
+  buffer slice overlaps, so conflicts with, nothing
+  (``BufferAllocation::Slice::OverlapsWith`` in
+  ``xla/service/buffer_assignment.h``), and XLA usually replaces a
+  zero-size value with an empty constant anyway.
 * **Into a while loop**, only the state elements its body or condition
   read: XLA:CPU runs the loop as one thunk whose buffer uses are those of
   the thunks inside (``xla/backends/cpu/runtime/while_thunk.cc``), so an
@@ -137,10 +140,12 @@ _BOOKKEEPING = frozenset(
 # Component wrappers that are function names, not transformations of a scope.
 _FUNCTION_WRAPPERS = frozenset({"jit", "pjit"})
 _WRAPPER_START = re.compile(r"([A-Za-z_]\w*)\(")
-# The example resource's wrappers: plumbing between the user's line and the
-# custom call, skipped when naming where an op comes from.
-_WRAPPER_FILE = os.path.join(
-  os.path.dirname(os.path.abspath(__file__)), "_example_resource.py"
+# This package's wrappers (the example resource's calls, entangle itself):
+# plumbing between the user's line and the custom call, skipped when naming
+# where an op comes from.
+_WRAPPER_FILES = frozenset(
+  os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
+  for name in ("_example_resource.py", "_entangle.py", "_primitive.py")
 )
 
 
@@ -308,10 +313,10 @@ class Op:
   def location(self) -> str | None:
     """``file:line`` of the Python code that made the op, if recorded.
 
-    The innermost frame, skipping the example resource's own wrappers (so a
-    call made through ``entangle_jax.testing.write_slot`` points at the line
-    that called it); paths under the working directory are shown relative
-    to it.
+    The innermost frame, skipping this package's wrappers (so a call made
+    through ``entangle_jax.testing.write_slot``, or an ``entangle``, points
+    at the line that called it); paths under the working directory are shown
+    relative to it.
     """
     stack = self.instruction.stack
     if not stack:
@@ -333,7 +338,7 @@ class Op:
 
 
 def _is_wrapper(path: str) -> bool:
-  return os.path.abspath(path) == _WRAPPER_FILE
+  return os.path.abspath(path) in _WRAPPER_FILES
 
 
 def _short_path(path: str) -> str:
@@ -437,6 +442,33 @@ class OrderAnalysis:
     """The ops ``races`` looks at by default (`is_user_native_call`)."""
     ops = (self.op(i) for i in self._instructions() if is_user_native_call(i))
     return list(dict.fromkeys(ops))
+
+  def empty_witness_entangles(self) -> list[Op]:
+    """Entangle calls whose witnesses are all zero-size: they order nothing.
+
+    A zero-size array holds no bytes. XLA replaces a zero-size value that no
+    side effect produces by an empty constant, so the witness's producer is
+    no longer an operand at all; and an empty buffer conflicts with nothing,
+    so no runtime orders on it.
+    """
+    found = []
+    for i in self._instructions():
+      if i.target != _native_loader.ENTANGLE_TARGET:
+        continue
+      witnesses = self._witnesses(i)
+      if witnesses and all(w.zero_sized for w in witnesses):
+        found.append(self.op(i))
+    return found
+
+  def _witnesses(
+    self, entangle: _hlo_parse.Instruction
+  ) -> list[_hlo_parse.Instruction]:
+    """An entangle call's witness operands: those no result aliases."""
+    return [
+      self._by_name[(entangle.computation, name)]
+      for n, name in enumerate(entangle.operands)
+      if n not in entangle.aliased_operands
+    ]
 
   def op(self, instruction: _hlo_parse.Instruction) -> Op:
     """The `Op` that `instruction` is part of (an async pair, or itself)."""
@@ -896,18 +928,37 @@ def assert_happens_before(
   Raises:
     AssertionError: some op `before` selects does not precede some op
       `after` selects; the message names each pair by custom-call target,
-      named scope and Python ``file:line``, and says the usual fix.
+      named scope and Python ``file:line``, and says the usual fix. If an
+      ``entangle`` call in the module has only zero-size witnesses, which
+      order nothing (`OrderAnalysis.empty_witness_entangles`), the message
+      names it too.
   """
-  unordered = OrderAnalysis(compiled, all_ops=all_ops).unordered(before, after)
+  analysis = OrderAnalysis(compiled, all_ops=all_ops)
+  unordered = analysis.unordered(before, after)
   if unordered:
     count = len(unordered)
-    raise AssertionError(
-      format_races(
-        unordered,
-        heading=f"{before!r} does not happen before {after!r}: {count} "
-        f"pair{'s' * (count != 1)} not ordered",
-      )
+    message = format_races(
+      unordered,
+      heading=f"{before!r} does not happen before {after!r}: {count} "
+      f"pair{'s' * (count != 1)} not ordered",
     )
+    empty = analysis.empty_witness_entangles()
+    if empty:
+      message += "\n" + _empty_witness_note(empty)
+    raise AssertionError(message)
+
+
+def _empty_witness_note(entangles: Sequence[Op]) -> str:
+  count = len(entangles)
+  lines = [
+    f"Note: {count} entangle call{'s' * (count != 1)} here only "
+    f"{'have' if count != 1 else 'has'} zero-size witnesses, which order "
+    "nothing (an array with no elements holds no bytes to depend on; XLA "
+    "replaces it by an empty constant). Pass a witness with at least one "
+    "element, such as the read's result itself:"
+  ]
+  lines += [f"  {op.label()}" for op in entangles]
+  return "\n".join(lines)
 
 
 def races(

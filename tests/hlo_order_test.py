@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 from absl.testing import absltest, parameterized
 
-from entangle_jax import _hazard, entangle, testing
+from entangle_jax import _hazard, _hlo_parse, entangle, testing
 from entangle_jax._hazard import Ordering
 from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
@@ -406,6 +406,39 @@ class AssertHappensBeforeTest(absltest.TestCase):
     self.assertIn("1 pair of ops not ordered", rendered)
     self.assertEqual(testing.format_races([]), "Every pair of ops is ordered.")
 
+  def test_zero_size_witness_is_explained(self):
+    def fn(slot, empty):
+      t = testing.write_slot(slot, 1.0)
+      with jax.named_scope("read"):
+        x = testing.read_slot(t)
+      witness = x[None][:0] if empty else x
+      t = entangle(t, witness)  # the line the note must point at
+      with jax.named_scope("write"):
+        testing.write_slot(t, 2.0)
+      return x
+
+    empty = compiled(lambda s: fn(s, empty=True), jnp.int32(0))
+    with self.assertRaises(AssertionError) as raised:
+      testing.assert_happens_before(empty, "read", "write")
+    message = str(raised.exception)
+    self.assertIn("1 entangle call here only has zero-size witnesses", message)
+    (op,) = testing.OrderAnalysis(empty).empty_witness_entangles()
+    self.assertEqual(op.target, "entangle_jax_entangle")
+    self.assertIn(f"  {op.label()}", message.splitlines())
+    if len(op.instruction.stack) > 1:
+      line = fn.__code__.co_firstlineno + 5
+      self.assertIn(f"{THIS_FILE}:{line} ", message)
+    # Controls: a witness with elements orders, and a failure with no
+    # empty witness says nothing about them.
+    testing.assert_happens_before(
+      compiled(lambda s: fn(s, empty=False), jnp.int32(0)), "read", "write"
+    )
+    with self.assertRaises(AssertionError) as raised:
+      testing.assert_happens_before(
+        compile_hazard(Ordering.NONE), "read", "second_write"
+      )
+    self.assertNotIn("zero-size", str(raised.exception))
+
 
 # A while loop fed by a fusion, a side-effecting op ordered only by a control
 # predecessor, and one ordered by nothing.
@@ -519,6 +552,22 @@ ENTRY %main (a: s32[]) -> s32[] {
   %uses_y = s32[] custom-call(%g), custom_call_target="uses_y"
   %empty = s32[0] custom-call(%a), custom_call_target="empty", custom_call_has_side_effect=true
   ROOT %uses_empty = s32[] custom-call(%empty), custom_call_target="uses_empty"
+}
+"""
+
+
+# Entangle calls: one with a zero-size witness only; one aliasing operands 0
+# and 2 (two payloads) with witnesses of either size.
+ENTANGLE_HLO = """
+HloModule entangles
+
+ENTRY %main (a: s32[], e: f32[0], w: f32[]) -> (s32[], (s32[], s32[])) {
+  %a = s32[] parameter(0)
+  %e = f32[0] parameter(1)
+  %w = f32[] parameter(2)
+  %only_empty = s32[] custom-call(%a, %e), custom_call_target="entangle_jax_entangle", output_to_operand_aliasing={{}: (0, {})}
+  %mixed = (s32[], s32[]) custom-call(%a, %e, %a, %w), custom_call_target="entangle_jax_entangle", output_to_operand_aliasing={{0}: (0, {}), {1}: (2, {})}
+  ROOT %out = (s32[], (s32[], s32[])) tuple(%only_empty, %mixed)
 }
 """
 
@@ -709,6 +758,20 @@ class HandWrittenHloTest(parameterized.TestCase):
 
   def test_zero_sized_values_order_nothing(self):
     self.assertFalse(testing.happens_before(TUPLE_HLO, "empty", "uses_empty"))
+
+  def test_entangles_with_only_zero_size_witnesses(self):
+    analysis = testing.OrderAnalysis(ENTANGLE_HLO)
+    entangles = analysis.empty_witness_entangles()
+    self.assertEqual([op.name for op in entangles], ["only_empty"])
+    parsed = _hlo_parse.parse(ENTANGLE_HLO)
+    by_name = {i.name: i for i in parsed.computations["main"]}
+    self.assertEqual(by_name["only_empty"].aliased_operands, (0,))
+    self.assertEqual(by_name["mixed"].aliased_operands, (0, 2))
+    # Control: the same call with a witness of one element is not listed.
+    one = ENTANGLE_HLO.replace("%e = f32[0]", "%e = f32[1]").replace(
+      "(a: s32[], e: f32[0]", "(a: s32[], e: f32[1]"
+    )
+    self.assertEqual(testing.OrderAnalysis(one).empty_witness_entangles(), [])
 
   def test_default_races_are_user_native_calls(self):
     self.assertCountEqual(
