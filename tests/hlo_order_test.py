@@ -365,6 +365,32 @@ class ExclusiveBranchesTest(parameterized.TestCase):
       self.assertFalse(analysis.happens_before(a, b))
       self.assertFalse(analysis.happens_before(b, a))
 
+  def test_batched_cond_runs_both_branches(self):
+    # Under vmap with a batched predicate, cond becomes a select: both
+    # branches run, so their calls race; unbatched, they are exclusive.
+    def fn(slot, pred):
+      token = testing.write_slot(slot, 1.0)
+
+      def then(t):
+        with jax.named_scope("then_write"):
+          return testing.write_slot(t, 2.0)
+
+      def otherwise(t):
+        with jax.named_scope("else_read"):
+          return testing.read_slot(t).astype(jnp.int32)
+
+      return jax.lax.cond(pred, then, otherwise, token)
+
+    among = ["then_write", "else_read"]
+    single = compiled(fn, jnp.int32(0), jnp.bool_(True))
+    self.assertIn(" conditional(", testing.module_text(single))
+    self.assertEqual(testing.races(single, among), [])
+    batched = compiled(
+      jax.vmap(fn, in_axes=(None, 0)), jnp.int32(0), jnp.array([True, False])
+    )
+    self.assertNotIn(" conditional(", testing.module_text(batched))
+    self.assertLen(testing.races(batched, among), 1)
+
 
 class AssertHappensBeforeTest(absltest.TestCase):
   def test_failure_names_target_scope_line_and_fix(self):
