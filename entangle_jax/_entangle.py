@@ -49,10 +49,10 @@ def entangle(payload: T, *witnesses: Any) -> T:
       devices; the message names the leaves and their devices.
 
   A zero-size leaf (an array with no elements) orders nothing: it holds no
-  bytes, so XLA replaces it with an empty constant and no runtime waits on
-  it. If every witness leaf is zero-size, nothing is ordered; if the payload
-  leaf is, neither is its result. Witness a value with at least one element,
-  such as the read's result itself.
+  bytes, so XLA usually replaces it with an empty constant, and no runtime
+  waits on an empty buffer. If every witness leaf is zero-size, nothing is
+  ordered; if a payload leaf is, neither is its result. Witness a value with
+  at least one element, such as the read's result itself.
 
   The custom call is not side-effecting: if its result is unused it may be
   removed, along with the ordering it would have imposed. Use the result,
