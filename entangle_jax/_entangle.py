@@ -48,6 +48,12 @@ def entangle(payload: T, *witnesses: Any) -> T:
     ValueError: called outside ``jit`` on arrays committed to different
       devices; the message names the leaves and their devices.
 
+  A zero-size leaf (an array with no elements) orders nothing: it holds no
+  bytes, so XLA usually replaces it with an empty constant, and no runtime
+  waits on an empty buffer. If every witness leaf is zero-size, nothing is
+  ordered; if a payload leaf is, neither is its result. Witness a value with
+  at least one element, such as the read's result itself.
+
   The custom call is not side-effecting: if its result is unused it may be
   removed, along with the ordering it would have imposed. Use the result,
   typically by rebinding the payload's name (``token = entangle(token, x)``).

@@ -9,7 +9,10 @@ Which edges count. Only edges the XLA runtimes honour:
   value one op produces and another reads is a buffer conflict on every
   backend. Through ``tuple``/``get-tuple-element`` only the element that is
   read counts. Edges through zero-sized values do not count: an empty
-  buffer slice need not overlap, so conflict with, anything.
+  buffer slice overlaps, so conflicts with, nothing
+  (``BufferAllocation::Slice::OverlapsWith`` in
+  ``xla/service/buffer_assignment.h``), and XLA usually replaces a
+  zero-size value with an empty constant anyway.
 * **Into a while loop**, only the state elements its body or condition
   read: XLA:CPU runs the loop as one thunk whose buffer uses are those of
   the thunks inside (``xla/backends/cpu/runtime/while_thunk.cc``), so an
@@ -38,8 +41,12 @@ What is concluded, given those edges:
 * Ops in different computations of one instruction (a loop's condition and
   body, two branches of a conditional) and an op and the instruction that
   contains it are never concluded to be ordered.
-* A computation called from several places is concluded ordered only if the
-  order holds at every call site.
+* Ops in two different branches of one ``conditional`` instruction are
+  **exclusive**: one execution of it runs one branch, so they are neither
+  ordered nor racing, however deeply each is nested in its branch. An op in
+  a branch and an op outside that conditional follow the rules above.
+* A computation called from several places is concluded ordered (or
+  exclusive) only if that holds at every call site.
 
 Which ops a selector picks, and which ops ``races`` looks at by default, is
 decided by `is_effectful` and `is_user_native_call`.
@@ -133,10 +140,12 @@ _BOOKKEEPING = frozenset(
 # Component wrappers that are function names, not transformations of a scope.
 _FUNCTION_WRAPPERS = frozenset({"jit", "pjit"})
 _WRAPPER_START = re.compile(r"([A-Za-z_]\w*)\(")
-# The example resource's wrappers: plumbing between the user's line and the
-# custom call, skipped when naming where an op comes from.
-_WRAPPER_FILE = os.path.join(
-  os.path.dirname(os.path.abspath(__file__)), "_example_resource.py"
+# This package's wrappers (the example resource's calls, entangle itself):
+# plumbing between the user's line and the custom call, skipped when naming
+# where an op comes from.
+_WRAPPER_FILES = frozenset(
+  os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
+  for name in ("_example_resource.py", "_entangle.py", "_primitive.py")
 )
 
 
@@ -219,10 +228,11 @@ def _merged_variants(op_name: str, limit: int = 64) -> list[str]:
 
 
 def _split_top_level(text: str, separator: str) -> list[str]:
+  """Splits `text` on `separator` outside parentheses."""
   parts, depth, start = [], 0, 0
   for i, c in enumerate(text):
     depth += (c == "(") - (c == ")")
-    if c == separator and depth == 0:
+    if c == separator and depth <= 0:
       parts.append(text[start:i])
       start = i + 1
   parts.append(text[start:])
@@ -244,15 +254,7 @@ def _strip_function_components(op_name: str) -> str:
 
 
 def _split_components(op_name: str) -> list[str]:
-  """Splits on ``/`` outside parentheses."""
-  parts, depth, start = [], 0, 0
-  for i, c in enumerate(op_name):
-    depth += (c == "(") - (c == ")")
-    if c == "/" and depth <= 0:
-      parts.append(op_name[start:i])
-      start = i + 1
-  parts.append(op_name[start:])
-  return parts
+  return _split_top_level(op_name, "/")
 
 
 def _unwrap_transforms(op_name: str) -> str:
@@ -311,10 +313,10 @@ class Op:
   def location(self) -> str | None:
     """``file:line`` of the Python code that made the op, if recorded.
 
-    The innermost frame, skipping the example resource's own wrappers (so a
-    call made through ``entangle_jax.testing.write_slot`` points at the line
-    that called it); paths under the working directory are shown relative
-    to it.
+    The innermost frame, skipping this package's wrappers (so a call made
+    through ``entangle_jax.testing.write_slot``, or an ``entangle``, points
+    at the line that called it); paths under the working directory are shown
+    relative to it.
     """
     stack = self.instruction.stack
     if not stack:
@@ -336,7 +338,7 @@ class Op:
 
 
 def _is_wrapper(path: str) -> bool:
-  return os.path.abspath(path) == _WRAPPER_FILE
+  return os.path.abspath(path) in _WRAPPER_FILES
 
 
 def _short_path(path: str) -> str:
@@ -441,6 +443,33 @@ class OrderAnalysis:
     ops = (self.op(i) for i in self._instructions() if is_user_native_call(i))
     return list(dict.fromkeys(ops))
 
+  def empty_witness_entangles(self) -> list[Op]:
+    """Entangle calls whose witnesses are all zero-size: they order nothing.
+
+    A zero-size array holds no bytes. XLA replaces a zero-size value that no
+    side effect produces by an empty constant, so the witness's producer is
+    no longer an operand at all; and an empty buffer conflicts with nothing,
+    so no runtime orders on it.
+    """
+    found = []
+    for i in self._instructions():
+      if i.target != _native_loader.ENTANGLE_TARGET:
+        continue
+      witnesses = self._witnesses(i)
+      if witnesses and all(w.zero_sized for w in witnesses):
+        found.append(self.op(i))
+    return found
+
+  def _witnesses(
+    self, entangle: _hlo_parse.Instruction
+  ) -> list[_hlo_parse.Instruction]:
+    """An entangle call's witness operands: those no result aliases."""
+    return [
+      self._by_name[(entangle.computation, name)]
+      for n, name in enumerate(entangle.operands)
+      if n not in entangle.aliased_operands
+    ]
+
   def op(self, instruction: _hlo_parse.Instruction) -> Op:
     """The `Op` that `instruction` is part of (an async pair, or itself)."""
     first, last = self._spans.get(
@@ -493,33 +522,56 @@ class OrderAnalysis:
       Race(a, b) for a in firsts for b in seconds if not self.precedes(a, b)
     ]
 
-  def races(self, among: Sequence[Selector] | None = None) -> list[Race]:
-    """Pairs of ops ordered neither way, in module text order.
+  def ops_among(self, among: Sequence[Selector] | None = None) -> list[Op]:
+    """The ops that ``races(among)`` and ``order_graph`` look at.
 
     Args:
-      among: selectors choosing the ops; by default the user's native calls
+      among: selectors; by default the user's native calls
         (`user_native_calls`).
+
+    Returns:
+      Each selected op once, in selector order (module text order within
+      one selector), however many selectors pick it.
+
+    Raises:
+      TypeError: `among` is a string, or not an iterable of selectors.
+      ValueError: a selector is empty or picks nothing.
+    """
+    if among is None:
+      return self.user_native_calls()
+    if isinstance(among, str):
+      raise TypeError(
+        f"`among` must be a list of selectors, not the string {among!r}; "
+        f"write among=[{among!r}]"
+      )
+    if not isinstance(among, Iterable):
+      raise TypeError(f"`among` must be a list of selectors, not {among!r}")
+    return list(dict.fromkeys(op for s in among for op in self.select_ops(s)))
+
+  def races(self, among: Sequence[Selector] | None = None) -> list[Race]:
+    """Pairs of ops that may run in either order (`is_race`).
+
+    Args:
+      among: selectors choosing the ops (`ops_among`); by default the
+        user's native calls (`user_native_calls`).
+
+    Returns:
+      `Race` pairs, in the order of `ops_among`.
 
     Raises:
       TypeError: `among` is a string rather than a sequence of selectors.
     """
-    if among is None:
-      ops = self.user_native_calls()
-    else:
-      if isinstance(among, str) or not isinstance(among, Iterable):
-        raise TypeError(
-          f"races: `among` must be a list of selectors, not {among!r}; "
-          f"write among=[{among!r}]"
-          if isinstance(among, str)
-          else f"races: `among` must be a list of selectors, not {among!r}"
-        )
-      # Each op once, in selector order, however many selectors match it.
-      ops = list(dict.fromkeys(op for s in among for op in self.select_ops(s)))
-    return [
-      Race(a, b)
-      for a, b in itertools.combinations(ops, 2)
-      if not self.precedes(a, b) and not self.precedes(b, a)
-    ]
+    pairs = itertools.combinations(self.ops_among(among), 2)
+    return [Race(a, b) for a, b in pairs if self.is_race(a, b)]
+
+  def is_race(self, a: Op, b: Op) -> bool:
+    """Whether `a` and `b` may run in either order.
+
+    That is: neither `precedes` the other, and they are not `exclusive`.
+    """
+    return not (
+      self.precedes(a, b) or self.precedes(b, a) or self.exclusive(a, b)
+    )
 
   # Reachability -------------------------------------------------------------
 
@@ -538,14 +590,37 @@ class OrderAnalysis:
         return self._reaches(x.computation, x.last, y.name)
     return False  # One contains the other, or they are the same op.
 
+  def exclusive(self, a: Op, b: Op) -> bool:
+    """Whether `a` and `b` never both run in one execution of a conditional.
+
+    True when, at every pair of their call sites, they lie in different
+    branch computations of the same ``conditional`` instruction (however
+    deeply nested inside those branches): one execution of it runs one
+    branch. Such ops are neither ordered (`precedes` is False both ways) nor
+    racing (`is_race` is False). Relative to ops outside that conditional,
+    and in different executions of it (loop iterations), the usual rules
+    apply.
+    """
+    paths_a, paths_b = self._call_paths(a), self._call_paths(b)
+    if not paths_a or not paths_b:
+      return False  # Too many call sites to conclude anything.
+    return all(self._path_exclusive(pa, pb) for pa in paths_a for pb in paths_b)
+
+  def _path_exclusive(self, pa, pb) -> bool:
+    for depth, (x, y) in enumerate(zip(pa, pb, strict=False)):
+      if x.computation != y.computation:
+        # Paths start in the entry computation, so they part below a common
+        # call site: a conditional runs one of the two computations.
+        return depth > 0 and pa[depth - 1].instruction.opcode == "conditional"
+      if x.name != y.name:
+        return False  # Two ops of one computation.
+    return False  # One contains the other, or they are the same op.
+
   def _find_spans(self) -> dict[tuple[str, str], tuple[str, str]]:
     """Each instruction of an async pair -> (its start, its done)."""
     spans = {}
     for computation, instructions in self._module.computations.items():
-      users: dict[str, list[_hlo_parse.Instruction]] = {}
-      for i in instructions:
-        for operand in i.operands:
-          users.setdefault(operand, []).append(i)
+      users = _users(instructions)
       for i in instructions:
         if not _starts_async(i.opcode):
           continue
@@ -853,18 +928,37 @@ def assert_happens_before(
   Raises:
     AssertionError: some op `before` selects does not precede some op
       `after` selects; the message names each pair by custom-call target,
-      named scope and Python ``file:line``, and says the usual fix.
+      named scope and Python ``file:line``, and says the usual fix. If an
+      ``entangle`` call in the module has only zero-size witnesses, which
+      order nothing (`OrderAnalysis.empty_witness_entangles`), the message
+      names it too.
   """
-  unordered = OrderAnalysis(compiled, all_ops=all_ops).unordered(before, after)
+  analysis = OrderAnalysis(compiled, all_ops=all_ops)
+  unordered = analysis.unordered(before, after)
   if unordered:
     count = len(unordered)
-    raise AssertionError(
-      format_races(
-        unordered,
-        heading=f"{before!r} does not happen before {after!r}: {count} "
-        f"pair{'s' * (count != 1)} not ordered",
-      )
+    message = format_races(
+      unordered,
+      heading=f"{before!r} does not happen before {after!r}: {count} "
+      f"pair{'s' * (count != 1)} not ordered",
     )
+    empty = analysis.empty_witness_entangles()
+    if empty:
+      message += "\n" + _empty_witness_note(empty)
+    raise AssertionError(message)
+
+
+def _empty_witness_note(entangles: Sequence[Op]) -> str:
+  count = len(entangles)
+  lines = [
+    f"Note: {count} entangle call{'s' * (count != 1)} here only "
+    f"{'have' if count != 1 else 'has'} zero-size witnesses, which order "
+    "nothing (an array with no elements holds no bytes to depend on; XLA "
+    "replaces it by an empty constant). Pass a witness with at least one "
+    "element, such as the read's result itself:"
+  ]
+  lines += [f"  {op.label()}" for op in entangles]
+  return "\n".join(lines)
 
 
 def races(
@@ -875,6 +969,10 @@ def races(
 ) -> list[Race]:
   """Pairs of ops that no honoured dependency chain orders, either way.
 
+  Ops in different branches of one ``conditional`` never both run in one
+  execution of it: such pairs are exclusive (`OrderAnalysis.exclusive`) and
+  not reported.
+
   Args:
     compiled: a ``jax.stages.Compiled``, ``jax.stages.Lowered`` or HLO text.
     among: selectors choosing the ops to consider. By default: every custom
@@ -884,8 +982,13 @@ def races(
     all_ops: let scope selectors pick every op in the scope.
 
   Returns:
-    `Race` pairs in module text order. Each equals the ``(first, second)``
-    tuple of instruction names; `format_races` renders them with targets,
-    scopes and source lines.
+    `Race` pairs, ops in module text order by default, else in the order of
+    the selectors in `among`. Each equals the ``(first, second)`` tuple of
+    instruction names; `format_races` renders them with targets, scopes and
+    source lines.
+
+  Raises:
+    TypeError: `among` is a string rather than a sequence of selectors.
+    ValueError: a selector is empty or matches nothing.
   """
   return OrderAnalysis(compiled, all_ops=all_ops).races(among)

@@ -2,9 +2,9 @@
 
 It keeps only what ordering questions need: each instruction's operands,
 control predecessors, called computations, custom-call target, side-effect
-flag, result shape, tuple index, ``op_name`` metadata and Python source
-location (``source_file``/``source_line`` metadata, or the module's
-``StackFrames`` table that newer XLA prints instead).
+flag, aliased operands, result shape, tuple index, ``op_name`` metadata and
+Python source location (``source_file``/``source_line`` metadata, or the
+module's ``StackFrames`` table that newer XLA prints instead).
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ _STACK_FRAME = re.compile(r"\bstack_frame_id=(\d+)")
 _BODY = re.compile(r"\bbody=%?([\w.\-]+)")
 _TUPLE_INDEX = re.compile(r"^,\s*index=(\d+)")
 _SIDE_EFFECT = re.compile(r"\bcustom_call_has_side_effect=true\b")
-_ALIASING = re.compile(r"\boutput_to_operand_aliasing=\{")
+_ALIASING = re.compile(r"\boutput_to_operand_aliasing=(?=\{)")
+# In the aliasing map ``{{0}: (1, {}), ...}``, each ``(operand index, ...``.
+_ALIASED_OPERAND = re.compile(r"\(\s*(\d+)\s*,")
 _ESCAPE = re.compile(rb"\\(?:([0-7]{1,3})|x([0-9a-fA-F]{1,2})|(.))", re.DOTALL)
 _SIMPLE_ESCAPES = {b"n": b"\n", b"t": b"\t", b"r": b"\r"}
 _ARRAY_DIMS = re.compile(r"\b[a-z]+[0-9a-z]*\[([^\]]*)\]")
@@ -59,7 +61,8 @@ class Instruction:
   target: str | None
   op_name: str
   side_effect: bool
-  aliases_operands: bool
+  aliased_operands: tuple[int, ...] = ()
+  """Operand indices that results alias (``output_to_operand_aliasing``)."""
   shape: str = ""
   tuple_index: int | None = None
   source: tuple[str, int] | None = None
@@ -70,6 +73,10 @@ class Instruction:
   """Whether this is its computation's ROOT."""
   body: str | None = None
   """A while loop's body computation."""
+
+  @property
+  def aliases_operands(self) -> bool:
+    return bool(self.aliased_operands)
 
   @property
   def zero_sized(self) -> bool:
@@ -179,6 +186,14 @@ class _StackFrames:
     return tuple(stack)
 
 
+def _aliased_operands(attrs: str) -> tuple[int, ...]:
+  aliasing = _ALIASING.search(attrs)
+  if aliasing is None:
+    return ()
+  text = attrs[aliasing.end() : _balanced_end(attrs, aliasing.end())]
+  return tuple(sorted({int(n) for n in _ALIASED_OPERAND.findall(text)}))
+
+
 def _parse_instruction(line: str, computation: str) -> tuple[Instruction, str]:
   """Parses one instruction; operand names are resolved by the caller."""
   head = _INSTRUCTION.match(line)
@@ -215,7 +230,7 @@ def _parse_instruction(line: str, computation: str) -> tuple[Instruction, str]:
     target=unescape(target.group(1)) if target else None,
     op_name=unescape(op_name.group(1)) if op_name else "",
     side_effect=bool(_SIDE_EFFECT.search(attrs)),
-    aliases_operands=bool(_ALIASING.search(attrs)),
+    aliased_operands=_aliased_operands(attrs),
     shape=shape,
     tuple_index=int(index.group(1)) if index else None,
     root=bool(head.group(1)),

@@ -9,7 +9,8 @@ same selectors) as a directed graph in Graphviz DOT or Mermaid text:
   lies between them (the transitive reduction of happens-before), so a chain
   of three calls shows two arrows;
 * a dashed red line without direction between two ops that may run in either
-  order: exactly the pairs ``races`` returns;
+  order: exactly the pairs ``races`` returns (ops in different branches of
+  one conditional are exclusive, so no line joins them);
 * a labelled box (a cluster) around the ops of each loop body, loop condition,
   conditional branch or called computation, nested as the calls are.
 """
@@ -79,9 +80,11 @@ def order_graph(
   Returns:
     The graph's text. Arrows are the transitive reduction of happens-before
     among the drawn ops; dashed red lines without arrowheads join the pairs
-    that ``races`` returns; loop bodies, loop conditions, conditional branches
-    and called computations are labelled clusters (a computation called from
-    several places is drawn inside the clusters of its first call site).
+    that ``races`` returns (none joins ops of two branches of one
+    conditional, which are exclusive); loop bodies, loop conditions,
+    conditional branches and called computations are labelled clusters (a
+    computation called from several places is drawn inside the clusters of
+    its first call site).
 
   Raises:
     ValueError: `format` is neither ``"dot"`` nor ``"mermaid"``, or a selector
@@ -104,7 +107,7 @@ def build(
   among: Sequence[_hlo_order.Selector] | None,
 ) -> Graph:
   """Nodes, reduced happens-before edges and race pairs of `analysis`."""
-  ops = _selected(analysis, among)
+  ops = analysis.ops_among(among)
   before = [[a is not b and analysis.precedes(a, b) for b in ops] for a in ops]
   # Draw in an order that respects happens-before, as one reads a program.
   order = _topological(before)
@@ -113,7 +116,7 @@ def build(
   races = [
     (a, b)
     for a, b in itertools.combinations(range(len(ops)), 2)
-    if not before[a][b] and not before[b][a]
+    if analysis.is_race(ops[a], ops[b])
   ]
   numbers: dict[tuple[str, str], int] = {}
   nodes = tuple(
@@ -162,22 +165,6 @@ def _topological(before: list[list[bool]]) -> list[int]:
     for m, precedes in enumerate(before[n]):
       waiting[m] -= precedes
   return order
-
-
-def _selected(
-  analysis: _hlo_order.OrderAnalysis,
-  among: Sequence[_hlo_order.Selector] | None,
-) -> list[_hlo_order.Op]:
-  """The ops ``races(among)`` considers, each once, in its order."""
-  # The same rule as OrderAnalysis.races, which keeps its selection inline.
-  if isinstance(among, str):
-    raise TypeError(
-      f"order_graph: `among` must be a list of selectors, not the string "
-      f"{among!r}; write among=[{among!r}]"
-    )
-  if among is None:
-    return analysis.user_native_calls()
-  return list(dict.fromkeys(op for s in among for op in analysis.select_ops(s)))
 
 
 def _label(op: _hlo_order.Op) -> tuple[str, ...]:

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 from absl.testing import absltest, parameterized
 
-from entangle_jax import _hazard, entangle, testing
+from entangle_jax import _hazard, _hlo_parse, entangle, testing
 from entangle_jax._hazard import Ordering
 from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
@@ -302,6 +302,96 @@ class LibraryKernelsTest(absltest.TestCase):
     self.assertNotEmpty(analysis.select(lapack[0]))
 
 
+def branchy_program(use_switch):
+  """A write, then lax.switch (3 branches) or lax.cond (branches a and c).
+
+  Branch a reads and writes unordered; branch b writes; branch c reads. A
+  write after the conditional uses the token from before it.
+  """
+
+  def branch_a(t):
+    with jax.named_scope("a_read"):
+      x = testing.read_slot(t)
+    with jax.named_scope("a_write"):
+      t = testing.write_slot(t, 2.0)
+    return t, x
+
+  def branch_b(t):
+    with jax.named_scope("b_write"):
+      return testing.write_slot(t, 3.0), jnp.float32(0)
+
+  def branch_c(t):
+    with jax.named_scope("c_read"):
+      return t, testing.read_slot(t)
+
+  def fn(slot, index):
+    token = testing.write_slot(slot, 1.0)
+    if use_switch:
+      out = jax.lax.switch(index, [branch_a, branch_b, branch_c], token)
+    else:
+      out = jax.lax.cond(index == 0, branch_a, branch_c, token)
+    with jax.named_scope("after_write"):
+      late = testing.write_slot(token, 4.0)
+    return out, late
+
+  return fn
+
+
+class ExclusiveBranchesTest(parameterized.TestCase):
+  @parameterized.parameters(True, False)
+  def test_ops_of_different_branches_do_not_race(self, use_switch):
+    c = compiled(branchy_program(use_switch), jnp.int32(0), jnp.int32(1))
+    self.assertIn(" conditional(", testing.module_text(c))
+    analysis = testing.OrderAnalysis(c)
+    scopes = ["a_read", "a_write", "c_read", "after_write"]
+    if use_switch:
+      scopes.insert(2, "b_write")
+    name = {scope: analysis.select(scope)[0] for scope in scopes}
+    # Controls: two unordered calls of one branch race, and so does each
+    # branch's call with the write after the conditional.
+    expected = {frozenset((name["a_read"], name["a_write"]))}
+    expected |= {
+      frozenset((name[scope], name["after_write"]))
+      for scope in scopes
+      if scope != "after_write"
+    }
+    self.assertEqual({frozenset(r) for r in analysis.races(scopes)}, expected)
+    self.assertEqual({frozenset(r) for r in testing.races(c)}, expected)
+    # Calls of different branches are exclusive: neither ordered nor racing.
+    for a, b in [("a_read", "c_read"), ("a_write", "c_read")] + (
+      [("a_write", "b_write"), ("b_write", "c_read")] if use_switch else []
+    ):
+      self.assertEqual(analysis.races([a, b]), [])
+      self.assertFalse(analysis.happens_before(a, b))
+      self.assertFalse(analysis.happens_before(b, a))
+
+  def test_batched_cond_runs_both_branches(self):
+    # Under vmap with a batched predicate, cond becomes a select: both
+    # branches run, so their calls race; unbatched, they are exclusive.
+    def fn(slot, pred):
+      token = testing.write_slot(slot, 1.0)
+
+      def then(t):
+        with jax.named_scope("then_write"):
+          return testing.write_slot(t, 2.0)
+
+      def otherwise(t):
+        with jax.named_scope("else_read"):
+          return testing.read_slot(t).astype(jnp.int32)
+
+      return jax.lax.cond(pred, then, otherwise, token)
+
+    among = ["then_write", "else_read"]
+    single = compiled(fn, jnp.int32(0), jnp.bool_(True))
+    self.assertIn(" conditional(", testing.module_text(single))
+    self.assertEqual(testing.races(single, among), [])
+    batched = compiled(
+      jax.vmap(fn, in_axes=(None, 0)), jnp.int32(0), jnp.array([True, False])
+    )
+    self.assertNotIn(" conditional(", testing.module_text(batched))
+    self.assertLen(testing.races(batched, among), 1)
+
+
 class AssertHappensBeforeTest(absltest.TestCase):
   def test_failure_names_target_scope_line_and_fix(self):
     c = compile_hazard(Ordering.NONE)
@@ -341,6 +431,39 @@ class AssertHappensBeforeTest(absltest.TestCase):
     self.assertIn(expected, rendered)
     self.assertIn("1 pair of ops not ordered", rendered)
     self.assertEqual(testing.format_races([]), "Every pair of ops is ordered.")
+
+  def test_zero_size_witness_is_explained(self):
+    def fn(slot, empty):
+      t = testing.write_slot(slot, 1.0)
+      with jax.named_scope("read"):
+        x = testing.read_slot(t)
+      witness = x[None][:0] if empty else x
+      t = entangle(t, witness)  # the line the note must point at
+      with jax.named_scope("write"):
+        testing.write_slot(t, 2.0)
+      return x
+
+    empty = compiled(lambda s: fn(s, empty=True), jnp.int32(0))
+    with self.assertRaises(AssertionError) as raised:
+      testing.assert_happens_before(empty, "read", "write")
+    message = str(raised.exception)
+    self.assertIn("1 entangle call here only has zero-size witnesses", message)
+    (op,) = testing.OrderAnalysis(empty).empty_witness_entangles()
+    self.assertEqual(op.target, "entangle_jax_entangle")
+    self.assertIn(f"  {op.label()}", message.splitlines())
+    if len(op.instruction.stack) > 1:
+      line = fn.__code__.co_firstlineno + 5
+      self.assertIn(f"{THIS_FILE}:{line} ", message)
+    # Controls: a witness with elements orders, and a failure with no
+    # empty witness says nothing about them.
+    testing.assert_happens_before(
+      compiled(lambda s: fn(s, empty=False), jnp.int32(0)), "read", "write"
+    )
+    with self.assertRaises(AssertionError) as raised:
+      testing.assert_happens_before(
+        compile_hazard(Ordering.NONE), "read", "second_write"
+      )
+    self.assertNotIn("zero-size", str(raised.exception))
 
 
 # A while loop fed by a fusion, a side-effecting op ordered only by a control
@@ -459,6 +582,22 @@ ENTRY %main (a: s32[]) -> s32[] {
 """
 
 
+# Entangle calls: one with a zero-size witness only; one aliasing operands 0
+# and 2 (two payloads) with witnesses of either size.
+ENTANGLE_HLO = """
+HloModule entangles
+
+ENTRY %main (a: s32[], e: f32[0], w: f32[]) -> (s32[], (s32[], s32[])) {
+  %a = s32[] parameter(0)
+  %e = f32[0] parameter(1)
+  %w = f32[] parameter(2)
+  %only_empty = s32[] custom-call(%a, %e), custom_call_target="entangle_jax_entangle", output_to_operand_aliasing={{}: (0, {})}
+  %mixed = (s32[], s32[]) custom-call(%a, %e, %a, %w), custom_call_target="entangle_jax_entangle", output_to_operand_aliasing={{0}: (0, {}), {1}: (2, {})}
+  ROOT %out = (s32[], (s32[], s32[])) tuple(%only_empty, %mixed)
+}
+"""
+
+
 # A loop that reads element 0 of its state and carries element 1 through.
 LOOP_HLO = """
 HloModule loop
@@ -488,6 +627,77 @@ ENTRY %main (a: s32[]) -> s32[] {
   %after_carried = s32[] custom-call(%out1), custom_call_target="after_carried"
   %out0 = s32[] get-tuple-element(%loop), index=0
   ROOT %after_loop = s32[] custom-call(%out0), custom_call_target="after_loop"
+}
+"""
+
+
+# Conditionals: %cnd runs %branch0 (two unordered calls and a nested
+# conditional) or %branch1; a loop body holds another conditional.
+EXCLUSIVE_HLO = """
+HloModule exclusive
+
+%inner0 (p0: s32[]) -> s32[] {
+  %p0 = s32[] parameter(0)
+  ROOT %in0 = s32[] custom-call(%p0), custom_call_target="in0", custom_call_has_side_effect=true
+}
+
+%inner1 (p1: s32[]) -> s32[] {
+  %p1 = s32[] parameter(0)
+  ROOT %in1 = s32[] custom-call(%p1), custom_call_target="in1", custom_call_has_side_effect=true
+}
+
+%branch0 (p: s32[]) -> s32[] {
+  %p = s32[] parameter(0)
+  %b0_x = s32[] custom-call(%p), custom_call_target="b0_x", custom_call_has_side_effect=true
+  %b0_y = s32[] custom-call(%p), custom_call_target="b0_y", custom_call_has_side_effect=true
+  %nested = s32[] conditional(%p, %p, %p), branch_computations={%inner0, %inner1}
+  %xy = s32[] add(%b0_x, %b0_y)
+  ROOT %all = s32[] add(%xy, %nested)
+}
+
+%branch1 (q: s32[]) -> s32[] {
+  %q = s32[] parameter(0)
+  ROOT %b1_x = s32[] custom-call(%q), custom_call_target="b1_x", custom_call_has_side_effect=true
+}
+
+%lbranch0 (r0: s32[]) -> s32[] {
+  %r0 = s32[] parameter(0)
+  ROOT %lb0 = s32[] custom-call(%r0), custom_call_target="lb0", custom_call_has_side_effect=true
+}
+
+%lbranch1 (r1: s32[]) -> s32[] {
+  %r1 = s32[] parameter(0)
+  ROOT %lb1 = s32[] custom-call(%r1), custom_call_target="lb1", custom_call_has_side_effect=true
+}
+
+%body (b: (s32[], s32[])) -> (s32[], s32[]) {
+  %b = (s32[], s32[]) parameter(0)
+  %i = s32[] get-tuple-element(%b), index=0
+  %j = s32[] get-tuple-element(%b), index=1
+  %lc = s32[] conditional(%i, %i, %i), branch_computations={%lbranch0, %lbranch1}
+  %body_other = s32[] custom-call(%j), custom_call_target="body_other", custom_call_has_side_effect=true
+  ROOT %t = (s32[], s32[]) tuple(%lc, %body_other)
+}
+
+%cond (c: (s32[], s32[])) -> pred[] {
+  %c = (s32[], s32[]) parameter(0)
+  %ci = s32[] get-tuple-element(%c), index=0
+  %k10 = s32[] constant(10)
+  ROOT %lt = pred[] compare(%ci, %k10), direction=LT
+}
+
+ENTRY %main (a: s32[], k: s32[]) -> s32[] {
+  %a = s32[] parameter(0)
+  %k = s32[] parameter(1)
+  %pre = s32[] custom-call(%a), custom_call_target="pre", custom_call_has_side_effect=true
+  %cnd = s32[] conditional(%k, %pre, %pre), branch_computations={%branch0, %branch1}
+  %after = s32[] custom-call(%cnd), custom_call_target="after", custom_call_has_side_effect=true
+  %free = s32[] custom-call(%a), custom_call_target="free", custom_call_has_side_effect=true
+  %init = (s32[], s32[]) tuple(%a, %a)
+  %loop = (s32[], s32[]) while(%init), condition=%cond, body=%body
+  %out = s32[] get-tuple-element(%loop), index=0
+  %s = s32[] add(%after, %free)
+  ROOT %end = s32[] add(%s, %out)
 }
 """
 
@@ -575,6 +785,20 @@ class HandWrittenHloTest(parameterized.TestCase):
   def test_zero_sized_values_order_nothing(self):
     self.assertFalse(testing.happens_before(TUPLE_HLO, "empty", "uses_empty"))
 
+  def test_entangles_with_only_zero_size_witnesses(self):
+    analysis = testing.OrderAnalysis(ENTANGLE_HLO)
+    entangles = analysis.empty_witness_entangles()
+    self.assertEqual([op.name for op in entangles], ["only_empty"])
+    parsed = _hlo_parse.parse(ENTANGLE_HLO)
+    by_name = {i.name: i for i in parsed.computations["main"]}
+    self.assertEqual(by_name["only_empty"].aliased_operands, (0,))
+    self.assertEqual(by_name["mixed"].aliased_operands, (0, 2))
+    # Control: the same call with a witness of one element is not listed.
+    one = ENTANGLE_HLO.replace("%e = f32[0]", "%e = f32[1]").replace(
+      "(a: s32[], e: f32[0]", "(a: s32[], e: f32[1]"
+    )
+    self.assertEqual(testing.OrderAnalysis(one).empty_witness_entangles(), [])
+
   def test_default_races_are_user_native_calls(self):
     self.assertCountEqual(
       testing.races(NESTED_HLO),
@@ -592,6 +816,73 @@ class HandWrittenHloTest(parameterized.TestCase):
 
   def test_races_among_selected(self):
     self.assertEqual(testing.races(NESTED_HLO, ["read", "write"]), [("r", "w")])
+
+  def test_ops_in_two_branches_are_exclusive(self):
+    analysis = testing.OrderAnalysis(EXCLUSIVE_HLO)
+    branch_ops = ["b0_x", "b0_y", "in0", "in1", "b1_x"]
+    # Only pairs that can run in one execution of %cnd race: the two calls
+    # of branch 0, and each of them against the nested conditional's calls.
+    self.assertCountEqual(
+      analysis.races(branch_ops),
+      [
+        ("b0_x", "b0_y"),
+        ("b0_x", "in0"),
+        ("b0_x", "in1"),
+        ("b0_y", "in0"),
+        ("b0_y", "in1"),
+      ],
+    )
+    # Loop body: its conditional's branches are exclusive, each races the
+    # unordered call beside it.
+    self.assertCountEqual(
+      analysis.races(["lb0", "lb1", "body_other"]),
+      [("lb0", "body_other"), ("lb1", "body_other")],
+    )
+
+  @parameterized.parameters(
+    ("b0_x", "b1_x", True),
+    ("in0", "b1_x", True),  # nested in branch 0 vs branch 1
+    ("in0", "in1", True),  # two branches of the nested conditional
+    ("lb0", "lb1", True),
+    ("b0_x", "b0_y", False),  # the same branch
+    ("in0", "b0_x", False),  # in branch 0, beside the nested conditional
+    ("b0_x", "after", False),  # a branch and what follows the conditional
+    ("b0_x", "free", False),
+    ("lb0", "body_other", False),
+    ("b1_x", "lb0", False),
+    ("pre", "b0_x", False),
+  )
+  def test_exclusive_pairs(self, a, b, expected):
+    analysis = testing.OrderAnalysis(EXCLUSIVE_HLO)
+    (op_a,), (op_b,) = analysis.select_ops(a), analysis.select_ops(b)
+    self.assertEqual(analysis.exclusive(op_a, op_b), expected)
+    self.assertEqual(analysis.exclusive(op_b, op_a), expected)
+    if expected:  # Exclusive: neither ordered nor racing.
+      self.assertFalse(analysis.happens_before(a, b))
+      self.assertFalse(analysis.happens_before(b, a))
+      self.assertFalse(analysis.is_race(op_a, op_b))
+      self.assertEqual(analysis.races([a, b]), [])
+
+  def test_ops_around_a_conditional_follow_the_usual_rules(self):
+    analysis = testing.OrderAnalysis(EXCLUSIVE_HLO)
+    for inside in ("b0_x", "in1", "b1_x"):
+      self.assertTrue(analysis.happens_before("pre", inside), inside)
+      self.assertTrue(analysis.happens_before(inside, "after"), inside)
+      self.assertEqual(analysis.races([inside, "free"]), [(inside, "free")])
+    self.assertEqual(analysis.races(["b0_x", "after"]), [])
+
+  def test_a_branch_called_elsewhere_too_is_not_exclusive(self):
+    # %branch1 also runs from a call beside %cnd: b0_x and b1_x may then
+    # both run, unordered.
+    text = EXCLUSIVE_HLO.replace(
+      "  %free = s32[] custom-call(%a)",
+      "  %again = s32[] call(%a), to_apply=%branch1\n"
+      "  %free = s32[] custom-call(%a, %again)",
+    )
+    analysis = testing.OrderAnalysis(text)
+    self.assertLen(analysis.select_ops("b1_x"), 1)
+    self.assertEqual(analysis.races(["b0_x", "b1_x"]), [("b0_x", "b1_x")])
+    self.assertEqual(testing.races(EXCLUSIVE_HLO, ["b0_x", "b1_x"]), [])
 
   def test_branches_and_shared_computations(self):
     analysis = testing.OrderAnalysis(BRANCHES_HLO)

@@ -386,7 +386,11 @@ class ClusterTest(parameterized.TestCase):
     ((cluster_text),) = svg_groups(svg, "cluster").values()
     self.assertStartsWith(cluster_text[0], "loop body of ")
 
-  def test_cond_branches(self):
+  @staticmethod
+  def compile_branches(late_write):
+    """A write, then a cond: one branch writes, the other reads; with
+    `late_write`, one more write after the cond, unordered with it."""
+
     def branches(slot, pred):
       token = testing.write_slot(slot, 1.0)
 
@@ -398,9 +402,16 @@ class ClusterTest(parameterized.TestCase):
         with jax.named_scope("else_read"):
           return testing.read_slot(t).astype(jnp.int32)
 
-      return jax.lax.cond(pred, then, otherwise, token)
+      out = jax.lax.cond(pred, then, otherwise, token)
+      if late_write:
+        with jax.named_scope("late_write"):
+          return out, testing.write_slot(token, 3.0)
+      return out
 
-    compiled = jax.jit(branches).lower(jnp.int32(0), True).compile()
+    return jax.jit(branches).lower(jnp.int32(0), True).compile()
+
+  def test_cond_branches(self):
+    compiled = self.compile_branches(late_write=False)
     analysis, graph = drawn(compiled)
     by_name = {node.name: node for node in graph.nodes}
     (then_write,) = analysis.select("then_write")
@@ -417,15 +428,39 @@ class ClusterTest(parameterized.TestCase):
       named_edges(graph, graph.edges),
       {(first, then_write), (first, else_read)},
     )
+    # The two branches never both run: no race line joins them.
+    self.assertEqual(graph.races, ())
 
-    _, clusters, _, _ = read_mermaid(
+    _, clusters, _, dashed = read_mermaid(
       self, testing.order_graph(compiled, format="mermaid")
     )
     self.assertCountEqual(
       clusters, [then_clusters[0].label, else_clusters[0].label]
     )
+    self.assertEqual(dashed, [])
     svg = render_svg(self, testing.order_graph(compiled))
     self.assertLen(svg_groups(svg, "cluster"), 2)
+
+  def test_branch_and_a_call_after_the_cond_race(self):
+    # The control: a write after the cond, unordered with it, races with
+    # the call of each branch.
+    compiled = self.compile_branches(late_write=True)
+    analysis, graph = drawn(compiled)
+    (then_write,) = analysis.select("then_write")
+    (else_read,) = analysis.select("else_read")
+    (late,) = analysis.select("late_write")
+    self.assertEqual(
+      unordered_names(named_edges(graph, graph.races)),
+      {frozenset((then_write, late)), frozenset((else_read, late))},
+    )
+    self.assertEqual(
+      unordered_names(named_edges(graph, graph.races)),
+      unordered_names(testing.races(compiled)),
+    )
+    _, _, _, dashed = read_mermaid(
+      self, testing.order_graph(compiled, format="mermaid")
+    )
+    self.assertLen(dashed, 2)
 
 
 # Labels that need quoting in both formats.

@@ -125,5 +125,67 @@ class RuntimeCrossCheckTest(absltest.TestCase):
       self.fail("the second write never ran before the read in 500 runs")
 
 
+# Witnesses for the second write's slot, as functions of the read's result.
+WITNESSES = {
+  "the read's result": lambda x: x,
+  "an unrelated constant": lambda x: jnp.zeros((1,), jnp.float32),
+  "a zero-size slice of the read's result": lambda x: x[None][:0],
+  "an empty array entangled with the read's result": (
+    lambda x: entangle(jnp.zeros((0,), jnp.float32), x)
+  ),
+}
+
+
+def witnessed_hazard(witness):
+  """The demo's hazard; the second write's slot is entangled with `witness`."""
+
+  def hazard(slot, delay_input):
+    token = testing.write_slot(slot, _hazard.EXPECTED)
+    delay = (jnp.sum(jnp.sin(delay_input)) * 0).astype(jnp.int32)
+    with jax.named_scope("read"):
+      x = testing.read_slot(token + delay)
+    slot = entangle(slot, WITNESSES[witness](x))
+    with jax.named_scope("second_write"):
+      testing.write_slot(slot, _hazard.EXPECTED + 1)
+    return x
+
+  return hazard
+
+
+class ZeroSizeWitnessTest(absltest.TestCase):
+  """A witness with no elements orders nothing, at run time too."""
+
+  def compile(self, witness):
+    compiled = jax.jit(witnessed_hazard(witness))
+    return compiled.lower(*_hazard.arguments()).compile()
+
+  def first_wrong_read(self, compiled, runs):
+    """The run whose read missed the first write's value, or None."""
+    args = _hazard.arguments()
+    for start in range(0, runs, 20):
+      # In batches, so that runs overlap as in _hazard.count_wrong.
+      reads = jax.device_get([compiled(*args) for _ in range(20)])
+      for n, read in enumerate(reads):
+        if read != _hazard.EXPECTED:
+          return start + n
+    return None
+
+  def test_zero_size_witnesses_order_nothing(self):
+    ordered = self.compile("the read's result")
+    self.assertTrue(testing.happens_before(ordered, "read", "second_write"))
+    self.assertIsNone(self.first_wrong_read(ordered, 100))
+    # Control: a witness that does not depend on the read shows the hazard.
+    unrelated = self.compile("an unrelated constant")
+    self.assertFalse(testing.happens_before(unrelated, "read", "second_write"))
+    if self.first_wrong_read(unrelated, 300) is None:
+      self.skipTest("this XLA happened to run every read first, unordered")
+    for witness in list(WITNESSES)[2:]:
+      compiled = self.compile(witness)
+      analysis = testing.OrderAnalysis(compiled)
+      self.assertFalse(analysis.happens_before("read", "second_write"), witness)
+      self.assertLen(analysis.empty_witness_entangles(), 1, witness)
+      self.assertIsNotNone(self.first_wrong_read(compiled, 300), witness)
+
+
 if __name__ == "__main__":
   absltest.main()
