@@ -115,8 +115,13 @@ def _check_devices(arrays: list[jax.Array], names: list[str]) -> None:
   different devices (JAX's own error would name an internal function)."""
   first = None
   for array, where in zip(arrays, names, strict=True):
-    # Tracers are jax.Array instances too, but have no devices of their own.
-    if isinstance(array, Tracer) or not array.committed:
+    # Tracers are jax.Array instances too, but have no devices of their own;
+    # a float0 leaf (the tangent of an integer) converts to a NumPy array.
+    if (
+      not isinstance(array, jax.Array)
+      or isinstance(array, Tracer)
+      or not array.committed
+    ):
       continue
     devices = sorted(array.devices(), key=lambda device: device.id)
     if first is None:
