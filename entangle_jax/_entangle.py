@@ -44,7 +44,8 @@ def entangle(payload: T, *witnesses: Any) -> T:
   Raises:
     TypeError: a leaf of ``payload`` or of a witness is not an array of a
       dtype JAX supports (a string, object or datetime array, a Python int
-      too large for its dtype, ...); the message names the leaf's path.
+      too large for its dtype, a NumPy masked array, ...); the message names
+      the leaf's path.
     ValueError: called outside ``jit`` on arrays committed to different
       devices; the message names the leaves and their devices.
 
@@ -95,8 +96,10 @@ def _as_array(leaf: Any, where: str) -> jax.Array:
       return jnp.asarray(leaf)
     except OverflowError as error:  # A Python int too large for its dtype.
       raise _not_an_array(leaf, where, f" ({error})") from error
-    except (TypeError, ValueError) as error:  # Strings, objects, datetimes.
+    except TypeError as error:  # Strings, objects, datetimes.
       raise _not_an_array(leaf, where, "") from error
+    except ValueError as error:  # Masked arrays: JAX's reason says what to do.
+      raise _not_an_array(leaf, where, f" ({error})") from error
   raise _not_an_array(leaf, where, "")
 
 
@@ -140,7 +143,7 @@ def _device_names(devices: list[Any]) -> str:
 
 
 def _short_repr(value: Any, limit: int = 60) -> str:
-  text = repr(value)
+  text = " ".join(repr(value).split())  # One line, even for NumPy arrays.
   return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
