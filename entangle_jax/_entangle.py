@@ -44,7 +44,8 @@ def entangle(payload: T, *witnesses: Any) -> T:
   Raises:
     TypeError: a leaf of ``payload`` or of a witness is not an array of a
       dtype JAX supports (a string, object or datetime array, a Python int
-      too large for its dtype, ...); the message names the leaf's path.
+      too large for its dtype, a NumPy masked array, ...); the message names
+      the leaf's path.
     ValueError: called outside ``jit`` on arrays committed to different
       devices; the message names the leaves and their devices.
 
@@ -101,8 +102,10 @@ def _as_array(leaf: Any, where: str) -> jax.Array:
       return jnp.asarray(leaf)
     except OverflowError as error:  # A Python int too large for its dtype.
       raise _not_an_array(leaf, where, f" ({error})") from error
-    except (TypeError, ValueError) as error:  # Strings, objects, datetimes.
+    except TypeError as error:  # Strings, objects, datetimes.
       raise _not_an_array(leaf, where, "") from error
+    except ValueError as error:  # Masked arrays: JAX's reason says what to do.
+      raise _not_an_array(leaf, where, f" ({error})") from error
   raise _not_an_array(leaf, where, "")
 
 
@@ -121,8 +124,13 @@ def _check_devices(arrays: list[jax.Array], names: list[str]) -> None:
   different devices (JAX's own error would name an internal function)."""
   first = None
   for array, where in zip(arrays, names, strict=True):
-    # Tracers are jax.Array instances too, but have no devices of their own.
-    if isinstance(array, Tracer) or not array.committed:
+    # Tracers are jax.Array instances too, but have no devices of their own;
+    # a float0 leaf (the tangent of an integer) converts to a NumPy array.
+    if (
+      not isinstance(array, jax.Array)
+      or isinstance(array, Tracer)
+      or not array.committed
+    ):
       continue
     devices = sorted(array.devices(), key=lambda device: device.id)
     if first is None:
@@ -141,7 +149,7 @@ def _device_names(devices: list[Any]) -> str:
 
 
 def _short_repr(value: Any, limit: int = 60) -> str:
-  text = repr(value)
+  text = " ".join(repr(value).split())  # One line, even for NumPy arrays.
   return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -49,11 +49,22 @@ def bind(
 
   One primitive (one custom call) for up to `MAX_LEAVES_PER_CALL` payload
   leaves; one per chunk of that many beyond.
+
+  A witness that is one of the chunk's own payload arrays (the same object,
+  as in ``entangle((t, x), x)``) is not passed again: it is already an
+  operand, and every result of the call depends on every operand, while an
+  operand that is both aliased and read would make XLA copy it. A
+  single-leaf chunk left without witnesses is returned as is: it is ordered
+  after itself.
   """
   results = []
   for start in range(0, len(payload), MAX_LEAVES_PER_CALL):
     chunk = payload[start : start + MAX_LEAVES_PER_CALL]
-    results += entangle_p.bind(*chunk, *witnesses, num_payload=len(chunk))
+    others = [w for w in witnesses if not any(w is p for p in chunk)]
+    if not others and len(chunk) == 1:
+      results += chunk
+      continue
+    results += entangle_p.bind(*chunk, *others, num_payload=len(chunk))
   return results
 
 

@@ -37,7 +37,7 @@ class PrivateApiTest(absltest.TestCase):
     mesh = jax.make_mesh((8,), ("x",))
     payload = jax.device_put(jnp.ones(8 * 11), NamedSharding(mesh, P("x")))
     before = _primitive._shard_program.cache_info().misses
-    jax.jit(lambda p: entangle(p, p)).lower(payload).compile()
+    jax.jit(lambda p: entangle(p, p * 2)).lower(payload).compile()
     self.assertEqual(_primitive._shard_program.cache_info().misses, before + 1)
 
   def test_shard_program_is_the_plain_call_on_local_shapes(self):
