@@ -283,7 +283,13 @@ def parse(text: str) -> Module:
       if frame and "metadata=" in line:
         frame_ids[(current, instruction.name)] = int(frame.group(1))
   if entry is None:
-    raise ValueError("no ENTRY computation found in the HLO text")
+    hint = (
+      " This looks like StableHLO (Lowered.as_text()): pass the Lowered or "
+      "Compiled object, or Compiled.as_text()."
+      if "stablehlo." in text or "func.func" in text
+      else ""
+    )
+    raise ValueError("no ENTRY computation found in the HLO text." + hint)
   for name, instructions in computations.items():
     known = {i.name for i in instructions}
     resolved = []

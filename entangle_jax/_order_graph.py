@@ -200,6 +200,8 @@ def _cluster_label(site: _hlo_order.Op, computation: str) -> str:
   if instruction.opcode == "conditional":
     branch = instruction.callees.index(computation)
     return f"branch {branch} of {site.name}"
+  if site.name == instruction.opcode:  # e.g. "%call = ... call(...)"
+    return site.name
   return f"{instruction.opcode} {site.name}"
 
 

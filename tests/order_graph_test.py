@@ -516,6 +516,35 @@ class BadInputTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, "nothing_here"):
       testing.order_graph(_CHAIN_HLO, among=["nothing_here"])
 
+  def test_stablehlo_text_names_what_to_pass(self):
+    lowered = jax.jit(jnp.sin).lower(1.0)
+    with self.assertRaisesRegex(ValueError, "StableHLO"):
+      testing.order_graph(lowered.as_text())
+    # The control: the same program's compiled HLO text is accepted.
+    testing.order_graph(testing.module_text(lowered.compile()))
+
+  def test_call_named_like_its_opcode_is_labelled_once(self):
+    text = """\
+HloModule called, is_scheduled=true
+
+%inner (x: s32[]) -> s32[] {
+  %x = s32[] parameter(0)
+  ROOT %b = s32[] custom-call(%x), custom_call_target="lib_b"
+}
+
+ENTRY %main (p: s32[]) -> s32[] {
+  %p = s32[] parameter(0)
+  %a = s32[] custom-call(%p), custom_call_target="lib_a"
+  ROOT %NAME = s32[] call(%a), to_apply=%inner
+}
+"""
+    graph = testing.order_graph(text.replace("NAME", "call"))
+    self.assertIn('label="call"', graph)
+    self.assertNotIn("call call", graph)
+    # The control: a call site with a name of its own keeps the opcode.
+    graph = testing.order_graph(text.replace("NAME", "site"))
+    self.assertIn('label="call site"', graph)
+
   def test_no_native_calls_is_an_empty_graph(self):
     compiled = jax.jit(jnp.sin).lower(1.0).compile()
     self.assertEqual(
