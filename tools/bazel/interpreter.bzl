@@ -1,0 +1,42 @@
+"""The one Python interpreter entangle_jax's repository rules run.
+
+The setup names it once (`entangle_jax_repositories(python_interpreter = ...)`
+or `python_interpreter_target = <label of the interpreter file>`). A bare name
+such as "python3" is looked up on PATH when a repository is first fetched;
+PATH is deliberately not tracked, so a later change of PATH reinstalls
+nothing. `$ENTANGLE_JAX_PYTHON`, when set, overrides the setup (and is
+tracked: changing it refetches).
+"""
+
+INTERPRETER_ATTRS = {
+    "python_interpreter": attr.string(
+        default = "python3",
+        doc = "An interpreter's absolute path, or a name looked up on PATH once.",
+    ),
+    "python_interpreter_target": attr.label(
+        allow_single_file = True,
+        doc = "The interpreter as a file label; wins over python_interpreter.",
+    ),
+}
+
+INTERPRETER_ENVIRON = ["ENTANGLE_JAX_PYTHON"]
+
+def resolve_interpreter(ctx):
+    """The interpreter's path, for a rule with INTERPRETER_ATTRS."""
+    override = ctx.os.environ.get("ENTANGLE_JAX_PYTHON")
+    if override:
+        return ctx.path(override)
+    if ctx.attr.python_interpreter_target:
+        return ctx.path(ctx.attr.python_interpreter_target)
+    name = ctx.attr.python_interpreter
+    if "/" in name:
+        return ctx.path(name)
+    found = ctx.which(name)
+    if not found:
+        fail("{}: no {} on PATH; name the interpreter with python_interpreter or $ENTANGLE_JAX_PYTHON".format(ctx.name, name))
+    return found
+
+def fail_on(ctx, result, what):
+    """Fails the fetch of `ctx`'s repository when `result` is an error."""
+    if result.return_code != 0:
+        fail("{}: {} failed:\n{}\n{}".format(ctx.name, what, result.stdout, result.stderr))
