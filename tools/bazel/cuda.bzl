@@ -14,6 +14,9 @@ changing $CUDA_PATH refetches it. Without a toolkit, //:nvcc fails with a
 message, so CPU builds never need CUDA.
 """
 
+load("@rules_cc//cc/common:cc_common.bzl", "cc_common")
+load("@rules_cc//cc/common:cc_info.bzl", "CcInfo")
+
 _FOUND = """
 load("@rules_cc//cc:defs.bzl", "cc_import")
 

@@ -22,7 +22,14 @@ INTERPRETER_ATTRS = {
 INTERPRETER_ENVIRON = ["ENTANGLE_JAX_PYTHON"]
 
 def resolve_interpreter(ctx):
-    """The interpreter's path, for a rule with INTERPRETER_ATTRS."""
+    """The interpreter that the setup named.
+
+    Args:
+      ctx: the repository_ctx of a rule with INTERPRETER_ATTRS.
+
+    Returns:
+      The interpreter's path (as given or found; not resolved further).
+    """
     override = ctx.os.environ.get("ENTANGLE_JAX_PYTHON")
     if override:
         return ctx.path(override)

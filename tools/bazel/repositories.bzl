@@ -43,7 +43,20 @@ def entangle_jax_repositories(
         xla_ffi = None,
         python_interpreter = "python3",
         python_interpreter_target = None):
-    """Declares the repositories; see the file's docstring for the arguments."""
+    """Declares the repositories entangle_jax's BUILD files use.
+
+    Args:
+      jax: a py_library providing jax and jaxlib (default: the lock).
+      python_headers: a cc_library of the Python C headers (default: the
+        interpreter's include directory).
+      pybind11: a cc_library of pybind11's headers (default: from the lock).
+      xla_ffi: a cc_library of xla/ffi/api/*.h (default: the pinned jaxlib's,
+        checksummed).
+      python_interpreter: an absolute path, or a name looked up on PATH at
+        the first fetch only.
+      python_interpreter_target: the interpreter as a file label; wins over
+        python_interpreter.
+    """
     interpreter = dict(
         python_interpreter = python_interpreter,
         python_interpreter_target = python_interpreter_target,
