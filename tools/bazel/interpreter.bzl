@@ -43,6 +43,29 @@ def resolve_interpreter(ctx):
         fail("{}: no {} on PATH; name the interpreter with python_interpreter or $ENTANGLE_JAX_PYTHON".format(ctx.name, name))
     return found
 
+# Scratch space for pip inside the repository directory, deleted after use.
+PIP_SCRATCH = "_pip_scratch"
+
+def pip_environment(ctx):
+    """Environment for running pip so that it writes only into `ctx`'s directory.
+
+    pip's own caches are off. pip also runs `rustc --version` for its user
+    agent, and where rustc is a rustup proxy that writes ~/.rustup; RUSTUP_HOME
+    points it into PIP_SCRATCH instead, which the caller deletes.
+
+    Args:
+      ctx: a repository_ctx.
+
+    Returns:
+      A dict for repository_ctx.execute's `environment`.
+    """
+    return {
+        "PIP_NO_CACHE_DIR": "1",
+        "PIP_ROOT_USER_ACTION": "ignore",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "RUSTUP_HOME": str(ctx.path(PIP_SCRATCH + "/rustup")),
+    }
+
 def fail_on(ctx, result, what):
     """Fails the fetch of `ctx`'s repository when `result` is an error."""
     if result.return_code != 0:

@@ -2,7 +2,8 @@
 
 `python_env` installs the hashed lock (`requirements.lock`, the pins the
 pip/uv side uses; or only the entries named in `packages`) into `site/`, with
-`--no-cache-dir` so that nothing is written outside the repository, and
+pip's caches off and its other writes kept inside the repository directory
+(see interpreter.bzl, pip_environment), and
 exposes:
 
   //:site       py_library of the installed packages
@@ -10,7 +11,7 @@ exposes:
   //:toolchain  a Python 3 toolchain running the same interpreter
 """
 
-load(":interpreter.bzl", "INTERPRETER_ATTRS", "INTERPRETER_ENVIRON", "fail_on", "resolve_interpreter")
+load(":interpreter.bzl", "INTERPRETER_ATTRS", "INTERPRETER_ENVIRON", "PIP_SCRATCH", "fail_on", "pip_environment", "resolve_interpreter")
 
 _BUILD = """
 load("@rules_cc//cc:defs.bzl", "cc_library")
@@ -98,10 +99,11 @@ def _python_env_impl(ctx):
             "-r",
             str(requirements),
         ],
-        environment = {"PIP_ROOT_USER_ACTION": "ignore"},
+        environment = pip_environment(ctx),
         timeout = 1800,
     )
     fail_on(ctx, install, "installing " + str(requirements))
+    ctx.delete(PIP_SCRATCH)
     ctx.file("BUILD.bazel", _BUILD.format(executable = executable))
     ctx.file("WORKSPACE", 'workspace(name = "{}")\n'.format(ctx.name))
 

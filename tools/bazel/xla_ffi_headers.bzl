@@ -11,7 +11,7 @@ so the fetch writes nothing elsewhere, `~/.cache/entangle-jax` included.
 Exposes //:xla_ffi (a cc_library).
 """
 
-load(":interpreter.bzl", "INTERPRETER_ATTRS", "INTERPRETER_ENVIRON", "fail_on", "resolve_interpreter")
+load(":interpreter.bzl", "INTERPRETER_ATTRS", "INTERPRETER_ENVIRON", "PIP_SCRATCH", "fail_on", "pip_environment", "resolve_interpreter")
 
 _BUILD = """
 load("@rules_cc//cc:defs.bzl", "cc_library")
@@ -34,15 +34,15 @@ def _xla_ffi_headers_impl(ctx):
     ctx.path(ctx.attr.pin)
     result = ctx.execute(
         [python, ctx.path(ctx.attr.tool), "fetch", str(ctx.path("."))],
-        environment = {
-            "ENTANGLE_JAX_CACHE": str(ctx.path(_DOWNLOADS)),
-            "PIP_NO_CACHE_DIR": "1",
-            "PYTHONDONTWRITEBYTECODE": "1",
-        },
+        environment = dict(
+            pip_environment(ctx),
+            ENTANGLE_JAX_CACHE = str(ctx.path(_DOWNLOADS)),
+        ),
         timeout = 900,
     )
     fail_on(ctx, result, "fetching the XLA FFI headers")
     ctx.delete(_DOWNLOADS)
+    ctx.delete(PIP_SCRATCH)
     ctx.file("BUILD.bazel", _BUILD)
     ctx.file("WORKSPACE", 'workspace(name = "{}")\n'.format(ctx.name))
 
