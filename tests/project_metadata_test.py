@@ -1,5 +1,11 @@
-"""The version and pins have one source of truth each, and agree with it."""
+"""The version and pins have one source of truth each, and agree with it.
 
+Also checks MODULE.bazel, which no Bazel on these machines can load (4.2.3
+has no Bzlmod), against the WORKSPACE path that CI does run: both files are
+Starlark calls that Python's parser reads.
+"""
+
+import ast
 import json
 import pathlib
 import re
@@ -10,19 +16,51 @@ from absl.testing import absltest
 import entangle_jax
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+BAZEL_TOOLS = ROOT / "tools" / "bazel"
+# Repositories that every Bazel has, or that this one is.
+BUILTIN_REPOSITORIES = {"bazel_tools", "entangle_jax", ""}
+
+
+def project_version() -> str:
+  """The project's version: pyproject.toml's static one, else VERSION."""
+  project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+  if "version" in project:
+    return project["version"]
+  return (ROOT / "VERSION").read_text().strip()
+
+
+def calls(path: pathlib.Path, function: str | None = None) -> list[ast.Call]:
+  """The calls in a Starlark file (in `function`'s body, if given)."""
+  tree = ast.parse(path.read_text(), filename=str(path))
+  if function is not None:
+    (tree,) = [
+      n
+      for n in ast.walk(tree)
+      if isinstance(n, ast.FunctionDef) and n.name == function
+    ]
+  return [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+
+
+def named(found: list[ast.Call], callee: str) -> list[ast.Call]:
+  return [c for c in found if ast.unparse(c.func) == callee]
+
+
+def keyword(call: ast.Call, name: str):
+  (value,) = [k.value for k in call.keywords if k.arg == name]
+  return ast.literal_eval(value)
+
+
+def strings(call: ast.Call) -> list[str]:
+  return [ast.literal_eval(a) for a in call.args if isinstance(a, ast.Constant)]
+
+
+def repository(label: str) -> str:
+  return label[1:].split("//")[0] if label.startswith("@") else ""
 
 
 class ProjectMetadataTest(absltest.TestCase):
-  def test_module_bazel_version_is_the_version_file(self):
-    version = (ROOT / "VERSION").read_text().strip()
-    module = (ROOT / "MODULE.bazel").read_text()
-    match = re.search(r'^\s*version = "([^"]+)"', module, re.MULTILINE)
-    assert match is not None
-    self.assertEqual(match.group(1), version)
-
-  def test_package_version_is_the_version_file(self):
-    version = (ROOT / "VERSION").read_text().strip()
-    self.assertEqual(entangle_jax.__version__, version)
+  def test_package_version_is_the_project_version(self):
+    self.assertEqual(entangle_jax.__version__, project_version())
 
   def test_oldest_jax_is_the_ffi_header_pin(self):
     # Compiling against the oldest supported jaxlib's headers is what makes
@@ -30,6 +68,94 @@ class ProjectMetadataTest(absltest.TestCase):
     pin = json.loads((ROOT / "tools" / "xla_ffi_pin.json").read_text())
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     self.assertIn(f"jax>={pin['jaxlib']}", project["dependencies"])
+
+
+class ModuleBazelTest(absltest.TestCase):
+  def setUp(self):
+    super().setUp()
+    self.module = calls(ROOT / "MODULE.bazel")
+    self.workspace = calls(ROOT / "WORKSPACE")
+
+  def test_name_is_the_workspace_name(self):
+    (module,) = named(self.module, "module")
+    (workspace,) = named(self.workspace, "workspace")
+    self.assertEqual(keyword(module, "name"), keyword(workspace, "name"))
+
+  def test_version_is_the_project_version(self):
+    (module,) = named(self.module, "module")
+    self.assertEqual(keyword(module, "version"), project_version())
+
+  def test_bazel_deps_are_the_rule_repositories_with_offline_stand_ins(self):
+    deps = {keyword(c, "name") for c in named(self.module, "bazel_dep")}
+    # What the BUILD and .bzl files load rules from, besides Bazel itself
+    # and this module's own extension repositories.
+    extension = self._extension_repositories()
+    loaded = set()
+    for path in self._starlark_files():
+      for load in named(calls(path), "load"):
+        loaded.add(repository(strings(load)[0]))
+    loaded -= BUILTIN_REPOSITORIES | extension
+    self.assertEqual(deps, loaded)
+    # And the WORKSPACE path serves each of them offline.
+    stand_ins = {
+      keyword(c, "name")
+      for c in named(
+        calls(BAZEL_TOOLS / "offline.bzl"), "native.local_repository"
+      )
+    }
+    self.assertContainsSubset(deps, stand_ins)
+
+  def test_extension_repositories_are_the_ones_the_workspace_path_uses(self):
+    # Every repository that the BUILD files name, or that WORKSPACE
+    # registers a toolchain from, is brought into scope by use_repo, and is
+    # declared by entangle_jax_repositories() in its default setup.
+    named_in_build = {
+      repository(label)
+      for path in self._starlark_files()
+      if path.name == "BUILD.bazel"
+      for label in re.findall(r'"(@[\w.~-]+//[^"]*)"', path.read_text())
+    }
+    deps = {keyword(c, "name") for c in named(self.module, "bazel_dep")}
+    named_in_build -= BUILTIN_REPOSITORIES | deps
+    used = self._extension_repositories(dev=False)
+    self.assertEqual(named_in_build, used)
+    registered = {
+      repository(label)
+      for c in named(self.workspace, "register_toolchains")
+      for label in strings(c)
+    }
+    self.assertEqual(self._extension_repositories(dev=True), registered)
+    declared = {
+      keyword(c, "name")
+      for c in calls(
+        BAZEL_TOOLS / "repositories.bzl", "entangle_jax_repositories"
+      )
+      if any(k.arg == "name" for k in c.keywords)
+    }
+    self.assertContainsSubset(used | registered, declared)
+
+  def _starlark_files(self) -> list[pathlib.Path]:
+    files = [ROOT / "BUILD.bazel", ROOT / "WORKSPACE"]
+    for folder in ("entangle_jax", "native", "tests", "tools"):
+      files += (ROOT / folder).rglob("BUILD.bazel")
+    files += BAZEL_TOOLS.glob("*.bzl")
+    return [f for f in files if f.is_file()]
+
+  def _extension_repositories(self, dev: bool | None = None) -> set[str]:
+    # `name = use_extension(...)`: whether each usage is a dev dependency.
+    extensions = {}
+    for assign in ast.walk(ast.parse((ROOT / "MODULE.bazel").read_text())):
+      if isinstance(assign, ast.Assign) and isinstance(assign.value, ast.Call):
+        is_dev = any(
+          k.arg == "dev_dependency" and ast.literal_eval(k.value)
+          for k in assign.value.keywords
+        )
+        extensions[ast.unparse(assign.targets[0])] = is_dev
+    found = set()
+    for use in named(self.module, "use_repo"):
+      if dev is None or extensions[ast.unparse(use.args[0])] == dev:
+        found |= set(strings(use))
+    return found
 
 
 if __name__ == "__main__":

@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
-# Formats (default) or checks (--check) every BUILD/.bzl file with buildifier,
-# taken from npm (@bazel/buildifier). The native-* lint warnings are off on
-# purpose: the BUILD files use the native rule names without loads, which
-# works from Bazel 4.2.3 (no rules_python/rules_cc offline) to 8.x (which
-# autoloads them from the deps MODULE.bazel declares).
+# Formats (default) or checks (--check) every BUILD, .bzl, WORKSPACE and
+# MODULE.bazel file with buildifier, taken from npm (@bazel/buildifier), with
+# every lint warning on: the native-* ones check that each file loads the
+# rules it uses (from rules_cc/rules_python; offline Bazel 4.2.3 gets
+# stand-ins for both from tools/bazel/offline.bzl). The stand-ins themselves
+# forward to the native rules, so they are only formatted, not linted.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version=8.2.1
-native_warnings=(
-  native-cc-binary native-cc-fdo-prefetch-hints native-cc-fdo-profile
-  native-cc-import native-cc-library native-cc-objc-import
-  native-cc-objc-library native-cc-proto native-cc-shared-library
-  native-cc-test native-cc-toolchain native-cc-toolchain-suite native-py
-  native-sh-binary
-)
-warnings=$(printf -- '-%s,' "${native_warnings[@]}")
 mode=fix
 [[ "${1:-}" == "--check" ]] && mode=check
-exec npx --yes "@bazel/buildifier@$version" -mode="$mode" -lint=warn \
-  -warnings="${warnings%,}" -r .
+stand_ins='^tools/bazel/(rules_cc|rules_python)/'
+all=$(git ls-files --cached --others --exclude-standard \
+  '*BUILD.bazel' '*.bzl' '*WORKSPACE' '*MODULE.bazel')
+linted=$(grep -Ev "$stand_ins" <<<"$all")
+forwarding=$(grep -E "$stand_ins" <<<"$all")
+buildifier() { npx --yes "@bazel/buildifier@$version" -mode="$mode" "$@"; }
+# shellcheck disable=SC2086 # one file name per word
+buildifier -lint=warn $linted
+# shellcheck disable=SC2086
+buildifier -lint=off $forwarding

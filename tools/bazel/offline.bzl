@@ -1,11 +1,14 @@
 """Local stand-ins for what Debian's Bazel 4.2.3 would otherwise download.
 
 Bazel's built-in WORKSPACE suffix asks for rules_cc, rules_java and
-remote_coverage_tools, none of which can be fetched offline. Declaring them
-first, as local repositories, satisfies it: rules_cc and
-remote_coverage_tools from tools/bazel/ (ours), rules_java from Debian's
-bazel-rules-java package. Call before anything else in a WORKSPACE;
-`entangle_jax_path` is where this repository is, relative to that workspace.
+remote_coverage_tools, none of which can be fetched offline, and the BUILD
+files load their rules from rules_cc and rules_python. Declaring these first,
+as local repositories, satisfies both: rules_cc, rules_python and
+remote_coverage_tools from tools/bazel/ (ours, forwarding to the rules built
+into Bazel 4), rules_java from Debian's bazel-rules-java package. Call before
+anything else in a WORKSPACE; `entangle_jax_path` is where this repository
+is, relative to that workspace. With a Bazel that can download, declare the
+real rules_cc and rules_python instead.
 """
 
 # buildifier: disable=unnamed-macro (a WORKSPACE setup function, like *_repositories)
@@ -13,6 +16,10 @@ def entangle_jax_offline_bazel(entangle_jax_path = "."):
     native.local_repository(
         name = "rules_cc",
         path = entangle_jax_path + "/tools/bazel/rules_cc",
+    )
+    native.local_repository(
+        name = "rules_python",
+        path = entangle_jax_path + "/tools/bazel/rules_python",
     )
     native.local_repository(
         name = "remote_coverage_tools",

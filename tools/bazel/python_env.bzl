@@ -1,38 +1,21 @@
-"""The Python that Bazel builds and tests with, and its pinned packages.
+"""Locked Python packages, installed by the named interpreter's pip.
 
-`python_env` is a repository rule. It finds the interpreter (the
-`ENTANGLE_JAX_PYTHON` environment variable, else `python3` on PATH), installs
-the hashed lock (`requirements.lock`, the same pins the pip/uv side uses) into
-`site/` with that interpreter's pip, and exposes:
+`python_env` installs the hashed lock (`requirements.lock`, the pins the
+pip/uv side uses; or only the entries named in `packages`) into `site/`, with
+pip's caches off and its other writes kept inside the repository directory
+(see interpreter.bzl, pip_environment), and
+exposes:
 
-  //:toolchain       a Python 3 toolchain running that interpreter
-  //:site            py_library of the installed packages
-  //:python_headers  cc_library of the interpreter's C headers
-  //:pybind11        cc_library of pybind11's headers (from the lock)
-  //:metadata.bzl    DISTRIBUTION, VERSION, SUMMARY, REQUIRES,
-                     REQUIRES_PYTHON (from VERSION and pyproject.toml), and
-                     PYTHON_TAG, PLATFORM_TAG, EXT_SUFFIX (from the
-                     interpreter), for the extension's name and the wheel
+  //:site       py_library of the installed packages
+  //:pybind11   cc_library of pybind11's headers (when the lock has it)
+  //:toolchain  a Python 3 toolchain running the same interpreter
 """
 
-_PROBE = """
-import json, sys, sysconfig, tomllib
-project = tomllib.load(open(sys.argv[1], "rb"))["project"]
-print(json.dumps({
-    "executable": sys.executable,
-    "include": sysconfig.get_paths()["include"],
-    "tag": "cp%d%d" % sys.version_info[:2],
-    "requires": project.get("dependencies", []),
-    "requires_python": project.get("requires-python", ""),
-    "name": project["name"],
-    "summary": project.get("description", ""),
-    "ext_suffix": sysconfig.get_config_var("EXT_SUFFIX"),
-    "platform": sysconfig.get_platform().replace("-", "_").replace(".", "_"),
-}))
-"""
+load(":interpreter.bzl", "INTERPRETER_ATTRS", "INTERPRETER_ENVIRON", "PIP_SCRATCH", "fail_on", "pip_environment", "resolve_interpreter")
 
 _BUILD = """
-load("@bazel_tools//tools/python:toolchain.bzl", "py_runtime_pair")
+load("@rules_cc//cc:defs.bzl", "cc_library")
+load("@rules_python//python:defs.bzl", "py_library", "py_runtime", "py_runtime_pair")
 
 package(default_visibility = ["//visibility:public"])
 
@@ -66,80 +49,70 @@ py_library(
 )
 
 cc_library(
-    name = "python_headers",
-    hdrs = glob(["python_include/**/*.h"]),
-    includes = ["python_include"],
-)
-
-cc_library(
     name = "pybind11",
     hdrs = glob(["site/pybind11/include/**/*.h"]),
     includes = ["site/pybind11/include"],
-    deps = [":python_headers"],
 )
-
-exports_files(["metadata.bzl"])
 """
 
-def _fail_on(result, what):
-    if result.return_code != 0:
-        fail("python_env: {} failed:\\n{}\\n{}".format(what, result.stdout, result.stderr))
+def _lock_entries(lock_text, packages):
+    """The lock's entries (a requirement line and its hashes) for `packages`."""
+    wanted = [p.lower().replace("_", "-") for p in packages]
+    entries = []
+    current = None
+    for line in lock_text.splitlines():
+        if line and not line[0].isspace() and not line.startswith("#"):
+            name = line.split("==")[0].strip().lower().replace("_", "-")
+            current = [line] if name in wanted else None
+            if current != None:
+                entries.append(current)
+        elif current != None and line.strip().startswith("--hash"):
+            current.append(line)
+    found = [e[0].split("==")[0].strip() for e in entries]
+    if len(found) != len(wanted):
+        fail("python_env: the lock lacks some of {} (found {})".format(packages, found))
+    return "\n".join(["\n".join(e) for e in entries]) + "\n"
 
 def _python_env_impl(ctx):
-    python = ctx.os.environ.get("ENTANGLE_JAX_PYTHON") or ctx.which("python3")
-    if not python:
-        fail("python_env: no python3 on PATH; set ENTANGLE_JAX_PYTHON")
-    pyproject = ctx.path(ctx.attr.pyproject)
-    probe = ctx.execute([python, "-c", _PROBE, str(pyproject)])
-    _fail_on(probe, "probing " + str(python))
-    info = json.decode(probe.stdout)
-    ctx.symlink(info["include"], "python_include")
+    python = resolve_interpreter(ctx)
+    probe = ctx.execute([python, "-c", "import sys; print(sys.executable)"])
+    fail_on(ctx, probe, "running " + str(python))
+    executable = probe.stdout.strip()
 
-    lock = ctx.path(ctx.attr.requirements)
+    requirements = ctx.path(ctx.attr.requirements)
+    if ctx.attr.packages:
+        ctx.file("requirements.txt", _lock_entries(ctx.read(requirements), ctx.attr.packages))
+        requirements = ctx.path("requirements.txt")
     install = ctx.execute(
         [
-            info["executable"],
+            executable,
             "-m",
             "pip",
             "install",
             "--quiet",
             "--no-deps",
+            "--no-cache-dir",
             "--disable-pip-version-check",
             "--require-hashes",
             "--target",
             "site",
             "-r",
-            str(lock),
+            str(requirements),
         ],
+        environment = pip_environment(ctx),
         timeout = 1800,
-        quiet = False,
     )
-    _fail_on(install, "installing " + str(lock))
-
-    version = ctx.read(ctx.path(ctx.attr.version)).strip()
-    ctx.file("BUILD.bazel", _BUILD.format(executable = info["executable"]))
+    fail_on(ctx, install, "installing " + str(requirements))
+    ctx.delete(PIP_SCRATCH)
+    ctx.file("BUILD.bazel", _BUILD.format(executable = executable))
     ctx.file("WORKSPACE", 'workspace(name = "{}")\n'.format(ctx.name))
-    ctx.file("metadata.bzl", "\n".join([
-        '"""Project metadata, generated from VERSION and pyproject.toml."""',
-        "",
-        "DISTRIBUTION = {}".format(repr(info["name"].replace("-", "_"))),
-        "VERSION = {}".format(repr(version)),
-        "REQUIRES = {}".format(repr(info["requires"])),
-        "REQUIRES_PYTHON = {}".format(repr(info["requires_python"])),
-        "SUMMARY = {}".format(repr(info["summary"])),
-        "PYTHON_TAG = {}".format(repr(info["tag"])),
-        "PLATFORM_TAG = {}".format(repr(info["platform"])),
-        "EXT_SUFFIX = {}".format(repr(info["ext_suffix"])),
-        "",
-    ]))
 
 python_env = repository_rule(
     implementation = _python_env_impl,
-    attrs = {
-        "pyproject": attr.label(default = "//:pyproject.toml", allow_single_file = True),
+    attrs = dict(INTERPRETER_ATTRS, **{
+        "packages": attr.string_list(doc = "Install only these (default: the whole lock)."),
         "requirements": attr.label(default = "//:requirements.lock", allow_single_file = True),
-        "version": attr.label(default = "//:VERSION", allow_single_file = True),
-    },
-    environ = ["ENTANGLE_JAX_PYTHON", "PATH"],
-    doc = "The interpreter, its headers, and the locked Python packages.",
+    }),
+    environ = INTERPRETER_ENVIRON,
+    doc = "Locked Python packages and a toolchain for the named interpreter.",
 )
