@@ -10,7 +10,7 @@ the hashed lock (`requirements.lock`, the same pins the pip/uv side uses) into
   //:python_headers  cc_library of the interpreter's C headers
   //:pybind11        cc_library of pybind11's headers (from the lock)
   //:metadata.bzl    DISTRIBUTION, VERSION, SUMMARY, REQUIRES,
-                     REQUIRES_PYTHON (from VERSION and pyproject.toml), and
+                     REQUIRES_PYTHON (from pyproject.toml), and
                      PYTHON_TAG, PLATFORM_TAG, EXT_SUFFIX (from the
                      interpreter), for the extension's name and the wheel
 """
@@ -25,6 +25,7 @@ print(json.dumps({
     "requires": project.get("dependencies", []),
     "requires_python": project.get("requires-python", ""),
     "name": project["name"],
+    "version": project["version"],
     "summary": project.get("description", ""),
     "ext_suffix": sysconfig.get_config_var("EXT_SUFFIX"),
     "platform": sysconfig.get_platform().replace("-", "_").replace(".", "_"),
@@ -116,14 +117,13 @@ def _python_env_impl(ctx):
     )
     _fail_on(install, "installing " + str(lock))
 
-    version = ctx.read(ctx.path(ctx.attr.version)).strip()
     ctx.file("BUILD.bazel", _BUILD.format(executable = info["executable"]))
     ctx.file("WORKSPACE", 'workspace(name = "{}")\n'.format(ctx.name))
     ctx.file("metadata.bzl", "\n".join([
-        '"""Project metadata, generated from VERSION and pyproject.toml."""',
+        '"""Project metadata, generated from pyproject.toml."""',
         "",
         "DISTRIBUTION = {}".format(repr(info["name"].replace("-", "_"))),
-        "VERSION = {}".format(repr(version)),
+        "VERSION = {}".format(repr(info["version"])),
         "REQUIRES = {}".format(repr(info["requires"])),
         "REQUIRES_PYTHON = {}".format(repr(info["requires_python"])),
         "SUMMARY = {}".format(repr(info["summary"])),
@@ -138,7 +138,6 @@ python_env = repository_rule(
     attrs = {
         "pyproject": attr.label(default = "//:pyproject.toml", allow_single_file = True),
         "requirements": attr.label(default = "//:requirements.lock", allow_single_file = True),
-        "version": attr.label(default = "//:VERSION", allow_single_file = True),
     },
     environ = ["ENTANGLE_JAX_PYTHON", "PATH"],
     doc = "The interpreter, its headers, and the locked Python packages.",

@@ -15,7 +15,6 @@ def entangle_jax_repositories():
         name = "entangle_jax_python",
         pyproject = "@entangle_jax//:pyproject.toml",
         requirements = "@entangle_jax//:requirements.lock",
-        version = "@entangle_jax//:VERSION",
     )
     xla_ffi_headers(
         name = "entangle_jax_xla_ffi",
