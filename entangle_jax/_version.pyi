@@ -1,2 +1,2 @@
-# Type stub for _version.py, which the build generates from VERSION.
+# Type stub for _version.py, which the build generates from pyproject.toml.
 __version__: str

@@ -22,11 +22,8 @@ BUILTIN_REPOSITORIES = {"bazel_tools", "entangle_jax", ""}
 
 
 def project_version() -> str:
-  """The project's version: pyproject.toml's static one, else VERSION."""
-  project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-  if "version" in project:
-    return project["version"]
-  return (ROOT / "VERSION").read_text().strip()
+  """The project's version: pyproject.toml's static one, its one source."""
+  return _pyproject()["project"]["version"]
 
 
 def calls(path: pathlib.Path, function: str | None = None) -> list[ast.Call]:
@@ -58,7 +55,19 @@ def repository(label: str) -> str:
   return label[1:].split("//")[0] if label.startswith("@") else ""
 
 
+def _pyproject() -> dict:
+  return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
 class ProjectMetadataTest(absltest.TestCase):
+  def test_version_is_static(self):
+    # uv reads a static version without building the package; a dynamic one
+    # makes `uv sync` build it in the still empty venv, where mesonpy is
+    # missing (no build isolation).
+    project = _pyproject()["project"]
+    self.assertNotIn("version", project.get("dynamic", []))
+    self.assertIsInstance(project["version"], str)
+
   def test_package_version_is_the_project_version(self):
     self.assertEqual(entangle_jax.__version__, project_version())
 
@@ -66,8 +75,17 @@ class ProjectMetadataTest(absltest.TestCase):
     # Compiling against the oldest supported jaxlib's headers is what makes
     # the extension load in every supported jaxlib.
     pin = json.loads((ROOT / "tools" / "xla_ffi_pin.json").read_text())
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    project = _pyproject()["project"]
     self.assertIn(f"jax>={pin['jaxlib']}", project["dependencies"])
+
+  def test_test_group_installs_the_export_extra(self):
+    # export_test needs what `entangle-jax[export]` installs; the test group
+    # repeats those requirements (see pyproject.toml), so they must agree.
+    pyproject = _pyproject()
+    extra = pyproject["project"]["optional-dependencies"]["export"]
+    self.assertNotEmpty(extra)
+    for requirement in extra:
+      self.assertIn(requirement, pyproject["dependency-groups"]["test"])
 
 
 class ModuleBazelTest(absltest.TestCase):

@@ -57,9 +57,8 @@ class WheelTest(absltest.TestCase):
     bazel, meson = metadata(self.bazel), metadata(self.meson)
     for field in ("Name", "Version", "Requires-Python", "Summary"):
       self.assertEqual(bazel[field], meson[field], field)
-    self.assertCountEqual(
-      bazel.get_all("Requires-Dist"), meson.get_all("Requires-Dist")
-    )
+    for field in ("Requires-Dist", "Provides-Extra"):
+      self.assertCountEqual(bazel.get_all(field), meson.get_all(field), field)
 
   def test_same_tags(self):
     bazel = WHEEL_NAME.match(os.path.basename(BAZEL_WHEEL))

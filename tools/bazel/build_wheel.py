@@ -30,6 +30,7 @@ def metadata(args: argparse.Namespace) -> str:
   if args.python_requires:
     lines.append(f"Requires-Python: {args.python_requires}")
   lines += [f"Requires-Dist: {r}" for r in args.requires]
+  lines += [f"Provides-Extra: {e}" for e in args.provides_extra]
   body = ""
   if args.description_file:
     lines.append("Description-Content-Type: text/markdown")
@@ -59,6 +60,7 @@ def main() -> None:
   parser.add_argument("--summary", default="")
   parser.add_argument("--python-requires", default="")
   parser.add_argument("--requires", action="append", default=[])
+  parser.add_argument("--provides-extra", action="append", default=[])
   parser.add_argument("--description-file")
   parser.add_argument(
     "--file", action="append", default=[], help="ARCHIVE_PATH=SOURCE_PATH"

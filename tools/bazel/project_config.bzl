@@ -6,7 +6,8 @@ The BUILD files name their external inputs only through this repository:
   //:python_headers  cc_library of the Python C headers
   //:pybind11        cc_library of pybind11's headers
   //:xla_ffi         cc_library of the XLA FFI headers (xla/ffi/api/*.h)
-  //:metadata.bzl    DISTRIBUTION, VERSION, SUMMARY, REQUIRES, REQUIRES_PYTHON
+  //:metadata.bzl    DISTRIBUTION, VERSION, SUMMARY, REQUIRES, EXTRA_REQUIRES,
+                     REQUIRES_PYTHON
                      (from pyproject.toml) and PYTHON_TAG, PLATFORM_TAG,
                      EXT_SUFFIX (from the named interpreter)
 
@@ -21,11 +22,8 @@ _PROBE = """
 import json, pathlib, sys, sysconfig, tomllib
 
 def project_version(pyproject, project):
-  # The one place the version is read: pyproject.toml's static version, or
-  # else the VERSION file beside it.
-  if "version" in project:
-    return project["version"]
-  return (pyproject.parent / "VERSION").read_text().strip()
+  # The one place the version is written: pyproject.toml's static version.
+  return project["version"]
 
 pyproject = pathlib.Path(sys.argv[1])
 project = tomllib.loads(pyproject.read_text())["project"]
@@ -33,6 +31,7 @@ print(json.dumps({
     "include": sysconfig.get_paths()["include"],
     "tag": "cp%d%d" % sys.version_info[:2],
     "requires": project.get("dependencies", []),
+    "extra_requires": project.get("optional-dependencies", {}),
     "requires_python": project.get("requires-python", ""),
     "name": project["name"],
     "version": project_version(pyproject, project),
@@ -82,10 +81,6 @@ def _project_config_impl(ctx):
     fail_on(ctx, probe, "probing " + str(python))
     info = json.decode(probe.stdout)
 
-    # The VERSION file, while there is one, is read through its label so that
-    # editing it refetches this repository.
-    if ctx.attr.version_file:
-        ctx.path(ctx.attr.version_file)
     ctx.symlink(info["include"], "python_include")
     ctx.file("BUILD.bazel", _BUILD.format(
         jax = ctx.attr.jax,
@@ -100,6 +95,7 @@ def _project_config_impl(ctx):
         "DISTRIBUTION = {}".format(repr(info["name"].replace("-", "_"))),
         "VERSION = {}".format(repr(info["version"])),
         "REQUIRES = {}".format(repr(info["requires"])),
+        "EXTRA_REQUIRES = {}".format(repr(info["extra_requires"])),
         "REQUIRES_PYTHON = {}".format(repr(info["requires_python"])),
         "SUMMARY = {}".format(repr(info["summary"])),
         "PYTHON_TAG = {}".format(repr(info["tag"])),
@@ -115,7 +111,6 @@ project_config = repository_rule(
         "pybind11": attr.string(mandatory = True),
         "pyproject": attr.label(default = "//:pyproject.toml", allow_single_file = True),
         "python_headers": attr.string(doc = "Default: the interpreter's headers."),
-        "version_file": attr.label(allow_single_file = True),
         "xla_ffi": attr.string(mandatory = True),
     }),
     environ = INTERPRETER_ENVIRON,

@@ -93,7 +93,6 @@ def entangle_jax_repositories(
         pybind11 = _absolute(pybind11),
         pyproject = "@entangle_jax//:pyproject.toml",
         python_headers = _absolute(python_headers) if python_headers else None,
-        version_file = "@entangle_jax//:VERSION",
         xla_ffi = _absolute(xla_ffi),
         **interpreter
     )

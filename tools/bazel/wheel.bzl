@@ -16,6 +16,13 @@ def _archive_path(file, strip_path_prefixes):
             return path[len(prefix):]
     return path
 
+def _only_for_extra(requirement, extra):
+    """`requirement` as METADATA lists it for `extra` (PEP 508 marker)."""
+    name, semicolon, marker = requirement.partition(";")
+    if semicolon:
+        return '{}; ({}) and extra == "{}"'.format(name.strip(), marker.strip(), extra)
+    return '{}; extra == "{}"'.format(requirement.strip(), extra)
+
 def _py_wheel_impl(ctx):
     name = "{}-{}-{}-{}-{}.whl".format(
         ctx.attr.distribution,
@@ -34,6 +41,10 @@ def _py_wheel_impl(ctx):
     args.add("--summary", ctx.attr.summary)
     args.add("--python-requires", ctx.attr.python_requires)
     args.add_all(ctx.attr.requires, before_each = "--requires")
+    for extra, requires in sorted(ctx.attr.extra_requires.items()):
+        args.add("--provides-extra", extra)
+        for requirement in requires:
+            args.add("--requires", _only_for_extra(requirement, extra))
     inputs = [files]
     if ctx.file.description_file:
         args.add("--description-file", ctx.file.description_file)
@@ -57,6 +68,7 @@ py_wheel = rule(
         "deps": attr.label_list(doc = "Targets whose files go into the wheel."),
         "description_file": attr.label(allow_single_file = True),
         "distribution": attr.string(mandatory = True),
+        "extra_requires": attr.string_list_dict(doc = "Requirements of each extra."),
         "platform": attr.string(default = "any"),
         "python_requires": attr.string(),
         "python_tag": attr.string(default = "py3"),
