@@ -18,7 +18,9 @@ from absl.testing import absltest
 
 from tests import test_util
 
-TESTS = pathlib.Path(__file__).resolve().parent
+# Not resolved: under Bazel the runfiles tree links to the source tree, whose
+# entangle_jax/ has no compiled extension.
+TESTS = pathlib.Path(__file__).absolute().parent
 REPOSITORY = TESTS.parent
 
 _IMPORT_ALL_WITHOUT_A_BACKEND = """

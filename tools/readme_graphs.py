@@ -25,13 +25,17 @@ _RECORDED_WITH = re.compile(r"\(jax ([^,]+), (\w+)\):")
 def generated() -> str:
   """The README's text between the markers, from a run of the demo now.
 
-  Runs in the repository root, so source locations are relative to it.
+  Runs in the folder that holds the imported ``entangle_jax`` package (the
+  repository root, or Bazel's runfiles tree), so that source locations read
+  ``entangle_jax/...`` wherever the package was imported from.
   """
   import jax
 
+  import entangle_jax
   from entangle_jax import demo
 
-  with contextlib.chdir(ROOT):
+  package_parent = pathlib.Path(entangle_jax.__file__).parent.parent
+  with contextlib.chdir(package_parent):
     graphs = demo.graphs()
   platform = jax.devices()[0].platform
   return (
