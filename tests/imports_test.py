@@ -24,13 +24,15 @@ TESTS = pathlib.Path(__file__).absolute().parent
 REPOSITORY = TESTS.parent
 
 _IMPORT_ALL_WITHOUT_A_BACKEND = """
-import importlib, sys
+import importlib, sys, unittest
 import jax
 # Any backend started from here on fails: the module that started it is named.
 jax.config.update("jax_platforms", "no_such_platform")
 for name in sys.argv[1:]:
   try:
     importlib.import_module(name)
+  except unittest.SkipTest:
+    pass  # A module that skips itself where its files are missing.
   except Exception as error:
     sys.exit(f"importing {name} started a JAX backend: {error!r}"[:500])
 """
