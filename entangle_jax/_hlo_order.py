@@ -140,12 +140,17 @@ _BOOKKEEPING = frozenset(
 # Component wrappers that are function names, not transformations of a scope.
 _FUNCTION_WRAPPERS = frozenset({"jit", "pjit"})
 _WRAPPER_START = re.compile(r"([A-Za-z_]\w*)\(")
-# This package's wrappers (the example resource's calls, entangle itself):
-# plumbing between the user's line and the custom call, skipped when naming
-# where an op comes from.
+# This package's wrappers (the example resource's calls, entangle itself,
+# Resource): plumbing between the user's line and the custom call, skipped
+# when naming where an op comes from.
 _WRAPPER_FILES = frozenset(
   os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
-  for name in ("_example_resource.py", "_entangle.py", "_primitive.py")
+  for name in (
+    "_example_resource.py",
+    "_entangle.py",
+    "_primitive.py",
+    "_resource.py",
+  )
 )
 
 

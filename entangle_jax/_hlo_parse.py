@@ -32,7 +32,6 @@ _SOURCE_LINE = re.compile(r"\bsource_line=(\d+)")
 _STACK_FRAME = re.compile(r"\bstack_frame_id=(\d+)")
 _BODY = re.compile(r"\bbody=%?([\w.\-]+)")
 _TUPLE_INDEX = re.compile(r"^,\s*index=(\d+)")
-_SIDE_EFFECT = re.compile(r"\bcustom_call_has_side_effect=true\b")
 _ALIASING = re.compile(r"\boutput_to_operand_aliasing=(?=\{)")
 # In the aliasing map ``{{0}: (1, {}), ...}``, each ``(operand index, ...``.
 _ALIASED_OPERAND = re.compile(r"\(\s*(\d+)\s*,")
@@ -60,7 +59,6 @@ class Instruction:
   callees: tuple[str, ...]
   target: str | None
   op_name: str
-  side_effect: bool
   aliased_operands: tuple[int, ...] = ()
   """Operand indices that results alias (``output_to_operand_aliasing``)."""
   shape: str = ""
@@ -73,10 +71,6 @@ class Instruction:
   """Whether this is its computation's ROOT."""
   body: str | None = None
   """A while loop's body computation."""
-
-  @property
-  def aliases_operands(self) -> bool:
-    return bool(self.aliased_operands)
 
   @property
   def zero_sized(self) -> bool:
@@ -229,7 +223,6 @@ def _parse_instruction(line: str, computation: str) -> tuple[Instruction, str]:
     callees=tuple(dict.fromkeys(callees)),
     target=unescape(target.group(1)) if target else None,
     op_name=unescape(op_name.group(1)) if op_name else "",
-    side_effect=bool(_SIDE_EFFECT.search(attrs)),
     aliased_operands=_aliased_operands(attrs),
     shape=shape,
     tuple_index=int(index.group(1)) if index else None,

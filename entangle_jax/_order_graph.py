@@ -194,8 +194,7 @@ def _cluster_label(site: _hlo_order.Op, computation: str) -> str:
   """Names the role of `computation` for the instruction that calls it."""
   instruction = site.instruction
   if instruction.opcode == "while":
-    # XLA prints condition= before body=, and the parser keeps that order.
-    body = computation == instruction.callees[-1]
+    body = computation == instruction.body
     return f"{'loop body' if body else 'loop condition'} of {site.name}"
   if instruction.opcode == "conditional":
     branch = instruction.callees.index(computation)

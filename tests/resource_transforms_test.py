@@ -49,9 +49,9 @@ class RuntimeHazardTest(absltest.TestCase):
     self.assertEqual(_resource_hazard.count_wrong(runs=1000), 0)
 
   def test_control_without_resource_goes_wrong(self):
-    # The same program with no ordering: the read overtakes nothing but the
-    # second write overtakes the read.
-    self.assertGreater(_hazard.count_wrong(_hazard.Ordering.NONE, runs=100), 0)
+    # The same program with no ordering: the second write overtakes the read.
+    # How often depends on the scheduler, so run until it shows.
+    self.assertIsNotNone(_hazard.runs_until_wrong(_hazard.Ordering.NONE, 2000))
 
   def test_compiled_order(self):
     self.assertTrue(_resource_hazard.read_precedes_second_write())
