@@ -64,7 +64,13 @@ def arguments(slot: int = 0):
 
 def count_wrong(ordering: Ordering, runs: int, slot: int = 0) -> int:
   """Runs the compiled hazard `runs` times; counts reads that missed 1.0."""
-  compiled = jax.jit(program(ordering))
+  return count_wrong_of(program(ordering), runs, slot)
+
+
+def count_wrong_of(hazard, runs: int, slot: int = 0) -> int:
+  """`count_wrong` for any program of the hazard's signature (the Resource
+  version in ``_resource_hazard``, say)."""
+  compiled = jax.jit(hazard)
   args = arguments(slot)
   results = [compiled(*args) for _ in range(runs)]
   return sum(int(r != EXPECTED) for r in jax.device_get(results))
@@ -96,5 +102,14 @@ def runs_until_wrong(
 
 def read_precedes_second_write(ordering: Ordering) -> bool:
   """Whether the compiled hazard orders the read before the second write."""
-  compiled = jax.jit(program(ordering)).lower(*arguments()).compile()
+  return orders_read_first(compile_hazard(program(ordering)))
+
+
+def compile_hazard(hazard) -> jax.stages.Compiled:
+  """A program of the hazard's signature, compiled for `arguments()`."""
+  return jax.jit(hazard).lower(*arguments()).compile()
+
+
+def orders_read_first(compiled: jax.stages.Compiled) -> bool:
+  """Whether a compiled hazard orders the read before the second write."""
   return _hlo_order.happens_before(compiled, "read", "second_write")

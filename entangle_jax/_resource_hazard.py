@@ -9,7 +9,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from entangle_jax import _example_resource, _hazard, _hlo_order, _resource
+from entangle_jax import _example_resource, _hazard, _resource
 
 
 def program():
@@ -48,17 +48,14 @@ def _second_write(token, value):
 
 def count_wrong(runs: int, slot: int = 0) -> int:
   """Runs the compiled hazard `runs` times; counts reads that missed 1.0."""
-  compiled = jax.jit(program())
-  args = _hazard.arguments(slot)
-  results = [compiled(*args) for _ in range(runs)]
-  return sum(int(r != _hazard.EXPECTED) for r in jax.device_get(results))
+  return _hazard.count_wrong_of(program(), runs, slot)
 
 
-def compiled():
+def compiled() -> jax.stages.Compiled:
   """The hazard, compiled for ``_hazard.arguments()``."""
-  return jax.jit(program()).lower(*_hazard.arguments()).compile()
+  return _hazard.compile_hazard(program())
 
 
 def read_precedes_second_write() -> bool:
   """Whether the compiled hazard orders the read before the second write."""
-  return _hlo_order.happens_before(compiled(), "read", "second_write")
+  return _hazard.orders_read_first(compiled())
