@@ -45,7 +45,7 @@ class Resource:
 
   Costs: one ``entangle`` per write that follows reads, taking the outputs of
   all those reads, and none for a write that follows a write. With a token of
-  several leaves, one or two more after each write (see `write`).
+  several leaves, one more after each write (see `write`).
   """
 
   def __init__(self, token: Any):
@@ -127,9 +127,8 @@ class Resource:
     With several token leaves, a read that uses only some of them would
     depend only on the native calls that produced those. So after a write
     that changed some leaves (returned objects other than those it was
-    given), ``Resource`` entangles the other leaves with a changed one (one
-    more ``entangle``; two when several leaves changed, to tie those to each
-    other too): any read then runs after the whole write.
+    given), ``Resource`` entangles all leaves with the changed ones (one
+    more ``entangle``): any read then runs after the whole write.
 
     Args:
       fn: the native write.
@@ -187,10 +186,11 @@ class Resource:
 def _tie(old: Any, new: Any, fn_name: str) -> Any:
   """``new`` with every leaf ordered after every leaf that the write changed.
 
-  A leaf is changed when it is not the very object ``fn`` was given. Leaves
-  are tied in a chain rather than by entangling ``new`` with itself: an
-  operand that is both a payload and a witness of one call would make XLA
-  copy it.
+  A leaf is changed when it is not the very object ``fn`` was given. One
+  ``entangle`` takes every leaf as payload and the changed ones as
+  witnesses too; ``entangle`` passes an array that is both only once, as
+  payload, so nothing is copied, and every result of the call depends on
+  every operand.
   """
   old_leaves = jax.tree_util.tree_leaves(old)
   new_leaves, treedef = jax.tree_util.tree_flatten(new)
@@ -208,14 +208,7 @@ def _tie(old: Any, new: Any, fn_name: str) -> Any:
     )
   if len(new_leaves) == 1:
     return new
-  order = changed + [i for i in range(len(new_leaves)) if i not in changed]
-  head, *tail = [new_leaves[i] for i in order]
-  if len(changed) > 1:
-    head = _entangle.entangle(head, *tail[: len(changed) - 1])
-  tail = _entangle.entangle(tail, head)
-  tied = [None] * len(new_leaves)
-  for i, leaf in zip(order, [head, *tail], strict=True):
-    tied[i] = leaf
+  tied = _entangle.entangle(new_leaves, *[new_leaves[i] for i in changed])
   return jax.tree_util.tree_unflatten(treedef, tied)
 
 
