@@ -4,8 +4,6 @@ Sharded and AbstractMesh exports are in sharding_test.py.
 """
 
 import os
-import subprocess
-import sys
 import tempfile
 
 import jax
@@ -16,7 +14,7 @@ from jax import export
 
 import entangle_jax
 from entangle_jax import entangle
-from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
+from tests import test_util  # sets up 8 CPU devices
 
 _FRESH_PROCESS = """
 import sys
@@ -60,14 +58,7 @@ class ExportTest(absltest.TestCase):
       path = os.path.join(tmp, "module.bin")
       with open(path, "wb") as f:
         f.write(exported.serialize())
-      env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-      result = subprocess.run(
-        [sys.executable, "-c", _FRESH_PROCESS, path],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-      )
+      result = test_util.run_python(_FRESH_PROCESS, path, timeout=120)
     self.assertEqual(result.returncode, 0, result.stderr)
     self.assertIn("fresh process ok", result.stdout)
 

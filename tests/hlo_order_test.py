@@ -10,7 +10,7 @@ from absl.testing import absltest, parameterized
 
 from entangle_jax import _hazard, _hlo_parse, entangle, testing
 from entangle_jax._hazard import Ordering
-from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
+from tests import test_util  # sets up 8 CPU devices
 
 WRITE = "entangle_jax_write_slot"
 READ = "entangle_jax_read_slot"
@@ -368,19 +368,7 @@ class ExclusiveBranchesTest(parameterized.TestCase):
   def test_batched_cond_runs_both_branches(self):
     # Under vmap with a batched predicate, cond becomes a select: both
     # branches run, so their calls race; unbatched, they are exclusive.
-    def fn(slot, pred):
-      token = testing.write_slot(slot, 1.0)
-
-      def then(t):
-        with jax.named_scope("then_write"):
-          return testing.write_slot(t, 2.0)
-
-      def otherwise(t):
-        with jax.named_scope("else_read"):
-          return testing.read_slot(t).astype(jnp.int32)
-
-      return jax.lax.cond(pred, then, otherwise, token)
-
+    fn = test_util.write_then_branch
     among = ["then_write", "else_read"]
     single = compiled(fn, jnp.int32(0), jnp.bool_(True))
     self.assertIn(" conditional(", testing.module_text(single))

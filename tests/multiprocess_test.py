@@ -7,7 +7,7 @@ import sys
 
 from absl.testing import absltest
 
-from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
+from tests import test_util
 
 WORKER = os.path.join(
   os.path.dirname(os.path.abspath(__file__)), "multiprocess_worker.py"
@@ -24,7 +24,7 @@ def free_port() -> int:
 class MultiprocessTest(absltest.TestCase):
   def test_two_processes(self):
     port = str(free_port())
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    env = test_util.child_env()
     env.pop("XLA_FLAGS", None)
     workers = [
       subprocess.Popen(

@@ -1,6 +1,7 @@
 """order_graph: what it draws, and that Graphviz and Mermaid can read it."""
 
 import contextlib
+import functools
 import importlib.util
 import io
 import itertools
@@ -20,7 +21,7 @@ from absl.testing import absltest, parameterized
 
 from entangle_jax import _hazard, _order_graph, demo, entangle, testing
 from entangle_jax._hazard import Ordering
-from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
+from tests import test_util  # sets up 8 CPU devices
 
 WRITE = "entangle_jax_write_slot"
 READ = "entangle_jax_read_slot"
@@ -391,23 +392,9 @@ class ClusterTest(parameterized.TestCase):
     """A write, then a cond: one branch writes, the other reads; with
     `late_write`, one more write after the cond, unordered with it."""
 
-    def branches(slot, pred):
-      token = testing.write_slot(slot, 1.0)
-
-      def then(t):
-        with jax.named_scope("then_write"):
-          return testing.write_slot(t, 2.0)
-
-      def otherwise(t):
-        with jax.named_scope("else_read"):
-          return testing.read_slot(t).astype(jnp.int32)
-
-      out = jax.lax.cond(pred, then, otherwise, token)
-      if late_write:
-        with jax.named_scope("late_write"):
-          return out, testing.write_slot(token, 3.0)
-      return out
-
+    branches = functools.partial(
+      test_util.write_then_branch, late_write=late_write
+    )
     return jax.jit(branches).lower(jnp.int32(0), True).compile()
 
   def test_cond_branches(self):

@@ -5,10 +5,7 @@ and in modules exported for an AbstractMesh and compiled after
 deserialization.
 """
 
-import os
 import re
-import subprocess
-import sys
 import tempfile
 
 import jax
@@ -322,14 +319,7 @@ for name, fn in (
 
 class PersistentCacheTest(absltest.TestCase):
   def run_process(self, cache_dir: str) -> str:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    result = subprocess.run(
-      [sys.executable, "-c", _CACHE_PROCESS, cache_dir],
-      capture_output=True,
-      text=True,
-      timeout=240,
-      env=env,
-    )
+    result = test_util.run_python(_CACHE_PROCESS, cache_dir, timeout=240)
     self.assertEqual(result.returncode, 0, result.stderr)
     return result.stdout
 

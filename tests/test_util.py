@@ -8,10 +8,15 @@ level. Importing JAX, entangle_jax or a test module starts no backend
 (tests/imports_test.py checks both).
 """
 
+import os
 import re
+import subprocess
+import sys
 
 import jax
+import jax.numpy as jnp
 
+from entangle_jax import testing
 from entangle_jax.testing import module_text
 
 NUM_CPU_DEVICES = 8
@@ -48,3 +53,40 @@ def assert_same_tree(test, actual, expected, leaves_equal) -> None:
     strict=True,
   ):
     test.assertTrue(leaves_equal(got, want), f"{got} != {want}")
+
+
+def child_env() -> dict[str, str]:
+  """The environment for a child Python that imports what this one does."""
+  return dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+
+
+def run_python(source: str, *args: str, timeout: float):
+  """Runs `source` in a fresh interpreter; returns the CompletedProcess."""
+  return subprocess.run(
+    [sys.executable, "-c", source, *args],
+    capture_output=True,
+    text=True,
+    timeout=timeout,
+    env=child_env(),
+  )
+
+
+def write_then_branch(slot, pred, late_write=False):
+  """A write, then a cond: the "then_write" branch writes, the "else_read"
+  branch reads. With `late_write`, one more write ("late_write") of the
+  first write's token after the cond, unordered with the branches."""
+  token = testing.write_slot(slot, 1.0)
+
+  def then(t):
+    with jax.named_scope("then_write"):
+      return testing.write_slot(t, 2.0)
+
+  def otherwise(t):
+    with jax.named_scope("else_read"):
+      return testing.read_slot(t).astype(jnp.int32)
+
+  out = jax.lax.cond(pred, then, otherwise, token)
+  if late_write:
+    with jax.named_scope("late_write"):
+      return out, testing.write_slot(token, 3.0)
+  return out
