@@ -176,5 +176,31 @@ class ModuleBazelTest(absltest.TestCase):
     return found
 
 
+class CcTargetsTest(absltest.TestCase):
+  """Each C++ target asks for C++17 itself, not through a .bazelrc.
+
+  Bazel reads only the main workspace's .bazelrc, so a flag there never
+  reaches a project that uses entangle_jax as an external repository; there
+  Bazel 4's default (-std=c++0x) cannot compile the sources (README,
+  "Bazel"). CI also builds both examples with no such flag.
+  """
+
+  def test_every_cc_target_under_native_carries_cc_copts(self):
+    builds = sorted((ROOT / "native").rglob("BUILD.bazel"))
+    self.assertNotEmpty(builds)
+    for path in builds:
+      found = calls(path)
+      with self.subTest(path=path.relative_to(ROOT).as_posix()):
+        loads = [strings(c) for c in named(found, "load")]
+        self.assertIn(["//tools/bazel:cc.bzl", "CC_COPTS"], loads)
+        targets = named(found, "cc_library") + named(found, "cc_binary")
+        self.assertNotEmpty(targets)
+        for target in targets:
+          copts = [
+            ast.unparse(k.value) for k in target.keywords if k.arg == "copts"
+          ]
+          self.assertEqual(copts, ["CC_COPTS"], keyword(target, "name"))
+
+
 if __name__ == "__main__":
   absltest.main()

@@ -16,6 +16,7 @@ message, so CPU builds never need CUDA.
 
 load("@rules_cc//cc/common:cc_common.bzl", "cc_common")
 load("@rules_cc//cc/common:cc_info.bzl", "CcInfo")
+load(":cc.bzl", "CC_COPTS")
 
 _FOUND = """
 load("@rules_cc//cc:defs.bzl", "cc_import")
@@ -66,7 +67,7 @@ def _cuda_object_impl(ctx):
     ).compilation_context
     obj = ctx.actions.declare_file(ctx.label.name + ".o")
     args = ctx.actions.args()
-    args.add_all(["-c", "-std=c++17", "-O2", "-Xcompiler", "-fPIC"])
+    args.add_all(["-c"] + CC_COPTS + ["-O2", "-Xcompiler", "-fPIC"])
     args.add_all([
         "--generate-code=arch=compute_{0},code=[sm_{0},compute_{0}]".format(arch)
         for arch in ctx.attr.gpu_architectures
