@@ -1,5 +1,7 @@
 #include "entangle.h"
 
+#include <type_traits>
+
 // Written against the C API directly instead of `ffi::Ffi::Bind()`: a bound
 // handler walks and type-checks every argument and result on every call,
 // which is the dominant per-call cost of a handler that otherwise does
@@ -7,8 +9,15 @@
 // and traits), which happens once, at registration.
 namespace {
 
+// The call frame's extension list, named through the frame: jaxlib 0.11 (FFI
+// API 0.4) renamed XLA_FFI_Extension_Base to XLA_FFI_InternalExtension, with
+// the same fields, and a project may compile against either generation of
+// headers (see README, "Inside a larger project").
+using ExtensionBase =
+    std::remove_pointer_t<decltype(XLA_FFI_CallFrame::extension_start)>;
+
 XLA_FFI_Metadata_Extension* FindMetadataExtension(XLA_FFI_CallFrame* frame) {
-  for (XLA_FFI_Extension_Base* ext = frame->extension_start; ext != nullptr;
+  for (ExtensionBase* ext = frame->extension_start; ext != nullptr;
        ext = ext->next) {
     if (ext->type == XLA_FFI_Extension_Metadata) {
       return reinterpret_cast<XLA_FFI_Metadata_Extension*>(ext);
