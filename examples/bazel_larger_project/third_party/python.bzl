@@ -4,8 +4,13 @@ These stand for whatever a real project already has (rules_python's
 toolchains and pip.parse, or its own rules). entangle_jax is told about them
 in WORKSPACE and brings none of its own.
 
-`project_python` names the project's interpreter once and exposes
-//:toolchain, //:python_headers and //:python3 (the interpreter file).
+`project_python` finds the project's interpreter, by version, once, and
+exposes //:toolchain, //:python_headers and //:python3 (the interpreter
+file). Offline, it cannot download one as rules_python's toolchains would:
+it takes `$LARGER_PROJECT_PYTHON`, else a `python<version>` on PATH that
+runs (a pyenv shim of a version that is not selected does not), else the
+newest patch release in pyenv's versions folder, and fails naming where it
+looked.
 `project_pip_hub` installs the project's hashed lock with that interpreter
 and exposes //:jax (jax, jaxlib and their dependencies), //:absl_py,
 //:pybind11 and //:xla_ffi (the FFI headers its own jaxlib ships).
@@ -50,12 +55,51 @@ def _run(ctx, command, what):
         fail("{}: {} failed:\n{}{}".format(ctx.name, what, result.stdout, result.stderr))
     return result.stdout
 
+_PROBE = """
+import os, sys, sysconfig
+print("%d.%d" % sys.version_info[:2])
+print(os.path.realpath(sys.executable))
+print(sysconfig.get_paths()["include"])
+"""
+
+def _release(path):
+    """Sort key of a pyenv version folder: 3.12.10 after 3.12.9."""
+    return [int(part) if part.isdigit() else 0 for part in path.basename.split(".")]
+
+def _candidates(ctx, version):
+    override = ctx.os.environ.get("LARGER_PROJECT_PYTHON")
+    if override:
+        return [override]
+    found = []
+    on_path = ctx.which("python" + version)
+    if on_path:
+        found.append(str(on_path))
+    root = ctx.os.environ.get("PYENV_ROOT") or ctx.os.environ.get("HOME", "") + "/.pyenv"
+    versions = ctx.path(root + "/versions")
+    if versions.exists:
+        releases = [d for d in versions.readdir() if d.basename.startswith(version + ".")]
+        for d in sorted(releases, key = _release, reverse = True):
+            found.append(str(d) + "/bin/python" + version)
+    return found
+
 def _project_python_impl(ctx):
-    found = ctx.which(ctx.attr.interpreter) if "/" not in ctx.attr.interpreter else ctx.path(ctx.attr.interpreter)
-    if not found:
-        fail("{}: no interpreter {}".format(ctx.name, ctx.attr.interpreter))
-    out = _run(ctx, [found, "-c", "import sys, sysconfig; print(sys.executable); print(sysconfig.get_paths()['include'])"], "probing")
-    executable, include = out.strip().splitlines()
+    version = ctx.attr.version
+    tried = _candidates(ctx, version)
+    lines = None
+    for candidate in tried:
+        probe = ctx.execute([candidate, "-c", _PROBE])
+        out = probe.stdout.strip().splitlines()
+        if probe.return_code == 0 and out and out[0] == version:
+            lines = out
+            break
+    if not lines:
+        fail("{}: no working Python {} (tried: {}). Set LARGER_PROJECT_PYTHON to its path, put python{} on PATH, or install it with pyenv.".format(
+            ctx.name,
+            version,
+            ", ".join(tried) or "nothing found",
+            version,
+        ))
+    executable, include = lines[1], lines[2]
     ctx.symlink(executable, "python3")
     ctx.symlink(include, "include")
     ctx.file("BUILD.bazel", _PYTHON_BUILD.format(executable = executable))
@@ -63,8 +107,9 @@ def _project_python_impl(ctx):
 
 project_python = repository_rule(
     implementation = _project_python_impl,
-    attrs = {"interpreter": attr.string(mandatory = True)},
-    doc = "The project's interpreter, named once, as a toolchain and headers.",
+    attrs = {"version": attr.string(mandatory = True, doc = "major.minor, e.g. 3.12")},
+    environ = ["LARGER_PROJECT_PYTHON", "PYENV_ROOT"],
+    doc = "The project's interpreter, found once by version, as a toolchain and headers.",
 )
 
 _HUB_BUILD = """
