@@ -23,6 +23,22 @@ NUM_CPU_DEVICES = 8
 
 jax.config.update("jax_num_cpu_devices", NUM_CPU_DEVICES)
 
+# From jax (and jaxlib) 0.8.2 on, compiled HLO records an op's whole Python
+# stack, so the analysis names the user's line; up to 0.8.1 it records only
+# the innermost frame, a library wrapper's (README, "Proving order in your
+# tests"; measured with each release from 0.6.2 to 0.12.0.1).
+FULL_STACK_JAX = (0, 8, 2)
+
+
+def jax_version() -> tuple[int, ...]:
+  """The running jax's version as numbers, e.g. (0, 9, 0, 1)."""
+  return tuple(int(part) for part in re.findall(r"\d+", jax.__version__))
+
+
+def records_full_stack() -> bool:
+  """Whether this jax's HLO metadata holds every Python frame of an op."""
+  return jax_version() >= FULL_STACK_JAX
+
 
 def hlo_text(fn, *args, **jit_kwargs) -> str:
   """The optimized HLO of `jax.jit(fn, **jit_kwargs)` for `args`."""
