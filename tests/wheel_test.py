@@ -2,8 +2,9 @@
 
 Needs two wheels, named by the environment (tools/ci_bazel.sh sets both):
 ENTANGLE_JAX_BAZEL_WHEEL (from `bazel build //:wheel`) and
-ENTANGLE_JAX_MESON_WHEEL (from `pip wheel .`, built without CUDA). Skipped,
-saying so, when they are not given.
+ENTANGLE_JAX_MESON_WHEEL (from `pip wheel .`, built without CUDA), both built
+for the interpreter that runs this test. Skipped, saying so, when they are
+not given.
 """
 
 import base64
@@ -11,6 +12,7 @@ import email.parser
 import hashlib
 import os
 import re
+import sys
 import zipfile
 
 from absl.testing import absltest
@@ -72,6 +74,14 @@ class WheelTest(absltest.TestCase):
     tag = f"{bazel['python']}-{bazel['abi']}-{bazel['platform']}"
     self.assertIn(f"Tag: {tag}", wheel)
     self.assertIn("Root-Is-Purelib: false", wheel)
+
+  def test_tagged_for_this_interpreter(self):
+    # CI runs this test with the interpreter both wheels were built for.
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    for path in (BAZEL_WHEEL, MESON_WHEEL):
+      name = WHEEL_NAME.match(os.path.basename(path))
+      assert name is not None, path
+      self.assertEqual((name["python"], name["abi"]), (tag, tag), path)
 
   def test_record_lists_every_file_with_its_hash(self):
     record_name = f"{dist_info(self.bazel)}/RECORD"

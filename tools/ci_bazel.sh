@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Bazel half of CI (called by .ci/run after the pip/uv checks, from the
-# repository root, with .venv already set up from requirements.lock). Each
-# phase prints how long it took.
+# repository root, with .venv (Python 3.11) and .venv-newest (the newest
+# Python CI tests) already set up from requirements.lock). Each phase prints
+# how long it took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -63,6 +64,27 @@ cp -r tests "$scratch/tests"
   venv/bin/python -m pytest -q -p no:cacheprovider tests \
     --ignore=tests/project_metadata_test.py
 )
+
+# The wheel for the newest Python: the interpreter is named through
+# $ENTANGLE_JAX_PYTHON (as README "Bazel" says), in an output base of its own
+# so that the Python 3.11 repositories above are not refetched.
+section "Bazel: bazel build //:wheel for the newest Python, compared with its meson wheel"
+newest_python=$(.venv-newest/bin/python -c 'import os, sys; print(os.path.realpath(sys.executable))')
+newest_base=$scratch/bazel-newest
+newest_bazel() {
+  ENTANGLE_JAX_PYTHON=$newest_python bazel --output_base="$newest_base" "$@"
+}
+trap 'newest_bazel shutdown; rm -rf "$scratch"' EXIT
+newest_bazel build --symlink_prefix=/ //:wheel
+newest_bazel_wheel=$(realpath "$(newest_bazel info --symlink_prefix=/ bazel-bin)"/entangle_jax-*.whl)
+newest_bazel shutdown
+rm -rf dist/meson-newest
+.venv-newest/bin/python -m pip wheel --quiet --no-deps --no-build-isolation \
+  -Csetup-args=-Dcuda=disabled -Cbuild-dir=build/meson-wheel-newest -w dist/meson-newest .
+newest_meson_wheel=$(realpath dist/meson-newest/entangle_jax-*.whl)
+# wheel_test also checks that both are tagged for the interpreter running it.
+ENTANGLE_JAX_BAZEL_WHEEL=$newest_bazel_wheel ENTANGLE_JAX_MESON_WHEEL=$newest_meson_wheel \
+  UV_PROJECT_ENVIRONMENT=.venv-newest uv run pytest tests/wheel_test.py
 
 section "Bazel: the downstream examples"
 bazel shutdown
