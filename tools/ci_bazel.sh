@@ -79,8 +79,10 @@ newest_bazel build --symlink_prefix=/ //:wheel
 newest_bazel_wheel=$(realpath "$(newest_bazel info --symlink_prefix=/ bazel-bin)"/entangle_jax-*.whl)
 newest_bazel shutdown
 rm -rf dist/meson-newest
-.venv-newest/bin/python -m pip wheel --quiet --no-deps --no-build-isolation \
-  -Csetup-args=-Dcuda=disabled -Cbuild-dir=build/meson-wheel-newest -w dist/meson-newest .
+# Through `uv run`, which puts the venv's meson and ninja on PATH.
+UV_PROJECT_ENVIRONMENT=.venv-newest uv run python -m pip wheel --quiet --no-deps \
+  --no-build-isolation -Csetup-args=-Dcuda=disabled -Cbuild-dir=build/meson-wheel-newest \
+  -w dist/meson-newest .
 newest_meson_wheel=$(realpath dist/meson-newest/entangle_jax-*.whl)
 # wheel_test also checks that both are tagged for the interpreter running it.
 ENTANGLE_JAX_BAZEL_WHEEL=$newest_bazel_wheel ENTANGLE_JAX_MESON_WHEEL=$newest_meson_wheel \
