@@ -54,9 +54,10 @@ class NativeHeadersTest(absltest.TestCase):
     flags = ["-std=c++17", "-fsyntax-only"]
     flags += [f"-I{include}" for include in sorted(includes)]
     assert COMPILER is not None
+    compiler: str = COMPILER
 
-    def compile_one(source):
-      command = [COMPILER, *flags, str(source)]
+    def compile_one(source: pathlib.Path) -> subprocess.CompletedProcess[str]:
+      command = [compiler, *flags, str(source)]
       return subprocess.run(command, capture_output=True, text=True)
 
     # The files compile independently: two at a time halves the wait.

@@ -19,8 +19,9 @@ from absl.testing import absltest
 
 from entangle_jax import entangle, testing
 
-# The example resource's custom-call targets. The program below has one
-# read and one write, so the bare targets select exactly those two ops.
+# The example resource's custom-call targets (defined in
+# entangle_jax/testing/_example_resource.py). The program below has one read
+# and one write, so the bare targets select exactly those two ops.
 READ = "entangle_jax_read_slot"
 WRITE = "entangle_jax_write_slot"
 # The version WORKSPACE asks project_python for.
