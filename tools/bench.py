@@ -48,12 +48,27 @@ def cache_dir() -> pathlib.Path:
 
 
 def peer_python() -> pathlib.Path:
-  """A venv holding the peer package, created on first use."""
-  venv = cache_dir() / f"peer-{PEER_VERSION}"
+  """A venv holding the peer package, created on first use.
+
+  One per Python version, made with this interpreter: the peer's extension
+  loads into this checkout's workers and this checkout's example resource
+  into the peer's, so both must be built for the same Python.
+  """
+  tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+  venv = cache_dir() / f"peer-{PEER_VERSION}-{tag}"
   python = venv / "bin" / "python"
   if not python.exists():
     subprocess.run(
-      ["uv", "venv", "--quiet", "--allow-existing", str(venv)], check=True
+      [
+        "uv",
+        "venv",
+        "--quiet",
+        "--allow-existing",
+        "--python",
+        sys.executable,
+        str(venv),
+      ],
+      check=True,
     )
     subprocess.run(
       [
