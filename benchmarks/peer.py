@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Generator
 
 from benchmarks.cases import PEER_VERSION
-from entangle_jax import _native_loader
+from entangle_jax.testing import _example_resource
 
 PACKAGE = pathlib.Path(__file__).resolve().parent
 
@@ -59,8 +59,8 @@ def extension(interpreter: pathlib.Path) -> str:
 
 
 def native_extension() -> str:
-  """Path of this checkout's compiled extension (the example resource)."""
-  return str(_native_loader.load_native().__file__)
+  """Path of this checkout's example-resource extension."""
+  return str(_example_resource._load_host().__file__)
 
 
 @contextlib.contextmanager

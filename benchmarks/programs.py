@@ -49,11 +49,12 @@ def example_resource(native_path: str | None):
 
     return write_slot, read_slot, NUM_SLOTS
   native = _load_extension(native_path)
+  handlers = native.registrations()
   jax.ffi.register_ffi_target(
-    _WRITE_TARGET, native.write_slot_host_handler(), platform="cpu"
+    _WRITE_TARGET, handlers["write_slot"], platform="cpu"
   )
   jax.ffi.register_ffi_target(
-    _READ_TARGET, native.read_slot_host_handler(), platform="cpu"
+    _READ_TARGET, handlers["read_slot"], platform="cpu"
   )
 
   def write_slot(slot, value):
@@ -78,7 +79,7 @@ def example_resource(native_path: str | None):
 
 def _load_extension(path: str):
   """The compiled extension module at ``path``, loaded by its file."""
-  spec = importlib.util.spec_from_file_location("_native", path)
+  spec = importlib.util.spec_from_file_location("_example_resource_ffi", path)
   if spec is None or spec.loader is None:
     raise ImportError(f"cannot load the example resource from {path}")
   native = importlib.util.module_from_spec(spec)

@@ -2,7 +2,7 @@
 
 ``python tools/readme_graphs.py`` rewrites the README's text between the two
 markers with the demo's output from this checkout; ``--check`` only compares,
-exiting 1 when they differ. ``tests/order_graph_test.py`` runs the check when
+exiting 1 when they differ. ``tests/readme_graphs_test.py`` runs the check when
 the jax version and platform are those the README records.
 """
 

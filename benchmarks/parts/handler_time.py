@@ -16,7 +16,7 @@ from benchmarks import programs
 from benchmarks.cases import OURS, OURS_AGAIN, PEER, SCAN_STEPS
 from benchmarks.rounds import alternate
 from benchmarks.timing import call_seconds
-from entangle_jax import _native_loader
+from entangle_jax._src.native import ENTANGLE_TARGET
 
 # The target entangle-jax 0.1.1's extension registers when it is loaded.
 _PEER_TARGET = "entangle_jax"
@@ -49,9 +49,9 @@ def measure(args: argparse.Namespace) -> dict:
   """
   _load_peer_extension(args.peer_extension)
   targets = {
-    OURS: _native_loader.ENTANGLE_TARGET,
+    OURS: ENTANGLE_TARGET,
     PEER: _PEER_TARGET,
-    OURS_AGAIN: _native_loader.ENTANGLE_TARGET,
+    OURS_AGAIN: ENTANGLE_TARGET,
   }
   scans = {
     name: programs.scan_program(_aliased_call(target), 1, 1)
