@@ -5,10 +5,16 @@ remote_coverage_tools, none of which can be fetched offline, and the BUILD
 files load their rules from rules_cc and rules_python. Declaring these first,
 as local repositories, satisfies both: rules_cc, rules_python and
 remote_coverage_tools from tools/bazel/ (ours, forwarding to the rules built
-into Bazel 4), rules_java from Debian's bazel-rules-java package. Call before
-anything else in a WORKSPACE; `entangle_jax_path` is where this repository
-is, relative to that workspace. With a Bazel that can download, declare the
-real rules_cc and rules_python instead.
+into Bazel 4), rules_java from Debian's bazel-rules-java package.
+
+In entangle_jax's own WORKSPACE the call comes first. In a workspace that
+uses entangle_jax, it comes right after the `local_repository` that declares
+@entangle_jax (this file is loaded from there) and before anything that
+loads from rules_cc or rules_python, repositories.bzl included.
+`entangle_jax_path` is the entangle_jax checkout's directory: the `path`
+given to that `local_repository`, relative to the workspace's root, or
+absolute. With a Bazel that can download, declare the real rules_cc and
+rules_python instead.
 """
 
 # buildifier: disable=unnamed-macro (a WORKSPACE setup function, like *_repositories)
