@@ -16,6 +16,7 @@ them writes it. What a call accesses is known, first match wins, from:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 
 from entangle_jax._src import access_marker
@@ -85,6 +86,7 @@ def unwrap(component: str) -> str:
   return component
 
 
+@functools.lru_cache(maxsize=4096)
 def marked_accesses(op_name: str) -> tuple[Access, ...]:
   """The ``Resource`` accesses recorded in `op_name`, outermost first."""
   if access_marker.PREFIX not in op_name:
@@ -98,6 +100,7 @@ def marked_accesses(op_name: str) -> tuple[Access, ...]:
   return tuple(found)
 
 
+@functools.lru_cache(maxsize=4096)
 def without_markers(op_name: str) -> str:
   """`op_name` without the components that record ``Resource`` accesses."""
   if access_marker.PREFIX not in op_name:

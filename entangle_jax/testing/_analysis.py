@@ -8,10 +8,17 @@ selector picks, `entangle_jax.testing._selectors`'s; what conflicts,
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 
 from entangle_jax._src.native import ENTANGLE_TARGET
-from entangle_jax.testing import _access, _call_graph, _hlo_parse, _selectors
+from entangle_jax.testing import (
+  _access,
+  _bits,
+  _call_graph,
+  _hlo_parse,
+  _selectors,
+)
 from entangle_jax.testing._edges import Dataflow
 from entangle_jax.testing._module_text import CompiledModule, module_text
 from entangle_jax.testing._ops import Op, Race
@@ -20,6 +27,15 @@ from entangle_jax.testing._selectors import Selector
 
 CallPath = tuple[Op, ...]
 """Call sites from the entry computation down to an op, then the op."""
+
+
+@functools.lru_cache(maxsize=4)
+@_bits.without_gc
+def _parsed(text: str) -> tuple[_hlo_parse.Module, Dataflow]:
+  """The parsed module and its (lazily built) graphs, kept for the few
+  texts analysed last: ``races(c)`` then ``order_graph(c)`` parse once."""
+  module = _hlo_parse.parse(text)
+  return module, Dataflow(module)
 
 
 class OrderAnalysis:
@@ -44,10 +60,10 @@ class OrderAnalysis:
   """
 
   def __init__(self, compiled: CompiledModule, *, all_ops: bool = False):
-    self.module = _hlo_parse.parse(module_text(compiled))
+    self.module, self._dataflow = _parsed(module_text(compiled))
     self._all_ops = all_ops
-    self._dataflow = Dataflow(self.module)
     self._ops: dict[tuple[str, str], Op] = {}
+    self._native_calls: list[Op] | None = None
     self._order: OpOrder | None = None
     self._chains: dict[str, list[_call_graph.Chain]] | None = None
 
@@ -75,17 +91,21 @@ class OrderAnalysis:
   def _unique(self, instructions: Iterable[_hlo_parse.Instruction]) -> list[Op]:
     return list(dict.fromkeys(self.op(i) for i in instructions))
 
+  @_bits.without_gc
   def effectful_ops(self) -> list[Op]:
     """Every op `is_effectful` accepts, once each, in module text order."""
     return self._unique(
       i for i in self._instructions() if _selectors.is_effectful(i)
     )
 
+  @_bits.without_gc
   def user_native_calls(self) -> list[Op]:
     """The ops ``races`` looks at by default (`is_user_native_call`)."""
-    return self._unique(
-      i for i in self._instructions() if _selectors.is_user_native_call(i)
-    )
+    if self._native_calls is None:
+      self._native_calls = self._unique(
+        i for i in self._instructions() if _selectors.is_user_native_call(i)
+      )
+    return list(self._native_calls)
 
   def empty_witness_entangles(self) -> list[Op]:
     """Entangle calls whose witnesses are all zero-size: they order nothing.
@@ -127,6 +147,7 @@ class OrderAnalysis:
     """Names of the ops `selector` picks, in module text order."""
     return [op.name for op in self.select_ops(selector)]
 
+  @_bits.without_gc
   def select_ops(self, selector: Selector) -> list[Op]:
     """The `Op` objects `selector` picks (`entangle_jax.testing._selectors`).
 
@@ -162,6 +183,7 @@ class OrderAnalysis:
 
   # Questions ----------------------------------------------------------------
 
+  @_bits.without_gc
   def _order_of(self, ops: Sequence[Op]) -> OpOrder:
     if self._order is None or not self._order.covers(ops):
       known = self._order.ops if self._order else self.user_native_calls()
@@ -196,12 +218,14 @@ class OrderAnalysis:
     """True iff every op `before` selects precedes every op `after` selects."""
     return not self.unordered(before, after)
 
+  @_bits.without_gc
   def unordered(self, before: Selector, after: Selector) -> list[Race]:
     """Pairs ``(a, b)`` of selected ops where ``a`` does not precede ``b``."""
     firsts, seconds = self.select_ops(before), self.select_ops(after)
     order = self._order_of([*firsts, *seconds])
     return [Race(a, b) for a, b in order.unordered(firsts, seconds)]
 
+  @_bits.without_gc
   def races(self, among: Sequence[Selector] | None = None) -> list[Race]:
     """Pairs of ops that may conflict and may run in either order
     (`is_race`), in the order of `ops_among`.
@@ -214,6 +238,7 @@ class OrderAnalysis:
     pairs = self._order_of(ops).races(ops)
     return [Race(ops[a], ops[b]) for a, b in pairs]
 
+  @_bits.without_gc
   def hasse(self, ops: Sequence[Op]) -> tuple[list[Op], list[tuple[int, int]]]:
     """`ops` in an order that extends happens-before, and the pairs of
     indices into it of an op and an op right after it (`OpOrder.hasse`)."""

@@ -7,7 +7,14 @@ a machine word at a time.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+import functools
+import gc
+from collections.abc import Callable, Generator, Iterable
+from typing import ParamSpec, TypeVar
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 def mask_of(positions: Iterable[int]) -> int:
@@ -39,3 +46,33 @@ def positions(mask: int) -> list[int]:
     found.append(at)
     at = text.find("1", at + 1)
   return found
+
+
+@contextlib.contextmanager
+def gc_paused() -> Generator[None]:
+  """Pauses Python's cyclic garbage collector while the block runs.
+
+  The analysis allocates many small objects and makes no reference cycles.
+  Each of those allocations can trigger a collection that walks every
+  object of the process, and after tracing and compiling a big program
+  there are hundreds of thousands: with the collector running, analysing a
+  module of 2000 native calls took about twice as long.
+  """
+  enabled = gc.isenabled()
+  gc.disable()
+  try:
+    yield
+  finally:
+    if enabled:
+      gc.enable()
+
+
+def without_gc(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+  """`fn`, run with the garbage collector paused (`gc_paused`)."""
+
+  @functools.wraps(fn)
+  def paused(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+    with gc_paused():
+      return fn(*args, **kwargs)
+
+  return paused

@@ -16,7 +16,6 @@ from collections.abc import Callable
 
 _QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"', re.DOTALL)
 _HEAD = re.compile(r"(ROOT\s+)?%?([\w.\-]+)\s*=\s*")
-_SHAPE = re.compile(r"\S+")
 _OPCODE = re.compile(r"\s*([a-z][a-z0-9\-]*)\(")
 _PAREN = re.compile(r"[()]")
 _COMMENT = re.compile(r"/\*.*?\*/")
@@ -161,10 +160,13 @@ def parse_instruction(
   if opcode_match is None:
     raise line_error(number, line, "expected an opcode and `(` after the shape")
   opcode = opcode_match.group(1)
-  close = _matching_paren(line, opcode_match.end() - 1)
-  if close < 0:
-    raise line_error(number, line, "unbalanced parentheses in the operands")
-  inside = line[opcode_match.end() : close - 1]
+  start = opcode_match.end()
+  close = line.find(")", start) + 1
+  if close == 0 or "(" in line[start:close]:  # Parentheses inside: count.
+    close = _matching_paren(line, start - 1)
+    if close < 0:
+      raise line_error(number, line, "unbalanced parentheses in the operands")
+  inside = line[start : close - 1]
   parameter_number = None
   if opcode == "parameter":
     if not inside.strip().isdigit():
@@ -209,13 +211,14 @@ def parse_instruction(
 
 
 def _shape_end(line: str, start: int, number: int) -> int:
+  """Where the result shape that begins at `start` ends."""
   if line.startswith("(", start):  # A tuple shape: (f32[], (s32[], ...)).
     end = _matching_paren(line, start)
     if end < 0:
       raise line_error(number, line, "unbalanced parentheses in the shape")
     return end
-  shape = _SHAPE.match(line, start)
-  return shape.end() if shape else start
+  end = line.find(" ", start)  # An array shape has no spaces.
+  return len(line) if end < 0 else end
 
 
 def _matching_paren(text: str, start: int) -> int:
@@ -272,9 +275,10 @@ class _Fields:
     return value.lstrip("%") if value else None
 
   def callees(self) -> tuple[str, ...]:
-    found: list[str] = []
-    for key in _CALLEE_KEYS:
-      found += self.names(key)
+    keys = [key for key in _CALLEE_KEYS if key in self._attributes]
+    if not keys:
+      return ()
+    found = [name for key in keys for name in self.names(key)]
     return tuple(dict.fromkeys(found))
 
   def aliased_operands(self) -> tuple[int, ...]:

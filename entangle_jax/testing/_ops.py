@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 
 import entangle_jax
@@ -70,7 +71,7 @@ class Op:
       return None
     outside = [f for f in stack if not _is_wrapper(f[0])]
     file, line = (outside or list(stack))[0]
-    return f"{_short_path(file)}:{line}"
+    return f"{_short_path(file, os.getcwd())}:{line}"
 
   def label(self) -> str:
     """One line naming the op as the user wrote it."""
@@ -84,13 +85,15 @@ class Op:
     return " ".join(parts)
 
 
+@functools.lru_cache(maxsize=1024)
 def _is_wrapper(path: str) -> bool:
   return os.path.abspath(path).startswith(_WRAPPER_DIRS)
 
 
-def _short_path(path: str) -> str:
-  absolute = os.path.abspath(path)
-  cwd = os.getcwd()
+@functools.lru_cache(maxsize=1024)
+def _short_path(path: str, cwd: str) -> str:
+  absolute = os.path.join(cwd, path) if not os.path.isabs(path) else path
+  absolute = os.path.normpath(absolute)
   if absolute.startswith(cwd + os.sep):
     return os.path.relpath(absolute, cwd)
   return path

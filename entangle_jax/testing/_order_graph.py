@@ -24,6 +24,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Literal
 
+from entangle_jax.testing import _bits
 from entangle_jax.testing._analysis import OrderAnalysis
 from entangle_jax.testing._graph_formats import (
   Cluster,
@@ -85,6 +86,7 @@ def order_graph(
 # What is drawn --------------------------------------------------------------
 
 
+@_bits.without_gc
 def build(analysis: OrderAnalysis, among: Sequence[Selector] | None) -> Graph:
   """Nodes, reduced happens-before edges and race pairs of `analysis`."""
   # Drawn in an order that extends happens-before, as one reads a program.
