@@ -25,7 +25,11 @@ class AssertHappensBeforeTest(absltest.TestCase):
     # jax < 0.7 adds a jit(main) component.
     self.assertRegex(message, rf"{READ} scope 'jit\(hazard\)/.*read/")
     self.assertRegex(message, rf"{WRITE} scope 'jit\(hazard\)/.*second_write/")
-    self.assertRegex(message, r"entangle_jax/demo/_hazard\.py:\d+ \(%")
+    # Older XLA (jax < 0.7) records only the innermost frame: the wrapper's.
+    self.assertRegex(
+      message,
+      r"entangle_jax/(demo/_hazard|testing/_example_resource)\.py:\d+ \(%",
+    )
     self.assertIn("entangle(token, x)", message)
 
   def test_passes_when_ordered(self):
