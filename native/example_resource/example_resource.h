@@ -40,6 +40,17 @@ inline xla::ffi::Error CheckSlot(int32_t slot) {
   return xla::ffi::Error::Success();
 }
 
+// Success for a call delay of at least zero microseconds. Shared by the host
+// and CUDA stores.
+inline xla::ffi::Error CheckDelay(int64_t delay_us) {
+  if (delay_us < 0) {
+    return xla::ffi::Error(xla::ffi::ErrorCode::kInvalidArgument,
+                           "entangle_jax example resource: delay_us " +
+                               std::to_string(delay_us) + " is negative");
+  }
+  return xla::ffi::Error::Success();
+}
+
 // Sets every slot of the host store to zero.
 void ResetHostSlots();
 
@@ -57,6 +68,10 @@ struct CallRecord {
 // The host calls recorded since the last ClearCallLog, in order of `end`.
 // `overflowed` is set when calls were dropped because the log was full.
 std::vector<CallRecord> CallLog(bool* overflowed);
+
+// Takes the next number of the counter that the call log's `start` and `end`
+// come from.
+int64_t NextSequence();
 
 // Forgets every recorded call.
 void ClearCallLog();
