@@ -11,7 +11,7 @@ from absl.testing import absltest, parameterized
 
 from entangle_jax import entangle, testing
 from entangle_jax.testing import _example_resource
-from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
+from tests import test_util  # sets up 8 CPU devices
 
 WIDE = 12
 """Independent calls in `writes`: more than XLA:CPU's 8 ready at once, so
@@ -94,19 +94,40 @@ class DelayTest(parameterized.TestCase):
     testing.write_slot(4, 3.0, delay_us=np.int16(10))
     self.assertEqual(testing.slot_values()[4], 3.0)
 
-  def test_the_handler_refuses_a_negative_delay_and_writes_nothing(self):
-    # Only a direct FFI call can get past the Python check.
+  def direct_write(self, **attributes):
+    """A write through the FFI target itself, past the Python checks."""
     call = jax.ffi.ffi_call(
       _example_resource.WRITE_SLOT_TARGET,
       jax.ShapeDtypeStruct((), jnp.int32),
       has_side_effect=True,
     )
-    with self.assertRaisesRegex(Exception, "delay_us -1 is negative"):
-      jax.block_until_ready(
-        call(jnp.int32(2), jnp.float32(1.0), delay_us=np.int64(-1))
-      )
+    return jax.block_until_ready(
+      call(jnp.int32(2), jnp.float32(1.0), **attributes)
+    )
+
+  @parameterized.parameters(
+    ({"delay_us": np.int64(-1)}, "delay_us -1 is negative"),
+    ({"delay_us": np.float32(1.0)}, "delay_us"),
+    ({"delay": np.int64(5)}, "the only attribute a call takes is delay_us"),
+  )
+  def test_the_handler_refuses_bad_attributes_and_writes_nothing(
+    self, attributes, message
+  ):
+    with self.assertRaisesRegex(Exception, message):
+      self.direct_write(**attributes)
     self.assertEqual(testing.call_log(), [])
     self.assertEqual(testing.slot_values()[2], 0.0)
+
+  def test_a_call_without_the_attribute_waits_for_nothing(self):
+    self.direct_write()
+    self.assertEqual(testing.slot_values()[2], 1.0)
+    # No attribute in the module when there is no delay.
+    text = test_util.hlo_text(lambda s: testing.write_slot(s, 1.0), 3)
+    self.assertNotIn("delay_us", text)
+    text = test_util.hlo_text(
+      lambda s: testing.write_slot(s, 1.0, delay_us=7), 3
+    )
+    self.assertIn("delay_us = 7", text)
 
 
 if __name__ == "__main__":

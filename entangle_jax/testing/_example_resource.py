@@ -116,9 +116,14 @@ MAX_DELAY_US = 10_000_000
 """The longest ``delay_us`` a call accepts: ten seconds."""
 
 
-def _delay_us(delay_us: int, who: str) -> np.int64:
-  """`delay_us` as the call's attribute, rejecting non-integers and values
-  outside ``[0, MAX_DELAY_US]``."""
+def _delay_attributes(delay_us: int, who: str) -> dict[str, np.int64]:
+  """The call's FFI attributes for `delay_us`: none for no delay (the
+  handlers take a missing ``delay_us`` as zero).
+
+  Raises:
+    TypeError: `delay_us` is not an int (a tracer included).
+    ValueError: `delay_us` is outside ``[0, MAX_DELAY_US]``.
+  """
   if isinstance(delay_us, bool | np.bool_) or not isinstance(
     delay_us, int | np.integer
   ):
@@ -130,7 +135,7 @@ def _delay_us(delay_us: int, who: str) -> np.int64:
     raise ValueError(
       f"{who}: delay_us={delay_us} is outside [0, {MAX_DELAY_US}]"
     )
-  return np.int64(delay_us)
+  return {"delay_us": np.int64(delay_us)} if delay_us else {}
 
 
 def write_slot(
@@ -161,7 +166,7 @@ def write_slot(
     jax.errors.JaxRuntimeError: at run time, for a traced slot id outside
       the range. In every error case nothing is written.
   """
-  delay = _delay_us(delay_us, "write_slot")
+  attributes = _delay_attributes(delay_us, "write_slot")
   slot = _slot_ids(slot, "write_slot")
   value = jnp.asarray(value, jnp.float32)
   if slot.shape != value.shape:
@@ -175,7 +180,7 @@ def write_slot(
     has_side_effect=True,
     vmap_method="broadcast_all",
   )
-  return call(slot, value, delay_us=delay)
+  return call(slot, value, **attributes)
 
 
 def read_slot(token: jax.typing.ArrayLike, *, delay_us: int = 0):
@@ -192,14 +197,14 @@ def read_slot(token: jax.typing.ArrayLike, *, delay_us: int = 0):
     TypeError, ValueError, jax.errors.JaxRuntimeError: a bad slot id or
     ``delay_us``, as for `write_slot`.
   """
-  delay = _delay_us(delay_us, "read_slot")
+  attributes = _delay_attributes(delay_us, "read_slot")
   token = _slot_ids(token, "read_slot")
   call = jax.ffi.ffi_call(
     READ_SLOT_TARGET,
     jax.ShapeDtypeStruct(token.shape, jnp.float32),
     vmap_method="broadcast_all",
   )
-  return call(token, delay_us=delay)
+  return call(token, **attributes)
 
 
 def reset_slots() -> None:

@@ -45,7 +45,8 @@ void Delay(int64_t delay_us) {
 }
 
 ffi::Error WriteSlot(ffi::Buffer<ffi::S32> slot, ffi::Buffer<ffi::F32> value,
-                     ffi::ResultBuffer<ffi::S32> token, int64_t delay_us) {
+                     ffi::ResultBuffer<ffi::S32> token,
+                     ffi::Dictionary attrs) {
   const int64_t start = NextSequence();
   const size_t n = slot.element_count();
   if (value.element_count() != n) {
@@ -53,13 +54,14 @@ ffi::Error WriteSlot(ffi::Buffer<ffi::S32> slot, ffi::Buffer<ffi::F32> value,
                       "write_slot: slot and value differ in size");
   }
   // Validate everything first so that a bad id leaves the store untouched.
-  if (ffi::Error err = CheckDelay(delay_us); err.failure()) return err;
+  ffi::ErrorOr<int64_t> delay_us = DelayUs(attrs);
+  if (!delay_us.has_value()) return delay_us.error();
   for (size_t i = 0; i < n; ++i) {
     if (ffi::Error err = CheckSlot(slot.typed_data()[i]); err.failure()) {
       return err;
     }
   }
-  Delay(delay_us);
+  Delay(*delay_us);
   for (size_t i = 0; i < n; ++i) {
     const int32_t id = slot.typed_data()[i];
     host_slots[id].store(value.typed_data()[i], std::memory_order_relaxed);
@@ -70,16 +72,17 @@ ffi::Error WriteSlot(ffi::Buffer<ffi::S32> slot, ffi::Buffer<ffi::F32> value,
 }
 
 ffi::Error ReadSlot(ffi::Buffer<ffi::S32> token,
-                    ffi::ResultBuffer<ffi::F32> value, int64_t delay_us) {
+                    ffi::ResultBuffer<ffi::F32> value, ffi::Dictionary attrs) {
   const int64_t start = NextSequence();
   const size_t n = token.element_count();
-  if (ffi::Error err = CheckDelay(delay_us); err.failure()) return err;
+  ffi::ErrorOr<int64_t> delay_us = DelayUs(attrs);
+  if (!delay_us.has_value()) return delay_us.error();
   for (size_t i = 0; i < n; ++i) {
     if (ffi::Error err = CheckSlot(token.typed_data()[i]); err.failure()) {
       return err;
     }
   }
-  Delay(delay_us);
+  Delay(*delay_us);
   for (size_t i = 0; i < n; ++i) {
     value->typed_data()[i] =
         host_slots[token.typed_data()[i]].load(std::memory_order_relaxed);
@@ -120,11 +123,11 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(EntangleJaxWriteSlotHost,
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::S32>>()
-                                  .Attr<int64_t>("delay_us"));
+                                  .Attrs());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(EntangleJaxReadSlotHost,
                               entangle_jax::ReadSlot,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Attr<int64_t>("delay_us"));
+                                  .Attrs());

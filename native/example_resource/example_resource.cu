@@ -65,10 +65,11 @@ ffi::Error CheckSlots(cudaStream_t stream, const int32_t* ids, size_t n) {
   return ffi::Error::Success();
 }
 
-ffi::Error Delay(cudaStream_t stream, int64_t delay_us) {
-  if (ffi::Error err = CheckDelay(delay_us); err.failure()) return err;
-  if (delay_us == 0) return ffi::Error::Success();
-  DelayKernel<<<1, 1, 0, stream>>>(delay_us * 1000);
+ffi::Error Delay(cudaStream_t stream, const ffi::Dictionary& attrs) {
+  ffi::ErrorOr<int64_t> delay_us = DelayUs(attrs);
+  if (!delay_us.has_value()) return delay_us.error();
+  if (*delay_us == 0) return ffi::Error::Success();
+  DelayKernel<<<1, 1, 0, stream>>>(*delay_us * 1000);
   cudaError_t status = cudaGetLastError();
   if (status != cudaSuccess) return CudaError(status, "delay kernel");
   return ffi::Error::Success();
@@ -76,7 +77,8 @@ ffi::Error Delay(cudaStream_t stream, int64_t delay_us) {
 
 ffi::Error WriteSlot(cudaStream_t stream, ffi::Buffer<ffi::S32> slot,
                      ffi::Buffer<ffi::F32> value,
-                     ffi::ResultBuffer<ffi::S32> token, int64_t delay_us) {
+                     ffi::ResultBuffer<ffi::S32> token,
+                     ffi::Dictionary attrs) {
   const size_t n = slot.element_count();
   if (value.element_count() != n) {
     return ffi::Error(ffi::ErrorCode::kInvalidArgument,
@@ -86,7 +88,7 @@ ffi::Error WriteSlot(cudaStream_t stream, ffi::Buffer<ffi::S32> slot,
       err.failure()) {
     return err;
   }
-  if (ffi::Error err = Delay(stream, delay_us); err.failure()) return err;
+  if (ffi::Error err = Delay(stream, attrs); err.failure()) return err;
   if (n == 0) return ffi::Error::Success();
   WriteKernel<<<1, 1, 0, stream>>>(slot.typed_data(), value.typed_data(),
                                    token->typed_data(), n);
@@ -96,13 +98,13 @@ ffi::Error WriteSlot(cudaStream_t stream, ffi::Buffer<ffi::S32> slot,
 }
 
 ffi::Error ReadSlot(cudaStream_t stream, ffi::Buffer<ffi::S32> token,
-                    ffi::ResultBuffer<ffi::F32> value, int64_t delay_us) {
+                    ffi::ResultBuffer<ffi::F32> value, ffi::Dictionary attrs) {
   const size_t n = token.element_count();
   if (ffi::Error err = CheckSlots(stream, token.typed_data(), n);
       err.failure()) {
     return err;
   }
-  if (ffi::Error err = Delay(stream, delay_us); err.failure()) return err;
+  if (ffi::Error err = Delay(stream, attrs); err.failure()) return err;
   if (n == 0) return ffi::Error::Success();
   const int threads = 128;
   const int blocks = static_cast<int>((n + threads - 1) / threads);
@@ -131,7 +133,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(EntangleJaxWriteSlotCuda,
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::S32>>()
-                                  .Attr<int64_t>("delay_us"));
+                                  .Attrs());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(EntangleJaxReadSlotCuda,
                               entangle_jax::ReadSlot,
@@ -139,4 +141,4 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(EntangleJaxReadSlotCuda,
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Attr<int64_t>("delay_us"));
+                                  .Attrs());

@@ -40,15 +40,32 @@ inline xla::ffi::Error CheckSlot(int32_t slot) {
   return xla::ffi::Error::Success();
 }
 
-// Success for a call delay of at least zero microseconds. Shared by the host
-// and CUDA stores.
-inline xla::ffi::Error CheckDelay(int64_t delay_us) {
-  if (delay_us < 0) {
-    return xla::ffi::Error(xla::ffi::ErrorCode::kInvalidArgument,
-                           "entangle_jax example resource: delay_us " +
-                               std::to_string(delay_us) + " is negative");
+// The call's delay in microseconds: its optional attribute `delay_us`
+// (int64), zero when absent. A negative delay, an attribute of another type
+// or any other attribute is an error. Shared by the host and CUDA stores.
+inline xla::ffi::ErrorOr<int64_t> DelayUs(const xla::ffi::Dictionary& attrs) {
+  const bool has_delay = attrs.contains("delay_us");
+  if (attrs.size() != (has_delay ? 1u : 0u)) {
+    return xla::ffi::Unexpected(xla::ffi::Error(
+        xla::ffi::ErrorCode::kInvalidArgument,
+        "entangle_jax example resource: the only attribute a call takes is "
+        "delay_us"));
   }
-  return xla::ffi::Error::Success();
+  if (!has_delay) return int64_t{0};
+  xla::ffi::ErrorOr<int64_t> delay = attrs.get<int64_t>("delay_us");
+  if (!delay.has_value()) {
+    return xla::ffi::Unexpected(xla::ffi::Error(
+        xla::ffi::ErrorCode::kInvalidArgument,
+        "entangle_jax example resource: delay_us must be an int64 (" +
+            delay.error().message() + ")"));
+  }
+  if (*delay < 0) {
+    return xla::ffi::Unexpected(
+        xla::ffi::Error(xla::ffi::ErrorCode::kInvalidArgument,
+                        "entangle_jax example resource: delay_us " +
+                            std::to_string(*delay) + " is negative"));
+  }
+  return delay;
 }
 
 // Sets every slot of the host store to zero.
