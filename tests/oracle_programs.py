@@ -11,7 +11,8 @@ than 8 thunks are ready at once:
   starts, and a 200-element write makes one buffer large;
 * calls sleep (``delay_us``), so calls that nothing orders overlap in time;
 * while loops (with native reads in their condition, and predicates that
-  use values made before the loop or by its body), conditionals whose
+  use values made before the loop or by its body, some of them a bare state
+  element that the body computes), conditionals whose
   predicate may use a call's result, tuples of loop state and branch
   results, and
   ``io_callback(ordered=False)`` host callbacks, wired together by
@@ -71,6 +72,7 @@ class Loop:
   condition_call: Call | None  # a read in the loop condition
   predicate_input: int | None  # an outer value the predicate also uses
   predicate_state: int | None  # a value of the body the predicate uses
+  bare: bool  # the predicate is a state element the body computes, as is
 
 
 @dataclasses.dataclass
@@ -202,8 +204,9 @@ class _Generator:
   def loop(self, visible: int, loops, depth: int) -> Loop:
     number = self.loops
     self.loops += 1
+    bare = self.rng.random() < 0.3
     condition_call = None
-    if self.rng.random() < 0.5:
+    if not bare and self.rng.random() < 0.5:
       condition_call = self.call(
         visible, (*loops, (number, "condition")), "read"
       )
@@ -217,10 +220,16 @@ class _Generator:
     trips = self.rng.randint(2, MAX_TRIPS)
     made = len(value_dtypes(body))
     predicate_state = None
-    if self.rng.random() < 0.5:
+    if bare or self.rng.random() < 0.5:
       predicate_state = self.rng.randrange(made)
     return Loop(
-      trips, body, sees, condition_call, predicate_input, predicate_state
+      trips,
+      body,
+      sees,
+      condition_call,
+      predicate_input,
+      predicate_state,
+      bare,
     )
 
   def branch(self, visible: int, loops, depth: int) -> Branch:
@@ -309,28 +318,38 @@ def _filler(dtype):
 
 
 def _run_loop(loop: Loop, outer, iteration, base) -> list:
-  def condition(state):
-    i, made = state
+  def predicate(i, made, first: bool):
+    """Whether to run iteration `i`, `made` being the last one's values. A
+    bare predicate reads the earlier value only before the first one."""
     going = i < loop.trips
-    if loop.condition_call is not None:
-      seen = _run_call(
-        loop.condition_call, outer, iteration * ITERATION_BASE + i
-      )
-      going = going & (seen[0] > -1)
-    if loop.predicate_input is not None:
+    if loop.predicate_input is not None and (first or not loop.bare):
       going = going & (outer[loop.predicate_input][0] > -1)
     if loop.predicate_state is not None:
       going = going & (made[loop.predicate_state][0] > -1)
     return going
 
+  def condition(state):
+    i, going, made = state
+    if loop.bare:
+      return going  # the predicate is a state element, as it is
+    going = predicate(i, made, first=False)
+    if loop.condition_call is not None:
+      seen = _run_call(
+        loop.condition_call, outer, iteration * ITERATION_BASE + i
+      )
+      going = going & (seen[0] > -1)
+    return going
+
   def body(state):
-    i, previous = state
+    i, _, previous = state
     visible = [*outer, *previous[: loop.sees]]
     made = _run_block(loop.body, visible, iteration * ITERATION_BASE + i, base)
-    return i + 1, tuple(made[len(visible) :])
+    made = tuple(made[len(visible) :])
+    return i + 1, predicate(i + 1, made, first=False), made
 
   start = tuple(_filler(d) for d in value_dtypes(loop.body))
-  _, made = jax.lax.while_loop(condition, body, (jnp.int32(0), start))
+  first = predicate(jnp.int32(0), start, first=True)
+  _, _, made = jax.lax.while_loop(condition, body, (jnp.int32(0), first, start))
   return list(made)
 
 
@@ -368,7 +387,7 @@ def _describe(statements, indent: int) -> list[str]:
       lines.append(
         f"{pad}while ({s.trips} trips, condition call op{condition}, "
         f"predicate inputs {s.predicate_input} and made[{s.predicate_state}]"
-        f", sees {s.sees}):"
+        f"{' (bare)' if s.bare else ''}, sees {s.sees}):"
       )
       lines += _describe(s.body, indent + 1)
     else:
@@ -396,6 +415,8 @@ def _features(statements, around: tuple[str, ...], found: set[str]) -> None:
         found.add("loop predicate uses an earlier value")
       if s.predicate_state is not None:
         found.add("loop predicate uses the body's value")
+      if s.bare:
+        found.add("loop predicate is a bare state element")
       _features(s.body, (*around, "loop"), found)
     else:
       found.add("branch in loop" if "loop" in around else "branch")

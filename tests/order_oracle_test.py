@@ -37,6 +37,7 @@ FEATURES = {
   "read in loop condition",
   "loop predicate uses an earlier value",
   "loop predicate uses the body's value",
+  "loop predicate is a bare state element",
   "branch predicate uses an earlier value",
   "callback in control flow",
 }
