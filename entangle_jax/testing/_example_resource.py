@@ -116,7 +116,9 @@ MAX_DELAY_US = 10_000_000
 """The longest ``delay_us`` a call accepts: ten seconds."""
 
 
-def _delay_attributes(delay_us: int, who: str) -> dict[str, np.int64]:
+def _delay_attributes(
+  delay_us: int | np.integer, who: str
+) -> dict[str, np.int64]:
   """The call's FFI attributes for `delay_us`: none for no delay (the
   handlers take a missing ``delay_us`` as zero).
 
@@ -139,7 +141,10 @@ def _delay_attributes(delay_us: int, who: str) -> dict[str, np.int64]:
 
 
 def write_slot(
-  slot: jax.typing.ArrayLike, value: jax.typing.ArrayLike, *, delay_us: int = 0
+  slot: jax.typing.ArrayLike,
+  value: jax.typing.ArrayLike,
+  *,
+  delay_us: int | np.integer = 0,
 ):
   """Stores ``value`` into ``slot`` and returns a token naming the slot.
 
@@ -151,7 +156,7 @@ def write_slot(
     delay_us: microseconds the call waits before it touches the store (the
       host call sleeps, between its ``start`` and ``end`` in `call_log`; on
       CUDA its stream waits). Calls that nothing orders then overlap in
-      time, which makes ordering hazards show. A Python int in
+      time, which makes ordering hazards show. An int (Python or NumPy) in
       ``[0, MAX_DELAY_US]``.
 
   Returns:
@@ -183,7 +188,7 @@ def write_slot(
   return call(slot, value, **attributes)
 
 
-def read_slot(token: jax.typing.ArrayLike, *, delay_us: int = 0):
+def read_slot(token: jax.typing.ArrayLike, *, delay_us: int | np.integer = 0):
   """Returns the current float32 content of the slot(s) named by ``token``.
 
   Not side-effecting: if the result is unused XLA may drop the call, and XLA
