@@ -29,10 +29,10 @@ CallPath = tuple[Op, ...]
 """Call sites from the entry computation down to an op, then the op."""
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=2)
 @_bits.without_gc
 def _parsed(text: str) -> tuple[_hlo_parse.Module, Dataflow]:
-  """The parsed module and its (lazily built) graphs, kept for the few
+  """The parsed module and its (lazily built) graphs, kept for the two
   texts analysed last: ``races(c)`` then ``order_graph(c)`` parse once."""
   module = _hlo_parse.parse(text)
   return module, Dataflow(module)
