@@ -115,20 +115,7 @@ class OrderAnalysis:
     no longer an operand at all; and an empty buffer conflicts with nothing,
     so no runtime orders on it.
     """
-    found = []
-    for i in self._instructions():
-      if i.target != ENTANGLE_TARGET:
-        continue
-      index = self._dataflow[i.computation].index
-      body = self.module.computations[i.computation]
-      witnesses = [
-        body[index[name]]
-        for n, name in enumerate(i.operands)
-        if n not in i.aliased_operands
-      ]
-      if witnesses and all(w.zero_sized for w in witnesses):
-        found.append(self.op(i))
-    return found
+    return [self.op(i) for i in _empty_witness_entangles(self.module)]
 
   def call_paths(self, op: Op) -> list[CallPath]:
     """Chains of call sites from the entry computation down to `op` (none
@@ -243,3 +230,24 @@ class OrderAnalysis:
     """`ops` in an order that extends happens-before, and the pairs of
     indices into it of an op and an op right after it (`OpOrder.hasse`)."""
     return self._order_of(ops).hasse(ops)
+
+
+def _empty_witness_entangles(
+  module: _hlo_parse.Module,
+) -> list[_hlo_parse.Instruction]:
+  """The entangle calls of `module` whose witnesses (the operands that no
+  result aliases) all hold no bytes."""
+  found = []
+  for body in module.computations.values():
+    by_name = {i.name: i for i in body}
+    for i in body:
+      if i.target != ENTANGLE_TARGET:
+        continue
+      witnesses = [
+        by_name[name]
+        for n, name in enumerate(i.operands)
+        if n not in i.aliased_operands
+      ]
+      if witnesses and all(w.zero_sized for w in witnesses):
+        found.append(i)
+  return found
