@@ -132,6 +132,14 @@ class TransformsTest(parameterized.TestCase):
 
     self.check(compiled(looped, jnp.int32(0)))
 
+  def test_grad(self):
+    def loss(v, token):
+      x, y, t = readme_step(token, "r")
+      return x * v + y, t
+
+    fn = jax.grad(loss, has_aux=True)
+    self.check(compiled(fn, jnp.float32(1), jnp.int32(0)))
+
   def test_vmap(self):
     fn = jax.vmap(lambda t: readme_step(t, "r"))
     self.check(compiled(fn, jnp.arange(4, dtype=jnp.int32)))
