@@ -117,7 +117,7 @@ def read_slot(token: jax.typing.ArrayLike):
 
   Raises:
     TypeError, ValueError, jax.errors.JaxRuntimeError: a bad slot id, as
-    for `write_slot`.
+      for `write_slot`.
   """
   token = _slot_ids(token, "read_slot")
   call = jax.ffi.ffi_call(

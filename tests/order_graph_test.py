@@ -557,37 +557,38 @@ class DemoGraphTest(absltest.TestCase):
       self.assertLen(dashed, 0 if name == "entangle" else 1)
 
 
-def load_readme_tool():
-  """tools/readme_graphs.py, or None where the checkout is not at hand."""
-  path = ROOT / "tools" / "readme_graphs.py"
-  if not (path.exists() and (ROOT / "README.md").exists()):
+def load_doc_graphs_tool():
+  """tools/doc_graphs.py, or None where the checkout is not at hand."""
+  path = ROOT / "tools" / "doc_graphs.py"
+  if not (path.exists() and (ROOT / "docs" / "seeing_order.md").exists()):
     return None
-  spec = importlib.util.spec_from_file_location("readme_graphs", path)
+  spec = importlib.util.spec_from_file_location("doc_graphs", path)
   assert spec is not None and spec.loader is not None
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
 
 
-class ReadmeGraphsTest(absltest.TestCase):
+class DocGraphsTest(absltest.TestCase):
+  """docs/seeing_order.md: its example and the demo graphs it records."""
+
   def setUp(self):
     super().setUp()
-    self.tool = load_readme_tool()
+    self.tool = load_doc_graphs_tool()
     if self.tool is None:
-      self.skipTest("README.md and tools/ are not next to the tests here")
-    self.readme = self.tool.README.read_text(encoding="utf-8")
+      self.skipTest("docs/ and tools/ are not next to the tests here")
+    self.page = self.tool.PAGE.read_text(encoding="utf-8")
 
-  def test_readme_blocks_are_valid_mermaid(self):
+  def test_recorded_blocks_are_valid_mermaid(self):
     blocks = re.findall(
-      r"```mermaid\n(.*?)```", self.tool.recorded(self.readme), re.S
+      r"```mermaid\n(.*?)```", self.tool.recorded(self.page), re.S
     )
     self.assertLen(blocks, 3)
     for block in blocks:
       read_mermaid(self, block)
 
-  def test_readme_example_runs(self):
-    section = self.readme.split("## Seeing the order\n", 1)[1].split("\n## ")[0]
-    (example,) = re.findall(r"```python\n(.*?)```", section, re.S)
+  def test_page_example_draws_the_race(self):
+    example = re.findall(r"```python\n(.*?)```", self.page, re.S)[0]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
       exec(example, {})
@@ -599,19 +600,19 @@ class ReadmeGraphsTest(absltest.TestCase):
       [labels[a].split("\n")[0], labels[b].split("\n")[0]], [READ, WRITE]
     )
 
-  def test_readme_shows_what_the_demo_prints(self):
-    version, platform = self.tool.recorded_with(self.readme)
+  def test_page_shows_what_the_demo_prints(self):
+    version, platform = self.tool.recorded_with(self.page)
     here = (jax.__version__, jax.devices()[0].platform)
     if here != (version, platform):
       self.skipTest(
-        f"README's graphs come from jax {version} on {platform}; "
+        f"the page's graphs come from jax {version} on {platform}; "
         f"this is jax {here[0]} on {here[1]}"
       )
     self.assertEqual(
-      self.tool.recorded(self.readme),
+      self.tool.recorded(self.page),
       self.tool.generated(),
-      "README.md's demo graphs are out of date: run "
-      "`uv run python tools/readme_graphs.py`",
+      "docs/seeing_order.md's demo graphs are out of date: run "
+      + self.tool.COMMAND,
     )
 
 
