@@ -62,4 +62,10 @@ html_theme_options = {
   "show_toc_level": 2,
   "home_page_in_toc": True,
 }
-html_static_path: list[str] = []
+# Without a mode, the theme's script logs a console error ("invalid theme
+# mode") on a browser's first visit.
+html_context = {"default_mode": "light"}
+html_static_path = ["_static"]
+# Without one the browser asks for /favicon.ico, which is not there (a 404
+# in the console).
+html_favicon = "_static/favicon.svg"
