@@ -16,7 +16,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent / "_ext"))
 
 project = "entangle-jax"
 author = "the entangle-jax developers"
-copyright = "the entangle-jax developers"  # noqa: A001 (Sphinx's name)
+copyright = "the entangle-jax developers"
 release = version = entangle_jax.__version__
 
 extensions = [

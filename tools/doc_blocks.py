@@ -218,8 +218,8 @@ class PageRun:
     body = block.body
     if block.kind == GRAPH:
       body = directive_code(body)
-      first = block.line + 1 + len(block.body.splitlines()) - len(
-        body.splitlines()
+      first = (
+        block.line + 1 + len(block.body.splitlines()) - len(body.splitlines())
       )
     else:
       first = block.line + 1

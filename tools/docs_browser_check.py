@@ -26,7 +26,7 @@ import pathlib
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -62,7 +62,7 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def serve(folder: pathlib.Path) -> Iterator[str]:
+def serve(folder: pathlib.Path) -> Generator[str]:
   """Serves `folder` on 127.0.0.1 (a free port) while the block runs."""
   handler = functools.partial(_QuietHandler, directory=str(folder))
   server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -76,7 +76,7 @@ def serve(folder: pathlib.Path) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def chromium() -> Iterator:
+def chromium() -> Generator:
   from selenium import webdriver
   from selenium.webdriver.chrome.service import Service
 
@@ -121,8 +121,10 @@ def check_page(driver, url: str, page: str, graphs: int) -> list[str]:
 
 def graph_count(html: pathlib.Path, page: str) -> int:
   """How many Graphviz SVGs the built page embeds."""
-  return (html / page).read_text(encoding="utf-8").count(
-    '<object data="_images/graphviz-'
+  return (
+    (html / page)
+    .read_text(encoding="utf-8")
+    .count('<object data="_images/graphviz-')
   )
 
 
@@ -138,9 +140,11 @@ def check(html: pathlib.Path, url: str, screenshots: pathlib.Path) -> list:
     for page in pages:
       problems += check_page(driver, url, page, graph_count(html, page))
     driver.get(url + API_PAGE)
-    ids = set(driver.execute_script(
-      "return Array.from(document.querySelectorAll('dt[id]'), e => e.id);"
-    ))
+    ids = set(
+      driver.execute_script(
+        "return Array.from(document.querySelectorAll('dt[id]'), e => e.id);"
+      )
+    )
     problems += [
       f"{API_PAGE}: no entry for {name}"
       for name in public_names()

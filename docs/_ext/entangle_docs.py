@@ -22,7 +22,7 @@ import importlib.util
 import inspect
 import os
 import pathlib
-from typing import Any, ClassVar
+from typing import Any
 
 from docutils import nodes
 from docutils.parsers.rst import directives
@@ -42,7 +42,7 @@ class OrderGraph(SphinxDirective):
   """Runs Python that sets ``compiled``; shows it and its order graph."""
 
   has_content = True
-  option_spec: ClassVar[dict[str, Any]] = {"caption": directives.unchanged}
+  option_spec = {"caption": directives.unchanged}  # noqa: RUF012 (docutils)
 
   def run(self) -> list[nodes.Node]:
     import entangle_jax.testing
