@@ -145,5 +145,51 @@ class RunnerTest(absltest.TestCase):
       doc_blocks.parse("# T\n\n```python\nx = 1\n", "page.md")
 
 
+def load_bench_chart():
+  path = ROOT / "docs" / "_ext" / "bench_chart.py"
+  spec = importlib.util.spec_from_file_location("bench_chart", path)
+  assert spec is not None and spec.loader is not None
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+class BenchChartTest(absltest.TestCase):
+  """The performance page's chart reads the benchmark's cost table."""
+
+  def test_reads_medians_ranges_and_baselines(self):
+    page = (
+      "<!-- bench-results:begin -->\nrun facts\n\n"
+      "| implementation | a, ns | b, x identity |\n|---|---|---|\n"
+      "| ours | 88 (87…89) | 1.05x (1.04…1.28x) |\n"
+      "| identity | 0 (baseline) | 1x (baseline) |\n\n"
+      "| metric | other table |\n|---|---|\n| x | y |\n"
+    )
+    metrics, table = load_bench_chart().cost_table(page)
+    self.assertEqual(metrics, ["a, ns", "b, x identity"])
+    self.assertEqual(
+      table,
+      {
+        "ours": [(88.0, 87.0, 89.0), (1.05, 1.04, 1.28)],
+        "identity": [(0.0, 0.0, 0.0), (1.0, 1.0, 1.0)],
+      },
+    )
+
+  def test_a_cell_that_is_no_median_is_refused(self):
+    page = (
+      "<!-- bench-results:begin -->\n| implementation | a |\n|---|---|\n"
+      "| ours | fast |\n"
+    )
+    with self.assertRaisesRegex(ValueError, "'fast' is not a median"):
+      load_bench_chart().cost_table(page)
+
+  def test_the_performance_page_has_a_full_table(self):
+    page = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
+    metrics, table = load_bench_chart().cost_table(page)
+    self.assertIn("entangle-jax", table)
+    for name, values in table.items():
+      self.assertLen(values, len(metrics), name)
+
+
 if __name__ == "__main__":
   absltest.main()

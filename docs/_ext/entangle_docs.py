@@ -1,5 +1,7 @@
 """The docs' own Sphinx extension.
 
+* ``bench-chart``: the benchmark's cost table on the performance page,
+  drawn (bench_chart.py).
 * ``order-graph``: a directive whose body is Python that sets ``compiled``.
   The build runs it, shows the code, and renders
   ``entangle_jax.testing.order_graph(compiled)`` as SVG through Graphviz
@@ -32,6 +34,9 @@ from sphinx.ext.graphviz import figure_wrapper, graphviz
 from sphinx.pycode import ModuleAnalyzer
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
+
+# A sibling module: conf.py puts this folder on sys.path.
+import bench_chart  # isort: skip
 
 logger = logging.getLogger(__name__)
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -189,6 +194,7 @@ def check_generated(app: Sphinx) -> None:
 def setup(app: Sphinx) -> dict[str, Any]:
   app.setup_extension("sphinx.ext.graphviz")
   app.add_directive("order-graph", OrderGraph)
+  app.add_directive("bench-chart", bench_chart.BenchChart)
   # The Mermaid text is shown as text here (drawing it would need mermaid.js,
   # which the offline build does not fetch); GitHub draws it.
   app.add_lexer("mermaid", TextLexer)
