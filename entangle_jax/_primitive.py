@@ -36,7 +36,7 @@ fusion pass. Measured with jax 0.10.2 on a 2-core CPU machine, 2000 donated
 payload leaves: one call compiled in 33-38 s where optimization_barrier over
 the same leaves took 1.4-2.5 s (busy machine); in calls of 256, 3.3x the
 barrier's time; in calls of 128, 1.6-1.8x on a quiet machine (tools/bench.py,
-README "Performance"). So `bind` gives each chunk of at
+docs/performance.md). So `bind` gives each chunk of at
 most this many payload leaves a call of its own. Every call takes every
 witness, so each result is still ordered after all witnesses, and no leaf is
 copied.
@@ -181,7 +181,7 @@ entangle_p.def_abstract_eval(_abstract_eval)
 mlir.register_lowering(entangle_p, _lowering)
 # User FFI handlers cannot run on TPU: there, fall back to XLA's own barrier,
 # which keeps the values together but, unlike the custom call, does not stop
-# XLA's CPU pipeline from expanding it (see README, "Platforms").
+# XLA's CPU pipeline from expanding it (see docs/platforms.md).
 mlir.register_lowering(
   entangle_p,
   mlir.lower_fun(_barrier, multiple_results=True),
