@@ -6,15 +6,20 @@ docstring, the documentation (docs/), and ``entangle_jax.testing`` for
 proving the order on the compiled module. ``Resource`` adds those calls for
 you, keeping the program order of every read and write of one native
 resource.
+
+Importing the package loads entangle's extension and registers its one FFI
+handler with XLA, and registers the primitive's lowering and partitioner.
+Nothing else: the example resource's handlers are registered by importing
+``entangle_jax.testing``.
 """
 
-from entangle_jax import _native_loader
+from entangle_jax._src import lowering as _lowering  # noqa: F401  (registers)
+from entangle_jax._src import native as _native
+from entangle_jax._src.entangle import entangle
+from entangle_jax._src.export import export_safety_checks
+from entangle_jax._src.resource import Resource
+from entangle_jax._version import __version__
 
-_native_loader.register_targets(_native_loader.load_native())
-
-from entangle_jax._entangle import entangle  # noqa: E402
-from entangle_jax._export import export_safety_checks  # noqa: E402
-from entangle_jax._resource import Resource  # noqa: E402
-from entangle_jax._version import __version__  # noqa: E402
+_native.register(_native.load())
 
 __all__ = ["Resource", "__version__", "entangle", "export_safety_checks"]

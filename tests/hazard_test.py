@@ -9,8 +9,8 @@ count from a fixed number of runs, which flaked.
 
 from absl.testing import absltest
 
-from entangle_jax import _hazard
-from entangle_jax._hazard import Ordering
+from entangle_jax.demo import _hazard
+from entangle_jax.demo._hazard import Ordering
 from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
 CONTROL_RUNS = 2000

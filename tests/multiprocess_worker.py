@@ -20,8 +20,9 @@ import numpy as np  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from entangle_jax import _hazard, entangle, testing  # noqa: E402
-from entangle_jax._hazard import Ordering  # noqa: E402
+from entangle_jax import entangle, testing  # noqa: E402
+from entangle_jax.demo import _hazard  # noqa: E402
+from entangle_jax.demo._hazard import Ordering  # noqa: E402
 
 RUNS = 50
 _COLLECTIVE = re.compile(

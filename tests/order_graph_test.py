@@ -1,154 +1,33 @@
-"""order_graph: what it draws, and that Graphviz and Mermaid can read it."""
+"""order_graph: what it draws (nodes, reduced order, races, clusters)."""
 
-import contextlib
 import functools
-import importlib.util
-import io
 import itertools
-import os
-import pathlib
 import random
-import re
-import shutil
-import subprocess
-import typing
-import unittest
-import xml.etree.ElementTree as ET
 
 import jax
 import jax.numpy as jnp
 from absl.testing import absltest, parameterized
 
-from entangle_jax import _hazard, _order_graph, demo, entangle, testing
-from entangle_jax._hazard import Ordering
+from entangle_jax import entangle, testing
+from entangle_jax.demo import _hazard
+from entangle_jax.demo._hazard import Ordering
+from entangle_jax.testing import _graph_formats, _order_graph
 from tests import test_util  # sets up 8 CPU devices
-
-WRITE = "entangle_jax_write_slot"
-READ = "entangle_jax_read_slot"
-# CI sets this so that a missing Graphviz fails instead of skipping.
-REQUIRE_GRAPHVIZ = os.environ.get("ENTANGLE_JAX_REQUIRE_GRAPHVIZ") == "1"
-SVG = "{http://www.w3.org/2000/svg}"
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-
-
-def compile_hazard(ordering):
-  return (
-    jax.jit(_hazard.program(ordering)).lower(*_hazard.arguments()).compile()
-  )
-
-
-def drawn(compiled, among=None):
-  """The analysis and the graph `order_graph` draws for `compiled`."""
-  analysis = testing.OrderAnalysis(compiled)
-  return analysis, _order_graph.build(analysis, among)
-
-
-def named_edges(graph, pairs):
-  return {(graph.nodes[a].name, graph.nodes[b].name) for a, b in pairs}
-
-
-def unordered_names(pairs):
-  return {frozenset(pair) for pair in pairs}
-
-
-# Structural readers of the two formats ---------------------------------------
-
-_MERMAID_NODE = re.compile(r'^(n\d+)\["([^"]*)"\]$')
-_MERMAID_SUBGRAPH = re.compile(r'^subgraph (c\d+)\["([^"]*)"\]$')
-_MERMAID_LINK = re.compile(r"^(n\d+) (-->|-\.-) (n\d+)$")
-_MERMAID_STYLE = re.compile(r"^linkStyle ([\d,]+) stroke:red,")
-
-
-def read_mermaid(test, text):
-  """Checks a flowchart's structure; returns its parts.
-
-  Returns:
-    (labels by node id, node ids by cluster label, arrows, dashed links),
-    with labels decoded from Mermaid entity codes.
-  """
-  lines = text.splitlines()
-  test.assertEqual(lines[0], "flowchart TD")
-  labels, clusters, arrows, dashed, links = {}, {}, [], [], []
-  open_clusters, styled = [], None
-  for line in lines[1:]:
-    body = line.strip()
-    if match := _MERMAID_NODE.match(body):
-      test.assertNotIn(match.group(1), labels)
-      labels[match.group(1)] = decode_mermaid(match.group(2))
-      for cluster in open_clusters:
-        clusters[cluster].append(match.group(1))
-    elif match := _MERMAID_SUBGRAPH.match(body):
-      label = decode_mermaid(match.group(2))
-      test.assertNotIn(label, clusters)
-      clusters[label] = []
-      open_clusters.append(label)
-    elif body == "end":
-      test.assertTrue(open_clusters, "'end' without a subgraph")
-      open_clusters.pop()
-    elif match := _MERMAID_LINK.match(body):
-      test.assertIn(match.group(1), labels, "link before its node")
-      test.assertIn(match.group(3), labels, "link before its node")
-      pair = (match.group(1), match.group(3))
-      (arrows if match.group(2) == "-->" else dashed).append(pair)
-      links.append(match.group(2))
-    elif match := _MERMAID_STYLE.match(body):
-      styled = [int(n) for n in match.group(1).split(",")]
-    else:
-      test.fail(f"unexpected Mermaid line: {line!r}")
-  test.assertEqual(open_clusters, [], "unclosed subgraph")
-  # The red style covers exactly the dashed links.
-  expected = [n for n, link in enumerate(links) if link == "-.-"] or None
-  test.assertEqual(styled, expected)
-  return labels, clusters, arrows, dashed
-
-
-def decode_mermaid(label):
-  return re.sub(r"#(\d+);", lambda m: chr(int(m.group(1))), label).replace(
-    "<br/>", "\n"
-  )
-
-
-def render_svg(test, dot_text):
-  """Renders DOT with Graphviz; returns the SVG tree."""
-  result = subprocess.run(
-    [graphviz_dot(test), "-Tsvg"],
-    input=dot_text.encode("utf-8"),
-    capture_output=True,
-    check=False,
-  )
-  test.assertEqual(result.returncode, 0, result.stderr.decode())
-  test.assertEqual(result.stderr.decode(), "", "Graphviz warned")
-  return ET.fromstring(result.stdout)
-
-
-def graphviz_dot(test) -> str:
-  """The path of Graphviz's `dot`; skips (or fails, in CI) without it."""
-  dot = shutil.which("dot")
-  if dot is not None:
-    return dot
-  reason = "Graphviz's `dot` is not installed (apt-get install graphviz)"
-  if REQUIRE_GRAPHVIZ:
-    test.fail(reason)
-  print(f"skipping: {reason}")
-  raise unittest.SkipTest(reason)
-
-
-def svg_groups(svg, kind):
-  """{title: [text lines]} of the SVG's node, edge or cluster groups."""
-  groups = {}
-  for group in svg.iter(f"{SVG}g"):
-    if group.get("class") == kind:
-      title = group.find(f"{SVG}title").text
-      groups[title] = [t.text for t in group.iter(f"{SVG}text")]
-  return groups
-
-
-# Tests -----------------------------------------------------------------------
+from tests.graph_reading import (
+  CHAIN_HLO,
+  drawn,
+  named_edges,
+  read_mermaid,
+  render_svg,
+  svg_groups,
+  unordered_names,
+)
+from tests.test_util import READ, WRITE
 
 
 class DemoProgramTest(parameterized.TestCase):
   def test_entangle_draws_write_read_write(self):
-    analysis, graph = drawn(compile_hazard(Ordering.ENTANGLE))
+    analysis, graph = drawn(_hazard.compiled(Ordering.ENTANGLE))
     (first,) = analysis.select("first_write")
     (read,) = analysis.select(READ)
     (second,) = analysis.select(WRITE)[1:]
@@ -161,7 +40,7 @@ class DemoProgramTest(parameterized.TestCase):
   @parameterized.parameters(Ordering.NONE, Ordering.OPTIMIZATION_BARRIER)
   def test_unordered_draws_a_race(self, ordering):
     # The control: without entangle, the read and the second write race.
-    analysis, graph = drawn(compile_hazard(ordering))
+    analysis, graph = drawn(_hazard.compiled(ordering))
     (first,) = analysis.select("first_write")
     (read,) = analysis.select("read")
     (second,) = analysis.select("second_write")
@@ -177,7 +56,7 @@ class DemoProgramTest(parameterized.TestCase):
     ordering=list(Ordering), among=[None, [READ, WRITE], ["read", WRITE]]
   )
   def test_race_lines_are_what_races_returns(self, ordering, among):
-    compiled = compile_hazard(ordering)
+    compiled = _hazard.compiled(ordering)
     _, graph = drawn(compiled, among)
     self.assertEqual(
       unordered_names(named_edges(graph, graph.races)),
@@ -186,7 +65,7 @@ class DemoProgramTest(parameterized.TestCase):
 
   @parameterized.parameters(Ordering.NONE, Ordering.ENTANGLE)
   def test_mermaid_text(self, ordering):
-    compiled = compile_hazard(ordering)
+    compiled = _hazard.compiled(ordering)
     text = testing.order_graph(compiled, format="mermaid")
     labels, clusters, arrows, dashed = read_mermaid(self, text)
     self.assertEqual(clusters, {})
@@ -215,7 +94,7 @@ class DemoProgramTest(parameterized.TestCase):
 
   @parameterized.parameters(Ordering.NONE, Ordering.ENTANGLE)
   def test_dot_renders(self, ordering):
-    compiled = compile_hazard(ordering)
+    compiled = _hazard.compiled(ordering)
     analysis = testing.OrderAnalysis(compiled)
     svg = render_svg(self, testing.order_graph(compiled))
     nodes = svg_groups(svg, "node")
@@ -242,39 +121,23 @@ class DemoProgramTest(parameterized.TestCase):
     self.assertEqual(testing.order_graph(text, format="mermaid"), expected)
 
   def test_all_ops_draws_arithmetic_in_the_scope_too(self):
-    compiled = compile_hazard(Ordering.ENTANGLE)
+    compiled = _hazard.compiled(Ordering.ENTANGLE)
     _, effectful = drawn(compiled, ["read"])
     analysis = testing.OrderAnalysis(compiled, all_ops=True)
     everything = _order_graph.build(analysis, ["read"])
     self.assertLen(effectful.nodes, 1)
     self.assertGreater(len(everything.nodes), 1)
     text = testing.order_graph(compiled, ["read"], all_ops=True)
-    self.assertEqual(text, _order_graph.to_dot(everything))
+    self.assertEqual(text, _graph_formats.to_dot(everything))
 
   def test_labels_name_target_scope_and_line(self):
-    analysis, graph = drawn(compile_hazard(Ordering.ENTANGLE))
+    analysis, graph = drawn(_hazard.compiled(Ordering.ENTANGLE))
     (read,) = analysis.select_ops("read")
     (node,) = [n for n in graph.nodes if n.name == read.name]
     # The same target, scope and file:line that races/format_races report.
     self.assertEqual(node.label, (READ, read.scope, read.location))
     self.assertIn("/read/", node.label[1])
     self.assertRegex(node.label[2], r"\.py:\d+$")  # Which frame: see Op.
-
-
-_CHAIN_HLO = """\
-HloModule chain, is_scheduled=true
-
-ENTRY %main (p: s32[]) -> (s32[], s32[]) {
-  %p = s32[] parameter(0)
-  %a = s32[] custom-call(%p), custom_call_target="lib_a"
-  %b = s32[] custom-call(%a), custom_call_target="lib_b"
-  %e = s32[] custom-call(%a), custom_call_target="lib_e"
-  %c = s32[] custom-call(%a, %b, %e), custom_call_target="lib_c"
-  %f = s32[] custom-call(%c, %a), custom_call_target="lib_f"
-  %d = s32[] custom-call(%p), custom_call_target="lib_d"
-  ROOT %t = (s32[], s32[]) tuple(%f, %d)
-}
-"""
 
 
 class ReductionTest(absltest.TestCase):
@@ -284,7 +147,7 @@ class ReductionTest(absltest.TestCase):
   """
 
   def test_only_the_reduction_is_drawn(self):
-    analysis, graph = drawn(_CHAIN_HLO)
+    analysis, graph = drawn(CHAIN_HLO)
     # The module does order a before c and f directly...
     self.assertTrue(analysis.happens_before("lib_a", "lib_c"))
     self.assertTrue(analysis.happens_before("lib_a", "lib_f"))
@@ -317,16 +180,16 @@ class ReductionTest(absltest.TestCase):
       self.assertEqual(set(_order_graph._reduction(before)), expected)
 
   def test_chain_of_three_among_selectors(self):
-    _, graph = drawn(_CHAIN_HLO, ["lib_a", "lib_c", "lib_f"])
+    _, graph = drawn(CHAIN_HLO, ["lib_a", "lib_c", "lib_f"])
     self.assertEqual(named_edges(graph, graph.edges), {("a", "c"), ("c", "f")})
-    text = testing.order_graph(_CHAIN_HLO, ["lib_a", "lib_c", "lib_f"])
+    text = testing.order_graph(CHAIN_HLO, ["lib_a", "lib_c", "lib_f"])
     self.assertEqual(text.count(" -> "), 2)
     self.assertNotIn("dashed", text)
 
   def test_dot_and_mermaid_agree(self):
-    _, graph = drawn(_CHAIN_HLO)
+    _, graph = drawn(CHAIN_HLO)
     labels, _, arrows, dashed = read_mermaid(
-      self, testing.order_graph(_CHAIN_HLO, format="mermaid")
+      self, testing.order_graph(CHAIN_HLO, format="mermaid")
     )
     target = {n: label.split("\n")[0] for n, label in labels.items()}
     self.assertEqual(
@@ -334,12 +197,12 @@ class ReductionTest(absltest.TestCase):
       {(f"lib_{a}", f"lib_{b}") for a, b in named_edges(graph, graph.edges)},
     )
     self.assertLen(dashed, 6)
-    svg = render_svg(self, testing.order_graph(_CHAIN_HLO))
+    svg = render_svg(self, testing.order_graph(CHAIN_HLO))
     self.assertCountEqual(svg_groups(svg, "node"), "abcdef")
     self.assertLen(svg_groups(svg, "edge"), 5 + 6)
 
 
-def hazard_step(token, ordering):
+def read_then_write(token, ordering):
   with jax.named_scope("r1"):
     x = testing.read_slot(token)
   if ordering is Ordering.ENTANGLE:
@@ -355,7 +218,7 @@ class ClusterTest(parameterized.TestCase):
     def loop(slot):
       token = testing.write_slot(slot, 1.0)
       token, xs = jax.lax.scan(
-        lambda t, _: hazard_step(t, ordering), token, None, length=3
+        lambda t, _: read_then_write(t, ordering), token, None, length=3
       )
       return testing.read_slot(token), xs
 
@@ -451,170 +314,6 @@ class ClusterTest(parameterized.TestCase):
 
 
 # Labels that need quoting in both formats.
-AWKWARD = 'é "q" [b] <a> #x; & `t` \\n {c} ü→'
-
-
-class EscapingTest(absltest.TestCase):
-  def awkward_graph(self):
-    cluster = _order_graph.Cluster(0, AWKWARD)
-    nodes = (
-      _order_graph.Node('odd "name"', (AWKWARD, "second line"), (cluster,)),
-      _order_graph.Node("plain", ("x",), ()),
-    )
-    return _order_graph.Graph(nodes, edges=((0, 1),), races=())
-
-  def test_dot_shows_labels_literally(self):
-    svg = render_svg(self, _order_graph.to_dot(self.awkward_graph()))
-    nodes = svg_groups(svg, "node")
-    self.assertEqual(nodes['odd "name"'], [AWKWARD, "second line"])
-    (cluster,) = svg_groups(svg, "cluster").values()
-    self.assertEqual(cluster, [AWKWARD])
-
-  def test_newline_in_a_label(self):
-    graph = _order_graph.Graph(
-      (_order_graph.Node("a", ("one\ntwo",), ()),), (), ()
-    )
-    svg = render_svg(self, _order_graph.to_dot(graph))
-    self.assertEqual(svg_groups(svg, "node"), {"a": ["one", "two"]})
-    text = _order_graph.to_mermaid(graph)
-    self.assertEqual(text, 'flowchart TD\n  n0["one#10;two"]\n')
-
-  def test_mermaid_escapes_labels(self):
-    text = _order_graph.to_mermaid(self.awkward_graph())
-    labels, clusters, arrows, _ = read_mermaid(self, text)
-    self.assertEqual(labels, {"n0": f"{AWKWARD}\nsecond line", "n1": "x"})
-    self.assertEqual(clusters, {AWKWARD: ["n0"]})
-    self.assertEqual(arrows, [("n0", "n1")])
-    # Nothing Mermaid reads as syntax or markup is left raw in a label.
-    for quoted in re.findall(r'\["([^"]*)"\]', text):
-      self.assertNotRegex(quoted.replace("<br/>", ""), r'[<>"`&]')
-
-
-class BadInputTest(absltest.TestCase):
-  def test_unknown_format(self):
-    with self.assertRaisesRegex(ValueError, "'svg'"):
-      testing.order_graph(_CHAIN_HLO, format=typing.cast(typing.Any, "svg"))
-
-  def test_among_string(self):
-    with self.assertRaisesRegex(TypeError, "'lib_a'"):
-      testing.order_graph(_CHAIN_HLO, among="lib_a")
-
-  def test_selector_that_matches_nothing(self):
-    with self.assertRaisesRegex(ValueError, "nothing_here"):
-      testing.order_graph(_CHAIN_HLO, among=["nothing_here"])
-
-  def test_stablehlo_text_names_what_to_pass(self):
-    lowered = jax.jit(jnp.sin).lower(1.0)
-    with self.assertRaisesRegex(ValueError, "StableHLO"):
-      testing.order_graph(lowered.as_text())
-    # The control: the same program's compiled HLO text is accepted.
-    testing.order_graph(testing.module_text(lowered.compile()))
-
-  def test_call_named_like_its_opcode_is_labelled_once(self):
-    text = """\
-HloModule called, is_scheduled=true
-
-%inner (x: s32[]) -> s32[] {
-  %x = s32[] parameter(0)
-  ROOT %b = s32[] custom-call(%x), custom_call_target="lib_b"
-}
-
-ENTRY %main (p: s32[]) -> s32[] {
-  %p = s32[] parameter(0)
-  %a = s32[] custom-call(%p), custom_call_target="lib_a"
-  ROOT %NAME = s32[] call(%a), to_apply=%inner
-}
-"""
-    graph = testing.order_graph(text.replace("NAME", "call"))
-    self.assertIn('label="call"', graph)
-    self.assertNotIn("call call", graph)
-    # The control: a call site with a name of its own keeps the opcode.
-    graph = testing.order_graph(text.replace("NAME", "site"))
-    self.assertIn('label="call site"', graph)
-
-  def test_no_native_calls_is_an_empty_graph(self):
-    compiled = jax.jit(jnp.sin).lower(1.0).compile()
-    self.assertEqual(
-      read_mermaid(self, testing.order_graph(compiled, format="mermaid")),
-      ({}, {}, [], []),
-    )
-    svg = render_svg(self, testing.order_graph(compiled))
-    self.assertEqual(svg_groups(svg, "node"), {})
-
-
-class DemoGraphTest(absltest.TestCase):
-  def test_demo_prints_three_mermaid_graphs(self):
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-      self.assertEqual(demo.main(["--graph"]), 0)
-    text = out.getvalue()
-    block = r"^([^\n]+):\n\n```mermaid\n(.*?)```$"
-    blocks = re.findall(block, text, re.S | re.M)
-    self.assertEqual([name for name, _ in blocks], [o.value for o in Ordering])
-    for name, block in blocks:
-      _, _, arrows, dashed = read_mermaid(self, block)
-      self.assertLen(arrows, 2)
-      self.assertLen(dashed, 0 if name == "entangle" else 1)
-
-
-def load_doc_graphs_tool():
-  """tools/doc_graphs.py, or None where the checkout is not at hand."""
-  path = ROOT / "tools" / "doc_graphs.py"
-  if not (path.exists() and (ROOT / "docs" / "seeing_order.md").exists()):
-    return None
-  spec = importlib.util.spec_from_file_location("doc_graphs", path)
-  assert spec is not None and spec.loader is not None
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
-class DocGraphsTest(absltest.TestCase):
-  """docs/seeing_order.md: its example and the demo graphs it records."""
-
-  def setUp(self):
-    super().setUp()
-    self.tool = load_doc_graphs_tool()
-    if self.tool is None:
-      self.skipTest("docs/ and tools/ are not next to the tests here")
-    self.page = self.tool.PAGE.read_text(encoding="utf-8")
-
-  def test_recorded_blocks_are_valid_mermaid(self):
-    blocks = re.findall(
-      r"```mermaid\n(.*?)```", self.tool.recorded(self.page), re.S
-    )
-    self.assertLen(blocks, 3)
-    for block in blocks:
-      read_mermaid(self, block)
-
-  def test_page_example_draws_the_race(self):
-    example = re.findall(r"```python\n(.*?)```", self.page, re.S)[0]
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-      exec(example, {})
-    labels, _, arrows, dashed = read_mermaid(self, out.getvalue().rstrip("\n"))
-    self.assertLen(labels, 3)
-    self.assertLen(arrows, 2)
-    ((a, b),) = dashed
-    self.assertCountEqual(
-      [labels[a].split("\n")[0], labels[b].split("\n")[0]], [READ, WRITE]
-    )
-
-  def test_page_shows_what_the_demo_prints(self):
-    version, platform = self.tool.recorded_with(self.page)
-    here = (jax.__version__, jax.devices()[0].platform)
-    if here != (version, platform):
-      self.skipTest(
-        f"the page's graphs come from jax {version} on {platform}; "
-        f"this is jax {here[0]} on {here[1]}"
-      )
-    self.assertEqual(
-      self.tool.recorded(self.page),
-      self.tool.generated(),
-      "docs/seeing_order.md's demo graphs are out of date: run "
-      + self.tool.COMMAND,
-    )
-
 
 if __name__ == "__main__":
   absltest.main()

@@ -12,8 +12,8 @@ import numpy as np
 from absl.testing import absltest
 
 from entangle_jax import entangle
-from entangle_jax._native_loader import ENTANGLE_TARGET
-from entangle_jax._primitive import MAX_LEAVES_PER_CALL
+from entangle_jax._src.native import ENTANGLE_TARGET
+from entangle_jax._src.primitive import MAX_LEAVES_PER_CALL
 from entangle_jax.testing import happens_before, read_slot, write_slot
 from tests.test_util import copies, custom_calls, hlo_text
 

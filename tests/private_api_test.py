@@ -1,7 +1,8 @@
 """Guards the private JAX API that sharded lowering depends on.
 
 Each test fails when the symbol disappears or stops meaning what
-entangle_jax/_partitioning.py relies on.
+entangle_jax/_src/partitioning.py relies on (each reached through
+entangle_jax/_src/jax_compat.py).
 """
 
 import inspect
@@ -15,7 +16,8 @@ from jax.interpreters import mlir
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from entangle_jax import _native_loader, _partitioning, _primitive, entangle
+from entangle_jax import entangle
+from entangle_jax._src import lowering, native, partitioning
 from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
 
@@ -36,15 +38,15 @@ class PrivateApiTest(absltest.TestCase):
     )
     mesh = jax.make_mesh((8,), ("x",))
     payload = jax.device_put(jnp.ones(8 * 11), NamedSharding(mesh, P("x")))
-    before = _primitive._shard_program.cache_info().misses
+    before = lowering.shard_program.cache_info().misses
     jax.jit(lambda p: entangle(p, p * 2)).lower(payload).compile()
-    self.assertEqual(_primitive._shard_program.cache_info().misses, before + 1)
+    self.assertEqual(lowering.shard_program.cache_info().misses, before + 1)
 
   def test_shard_program_is_the_plain_call_on_local_shapes(self):
-    text = _primitive._shard_program(
+    text = lowering.shard_program(
       (((11,), jnp.dtype("float32")), ((), jnp.dtype("int32"))), 1
     )
-    self.assertIn(f"@{_native_loader.ENTANGLE_TARGET}(", text)
+    self.assertIn(f"@{native.ENTANGLE_TARGET}(", text)
     self.assertIn("(tensor<11xf32>, tensor<i32>) -> tensor<11xf32>", text)
     self.assertIn("output_operand_aliases", text)
 
@@ -69,14 +71,14 @@ class PrivateApiTest(absltest.TestCase):
     # The rule is built as Shardy's text form; parsing and printing it back
     # must give the same text, factor names included (i..z, then z_1, ...).
     shapes = [(2,) * 20, (), (3, 4)]
-    text = _partitioning.sharding_rule(shapes, num_payload=2)
+    text = partitioning.sharding_rule(shapes, num_payload=2)
     with mlir.make_ir_context():
       self.assertEqual(str(mlir.ir.Attribute.parse(text)), text)
     self.assertIn("z_2", text)
 
   def test_sharding_rule_mirrors_each_payload(self):
     self.assertEqual(
-      _partitioning.sharding_rule([(4, 5), (), (6,)], num_payload=2),
+      partitioning.sharding_rule([(4, 5), (), (6,)], num_payload=2),
       "#sdy.op_sharding_rule<([i, j], [], [k])->([i, j], []) "
       "{i=4, j=5, k=6}, custom>",
     )

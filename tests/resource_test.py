@@ -12,9 +12,11 @@ import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest
 
-from entangle_jax import Resource, _native_loader, entangle
+from entangle_jax import Resource, entangle
+from entangle_jax._src.native import ENTANGLE_TARGET
 from entangle_jax.testing import (
   OrderAnalysis,
+  _example_resource,
   happens_before,
   module_text,
   read_slot,
@@ -24,9 +26,9 @@ from entangle_jax.testing import (
 )
 from tests import test_util
 
-ENTANGLE = _native_loader.ENTANGLE_TARGET
-WRITE = _native_loader.WRITE_SLOT_TARGET
-READ = _native_loader.READ_SLOT_TARGET
+ENTANGLE = ENTANGLE_TARGET
+WRITE = _example_resource.WRITE_SLOT_TARGET
+READ = _example_resource.READ_SLOT_TARGET
 
 
 def scoped_write(scope):

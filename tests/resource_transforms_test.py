@@ -13,8 +13,11 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import entangle_jax
-from entangle_jax import Resource, _hazard, _native_loader, _resource_hazard
+from entangle_jax import Resource
+from entangle_jax._src.native import ENTANGLE_TARGET
+from entangle_jax.demo import _hazard, _resource_hazard
 from entangle_jax.testing import (
+  _example_resource,
   happens_before,
   module_text,
   read_slot,
@@ -24,7 +27,7 @@ from entangle_jax.testing import (
 )
 from tests import test_util
 
-READ = _native_loader.READ_SLOT_TARGET
+READ = _example_resource.READ_SLOT_TARGET
 
 
 def scoped(scope, native_call):
@@ -261,15 +264,13 @@ class ShardingExportTest(absltest.TestCase):
   def test_export(self):
     checks = entangle_jax.export_safety_checks() + [
       export.DisabledSafetyCheck.custom_call(target)
-      for target in (_native_loader.WRITE_SLOT_TARGET, READ)
+      for target in (_example_resource.WRITE_SLOT_TARGET, READ)
     ]
     slots, a = jnp.arange(16, 24, dtype=jnp.int32), jnp.arange(8.0)
     exported = export.export(jax.jit(write_read_write), disabled_checks=checks)(
       slots, a, a
     )
-    self.assertEqual(
-      exported.mlir_module().count(_native_loader.ENTANGLE_TARGET), 1
-    )
+    self.assertEqual(exported.mlir_module().count(ENTANGLE_TARGET), 1)
     restored = export.deserialize(exported.serialize())
     x, token = restored.call(slots, a, a + 100)
     np.testing.assert_array_equal(x, a)

@@ -12,8 +12,9 @@ from absl.testing import absltest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from entangle_jax import _hazard, entangle, testing
-from entangle_jax._hazard import Ordering
+from entangle_jax import entangle, testing
+from entangle_jax.demo import _hazard
+from entangle_jax.demo._hazard import Ordering
 from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
 RUNS = 10
@@ -156,35 +157,23 @@ class ZeroSizeWitnessTest(absltest.TestCase):
   """A witness with no elements orders nothing, at run time too."""
 
   def compile(self, witness):
-    compiled = jax.jit(witnessed_hazard(witness))
-    return compiled.lower(*_hazard.arguments()).compile()
-
-  def first_wrong_read(self, compiled, runs):
-    """The run whose read missed the first write's value, or None."""
-    args = _hazard.arguments()
-    for start in range(0, runs, 20):
-      # In batches, so that runs overlap as in _hazard.count_wrong.
-      reads = jax.device_get([compiled(*args) for _ in range(20)])
-      for n, read in enumerate(reads):
-        if read != _hazard.EXPECTED:
-          return start + n
-    return None
+    return _hazard.compile_hazard(witnessed_hazard(witness))
 
   def test_zero_size_witnesses_order_nothing(self):
     ordered = self.compile("the read's result")
     self.assertTrue(testing.happens_before(ordered, "read", "second_write"))
-    self.assertIsNone(self.first_wrong_read(ordered, 100))
+    self.assertIsNone(_hazard.runs_until_wrong_of(ordered, 100))
     # Control: a witness that does not depend on the read shows the hazard.
     unrelated = self.compile("an unrelated constant")
     self.assertFalse(testing.happens_before(unrelated, "read", "second_write"))
-    if self.first_wrong_read(unrelated, 300) is None:
+    if _hazard.runs_until_wrong_of(unrelated, 300) is None:
       self.skipTest("this XLA happened to run every read first, unordered")
     for witness in list(WITNESSES)[2:]:
       compiled = self.compile(witness)
       analysis = testing.OrderAnalysis(compiled)
       self.assertFalse(analysis.happens_before("read", "second_write"), witness)
       self.assertLen(analysis.empty_witness_entangles(), 1, witness)
-      self.assertIsNotNone(self.first_wrong_read(compiled, 300), witness)
+      self.assertIsNotNone(_hazard.runs_until_wrong_of(compiled, 300), witness)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ from jax.sharding import AbstractMesh, AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import entangle_jax
-from entangle_jax import _native_loader, entangle
+from entangle_jax import entangle
+from entangle_jax._src import native
 from entangle_jax.testing import module_text
 from tests import test_util
 
@@ -30,7 +31,7 @@ _COLLECTIVE = re.compile(
 # sharding rule: what XLA does with a plain aliasing custom call.
 _UNPARTITIONED = "entangle_jax_test_unpartitioned"
 jax.ffi.register_ffi_target(
-  _UNPARTITIONED, _native_loader.load_native().entangle_handler()
+  _UNPARTITIONED, native.load().registrations()["entangle"]
 )
 
 
@@ -146,9 +147,7 @@ class ShardingTest(parameterized.TestCase):
     compiled = fn.lower(a, b, w).compile()
     self.assertEqual(collectives(compiled), [])
     self.assertEqual(
-      test_util.custom_calls(
-        module_text(compiled), _native_loader.ENTANGLE_TARGET
-      ),
+      test_util.custom_calls(module_text(compiled), native.ENTANGLE_TARGET),
       1,
     )
     out_a, out_b = fn(a, b, w)

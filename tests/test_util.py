@@ -15,18 +15,65 @@ import sys
 
 import jax
 import jax.numpy as jnp
+from absl.testing import parameterized
 
-from entangle_jax import testing
-from entangle_jax.testing import module_text
+from entangle_jax import entangle, testing
+from entangle_jax.demo._hazard import Ordering
+from entangle_jax.testing import _example_resource, module_text
 
 NUM_CPU_DEVICES = 8
 
 jax.config.update("jax_num_cpu_devices", NUM_CPU_DEVICES)
 
 
+WRITE = _example_resource.WRITE_SLOT_TARGET
+READ = _example_resource.READ_SLOT_TARGET
+
+# Parameters (ordering, whether the read precedes the second write).
+ORDERED = parameterized.parameters(
+  (Ordering.NONE, False), (Ordering.ENTANGLE, True)
+)
+
+
+def identity(payload, *witnesses):
+  """The control for ordering tests: entangle's values, none of its order."""
+  del witnesses
+  return payload
+
+
+def compiled(fn, *args) -> jax.stages.Compiled:
+  """`fn` jitted and compiled for `args`."""
+  return jax.jit(fn).lower(*args).compile()
+
+
+def hazard_step(token, y, ordering):
+  """One write -> read -> write round; returns the new token and payload.
+
+  Ops are in the named scopes "first_write", "read" and "second_write";
+  `ordering` (a demo ``Ordering``) says how the read is ordered before the
+  second write.
+  """
+  with jax.named_scope("first_write"):
+    token = testing.write_slot(token, jnp.float32(1.0))
+  with jax.named_scope("read"):
+    x = testing.read_slot(token)
+  if ordering is Ordering.ENTANGLE:
+    token, y = entangle((token, y), x)
+  elif ordering is Ordering.OPTIMIZATION_BARRIER:
+    token, x = jax.lax.optimization_barrier((token, x))
+  with jax.named_scope("second_write"):
+    token = testing.write_slot(token, jnp.float32(2.0))
+  return token, y * x
+
+
 def hlo_text(fn, *args, **jit_kwargs) -> str:
   """The optimized HLO of `jax.jit(fn, **jit_kwargs)` for `args`."""
   return module_text(jax.jit(fn, **jit_kwargs).lower(*args).compile())
+
+
+def lowered_text(fn, *args) -> str:
+  """The StableHLO text of `jax.jit(fn)` lowered for `args`."""
+  return jax.jit(fn).lower(*args).as_text()
 
 
 def custom_calls(compiled_text: str, target: str) -> int:

@@ -10,7 +10,9 @@ import base64
 import email.parser
 import hashlib
 import os
+import pathlib
 import re
+import sysconfig
 import zipfile
 
 from absl.testing import absltest
@@ -22,6 +24,25 @@ WHEEL_NAME = re.compile(
   r"^(?P<dist>[A-Za-z0-9_.]+)-(?P<version>[^-]+)(-\d[^-]*)?"
   r"-(?P<python>[^-]+)-(?P<abi>[^-]+)-(?P<platform>[^-]+)\.whl$"
 )
+
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+# Where the documentation lists the wheel's files: the fenced block after
+# this marker, with the extension suffix written as EXT.
+WHEEL_FILES_MARKER = "<!-- wheel files -->"
+
+
+def documented_files() -> set[str]:
+  """The wheel's files as the documentation lists them (README.md or a page
+  under docs/), for this interpreter's extension suffix."""
+  pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+  for page in pages:
+    text = page.read_text(encoding="utf-8") if page.is_file() else ""
+    if WHEEL_FILES_MARKER in text:
+      block = text.split(WHEEL_FILES_MARKER, 1)[1].split("```")[1]
+      suffix = sysconfig.get_config_var("EXT_SUFFIX")
+      return {line.replace("EXT", suffix) for line in block.split()}
+  raise AssertionError(f"no page holds {WHEEL_FILES_MARKER!r}")
 
 
 def dist_info(archive: zipfile.ZipFile) -> str:
@@ -52,6 +73,10 @@ class WheelTest(absltest.TestCase):
 
   def test_same_package_files(self):
     self.assertEqual(package_files(self.bazel), package_files(self.meson))
+
+  def test_package_files_are_the_documented_ones(self):
+    # Both wheels are built without CUDA here (tools/ci_bazel.sh).
+    self.assertEqual(package_files(self.meson), documented_files())
 
   def test_same_metadata(self):
     bazel, meson = metadata(self.bazel), metadata(self.meson)

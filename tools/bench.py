@@ -80,10 +80,10 @@ def peer_extension(python: pathlib.Path) -> str:
 
 
 def native_extension() -> str:
-  """Path of this checkout's compiled extension (the example resource)."""
-  from entangle_jax import _native_loader
+  """Path of this checkout's example-resource extension."""
+  from entangle_jax.testing import _example_resource
 
-  return str(_native_loader.load_native().__file__)
+  return str(_example_resource._load_host().__file__)
 
 
 class Workers:

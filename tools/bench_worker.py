@@ -66,7 +66,9 @@ def example_resource(native_path: str | None):
   import jax
   import jax.numpy as jnp
 
-  spec = importlib.util.spec_from_file_location("_native", native_path)
+  spec = importlib.util.spec_from_file_location(
+    "_example_resource_ffi", native_path
+  )
   if spec is None or spec.loader is None:
     raise ImportError(f"cannot load the example resource from {native_path}")
   native = importlib.util.module_from_spec(spec)
@@ -76,10 +78,10 @@ def example_resource(native_path: str | None):
     "entangle_jax_read_slot",
   )
   jax.ffi.register_ffi_target(
-    write_target, native.write_slot_host_handler(), platform="cpu"
+    write_target, native.registrations()["write_slot"], platform="cpu"
   )
   jax.ffi.register_ffi_target(
-    read_target, native.read_slot_host_handler(), platform="cpu"
+    read_target, native.registrations()["read_slot"], platform="cpu"
   )
 
   def write_slot(slot, value):
@@ -321,16 +323,16 @@ def handlers(peer_extension: str, quick: bool) -> dict:
   import jax
   import jax.numpy as jnp
 
-  from entangle_jax import _native_loader
+  from entangle_jax._src.native import ENTANGLE_TARGET
 
   spec = importlib.util.spec_from_file_location("_ffi", peer_extension)
   if spec is None or spec.loader is None:
     raise ImportError(f"cannot load the peer's extension {peer_extension}")
   spec.loader.exec_module(importlib.util.module_from_spec(spec))
   targets = {
-    "entangle-jax": _native_loader.ENTANGLE_TARGET,
+    "entangle-jax": ENTANGLE_TARGET,
     "entangle-jax 0.1.1": "entangle_jax",
-    "entangle-jax (again)": _native_loader.ENTANGLE_TARGET,
+    "entangle-jax (again)": ENTANGLE_TARGET,
   }
 
   def aliased_call(target):

@@ -31,7 +31,10 @@ import jax
 import jax.numpy as jnp
 from timing import median_seconds
 
-from entangle_jax import _hazard, _hlo_parse, _native_loader, entangle, testing
+from entangle_jax import entangle, testing
+from entangle_jax._src.native import ENTANGLE_TARGET
+from entangle_jax.demo import _hazard
+from entangle_jax.testing import _example_resource, _hlo_parse
 
 
 def hazard_counts(runs: int) -> dict[str, int]:
@@ -57,7 +60,7 @@ def command_buffer() -> dict:
     i
     for instructions in module.computations.values()
     for i in instructions
-    if i.target == _native_loader.ENTANGLE_TARGET
+    if i.target == ENTANGLE_TARGET
   ]
   computations = sorted({i.computation for i in calls})
   in_buffer = bool(calls) and all("command_buffer" in c for c in computations)
@@ -106,7 +109,7 @@ def main(out: pathlib.Path) -> int:
   if devices[0].platform != "gpu":
     print(f"no GPU: JAX sees {devices}", file=sys.stderr)
     return 2
-  if _native_loader.load_native_cuda() is None:
+  if _example_resource.load_cuda() is None:
     print("the CUDA example resource was not built", file=sys.stderr)
     return 2
   results = {

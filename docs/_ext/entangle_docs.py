@@ -76,10 +76,13 @@ class OrderGraph(SphinxDirective):
 def _imported_from(module: Any) -> dict[str, str]:
   """Which module each name of `module` was imported from (its source)."""
   tree = ast.parse(inspect.getsource(module))
+  package = module.__name__ if hasattr(module, "__path__") else ""
   return {
-    alias.asname or alias.name: node.module
+    alias.asname or alias.name: importlib.util.resolve_name(
+      "." * node.level + (node.module or ""), package
+    )
     for node in ast.walk(tree)
-    if isinstance(node, ast.ImportFrom) and node.module
+    if isinstance(node, ast.ImportFrom)
     for alias in node.names
   }
 

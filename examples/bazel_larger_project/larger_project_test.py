@@ -11,7 +11,8 @@ from absl.testing import absltest
 
 from entangle_jax import entangle, testing
 
-# The example resource's custom-call targets (entangle_jax/_native_loader.py).
+# The example resource's custom-call targets (defined in
+# entangle_jax/testing/_example_resource.py).
 READ = "entangle_jax_read_slot"
 WRITE = "entangle_jax_write_slot"
 

@@ -12,17 +12,12 @@ as Mermaid graphs (Markdown).
 from __future__ import annotations
 
 import argparse
-import sys
 
 import jax
 
-from entangle_jax import (
-  _hazard,
-  _hlo_order,
-  _native_loader,
-  _order_graph,
-  _resource_hazard,
-)
+from entangle_jax import testing
+from entangle_jax._src import native
+from entangle_jax.demo import _hazard, _resource_hazard
 
 # The entangle row's program, written by hand and with Resource.
 SIDE_BY_SIDE = (
@@ -49,8 +44,8 @@ def table(runs: int) -> list[tuple[str, str, str]]:
 
 def entangle_calls(compiled) -> int:
   """How many entangle custom calls a compiled module holds."""
-  text = _hlo_order.module_text(compiled)
-  return text.count(f'custom_call_target="{_native_loader.ENTANGLE_TARGET}"')
+  text = testing.module_text(compiled)
+  return text.count(f'custom_call_target="{native.ENTANGLE_TARGET}"')
 
 
 def resource_summary(runs: int) -> str:
@@ -90,7 +85,7 @@ def graphs() -> str:
   blocks = []
   for ordering in _hazard.Ordering:
     compiled = jax.jit(_hazard.program(ordering)).lower(*_hazard.arguments())
-    text = _order_graph.order_graph(compiled.compile(), format="mermaid")
+    text = testing.order_graph(compiled.compile(), format="mermaid")
     blocks.append(f"{ordering.value}:\n\n```mermaid\n{text}```\n")
   return "\n".join(blocks)
 
@@ -125,7 +120,3 @@ def main(argv: list[str] | None = None) -> int:
   print(render_side_by_side())
   print("\n" + resource_summary(args.runs))
   return 0
-
-
-if __name__ == "__main__":
-  sys.exit(main())

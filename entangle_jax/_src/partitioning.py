@@ -22,8 +22,9 @@ during lowering, and the lowered module holds no per-process key, so it can
 hit the persistent compilation cache.
 
 The partitioner is registered through jaxlib's
-`register_custom_call_partitioner` and JAX's plugin hook, both private API;
-tests/private_api_test.py fails when either disappears or changes meaning.
+`register_custom_call_partitioner` and JAX's plugin hook, both private API
+reached through `entangle_jax._src.jax_compat`; tests/private_api_test.py
+fails when either disappears or changes meaning.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ import functools
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from jax._src import xla_bridge
-from jax._src.lib import xla_client
 from jax.interpreters import mlir
+
+from entangle_jax._src import jax_compat
 
 # (local operand shapes and dtypes, number of payload leaves) -> the
 # per-device program as MLIR text.
@@ -109,7 +110,7 @@ def register_partitioner(target: str, shard_program: ShardProgram) -> None:
       on those shards, as MLIR text.
   """
   register = functools.partial(
-    xla_client.register_custom_call_partitioner,
+    jax_compat.register_custom_call_partitioner,
     target,
     _propagate_user_sharding,
     functools.partial(_partition, shard_program),
@@ -117,7 +118,7 @@ def register_partitioner(target: str, shard_program: ShardProgram) -> None:
   )
   register()
   # GPU plugins run their own compiler, with a registry of their own.
-  xla_bridge.register_plugin_callbacks(lambda c_api: register(c_api=c_api))
+  jax_compat.register_plugin_callbacks(lambda c_api: register(c_api=c_api))
 
 
 def _result_shapes(result_shape) -> list:
@@ -128,7 +129,7 @@ def _result_shapes(result_shape) -> list:
 
 def _pack(result_shape, shardings: list):
   if result_shape.is_tuple():
-    return xla_client.HloSharding.tuple_sharding(result_shape, shardings)
+    return jax_compat.HloSharding.tuple_sharding(result_shape, shardings)
   return shardings[0]
 
 

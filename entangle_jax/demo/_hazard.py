@@ -13,7 +13,7 @@ import enum
 import jax
 import jax.numpy as jnp
 
-from entangle_jax import _entangle, _example_resource, _hlo_order
+from entangle_jax import entangle, testing
 
 EXPECTED = 1.0
 """What the read sees when it runs before the second write."""
@@ -42,17 +42,17 @@ def program(ordering: Ordering):
 
   def hazard(slot, delay_input):
     with jax.named_scope("first_write"):
-      token = _example_resource.write_slot(slot, jnp.full(slot.shape, EXPECTED))
+      token = testing.write_slot(slot, jnp.full(slot.shape, EXPECTED))
     # Always 0, but XLA cannot know: multiplying by zero is no identity for NaN.
     delay = (jnp.sum(jnp.sin(delay_input)) * 0).astype(jnp.int32)
     with jax.named_scope("read"):
-      x = _example_resource.read_slot(token + delay)
+      x = testing.read_slot(token + delay)
     if ordering is Ordering.ENTANGLE:
-      token = _entangle.entangle(token, x)
+      token = entangle(token, x)
     elif ordering is Ordering.OPTIMIZATION_BARRIER:
       token, x = jax.lax.optimization_barrier((token, x))
     with jax.named_scope("second_write"):
-      _example_resource.write_slot(token, jnp.full(slot.shape, EXPECTED + 1))
+      testing.write_slot(token, jnp.full(slot.shape, EXPECTED + 1))
     return x
 
   return hazard
@@ -87,12 +87,19 @@ def runs_until_wrong(
   (in batches, so runs still overlap as in `count_wrong`) keeps a control
   experiment cheap where the hazard is frequent and sound where it is rare.
   """
-  compiled = jax.jit(program(ordering))
+  return runs_until_wrong_of(jax.jit(program(ordering)), max_runs, batch, slot)
+
+
+def runs_until_wrong_of(
+  run, max_runs: int, batch: int = 20, slot: int = 0
+) -> int | None:
+  """`runs_until_wrong` for any callable of the hazard's signature: a jitted
+  or compiled program (a variant of the hazard, say)."""
   args = arguments(slot)
   done = 0
   while done < max_runs:
     size = min(batch, max_runs - done)
-    results = jax.device_get([compiled(*args) for _ in range(size)])
+    results = jax.device_get([run(*args) for _ in range(size)])
     for index, result in enumerate(results):
       if result != EXPECTED:
         return done + index + 1
@@ -100,9 +107,14 @@ def runs_until_wrong(
   return None
 
 
+def compiled(ordering: Ordering) -> jax.stages.Compiled:
+  """The hazard with `ordering`, compiled for `arguments()`."""
+  return compile_hazard(program(ordering))
+
+
 def read_precedes_second_write(ordering: Ordering) -> bool:
   """Whether the compiled hazard orders the read before the second write."""
-  return orders_read_first(compile_hazard(program(ordering)))
+  return orders_read_first(compiled(ordering))
 
 
 def compile_hazard(hazard) -> jax.stages.Compiled:
@@ -112,4 +124,4 @@ def compile_hazard(hazard) -> jax.stages.Compiled:
 
 def orders_read_first(compiled: jax.stages.Compiled) -> bool:
   """Whether a compiled hazard orders the read before the second write."""
-  return _hlo_order.happens_before(compiled, "read", "second_write")
+  return testing.happens_before(compiled, "read", "second_write")

@@ -1,4 +1,4 @@
-"""The `entangle` primitive: abstract evaluation, lowering, batching and AD.
+"""The `entangle` primitive: evaluation, abstract evaluation, batching and AD.
 
 The primitive takes ``num_payload`` payload operands followed by any number of
 witness operands and returns the payload operands unchanged. It lowers to one
@@ -7,7 +7,8 @@ each result as a new value that depends on every witness, while at run time
 the call does nothing.
 
 Operands reaching the primitive are physical arrays: the public wrapper in
-``_entangle.py`` unwraps extended dtypes (PRNG keys) before binding.
+`entangle_jax._src.entangle` unwraps extended dtypes (PRNG keys) before
+binding. Its lowering to XLA lives in `entangle_jax._src.lowering`.
 """
 
 from __future__ import annotations
@@ -17,11 +18,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
-from jax.experimental import jet
 from jax.extend.core import Primitive
-from jax.interpreters import ad, batching, mlir
+from jax.interpreters import ad, batching
 
-from entangle_jax import _native_loader, _partitioning
+from entangle_jax._src import jax_compat
 
 entangle_p = Primitive("entangle")
 entangle_p.multiple_results = True
@@ -93,42 +93,6 @@ def _abstract_eval(*avals, num_payload: int):
   return avals[:num_payload]
 
 
-def custom_call_lowering(ctx, *operands, num_payload: int):
-  """Lowers to one FFI custom call; payload operands alias the results."""
-  lower = jax.ffi.ffi_lowering(
-    _native_loader.ENTANGLE_TARGET,
-    operand_output_aliases={i: i for i in range(num_payload)},
-  )
-  return lower(ctx, *operands)
-
-
-def _lowering(ctx, *operands, num_payload: int):
-  # The plain custom call, whatever the devices: its sharding rule and the
-  # partitioner registered for its target (`_partitioning`) keep shardings,
-  # and neither needs devices at lowering time, so AbstractMesh export works.
-  results = custom_call_lowering(ctx, *operands, num_payload=num_payload)
-  calls = []
-  for result in results:
-    if result.owner not in calls:
-      calls.append(result.owner)
-  for call in calls:
-    _partitioning.annotate(call)
-  return results
-
-
-@functools.lru_cache(maxsize=256)
-def _shard_program(operands, num_payload: int) -> str:
-  # What each device runs when XLA partitions an entangle: the same custom
-  # call on the local shards, lowered for one device.
-  specs = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in operands]
-  fn = jax.jit(functools.partial(entangle_p.bind, num_payload=num_payload))
-  return fn.lower(*specs).as_text()
-
-
-def _barrier(*operands, num_payload: int):
-  return jax.lax.optimization_barrier(list(operands))[:num_payload]
-
-
 def _batch(args, dims, *, num_payload: int):
   # Every operand keeps its own batch dimension; the custom call is shape
   # agnostic, so a batched entangle is one entangle on batched operands.
@@ -178,19 +142,7 @@ def _jet(primals, series, *, num_payload: int):
 
 entangle_p.def_impl(_impl)
 entangle_p.def_abstract_eval(_abstract_eval)
-mlir.register_lowering(entangle_p, _lowering)
-# User FFI handlers cannot run on TPU: there, fall back to XLA's own barrier,
-# which keeps the values together but, unlike the custom call, does not stop
-# XLA's CPU pipeline from expanding it (see docs/platforms.md).
-mlir.register_lowering(
-  entangle_p,
-  mlir.lower_fun(_barrier, multiple_results=True),
-  platform="tpu",
-)
 batching.primitive_batchers[entangle_p] = _batch
 ad.primitive_jvps[entangle_p] = _jvp
 ad.primitive_transposes[entangle_p] = _transpose
-jet.jet_rules[entangle_p] = _jet
-_partitioning.register_partitioner(
-  _native_loader.ENTANGLE_TARGET, _shard_program
-)
+jax_compat.jet_rules[entangle_p] = _jet

@@ -9,7 +9,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from entangle_jax import _example_resource, _hazard, _resource
+from entangle_jax import Resource, testing
+from entangle_jax.demo import _hazard
 
 
 def program():
@@ -20,7 +21,7 @@ def program():
   """
 
   def hazard(slot, delay_input):
-    res = _resource.Resource(slot)
+    res = Resource(slot)
     res.write(_first_write, jnp.full(slot.shape, _hazard.EXPECTED))
     # Always 0, but XLA cannot know: multiplying by zero is no identity for NaN.
     delay = (jnp.sum(jnp.sin(delay_input)) * 0).astype(jnp.int32)
@@ -33,17 +34,17 @@ def program():
 
 def _first_write(token, value):
   with jax.named_scope("first_write"):
-    return _example_resource.write_slot(token, value)
+    return testing.write_slot(token, value)
 
 
 def _delayed_read(token, delay):
   with jax.named_scope("read"):
-    return _example_resource.read_slot(token + delay)
+    return testing.read_slot(token + delay)
 
 
 def _second_write(token, value):
   with jax.named_scope("second_write"):
-    return _example_resource.write_slot(token, value)
+    return testing.write_slot(token, value)
 
 
 def count_wrong(runs: int, slot: int = 0) -> int:

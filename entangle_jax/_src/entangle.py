@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.core import Tracer
 
-from entangle_jax import _primitive
+from entangle_jax._src import primitive
 
 _SCALAR_TYPES = (bool, int, float, complex, np.generic, np.ndarray)
 
@@ -70,7 +70,7 @@ def entangle(payload: T, *witnesses: Any) -> T:
     return payload
   physical, originals, treedef, names = _flatten(payload, "payload")
   _check_devices(physical + witness_leaves, names + witness_names)
-  results = _primitive.bind(physical, witness_leaves)
+  results = primitive.bind(physical, witness_leaves)
   rewrapped = [
     _like(original, result)
     for original, result in zip(originals, results, strict=True)

@@ -8,7 +8,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from entangle_jax import _entangle
+from entangle_jax._src.entangle import entangle
 
 _ARRAY_TYPES = (jax.Array, np.ndarray, np.generic, bool, int, float, complex)
 
@@ -78,7 +78,7 @@ class Resource:
     if not self._pending:
       return self._token
     if self._entangled is None:
-      self._entangled = _entangle.entangle(self._token, *self._pending)
+      self._entangled = entangle(self._token, *self._pending)
     return self._entangled
 
   def read(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
@@ -208,7 +208,7 @@ def _tie(old: Any, new: Any, fn_name: str) -> Any:
     )
   if len(new_leaves) == 1:
     return new
-  tied = _entangle.entangle(new_leaves, *[new_leaves[i] for i in changed])
+  tied = entangle(new_leaves, *[new_leaves[i] for i in changed])
   return jax.tree_util.tree_unflatten(treedef, tied)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from jax import export
 
-from entangle_jax import _native_loader
+from entangle_jax._src import native
 
 
 def export_safety_checks() -> list[export.DisabledSafetyCheck]:
@@ -25,6 +25,4 @@ def export_safety_checks() -> list[export.DisabledSafetyCheck]:
     A list holding the one ``DisabledSafetyCheck`` for entangle's custom
     call target.
   """
-  return [
-    export.DisabledSafetyCheck.custom_call(_native_loader.ENTANGLE_TARGET)
-  ]
+  return [export.DisabledSafetyCheck.custom_call(native.ENTANGLE_TARGET)]

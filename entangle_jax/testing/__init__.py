@@ -21,9 +21,13 @@ A tiny mutable native resource, for reproducing ordering hazards:
 * ``write_slot``, ``read_slot``, ``reset_slots``, ``slot_values``,
   ``NUM_SLOTS``.
 * ``call_log``: the order in which its host calls actually ran.
+
+Importing this package loads the example resource's extension and registers
+its FFI targets with XLA (``import entangle_jax`` alone does not).
 """
 
-from entangle_jax._example_resource import (
+from entangle_jax.testing._analysis import OrderAnalysis
+from entangle_jax.testing._example_resource import (
   NUM_SLOTS,
   CallRecord,
   call_log,
@@ -33,19 +37,16 @@ from entangle_jax._example_resource import (
   slot_values,
   write_slot,
 )
-from entangle_jax._hlo_order import (
-  Op,
-  OrderAnalysis,
-  Race,
+from entangle_jax.testing._module_text import module_text
+from entangle_jax.testing._ops import Op, Race
+from entangle_jax.testing._order_graph import order_graph
+from entangle_jax.testing._queries import (
   assert_happens_before,
-  format_races,
   happens_before,
-  is_effectful,
-  is_user_native_call,
-  module_text,
   races,
 )
-from entangle_jax._order_graph import order_graph
+from entangle_jax.testing._reports import format_races
+from entangle_jax.testing._selectors import is_effectful, is_user_native_call
 
 __all__ = [
   "NUM_SLOTS",

@@ -1,6 +1,6 @@
-// The Python binding: hands each FFI handler to Python as a PyCapsule, which
-// `jax.ffi.register_ffi_target` accepts, plus the host helpers the example
-// resource needs outside of XLA.
+// The example resource's host module, loaded by `import entangle_jax.testing`
+// only: its FFI handlers as PyCapsules (for `jax.ffi.register_ffi_target`),
+// plus the host helpers the store needs outside of XLA.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -8,22 +8,21 @@
 #include <tuple>
 #include <vector>
 
-#include "capsule.h"
-#include "entangle.h"
 #include "example_resource.h"
+#include "native/capsule.h"
 
 using entangle_jax::AsCapsule;
 
-PYBIND11_MODULE(_native, m) {
-  m.doc() = "Native FFI handlers of entangle_jax.";
-  m.def("entangle_handler", [] { return AsCapsule(EntangleJaxEntangle); },
-        "The variadic no-op entangle handler (XLA FFI, any platform).");
-  m.def("write_slot_host_handler",
-        [] { return AsCapsule(EntangleJaxWriteSlotHost); },
-        "Host handler of the example resource's write_slot.");
-  m.def("read_slot_host_handler",
-        [] { return AsCapsule(EntangleJaxReadSlotHost); },
-        "Host handler of the example resource's read_slot.");
+PYBIND11_MODULE(_example_resource_ffi, m) {
+  m.doc() = "Host FFI handlers of entangle_jax's example resource.";
+  m.def("registrations", [] {
+        pybind11::dict handlers;
+        handlers["write_slot"] = AsCapsule(EntangleJaxWriteSlotHost);
+        handlers["read_slot"] = AsCapsule(EntangleJaxReadSlotHost);
+        return handlers;
+      },
+      "FFI handlers by name: {'write_slot': ..., 'read_slot': ...}, for "
+      "the host platform.");
   m.def("reset_host_slots", &entangle_jax::ResetHostSlots,
         "Sets every slot of the host example resource to zero.");
   m.def(

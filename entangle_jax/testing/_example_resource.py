@@ -10,20 +10,60 @@ that `entangle` fixes.
 
 The host store also records the order in which its calls actually ran
 (`call_log`), so that tests can check ordering claims against the runtime.
+
+The store is test code: it lives in extensions of its own, loaded and
+registered with XLA when this module is imported (by importing
+``entangle_jax.testing``), never by ``import entangle_jax``.
 """
 
 from __future__ import annotations
 
 import operator
+import types
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from entangle_jax import _native_loader
+from entangle_jax._src import native
 
-_native = _native_loader.load_native()
+WRITE_SLOT_TARGET = "entangle_jax_write_slot"
+READ_SLOT_TARGET = "entangle_jax_read_slot"
+# Each handler the extensions' `registrations()` tables name, by target.
+_TARGETS = {"write_slot": WRITE_SLOT_TARGET, "read_slot": READ_SLOT_TARGET}
+
+
+def _load_host() -> types.ModuleType:
+  """The host store's extension, with an ImportError that says how to
+  rebuild it."""
+  try:
+    from entangle_jax.testing import _example_resource_ffi
+  except ImportError as err:
+    hint = native.REBUILD_HINT.format(module="_example_resource_ffi")
+    raise ImportError(f"{hint} (cause: {err})") from err
+  return _example_resource_ffi
+
+
+def load_cuda() -> types.ModuleType | None:
+  """The CUDA store's extension, or None when it was not built."""
+  try:
+    from entangle_jax.testing import _example_resource_cuda_ffi
+  except ImportError:
+    return None
+  return _example_resource_cuda_ffi
+
+
+def _register(extension: types.ModuleType, platform: str) -> None:
+  for name, handler in extension.registrations().items():
+    jax.ffi.register_ffi_target(_TARGETS[name], handler, platform=platform)
+
+
+_native = _load_host()
+_register(_native, "cpu")
+_cuda = load_cuda()
+if _cuda is not None:
+  _register(_cuda, "CUDA")
 
 NUM_SLOTS: int = _native.num_slots
 """Number of slots in the store; valid slot ids are ``0 .. NUM_SLOTS - 1``."""
@@ -100,7 +140,7 @@ def write_slot(slot: jax.typing.ArrayLike, value: jax.typing.ArrayLike):
       f"{value.shape}"
     )
   call = jax.ffi.ffi_call(
-    _native_loader.WRITE_SLOT_TARGET,
+    WRITE_SLOT_TARGET,
     jax.ShapeDtypeStruct(slot.shape, jnp.int32),
     has_side_effect=True,
     vmap_method="broadcast_all",
@@ -121,7 +161,7 @@ def read_slot(token: jax.typing.ArrayLike):
   """
   token = _slot_ids(token, "read_slot")
   call = jax.ffi.ffi_call(
-    _native_loader.READ_SLOT_TARGET,
+    READ_SLOT_TARGET,
     jax.ShapeDtypeStruct(token.shape, jnp.float32),
     vmap_method="broadcast_all",
   )
@@ -137,9 +177,8 @@ def reset_slots() -> None:
   jax.effects_barrier()
   _native.reset_host_slots()
   _native.clear_call_log()
-  cuda = _native_loader.load_native_cuda()
-  if cuda is not None and has_cuda_device():
-    cuda.reset_device_slots()
+  if _cuda is not None and has_cuda_device():
+    _cuda.reset_device_slots()
 
 
 def has_cuda_device() -> bool:

@@ -1,0 +1,69 @@
+"""How the `entangle` primitive becomes XLA: one aliasing FFI custom call.
+
+Importing this module registers, for `entangle_jax._src.primitive.entangle_p`:
+
+* the lowering on every platform with user FFI handlers (CPU, CUDA, ROCm):
+  an FFI custom call to entangle's no-op handler whose payload operands
+  alias its results, annotated with a Shardy sharding rule;
+* on TPU, where user FFI handlers cannot run, XLA's own
+  ``optimization_barrier``, which keeps the values together but, unlike the
+  custom call, does not stop XLA's CPU pipeline from expanding it
+  (docs/platforms.md);
+* the partitioner for entangle's target (`entangle_jax._src.partitioning`),
+  with `shard_program` as the per-device program.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+from jax.interpreters import mlir
+
+from entangle_jax._src import native, partitioning
+from entangle_jax._src.primitive import entangle_p
+
+
+def custom_call_lowering(ctx, *operands, num_payload: int):
+  """Lowers to one FFI custom call; payload operands alias the results."""
+  lower = jax.ffi.ffi_lowering(
+    native.ENTANGLE_TARGET,
+    operand_output_aliases={i: i for i in range(num_payload)},
+  )
+  return lower(ctx, *operands)
+
+
+def _lowering(ctx, *operands, num_payload: int):
+  # The plain custom call, whatever the devices: its sharding rule and the
+  # partitioner registered for its target (`partitioning`) keep shardings,
+  # and neither needs devices at lowering time, so AbstractMesh export works.
+  results = custom_call_lowering(ctx, *operands, num_payload=num_payload)
+  calls = []
+  for result in results:
+    if result.owner not in calls:
+      calls.append(result.owner)
+  for call in calls:
+    partitioning.annotate(call)
+  return results
+
+
+@functools.lru_cache(maxsize=256)
+def shard_program(operands, num_payload: int) -> str:
+  """What each device runs when XLA partitions an entangle: the same custom
+  call on the local shards, lowered for one device, as MLIR text."""
+  specs = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in operands]
+  fn = jax.jit(functools.partial(entangle_p.bind, num_payload=num_payload))
+  return fn.lower(*specs).as_text()
+
+
+def _barrier(*operands, num_payload: int):
+  return jax.lax.optimization_barrier(list(operands))[:num_payload]
+
+
+mlir.register_lowering(entangle_p, _lowering)
+mlir.register_lowering(
+  entangle_p,
+  mlir.lower_fun(_barrier, multiple_results=True),
+  platform="tpu",
+)
+partitioning.register_partitioner(native.ENTANGLE_TARGET, shard_program)

@@ -1,0 +1,6 @@
+# Type stub for the optional CUDA extension built from
+# native/example_resource/module_cuda.cc.
+from typing import Any
+
+def registrations() -> dict[str, Any]: ...
+def reset_device_slots() -> None: ...

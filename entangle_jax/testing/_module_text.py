@@ -1,0 +1,34 @@
+"""What the analysis takes: a compiled module, and how it gets its text."""
+
+from __future__ import annotations
+
+from typing import TypeAlias
+
+import jax
+
+CompiledModule: TypeAlias = jax.stages.Compiled | jax.stages.Lowered | str
+"""A ``jax.stages.Compiled`` (``jax.jit(f).lower(*args).compile()``), a
+``jax.stages.Lowered`` (compiled when analysed) or the optimized HLO text."""
+
+
+def module_text(compiled: CompiledModule) -> str:
+  """The optimized HLO text of `compiled` (or `compiled` itself, if text).
+
+  A ``jax.stages.Lowered`` is compiled first.
+
+  Raises:
+    TypeError: `compiled` is none of those (for example a jitted function).
+  """
+  if isinstance(compiled, str):
+    return compiled
+  if isinstance(compiled, jax.stages.Lowered):
+    compiled = compiled.compile()
+  if not isinstance(compiled, jax.stages.Compiled):
+    raise TypeError(
+      "expected a jax.stages.Compiled (jax.jit(f).lower(*args).compile()), "
+      f"a jax.stages.Lowered or HLO text, got {type(compiled).__name__}"
+    )
+  text = compiled.as_text()
+  if text is None:
+    raise ValueError(f"{compiled!r} has no HLO text to analyse")
+  return text

@@ -1,0 +1,101 @@
+"""What the analysis reports: `Op` (a piece of work) and `Race` (a pair)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import entangle_jax
+from entangle_jax.testing import _hlo_parse
+
+# This package's library code: plumbing between the user's line and the
+# custom call, skipped when naming where an op comes from. (The demo's
+# programs are user code, and keep their own lines.)
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(entangle_jax.__file__))
+_WRAPPER_DIRS = tuple(
+  os.path.join(_PACKAGE_DIR, name) + os.sep for name in ("_src", "testing")
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Op:
+  """One piece of work: an instruction, or an async ``start``..``done`` pair.
+
+  ``name`` is the instruction that starts it (the custom call itself, or
+  the ``*-start``); ``last`` is the one that ends it (the same, or the
+  ``*-done``).
+  """
+
+  computation: str
+  name: str
+  last: str
+  instruction: _hlo_parse.Instruction = dataclasses.field(compare=False)
+
+  @property
+  def target(self) -> str | None:
+    """The custom call's target name, or None when the op is no custom call."""
+    return self.instruction.target
+
+  @property
+  def scope(self) -> str:
+    """The ``op_name`` metadata: jitted function, named scopes, primitive."""
+    return self.instruction.op_name
+
+  @property
+  def location(self) -> str | None:
+    """``file:line`` of the Python code that made the op, if recorded.
+
+    The innermost frame outside this package's library code (its ``_src``
+    and ``testing`` packages: ``entangle``, ``Resource``, the example
+    resource's calls), so a call made through
+    ``entangle_jax.testing.write_slot``, or an ``entangle``, points at the
+    line that called it; paths under the working directory are shown
+    relative to it.
+    """
+    stack = self.instruction.stack
+    if not stack:
+      return None
+    outside = [f for f in stack if not _is_wrapper(f[0])]
+    file, line = (outside or list(stack))[0]
+    return f"{_short_path(file)}:{line}"
+
+  def label(self) -> str:
+    """One line naming the op as the user wrote it."""
+    what = self.target or self.instruction.opcode
+    parts = [what]
+    if self.scope:
+      parts.append(f"scope {self.scope!r}")
+    if self.location:
+      parts.append(f"at {self.location}")
+    parts.append(f"(%{self.name})")
+    return " ".join(parts)
+
+
+def _is_wrapper(path: str) -> bool:
+  return os.path.abspath(path).startswith(_WRAPPER_DIRS)
+
+
+def _short_path(path: str) -> str:
+  absolute = os.path.abspath(path)
+  cwd = os.getcwd()
+  if absolute.startswith(cwd + os.sep):
+    return os.path.relpath(absolute, cwd)
+  return path
+
+
+class Race(tuple[str, str]):
+  """An unordered pair of ops.
+
+  Compares equal to the ``(first, second)`` tuple of their instruction
+  names; ``first`` and ``second`` are the `Op` objects, which
+  `format_races` renders.
+  """
+
+  first: Op
+  second: Op
+
+  def __new__(cls, first: Op, second: Op) -> Race:
+    race = super().__new__(cls, (first.name, second.name))
+    race.first = first
+    race.second = second
+    return race

@@ -1,0 +1,168 @@
+"""A picture of the order XLA must keep among a compiled module's native calls.
+
+``order_graph(compiled)`` draws the ops that ``races`` looks at (same default,
+same selectors) as a directed graph in Graphviz DOT or Mermaid text:
+
+* a node per selected op, labelled with its custom-call target, its named
+  scope and the Python ``file:line`` it came from;
+* an arrow ``a -> b`` where ``a`` happens before ``b`` and no other selected op
+  lies between them (the transitive reduction of happens-before), so a chain
+  of three calls shows two arrows;
+* a dashed red line without direction between two ops that may run in either
+  order: exactly the pairs ``races`` returns (ops in different branches of
+  one conditional are exclusive, so no line joins them);
+* a labelled box (a cluster) around the ops of each loop body, loop condition,
+  conditional branch or called computation, nested as the calls are.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Literal
+
+from entangle_jax.testing._analysis import OrderAnalysis
+from entangle_jax.testing._graph_formats import (
+  Cluster,
+  Graph,
+  Node,
+  to_dot,
+  to_mermaid,
+)
+from entangle_jax.testing._module_text import CompiledModule
+from entangle_jax.testing._ops import Op
+from entangle_jax.testing._selectors import Selector
+from entangle_jax.testing._toposort import topological_order
+
+Format = Literal["dot", "mermaid"]
+FORMATS: tuple[str, ...] = ("dot", "mermaid")
+
+
+def order_graph(
+  compiled: CompiledModule,
+  among: Sequence[Selector] | None = None,
+  format: Format = "dot",
+  *,
+  all_ops: bool = False,
+) -> str:
+  """The order among a compiled module's native calls, as graph text.
+
+  Args:
+    compiled: a ``jax.stages.Compiled``, a ``jax.stages.Lowered`` (compiled
+      here) or the optimized HLO text.
+    among: selectors choosing the ops to draw, with the same rules and the
+      same default as ``races``: by default the user's native calls
+      (``is_user_native_call``).
+    format: ``"dot"`` (Graphviz: ``dot -Tsvg``) or ``"mermaid"`` (a
+      ``flowchart``, which Markdown renderers draw in a fenced ``mermaid``
+      block).
+    all_ops: as for ``races``: let scope selectors pick every op in the
+      scope, not only effectful work.
+
+  Returns:
+    The graph's text. Arrows are the transitive reduction of happens-before
+    among the drawn ops; dashed red lines without arrowheads join the pairs
+    that ``races`` returns (none joins ops of two branches of one
+    conditional, which are exclusive); loop bodies, loop conditions,
+    conditional branches and called computations are labelled clusters (a
+    computation called from several places is drawn inside the clusters of
+    its first call site).
+
+  Raises:
+    ValueError: `format` is neither ``"dot"`` nor ``"mermaid"``, or a selector
+      matches nothing.
+    TypeError: `among` is a string rather than a sequence of selectors.
+  """
+  if format not in FORMATS:
+    raise ValueError(
+      f"order_graph: unknown format {format!r}; expected one of {FORMATS}"
+    )
+  graph = build(OrderAnalysis(compiled, all_ops=all_ops), among)
+  return to_dot(graph) if format == "dot" else to_mermaid(graph)
+
+
+# What is drawn --------------------------------------------------------------
+
+
+def build(analysis: OrderAnalysis, among: Sequence[Selector] | None) -> Graph:
+  """Nodes, reduced happens-before edges and race pairs of `analysis`."""
+  ops = analysis.ops_among(among)
+  before = [[a is not b and analysis.precedes(a, b) for b in ops] for a in ops]
+  # Draw in an order that respects happens-before, as one reads a program.
+  successors = [[b for b, p in enumerate(row) if p] for row in before]
+  order = topological_order(successors)
+  ops = [ops[n] for n in order]
+  before = [[before[a][b] for b in order] for a in order]
+  races = [
+    (a, b)
+    for a, b in itertools.combinations(range(len(ops)), 2)
+    if analysis.is_race(ops[a], ops[b])
+  ]
+  numbers: dict[tuple[str, str], int] = {}
+  nodes = tuple(
+    Node(
+      op.name,
+      _label(op),
+      tuple(
+        Cluster(numbers.setdefault(key, len(numbers)), label)
+        for key, label in _clusters(analysis, op)
+      ),
+    )
+    for op in ops
+  )
+  return Graph(nodes, _reduction(before), tuple(races))
+
+
+def _reduction(before: list[list[bool]]) -> tuple[tuple[int, int], ...]:
+  """The pairs ``a`` before ``b`` with no ``c`` between them."""
+  # Bitsets: after[a] holds the ops `a` precedes. An arrow a -> b is implied
+  # when b follows some op that follows a.
+  after = [sum(1 << b for b, p in enumerate(row) if p) for row in before]
+  edges = []
+  for a, successors in enumerate(after):
+    implied = 0
+    for c in _bits(successors):
+      implied |= after[c]
+    edges += [(a, b) for b in _bits(successors & ~implied)]
+  return tuple(edges)
+
+
+def _bits(mask: int) -> list[int]:
+  return [n for n in range(mask.bit_length()) if mask >> n & 1]
+
+
+def _label(op: Op) -> tuple[str, ...]:
+  """Target (or opcode), named scope and ``file:line``, as races reports."""
+  lines = (op.target or op.instruction.opcode, op.scope, op.location)
+  return tuple(line for line in lines if line)
+
+
+def _clusters(
+  analysis: OrderAnalysis, op: Op
+) -> list[tuple[tuple[str, str], str]]:
+  """The boxes around `op`, outermost first: (site, computation), label.
+
+  A computation called from several places is drawn where its first call
+  site (in module text order) puts it.
+  """
+  paths = analysis.call_paths(op)
+  if not paths:
+    return []
+  return [
+    ((site.name, inner.computation), _cluster_label(site, inner.computation))
+    for site, inner in itertools.pairwise(paths[0])
+  ]
+
+
+def _cluster_label(site: Op, computation: str) -> str:
+  """Names the role of `computation` for the instruction that calls it."""
+  instruction = site.instruction
+  if instruction.opcode == "while":
+    body = computation == instruction.body
+    return f"{'loop body' if body else 'loop condition'} of {site.name}"
+  if instruction.opcode == "conditional":
+    branch = instruction.callees.index(computation)
+    return f"branch {branch} of {site.name}"
+  if site.name == instruction.opcode:  # e.g. "%call = ... call(...)"
+    return site.name
+  return f"{instruction.opcode} {site.name}"

@@ -1,0 +1,111 @@
+"""The analysis in one call each: `happens_before`, `races` and friends.
+
+Each builds an `OrderAnalysis` of the module; build one yourself to ask
+several questions of one module without parsing it again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from entangle_jax.testing import _reports
+from entangle_jax.testing._analysis import OrderAnalysis
+from entangle_jax.testing._module_text import CompiledModule
+from entangle_jax.testing._ops import Race
+from entangle_jax.testing._selectors import Selector
+
+
+def happens_before(
+  compiled: CompiledModule,
+  before: Selector,
+  after: Selector,
+  *,
+  all_ops: bool = False,
+) -> bool:
+  """Whether every op `before` selects precedes every op `after` selects.
+
+  Precedence means a chain of the edges the XLA runtime honours (operands,
+  not control predecessors; async pairs from their start to their done) in
+  the compiled, optimized module, following nested computations through the
+  instructions that call them. See the module docstrings of
+  ``entangle_jax.testing._edges`` and ``entangle_jax.testing._analysis`` for
+  exactly what is concluded.
+
+  Args:
+    compiled: a ``jax.stages.Compiled`` (``jax.jit(f).lower(*a).compile()``),
+      a ``jax.stages.Lowered`` or the HLO text.
+    before, after: selectors. A selector picks custom calls whose target
+      equals it, and the effectful work (custom calls other than entangle's,
+      communication, I/O) in the ``jax.named_scope`` of that name.
+    all_ops: let scope selectors pick every op in the scope instead.
+
+  Raises:
+    ValueError: a selector is empty or matches nothing; the message lists
+      what exists.
+  """
+  return OrderAnalysis(compiled, all_ops=all_ops).happens_before(before, after)
+
+
+def assert_happens_before(
+  compiled: CompiledModule,
+  before: Selector,
+  after: Selector,
+  *,
+  all_ops: bool = False,
+) -> None:
+  """Asserts `happens_before`, explaining every unordered pair on failure.
+
+  Raises:
+    AssertionError: some op `before` selects does not precede some op
+      `after` selects; the message names each pair by custom-call target,
+      named scope and Python ``file:line``, and says the usual fix. If an
+      ``entangle`` call in the module has only zero-size witnesses, which
+      order nothing (`OrderAnalysis.empty_witness_entangles`), the message
+      names it too.
+  """
+  analysis = OrderAnalysis(compiled, all_ops=all_ops)
+  unordered = analysis.unordered(before, after)
+  if unordered:
+    count = len(unordered)
+    message = _reports.format_races(
+      unordered,
+      heading=f"{before!r} does not happen before {after!r}: {count} "
+      f"pair{'s' * (count != 1)} not ordered",
+    )
+    empty = analysis.empty_witness_entangles()
+    if empty:
+      message += "\n" + _reports.empty_witness_note(empty)
+    raise AssertionError(message)
+
+
+def races(
+  compiled: CompiledModule,
+  among: Sequence[Selector] | None = None,
+  *,
+  all_ops: bool = False,
+) -> list[Race]:
+  """Pairs of ops that no honoured dependency chain orders, either way.
+
+  Ops in different branches of one ``conditional`` never both run in one
+  execution of it: such pairs are exclusive (`OrderAnalysis.exclusive`) and
+  not reported.
+
+  Args:
+    compiled: a ``jax.stages.Compiled``, ``jax.stages.Lowered`` or HLO text.
+    among: selectors choosing the ops to consider. By default: every custom
+      call to a target other than entangle's own and JAX's/XLA's library
+      targets (LAPACK, cuBLAS, cuSOLVER, host callbacks...; see
+      `is_user_native_call`).
+    all_ops: let scope selectors pick every op in the scope.
+
+  Returns:
+    `Race` pairs, ops in module text order by default, else in the order of
+    the selectors in `among`. Each equals the ``(first, second)`` tuple of
+    instruction names; `format_races` renders them with targets, scopes and
+    source lines.
+
+  Raises:
+    TypeError: `among` is a string rather than a sequence of selectors.
+    ValueError: a selector is empty or matches nothing.
+  """
+  return OrderAnalysis(compiled, all_ops=all_ops).races(among)

@@ -1,0 +1,97 @@
+"""The two extensions: what each import loads and registers, and the error
+that says how to rebuild an extension that cannot be loaded."""
+
+import sys
+import textwrap
+from unittest import mock
+
+from absl.testing import absltest
+
+from entangle_jax._src import native
+from entangle_jax.testing import _example_resource
+from tests import test_util
+
+# In a fresh interpreter: which extensions `import entangle_jax` loads, and
+# whether XLA then knows the example resource's write target. Prints one
+# line per stage: the loaded extensions, then "registered" or the error.
+_STAGES = textwrap.dedent(
+  """
+  import sys
+  import jax, jax.numpy as jnp
+
+  write = jax.ffi.ffi_call(
+    "entangle_jax_write_slot",
+    jax.ShapeDtypeStruct((), jnp.int32),
+    has_side_effect=True,
+  )
+
+  def stage():
+    loaded = sorted(m for m in sys.modules if m.endswith("_ffi"))
+    try:
+      jax.jit(lambda: write(jnp.int32(0), jnp.float32(1))).lower().compile()
+      known = "registered"
+    except Exception as error:
+      known = type(error).__name__
+    print(loaded, known)
+
+  import entangle_jax
+  stage()
+  import entangle_jax.testing
+  stage()
+  """
+)
+
+
+class RegistrationTest(absltest.TestCase):
+  def test_only_entangle_is_loaded_until_testing_is_imported(self):
+    result = test_util.run_python(_STAGES, timeout=120)
+    self.assertEqual(result.returncode, 0, result.stderr)
+    production, testing = result.stdout.strip().splitlines()
+    self.assertEqual(
+      production,
+      "['entangle_jax._src._entangle_ffi'] JaxRuntimeError",
+    )
+    # The example resource's CUDA extension, where it was built, loads too.
+    self.assertRegex(
+      testing,
+      r"^\['entangle_jax._src._entangle_ffi', "
+      r"('entangle_jax.testing._example_resource_cuda_ffi', )?"
+      r"'entangle_jax.testing._example_resource_ffi'\] registered$",
+    )
+
+
+class LoadErrorTest(absltest.TestCase):
+  def test_unloadable_entangle_extension_explains_how_to_rebuild(self):
+    # A None entry in sys.modules makes `import` of that name fail; the
+    # package attribute left by the first import must go too.
+    package = sys.modules["entangle_jax._src"]
+    with (
+      mock.patch.dict(sys.modules, {"entangle_jax._src._entangle_ffi": None}),
+      mock.patch.dict(package.__dict__),
+    ):
+      package.__dict__.pop("_entangle_ffi", None)
+      with self.assertRaisesRegex(
+        ImportError, r"_entangle_ffi .*uv sync --reinstall-package"
+      ):
+        native.load()
+
+  def test_unloadable_example_resource_explains_how_to_rebuild(self):
+    package = sys.modules["entangle_jax.testing"]
+    name = "entangle_jax.testing._example_resource_ffi"
+    with (
+      mock.patch.dict(sys.modules, {name: None}),
+      mock.patch.dict(package.__dict__),
+    ):
+      package.__dict__.pop("_example_resource_ffi", None)
+      with self.assertRaisesRegex(
+        ImportError, r"_example_resource_ffi .*uv sync --reinstall-package"
+      ):
+        _example_resource._load_host()
+
+  def test_loadable_extensions(self):
+    self.assertIn("entangle", native.load().registrations())
+    self.assertGreater(_example_resource._load_host().num_slots, 0)
+
+
+if __name__ == "__main__":
+  absltest.main()

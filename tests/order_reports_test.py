@@ -1,0 +1,97 @@
+"""assert_happens_before and format_races: messages that name each unordered
+pair by target, scope and source line, and say the usual fix."""
+
+import os
+
+import jax
+import jax.numpy as jnp
+from absl.testing import absltest
+
+from entangle_jax import entangle, testing
+from entangle_jax.demo import _hazard
+from entangle_jax.demo._hazard import Ordering
+from tests.test_util import READ, WRITE, compiled
+
+THIS_FILE = os.path.basename(__file__)
+
+
+class AssertHappensBeforeTest(absltest.TestCase):
+  def test_failure_names_target_scope_line_and_fix(self):
+    c = _hazard.compiled(Ordering.NONE)
+    with self.assertRaises(AssertionError) as raised:
+      testing.assert_happens_before(c, "read", "second_write")
+    message = str(raised.exception)
+    self.assertIn("'read' does not happen before 'second_write'", message)
+    # jax < 0.7 adds a jit(main) component.
+    self.assertRegex(message, rf"{READ} scope 'jit\(hazard\)/.*read/")
+    self.assertRegex(message, rf"{WRITE} scope 'jit\(hazard\)/.*second_write/")
+    self.assertRegex(message, r"entangle_jax/demo/_hazard\.py:\d+ \(%")
+    self.assertIn("entangle(token, x)", message)
+
+  def test_passes_when_ordered(self):
+    testing.assert_happens_before(
+      _hazard.compiled(Ordering.ENTANGLE), "read", "second_write"
+    )
+
+  def test_location_is_the_users_line(self):
+    def fn(slot):
+      t = testing.write_slot(slot, 1.0)
+      x = testing.read_slot(t)  # the line the message must point at
+      testing.write_slot(t, 2.0)
+      return x
+
+    c = compiled(fn, jnp.int32(0))
+    (race,) = testing.races(c)
+    line = fn.__code__.co_firstlineno + 2
+    location = race.first.location
+    assert location is not None
+    if len(race.first.instruction.stack) > 1:
+      expected = f"{THIS_FILE}:{line}"
+    else:  # Older XLA records only the innermost frame: the wrapper's.
+      expected = f"_example_resource.py:{race.first.instruction.stack[0][1]}"
+    self.assertEqual(location.split(os.sep)[-1], expected)
+    rendered = testing.format_races(testing.races(c))
+    self.assertIn(expected, rendered)
+    self.assertIn("1 pair of ops not ordered", rendered)
+    self.assertEqual(testing.format_races([]), "Every pair of ops is ordered.")
+
+  def test_zero_size_witness_is_explained(self):
+    def fn(slot, empty):
+      t = testing.write_slot(slot, 1.0)
+      with jax.named_scope("read"):
+        x = testing.read_slot(t)
+      witness = x[None][:0] if empty else x
+      t = entangle(t, witness)  # the line the note must point at
+      with jax.named_scope("write"):
+        testing.write_slot(t, 2.0)
+      return x
+
+    empty = compiled(lambda s: fn(s, empty=True), jnp.int32(0))
+    with self.assertRaises(AssertionError) as raised:
+      testing.assert_happens_before(empty, "read", "write")
+    message = str(raised.exception)
+    self.assertIn("1 entangle call here only has zero-size witnesses", message)
+    (op,) = testing.OrderAnalysis(empty).empty_witness_entangles()
+    self.assertEqual(op.target, "entangle_jax_entangle")
+    self.assertIn(f"  {op.label()}", message.splitlines())
+    if len(op.instruction.stack) > 1:
+      line = fn.__code__.co_firstlineno + 5
+      self.assertIn(f"{THIS_FILE}:{line} ", message)
+    # Controls: a witness with elements orders, and a failure with no
+    # empty witness says nothing about them.
+    testing.assert_happens_before(
+      compiled(lambda s: fn(s, empty=False), jnp.int32(0)), "read", "write"
+    )
+    with self.assertRaises(AssertionError) as raised:
+      testing.assert_happens_before(
+        _hazard.compiled(Ordering.NONE), "read", "second_write"
+      )
+    self.assertNotIn("zero-size", str(raised.exception))
+
+
+# A while loop fed by a fusion, a side-effecting op ordered only by a control
+# predecessor, and one ordered by nothing.
+
+
+if __name__ == "__main__":
+  absltest.main()
