@@ -10,14 +10,19 @@ import inspect
 import jax
 import jax.numpy as jnp
 from absl.testing import absltest
-from jax._src import xla_bridge
-from jax._src.lib import xla_client
+from jax.experimental import jet
 from jax.interpreters import mlir
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from entangle_jax import entangle
-from entangle_jax._src import lowering, native, partitioning
+from entangle_jax._src import (
+  jax_compat,
+  lowering,
+  native,
+  partitioning,
+  primitive,
+)
 from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
 
@@ -29,7 +34,7 @@ class PrivateApiTest(absltest.TestCase):
     # sharded compile with a shape never seen before must add a miss.
     # Positional order and the c_api keyword, as register_partitioner passes
     # them (a nanobind function: its signature is the docstring's first line).
-    signature = xla_client.register_custom_call_partitioner.__doc__
+    signature = jax_compat.register_custom_call_partitioner.__doc__
     self.assertRegex(
       signature.splitlines()[0],
       r"^register_custom_call_partitioner\(name: str, prop_user_sharding: "
@@ -56,16 +61,38 @@ class PrivateApiTest(absltest.TestCase):
     # backends exist already, so it runs at once: with a C API capsule for a
     # plugin (GPU), with nothing on a CPU-only install.
     params = list(
-      inspect.signature(xla_bridge.register_plugin_callbacks).parameters
+      inspect.signature(jax_compat.register_plugin_callbacks).parameters
     )
     self.assertEqual(params, ["callback"])
     seen = []
-    xla_bridge.register_plugin_callbacks(seen.append)
+    jax_compat.register_plugin_callbacks(seen.append)
     plugins = [b for b in jax.devices() if b.platform not in ("cpu", "tpu")]
     if plugins:
       self.assertNotEqual(seen, [])
     for c_api in seen:
       self.assertEqual(type(c_api).__name__, "PyCapsule")
+
+  def test_tuple_shardings_for_several_payload_leaves(self):
+    # jax_compat.HloSharding.tuple_sharding: a call with several payload
+    # leaves has a tuple result, whose sharding the partitioner builds with
+    # it. Each leaf must come back with its own sharding and value.
+    mesh = jax.make_mesh((8,), ("x",))
+    rows = NamedSharding(mesh, P("x"))
+    a = jax.device_put(jnp.arange(8 * 3.0), rows)
+    b = jax.device_put(jnp.arange(8 * 5, dtype=jnp.int32), rows)
+    before = lowering.shard_program.cache_info().misses
+    out_a, out_b = jax.jit(lambda a, b: entangle((a, b), a * 2))(a, b)
+    self.assertEqual(lowering.shard_program.cache_info().misses, before + 1)
+    self.assertTrue(out_a.sharding.is_equivalent_to(rows, 1))
+    self.assertTrue(out_b.sharding.is_equivalent_to(rows, 1))
+    self.assertTrue((out_a == a).all() and (out_b == b).all())
+    self.assertTrue(callable(jax_compat.HloSharding.tuple_sharding))
+
+  def test_jet_rule_table_holds_entangles_rule(self):
+    # jax_compat.jet_rules is jax.experimental.jet's rule table: jet looks
+    # the primitive up there (tests/entangle_transforms_test.py runs it).
+    self.assertIs(jax_compat.jet_rules, jet.jet_rules)
+    self.assertIn(primitive.entangle_p, jax_compat.jet_rules)
 
   def test_sharding_rule_text_is_shardys(self):
     # The rule is built as Shardy's text form; parsing and printing it back
