@@ -1,190 +1,242 @@
-"""The benchmark's statistics and derived metrics, on synthetic rounds.
+"""The benchmark's statistics, derived metrics and report, on synthetic rounds.
 
-Nothing is timed here: the inputs are made-up per-round times.
+Nothing is timed here: the inputs are made-up per-round times. The tables
+on docs/performance.md must have the rows and columns the report makes now.
 """
 
-import importlib.util
 import pathlib
+import re
 import statistics
-import sys
+import unittest
 
 from absl.testing import absltest
 
-_TOOLS = pathlib.Path(__file__).resolve().parent.parent / "tools"
-_SOURCE = _TOOLS / "bench_stats.py"
+try:
+  from benchmarks import comparisons, stats
+  from benchmarks import report as bench_report
+  from benchmarks.cases import (
+    BARRIER,
+    BASELINE,
+    COMPILE_IMPLS,
+    COMPILE_SIZES,
+    IMPLS,
+    METRICS,
+    NOISE,
+    OURS,
+    OURS_AGAIN,
+    PEER,
+    SCAN_STEPS,
+    STRUCTURE,
+  )
+except ModuleNotFoundError as missing:
+  if missing.name != "benchmarks":
+    raise
+  # CI also runs a copy of tests/ against the installed package, away from
+  # the checkout: the benchmark is not there to test.
+  raise unittest.SkipTest(
+    "no benchmarks/ package: tests/ runs from a copy outside the checkout"
+  ) from missing
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def _load(name: str):
-  # tools/ is not a package; load the module from its file. bench_report
-  # imports bench_stats by name, so load that one first.
-  if name in sys.modules:
-    return sys.modules[name]
-  spec = importlib.util.spec_from_file_location(name, _TOOLS / f"{name}.py")
-  assert spec is not None and spec.loader is not None
-  module = importlib.util.module_from_spec(spec)
-  # Dataclasses look their module up in sys.modules while being created.
-  sys.modules[name] = module
-  spec.loader.exec_module(module)
-  return module
-
-
-@absltest.skipUnless(
-  _SOURCE.exists(), "tools/bench_stats.py is not among this test's files"
-)
 class BenchStatsTest(absltest.TestCase):
-  @classmethod
-  def setUpClass(cls):
-    super().setUpClass()
-    cls.stats = _load("bench_stats")
-
   def test_quantile_interpolates_between_order_statistics(self):
     values = [4.0, 1.0, 3.0, 2.0]
-    self.assertEqual(self.stats.quantile(values, 0.0), 1.0)
-    self.assertEqual(self.stats.quantile(values, 1.0), 4.0)
-    self.assertAlmostEqual(self.stats.quantile(values, 0.5), 2.5)
-    self.assertAlmostEqual(self.stats.quantile(values, 0.25), 1.75)
+    self.assertEqual(stats.quantile(values, 0.0), 1.0)
+    self.assertEqual(stats.quantile(values, 1.0), 4.0)
+    self.assertAlmostEqual(stats.quantile(values, 0.5), 2.5)
+    self.assertAlmostEqual(stats.quantile(values, 0.25), 1.75)
 
   def test_quantile_rejects_bad_input(self):
     with self.assertRaisesRegex(ValueError, "no values"):
-      self.stats.quantile([], 0.5)
+      stats.quantile([], 0.5)
     with self.assertRaisesRegex(ValueError, "1.5"):
-      self.stats.quantile([1.0], 1.5)
+      stats.quantile([1.0], 1.5)
 
   def test_spread(self):
-    s = self.stats.spread([5.0, 1.0, 3.0, 2.0, 4.0])
+    s = stats.spread([5.0, 1.0, 3.0, 2.0, 4.0])
     self.assertEqual((s.median, s.q1, s.q3), (3.0, 2.0, 4.0))
     self.assertEqual((s.low, s.high, s.n), (1.0, 5.0, 5))
 
   def test_bootstrap_ci_brackets_the_median_and_is_reproducible(self):
     values = [10.0, 11.0, 9.0, 10.5, 9.5, 10.2, 30.0, 9.8]
-    lo, hi = self.stats.bootstrap_ci(values)
+    lo, hi = stats.bootstrap_ci(values)
     self.assertLessEqual(lo, statistics.median(values))
     self.assertGreaterEqual(hi, statistics.median(values))
     self.assertLess(hi, 30.0)  # The median shrugs off the outlier.
-    self.assertEqual((lo, hi), self.stats.bootstrap_ci(values))
+    self.assertEqual((lo, hi), stats.bootstrap_ci(values))
 
   def test_bootstrap_ci_needs_two_values(self):
     with self.assertRaisesRegex(ValueError, "got 1"):
-      self.stats.bootstrap_ci([1.0])
+      stats.bootstrap_ci([1.0])
 
   def test_paired_and_ratios_pair_rounds(self):
-    self.assertEqual(self.stats.paired([3.0, 5.0], [1.0, 1.0]), [2.0, 4.0])
-    self.assertEqual(self.stats.ratios([3.0, 5.0], [1.5, 2.0]), [2.0, 2.5])
+    self.assertEqual(stats.paired([3.0, 5.0], [1.0, 1.0]), [2.0, 4.0])
+    self.assertEqual(stats.ratios([3.0, 5.0], [1.5, 2.0]), [2.0, 2.5])
     with self.assertRaisesRegex(ValueError, "unpaired"):
-      self.stats.paired([1.0], [1.0, 2.0])
+      stats.paired([1.0], [1.0, 2.0])
     with self.assertRaises(ZeroDivisionError):
-      self.stats.ratios([1.0], [0.0])
+      stats.ratios([1.0], [0.0])
 
   def test_relative_noise_is_the_far_end_of_the_median_gap_interval(self):
     base = [2.0] * 5
-    self.assertAlmostEqual(self.stats.relative_noise([2.1] * 5, base), 0.05)
-    self.assertAlmostEqual(self.stats.relative_noise([1.9] * 5, base), 0.05)
+    self.assertAlmostEqual(stats.relative_noise([2.1] * 5, base), 0.05)
+    self.assertAlmostEqual(stats.relative_noise([1.9] * 5, base), 0.05)
     # One wild round moves the median gap little.
     again = [2.0, 2.02, 1.98, 2.0, 4.0, 2.01, 1.99]
-    noise = self.stats.relative_noise(again, [2.0] * 7)
+    noise = stats.relative_noise(again, [2.0] * 7)
     self.assertGreater(noise, 0.0)
     self.assertLess(noise, 0.02)
     with self.assertRaisesRegex(ValueError, "got 1"):
-      self.stats.relative_noise([1.0], [1.0])
+      stats.relative_noise([1.0], [1.0])
 
   def test_clear_difference_is_reported(self):
-    higher = self.stats.compare([20.0, 22.0, 19.0, 21.0, 23.0, 20.5], 2.0)
+    higher = stats.compare([20.0, 22.0, 19.0, 21.0, 23.0, 20.5], 2.0)
     self.assertEqual(higher.conclusion, "higher")
     self.assertEqual(higher.threshold, 2.0)
-    lower = self.stats.compare([-20.0, -22.0, -19.0, -21.0, -23.0], 2.0)
+    lower = stats.compare([-20.0, -22.0, -19.0, -21.0, -23.0], 2.0)
     self.assertEqual(lower.conclusion, "lower")
 
   def test_difference_below_noise_floor_is_parity(self):
     # Consistently positive (the interval excludes zero) but smaller than
     # what identity against identity produced in the same run.
-    verdict = self.stats.compare([2.0, 2.5, 3.0, 2.2, 2.8], 6.0)
+    verdict = stats.compare([2.0, 2.5, 3.0, 2.2, 2.8], 6.0)
     self.assertGreater(verdict.ci[0], 0.0)
-    self.assertEqual(verdict.conclusion, self.stats.PARITY)
+    self.assertEqual(verdict.conclusion, stats.PARITY)
 
   def test_difference_whose_interval_spans_zero_is_parity(self):
-    verdict = self.stats.compare([10.0, -9.0, 12.0, -11.0, 8.0, -10.0], 0.1)
+    verdict = stats.compare([10.0, -9.0, 12.0, -11.0, 8.0, -10.0], 0.1)
     self.assertLess(verdict.ci[0], 0.0)
     self.assertGreater(verdict.ci[1], 0.0)
-    self.assertEqual(verdict.conclusion, self.stats.PARITY)
+    self.assertEqual(verdict.conclusion, stats.PARITY)
 
   def test_negative_threshold_is_rejected(self):
     with self.assertRaisesRegex(ValueError, "-1"):
-      self.stats.compare([1.0, 2.0], -1.0)
+      stats.compare([1.0, 2.0], -1.0)
 
 
 def _rounds(seconds: dict[str, float], jitter: list[float]) -> list[dict]:
-  keys = (
-    "scan_1x1_s",
-    "scan_3x4_s",
-    "resource_1e+03_s",
-    "resource_1e+05_s",
-    "donated_1e+05_s",
-  )
+  keys = [metric.raw for metric in METRICS]
   return [
     {key: seconds.get(key, 1e-3) * factor for key in keys} for factor in jitter
   ]
 
 
-@absltest.skipUnless(
-  (_TOOLS / "bench_report.py").exists(),
-  "tools/bench_report.py is not among this test's files",
-)
+JITTER = [1.0, 1.3, 0.9, 1.1, 1.2, 0.95, 1.05]
+
+
+def _timings(ours_extra_s: float) -> dict:
+  # Every implementation shares the round's jitter (a busy minute hits all
+  # of them); ours is slower than the identity by a fixed amount.
+  base = _rounds({"scan_1x1_s": 0.01}, JITTER)
+  return {
+    OURS: _rounds({"scan_1x1_s": 0.01 + ours_extra_s}, JITTER),
+    PEER: base,
+    BARRIER: base,
+    BASELINE: base,
+    NOISE: _rounds({"scan_1x1_s": 0.01}, JITTER[::-1]),
+  }
+
+
 class BenchReportTest(absltest.TestCase):
-  @classmethod
-  def setUpClass(cls):
-    super().setUpClass()
-    _load("bench_stats")
-    cls.report = _load("bench_report")
-
-  def _timings(self, ours_extra_s: float) -> dict:
-    # Every implementation shares the round's jitter (a busy minute hits all
-    # of them); ours is slower than the identity by a fixed amount.
-    jitter = [1.0, 1.3, 0.9, 1.1, 1.2, 0.95, 1.05]
-    base = _rounds({"scan_1x1_s": 0.01}, jitter)
-    ours = _rounds({"scan_1x1_s": 0.01 + ours_extra_s}, jitter)
-    report = self.report
-    return {
-      report.OURS: ours,
-      report.PEER: base,
-      report.BARRIER: base,
-      report.BASELINE: base,
-      report.NOISE: _rounds({"scan_1x1_s": 0.01}, jitter[::-1]),
-    }
-
   def test_per_call_cost_is_time_over_identity_per_step(self):
     steps = 1000
-    timings = self._timings(ours_extra_s=1e-4)
-    derived = self.report.derive(timings, steps)
-    jitter = [1.0, 1.3, 0.9, 1.1, 1.2, 0.95, 1.05]
-    for value, factor in zip(
-      derived[self.report.OURS]["scan_1x1_ns"], jitter, strict=True
-    ):
+    derived = comparisons.derive(_timings(ours_extra_s=1e-4), steps)
+    for value, factor in zip(derived[OURS]["scan_1x1_ns"], JITTER, strict=True):
       self.assertAlmostEqual(value, 100.0 * factor)
-    self.assertEqual(derived[self.report.BASELINE]["scan_1x1_ns"], [0.0] * 7)
-    self.assertEqual(derived[self.report.OURS]["resource_1e5"], [1.0] * 7)
+    self.assertEqual(derived[BASELINE]["scan_1x1_ns"], [0.0] * 7)
+    self.assertEqual(derived[OURS]["resource_1e5"], [1.0] * 7)
 
   def _verdict(self, timings: dict, key: str, other: str) -> str:
-    derived = self.report.derive(timings, 1000)
-    for row in self.report.comparisons(timings, derived):
+    derived = comparisons.derive(timings, 1000)
+    for row in comparisons.comparisons(timings, derived):
       if row["metric"].key == key and row["other"] == other:
         return row["verdict"].conclusion
     self.fail(f"no comparison of {key} against {other}")
 
   def test_slower_implementation_is_reported_higher(self):
-    timings = self._timings(ours_extra_s=5e-3)
-    self.assertEqual(
-      self._verdict(timings, "scan_1x1_ns", self.report.PEER), "higher"
-    )
+    timings = _timings(ours_extra_s=5e-3)
+    self.assertEqual(self._verdict(timings, "scan_1x1_ns", PEER), "higher")
 
   def test_equal_implementations_are_at_parity(self):
-    timings = self._timings(ours_extra_s=0.0)
-    for key, other in (
-      ("scan_1x1_ns", self.report.PEER),
-      ("resource_1e5", self.report.BASELINE),
-    ):
+    timings = _timings(ours_extra_s=0.0)
+    for key, other in (("scan_1x1_ns", PEER), ("resource_1e5", BASELINE)):
       self.assertEqual(
         self._verdict(timings, key, other), "parity within noise"
       )
+
+
+def _results() -> dict:
+  """A whole run's results, made up, in the shape the runner writes."""
+  timings = _timings(ours_extra_s=1e-4)
+  compile_round = {
+    axis: {str(n): 0.01 * n for n in COMPILE_SIZES}
+    for axis in ("payload", "witness")
+  }
+  counts = {key: 1 for key, _ in STRUCTURE}
+  return {
+    "meta": {
+      "date": "2026-01-01 00:00 UTC",
+      "machine": "x86_64, a CPU, 2 cores",
+      "versions": "made up",
+      "timing_rounds": len(JITTER),
+      "compile_rounds": 3,
+      "steps": SCAN_STEPS,
+      "quick": False,
+      "load_start": "0.1/0.1/0.1",
+      "load_end": "0.1/0.1/0.1",
+      "wall_min": 2.5,
+    },
+    "timings": timings,
+    "derived": comparisons.derive(timings, SCAN_STEPS),
+    "compile": {impl: [compile_round] * 3 for impl in COMPILE_IMPLS},
+    "structure": {
+      impl: {**counts, "custom_call_1x1": ["f32[] custom-call(%_, %_)"]}
+      for impl in IMPLS
+      if impl != NOISE
+    },
+    "handlers": {name: JITTER for name in (OURS, PEER, OURS_AGAIN)},
+  }
+
+
+def _skeleton(report: str) -> list[str]:
+  """What a report keeps from run to run: table headers, each row's first
+  cell and width, and the prose lines without numbers."""
+  kept = []
+  lines = report.splitlines()
+  for i, line in enumerate(lines):
+    if not line.startswith("|"):
+      if not re.search(r"\d", line):
+        kept.append(line)
+      continue
+    is_header = i + 1 < len(lines) and lines[i + 1].startswith("|---")
+    cells = line.strip("|").split(" | ")
+    kept.append(line if is_header else f"{cells[0]} ({len(cells)} cells)")
+  return kept
+
+
+class PerformancePageTablesTest(absltest.TestCase):
+  def test_page_tables_are_what_the_report_makes(self):
+    page = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
+    begin, end = "<!-- bench-results:begin -->\n", "<!-- bench-results:end -->"
+    recorded = page[page.index(begin) + len(begin) : page.index(end)]
+    made = bench_report.markdown(_results())
+    self.assertEqual(
+      _skeleton(recorded),
+      _skeleton(made),
+      "docs/performance.md's tables do not have the rows and columns "
+      "the benchmark's report makes now: rerun `python -m benchmarks` and "
+      "paste bench-out/results.md between the bench-results markers",
+    )
+    # The control: a report with one metric less does not pass for it.
+    self.assertNotEqual(_skeleton(recorded), _skeleton(_without_a_row(made)))
+
+
+def _without_a_row(report: str) -> str:
+  lines = report.splitlines(keepends=True)
+  first_row = next(i for i, line in enumerate(lines) if line.startswith("|---"))
+  return "".join(lines[: first_row + 1] + lines[first_row + 2 :])
 
 
 if __name__ == "__main__":

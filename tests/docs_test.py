@@ -7,24 +7,25 @@ pytest runs this file; Bazel leaves it out (tests/BUILD.bazel says why).
 
 import importlib.util
 import pathlib
-import sys
 import tempfile
 import unittest
 
 from absl.testing import absltest, parameterized
 
+try:
+  from tools import doc_blocks
+except ModuleNotFoundError as missing:
+  if missing.name != "tools":
+    raise
+  # CI also runs a copy of tests/ against the installed package, away from
+  # the checkout: its development tools and docs are not there to test.
+  raise unittest.SkipTest(
+    "no tools/ package: tests/ runs from a copy outside the checkout"
+  ) from missing
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-TOOL = ROOT / "tools" / "doc_blocks.py"
-if not (TOOL.exists() and (ROOT / "docs").is_dir()):
-  # CI also runs a copy of tests/ against installed packages, away from the
-  # checkout (and its docs/).
-  raise unittest.SkipTest(f"{TOOL} and docs/ are not here: not a checkout")
-_spec = importlib.util.spec_from_file_location("doc_blocks", TOOL)
-assert _spec is not None and _spec.loader is not None
-doc_blocks = importlib.util.module_from_spec(_spec)
-# Registered first: its dataclasses look their module up by name.
-sys.modules[_spec.name] = doc_blocks
-_spec.loader.exec_module(doc_blocks)
+if not (ROOT / "docs").is_dir():
+  raise unittest.SkipTest(f"no docs/ beside {ROOT / 'tests'}: not a checkout")
 
 PAGES = doc_blocks.pages(ROOT)
 

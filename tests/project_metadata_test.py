@@ -154,7 +154,7 @@ class ModuleBazelTest(absltest.TestCase):
 
   def _starlark_files(self) -> list[pathlib.Path]:
     files = [ROOT / "BUILD.bazel", ROOT / "WORKSPACE"]
-    for folder in ("entangle_jax", "native", "tests", "tools"):
+    for folder in ("benchmarks", "entangle_jax", "native", "tests", "tools"):
       files += (ROOT / folder).rglob("BUILD.bazel")
     files += BAZEL_TOOLS.glob("*.bzl")
     return [f for f in files if f.is_file()]

@@ -5,7 +5,6 @@ block it invented would fail CI for nothing.
 """
 
 import contextlib
-import importlib.util
 import io
 import pathlib
 import tempfile
@@ -13,16 +12,18 @@ import unittest
 
 from absl.testing import absltest
 
+try:
+  from tools import readme_commands
+except ModuleNotFoundError as missing:
+  if missing.name != "tools":
+    raise
+  # CI also runs a copy of tests/ against the installed package, away from
+  # the checkout: the development tools are not there to test.
+  raise unittest.SkipTest(
+    "no tools/ package: tests/ runs from a copy outside the checkout"
+  ) from missing
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-TOOL = ROOT / "tools" / "readme_commands.py"
-if not TOOL.exists():
-  # CI also runs a copy of tests/ against installed packages, away from the
-  # checkout (and its tools/).
-  raise unittest.SkipTest(f"{TOOL} is not here: not run from a checkout")
-_spec = importlib.util.spec_from_file_location("readme_commands", TOOL)
-assert _spec is not None and _spec.loader is not None
-readme_commands = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(readme_commands)
 
 DOC = """\
 # Title

@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """GPU checks of entangle on a CUDA machine; run by tools/gpu_check.sh.
 
+Run as ``python3 -m tools.gpu_check OUT_DIR`` with the repository root on
+the path (for ``benchmarks.timing``) after the installed entangle_jax.
+
 1. The hazard (write -> read -> write on one slot of the CUDA store): wrong
    reads without ordering, with optimization_barrier and with entangle.
 2. happens_before(read, second_write) on the GPU-compiled module.
@@ -29,8 +32,8 @@ os.environ["XLA_FLAGS"] = (
 
 import jax
 import jax.numpy as jnp
-from timing import median_seconds
 
+from benchmarks.timing import median_seconds
 from entangle_jax import entangle, testing
 from entangle_jax._src.native import ENTANGLE_TARGET
 from entangle_jax.demo import _hazard

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds entangle-jax with its CUDA store on a GPU machine that has JAX (with
 # CUDA), pybind11, meson, ninja and nvcc but neither meson-python nor a package
-# index, then runs tools/gpu_check.py and the GPU tests.
+# index, then runs tools/gpu_check.py (python3 -m tools.gpu_check) and the
+# GPU tests.
 # Usage: tools/gpu_check.sh OUT_DIR   (re-runnable; finishes in a few minutes)
 #
 # The XLA FFI headers cannot be downloaded there: prepare them beforehand,
@@ -38,7 +39,9 @@ run() {
   # Import from outside the checkout, so the staged package is the one found.
   cd "$out"
   python3 -c 'import entangle_jax; print("entangle_jax from", entangle_jax.__file__)'
-  timeout 420 python3 "$repo/tools/gpu_check.py" "$out"
+  # The checkout's root comes after the staged package on the path: tools
+  # and benchmarks are found there, entangle_jax in the stage.
+  PYTHONPATH=$site:$repo timeout 420 python3 -m tools.gpu_check "$out"
   rm -rf "$out/tests"
   cp -r "$repo/tests" "$out/tests"
   timeout 150 python3 -m pytest -q -p no:cacheprovider -rs \

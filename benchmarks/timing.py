@@ -1,4 +1,4 @@
-"""Timing helpers shared by the benchmark and the GPU check."""
+"""Wall-clock timing of JAX calls, shared by the benchmark and the GPU check."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import jax
+
 
 def call_seconds(fn, args, repeats: int) -> list[float]:
   """Wall times of ``repeats`` calls ``fn(*args)``, after one warm-up call.
 
   The warm-up compiles; each timed call waits for its results.
   """
-  import jax
-
   jax.block_until_ready(fn(*args))
   times = []
   for _ in range(repeats):
@@ -37,8 +37,6 @@ def chained_seconds(
   For functions that donate their input: each call consumes the previous
   call's output, so no call pays for a fresh input buffer.
   """
-  import jax
-
   state = jax.block_until_ready(fn(state))
   times = []
   for _ in range(repeats):
@@ -54,8 +52,6 @@ def compile_seconds(fn, args) -> float:
   ``fn`` must be a fresh function object, so that no cache of an earlier
   trace or compilation answers.
   """
-  import jax
-
   start = time.perf_counter()
   jax.jit(fn).lower(*args).compile()
   return time.perf_counter() - start

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Benchmarks entangle-jax against its peers, with the noise of the run.
 
 Compared: entangle-jax (this checkout), entangle-jax 0.1.1 (the PyPI
@@ -7,15 +6,15 @@ dir, since both import as ``entangle_jax``), ``jax.lax.optimization_barrier``,
 a plain identity (the baseline) and the identity again (the noise floor: what
 difference this machine reports between two identical programs).
 
-Each implementation runs in its own subprocess (``tools/bench_worker.py``),
-and every round runs all of them, in an order that rotates from round to
-round, so that a slow minute on a shared machine hits every implementation
-alike. Every comparison pairs values of the same round. Writes
-``results.md`` (README-ready), ``results.json`` (every round) and
+Each implementation runs in its own subprocess (``benchmarks.worker``), and
+every round runs all of them, in an order that rotates from round to round
+(``benchmarks.rounds``), so that a slow minute on a shared machine hits every
+implementation alike. Every comparison pairs values of the same round.
+Writes ``results.md`` (README-ready), ``results.json`` (every round) and
 ``results.png`` to ``--out``.
 
-  uv run --group bench python tools/bench.py           # full run, 8 to 10 min
-  uv run --group bench python tools/bench.py --quick   # 3 to 5 min
+  uv run --group bench python -m benchmarks           # full run, 8 to 10 min
+  uv run --group bench python -m benchmarks --quick   # 3 to 5 min
 
 On a busy 2-core machine a full run took 8 to 10 minutes; most of it is
 subprocess start-up and compilation, and one entangle of 2000 payload leaves
@@ -32,83 +31,42 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
-import bench_report
-from bench_report import COMPILE_IMPLS, IMPLS, NOISE, PEER
-from bench_worker import SCAN_STEPS
+from benchmarks import chart, comparisons, peer, report
+from benchmarks.cases import COMPILE_IMPLS, IMPLS, NOISE, OURS, PEER, SCAN_STEPS
+from benchmarks.rounds import alternate
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-WORKER = pathlib.Path(__file__).resolve().with_name("bench_worker.py")
-PEER_VERSION = PEER.split()[-1]
-
-
-def cache_dir() -> pathlib.Path:
-  default = pathlib.Path.home() / ".cache" / "entangle-jax"
-  return pathlib.Path(os.environ.get("ENTANGLE_JAX_CACHE", default))
-
-
-def peer_python() -> pathlib.Path:
-  """A venv holding the peer package, created on first use."""
-  venv = cache_dir() / f"peer-{PEER_VERSION}"
-  python = venv / "bin" / "python"
-  if not python.exists():
-    subprocess.run(
-      ["uv", "venv", "--quiet", "--allow-existing", str(venv)], check=True
-    )
-    subprocess.run(
-      [
-        "uv",
-        "pip",
-        "install",
-        "--quiet",
-        "--python",
-        str(python),
-        f"entangle-jax=={PEER_VERSION}",
-      ],
-      check=True,
-    )
-  return python
-
-
-def peer_extension(python: pathlib.Path) -> str:
-  """Path of the peer's compiled extension, which registers its handler."""
-  venv = python.parent.parent
-  found = sorted(venv.glob("lib/python*/site-packages/entangle_jax/_ffi*.so"))
-  if not found:
-    raise FileNotFoundError(f"no entangle_jax/_ffi*.so under {venv}")
-  return str(found[0])
-
-
-def native_extension() -> str:
-  """Path of this checkout's example-resource extension."""
-  from entangle_jax.testing import _example_resource
-
-  return str(_example_resource._load_host().__file__)
 
 
 class Workers:
   """Runs one measurement of one implementation in a fresh subprocess."""
 
-  def __init__(self, quick: bool):
+  def __init__(self, quick: bool, peer_path: str):
     self.quick = quick
-    self.peer = peer_python()
-    self.native = native_extension()
+    self.peer = peer.python()
+    self.peer_path = peer_path
+    self.native = peer.native_extension()
 
   def run(self, impl: str, part: str) -> dict:
-    command = [sys.executable, str(WORKER), "--impl", impl, "--part", part]
+    command = [sys.executable, "-m", "benchmarks.worker"]
+    command += ["--impl", impl, "--part", part]
     cwd = ROOT
-    if part == "handlers":
-      command += ["--peer-extension", peer_extension(self.peer)]
-    if impl == PEER:
-      # The peer venv must not see this checkout's package: run elsewhere,
-      # and load only the example resource's extension from this checkout.
-      command[0] = str(self.peer)
-      command += ["--native", self.native]
-      cwd = cache_dir()
-    if self.quick:
-      command.append("--quick")
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
+    if part == "handlers":
+      command += ["--peer-extension", peer.extension(self.peer)]
+    if impl == PEER:
+      # The peer venv must not see this checkout's package: run elsewhere,
+      # find only the benchmarks package, and load only the example
+      # resource's extension from this checkout.
+      command[0] = str(self.peer)
+      command += ["--native", self.native]
+      cwd = peer.cache_dir()
+      env["PYTHONPATH"] = self.peer_path
+    if self.quick:
+      command.append("--quick")
     out = subprocess.run(
       command, capture_output=True, text=True, env=env, cwd=cwd, check=False
     )
@@ -118,20 +76,15 @@ class Workers:
       )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
+  def alternate(
+    self, impls, part: str, rounds: int, log: Callable[[str], None]
+  ) -> dict[str, list[dict]]:
+    """Every implementation's ``part`` in each of ``rounds`` rounds."""
 
-def round_order(impls: tuple[str, ...], r: int) -> list[str]:
-  """Round ``r``'s order: rotated by ``r``, reversed every other round."""
-  rotated = list(impls[r % len(impls) :] + impls[: r % len(impls)])
-  return rotated[::-1] if r % 2 else rotated
-
-
-def alternate(workers: Workers, impls, part: str, rounds: int, log) -> dict:
-  results: dict[str, list[dict]] = {impl: [] for impl in impls}
-  for r in range(rounds):
-    for impl in round_order(tuple(impls), r):
+    def announce(r: int, impl: str) -> None:
       log(f"{part} round {r + 1}/{rounds}: {impl}")
-      results[impl].append(workers.run(impl, part))
-  return results
+
+    return alternate(impls, rounds, lambda impl: self.run(impl, part), announce)
 
 
 def _cpu_model() -> str:
@@ -153,9 +106,9 @@ def _versions(found: dict) -> str:
       f"{package}jax {v['jax']}, jaxlib {v['jaxlib']}, Python {v['python']}"
     )
 
-  ours = found[bench_report.OURS]["versions"]
-  peer = found[PEER]["versions"]
-  return f"this checkout: {describe(ours)}; peer venv: {describe(peer)}"
+  ours = found[OURS]["versions"]
+  theirs = found[PEER]["versions"]
+  return f"this checkout: {describe(ours)}; peer venv: {describe(theirs)}"
 
 
 def _load() -> str:
@@ -163,7 +116,9 @@ def _load() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = argparse.ArgumentParser(
+    prog="python -m benchmarks", description=__doc__.splitlines()[0]
+  )
   parser.add_argument(
     "--quick", action="store_true", help="fewer rounds, sizes and repeats"
   )
@@ -185,16 +140,17 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.monotonic() - start
     print(f"[{elapsed:6.0f} s] {message}", file=sys.stderr, flush=True)
 
-  workers = Workers(args.quick)
-  structure = {}
-  for impl in IMPLS:
-    if impl != NOISE:
-      log(f"structure: {impl}")
-      structure[impl] = workers.run(impl, "structure")
-  log("handlers: this checkout's and the peer's, in one process")
-  handlers = workers.run(bench_report.OURS, "handlers")["handler_ns"]
-  timings = alternate(workers, IMPLS, "timing", timing_rounds, log)
-  compiles = alternate(workers, COMPILE_IMPLS, "compile", compile_rounds, log)
+  with peer.isolated_path() as peer_path:
+    workers = Workers(args.quick, peer_path)
+    structure = {}
+    for impl in IMPLS:
+      if impl != NOISE:
+        log(f"structure: {impl}")
+        structure[impl] = workers.run(impl, "structure")
+    log("handlers: this checkout's and the peer's, in one process")
+    handlers = workers.run(OURS, "handlers")["handler_ns"]
+    timings = workers.alternate(IMPLS, "timing", timing_rounds, log)
+    compiles = workers.alternate(COMPILE_IMPLS, "compile", compile_rounds, log)
 
   results = {
     "meta": {
@@ -211,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
       "wall_min": (time.monotonic() - start) / 60,
     },
     "timings": timings,
-    "derived": bench_report.derive(timings, SCAN_STEPS),
+    "derived": comparisons.derive(timings, SCAN_STEPS),
     "compile": {
       impl: [r["compile_s"] for r in rounds]
       for impl, rounds in compiles.items()
@@ -220,14 +176,10 @@ def main(argv: list[str] | None = None) -> int:
     "handlers": handlers,
   }
   args.out.mkdir(parents=True, exist_ok=True)
-  report = bench_report.markdown(results)
-  (args.out / "results.md").write_text(report)
+  text = report.markdown(results)
+  (args.out / "results.md").write_text(text)
   (args.out / "results.json").write_text(json.dumps(results, indent=1))
-  bench_report.chart(results, args.out / "results.png")
-  print(report)
+  chart.chart(results, args.out / "results.png")
+  print(text)
   print(f"wrote {args.out}/results.md, results.json, results.png")
   return 0
-
-
-if __name__ == "__main__":
-  sys.exit(main())

@@ -1,0 +1,22 @@
+"""The benchmark of entangle-jax: a development tool, not in the wheel.
+
+``python -m benchmarks [--quick]`` runs it from the repository root (see
+`benchmarks.runner` and the README's "Performance" section). The modules,
+each with one concern:
+
+* `cases`: the implementations compared, sizes, the metrics and labels;
+* `runner`: the command line; runs the worker subprocesses in alternating
+  rounds (`rounds`) and writes the results; `peer`: entangle-jax 0.1.1's
+  venv;
+* `worker`: one subprocess, one part (`parts`: call_time, compile_time,
+  hlo_structure, handler_time) around the programs in `programs`, timed
+  with `timing`;
+* `stats`, `comparisons`: spreads over rounds and noise-aware verdicts;
+* `report`, `chart`: the Markdown tables and the PNG.
+
+Adding a measurement: a module in `parts` with ``measure(args) -> dict``,
+its name in `worker.PARTS`, a line in `runner.main` that runs it (for which
+implementations, how many rounds) and stores the result under a key of
+``results``, and a function in `report.SECTIONS` that turns that key into
+lines of the report (a panel in `chart`, optionally).
+"""

@@ -1,0 +1,259 @@
+"""The README-ready Markdown report of one run.
+
+Every timed number is reported as its median over rounds with its
+interquartile range (IQR) and compared, round by round, against the other
+implementations and against the identity-vs-identity noise floor of the
+same run. The report is a sequence of sections (`SECTIONS`), each made from
+the run's results and separated by a blank line.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+
+from benchmarks import stats
+from benchmarks.cases import (
+  BARRIER,
+  BASELINE,
+  COMPILE_IMPLS,
+  IMPLS,
+  METRICS,
+  NOISE,
+  OURS,
+  OURS_AGAIN,
+  PEER,
+  STRUCTURE,
+)
+from benchmarks.comparisons import comparisons
+
+
+def number(value: float, kind: str) -> str:
+  """``value`` of a metric of ``kind`` ("diff" or "ratio"), as printed."""
+  if kind == "diff" and abs(value) < 0.05:
+    return "0.0"  # not "-0.0"
+  if kind == "diff":
+    return f"{value:.0f}" if abs(value) >= 9.5 else f"{value:.1f}"
+  if value >= 100:
+    return f"{value:.0f}x"
+  return f"{value:.2f}x"
+
+
+def _cell(values: list[float], kind: str) -> str:
+  s = stats.spread(values)
+  return (
+    f"{number(s.median, kind)} "
+    f"({number(s.q1, kind).rstrip('x')}…{number(s.q3, kind)})"
+  )
+
+
+def _conclusion(verdict: stats.Verdict) -> str:
+  if verdict.conclusion == stats.PARITY:
+    return stats.PARITY
+  return f"entangle-jax {verdict.conclusion}"
+
+
+def _sig(value: float) -> str:
+  # Two decimals, or three significant digits for ratios far below 1.
+  return f"{value:.2f}" if abs(value) >= 0.1 else f"{value:.3g}"
+
+
+def _row(first: str, cells: Sequence[str]) -> str:
+  return f"| {first} | " + " | ".join(cells) + " |"
+
+
+def _rule(columns: int) -> str:
+  return "|---" * columns + "|"
+
+
+def timing_table(derived: dict) -> list[str]:
+  lines = [_row("implementation", [m.header for m in METRICS])]
+  lines.append(_rule(len(METRICS) + 1))
+  for impl in IMPLS:
+    if impl == BASELINE:
+      cells = [
+        "0 (baseline)" if m.kind == "diff" else "1x (baseline)" for m in METRICS
+      ]
+    else:
+      cells = [_cell(derived[impl][m.key], m.kind) for m in METRICS]
+    name = "identity vs identity (noise floor)" if impl == NOISE else impl
+    lines.append(_row(name, cells))
+  return lines
+
+
+def comparison_table(found: list[dict]) -> list[str]:
+  lines = [
+    "| metric | entangle-jax vs | difference, median (95% CI) | ratio, "
+    "median (95% CI) | noise threshold | conclusion |",
+    _rule(6),
+  ]
+  for row in found:
+    metric, verdict = row["metric"], row["verdict"]
+    big = abs(row["verdict"].median_difference) >= 100
+    digits = 0 if metric.kind == "diff" or big else 2
+    lo, hi = verdict.ci
+    difference = (
+      f"{verdict.median_difference:+.{digits}f} "
+      f"({lo:+.{digits}f}…{hi:+.{digits}f})"
+    )
+    if row["ratio"] is None:
+      ratio = "—"
+    else:
+      median, (rlo, rhi) = row["ratio"]
+      ratio = f"{_sig(median)}x ({_sig(rlo)}…{_sig(rhi)})"
+    threshold = f"±{verdict.threshold:.{digits}f} ({row['relative_noise']:.1%})"
+    cells = [row["other"], difference, ratio, threshold, _conclusion(verdict)]
+    lines.append(_row(metric.header, cells))
+  return lines
+
+
+def compile_table(compiles: dict[str, list[dict]]) -> list[str]:
+  sizes = list(compiles[OURS][0]["payload"])
+  headers = [f"{impl}, s" for impl in COMPILE_IMPLS]
+  lines = [
+    _row("leaves", ["axis", *headers, f"{OURS} / {BARRIER}"]),
+    _rule(len(COMPILE_IMPLS) + 3),
+  ]
+  for axis in ("payload", "witness"):
+    for n in sizes:
+      cells = [axis]
+      for impl in COMPILE_IMPLS:
+        s = stats.spread([r[axis][n] for r in compiles[impl]])
+        cells.append(f"{s.median:.3g} ({s.low:.3g}…{s.high:.3g})")
+      ratio = stats.spread(
+        stats.ratios(
+          [r[axis][n] for r in compiles[OURS]],
+          [r[axis][n] for r in compiles[BARRIER]],
+        )
+      )
+      cells.append(f"{ratio.median:.2f}x ({ratio.low:.2f}…{ratio.high:.2f})")
+      lines.append(_row(n, cells))
+  return lines
+
+
+def handler_lines(handlers: dict[str, list[float]]) -> list[str]:
+  """This checkout's handler against the peer's, behind identical calls."""
+  ours, peer = handlers[OURS], handlers[PEER]
+  noise = stats.relative_noise(handlers[OURS_AGAIN], ours)
+  verdict = stats.compare(
+    stats.paired(ours, peer), noise * statistics.median(peer)
+  )
+  lines = [
+    "| handler behind the same custom call | ns a scan step, median (IQR) |",
+    _rule(2),
+  ]
+  for name, values in handlers.items():
+    s = stats.spread(values)
+    lines.append(_row(name, [f"{s.median:.0f} ({s.q1:.0f}…{s.q3:.0f})"]))
+  lo, hi = verdict.ci
+  lines += [
+    "",
+    f"This checkout's handler minus the peer's: "
+    f"{verdict.median_difference:+.0f} ns a call (95% CI {lo:+.0f}…{hi:+.0f}; "
+    f"noise threshold ±{verdict.threshold:.0f}, from this checkout's handler "
+    f"against itself, {noise:.1%}): {_conclusion(verdict)}.",
+  ]
+  return lines
+
+
+def structure_table(structure: dict[str, dict]) -> list[str]:
+  impls = [i for i in IMPLS if i in structure]
+  lines = [_row("compiled HLO", impls), _rule(len(impls) + 1)]
+  for key, label in STRUCTURE:
+    lines.append(_row(label, [str(structure[i][key]) for i in impls]))
+  return lines
+
+
+# --- sections: prose, then what it describes --------------------------------
+
+
+def summary_section(results: dict) -> list[str]:
+  meta = results["meta"]
+  return [
+    f"{meta['date']}; {meta['machine']}; {meta['versions']}; "
+    f"{meta['timing_rounds']} alternating rounds of timing, "
+    f"{meta['compile_rounds']} of compilation; scans of {meta['steps']} "
+    f"steps; load average {meta['load_start']} at the start, "
+    f"{meta['load_end']} at the end; the run took {meta['wall_min']:.1f} min"
+    f"{' (--quick)' if meta['quick'] else ''}."
+  ]
+
+
+_TIMING_PROSE = """\
+Cost over a plain identity, median over rounds (interquartile range).
+A round's value is the fastest of repeated calls in its subprocess
+(the call least disturbed by other load); the spread is over rounds:"""
+
+_COMPARISON_PROSE = """\
+entangle-jax against the others, paired round by round (differences in
+ns for the scans, in multiples of identity's time for the programs). A
+difference counts when its 95% bootstrap interval excludes zero and it
+exceeds the noise threshold: how far from zero the median gap between
+identity and identity could lie in this run (the far end of its 95%
+bootstrap interval, relative, in parentheses), times the compared
+program's whole time. Otherwise it is parity within noise:"""
+
+_COMPILE_PROSE = """\
+Trace + lower + compile time of one call with n payload leaves (1
+witness) or n witness leaves (1 payload leaf), median (min…max) over
+rounds:"""
+
+
+def timing_section(results: dict) -> list[str]:
+  return [_TIMING_PROSE, "", *timing_table(results["derived"])]
+
+
+def comparison_section(results: dict) -> list[str]:
+  found = comparisons(results["timings"], results["derived"])
+  return [_COMPARISON_PROSE, "", *comparison_table(found)]
+
+
+def compile_section(results: dict) -> list[str]:
+  return [_COMPILE_PROSE, "", *compile_table(results["compile"])]
+
+
+def structure_section(results: dict) -> list[str]:
+  return structure_table(results["structure"])
+
+
+def handler_section(results: dict) -> list[str]:
+  return [
+    "Both handlers in one process, each behind a `jax.ffi.ffi_call` with",
+    "the same operands, aliasing and API version (so only the handler",
+    "differs), alternated over "
+    f"{len(results['handlers'][OURS])} rounds of a 1x1 scan:",
+    "",
+    *handler_lines(results["handlers"]),
+  ]
+
+
+def custom_call_section(results: dict) -> list[str]:
+  calls = [
+    f"{impl}: {line}"
+    for impl in (OURS, PEER)
+    for line in results["structure"][impl]["custom_call_1x1"]
+  ]
+  return [
+    "The custom call each package emits in the 1x1 scan (compiled HLO, "
+    "metadata and names removed):",
+    "",
+    "```",
+    *calls,
+    "```",
+  ]
+
+
+SECTIONS: tuple[Callable[[dict], list[str]], ...] = (
+  summary_section,
+  timing_section,
+  comparison_section,
+  compile_section,
+  structure_section,
+  handler_section,
+  custom_call_section,
+)
+
+
+def markdown(results: dict) -> str:
+  """The README-ready report of one run: its sections, in order."""
+  return "\n\n".join("\n".join(make(results)) for make in SECTIONS) + "\n"
