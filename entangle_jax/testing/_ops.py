@@ -33,6 +33,7 @@ class Op:
 
   @property
   def target(self) -> str | None:
+    """The custom call's target name, or None when the op is no custom call."""
     return self.instruction.target
 
   @property
