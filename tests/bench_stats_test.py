@@ -1,7 +1,7 @@
 """The benchmark's statistics, derived metrics and report, on synthetic rounds.
 
-Nothing is timed here: the inputs are made-up per-round times. The README's
-Performance tables must have the rows and columns the report makes now.
+Nothing is timed here: the inputs are made-up per-round times. The tables
+on docs/performance.md must have the rows and columns the report makes now.
 """
 
 import pathlib
@@ -253,16 +253,16 @@ def _skeleton(report: str) -> list[str]:
   return kept
 
 
-class ReadmeTablesTest(absltest.TestCase):
-  def test_readme_tables_are_what_the_report_makes(self):
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+class PerformancePageTablesTest(absltest.TestCase):
+  def test_page_tables_are_what_the_report_makes(self):
+    page = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
     begin, end = "<!-- bench-results:begin -->\n", "<!-- bench-results:end -->"
-    recorded = readme[readme.index(begin) + len(begin) : readme.index(end)]
+    recorded = page[page.index(begin) + len(begin) : page.index(end)]
     made = bench_report.markdown(_results())
     self.assertEqual(
       _skeleton(recorded),
       _skeleton(made),
-      "README.md's Performance tables do not have the rows and columns "
+      "docs/performance.md's tables do not have the rows and columns "
       "the benchmark's report makes now: rerun `python -m benchmarks` and "
       "paste bench-out/results.md between the bench-results markers",
     )

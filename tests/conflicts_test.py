@@ -22,8 +22,9 @@ def write(token, value):
   return testing.write_slot(token, jnp.full(jnp.shape(token), value))
 
 
-def readme_step(token, name=None):
-  """The README's Resource example, with the example resource's calls."""
+def resource_step(token, name=None):
+  """The Resource example of docs/resource.md, with two reads that XLA
+  cannot merge."""
   res = Resource(token, name=name)
   res.write(write, 1.0)
   x = res.read(testing.read_slot)
@@ -38,7 +39,7 @@ def accesses(c, selector):
 
 class ResourceExampleTest(absltest.TestCase):
   def test_concurrent_reads_are_no_race(self):
-    c = compiled(readme_step, jnp.int32(0))
+    c = compiled(resource_step, jnp.int32(0))
     self.assertEqual(testing.races(c), [])
     # The reads are really unordered: only their mode keeps them out.
     analysis = testing.OrderAnalysis(c)
@@ -48,7 +49,7 @@ class ResourceExampleTest(absltest.TestCase):
 
   def test_a_write_outside_resource_on_a_stale_token_is_caught(self):
     def stale(token):
-      x, y, t = readme_step(token)
+      x, y, t = resource_step(token)
       testing.write_slot(token, 3.0)  # the token from before every call
       return x, y, t
 
@@ -88,7 +89,7 @@ class NamedResourceTest(parameterized.TestCase):
 
   @parameterized.parameters("solver", "a/b (x:y) %%{}", 'caf\u00e9 "q"')
   def test_the_name_survives_as_written(self, name):
-    c = compiled(lambda t: readme_step(t, name), jnp.int32(0))
+    c = compiled(lambda t: resource_step(t, name), jnp.int32(0))
     self.assertEqual(
       accesses(c, WRITE), {(Access(name, "write"),)}, testing.module_text(c)
     )
@@ -120,34 +121,34 @@ class TransformsTest(parameterized.TestCase):
   def test_scan_and_while_loop(self):
     def scanned(token):
       def body(t, _):
-        return readme_step(t, "r")[2], None
+        return resource_step(t, "r")[2], None
 
       return jax.lax.scan(body, token, None, length=3)[0]
 
     self.check(compiled(scanned, jnp.int32(0)))
 
     def looped(token):
-      body = lambda c: (readme_step(c[0], "r")[2], c[1] + 1)  # noqa: E731
+      body = lambda c: (resource_step(c[0], "r")[2], c[1] + 1)  # noqa: E731
       return jax.lax.while_loop(lambda c: c[1] < 3, body, (token, 0))
 
     self.check(compiled(looped, jnp.int32(0)))
 
   def test_grad(self):
     def loss(v, token):
-      x, y, t = readme_step(token, "r")
+      x, y, t = resource_step(token, "r")
       return x * v + y, t
 
     fn = jax.grad(loss, has_aux=True)
     self.check(compiled(fn, jnp.float32(1), jnp.int32(0)))
 
   def test_vmap(self):
-    fn = jax.vmap(lambda t: readme_step(t, "r"))
+    fn = jax.vmap(lambda t: resource_step(t, "r"))
     self.check(compiled(fn, jnp.arange(4, dtype=jnp.int32)))
 
   def test_shard_map(self):
     mesh = jax.make_mesh((test_util.NUM_CPU_DEVICES,), ("x",))
     fn = jax.shard_map(
-      lambda t: readme_step(t, "r"),
+      lambda t: resource_step(t, "r"),
       mesh=mesh,
       in_specs=P("x"),
       out_specs=(P("x"), P("x"), P("x")),
@@ -165,7 +166,7 @@ class TransformsTest(parameterized.TestCase):
       jax.export.DisabledSafetyCheck.custom_call(WRITE),
     ]
     exported = jax.export.export(
-      jax.jit(lambda t: readme_step(t, "r")), disabled_checks=checks
+      jax.jit(lambda t: resource_step(t, "r")), disabled_checks=checks
     )(jnp.int32(0))
     restored = jax.export.deserialize(exported.serialize())
     self.check(jax.jit(restored.call).lower(jnp.int32(0)).compile())

@@ -200,7 +200,7 @@ class Resource:
 
   @property
   def name(self) -> str | None:
-    """The name given to the constructor (None: it may be any resource)."""
+    """The name given to the constructor, or None for any resource."""
     return self._name
 
   def __repr__(self) -> str:

@@ -205,7 +205,7 @@ def read_slot(token: jax.typing.ArrayLike, *, delay_us: int | np.integer = 0):
 
   Raises:
     TypeError, ValueError, jax.errors.JaxRuntimeError: a bad slot id or
-    ``delay_us``, as for `write_slot`.
+      ``delay_us``, as for `write_slot`.
   """
   attributes = _delay_attributes(delay_us, "read_slot")
   token = _slot_ids(token, "read_slot")

@@ -38,6 +38,7 @@ class Op:
 
   @property
   def target(self) -> str | None:
+    """The custom call's target name, or None when the op is no custom call."""
     return self.instruction.target
 
   @property
@@ -52,7 +53,7 @@ class Op:
 
   @property
   def access_text(self) -> str:
-    """What the op accesses, in words: ``reads 'solver'``."""
+    """What the op accesses, in words, such as ``reads 'solver'``."""
     return "; ".join(str(a) for a in self.accesses)
 
   @property

@@ -57,7 +57,8 @@ def order_graph(
       same default as ``races``: by default the user's native calls
       (``is_user_native_call``).
     format: ``"dot"`` (Graphviz: ``dot -Tsvg``) or ``"mermaid"`` (a
-      ``flowchart``, which Markdown renderers draw in a ```mermaid block).
+      ``flowchart``, which Markdown renderers draw in a fenced ``mermaid``
+      block).
     all_ops: as for ``races``: let scope selectors pick every op in the
       scope, not only effectful work.
 
