@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from entangle_jax._src import native
+from entangle_jax.testing._access import declare_target_mode
 
 WRITE_SLOT_TARGET = "entangle_jax_write_slot"
 READ_SLOT_TARGET = "entangle_jax_read_slot"
@@ -61,6 +62,8 @@ def _register(extension: types.ModuleType, platform: str) -> None:
 
 _native = _load_host()
 _register(_native, "cpu")
+# read_slot only reads the store: two unordered reads are no race.
+declare_target_mode(READ_SLOT_TARGET, "read")
 _cuda = load_cuda()
 if _cuda is not None:
   _register(_cuda, "CUDA")
@@ -193,7 +196,9 @@ def read_slot(token: jax.typing.ArrayLike, *, delay_us: int | np.integer = 0):
 
   Not side-effecting: if the result is unused XLA may drop the call, and XLA
   may run it at any point after ``token`` is produced, also after a later
-  write to the same slot, unless a data dependency orders it.
+  write to the same slot, unless a data dependency orders it. Its target is
+  declared a read (`entangle_jax.testing.declare_target_mode`), so ``races``
+  does not report two reads.
 
   ``delay_us``: microseconds the call waits before it reads, as for
   `write_slot`.
