@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from entangle_jax import testing
-from tests import oracle_programs
+from tests import oracle_programs, oracle_tracing
 
 
 def mark(text: str) -> None:
@@ -27,7 +27,7 @@ def mark(text: str) -> None:
 
 def events_of_one_run(compiled, base: int) -> list[list[int]]:
   testing.reset_slots()
-  oracle_programs.CALLBACK_EVENTS.clear()
+  oracle_tracing.CALLBACK_EVENTS.clear()
   jax.block_until_ready(compiled(jnp.int32(base)))
   events = [
     [record.slots[0], record.slots[1], record.start, record.end]
@@ -35,7 +35,7 @@ def events_of_one_run(compiled, base: int) -> list[list[int]]:
     if len(record.slots) == 2  # not the one large write
   ]
   jax.effects_barrier()
-  events += [list(e) for e in oracle_programs.CALLBACK_EVENTS]
+  events += [list(e) for e in oracle_tracing.CALLBACK_EVENTS]
   return events
 
 
@@ -43,7 +43,7 @@ def main(out_path: str, runs: int, seeds: list[int]) -> None:
   results = {}
   for seed in seeds:
     program = oracle_programs.generate(seed)
-    lowered = jax.jit(program.function()).lower(jnp.int32(0))
+    lowered = jax.jit(oracle_tracing.function(program)).lower(jnp.int32(0))
     mark(f"begin {seed}")
     compiled = lowered.compile()
     mark(f"end {seed}")
