@@ -22,6 +22,10 @@ COMPILE_IMPLS = (OURS, BARRIER, BASELINE)
 SCAN_STEPS = 100_000
 COMPILE_SIZES = (1, 10, 100, 1000, 2000)
 QUICK_COMPILE_SIZES = (1, 10, 100)
+# The order analysis: Resource programs of this many write-then-read pairs
+# (twice as many native calls).
+ANALYSIS_PAIRS = (250, 500, 1000)
+QUICK_ANALYSIS_PAIRS = (50, 100, 200)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -131,6 +131,38 @@ def compile_table(compiles: dict[str, list[dict]]) -> list[str]:
   return lines
 
 
+def analysis_table(rounds: list[dict[str, dict[str, float]]]) -> list[str]:
+  """Analysis times against XLA's compile time, per program size."""
+  sizes = list(rounds[0])
+  steps = ("compile", "parse", "races", "graph")
+  headers = ["XLA compile, s", "parse, s", "races, s", "order_graph, s"]
+  lines = [
+    _row(
+      "native calls",
+      ["instructions", *headers, "analysis / compile", "growth (instructions)"],
+    ),
+    _rule(8),
+  ]
+  total = {
+    n: [r[n]["parse"] + r[n]["races"] + r[n]["graph"] for r in rounds]
+    for n in sizes
+  }
+  for n in sizes:
+    cells = [f"{rounds[0][n]['instructions']:.0f}"]
+    for step in steps:
+      s = stats.spread([r[n][step] for r in rounds])
+      cells.append(f"{s.median:.3g} ({s.low:.3g}…{s.high:.3g})")
+    ratio = stats.spread(
+      stats.ratios(total[n], [r[n]["compile"] for r in rounds])
+    )
+    cells.append(f"{ratio.median:.3f} ({ratio.low:.3f}…{ratio.high:.3f})")
+    growth = statistics.median(total[n]) / statistics.median(total[sizes[0]])
+    size = rounds[0][n]["instructions"] / rounds[0][sizes[0]]["instructions"]
+    cells.append(f"{growth:.1f}x ({size:.1f}x)")
+    lines.append(_row(n, cells))
+  return lines
+
+
 def handler_lines(handlers: dict[str, list[float]]) -> list[str]:
   """This checkout's handler against the peer's, behind identical calls."""
   ours, peer = handlers[OURS], handlers[PEER]
@@ -199,6 +231,20 @@ witness) or n witness leaves (1 payload leaf), median (min…max) over
 rounds:"""
 
 
+_ANALYSIS_PROSE = """\
+The order analysis (`entangle_jax.testing`) of a compiled program of n
+`Resource` writes, each followed by a read (2n native calls), against
+the time XLA took to compile it (`Lowered.compile()`): parsing
+(`OrderAnalysis(compiled)`), `races()` and `order_graph(compiled)`, each
+as a user calls it; median (min…max) over rounds. The analysis's share of
+the compile time, and its growth from the smallest program (the module's
+growth in parentheses):"""
+
+
+def analysis_section(results: dict) -> list[str]:
+  return [_ANALYSIS_PROSE, "", *analysis_table(results["analysis"])]
+
+
 def timing_section(results: dict) -> list[str]:
   return [_TIMING_PROSE, "", *timing_table(results["derived"])]
 
@@ -251,9 +297,23 @@ SECTIONS: tuple[Callable[[dict], list[str]], ...] = (
   structure_section,
   handler_section,
   custom_call_section,
+  analysis_section,
 )
 
 
 def markdown(results: dict) -> str:
   """The README-ready report of one run: its sections, in order."""
   return "\n\n".join("\n".join(make(results)) for make in SECTIONS) + "\n"
+
+
+def analysis_markdown(results: dict) -> str:
+  """The report of a run of the analysis part alone (``--only-analysis``)."""
+  meta = results["meta"]
+  quick = " (--quick)" if meta["quick"] else ""
+  summary = (
+    f"{meta['date']}; {meta['machine']}; {meta['versions']}; "
+    f"{len(results['analysis'])} rounds of the order analysis; load average "
+    f"{meta['load_start']} at the start, {meta['load_end']} at the end; the "
+    f"run took {meta['wall_min']:.1f} min{quick}."
+  )
+  return summary + "\n\n" + "\n".join(analysis_section(results)) + "\n"

@@ -127,6 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     "--compile-rounds", type=int, help="compile-time rounds (default 3)"
   )
   parser.add_argument("--out", type=pathlib.Path, default=ROOT / "bench-out")
+  parser.add_argument(
+    "--only-analysis",
+    action="store_true",
+    help="run only the order analysis's part (its rounds: --compile-rounds)",
+  )
   args = parser.parse_args(argv)
   timing_rounds = args.rounds or (3 if args.quick else 7)
   compile_rounds = args.compile_rounds or (2 if args.quick else 3)
@@ -140,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.monotonic() - start
     print(f"[{elapsed:6.0f} s] {message}", file=sys.stderr, flush=True)
 
+  if args.only_analysis:
+    return _only_analysis(args, compile_rounds, log, load_start, start)
   with peer.isolated_path() as peer_path:
     workers = Workers(args.quick, peer_path)
     structure = {}
@@ -151,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     handlers = workers.run(OURS, "handlers")["handler_ns"]
     timings = workers.alternate(IMPLS, "timing", timing_rounds, log)
     compiles = workers.alternate(COMPILE_IMPLS, "compile", compile_rounds, log)
+    analysis = workers.alternate([OURS], "analysis", compile_rounds, log)
 
   results = {
     "meta": {
@@ -174,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     },
     "structure": structure,
     "handlers": handlers,
+    "analysis": [r["analysis_s"] for r in analysis[OURS]],
   }
   args.out.mkdir(parents=True, exist_ok=True)
   text = report.markdown(results)
@@ -182,4 +191,33 @@ def main(argv: list[str] | None = None) -> int:
   chart.chart(results, args.out / "results.png")
   print(text)
   print(f"wrote {args.out}/results.md, results.json, results.png")
+  return 0
+
+
+def _only_analysis(args, rounds: int, log, load_start: str, start: float):
+  """Runs the analysis part alone and writes its report."""
+  with peer.isolated_path() as peer_path:
+    workers = Workers(args.quick, peer_path)
+    found = workers.alternate([OURS], "analysis", rounds, log)[OURS]
+  ours = found[0]["versions"]
+  results = {
+    "meta": {
+      "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+      "machine": f"{platform.machine()}, {_cpu_model()}, "
+      f"{os.cpu_count()} cores",
+      "versions": f"this checkout: entangle-jax {ours['entangle-jax']}, "
+      f"jax {ours['jax']}, jaxlib {ours['jaxlib']}, Python {ours['python']}",
+      "quick": args.quick,
+      "load_start": load_start,
+      "load_end": _load(),
+      "wall_min": (time.monotonic() - start) / 60,
+    },
+    "analysis": [r["analysis_s"] for r in found],
+  }
+  args.out.mkdir(parents=True, exist_ok=True)
+  text = report.analysis_markdown(results)
+  (args.out / "analysis.md").write_text(text)
+  (args.out / "analysis.json").write_text(json.dumps(results, indent=1))
+  print(text)
+  print(f"wrote {args.out}/analysis.md, analysis.json")
   return 0

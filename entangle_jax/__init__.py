@@ -2,9 +2,10 @@
 
 ``entangle(payload, *witnesses)`` returns ``payload`` unchanged, but under
 ``jit`` it is ordered after every witness's producer. See ``entangle``'s
-docstring, the README, and ``entangle_jax.testing`` for proving the order on
-the compiled module. ``Resource`` adds those calls for you, keeping the
-program order of every read and write of one native resource.
+docstring, the documentation (docs/), and ``entangle_jax.testing`` for
+proving the order on the compiled module. ``Resource`` adds those calls for
+you, keeping the program order of every read and write of one native
+resource.
 
 Importing the package loads entangle's extension and registers its one FFI
 handler with XLA, and registers the primitive's lowering and partitioner.

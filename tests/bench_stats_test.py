@@ -1,7 +1,7 @@
 """The benchmark's statistics, derived metrics and report, on synthetic rounds.
 
-Nothing is timed here: the inputs are made-up per-round times. The README's
-Performance tables must have the rows and columns the report makes now.
+Nothing is timed here: the inputs are made-up per-round times. The tables
+on docs/performance.md must have the rows and columns the report makes now.
 """
 
 import pathlib
@@ -15,6 +15,7 @@ try:
   from benchmarks import comparisons, stats
   from benchmarks import report as bench_report
   from benchmarks.cases import (
+    ANALYSIS_PAIRS,
     BARRIER,
     BASELINE,
     COMPILE_IMPLS,
@@ -167,6 +168,26 @@ class BenchReportTest(absltest.TestCase):
       )
 
 
+class AnalysisTableTest(absltest.TestCase):
+  def test_share_of_compile_time_and_growth(self):
+    rounds = [_analysis_round(f) for f in (1.0, 1.1, 0.9)]
+    lines = bench_report.analysis_table(rounds)
+    small, large = str(2 * ANALYSIS_PAIRS[0]), str(2 * ANALYSIS_PAIRS[-1])
+    cells = {line.split(" | ")[0].strip("| "): line for line in lines[2:]}
+    # 4e-4 n against 1e-5 n^2: a share of 40 / n; growth as the module's.
+    n_small, n_large = ANALYSIS_PAIRS[0], ANALYSIS_PAIRS[-1]
+    self.assertIn(f"| {40 / n_small:.3f} (", cells[small])
+    self.assertIn(f"| {40 / n_large:.3f} (", cells[large])
+    growth = n_large / n_small
+    self.assertTrue(cells[large].endswith(f"| {growth:.1f}x ({growth:.1f}x) |"))
+    # The control: a quadratic analysis grows faster than the module.
+    for r in rounds:
+      for n in ANALYSIS_PAIRS:
+        r[str(2 * n)]["races"] = 1e-6 * n * n
+    quadratic = bench_report.analysis_table(rounds)[-1]
+    self.assertFalse(quadratic.endswith(f"| {growth:.1f}x ({growth:.1f}x) |"))
+
+
 def _results() -> dict:
   """A whole run's results, made up, in the shape the runner writes."""
   timings = _timings(ours_extra_s=1e-4)
@@ -197,6 +218,22 @@ def _results() -> dict:
       if impl != NOISE
     },
     "handlers": {name: JITTER for name in (OURS, PEER, OURS_AGAIN)},
+    "analysis": [_analysis_round(factor) for factor in (1.0, 1.1, 0.9)],
+  }
+
+
+def _analysis_round(factor: float) -> dict[str, dict[str, float]]:
+  """A made-up round of the analysis part: steps linear in the size,
+  compile quadratic."""
+  return {
+    str(2 * n): {
+      "instructions": 5 * n,
+      "compile": factor * 1e-5 * n * n,
+      "parse": factor * 2e-4 * n,
+      "races": factor * 1e-4 * n,
+      "graph": factor * 1e-4 * n,
+    }
+    for n in ANALYSIS_PAIRS
   }
 
 
@@ -216,16 +253,16 @@ def _skeleton(report: str) -> list[str]:
   return kept
 
 
-class ReadmeTablesTest(absltest.TestCase):
-  def test_readme_tables_are_what_the_report_makes(self):
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+class PerformancePageTablesTest(absltest.TestCase):
+  def test_page_tables_are_what_the_report_makes(self):
+    page = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
     begin, end = "<!-- bench-results:begin -->\n", "<!-- bench-results:end -->"
-    recorded = readme[readme.index(begin) + len(begin) : readme.index(end)]
+    recorded = page[page.index(begin) + len(begin) : page.index(end)]
     made = bench_report.markdown(_results())
     self.assertEqual(
       _skeleton(recorded),
       _skeleton(made),
-      "README.md's Performance tables do not have the rows and columns "
+      "docs/performance.md's tables do not have the rows and columns "
       "the benchmark's report makes now: rerun `python -m benchmarks` and "
       "paste bench-out/results.md between the bench-results markers",
     )

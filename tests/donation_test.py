@@ -37,7 +37,7 @@ class DonationTest(absltest.TestCase):
     self.assertEqual(copies(chain, jnp.ones(8), 1.0), 0)
 
   def test_donated_token_without_a_matching_output_is_copied(self):
-    # The README's "Copies": JAX pairs a donated argument only with an output
+    # docs/copies.md: JAX pairs a donated argument only with an output
     # of its shape and dtype; without one the token is read-only to XLA.
     def returns_read(t):
       x = read_slot(t)

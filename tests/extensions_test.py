@@ -30,9 +30,8 @@ _STAGES = textwrap.dedent(
     try:
       jax.jit(lambda: write(jnp.int32(0), jnp.float32(1))).lower().compile()
       known = "registered"
-    except jax.errors.JaxRuntimeError:
-      # By its public name: older jax (0.6.2) names the class XlaRuntimeError.
-      known = "JaxRuntimeError"
+    except Exception as error:
+      known = type(error).__name__
     print(loaded, known)
 
   import entangle_jax
@@ -48,9 +47,13 @@ class RegistrationTest(absltest.TestCase):
     result = test_util.run_python(_STAGES, timeout=120)
     self.assertEqual(result.returncode, 0, result.stderr)
     production, testing = result.stdout.strip().splitlines()
-    self.assertEqual(
+    # jax < 0.7 names the compiler's error XlaRuntimeError.
+    self.assertIn(
       production,
-      "['entangle_jax._src._entangle_ffi'] JaxRuntimeError",
+      [
+        "['entangle_jax._src._entangle_ffi'] JaxRuntimeError",
+        "['entangle_jax._src._entangle_ffi'] XlaRuntimeError",
+      ],
     )
     # The example resource's CUDA extension, where it was built, loads too.
     self.assertRegex(

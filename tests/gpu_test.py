@@ -1,8 +1,10 @@
 """Ordering on a CUDA GPU; skipped (with the reason) where JAX sees none."""
 
+import time
 import unittest
 
 import jax
+import jax.numpy as jnp
 from absl.testing import absltest
 
 from entangle_jax import testing
@@ -47,6 +49,17 @@ class GpuHazardTest(absltest.TestCase):
   def test_example_resource_on_gpu(self):
     token = testing.write_slot(3, 1.5)
     self.assertEqual(float(testing.read_slot(token)), 1.5)
+
+  def test_a_delayed_call_takes_its_delay_on_the_stream(self):
+    call = jax.jit(
+      lambda s: testing.read_slot(
+        testing.write_slot(s, 2.5, delay_us=50_000), delay_us=50_000
+      )
+    )
+    jax.block_until_ready(call(jnp.int32(5)))  # compiled
+    start = time.perf_counter()
+    self.assertEqual(float(call(jnp.int32(5))), 2.5)
+    self.assertGreaterEqual(time.perf_counter() - start, 0.1)
 
 
 if __name__ == "__main__":

@@ -13,12 +13,16 @@ from entangle_jax.testing import _graph_formats
 from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 from tests.graph_reading import (
   CHAIN_HLO,
+  mermaid_shapes,
   read_mermaid,
   render_svg,
   svg_groups,
 )
 
-AWKWARD = 'é "q" [b] <a> #x; & `t` \\n {c} ü→'
+AWKWARD = (
+  'é "q" [b] <a> #x; & `t` \\n {c} ü→ %%{init: {"theme": "forest"}}%% '
+  "\ufb02\u00b0\u00b037\u00b6\u00df 50% (a:b) \\"
+)
 
 
 class EscapingTest(absltest.TestCase):
@@ -44,7 +48,7 @@ class EscapingTest(absltest.TestCase):
     svg = render_svg(self, _graph_formats.to_dot(graph))
     self.assertEqual(svg_groups(svg, "node"), {"a": ["one", "two"]})
     text = _graph_formats.to_mermaid(graph)
-    self.assertEqual(text, 'flowchart TD\n  n0["one#10;two"]\n')
+    self.assertEqual(text, 'flowchart TD\n  n0["one<br/>two"]\n')
 
   def test_mermaid_escapes_labels(self):
     text = _graph_formats.to_mermaid(self.awkward_graph())
@@ -52,9 +56,25 @@ class EscapingTest(absltest.TestCase):
     self.assertEqual(labels, {"n0": f"{AWKWARD}\nsecond line", "n1": "x"})
     self.assertEqual(clusters, {AWKWARD: ["n0"]})
     self.assertEqual(arrows, [("n0", "n1")])
-    # Nothing Mermaid reads as syntax or markup is left raw in a label.
+    # Nothing Mermaid reads as syntax, markup or a directive is left raw in
+    # a label, nor any character outside printable ASCII.
     for quoted in re.findall(r'\["([^"]*)"\]', text):
-      self.assertNotRegex(quoted.replace("<br/>", ""), r'[<>"`&]')
+      self.assertNotRegex(quoted.replace("<br/>", ""), r'[<>"`&%{}\[\]\\]')
+      self.assertRegex(quoted, r"^[ -~]*$")
+
+  def test_reads_and_writes_are_drawn_apart(self):
+    nodes = (
+      _graph_formats.Node("r", ("read",), (), reads=True),
+      _graph_formats.Node("w", ("write",), ()),
+    )
+    graph = _graph_formats.Graph(nodes, edges=((0, 1),), races=())
+    read_mermaid(self, _graph_formats.to_mermaid(graph))
+    self.assertEqual(mermaid_shapes(), {"n0": "read", "n1": "write"})
+    dot = _graph_formats.to_dot(graph)
+    self.assertIn('"r" [label="read", shape=ellipse];', dot)
+    self.assertIn('"w" [label="write"];', dot)
+    svg = render_svg(self, dot)
+    self.assertEqual(svg_groups(svg, "node"), {"r": ["read"], "w": ["write"]})
 
 
 class BadInputTest(absltest.TestCase):

@@ -33,7 +33,8 @@ def unordered_names(pairs):
 
 # Structural readers of the two formats ---------------------------------------
 
-_MERMAID_NODE = re.compile(r'^(n\d+)\["([^"]*)"\]$')
+# A box (an op that may write) or a stadium (an op that only reads).
+_MERMAID_NODE = re.compile(r'^(n\d+)(\[|\(\[)"([^"]*)"(\]|\]\))$')
 _MERMAID_SUBGRAPH = re.compile(r'^subgraph (c\d+)\["([^"]*)"\]$')
 _MERMAID_LINK = re.compile(r"^(n\d+) (-->|-\.-) (n\d+)$")
 _MERMAID_STYLE = re.compile(r"^linkStyle ([\d,]+) stroke:red,")
@@ -44,17 +45,21 @@ def read_mermaid(test, text):
 
   Returns:
     (labels by node id, node ids by cluster label, arrows, dashed links),
-    with labels decoded from Mermaid entity codes.
+    with labels decoded from Mermaid entity codes. `mermaid_shapes` gives
+    the shapes.
   """
   lines = text.splitlines()
   test.assertEqual(lines[0], "flowchart TD")
   labels, clusters, arrows, dashed, links = {}, {}, [], [], []
+  shapes = {}
   open_clusters, styled = [], None
   for line in lines[1:]:
     body = line.strip()
     if match := _MERMAID_NODE.match(body):
       test.assertNotIn(match.group(1), labels)
-      labels[match.group(1)] = decode_mermaid(match.group(2))
+      test.assertEqual(len(match.group(2)), len(match.group(4)), body)
+      labels[match.group(1)] = decode_mermaid(match.group(3))
+      shapes[match.group(1)] = "read" if match.group(2) == "([" else "write"
       for cluster in open_clusters:
         clusters[cluster].append(match.group(1))
     elif match := _MERMAID_SUBGRAPH.match(body):
@@ -79,7 +84,20 @@ def read_mermaid(test, text):
   # The red style covers exactly the dashed links.
   expected = [n for n, link in enumerate(links) if link == "-.-"] or None
   test.assertEqual(styled, expected)
+  # Mermaid reads %% anywhere as a comment or a directive (%%{init: ...}%%).
+  test.assertNotIn("%%", text)
+  _SHAPES.clear()
+  _SHAPES.update(shapes)
   return labels, clusters, arrows, dashed
+
+
+_SHAPES: dict[str, str] = {}
+
+
+def mermaid_shapes():
+  """{node id: "read" or "write"} of the flowchart `read_mermaid` read last:
+  a stadium is an op that only reads, a box one that may write."""
+  return dict(_SHAPES)
 
 
 def decode_mermaid(label):

@@ -39,7 +39,7 @@ ENTRY %main (a: s32[], x: f32[]) -> f32[] {
 """
 
 BRANCHES_HLO = """
-HloModule branches
+HloModule branches, is_scheduled=true
 
 %left (p: s32[]) -> s32[] {
   %p = s32[] parameter(0)
@@ -71,7 +71,7 @@ ENTRY %main (a: s32[], k: s32[]) -> s32[] {
 # Async work: the read is wrapped in async-start/async-done; "early" uses only
 # the start, "late" the done.
 ASYNC_HLO = """
-HloModule async
+HloModule async, is_scheduled=true
 
 %wrapped (p: s32[]) -> f32[] {
   %p = s32[] parameter(0)
@@ -100,7 +100,7 @@ ENTRY %main (a: s32[]) -> f32[] {
 
 # Data that flows only through one element of a tuple, and a zero-sized value.
 TUPLE_HLO = """
-HloModule tuples
+HloModule tuples, is_scheduled=true
 
 ENTRY %main (a: s32[]) -> s32[] {
   %a = s32[] parameter(0)
@@ -118,7 +118,7 @@ ENTRY %main (a: s32[]) -> s32[] {
 # Entangle calls: one with a zero-size witness only; one aliasing operands 0
 # and 2 (two payloads) with witnesses of either size.
 ENTANGLE_HLO = """
-HloModule entangles
+HloModule entangles, is_scheduled=true
 
 ENTRY %main (a: s32[], e: f32[0], w: f32[]) -> (s32[], (s32[], s32[])) {
   %a = s32[] parameter(0)
@@ -133,7 +133,7 @@ ENTRY %main (a: s32[], e: f32[0], w: f32[]) -> (s32[], (s32[], s32[])) {
 
 # A loop that reads element 0 of its state and carries element 1 through.
 LOOP_HLO = """
-HloModule loop
+HloModule loop, is_scheduled=true
 
 %body (b: (s32[], s32[])) -> (s32[], s32[]) {
   %b = (s32[], s32[]) parameter(0)
@@ -167,7 +167,7 @@ ENTRY %main (a: s32[]) -> s32[] {
 # Conditionals: %cnd runs %branch0 (two unordered calls and a nested
 # conditional) or %branch1; a loop body holds another conditional.
 EXCLUSIVE_HLO = """
-HloModule exclusive
+HloModule exclusive, is_scheduled=true
 
 %inner0 (p0: s32[]) -> s32[] {
   %p0 = s32[] parameter(0)

@@ -96,19 +96,24 @@ class DemoProgramTest(parameterized.TestCase):
   def test_dot_renders(self, ordering):
     compiled = _hazard.compiled(ordering)
     analysis = testing.OrderAnalysis(compiled)
-    svg = render_svg(self, testing.order_graph(compiled))
+    dot = testing.order_graph(compiled)
+    svg = render_svg(self, dot)
     nodes = svg_groups(svg, "node")
     read = analysis.select(READ)[0]
     second = analysis.select("second_write")[0]
     self.assertIn(READ, nodes[read])
     self.assertIn(WRITE, nodes[second])
     edges = svg_groups(svg, "edge")
+    # Graphviz titles an edge by its written direction; a race line is
+    # written in either, without arrowheads.
+    (between,) = {f"{read}->{second}", f"{second}->{read}"} & set(edges)
+    a, b = between.split("->")
+    (line,) = [x for x in dot.splitlines() if f'"{a}" -> "{b}"' in x]
     if ordering is Ordering.ENTANGLE:
-      self.assertIn(f"{read}->{second}", edges)
+      self.assertEqual(between, f"{read}->{second}")
+      self.assertNotIn("dashed", line)
     else:
-      self.assertNotIn(f"{read}->{second}", edges)
-      # Graphviz titles an undirected-looking edge by its written direction.
-      self.assertTrue({f"{read}->{second}", f"{second}->{read}"} & set(edges))
+      self.assertIn("dir=none, style=dashed", line)
 
   def test_accepts_lowered_and_text(self):
     lowered = jax.jit(_hazard.program(Ordering.NONE)).lower(
@@ -130,14 +135,42 @@ class DemoProgramTest(parameterized.TestCase):
     text = testing.order_graph(compiled, ["read"], all_ops=True)
     self.assertEqual(text, _graph_formats.to_dot(everything))
 
-  def test_labels_name_target_scope_and_line(self):
+  def test_labels_name_target_access_scope_and_line(self):
     analysis, graph = drawn(_hazard.compiled(Ordering.ENTANGLE))
     (read,) = analysis.select_ops("read")
     (node,) = [n for n in graph.nodes if n.name == read.name]
-    # The same target, scope and file:line that races/format_races report.
-    self.assertEqual(node.label, (READ, read.scope, read.location))
-    self.assertIn("/read/", node.label[1])
-    self.assertRegex(node.label[2], r"\.py:\d+$")  # Which frame: see Op.
+    # The same target, scope and file:line that races/format_races report,
+    # and what the op accesses.
+    self.assertEqual(
+      node.label, (READ, "reads any resource", read.scope, read.location)
+    )
+    self.assertIn("/read/", node.label[2])
+    self.assertRegex(node.label[3], r"\.py:\d+$")  # Which frame: see Op.
+    self.assertTrue(node.reads)
+    (write,) = [n for n in graph.nodes if n.name != read.name][:1]
+    self.assertEqual(write.label[1], "writes any resource")
+    self.assertFalse(write.reads)
+
+
+def random_dataflow_hlo(operands):
+  """An HLO module of custom calls %c0, %c1...; %c<b> takes %c<a> for each
+  a in operands[b] (and the parameter)."""
+  lines = [
+    "HloModule random, is_scheduled=true",
+    "",
+    "ENTRY %main (p: s32[]) -> s32[] {",
+  ]
+  lines.append("  %p = s32[] parameter(0)")
+  for b, sources in enumerate(operands):
+    args = ", ".join(["%p", *(f"%c{a}" for a in sources)])
+    lines.append(
+      f'  %c{b} = s32[] custom-call({args}), custom_call_target="t{b}"'
+    )
+  names = ", ".join(f"%c{b}" for b in range(len(operands)))
+  shape = ", ".join("s32[]" for _ in operands)
+  lines.append(f"  ROOT %out = ({shape}) tuple({names})")
+  lines.append("}")
+  return "\n".join(lines) + "\n"
 
 
 class ReductionTest(absltest.TestCase):
@@ -162,22 +195,30 @@ class ReductionTest(absltest.TestCase):
     )
 
   def test_reduction_of_random_orders(self):
+    # Random dataflow graphs of custom calls, written as HLO: the arrows
+    # drawn must be exactly the pairs with no call between them.
     rng = random.Random(0)
-    for _ in range(50):
+    for _ in range(40):
       n = rng.randrange(1, 12)
-      # A random strict order: an edge set closed transitively.
-      before = [
-        [a < b and rng.random() < 0.3 for b in range(n)] for a in range(n)
-      ]
-      for c, a, b in itertools.product(range(n), repeat=3):
-        before[a][b] |= before[a][c] and before[c][b]
+      operands = [[a for a in range(b) if rng.random() < 0.3] for b in range(n)]
+      before = [[False] * n for _ in range(n)]
+      for b in range(n):
+        for a in operands[b]:
+          before[a][b] = True
+          for c in range(n):
+            before[c][b] |= before[c][a]
       expected = {
-        (a, b)
+        (f"c{a}", f"c{b}")
         for a, b in itertools.product(range(n), repeat=2)
         if before[a][b]
         and not any(before[a][c] and before[c][b] for c in range(n))
       }
-      self.assertEqual(set(_order_graph._reduction(before)), expected)
+      _, graph = drawn(random_dataflow_hlo(operands))
+      self.assertEqual(named_edges(graph, graph.edges), expected)
+      drawn_order = [int(node.name[1:]) for node in graph.nodes]
+      for a, b in itertools.combinations(range(n), 2):
+        if before[a][b]:
+          self.assertLess(drawn_order.index(a), drawn_order.index(b))
 
   def test_chain_of_three_among_selectors(self):
     _, graph = drawn(CHAIN_HLO, ["lib_a", "lib_c", "lib_f"])

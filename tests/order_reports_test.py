@@ -59,8 +59,16 @@ class AssertHappensBeforeTest(absltest.TestCase):
     self.assertEqual(location.split(os.sep)[-1], expected)
     rendered = testing.format_races(testing.races(c))
     self.assertIn(expected, rendered)
-    self.assertIn("1 pair of ops not ordered", rendered)
-    self.assertEqual(testing.format_races([]), "Every pair of ops is ordered.")
+    self.assertIn(
+      "1 pair of calls may conflict and run in either order", rendered
+    )
+    self.assertIn("(reads any resource)", rendered)
+    self.assertIn("(writes any resource)", rendered)
+    self.assertIn("declare_target_mode", rendered)
+    self.assertEqual(
+      testing.format_races([]),
+      "No races: every two calls that may conflict are ordered.",
+    )
 
   def test_zero_size_witness_is_explained(self):
     def fn(slot, empty):

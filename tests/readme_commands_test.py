@@ -147,11 +147,19 @@ class ProjectReadmeTest(absltest.TestCase):
   # .ci/run runs these sections' blocks; each must hold commands.
   def test_ci_sections_have_commands(self):
     text = (ROOT / "README.md").read_text()
-    for section in ("Development", "Install"):
+    for section in ("Development", "Documentation", "Install"):
       blocks = readme_commands.shell_blocks(text, section)
       self.assertNotEmpty(blocks, section)
       for block in blocks:
         self.assertTrue(block.strip(), section)
+
+  def test_documentation_blocks_build_then_serve(self):
+    # .ci/run runs block 0 and waits for it, then runs block 1 in the
+    # background and opens the pages it serves on 127.0.0.1:8000.
+    text = (ROOT / "README.md").read_text()
+    build, serve = readme_commands.shell_blocks(text, "Documentation")
+    self.assertIn("sphinx-build -W", build)
+    self.assertIn("http.server 8000 --bind 127.0.0.1", serve)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ uv export --quiet --format requirements-txt --all-groups --all-extras --no-emit-
 constraints=build/oldest-jax-constraints.txt
 mkdir -p build
 printf 'jax==%s\njaxlib==%s\n' "$oldest_jax" "$oldest_jax" >"$constraints"
-uv pip compile --quiet pyproject.toml --all-extras --group dev --group bench --generate-hashes \
+uv pip compile --quiet pyproject.toml --all-extras --group dev --group bench --group docs --generate-hashes \
   --python-version 3.11 --constraint "$constraints" --no-header \
   --output-file requirements-oldest.lock
 echo "locked: requirements.lock, requirements-oldest.lock (jax $oldest_jax)"

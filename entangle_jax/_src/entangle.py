@@ -59,7 +59,7 @@ def entangle(payload: T, *witnesses: Any) -> T:
   removed, along with the ordering it would have imposed. Use the result,
   typically by rebinding the payload's name (``token = entangle(token, x)``).
   XLA copies the payload buffer if the original payload is still used
-  afterwards or cannot be donated; see the README's "Copies" section.
+  afterwards or cannot be donated; see docs/copies.md.
   """
   witness_leaves, witness_names = [], []
   for index, witness in enumerate(witnesses):

@@ -7,8 +7,8 @@ Importing this module registers, for `entangle_jax._src.primitive.entangle_p`:
   alias its results, annotated with a Shardy sharding rule;
 * on TPU, where user FFI handlers cannot run, XLA's own
   ``optimization_barrier``, which keeps the values together but, unlike the
-  custom call, does not stop XLA's CPU pipeline from expanding it (README,
-  "Platforms");
+  custom call, does not stop XLA's CPU pipeline from expanding it
+  (docs/platforms.md);
 * the partitioner for entangle's target (`entangle_jax._src.partitioning`),
   with `shard_program` as the per-device program.
 """

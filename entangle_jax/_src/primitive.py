@@ -36,7 +36,7 @@ fusion pass. Measured with jax 0.10.2 on a 2-core CPU machine, 2000 donated
 payload leaves: one call compiled in 33-38 s where optimization_barrier over
 the same leaves took 1.4-2.5 s (busy machine); in calls of 256, 3.3x the
 barrier's time; in calls of 128, 1.6-1.8x on a quiet machine (benchmarks/,
-README "Performance"). So `bind` gives each chunk of at
+docs/performance.md). So `bind` gives each chunk of at
 most this many payload leaves a call of its own. Every call takes every
 witness, so each result is still ordered after all witnesses, and no leaf is
 copied.

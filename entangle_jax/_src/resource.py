@@ -8,6 +8,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from entangle_jax._src import access_marker
 from entangle_jax._src.entangle import entangle
 
 _ARRAY_TYPES = (jax.Array, np.ndarray, np.generic, bool, int, float, complex)
@@ -46,21 +47,39 @@ class Resource:
   Costs: one ``entangle`` per write that follows reads, taking the outputs of
   all those reads, and none for a write that follows a write. With a token of
   several leaves, one more after each write (see `write`).
+
+  Each call records for `entangle_jax.testing` whether it reads or writes
+  which resource (`entangle_jax._src.access_marker`), so that ``races``
+  reports only calls that may conflict.
   """
 
-  def __init__(self, token: Any):
+  def __init__(self, token: Any, *, name: str | None = None):
     """Starts tracking the resource named by ``token``.
 
     Args:
       token: a pytree of arrays (JAX or NumPy arrays, NumPy or Python
         scalars) with at least one leaf. Calls recorded later are ordered
         after whatever produced it, and nothing else.
+      name: which native resource this is, for `entangle_jax.testing`:
+        calls of ``Resource`` objects with different names never conflict.
+        Give every ``Resource`` of one native resource the same name (a
+        ``scan`` body's and the one outside it, say). Without a name, it
+        may be any resource: its writes conflict with every native call,
+        its reads with every write.
 
     Raises:
-      TypeError: a leaf of ``token`` is not an array; the message names it.
-      ValueError: ``token`` has no leaves.
+      TypeError: a leaf of ``token`` is not an array (the message names
+        it), or ``name`` is not a str.
+      ValueError: ``token`` has no leaves, or ``name`` is empty.
     """
     _check_token(token, "Resource: token")
+    if name is not None and not isinstance(name, str):
+      raise TypeError(
+        f"Resource: name must be a str or None, not {type(name).__name__}"
+      )
+    if name == "":
+      raise ValueError("Resource: name must not be empty")
+    self._name = name
     self._token = token
     self._treedef = jax.tree_util.tree_structure(token)
     self._pending: list[Any] = []  # Outputs of the reads since the last write.
@@ -95,7 +114,8 @@ class Resource:
     Raises:
       TypeError: a leaf of ``fn``'s result is not an array.
     """
-    result = fn(self._token, *args, **kwargs)
+    with jax.named_scope(access_marker.scope_component("read", self._name)):
+      result = fn(self._token, *args, **kwargs)
     leaves = jax.tree_util.tree_leaves(result)
     for index, leaf in enumerate(leaves):
       if not _is_array(leaf):
@@ -156,7 +176,8 @@ class Resource:
     ``lambda t, a: entangle(t, native_write(t, a))``.
     """
     token = self.token
-    result = fn(token, *args, **kwargs)
+    with jax.named_scope(access_marker.scope_component("write", self._name)):
+      result = fn(token, *args, **kwargs)
     aux = None
     if has_aux:
       if not (isinstance(result, tuple | list) and len(result) == 2):
@@ -177,9 +198,16 @@ class Resource:
     self._entangled = None
     return aux
 
+  @property
+  def name(self) -> str | None:
+    """The name given to the constructor, or None for any resource."""
+    return self._name
+
   def __repr__(self) -> str:
+    named = "" if self._name is None else f"name={self._name!r}, "
     return (
-      f"Resource(token={self._treedef}, pending_reads={len(self._pending)})"
+      f"Resource({named}token={self._treedef}, "
+      f"pending_reads={len(self._pending)})"
     )
 
 

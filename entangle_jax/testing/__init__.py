@@ -6,8 +6,11 @@ Proving order on the module XLA runs:
   ordered before every op ``after`` selects by edges the runtime honours?
 * ``assert_happens_before(compiled, before, after)``: the same, raising an
   ``AssertionError`` that names each unordered pair and the usual fix.
-* ``races(compiled, among=None)``: pairs of ops ordered neither way;
+* ``races(compiled, among=None)``: pairs of calls that may conflict (one
+  resource, at least one writing) and that nothing orders;
   ``format_races`` renders them like ``assert_happens_before`` does.
+* ``declare_target_mode(target, "read")``: calls to your target only read;
+  ``Access`` is what an op reads or writes (``Op.accesses``).
 * ``OrderAnalysis``: the same questions, parsing the module once; ``Op`` and
   ``Race`` are what it returns.
 * ``is_effectful`` / ``is_user_native_call``: which ops a named-scope
@@ -26,6 +29,7 @@ Importing this package loads the example resource's extension and registers
 its FFI targets with XLA (``import entangle_jax`` alone does not).
 """
 
+from entangle_jax.testing._access import Access, declare_target_mode
 from entangle_jax.testing._analysis import OrderAnalysis
 from entangle_jax.testing._example_resource import (
   NUM_SLOTS,
@@ -50,12 +54,14 @@ from entangle_jax.testing._selectors import is_effectful, is_user_native_call
 
 __all__ = [
   "NUM_SLOTS",
+  "Access",
   "CallRecord",
   "Op",
   "OrderAnalysis",
   "Race",
   "assert_happens_before",
   "call_log",
+  "declare_target_mode",
   "format_races",
   "happens_before",
   "has_cuda_device",

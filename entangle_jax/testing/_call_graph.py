@@ -1,58 +1,74 @@
-"""Where each computation is called from: chains of call sites to an op."""
+"""Where each computation is called from: chains of call sites from the
+entry computation."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable
 
-from entangle_jax.testing import _hlo_parse
-from entangle_jax.testing._ops import Op
+from entangle_jax.testing._hlo_parse import Module
 
-# Beyond this many call-site chains to one computation, nothing is concluded
-# about its ops (a computation shared by very many call sites).
 PATH_LIMIT = 64
+"""Chains to one computation beyond which nothing is concluded about its ops
+(a computation shared by very many call sites)."""
 
-CallPath = tuple[Op, ...]
-"""Call sites from the entry computation down to an op, then the op."""
+Site = tuple[str, int]
+"""A call site: (computation, position of the calling instruction)."""
+Chain = tuple[Site, ...]
 
 
-class CallGraph:
-  """The call sites of every computation of one parsed module.
+def call_chains(module: Module) -> dict[str, list[Chain]]:
+  """For each computation reachable from the entry, the chains of call sites
+  that lead to it from there (``[()]`` for the entry; ``[]`` when there are
+  more than `PATH_LIMIT`). Computations no chain reaches are left out."""
+  callers: dict[str, list[Site]] = {}
+  for name, instructions in module.computations.items():
+    for position, i in enumerate(instructions):
+      for callee in i.callees:
+        callers.setdefault(callee, []).append((name, position))
+  chains: dict[str, list[Chain]] = {module.entry: [()]}
+  for name in _callers_first(module):
+    if name == module.entry:
+      continue
+    found: list[Chain] = []
+    for caller, position in callers.get(name, []):
+      if caller not in chains:
+        continue  # A caller no chain reaches.
+      if not chains[caller]:  # Too many chains to the caller already.
+        found = []
+        break
+      found += [(*chain, (caller, position)) for chain in chains[caller]]
+      if len(found) > PATH_LIMIT:
+        found = []
+        break
+    chains[name] = found
+  return chains
 
-  Args:
-    module: the parsed module.
-    instructions: every instruction of the module.
-    op_of: the `Op` an instruction is part of (async pairs are one op, so a
-      call site may be an async start).
-  """
 
-  def __init__(
-    self,
-    module: _hlo_parse.Module,
-    instructions: Iterable[_hlo_parse.Instruction],
-    op_of: Callable[[_hlo_parse.Instruction], Op],
-  ):
-    self._entry = module.entry
-    self._callers: dict[str, list[Op]] = {}
-    for instruction in instructions:
-      for callee in instruction.callees:
-        sites = self._callers.setdefault(callee, [])
-        site = op_of(instruction)
-        if site not in sites:
-          sites.append(site)
-    self._site_paths = functools.cache(self._find_site_paths)
+def _callers_first(module: Module) -> list[str]:
+  """Computations reachable from the entry, each after all its callers."""
+  order = post_order(
+    module.entry,
+    lambda name: (c for i in module.computations[name] for c in i.callees),
+  )
+  order.reverse()
+  return order
 
-  def call_paths(self, op: Op) -> list[CallPath]:
-    """Chains of call sites from the entry computation down to `op`, each
-    ending in `op`; empty when there are more than `PATH_LIMIT`."""
-    return [(*path, op) for path in self._site_paths(op.computation)]
 
-  def _find_site_paths(self, computation: str) -> list[tuple[Op, ...]]:
-    if computation == self._entry:
-      return [()]
-    paths = []
-    for site in self._callers.get(computation, []):
-      paths.extend((*path, site) for path in self._site_paths(site.computation))
-      if len(paths) > PATH_LIMIT:
-        return []
-    return paths
+def post_order(
+  start: str, callees: Callable[[str], Iterable[str]]
+) -> list[str]:
+  """`start` and every computation reachable through `callees`, each after
+  all those it reaches: an iterative depth-first search, so that no nesting
+  depth exhausts Python's stack."""
+  order: list[str] = []
+  done: set[str] = set()
+  stack = [(start, False)]
+  while stack:
+    name, expanded = stack.pop()
+    if expanded:
+      order.append(name)
+    elif name not in done:
+      done.add(name)
+      stack.append((name, True))
+      stack.extend((c, False) for c in callees(name) if c not in done)
+  return order

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from entangle_jax._src import native
+from entangle_jax.testing._access import declare_target_mode
 
 WRITE_SLOT_TARGET = "entangle_jax_write_slot"
 READ_SLOT_TARGET = "entangle_jax_read_slot"
@@ -61,6 +62,8 @@ def _register(extension: types.ModuleType, platform: str) -> None:
 
 _native = _load_host()
 _register(_native, "cpu")
+# read_slot only reads the store: two unordered reads are no race.
+declare_target_mode(READ_SLOT_TARGET, "read")
 _cuda = load_cuda()
 if _cuda is not None:
   _register(_cuda, "CUDA")
@@ -112,7 +115,40 @@ def _check_range(ids: np.ndarray, who: str) -> None:
       )
 
 
-def write_slot(slot: jax.typing.ArrayLike, value: jax.typing.ArrayLike):
+MAX_DELAY_US = 10_000_000
+"""The longest ``delay_us`` a call accepts: ten seconds."""
+
+
+def _delay_attributes(
+  delay_us: int | np.integer, who: str
+) -> dict[str, np.int64]:
+  """The call's FFI attributes for `delay_us`: none for no delay (the
+  handlers take a missing ``delay_us`` as zero).
+
+  Raises:
+    TypeError: `delay_us` is not an int (a tracer included).
+    ValueError: `delay_us` is outside ``[0, MAX_DELAY_US]``.
+  """
+  if isinstance(delay_us, bool | np.bool_) or not isinstance(
+    delay_us, int | np.integer
+  ):
+    raise TypeError(
+      f"{who}: delay_us must be an int (microseconds, known when tracing), "
+      f"not {delay_us!r}"
+    )
+  if not 0 <= delay_us <= MAX_DELAY_US:
+    raise ValueError(
+      f"{who}: delay_us={delay_us} is outside [0, {MAX_DELAY_US}]"
+    )
+  return {"delay_us": np.int64(delay_us)} if delay_us else {}
+
+
+def write_slot(
+  slot: jax.typing.ArrayLike,
+  value: jax.typing.ArrayLike,
+  *,
+  delay_us: int | np.integer = 0,
+):
   """Stores ``value`` into ``slot`` and returns a token naming the slot.
 
   Args:
@@ -120,6 +156,11 @@ def write_slot(slot: jax.typing.ArrayLike, value: jax.typing.ArrayLike):
       ``[0, NUM_SLOTS)``.
     value: float32 value(s), the same shape as ``slot``; element ``i`` is
       stored into slot ``slot[i]``, in index order.
+    delay_us: microseconds the call waits before it touches the store (the
+      host call sleeps, between its ``start`` and ``end`` in `call_log`; on
+      CUDA its stream waits). Calls that nothing orders then overlap in
+      time, which makes ordering hazards show. An int (Python or NumPy) in
+      ``[0, MAX_DELAY_US]``.
 
   Returns:
     An int32 token array equal to ``slot``. Pass it to the next call that
@@ -127,11 +168,13 @@ def write_slot(slot: jax.typing.ArrayLike, value: jax.typing.ArrayLike):
 
   Raises:
     TypeError: ``slot`` is not of an integer type (floats and bools are
-      rejected, never rounded).
-    ValueError: a concrete slot id is outside ``[0, NUM_SLOTS)``.
+      rejected, never rounded), or ``delay_us`` is not an int.
+    ValueError: a concrete slot id is outside ``[0, NUM_SLOTS)``, or
+      ``delay_us`` outside ``[0, MAX_DELAY_US]``.
     jax.errors.JaxRuntimeError: at run time, for a traced slot id outside
       the range. In every error case nothing is written.
   """
+  attributes = _delay_attributes(delay_us, "write_slot")
   slot = _slot_ids(slot, "write_slot")
   value = jnp.asarray(value, jnp.float32)
   if slot.shape != value.shape:
@@ -145,27 +188,33 @@ def write_slot(slot: jax.typing.ArrayLike, value: jax.typing.ArrayLike):
     has_side_effect=True,
     vmap_method="broadcast_all",
   )
-  return call(slot, value)
+  return call(slot, value, **attributes)
 
 
-def read_slot(token: jax.typing.ArrayLike):
+def read_slot(token: jax.typing.ArrayLike, *, delay_us: int | np.integer = 0):
   """Returns the current float32 content of the slot(s) named by ``token``.
 
   Not side-effecting: if the result is unused XLA may drop the call, and XLA
   may run it at any point after ``token`` is produced, also after a later
-  write to the same slot, unless a data dependency orders it.
+  write to the same slot, unless a data dependency orders it. Its target is
+  declared a read (`entangle_jax.testing.declare_target_mode`), so ``races``
+  does not report two reads.
+
+  ``delay_us``: microseconds the call waits before it reads, as for
+  `write_slot`.
 
   Raises:
-    TypeError, ValueError, jax.errors.JaxRuntimeError: a bad slot id, as
-    for `write_slot`.
+    TypeError, ValueError, jax.errors.JaxRuntimeError: a bad slot id or
+      ``delay_us``, as for `write_slot`.
   """
+  attributes = _delay_attributes(delay_us, "read_slot")
   token = _slot_ids(token, "read_slot")
   call = jax.ffi.ffi_call(
     READ_SLOT_TARGET,
     jax.ShapeDtypeStruct(token.shape, jnp.float32),
     vmap_method="broadcast_all",
   )
-  return call(token)
+  return call(token, **attributes)
 
 
 def reset_slots() -> None:
@@ -226,3 +275,10 @@ def call_log() -> list[CallRecord]:
     CallRecord(start, end, "write" if is_write else "read", tuple(slots))
     for start, end, is_write, slots in _native.call_log()
   ]
+
+
+def next_sequence_number() -> int:
+  """Takes a number from the counter that `call_log`'s ``start`` and
+  ``end`` come from, so that a test can log events of its own (a host
+  callback's, say) in one order with the store's calls."""
+  return _native.next_sequence()

@@ -26,6 +26,9 @@ class Node:
   name: str
   label: tuple[str, ...]
   clusters: tuple[Cluster, ...]  # Outermost first.
+  reads: bool = False
+  """Whether the op only reads: drawn rounded (an ellipse in DOT, a stadium
+  in Mermaid), where an op that may write is a box."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +53,8 @@ def to_dot(graph: Graph) -> str:
 
   def node(n: int, pad: str) -> list[str]:
     label = "\\n".join(_dot_escape(line) for line in graph.nodes[n].label)
-    return [f'{pad}{ids[n]} [label="{label}"];']
+    shape = ", shape=ellipse" if graph.nodes[n].reads else ""
+    return [f'{pad}{ids[n]} [label="{label}"{shape}];']
 
   def cluster(c: Cluster, pad: str, inner: list[str]) -> list[str]:
     return [
@@ -86,8 +90,14 @@ def _dot_quote(name: str) -> str:
 
 # Mermaid --------------------------------------------------------------------
 
-# Characters Mermaid would read as syntax, markup or entity starts in a label.
-_MERMAID_SPECIAL = re.compile(r'["#&<>`\\\n]')
+# Everything but these is written as an entity code (#37; for %): Mermaid
+# reads %% as a comment or directive start anywhere in the text (so
+# %%{init: ...}%% in a label would configure the diagram), and quotes,
+# #, &, <, >, backticks, braces and brackets as syntax or markup.
+# Non-ASCII characters are coded too: Mermaid itself stores entity codes
+# as text made of "\ufb02\u00b0\u00b0" ... "\u00b6\u00df", which a label
+# could hold.
+_MERMAID_SPECIAL = re.compile(r"[^A-Za-z0-9 _.,:;/()=+\-*!?@$^|~']")
 
 
 def to_mermaid(graph: Graph) -> str:
@@ -95,6 +105,8 @@ def to_mermaid(graph: Graph) -> str:
 
   def node(n: int, pad: str) -> list[str]:
     label = "<br/>".join(_mermaid_escape(line) for line in graph.nodes[n].label)
+    if graph.nodes[n].reads:
+      return [f'{pad}n{n}(["{label}"])']
     return [f'{pad}n{n}["{label}"]']
 
   def cluster(c: Cluster, pad: str, inner: list[str]) -> list[str]:
@@ -113,8 +125,13 @@ def to_mermaid(graph: Graph) -> str:
 
 
 def _mermaid_escape(text: str) -> str:
-  """`text` inside a quoted Mermaid label, shown literally."""
-  return _MERMAID_SPECIAL.sub(lambda m: f"#{ord(m.group())};", text)
+  """`text` inside a quoted Mermaid label, shown literally (a newline as a
+  line break)."""
+  lines = text.split("\n")
+  return "<br/>".join(
+    _MERMAID_SPECIAL.sub(lambda m: f"#{ord(m.group())};", line)
+    for line in lines
+  )
 
 
 # Nesting --------------------------------------------------------------------
@@ -124,35 +141,40 @@ def _nest(
   nodes: Sequence[Node],
   node: Callable[[int, str], list[str]],
   cluster: Callable[[Cluster, str, list[str]], list[str]],
-  depth: int = 0,
-  indices: Sequence[int] | None = None,
 ) -> list[str]:
-  """Lines for the nodes `indices`, each cluster's members inside it.
+  """Lines for every node, each cluster's members inside it.
 
   `node(i, pad)` and `cluster(c, pad, inner_lines)` write one format's
-  statements. Items keep the order of each group's first node.
+  statements. Items keep the order of each group's first node. No
+  recursion: clusters may nest as deeply as computations do.
   """
-  if indices is None:
-    indices = range(len(nodes))
-  pad = "  " * (depth + 1)
-  groups: dict[int, tuple[Cluster, list[int]]] = {}
-  order: list[int | tuple[Cluster, list[int]]] = []
-  for n in indices:
-    clusters = nodes[n].clusters
-    if len(clusters) <= depth:
-      order.append(n)
-      continue
-    c = clusters[depth]
-    if c.number not in groups:
-      groups[c.number] = (c, [])
-      order.append(groups[c.number])
-    groups[c.number][1].append(n)
+  # The tree of clusters: children (node indices or cluster numbers) in
+  # order of their first node.
+  children: dict[int | None, list[int | Cluster]] = {None: []}
+  for n, item in enumerate(nodes):
+    parent: int | None = None
+    for c in item.clusters:
+      if c.number not in children:
+        children[c.number] = []
+        children[parent].append(c)
+      parent = c.number
+    children[parent].append(n)
   lines: list[str] = []
-  for item in order:
-    if isinstance(item, int):
-      lines += node(item, pad)
+  # Each frame: the cluster (None at the top), its children, the next
+  # child's place and the lines made so far.
+  stack: list[tuple[Cluster | None, list[int | Cluster], int, list[str]]]
+  stack = [(None, children[None], 0, lines)]
+  while stack:
+    c, items, place, out = stack.pop()
+    if place == len(items):
+      if c is not None:
+        pad = "  " * len(stack)
+        stack[-1][3].extend(cluster(c, pad, out))
+      continue
+    stack.append((c, items, place + 1, out))
+    item = items[place]
+    if isinstance(item, Cluster):
+      stack.append((item, children[item.number], 0, []))
     else:
-      c, members = item
-      inner = _nest(nodes, node, cluster, depth + 1, members)
-      lines += cluster(c, pad, inner)
+      out.extend(node(item, "  " * len(stack)))
   return lines

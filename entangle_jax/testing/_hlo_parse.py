@@ -1,10 +1,14 @@
-"""A small parser for the textual HLO that ``Compiled.as_text()`` prints.
+"""Reads the optimized, scheduled HLO module that ``Compiled.as_text()``
+prints, and refuses anything else.
 
-It keeps only what ordering questions need: each instruction's operands,
-control predecessors, called computations, custom-call target, side-effect
-flag, aliased operands, result shape, tuple index, ``op_name`` metadata and
-Python source location (``source_file``/``source_line`` metadata, or the
-module's ``StackFrames`` table that newer XLA prints instead).
+Only XLA's optimized module says what runs: after fusion, CSE, dead-code
+elimination and the expansion of ``optimization_barrier``, edges that the
+lowered program had may be gone. XLA marks that module ``is_scheduled=true``
+on its ``HloModule`` line; text without it (StableHLO,
+``Lowered.as_text(dialect="hlo")``) is refused. Reading is linear in the
+text and uses no recursion; every error is a ``ValueError`` naming a line.
+Leading and trailing whitespace is ignored on every line, as XLA's own
+parser ignores it.
 """
 
 from __future__ import annotations
@@ -12,73 +16,29 @@ from __future__ import annotations
 import dataclasses
 import re
 
-_COMPUTATION = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*[({]")
-_INSTRUCTION = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*")
-_OPCODE = re.compile(r"\s*([\w\-]+)\(")
-_NAME = re.compile(r"%?([A-Za-z_][\w.\-]*)")
-_ONE_CALLEE = re.compile(
-  r"\b(?:calls|to_apply|body|condition|true_computation|false_computation)"
-  r"=%?([\w.\-]+)"
+from entangle_jax.testing._hlo_instruction import (
+  Instruction,
+  Stack,
+  line_error,
+  mask_strings,
+  parse_instruction,
+  unescape,
 )
-_MANY_CALLEES = re.compile(
-  r"\b(?:calls|branch_computations|called_computations)=\{([^}]*)\}"
-)
-_CONTROL = re.compile(r"\bcontrol-predecessors=\{([^}]*)\}")
-_QUOTED = r'"((?:[^"\\]|\\.)*)"'
-_TARGET = re.compile(r"\bcustom_call_target=" + _QUOTED)
-_OP_NAME = re.compile(r"\bop_name=" + _QUOTED)
-_SOURCE_FILE = re.compile(r"\bsource_file=" + _QUOTED)
-_SOURCE_LINE = re.compile(r"\bsource_line=(\d+)")
-_STACK_FRAME = re.compile(r"\bstack_frame_id=(\d+)")
-_BODY = re.compile(r"\bbody=%?([\w.\-]+)")
-_TUPLE_INDEX = re.compile(r"^,\s*index=(\d+)")
-_ALIASING = re.compile(r"\boutput_to_operand_aliasing=(?=\{)")
-# In the aliasing map ``{{0}: (1, {}), ...}``, each ``(operand index, ...``.
-_ALIASED_OPERAND = re.compile(r"\(\s*(\d+)\s*,")
-_ESCAPE = re.compile(rb"\\(?:([0-7]{1,3})|x([0-9a-fA-F]{1,2})|(.))", re.DOTALL)
-_SIMPLE_ESCAPES = {b"n": b"\n", b"t": b"\t", b"r": b"\r"}
-_ARRAY_DIMS = re.compile(r"\b[a-z]+[0-9a-z]*\[([^\]]*)\]")
 
-# Opcodes whose parenthesised text is a literal or an index, not operands.
-_NO_OPERANDS = frozenset({"constant", "parameter", "iota", "rng-bit-generator"})
+__all__ = ["Instruction", "Module", "parse", "unescape"]
 
-# The StackFrames table: "<id> {file_location_id=<n> parent_frame_id=<n>}".
-_TABLE_ROW = re.compile(r"^(\d+)\s+(.*)$")
+_COMPUTATION = re.compile(r"(ENTRY\s+)?%?([\w.\-]+)\s*(?:\(|\{)")
+_TABLE_NAME = re.compile(r"[A-Z][A-Za-z]*")
+_TABLE_ROW = re.compile(r"(\d+)\s+(.*)")
 _FIELD = re.compile(r"(\w+)=(\d+)")
+_SCHEDULED = re.compile(r"\bis_scheduled=true\b")
 
-
-@dataclasses.dataclass(frozen=True)
-class Instruction:
-  """One HLO instruction, reduced to what ordering needs."""
-
-  name: str
-  computation: str
-  opcode: str
-  operands: tuple[str, ...]
-  control_predecessors: tuple[str, ...]
-  callees: tuple[str, ...]
-  target: str | None
-  op_name: str
-  aliased_operands: tuple[int, ...] = ()
-  """Operand indices that results alias (``output_to_operand_aliasing``)."""
-  shape: str = ""
-  tuple_index: int | None = None
-  source: tuple[str, int] | None = None
-  """Python ``(file, line)`` that created the op, innermost frame first."""
-  stack: tuple[tuple[str, int], ...] = ()
-  """The whole Python stack of the op, innermost frame first, if known."""
-  root: bool = False
-  """Whether this is its computation's ROOT."""
-  body: str | None = None
-  """A while loop's body computation."""
-
-  @property
-  def zero_sized(self) -> bool:
-    """Whether the result holds no bytes (every array in it has a 0 dim)."""
-    dims = _ARRAY_DIMS.findall(self.shape)
-    if not dims or "token[" in self.shape:
-      return False
-    return all("0" in (d.strip() for d in group.split(",")) for group in dims)
+NOT_SCHEDULED = (
+  "the order analysis reads XLA's optimized, scheduled module, the one that "
+  "runs (its HloModule line says is_scheduled=true), and {what}. Pass "
+  "jax.jit(f).lower(*args).compile() (a jax.stages.Compiled), or its "
+  ".as_text()."
+)
 
 
 @dataclasses.dataclass
@@ -89,221 +49,191 @@ class Module:
   entry: str
 
 
-def unescape(text: str) -> str:
-  """Decodes an HLO string literal's escapes (octal bytes, ``\\"``...)."""
+def parse(text: str) -> Module:
+  """Parses the text of an optimized, scheduled HLO module.
 
-  def one(match: re.Match) -> bytes:
-    octal, hexa, char = match.groups()
-    if octal is not None:
-      return bytes([int(octal, 8) & 0xFF])
-    if hexa is not None:
-      return bytes([int(hexa, 16)])
-    return _SIMPLE_ESCAPES.get(char, char)
+  Raises:
+    TypeError: `text` is not a str.
+    ValueError: the text is not a scheduled module (its ``HloModule`` line
+      lacks ``is_scheduled=true``), a line cannot be read, an operand or a
+      called computation is not defined, a name is defined twice, a
+      computation is not closed, there is no ENTRY computation, or a
+      computation calls itself. The message names the line.
+  """
+  if not isinstance(text, str):
+    raise TypeError(f"expected HLO text (a str), got {type(text).__name__}")
+  lines = text.splitlines()
+  computations: dict[str, list[Instruction]] = {}
+  tables: dict[str, dict[int, str]] = {}
+  frames = _StackFrames(tables)
+  entry = None
+  current: list[Instruction] | None = None
+  name = ""
+  table: dict[int, str] | None = None
+  header_seen = False
+  for number, raw in enumerate(lines, 1):
+    line = raw.strip()
+    if current is not None:
+      if line == "}":
+        current = None
+      elif line:
+        current.append(parse_instruction(line, number, name, frames.stack))
+      continue
+    if not line:
+      table = None
+    elif not header_seen:
+      _check_header(line, number)
+      header_seen = True
+    elif (header := _COMPUTATION.match(line)) and line.endswith("{"):
+      name = header.group(2)
+      if name in computations:
+        raise line_error(number, raw, f"computation %{name} is defined twice")
+      current = computations[name] = []
+      entry = name if header.group(1) else entry
+      table = None
+    elif _TABLE_NAME.fullmatch(line):
+      table = tables.setdefault(line, {})
+    elif table is not None and (row := _TABLE_ROW.fullmatch(line)):
+      table[int(row.group(1))] = row.group(2)
+    else:
+      raise line_error(number, raw, "expected a computation or a table row")
+  if not header_seen:
+    raise ValueError(NOT_SCHEDULED.format(what="this text is empty"))
+  if current is not None:
+    raise ValueError(
+      f"HLO text, line {len(lines)}: computation %{name} is not closed by `}}`"
+    )
+  if entry is None:
+    raise ValueError("HLO text: no ENTRY computation")
+  _check_references(computations, lines)
+  _check_no_recursion(computations, lines)
+  return Module(computations, entry)
 
-  raw = _ESCAPE.sub(one, text.encode("utf-8"))
-  return raw.decode("utf-8", errors="replace")
+
+def _check_header(line: str, number: int) -> None:
+  if not line.startswith("HloModule"):
+    what = (
+      "this is StableHLO (Lowered.as_text())"
+      if line.startswith(("module", "#loc", "func.func"))
+      else f"line {number} is not an HloModule line: {line[:80]!r}"
+    )
+    raise ValueError(NOT_SCHEDULED.format(what=what))
+  if not _SCHEDULED.search(mask_strings(line)[0]):
+    raise ValueError(
+      NOT_SCHEDULED.format(
+        what=f"line {number} lacks is_scheduled=true: this module is not "
+        "optimized (Lowered.as_text(dialect='hlo') prints such a module)"
+      )
+    )
 
 
-def _balanced_end(text: str, start: int) -> int:
-  """Index just past the bracket group that opens at ``text[start]``."""
-  pairs = {"(": ")", "[": "]", "{": "}"}
-  stack = []
-  quoted = False
-  for i in range(start, len(text)):
-    c = text[i]
-    if quoted:
-      quoted = c != '"' or text[i - 1] == "\\"
-    elif c == '"':
-      quoted = True
-    elif c in pairs:
-      stack.append(pairs[c])
-    elif stack and c == stack[-1]:
-      stack.pop()
-      if not stack:
-        return i + 1
-  return len(text)
+def _check_references(
+  computations: dict[str, list[Instruction]], lines: list[str]
+) -> None:
+  for name, instructions in computations.items():
+    defined: set[str] = set()
+    for i in instructions:
+      if i.name in defined:
+        raise line_error(i.line, lines[i.line - 1], f"%{i.name} defined twice")
+      defined.add(i.name)
+    for i in instructions:
+      for operand in (*i.operands, *i.control_predecessors):
+        if operand not in defined:
+          raise line_error(
+            i.line,
+            lines[i.line - 1],
+            f"operand %{operand} is not defined in computation %{name}",
+          )
+      for callee in i.callees:
+        if callee not in computations:
+          raise line_error(
+            i.line, lines[i.line - 1], f"no computation is named %{callee}"
+          )
 
 
-def _skip_shape(text: str, pos: int) -> int:
-  while pos < len(text) and text[pos] == " ":
-    pos += 1
-  if pos < len(text) and text[pos] == "(":
-    return _balanced_end(text, pos)
-  while pos < len(text) and text[pos] != " ":
-    pos += 1
-  return pos
+def _check_no_recursion(
+  computations: dict[str, list[Instruction]], lines: list[str]
+) -> None:
+  """Raises if a computation calls itself, directly or through others.
+
+  A depth-first search with an explicit stack: no Python recursion, however
+  deeply computations nest.
+  """
+  state: dict[str, int] = {}  # 1: on the current path; 2: done.
+  for start in computations:
+    if start in state:
+      continue
+    state[start] = 1
+    stack = [(start, _calls(computations[start]))]
+    while stack:
+      caller, calls = stack[-1]
+      step = next(calls, None)
+      if step is None:
+        state[caller] = 2
+        stack.pop()
+        continue
+      callee, site = step
+      if state.get(callee) == 1:
+        raise line_error(
+          site.line,
+          lines[site.line - 1],
+          f"computation %{callee} calls itself (here, through %{caller}); "
+          "HLO has no recursion",
+        )
+      if callee not in state:
+        state[callee] = 1
+        stack.append((callee, _calls(computations[callee])))
 
 
-def _names(text: str) -> tuple[str, ...]:
-  return tuple(_NAME.findall(text))
+def _calls(instructions: list[Instruction]):
+  return ((callee, i) for i in instructions for callee in i.callees)
 
 
 class _StackFrames:
-  """The module's ``FileNames``/``FileLocations``/``StackFrames`` tables."""
+  """The module's ``FileNames``/``FileLocations``/``StackFrames`` tables,
+  which XLA prints before the computations (newer XLA, instead of
+  ``source_file``/``source_line`` per op)."""
 
-  def __init__(self):
-    self.tables: dict[str, dict[int, str]] = {}
+  def __init__(self, tables: dict[str, dict[int, str]]):
+    self._tables = tables
+    self._cache: dict[int, Stack] = {}
+    self._frames: dict[int, dict[str, int]] | None = None
+    self._shift = 0
 
-  def add(self, table: str, line: str) -> None:
-    row = _TABLE_ROW.match(line.strip())
-    if row:
-      self.tables.setdefault(table, {})[int(row.group(1))] = row.group(2)
+  def stack(self, frame_id: int) -> Stack:
+    if frame_id not in self._cache:
+      self._cache[frame_id] = self._stack(frame_id)
+    return self._cache[frame_id]
 
-  def stack(self, frame_id: int) -> tuple[tuple[str, int], ...]:
-    files = self.tables.get("FileNames", {})
-    locations = self.tables.get("FileLocations", {})
-    frames = {
-      n: dict((k, int(v)) for k, v in _FIELD.findall(text))
-      for n, text in self.tables.get("StackFrames", {}).items()
-    }
-    # XLA prints each frame's parent shifted by one (1 means "no parent"),
-    # so a frame can appear to be its own parent. Detect that convention
-    # rather than trust either.
-    shift = int(
-      any(f.get("parent_frame_id", 0) >= n for n, f in frames.items())
-    )
+  def _read_frames(self) -> dict[int, dict[str, int]]:
+    if self._frames is None:
+      self._frames = {
+        n: {k: int(v) for k, v in _FIELD.findall(text)}
+        for n, text in self._tables.get("StackFrames", {}).items()
+      }
+      # XLA prints each frame's parent shifted by one (1 means "no parent"),
+      # so a frame can appear to be its own parent. Detect that convention
+      # rather than trust either.
+      self._shift = int(
+        any(f.get("parent_frame_id", 0) >= n for n, f in self._frames.items())
+      )
+    return self._frames
+
+  def _stack(self, frame_id: int) -> Stack:
+    frames = self._read_frames()
+    files = self._tables.get("FileNames", {})
+    locations = self._tables.get("FileLocations", {})
     stack = []
     seen = set()
     while frame_id in frames and frame_id not in seen:
       seen.add(frame_id)
       frame = frames[frame_id]
-      location = dict(
-        (k, int(v))
-        for k, v in _FIELD.findall(locations.get(frame["file_location_id"], ""))
-      )
-      name = files.get(location.get("file_name_id", -1), "")
-      if name.startswith('"'):
-        name = unescape(name.strip()[1:-1])
+      row = locations.get(frame.get("file_location_id", -1), "")
+      location = {k: int(v) for k, v in _FIELD.findall(row)}
+      name = files.get(location.get("file_name_id", -1), "").strip()
+      if len(name) > 1 and name.startswith('"') and name.endswith('"'):
+        name = unescape(name[1:-1])
       if name and "line" in location:
         stack.append((name, location["line"]))
-      frame_id = frame.get("parent_frame_id", 0) - shift
+      frame_id = frame.get("parent_frame_id", 0) - self._shift
     return tuple(stack)
-
-
-def _aliased_operands(attrs: str) -> tuple[int, ...]:
-  aliasing = _ALIASING.search(attrs)
-  if aliasing is None:
-    return ()
-  text = attrs[aliasing.end() : _balanced_end(attrs, aliasing.end())]
-  return tuple(sorted({int(n) for n in _ALIASED_OPERAND.findall(text)}))
-
-
-def _parse_instruction(line: str, computation: str) -> tuple[Instruction, str]:
-  """Parses one instruction; operand names are resolved by the caller."""
-  head = _INSTRUCTION.match(line)
-  assert head is not None
-  pos = _skip_shape(line, head.end())
-  shape = line[head.end() : pos].strip()
-  opcode_match = _OPCODE.match(line, pos)
-  if opcode_match is None:
-    raise ValueError(f"unparsable HLO instruction: {line.strip()}")
-  open_paren = opcode_match.end() - 1
-  close = _balanced_end(line, open_paren)
-  opcode = opcode_match.group(1)
-  operand_text = (
-    "" if opcode in _NO_OPERANDS else line[open_paren + 1 : close - 1]
-  )
-  attrs = line[close:]
-  callees = list(_ONE_CALLEE.findall(attrs))
-  for group in _MANY_CALLEES.findall(attrs):
-    callees.extend(_names(group))
-  control = _CONTROL.search(attrs)
-  target = _TARGET.search(attrs)
-  op_name = _OP_NAME.search(attrs)
-  source_file = _SOURCE_FILE.search(attrs)
-  source_line = _SOURCE_LINE.search(attrs)
-  index = _TUPLE_INDEX.match(attrs) if opcode == "get-tuple-element" else None
-  body = _BODY.search(attrs) if opcode == "while" else None
-  instruction = Instruction(
-    name=head.group(2),
-    computation=computation,
-    opcode=opcode,
-    operands=(),
-    control_predecessors=_names(control.group(1)) if control else (),
-    callees=tuple(dict.fromkeys(callees)),
-    target=unescape(target.group(1)) if target else None,
-    op_name=unescape(op_name.group(1)) if op_name else "",
-    aliased_operands=_aliased_operands(attrs),
-    shape=shape,
-    tuple_index=int(index.group(1)) if index else None,
-    root=bool(head.group(1)),
-    body=body.group(1) if body else None,
-    source=(
-      (unescape(source_file.group(1)), int(source_line.group(1)))
-      if source_file and source_line
-      else None
-    ),
-  )
-  return instruction, operand_text
-
-
-def parse(text: str) -> Module:
-  """Parses HLO module text into computations of instructions."""
-  computations: dict[str, list[Instruction]] = {}
-  operand_texts: dict[tuple[str, str], str] = {}
-  frame_ids: dict[tuple[str, str], int] = {}
-  frames = _StackFrames()
-  table = None
-  entry = None
-  current = None
-  for line in text.splitlines():
-    if current is None:
-      header = _COMPUTATION.match(line)
-      if header and line.rstrip().endswith("{"):
-        current = header.group(2)
-        computations[current] = []
-        if header.group(1):
-          entry = current
-        table = None
-      elif line.strip() in (
-        "FileNames",
-        "FunctionNames",
-        "FileLocations",
-        "StackFrames",
-      ):
-        table = line.strip()
-      elif table is not None:
-        frames.add(table, line)
-      continue
-    if line.startswith("}"):
-      current = None
-      continue
-    if _INSTRUCTION.match(line):
-      instruction, operand_text = _parse_instruction(line, current)
-      computations[current].append(instruction)
-      operand_texts[(current, instruction.name)] = operand_text
-      frame = _STACK_FRAME.search(line[line.rfind("metadata=") :])
-      if frame and "metadata=" in line:
-        frame_ids[(current, instruction.name)] = int(frame.group(1))
-  if entry is None:
-    hint = (
-      " This looks like StableHLO (Lowered.as_text()): pass the Lowered or "
-      "Compiled object, or Compiled.as_text()."
-      if "stablehlo." in text or "func.func" in text
-      else ""
-    )
-    raise ValueError("no ENTRY computation found in the HLO text." + hint)
-  for name, instructions in computations.items():
-    known = {i.name for i in instructions}
-    resolved = []
-    for i in instructions:
-      stack = ()
-      if (name, i.name) in frame_ids:
-        stack = frames.stack(frame_ids[(name, i.name)])
-      elif i.source is not None:
-        stack = (i.source,)
-      resolved.append(
-        dataclasses.replace(
-          i,
-          operands=tuple(
-            n for n in _names(operand_texts[(name, i.name)]) if n in known
-          ),
-          control_predecessors=tuple(
-            n for n in i.control_predecessors if n in known
-          ),
-          stack=stack,
-          source=stack[0] if stack else None,
-        )
-      )
-    computations[name] = resolved
-  return Module(computations=computations, entry=entry)

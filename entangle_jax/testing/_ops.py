@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 
 import entangle_jax
-from entangle_jax.testing import _hlo_parse
+from entangle_jax.testing import _access, _hlo_parse
 
 # This package's library code: plumbing between the user's line and the
 # custom call, skipped when naming where an op comes from. (The demo's
@@ -30,15 +31,30 @@ class Op:
   name: str
   last: str
   instruction: _hlo_parse.Instruction = dataclasses.field(compare=False)
+  accesses: tuple[_access.Access, ...] = dataclasses.field(
+    compare=False, default=_access.UNKNOWN
+  )
+  """What the op reads and writes (`entangle_jax.testing._access`)."""
 
   @property
   def target(self) -> str | None:
+    """The custom call's target name, or None when the op is no custom call."""
     return self.instruction.target
 
   @property
   def scope(self) -> str:
     """The ``op_name`` metadata: jitted function, named scopes, primitive."""
     return self.instruction.op_name
+
+  @property
+  def user_scope(self) -> str:
+    """`scope` without the components ``Resource`` adds to record accesses."""
+    return _access.without_markers(self.instruction.op_name)
+
+  @property
+  def access_text(self) -> str:
+    """What the op accesses, in words, such as ``reads 'solver'``."""
+    return "; ".join(str(a) for a in self.accesses)
 
   @property
   def location(self) -> str | None:
@@ -56,34 +72,37 @@ class Op:
       return None
     outside = [f for f in stack if not _is_wrapper(f[0])]
     file, line = (outside or list(stack))[0]
-    return f"{_short_path(file)}:{line}"
+    return f"{_short_path(file, os.getcwd())}:{line}"
 
   def label(self) -> str:
     """One line naming the op as the user wrote it."""
     what = self.target or self.instruction.opcode
     parts = [what]
-    if self.scope:
-      parts.append(f"scope {self.scope!r}")
+    if self.user_scope:
+      parts.append(f"scope {self.user_scope!r}")
     if self.location:
       parts.append(f"at {self.location}")
     parts.append(f"(%{self.name})")
     return " ".join(parts)
 
 
+@functools.lru_cache(maxsize=1024)
 def _is_wrapper(path: str) -> bool:
   return os.path.abspath(path).startswith(_WRAPPER_DIRS)
 
 
-def _short_path(path: str) -> str:
-  absolute = os.path.abspath(path)
-  cwd = os.getcwd()
+@functools.lru_cache(maxsize=1024)
+def _short_path(path: str, cwd: str) -> str:
+  absolute = os.path.join(cwd, path) if not os.path.isabs(path) else path
+  absolute = os.path.normpath(absolute)
   if absolute.startswith(cwd + os.sep):
     return os.path.relpath(absolute, cwd)
   return path
 
 
 class Race(tuple[str, str]):
-  """An unordered pair of ops.
+  """A pair of ops: two that may conflict and run in either order (from
+  ``races``), or one that does not precede the other (from ``unordered``).
 
   Compares equal to the ``(first, second)`` tuple of their instruction
   names; ``first`` and ``second`` are the `Op` objects, which

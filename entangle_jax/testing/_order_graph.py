@@ -3,14 +3,17 @@
 ``order_graph(compiled)`` draws the ops that ``races`` looks at (same default,
 same selectors) as a directed graph in Graphviz DOT or Mermaid text:
 
-* a node per selected op, labelled with its custom-call target, its named
-  scope and the Python ``file:line`` it came from;
+* a node per selected op, labelled with its custom-call target, what it
+  reads or writes (`entangle_jax.testing._access`), its named scopes and
+  the Python ``file:line`` it came from; an op that only reads is rounded
+  (an ellipse in DOT, a stadium in Mermaid), one that may write is a box;
 * an arrow ``a -> b`` where ``a`` happens before ``b`` and no other selected op
   lies between them (the transitive reduction of happens-before), so a chain
   of three calls shows two arrows;
-* a dashed red line without direction between two ops that may run in either
-  order: exactly the pairs ``races`` returns (ops in different branches of
-  one conditional are exclusive, so no line joins them);
+* a dashed red line without direction between two ops that may conflict
+  and run in either order: exactly the pairs ``races`` returns (two reads
+  never conflict; ops in different branches of one conditional, or in a
+  loop's condition and body, never run at once);
 * a labelled box (a cluster) around the ops of each loop body, loop condition,
   conditional branch or called computation, nested as the calls are.
 """
@@ -21,6 +24,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Literal
 
+from entangle_jax.testing import _bits
 from entangle_jax.testing._analysis import OrderAnalysis
 from entangle_jax.testing._graph_formats import (
   Cluster,
@@ -32,7 +36,6 @@ from entangle_jax.testing._graph_formats import (
 from entangle_jax.testing._module_text import CompiledModule
 from entangle_jax.testing._ops import Op
 from entangle_jax.testing._selectors import Selector
-from entangle_jax.testing._toposort import topological_order
 
 Format = Literal["dot", "mermaid"]
 FORMATS: tuple[str, ...] = ("dot", "mermaid")
@@ -54,7 +57,8 @@ def order_graph(
       same default as ``races``: by default the user's native calls
       (``is_user_native_call``).
     format: ``"dot"`` (Graphviz: ``dot -Tsvg``) or ``"mermaid"`` (a
-      ``flowchart``, which Markdown renderers draw in a ```mermaid block).
+      ``flowchart``, which Markdown renderers draw in a fenced ``mermaid``
+      block).
     all_ops: as for ``races``: let scope selectors pick every op in the
       scope, not only effectful work.
 
@@ -83,20 +87,16 @@ def order_graph(
 # What is drawn --------------------------------------------------------------
 
 
+@_bits.without_gc
 def build(analysis: OrderAnalysis, among: Sequence[Selector] | None) -> Graph:
   """Nodes, reduced happens-before edges and race pairs of `analysis`."""
-  ops = analysis.ops_among(among)
-  before = [[a is not b and analysis.precedes(a, b) for b in ops] for a in ops]
-  # Draw in an order that respects happens-before, as one reads a program.
-  successors = [[b for b, p in enumerate(row) if p] for row in before]
-  order = topological_order(successors)
-  ops = [ops[n] for n in order]
-  before = [[before[a][b] for b in order] for a in order]
-  races = [
-    (a, b)
-    for a, b in itertools.combinations(range(len(ops)), 2)
-    if analysis.is_race(ops[a], ops[b])
-  ]
+  # Drawn in an order that extends happens-before, as one reads a program.
+  ops, arrows = analysis.hasse(analysis.ops_among(among))
+  place = {op: n for n, op in enumerate(ops)}
+  races = sorted(
+    tuple(sorted((place[race.first], place[race.second])))
+    for race in analysis.races(among)
+  )
   numbers: dict[tuple[str, str], int] = {}
   nodes = tuple(
     Node(
@@ -106,33 +106,21 @@ def build(analysis: OrderAnalysis, among: Sequence[Selector] | None) -> Graph:
         Cluster(numbers.setdefault(key, len(numbers)), label)
         for key, label in _clusters(analysis, op)
       ),
+      reads=all(a.mode == "read" for a in op.accesses),
     )
     for op in ops
   )
-  return Graph(nodes, _reduction(before), tuple(races))
-
-
-def _reduction(before: list[list[bool]]) -> tuple[tuple[int, int], ...]:
-  """The pairs ``a`` before ``b`` with no ``c`` between them."""
-  # Bitsets: after[a] holds the ops `a` precedes. An arrow a -> b is implied
-  # when b follows some op that follows a.
-  after = [sum(1 << b for b, p in enumerate(row) if p) for row in before]
-  edges = []
-  for a, successors in enumerate(after):
-    implied = 0
-    for c in _bits(successors):
-      implied |= after[c]
-    edges += [(a, b) for b in _bits(successors & ~implied)]
-  return tuple(edges)
-
-
-def _bits(mask: int) -> list[int]:
-  return [n for n in range(mask.bit_length()) if mask >> n & 1]
+  return Graph(nodes, tuple(arrows), tuple((a, b) for a, b in races))
 
 
 def _label(op: Op) -> tuple[str, ...]:
-  """Target (or opcode), named scope and ``file:line``, as races reports."""
-  lines = (op.target or op.instruction.opcode, op.scope, op.location)
+  """Target (or opcode), access, named scope and ``file:line``."""
+  lines = (
+    op.target or op.instruction.opcode,
+    op.access_text,
+    op.user_scope,
+    op.location,
+  )
   return tuple(line for line in lines if line)
 
 

@@ -1,7 +1,8 @@
 """The analysis in one call each: `happens_before`, `races` and friends.
 
-Each builds an `OrderAnalysis` of the module; build one yourself to ask
-several questions of one module without parsing it again.
+Each builds an `OrderAnalysis` of the module (the parsed text of the last
+few modules is kept, so ``races(c)`` then ``order_graph(c)`` parse once);
+build one yourself to ask many questions of one module.
 """
 
 from __future__ import annotations
@@ -84,18 +85,23 @@ def races(
   *,
   all_ops: bool = False,
 ) -> list[Race]:
-  """Pairs of ops that no honoured dependency chain orders, either way.
+  """Pairs of calls that may conflict and that nothing keeps apart.
 
-  Ops in different branches of one ``conditional`` never both run in one
-  execution of it: such pairs are exclusive (`OrderAnalysis.exclusive`) and
-  not reported.
+  Two calls conflict when they may touch one resource and at least one of
+  them writes it (`entangle_jax.testing._access`: ``Resource`` records what
+  its calls do, `declare_target_mode` declares read-only targets, anything
+  else may write every resource). They are kept apart when a chain of the
+  edges the runtime honours orders them, either way, when they lie in
+  different branches of one ``conditional`` (`OrderAnalysis.exclusive`), or
+  in a loop's condition and its body (`OrderAnalysis.sequenced`).
 
   Args:
-    compiled: a ``jax.stages.Compiled``, ``jax.stages.Lowered`` or HLO text.
-    among: selectors choosing the ops to consider. By default: every custom
-      call to a target other than entangle's own and JAX's/XLA's library
-      targets (LAPACK, cuBLAS, cuSOLVER, host callbacks...; see
-      `is_user_native_call`).
+    compiled: a ``jax.stages.Compiled``, ``jax.stages.Lowered`` or the
+      optimized, scheduled HLO text.
+    among: selectors choosing the ops to consider. By default the native
+      calls (`is_user_native_call`): your FFI calls and side-effecting host
+      callbacks, not entangle's, ``pure_callback`` nor JAX's and XLA's
+      library kernels.
     all_ops: let scope selectors pick every op in the scope.
 
   Returns:

@@ -1,19 +1,44 @@
-"""Which ops a selector picks: custom-call targets and named scopes.
+"""Which ops a selector picks, and which ops count as effectful.
 
-A selector is a string. It picks every custom call whose target equals it
-and, by the name of a ``jax.named_scope`` (`scope_matches`), the effectful
-work in that scope (`is_effectful`), or every op there when the caller asks
-for all ops. With no selectors, ``races`` and ``order_graph`` look at the
-user's native calls (`is_user_native_call`).
+The selector grammar, in full:
+
+* A selector is a non-empty string. It picks every custom call whose target
+  equals it, and the effectful ops (`is_effectful`) in named scopes of that
+  name (every op there, for an analysis made with ``all_ops=True``).
+* An op's ``op_name`` metadata is split at every ``/`` into components: the
+  jitted function (``jit(f)``), your ``jax.named_scope`` names, outermost
+  first, and last the JAX primitive (``ffi_call``, ``io_callback``...). The
+  selector, split at ``/`` too, must equal consecutive whole components.
+  So ``"step"`` picks neither ``decode(step)`` nor ``step_2``, ``"(a:b)"``
+  picks a scope named ``(a:b)``, which ``"a"`` does not, and any character
+  may appear in a scope name: parentheses, colons, quotes, unicode. A ``/``
+  inside a scope name cannot be told apart from nesting: ``"a/b"`` picks a
+  scope named ``a/b`` and a scope ``b`` inside a scope ``a`` alike.
+* JAX writes a transformation around the first component opened inside it:
+  ``vmap(read)``, ``transpose(jvp(read))``, or ``vmap()`` when none was.
+  A component also matches with every ``vmap(``, ``jvp(`` and
+  ``transpose(`` wrapper taken off, so ``"read"`` picks ``vmap(read)``.
+* The components that ``Resource`` adds (``entangle_jax:read``,
+  ``entangle_jax:write:<name>``) are skipped when matching, so they never
+  come between two of your scopes; a selector may also name them.
+* Ops that XLA merged: XLA merges identical calls that are not
+  side-effecting (same target, same operands: common subexpression
+  elimination). On every supported jax (0.6.2 to 0.12) the merged op keeps
+  the ``op_name`` of one of them, whichever XLA visits first (not
+  necessarily the first written), and the other scopes name no op: a
+  selector naming only those matches nothing. Give such calls different
+  operands, or select the scope that is left.
+
+With no selectors, ``races`` and ``order_graph`` look at the native calls
+(`is_user_native_call`).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
 from entangle_jax._src.native import ENTANGLE_TARGET
-from entangle_jax.testing import _hlo_parse
+from entangle_jax.testing import _access, _hlo_parse
 
 Selector = str
 """A custom-call target or a ``jax.named_scope`` name."""
@@ -62,11 +87,15 @@ LIBRARY_TARGET_PREFIXES = (
   "mosaic_gpu",
   "tpu_custom_call",
   "__onednn$",
-  "xla_python_",  # host callbacks, ordered by JAX's own tokens
-  "xla_ffi_python_",
   "xla.",
 )
 """Custom-call target prefixes of JAX's and XLA's own library kernels."""
+
+HOST_CALLBACK_PREFIXES = ("xla_python_", "xla_ffi_python_")
+"""Targets of JAX's host callbacks. ``io_callback``, ``jax.debug.callback``
+and ``pure_callback`` all call one of these (``xla_ffi_python_cpu_callback``
+on CPU with jax 0.6.2 to 0.12); only ``pure_callback``'s call is not marked
+``custom_call_has_side_effect=true``."""
 
 LIBRARY_TARGETS = frozenset(
   {
@@ -88,140 +117,67 @@ LIBRARY_TARGETS = frozenset(
 BOOKKEEPING = frozenset(
   {"parameter", "constant", "get-tuple-element", "tuple", "bitcast"}
 )
-# Component wrappers that are function names, not transformations of a scope.
-_FUNCTION_WRAPPERS = frozenset({"jit", "pjit"})
-_WRAPPER_START = re.compile(r"([A-Za-z_]\w*)\(")
+
+
+def is_library_target(target: str) -> bool:
+  """Whether `target` is one of JAX's or XLA's own kernels or markers."""
+  return target in LIBRARY_TARGETS or target.startswith(LIBRARY_TARGET_PREFIXES)
+
+
+def is_host_callback(target: str) -> bool:
+  """Whether `target` is the target of JAX's host callbacks."""
+  return target.startswith(HOST_CALLBACK_PREFIXES)
+
+
+def is_user_native_call(instruction: _hlo_parse.Instruction) -> bool:
+  """Whether ``races`` and ``order_graph`` look at `instruction` by default.
+
+  True for a custom call that may touch state outside its buffers: your FFI
+  calls, side-effecting or not (a query reads native state without being
+  side-effecting), and host callbacks that are side-effecting
+  (``io_callback``, ordered or not, and ``jax.debug.callback``), which run
+  arbitrary Python. False for entangle's own no-op, for ``pure_callback``,
+  which JAX declares pure (so XLA may run it at any time, or not at all,
+  and merges identical ones), and for JAX's and XLA's library kernels
+  (`is_library_target`: LAPACK, cuBLAS, cuSOLVER...), which compute from
+  their buffers alone.
+  """
+  target = instruction.target
+  if instruction.opcode != "custom-call" or target is None:
+    return False
+  if target == ENTANGLE_TARGET or is_library_target(target):
+    return False
+  return instruction.side_effect or not is_host_callback(target)
 
 
 def is_effectful(instruction: _hlo_parse.Instruction) -> bool:
   """Whether a named-scope selector picks `instruction` (by default).
 
-  Effectful work is every custom call except entangle's own no-op (user FFI
-  calls, library kernels, host callbacks) and every instruction whose opcode
-  is in `EFFECTFUL_OPCODES`. Arithmetic, copies, fusions, bitcasts and
-  control flow are not: XLA copies ``op_name`` metadata onto ops it derives
-  from a call's result, and those have no observable order.
+  The native calls of `is_user_native_call`, and every instruction whose
+  opcode is in `EFFECTFUL_OPCODES` (communication, I/O, random state).
+  Arithmetic, copies, fusions, bitcasts, control flow, library kernels and
+  ``pure_callback`` are not: XLA copies ``op_name`` metadata onto ops it
+  derives from a call's result, and those have no effect whose order could
+  be observed.
   """
-  if instruction.opcode == "custom-call":
-    return instruction.target != ENTANGLE_TARGET
-  return instruction.opcode in EFFECTFUL_OPCODES
-
-
-def is_library_target(target: str) -> bool:
-  """Whether `target` is one of JAX's or XLA's own custom-call targets."""
-  return target in LIBRARY_TARGETS or target.startswith(LIBRARY_TARGET_PREFIXES)
-
-
-def is_user_native_call(instruction: _hlo_parse.Instruction) -> bool:
-  """Whether ``races`` looks at `instruction` when given no selectors.
-
-  These are custom calls to targets other than entangle's own and other
-  than JAX's and XLA's library targets (`is_library_target`): the FFI calls
-  your code registered, side-effecting or not.
-  """
-  return (
-    instruction.opcode == "custom-call"
-    and instruction.target is not None
-    and instruction.target != ENTANGLE_TARGET
-    and not is_library_target(instruction.target)
+  return is_user_native_call(instruction) or (
+    instruction.opcode in EFFECTFUL_OPCODES
   )
 
 
 def scope_matches(selector: str, op_name: str) -> bool:
-  """Whether `selector` names a ``jax.named_scope`` in `op_name`.
-
-  The selector must equal one or more whole ``/``-separated components
-  (so scopes may contain ``/`` and parentheses), either as written or with
-  transformation wrappers such as ``vmap(...)``, ``jvp(...)`` and
-  ``transpose(...)`` removed. ``jit(name)`` components name functions, not
-  scopes, and are never matched.
-  """
-  needle = f"/{selector}/"
-  for variant in _merged_variants(op_name):
-    for text in {variant, _unwrap_transforms(variant)}:
-      if needle in _strip_function_components(text):
+  """Whether `selector` names scopes of `op_name` (the module docstring)."""
+  parts = selector.split("/")
+  for name in dict.fromkeys((_access.without_markers(op_name), op_name)):
+    components = name.split("/")
+    unwrapped = [_access.unwrap(c) for c in components]
+    for start in range(len(components) - len(parts) + 1):
+      if all(
+        part in (components[start + k], unwrapped[start + k])
+        for k, part in enumerate(parts)
+      ):
         return True
   return False
-
-
-def _merged_variants(op_name: str, limit: int = 64) -> list[str]:
-  """The op names XLA merged into one, e.g. ``f/(a/x:b/y)`` -> f/a/x, f/b/y.
-
-  When XLA merges equal ops (CSE), it keeps the common prefix of their
-  ``op_name`` and joins the rest as ``(first:second)``.
-  """
-  variants = [op_name]
-  done = []
-  while variants and len(done) + len(variants) <= limit:
-    name = variants.pop()
-    components = _split_components(name)
-    for n, component in enumerate(components):
-      if component.startswith("(") and component.endswith(")"):
-        alternatives = _split_top_level(component[1:-1], ":")
-        if len(alternatives) > 1:
-          for alternative in alternatives:
-            rest = components[n + 1 :]
-            variants.append("/".join([*components[:n], alternative, *rest]))
-          break
-    else:
-      done.append(name)
-  return done + variants
-
-
-def _split_top_level(text: str, separator: str) -> list[str]:
-  """Splits `text` on `separator` outside parentheses."""
-  parts, depth, start = [], 0, 0
-  for i, c in enumerate(text):
-    depth += (c == "(") - (c == ")")
-    if c == separator and depth <= 0:
-      parts.append(text[start:i])
-      start = i + 1
-  parts.append(text[start:])
-  return parts
-
-
-def _strip_function_components(op_name: str) -> str:
-  """``/op_name/`` with ``jit(...)``-style components blanked out."""
-  parts = []
-  for component in _split_components(op_name):
-    head = _WRAPPER_START.match(component)
-    is_function = (
-      head is not None
-      and head.group(1) in _FUNCTION_WRAPPERS
-      and component.endswith(")")
-    )
-    parts.append("\0" if is_function else component)
-  return "/" + "/".join(parts) + "/"
-
-
-def _split_components(op_name: str) -> list[str]:
-  return _split_top_level(op_name, "/")
-
-
-def _unwrap_transforms(op_name: str) -> str:
-  """Replaces ``vmap(x)``-style components by ``x``, recursively."""
-  out = []
-  for component in _split_components(op_name):
-    head = _WRAPPER_START.match(component)
-    while (
-      head is not None
-      and head.group(1) not in _FUNCTION_WRAPPERS
-      and component.endswith(")")
-      and _balanced(component[head.end() : -1])
-    ):
-      component = _unwrap_transforms(component[head.end() : -1])
-      head = _WRAPPER_START.match(component)
-    out.append(component)
-  return "/".join(out)
-
-
-def _balanced(text: str) -> bool:
-  depth = 0
-  for c in text:
-    depth += (c == "(") - (c == ")")
-    if depth < 0:
-      return False
-  return depth == 0
 
 
 def picks(selector: Selector, i: _hlo_parse.Instruction, all_ops: bool) -> bool:
@@ -253,7 +209,8 @@ def no_match_message(
   return (
     f"selector {selector!r} matches no op of the compiled module. "
     f"Custom-call targets: {targets}. Scopes of selectable ops "
-    f"(op_name): {scopes}."
+    f"(op_name): {scopes}. (XLA merges identical calls that are not "
+    "side-effecting, and keeps the scope of one of them.)"
   )
 
 
@@ -270,6 +227,7 @@ def check_among(among: object) -> None:
 
 
 def check_selector(selector: object) -> None:
+  """Raises TypeError or ValueError for what cannot be a selector."""
   if not isinstance(selector, str):
     raise TypeError(
       f"a selector must be a str (a custom-call target or a named scope), "

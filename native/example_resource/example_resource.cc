@@ -2,8 +2,10 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -24,10 +26,6 @@ std::mutex log_mutex;
 std::vector<CallRecord> call_log;
 bool log_overflowed = false;
 
-int64_t NextSequence() {
-  return next_sequence.fetch_add(1, std::memory_order_seq_cst);
-}
-
 void Record(int64_t start, bool is_write, const int32_t* slots, size_t n) {
   std::vector<int32_t> ids(slots, slots + n);
   std::lock_guard<std::mutex> lock(log_mutex);
@@ -40,8 +38,15 @@ void Record(int64_t start, bool is_write, const int32_t* slots, size_t n) {
   call_log.push_back(CallRecord{start, end, is_write, std::move(ids)});
 }
 
+// Holds the calling thread for `delay_us` microseconds, inside the call's
+// logged interval, so that calls XLA leaves unordered overlap in time.
+void Delay(int64_t delay_us) {
+  std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+}
+
 ffi::Error WriteSlot(ffi::Buffer<ffi::S32> slot, ffi::Buffer<ffi::F32> value,
-                     ffi::ResultBuffer<ffi::S32> token) {
+                     ffi::ResultBuffer<ffi::S32> token,
+                     ffi::Dictionary attrs) {
   const int64_t start = NextSequence();
   const size_t n = slot.element_count();
   if (value.element_count() != n) {
@@ -49,11 +54,14 @@ ffi::Error WriteSlot(ffi::Buffer<ffi::S32> slot, ffi::Buffer<ffi::F32> value,
                       "write_slot: slot and value differ in size");
   }
   // Validate everything first so that a bad id leaves the store untouched.
+  ffi::ErrorOr<int64_t> delay_us = DelayUs(attrs);
+  if (!delay_us.has_value()) return delay_us.error();
   for (size_t i = 0; i < n; ++i) {
     if (ffi::Error err = CheckSlot(slot.typed_data()[i]); err.failure()) {
       return err;
     }
   }
+  Delay(*delay_us);
   for (size_t i = 0; i < n; ++i) {
     const int32_t id = slot.typed_data()[i];
     host_slots[id].store(value.typed_data()[i], std::memory_order_relaxed);
@@ -64,14 +72,17 @@ ffi::Error WriteSlot(ffi::Buffer<ffi::S32> slot, ffi::Buffer<ffi::F32> value,
 }
 
 ffi::Error ReadSlot(ffi::Buffer<ffi::S32> token,
-                    ffi::ResultBuffer<ffi::F32> value) {
+                    ffi::ResultBuffer<ffi::F32> value, ffi::Dictionary attrs) {
   const int64_t start = NextSequence();
   const size_t n = token.element_count();
+  ffi::ErrorOr<int64_t> delay_us = DelayUs(attrs);
+  if (!delay_us.has_value()) return delay_us.error();
   for (size_t i = 0; i < n; ++i) {
     if (ffi::Error err = CheckSlot(token.typed_data()[i]); err.failure()) {
       return err;
     }
   }
+  Delay(*delay_us);
   for (size_t i = 0; i < n; ++i) {
     value->typed_data()[i] =
         host_slots[token.typed_data()[i]].load(std::memory_order_relaxed);
@@ -81,6 +92,10 @@ ffi::Error ReadSlot(ffi::Buffer<ffi::S32> token,
 }
 
 }  // namespace
+
+int64_t NextSequence() {
+  return next_sequence.fetch_add(1, std::memory_order_seq_cst);
+}
 
 void ResetHostSlots() {
   for (std::atomic<float>& slot : host_slots) {
@@ -107,10 +122,12 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(EntangleJaxWriteSlotHost,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::S32>>());
+                                  .Ret<ffi::Buffer<ffi::S32>>()
+                                  .Attrs());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(EntangleJaxReadSlotHost,
                               entangle_jax::ReadSlot,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>());
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attrs());

@@ -31,6 +31,19 @@ __global__ void ReadKernel(const int32_t* token, float* value, size_t n) {
   }
 }
 
+// Spins until `delay_ns` of the GPU's global timer have passed: the call then
+// takes time on its stream, as the host call takes time on its thread.
+__global__ void DelayKernel(int64_t delay_ns) {
+  uint64_t start;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  for (;;) {
+    uint64_t now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    if (now - start >= static_cast<uint64_t>(delay_ns)) return;
+    __nanosleep(1000);
+  }
+}
+
 ffi::Error CudaError(cudaError_t status, const char* what) {
   return ffi::Error(ffi::ErrorCode::kInternal,
                     std::string(what) + ": " + cudaGetErrorString(status));
@@ -52,9 +65,20 @@ ffi::Error CheckSlots(cudaStream_t stream, const int32_t* ids, size_t n) {
   return ffi::Error::Success();
 }
 
+ffi::Error Delay(cudaStream_t stream, const ffi::Dictionary& attrs) {
+  ffi::ErrorOr<int64_t> delay_us = DelayUs(attrs);
+  if (!delay_us.has_value()) return delay_us.error();
+  if (*delay_us == 0) return ffi::Error::Success();
+  DelayKernel<<<1, 1, 0, stream>>>(*delay_us * 1000);
+  cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess) return CudaError(status, "delay kernel");
+  return ffi::Error::Success();
+}
+
 ffi::Error WriteSlot(cudaStream_t stream, ffi::Buffer<ffi::S32> slot,
                      ffi::Buffer<ffi::F32> value,
-                     ffi::ResultBuffer<ffi::S32> token) {
+                     ffi::ResultBuffer<ffi::S32> token,
+                     ffi::Dictionary attrs) {
   const size_t n = slot.element_count();
   if (value.element_count() != n) {
     return ffi::Error(ffi::ErrorCode::kInvalidArgument,
@@ -64,6 +88,7 @@ ffi::Error WriteSlot(cudaStream_t stream, ffi::Buffer<ffi::S32> slot,
       err.failure()) {
     return err;
   }
+  if (ffi::Error err = Delay(stream, attrs); err.failure()) return err;
   if (n == 0) return ffi::Error::Success();
   WriteKernel<<<1, 1, 0, stream>>>(slot.typed_data(), value.typed_data(),
                                    token->typed_data(), n);
@@ -73,12 +98,13 @@ ffi::Error WriteSlot(cudaStream_t stream, ffi::Buffer<ffi::S32> slot,
 }
 
 ffi::Error ReadSlot(cudaStream_t stream, ffi::Buffer<ffi::S32> token,
-                    ffi::ResultBuffer<ffi::F32> value) {
+                    ffi::ResultBuffer<ffi::F32> value, ffi::Dictionary attrs) {
   const size_t n = token.element_count();
   if (ffi::Error err = CheckSlots(stream, token.typed_data(), n);
       err.failure()) {
     return err;
   }
+  if (ffi::Error err = Delay(stream, attrs); err.failure()) return err;
   if (n == 0) return ffi::Error::Success();
   const int threads = 128;
   const int blocks = static_cast<int>((n + threads - 1) / threads);
@@ -106,11 +132,13 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(EntangleJaxWriteSlotCuda,
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::S32>>());
+                                  .Ret<ffi::Buffer<ffi::S32>>()
+                                  .Attrs());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(EntangleJaxReadSlotCuda,
                               entangle_jax::ReadSlot,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>());
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attrs());

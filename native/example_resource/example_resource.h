@@ -40,6 +40,34 @@ inline xla::ffi::Error CheckSlot(int32_t slot) {
   return xla::ffi::Error::Success();
 }
 
+// The call's delay in microseconds: its optional attribute `delay_us`
+// (int64), zero when absent. A negative delay, an attribute of another type
+// or any other attribute is an error. Shared by the host and CUDA stores.
+inline xla::ffi::ErrorOr<int64_t> DelayUs(const xla::ffi::Dictionary& attrs) {
+  const bool has_delay = attrs.contains("delay_us");
+  if (attrs.size() != (has_delay ? 1u : 0u)) {
+    return xla::ffi::Unexpected(xla::ffi::Error(
+        xla::ffi::ErrorCode::kInvalidArgument,
+        "entangle_jax example resource: the only attribute a call takes is "
+        "delay_us"));
+  }
+  if (!has_delay) return int64_t{0};
+  xla::ffi::ErrorOr<int64_t> delay = attrs.get<int64_t>("delay_us");
+  if (!delay.has_value()) {
+    return xla::ffi::Unexpected(xla::ffi::Error(
+        xla::ffi::ErrorCode::kInvalidArgument,
+        "entangle_jax example resource: delay_us must be an int64 (" +
+            delay.error().message() + ")"));
+  }
+  if (*delay < 0) {
+    return xla::ffi::Unexpected(
+        xla::ffi::Error(xla::ffi::ErrorCode::kInvalidArgument,
+                        "entangle_jax example resource: delay_us " +
+                            std::to_string(*delay) + " is negative"));
+  }
+  return delay;
+}
+
 // Sets every slot of the host store to zero.
 void ResetHostSlots();
 
@@ -57,6 +85,10 @@ struct CallRecord {
 // The host calls recorded since the last ClearCallLog, in order of `end`.
 // `overflowed` is set when calls were dropped because the log was full.
 std::vector<CallRecord> CallLog(bool* overflowed);
+
+// Takes the next number of the counter that the call log's `start` and `end`
+// come from.
+int64_t NextSequence();
 
 // Forgets every recorded call.
 void ClearCallLog();

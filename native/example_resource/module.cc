@@ -48,6 +48,9 @@ PYBIND11_MODULE(_example_resource_ffi, m) {
       "is_write, slots) tuples in order of end.");
   m.def("clear_call_log", &entangle_jax::ClearCallLog,
         "Forgets every recorded host call.");
+  m.def("next_sequence", &entangle_jax::NextSequence,
+        "Takes the next number of the counter the call log's start and end "
+        "come from.");
   m.attr("num_slots") = entangle_jax::kNumSlots;
   m.attr("unrepresentable_slot") = entangle_jax::kUnrepresentableSlot;
 }

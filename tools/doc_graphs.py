@@ -1,9 +1,10 @@
-"""Keeps README.md's demo graphs equal to `python -m entangle_jax.demo --graph`.
+"""Keeps the docs' demo graphs equal to `python -m entangle_jax.demo --graph`.
 
-``python tools/readme_graphs.py`` rewrites the README's text between the two
-markers with the demo's output from this checkout; ``--check`` only compares,
-exiting 1 when they differ. ``tests/readme_graphs_test.py`` runs the check when
-the jax version and platform are those the README records.
+``python tools/doc_graphs.py`` rewrites docs/seeing_order.md's text between
+the two markers with the demo's output from this checkout; ``--check`` only
+compares, exiting 1 when they differ. ``tests/doc_graphs_test.py`` and the
+docs build (docs/_ext/entangle_docs.py) run the check when the jax version
+and platform are those the page records.
 """
 
 from __future__ import annotations
@@ -15,15 +16,15 @@ import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "seeing_order.md"
 BEGIN = "<!-- begin: python -m entangle_jax.demo --graph -->\n"
 END = "<!-- end: python -m entangle_jax.demo --graph -->\n"
-_COMMAND = "`uv run python tools/readme_graphs.py`"
+COMMAND = "`uv run python tools/doc_graphs.py`"
 _RECORDED_WITH = re.compile(r"\(jax ([^,]+), (\w+)\):")
 
 
 def generated() -> str:
-  """The README's text between the markers, from a run of the demo now.
+  """The page's text between the markers, from a run of the demo now.
 
   Runs in the folder that holds the imported ``entangle_jax`` package (the
   repository root, or Bazel's runfiles tree), so that source locations read
@@ -44,19 +45,19 @@ def generated() -> str:
   )
 
 
-def recorded(readme: str) -> str:
-  """The README's text between the markers."""
-  start, end = readme.find(BEGIN), readme.find(END)
+def recorded(page: str) -> str:
+  """The page's text between the markers."""
+  start, end = page.find(BEGIN), page.find(END)
   if start < 0 or end < start:
-    raise ValueError(f"README.md lacks the markers {BEGIN!r} ... {END!r}")
-  return readme[start + len(BEGIN) : end]
+    raise ValueError(f"{PAGE.name} lacks the markers {BEGIN!r} ... {END!r}")
+  return page[start + len(BEGIN) : end]
 
 
-def recorded_with(readme: str) -> tuple[str, str]:
-  """The jax version and platform that the README's graphs came from."""
-  match = _RECORDED_WITH.search(recorded(readme))
+def recorded_with(page: str) -> tuple[str, str]:
+  """The jax version and platform that the page's graphs came from."""
+  match = _RECORDED_WITH.search(recorded(page))
   if match is None:
-    raise ValueError("README.md's graphs do not say which jax made them")
+    raise ValueError(f"{PAGE.name}'s graphs do not say which jax made them")
   return match.group(1), match.group(2)
 
 
@@ -64,15 +65,15 @@ def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--check", action="store_true", help="only compare")
   args = parser.parse_args(argv)
-  readme = README.read_text(encoding="utf-8")
-  old, new = recorded(readme), generated()
+  page = PAGE.read_text(encoding="utf-8")
+  old, new = recorded(page), generated()
   if old == new:
     return 0
   if args.check:
-    print("README.md's demo graphs are out of date: run", _COMMAND)
+    print(f"{PAGE.name}'s demo graphs are out of date: run", COMMAND)
     return 1
-  README.write_text(readme.replace(BEGIN + old + END, BEGIN + new + END))
-  print("updated", README)
+  PAGE.write_text(page.replace(BEGIN + old + END, BEGIN + new + END))
+  print("updated", PAGE)
   return 0
 
 

@@ -1,5 +1,5 @@
-"""The demo's graphs, and the README's graphs are what order_graph draws
-today."""
+"""The demo's graphs, and docs/seeing_order.md's graphs are what order_graph
+draws today."""
 
 import contextlib
 import io
@@ -16,11 +16,11 @@ from tests.graph_reading import (
 from tests.test_util import READ, WRITE
 
 try:
-  from tools import readme_graphs
+  from tools import doc_graphs
 except ModuleNotFoundError as missing:
   if missing.name != "tools":
     raise
-  readme_graphs = None
+  doc_graphs = None
 
 
 class DemoGraphTest(absltest.TestCase):
@@ -38,29 +38,31 @@ class DemoGraphTest(absltest.TestCase):
       self.assertLen(dashed, 0 if name == "entangle" else 1)
 
 
-class ReadmeGraphsTest(absltest.TestCase):
+class DocGraphsTest(absltest.TestCase):
+  """docs/seeing_order.md: its example and the demo graphs it records."""
+
   def setUp(self):
     super().setUp()
-    if readme_graphs is None:
+    if doc_graphs is None or not doc_graphs.PAGE.exists():
       # CI also runs a copy of tests/ against the installed package, away
-      # from the checkout, its README and its development tools.
+      # from the checkout, its docs and its development tools.
       self.skipTest(
-        "no tools/ package: tests/ runs from a copy outside the checkout"
+        "no tools/ package or docs/: tests/ runs from a copy outside the "
+        "checkout"
       )
-    self.tool = readme_graphs
-    self.readme = self.tool.README.read_text(encoding="utf-8")
+    self.tool = doc_graphs
+    self.page = self.tool.PAGE.read_text(encoding="utf-8")
 
-  def test_readme_blocks_are_valid_mermaid(self):
+  def test_recorded_blocks_are_valid_mermaid(self):
     blocks = re.findall(
-      r"```mermaid\n(.*?)```", self.tool.recorded(self.readme), re.S
+      r"```mermaid\n(.*?)```", self.tool.recorded(self.page), re.S
     )
     self.assertLen(blocks, 3)
     for block in blocks:
       read_mermaid(self, block)
 
-  def test_readme_example_runs(self):
-    section = self.readme.split("## Seeing the order\n", 1)[1].split("\n## ")[0]
-    (example,) = re.findall(r"```python\n(.*?)```", section, re.S)
+  def test_page_example_draws_the_race(self):
+    example = re.findall(r"```python\n(.*?)```", self.page, re.S)[0]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
       exec(example, {})
@@ -72,19 +74,19 @@ class ReadmeGraphsTest(absltest.TestCase):
       [labels[a].split("\n")[0], labels[b].split("\n")[0]], [READ, WRITE]
     )
 
-  def test_readme_shows_what_the_demo_prints(self):
-    version, platform = self.tool.recorded_with(self.readme)
+  def test_page_shows_what_the_demo_prints(self):
+    version, platform = self.tool.recorded_with(self.page)
     here = (jax.__version__, jax.devices()[0].platform)
     if here != (version, platform):
       self.skipTest(
-        f"README's graphs come from jax {version} on {platform}; "
+        f"the page's graphs come from jax {version} on {platform}; "
         f"this is jax {here[0]} on {here[1]}"
       )
     self.assertEqual(
-      self.tool.recorded(self.readme),
+      self.tool.recorded(self.page),
       self.tool.generated(),
-      "README.md's demo graphs are out of date: run "
-      "`uv run python tools/readme_graphs.py`",
+      "docs/seeing_order.md's demo graphs are out of date: run "
+      + self.tool.COMMAND,
     )
 
 

@@ -1,0 +1,71 @@
+"""Sphinx configuration of the entangle-jax documentation (docs/).
+
+Build: ``uv run sphinx-build -W --keep-going -n -b html docs build/docs/html``
+(the README's command). Warnings fail the build, cross-references are checked
+(nitpicky), and docs/_ext/entangle_docs.py renders the order graphs, checks
+that every public name has a docstring and that the generated graph text is
+current.
+"""
+
+import pathlib
+import sys
+
+import entangle_jax
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent / "_ext"))
+
+project = "entangle-jax"
+author = "the entangle-jax developers"
+copyright = "the entangle-jax developers"
+release = version = entangle_jax.__version__
+
+extensions = [
+  "myst_parser",
+  "sphinx.ext.autodoc",
+  "sphinx.ext.napoleon",
+  "sphinx.ext.graphviz",
+  "entangle_docs",
+]
+source_suffix = {".md": "markdown"}
+exclude_patterns = ["_build", "_ext"]
+root_doc = "index"
+
+# Markdown headings become link targets, so pages can link to a section
+# as [text](page.md#section-title).
+myst_heading_anchors = 3
+
+# Public names only: automodule follows each package's __all__.
+autodoc_default_options = {"members": True}
+autodoc_member_order = "bysource"
+autodoc_typehints = "signature"
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+
+graphviz_output_format = "svg"
+
+nitpicky = True
+# Types from other projects: their inventories would have to be downloaded
+# (intersphinx), and the build works offline. Everything of ours must resolve.
+nitpick_ignore_regex = [
+  ("py:.*", r"(jax|jaxlib|numpy|np|jnp)(\..*)?"),
+  ("py:.*", r"(collections\.abc|typing)\..*"),
+  ("py:.*", r"(Array|ArrayLike|Compiled|Lowered|PyTree|Callable)"),
+  # A type variable (entangle's result has its payload's type) and a
+  # private parser type in Op's fields: neither has a page to link to.
+  ("py:class", r"entangle_jax\._src\.entangle\.T"),
+  ("py:class", r"entangle_jax\.testing\._hlo_instruction\.Instruction"),
+]
+
+html_theme = "sphinx_book_theme"
+html_title = f"entangle-jax {release}"
+html_theme_options = {
+  "show_toc_level": 2,
+  "home_page_in_toc": True,
+}
+# Without a mode, the theme's script logs a console error ("invalid theme
+# mode") on a browser's first visit.
+html_context = {"default_mode": "light"}
+html_static_path = ["_static"]
+# Without one the browser asks for /favicon.ico, which is not there (a 404
+# in the console).
+html_favicon = "_static/favicon.svg"

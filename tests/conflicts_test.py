@@ -1,0 +1,201 @@
+"""The conflict model: a race is two calls that nothing orders and that may
+conflict (one resource, at least one writing). Resource calls carry their
+resource and mode into the compiled module through every transformation."""
+
+from typing import Any, cast
+
+import jax
+import jax.numpy as jnp
+from absl.testing import absltest, parameterized
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import entangle_jax
+from entangle_jax import Resource, testing
+from entangle_jax._src import access_marker
+from entangle_jax.testing import Access
+from tests import test_util
+from tests.test_util import READ, WRITE, compiled
+
+
+def write(token, value):
+  return testing.write_slot(token, jnp.full(jnp.shape(token), value))
+
+
+def resource_step(token, name=None):
+  """The Resource example of docs/resource.md, with two reads that XLA
+  cannot merge."""
+  res = Resource(token, name=name)
+  res.write(write, 1.0)
+  x = res.read(testing.read_slot)
+  y = res.read(lambda t, k: testing.read_slot(t + k), 1)
+  res.write(write, 2.0)
+  return x, y, res.token
+
+
+def accesses(c, selector):
+  return {op.accesses for op in testing.OrderAnalysis(c).select_ops(selector)}
+
+
+class ResourceExampleTest(absltest.TestCase):
+  def test_concurrent_reads_are_no_race(self):
+    c = compiled(resource_step, jnp.int32(0))
+    self.assertEqual(testing.races(c), [])
+    # The reads are really unordered: only their mode keeps them out.
+    analysis = testing.OrderAnalysis(c)
+    x, y = analysis.select_ops(READ)
+    self.assertFalse(analysis.precedes(x, y) or analysis.precedes(y, x))
+    self.assertEqual(x.accesses, (Access(None, "read"),))
+
+  def test_a_write_outside_resource_on_a_stale_token_is_caught(self):
+    def stale(token):
+      x, y, t = resource_step(token)
+      testing.write_slot(token, 3.0)  # the token from before every call
+      return x, y, t
+
+    found = testing.races(compiled(stale, jnp.int32(0)))
+    # It races with all four calls of the Resource.
+    self.assertLen(found, 4)
+    self.assertTrue(
+      all(WRITE in (r.first.target, r.second.target) for r in found)
+    )
+
+  def test_two_unordered_writes_race(self):
+    def two(token):
+      res = Resource(token)
+      res.write(testing.write_slot, 1.0)
+      testing.write_slot(token + 1, 2.0)  # unordered, on no Resource
+      return res.token
+
+    self.assertLen(testing.races(compiled(two, jnp.int32(0))), 1)
+
+
+class NamedResourceTest(parameterized.TestCase):
+  def two_resources(self, first, second):
+    def fn(a, b):
+      ra, rb = Resource(a, name=first), Resource(b, name=second)
+      ra.write(testing.write_slot, 1.0)
+      rb.write(testing.write_slot, 2.0)  # nothing orders it after ra's
+      return ra.token, rb.token
+
+    return testing.races(compiled(fn, jnp.int32(0), jnp.int32(1)))
+
+  def test_calls_of_different_named_resources_do_not_conflict(self):
+    self.assertEqual(self.two_resources("a", "b"), [])
+    # Controls: one name, or a Resource without one, may be the same
+    # resource.
+    self.assertLen(self.two_resources("a", "a"), 1)
+    self.assertLen(self.two_resources("a", None), 1)
+
+  @parameterized.parameters("solver", "a/b (x:y) %%{}", 'caf\u00e9 "q"')
+  def test_the_name_survives_as_written(self, name):
+    c = compiled(lambda t: resource_step(t, name), jnp.int32(0))
+    self.assertEqual(
+      accesses(c, WRITE), {(Access(name, "write"),)}, testing.module_text(c)
+    )
+    self.assertEqual(accesses(c, READ), {(Access(name, "read"),)})
+
+  def test_bad_names(self):
+    with self.assertRaisesRegex(TypeError, "name must be a str"):
+      Resource(jnp.int32(0), name=cast(Any, 3))
+    with self.assertRaisesRegex(ValueError, "name must not be empty"):
+      Resource(jnp.int32(0), name="")
+
+  def test_marker_round_trip(self):
+    for mode in ("read", "write"):
+      for name in (None, "s", "%2F/()%", "\u00e9:x"):
+        component = access_marker.scope_component(mode, name)
+        self.assertNotIn("/", component)
+        self.assertEqual(access_marker.parse_component(component), (mode, name))
+    self.assertIsNone(access_marker.parse_component("entangle_jax:peek"))
+
+
+class TransformsTest(parameterized.TestCase):
+  """Resource's record of each call survives jit's neighbours."""
+
+  def check(self, c, name="r"):
+    self.assertEqual(accesses(c, WRITE), {(Access(name, "write"),)})
+    self.assertEqual(accesses(c, READ), {(Access(name, "read"),)})
+    self.assertEqual(testing.races(c), [])
+
+  def test_scan_and_while_loop(self):
+    def scanned(token):
+      def body(t, _):
+        return resource_step(t, "r")[2], None
+
+      return jax.lax.scan(body, token, None, length=3)[0]
+
+    self.check(compiled(scanned, jnp.int32(0)))
+
+    def looped(token):
+      body = lambda c: (resource_step(c[0], "r")[2], c[1] + 1)  # noqa: E731
+      return jax.lax.while_loop(lambda c: c[1] < 3, body, (token, 0))
+
+    self.check(compiled(looped, jnp.int32(0)))
+
+  def test_grad(self):
+    def loss(v, token):
+      x, y, t = resource_step(token, "r")
+      return x * v + y, t
+
+    fn = jax.grad(loss, has_aux=True)
+    self.check(compiled(fn, jnp.float32(1), jnp.int32(0)))
+
+  def test_vmap(self):
+    fn = jax.vmap(lambda t: resource_step(t, "r"))
+    self.check(compiled(fn, jnp.arange(4, dtype=jnp.int32)))
+
+  def test_shard_map(self):
+    mesh = jax.make_mesh((test_util.NUM_CPU_DEVICES,), ("x",))
+    fn = jax.shard_map(
+      lambda t: resource_step(t, "r"),
+      mesh=mesh,
+      in_specs=P("x"),
+      out_specs=(P("x"), P("x"), P("x")),
+    )
+    tokens = jax.device_put(
+      jnp.arange(test_util.NUM_CPU_DEVICES, dtype=jnp.int32),
+      NamedSharding(mesh, P("x")),
+    )
+    self.check(jax.jit(fn).lower(tokens).compile())
+
+  def test_export_serialize_deserialize_compile(self):
+    checks = [
+      *entangle_jax.export_safety_checks(),
+      jax.export.DisabledSafetyCheck.custom_call(READ),
+      jax.export.DisabledSafetyCheck.custom_call(WRITE),
+    ]
+    exported = jax.export.export(
+      jax.jit(lambda t: resource_step(t, "r")), disabled_checks=checks
+    )(jnp.int32(0))
+    restored = jax.export.deserialize(exported.serialize())
+    self.check(jax.jit(restored.call).lower(jnp.int32(0)).compile())
+
+
+class DeclaredTargetsTest(absltest.TestCase):
+  def test_a_target_declared_read(self):
+    def two_reads(slot):
+      return testing.read_slot(slot), testing.read_slot(slot + 1)
+
+    c = compiled(two_reads, jnp.int32(0))
+    self.assertEqual(testing.races(c), [])
+    try:
+      # Control: undeclared, the same target may write, and the reads race.
+      testing.declare_target_mode(READ, "write")
+      self.assertLen(testing.races(c), 1)
+      self.assertEqual(accesses(c, READ), {(Access(None, "write"),)})
+    finally:
+      testing.declare_target_mode(READ, "read")
+    self.assertEqual(testing.races(c), [])
+
+  def test_bad_declarations(self):
+    with self.assertRaisesRegex(ValueError, "'peek'"):
+      testing.declare_target_mode("t", cast(Any, "peek"))
+    with self.assertRaisesRegex(TypeError, "str"):
+      testing.declare_target_mode(cast(Any, 3), "read")
+    with self.assertRaisesRegex(ValueError, "empty"):
+      testing.declare_target_mode("", "read")
+
+
+if __name__ == "__main__":
+  absltest.main()
