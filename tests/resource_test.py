@@ -309,8 +309,12 @@ class WriteResultsTest(absltest.TestCase):
 
   def test_has_aux_needs_a_pair(self):
     res = Resource(jnp.int32(4))
-    with self.assertRaisesRegex(TypeError, "write_slot must return a pair"):
+    with self.assertRaisesRegex(
+      TypeError, "write_slot must return a pair .*got ArrayImpl"
+    ):
       res.write(write_slot, 1.0, has_aux=True)
+    with self.assertRaisesRegex(TypeError, "<lambda> .* got tuple of 3"):
+      res.write(lambda t: (write_slot(t, 1.0), 2, 3), has_aux=True)
 
   def test_status_write_is_dead_code_unless_entangled(self):
     # The control: the status is unused, so the write disappears.

@@ -190,9 +190,10 @@ class Resource:
     aux = None
     if has_aux:
       if not (isinstance(result, tuple | list) and len(result) == 2):
+        size = f" of {len(result)}" if isinstance(result, tuple | list) else ""
         raise TypeError(
           f"Resource.write: with has_aux=True, {_name(fn)} must return a "
-          f"pair (new_token, aux), got {type(result).__name__}"
+          f"pair (new_token, aux), got {type(result).__name__}{size}"
         )
       result, aux = result
     treedef = jax.tree_util.tree_structure(result)
