@@ -2,6 +2,7 @@
 pair by target, scope and source line, and say the usual fix."""
 
 import os
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -74,9 +75,9 @@ class AssertHappensBeforeTest(absltest.TestCase):
     names = [tuple(races[0])]
     self.assertEqual(races, names)
     with self.assertRaisesRegex(TypeError, r"races\[0\] is tuple \('"):
-      testing.format_races(names)
+      testing.format_races(cast(Any, names))
     with self.assertRaisesRegex(TypeError, r"races\[0\] is str 'a'"):
-      testing.format_races("ab")
+      testing.format_races(cast(Any, "ab"))
 
   def test_zero_size_witness_is_explained(self):
     def fn(slot, empty):
