@@ -108,6 +108,29 @@ class ScopeSelectorTest(parameterized.TestCase):
     with self.assertRaisesRegex(TypeError, "must be a str"):
       testing.happens_before(c, cast(Any, 3), "read")
 
+  def test_predicates_take_an_op_or_its_instruction(self):
+    def fn(slot, a):
+      with jax.named_scope("write"):
+        t = testing.write_slot(slot, 1.0)
+      with jax.named_scope("solve"):
+        s = jnp.linalg.solve(a, a)  # a LAPACK call: no native call of yours
+      return entangle(t, s)
+
+    analysis = testing.OrderAnalysis(
+      compiled(fn, jnp.int32(0), jnp.eye(2)), all_ops=True
+    )
+    (write,) = analysis.select_ops("write")
+    ops = analysis.select_ops("solve")  # LAPACK and arithmetic
+    for predicate in (testing.is_user_native_call, testing.is_effectful):
+      with self.subTest(predicate.__name__):
+        self.assertTrue(predicate(write))
+        self.assertTrue(predicate(write.instruction))
+        self.assertFalse(any(predicate(op) for op in ops))
+        with self.assertRaisesRegex(
+          TypeError, rf"{predicate.__name__}: expected an Op .*got str"
+        ):
+          predicate(cast(Any, "write"))
+
 
 class LibraryKernelsTest(absltest.TestCase):
   def test_default_races_skip_jax_library_kernels(self):
