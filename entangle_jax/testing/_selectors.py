@@ -227,12 +227,26 @@ def no_match_message(
   scopes = sorted(
     {i.op_name for i in instructions if is_selectable(i, all_ops)}
   )
-  return (
+  message = (
     f"selector {selector!r} matches no op of the compiled module. "
     f"Custom-call targets: {targets}. Scopes of selectable ops "
     f"(op_name): {scopes}. (XLA merges identical calls that are not "
     "side-effecting, and keeps the scope of one of them.)"
   )
+  skipped = sorted(
+    {
+      i.target or i.opcode
+      for i in instructions
+      if is_selectable(i, True) and scope_matches(selector, i.op_name)
+    }
+  )
+  if skipped:
+    message += (
+      f" The scope holds only ops that are not effectful ({skipped}): "
+      "pass all_ops=True to pick them (pure_callback, arithmetic, library "
+      "kernels)."
+    )
+  return message
 
 
 def check_among(among: object) -> None:
