@@ -227,5 +227,43 @@ class ExclusiveBranchesTest(parameterized.TestCase):
     self.assertLen(testing.races(batched, among), 1)
 
 
+class OpArgumentsTest(absltest.TestCase):
+  """`OrderAnalysis` questions about ops take the analysis's own `Op`s."""
+
+  def setUp(self):
+    super().setUp()
+    self.text = testing.module_text(_hazard.compiled(Ordering.ENTANGLE))
+    self.ordered = testing.OrderAnalysis(self.text)
+    self.unordered = testing.OrderAnalysis(_hazard.compiled(Ordering.NONE))
+
+  def ops(self, analysis):
+    (read,), (write,) = map(analysis.select_ops, ("read", "second_write"))
+    return read, write
+
+  def test_a_selector_string_is_not_an_op(self):
+    for ask in ("precedes", "exclusive", "sequenced", "conflict", "is_race"):
+      with (
+        self.subTest(ask),
+        self.assertRaisesRegex(TypeError, r"expected an Op .*got str: 'read'"),
+      ):
+        getattr(self.ordered, ask)("read", "second_write")
+
+  def test_an_op_of_another_module_is_refused(self):
+    read, write = self.ops(self.ordered)
+    # Both modules name these calls alike; each analysis answers for its own.
+    self.assertEqual(self.ops(self.unordered), (read, write))
+    self.assertTrue(self.ordered.precedes(read, write))
+    self.assertFalse(self.unordered.precedes(*self.ops(self.unordered)))
+    with self.assertRaisesRegex(ValueError, "is not an op of this module"):
+      self.unordered.precedes(read, write)
+    with self.assertRaisesRegex(ValueError, "is not an op of this module"):
+      self.unordered.is_race(read, write)
+
+  def test_ops_of_another_analysis_of_the_same_module_are_accepted(self):
+    # A copy of the text, parsed anew rather than taken from the cache.
+    again = testing.OrderAnalysis(self.text + "\n")
+    self.assertTrue(again.precedes(*self.ops(self.ordered)))
+
+
 if __name__ == "__main__":
   absltest.main()

@@ -170,6 +170,11 @@ class TransformsTest(parameterized.TestCase):
     )(jnp.int32(0))
     restored = jax.export.deserialize(exported.serialize())
     self.check(jax.jit(restored.call).lower(jnp.int32(0)).compile())
+    # The Exported itself is no compiled module; the error says what is.
+    with self.assertRaisesRegex(
+      TypeError, r"got Exported .*jax.jit\(exported.call\).lower"
+    ):
+      testing.races(cast(Any, restored))
 
 
 class DeclaredTargetsTest(absltest.TestCase):

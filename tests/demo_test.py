@@ -30,11 +30,12 @@ class DemoTest(absltest.TestCase):
     self.assertRegex(rows["entangle"], r"\b0 / 20 +ordered$")
 
   def test_rejects_zero_runs(self):
-    with (
-      self.assertRaises(SystemExit),
-      contextlib.redirect_stderr(io.StringIO()),
-    ):
+    err = io.StringIO()
+    with self.assertRaises(SystemExit), contextlib.redirect_stderr(err):
       demo.main(["--runs", "0"])
+    # The usage names the command a user runs, not __main__.py.
+    self.assertStartsWith(err.getvalue(), "usage: python -m entangle_jax.demo")
+    self.assertIn("--runs must be at least 1", err.getvalue())
 
 
 if __name__ == "__main__":

@@ -272,6 +272,12 @@ class ErrorsTest(parameterized.TestCase):
     with self.assertRaisesRegex(TypeError, path):
       entangle(*args)
 
+  @parameterized.parameters((), ((),), ([None],))
+  def test_payload_is_checked_without_witness_leaves(self, *witnesses):
+    self.assertIs(entangle(payload := [jnp.ones(2)], *witnesses), payload)
+    with self.assertRaisesRegex(TypeError, r"payload\['h'\] .* got str"):
+      entangle({"h": "handle"}, *witnesses)
+
   def test_error_also_under_jit(self):
     with self.assertRaisesRegex(TypeError, r"witnesses\[0\]"):
       jax.jit(lambda x: entangle(x, "nope"))(1.0)

@@ -151,6 +151,14 @@ class ExampleResourceTest(parameterized.TestCase):
     for earlier, later in itertools.pairwise(log):
       self.assertLess(earlier.end, later.start)
 
+  def test_slot_values_is_a_logged_read_of_every_slot(self):
+    testing.write_slot(2, 5.0)
+    self.assertEqual(testing.slot_values()[2], 5.0)
+    self.assertEqual(
+      [(r.kind, r.slots) for r in testing.call_log()],
+      [("write", (2,)), ("read", tuple(range(testing.NUM_SLOTS)))],
+    )
+
   def test_call_log_records_only_successful_calls(self):
     with self.assertRaisesRegex(Exception, "outside"):
       jax.block_until_ready(jax.jit(testing.read_slot)(jnp.int32(-1)))

@@ -2,6 +2,7 @@
 pair by target, scope and source line, and say the usual fix."""
 
 import os
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -69,6 +70,17 @@ class AssertHappensBeforeTest(absltest.TestCase):
       testing.format_races([]),
       "No races: every two calls that may conflict are ordered.",
     )
+
+  def test_format_races_takes_races(self):
+    races = testing.races(_hazard.compiled(Ordering.NONE))
+    self.assertIn("1 pair of calls may conflict", testing.format_races(races))
+    # A Race equals its tuple of names, but the names alone cannot be shown.
+    names = [tuple(races[0])]
+    self.assertEqual(races, names)
+    with self.assertRaisesRegex(TypeError, r"races\[0\] is tuple \('"):
+      testing.format_races(cast(Any, names))
+    with self.assertRaisesRegex(TypeError, r"races\[0\] is str 'a'"):
+      testing.format_races(cast(Any, "ab"))
 
   def test_zero_size_witness_is_explained(self):
     def fn(slot, empty):

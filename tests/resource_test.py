@@ -19,6 +19,7 @@ from entangle_jax.testing import (
   _example_resource,
   happens_before,
   module_text,
+  races,
   read_slot,
   reset_slots,
   slot_values,
@@ -312,8 +313,12 @@ class WriteResultsTest(absltest.TestCase):
 
   def test_has_aux_needs_a_pair(self):
     res = Resource(jnp.int32(4))
-    with self.assertRaisesRegex(TypeError, "write_slot must return a pair"):
+    with self.assertRaisesRegex(
+      TypeError, "write_slot must return a pair .*got ArrayImpl"
+    ):
       res.write(write_slot, 1.0, has_aux=True)
+    with self.assertRaisesRegex(TypeError, "<lambda> .* got tuple of 3"):
+      res.write(lambda t: (write_slot(t, 1.0), 2, 3), has_aux=True)
 
   def test_status_write_is_dead_code_unless_entangled(self):
     # The control: the status is unused, so the write disappears.
@@ -388,6 +393,36 @@ class InputErrorsTest(absltest.TestCase):
     res = Resource(jnp.int32(0))
     with self.assertRaisesRegex(TypeError, "not an array: got str"):
       res.read(lambda t: "status")
+
+  def test_read_that_returns_nothing_is_an_error(self):
+    def notify(token):  # a read whose host call returns nothing
+      jax.debug.callback(lambda t: None, token)
+
+    # The control: written by hand, nothing orders such a call before the
+    # next write, and no entangle could (it has no result to witness).
+    def by_hand(slot):
+      token = write_slot(slot, 1.0)
+      notify(token)
+      return write_slot(token, 2.0)
+
+    compiled = jax.jit(by_hand).lower(jnp.int32(0)).compile()
+    (race,) = races(compiled)
+    self.assertEqual(
+      {race.first.target, race.second.target},
+      {WRITE, "xla_ffi_python_cpu_callback"},
+    )
+
+    def with_resource(slot):
+      res = Resource(slot)
+      res.write(write_slot, 1.0)
+      res.read(notify)
+      res.write(write_slot, 2.0)
+      return res.token
+
+    with self.assertRaisesRegex(
+      ValueError, r"notify returned no array \(None\)"
+    ):
+      jax.jit(with_resource).lower(jnp.int32(0))
 
 
 if __name__ == "__main__":

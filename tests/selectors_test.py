@@ -6,6 +6,7 @@ from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from absl.testing import absltest, parameterized
 
 from entangle_jax import entangle, testing
@@ -107,6 +108,52 @@ class ScopeSelectorTest(parameterized.TestCase):
       testing.happens_before(c, "", "read")
     with self.assertRaisesRegex(TypeError, "must be a str"):
       testing.happens_before(c, cast(Any, 3), "read")
+
+  def test_a_scope_of_only_pure_ops_says_to_pass_all_ops(self):
+    def fn(slot):
+      with jax.named_scope("write"):
+        t = testing.write_slot(slot, 1.0)
+      with jax.named_scope("pure"):
+        x = jax.pure_callback(
+          lambda t: np.float32(1.0), jax.ShapeDtypeStruct((), jnp.float32), t
+        )
+      return entangle(t, x)
+
+    c = compiled(fn, jnp.int32(0))
+    self.assertLen(testing.OrderAnalysis(c).select("write"), 1)  # control
+    with self.assertRaisesRegex(
+      ValueError,
+      r"'pure' matches no op.* The scope holds only ops that are not "
+      r"effectful \(\['xla_ffi_python_cpu_callback'\]\): pass all_ops=True",
+    ):
+      testing.OrderAnalysis(c).select("pure")
+    self.assertLen(testing.OrderAnalysis(c, all_ops=True).select("pure"), 1)
+    with self.assertRaises(ValueError) as raised:
+      testing.OrderAnalysis(c).select("elsewhere")
+    self.assertNotIn("all_ops", str(raised.exception))
+
+  def test_predicates_take_an_op_or_its_instruction(self):
+    def fn(slot, a):
+      with jax.named_scope("write"):
+        t = testing.write_slot(slot, 1.0)
+      with jax.named_scope("solve"):
+        s = jnp.linalg.solve(a, a)  # a LAPACK call: no native call of yours
+      return entangle(t, s)
+
+    analysis = testing.OrderAnalysis(
+      compiled(fn, jnp.int32(0), jnp.eye(2)), all_ops=True
+    )
+    (write,) = analysis.select_ops("write")
+    ops = analysis.select_ops("solve")  # LAPACK and arithmetic
+    for predicate in (testing.is_user_native_call, testing.is_effectful):
+      with self.subTest(predicate.__name__):
+        self.assertTrue(predicate(write))
+        self.assertTrue(predicate(write.instruction))
+        self.assertFalse(any(predicate(op) for op in ops))
+        with self.assertRaisesRegex(
+          TypeError, rf"{predicate.__name__}: expected an Op .*got str"
+        ):
+          predicate(cast(Any, "write"))
 
 
 class LibraryKernelsTest(absltest.TestCase):

@@ -66,9 +66,11 @@ def entangle(payload: T, *witnesses: Any) -> T:
     leaves, _, _, names = _flatten(witness, f"witnesses[{index}]")
     witness_leaves += leaves
     witness_names += names
+  # Checked even when there is nothing to order, so that whether a bad leaf
+  # raises does not depend on the witnesses.
+  physical, originals, treedef, names = _flatten(payload, "payload")
   if not witness_leaves:
     return payload
-  physical, originals, treedef, names = _flatten(payload, "payload")
   _check_devices(physical + witness_leaves, names + witness_names)
   results = primitive.bind(physical, witness_leaves)
   rewrapped = [

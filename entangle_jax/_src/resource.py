@@ -113,19 +113,28 @@ class Resource:
 
     Raises:
       TypeError: a leaf of ``fn``'s result is not an array.
+      ValueError: ``fn`` returned no array (None, say): nothing could then
+        order the next write after this read.
     """
     with jax.named_scope(access_marker.scope_component("read", self._name)):
       result = fn(self._token, *args, **kwargs)
     leaves = jax.tree_util.tree_leaves(result)
+    if not leaves:
+      raise ValueError(
+        f"Resource.read: {_name(fn)} returned no array ({result!r}), so "
+        "nothing can order the next write after this read. Return what the "
+        "native call returned; a call that returns nothing cannot be ordered "
+        "before later calls (give it a result, as io_callback's result_shape "
+        "does)."
+      )
     for index, leaf in enumerate(leaves):
       if not _is_array(leaf):
         raise TypeError(
           f"Resource.read: leaf {index} of {_name(fn)}'s result is not an "
           f"array: got {type(leaf).__name__}"
         )
-    if leaves:
-      self._pending.append(result)
-      self._entangled = None
+    self._pending.append(result)
+    self._entangled = None
     return result
 
   def write(
@@ -181,9 +190,10 @@ class Resource:
     aux = None
     if has_aux:
       if not (isinstance(result, tuple | list) and len(result) == 2):
+        size = f" of {len(result)}" if isinstance(result, tuple | list) else ""
         raise TypeError(
           f"Resource.write: with has_aux=True, {_name(fn)} must return a "
-          f"pair (new_token, aux), got {type(result).__name__}"
+          f"pair (new_token, aux), got {type(result).__name__}{size}"
         )
       result, aux = result
     treedef = jax.tree_util.tree_structure(result)

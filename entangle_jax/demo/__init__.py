@@ -91,7 +91,9 @@ def graphs() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = argparse.ArgumentParser(
+    prog="python -m entangle_jax.demo", description=__doc__.splitlines()[0]
+  )
   parser.add_argument(
     "--runs", type=int, default=200, help="runs per ordering (default 200)"
   )

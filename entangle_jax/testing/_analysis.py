@@ -57,6 +57,9 @@ class OrderAnalysis:
     TypeError: `compiled` is none of those.
     ValueError: the text is not an optimized, scheduled module, or a line
       of it cannot be read (the message names it).
+
+  The methods that take `Op` objects raise ``TypeError`` for anything else
+  and ``ValueError`` for an `Op` of another module.
   """
 
   def __init__(self, compiled: CompiledModule, *, all_ops: bool = False):
@@ -172,6 +175,7 @@ class OrderAnalysis:
 
   @_bits.without_gc
   def _order_of(self, ops: Sequence[Op]) -> OpOrder:
+    _check_ops(self, ops)
     if self._order is None or not self._order.covers(ops):
       known = self._order.ops if self._order else self.user_native_calls()
       self._order = OpOrder(self._dataflow, list(dict.fromkeys([*known, *ops])))
@@ -194,6 +198,7 @@ class OrderAnalysis:
 
   def conflict(self, a: Op, b: Op) -> bool:
     """Whether `a` and `b` may access one resource, one of them writing."""
+    _check_ops(self, (a, b))
     return _access.conflict(a.accesses, b.accesses)
 
   def is_race(self, a: Op, b: Op) -> bool:
@@ -230,6 +235,32 @@ class OrderAnalysis:
     """`ops` in an order that extends happens-before, and the pairs of
     indices into it of an op and an op right after it (`OpOrder.hasse`)."""
     return self._order_of(ops).hasse(ops)
+
+
+def _check_ops(analysis: OrderAnalysis, ops: Iterable[object]) -> None:
+  """Raises unless every one of `ops` is an `Op` of `analysis`'s module.
+
+  An `Op` of another module may share its computation and instruction names
+  (``ffi_call.2``), and would be answered for the wrong instruction.
+  """
+  for op in ops:
+    if not isinstance(op, Op):
+      raise TypeError(
+        "expected an Op (from select_ops, ops_among or user_native_calls), "
+        f"got {type(op).__name__}: {op!r}"
+      )
+    graph = None
+    if op.computation in analysis.module.computations:
+      graph = analysis._dataflow[op.computation]
+    if graph is None or op.name not in graph.index:
+      ours = None
+    else:
+      ours = analysis.op(graph.instructions[graph.index[op.name]])
+    if ours != op or ours.instruction != op.instruction:
+      raise ValueError(
+        f"{op.label()} is not an op of this module: ask the OrderAnalysis "
+        "whose select_ops or ops_among returned it"
+      )
 
 
 def _empty_witness_entangles(

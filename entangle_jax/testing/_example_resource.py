@@ -239,7 +239,11 @@ def has_cuda_device() -> bool:
 
 
 def slot_values() -> np.ndarray:
-  """A snapshot of every slot, read outside of XLA (for tests and demos)."""
+  """A snapshot of every slot (for tests and demos), after pending work.
+
+  It is one eager `read_slot` of every slot, so `call_log` records it: a
+  read of slots ``0 .. NUM_SLOTS - 1``.
+  """
   jax.effects_barrier()
   return np.asarray(read_slot(jnp.arange(NUM_SLOTS, dtype=jnp.int32)))
 

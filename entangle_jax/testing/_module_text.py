@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TypeAlias
 
 import jax
+from jax import export
 
 CompiledModule: TypeAlias = jax.stages.Compiled | jax.stages.Lowered | str
 """A ``jax.stages.Compiled`` (``jax.jit(f).lower(*args).compile()``), a
@@ -17,16 +18,25 @@ def module_text(compiled: CompiledModule) -> str:
   A ``jax.stages.Lowered`` is compiled first.
 
   Raises:
-    TypeError: `compiled` is none of those (for example a jitted function).
+    TypeError: `compiled` is none of those (for example a jitted function,
+      or a ``jax.export.Exported``: analyse
+      ``jax.jit(exported.call).lower(*args).compile()``).
+    ValueError: the ``Compiled`` has no HLO text.
   """
   if isinstance(compiled, str):
     return compiled
   if isinstance(compiled, jax.stages.Lowered):
     compiled = compiled.compile()
   if not isinstance(compiled, jax.stages.Compiled):
+    hint = (
+      " (compile the exported module where it runs: "
+      "jax.jit(exported.call).lower(*args).compile())"
+      if isinstance(compiled, export.Exported)
+      else ""
+    )
     raise TypeError(
       "expected a jax.stages.Compiled (jax.jit(f).lower(*args).compile()), "
-      f"a jax.stages.Lowered or HLO text, got {type(compiled).__name__}"
+      f"a jax.stages.Lowered or HLO text, got {type(compiled).__name__}{hint}"
     )
   text = compiled.as_text()
   if text is None:

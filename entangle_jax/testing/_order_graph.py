@@ -72,9 +72,12 @@ def order_graph(
     its first call site).
 
   Raises:
-    ValueError: `format` is neither ``"dot"`` nor ``"mermaid"``, or a selector
-      matches nothing.
-    TypeError: `among` is a string rather than a sequence of selectors.
+    ValueError: `format` is neither ``"dot"`` nor ``"mermaid"``, or as for
+      ``races``: the text is not an optimized, scheduled module or cannot
+      be read, or a selector is empty or matches nothing.
+    TypeError: as for ``races``: `compiled` is none of those, `among` is a
+      string rather than a sequence of selectors, or a selector is not a
+      str.
   """
   if format not in FORMATS:
     raise ValueError(

@@ -41,8 +41,11 @@ def happens_before(
     all_ops: let scope selectors pick every op in the scope instead.
 
   Raises:
-    ValueError: a selector is empty or matches nothing; the message lists
-      what exists.
+    TypeError: `compiled` is none of those (`module_text`), or a selector
+      is not a str.
+    ValueError: the text is not an optimized, scheduled module or cannot
+      be read (`OrderAnalysis`), or a selector is empty or matches nothing;
+      the message lists what exists.
   """
   return OrderAnalysis(compiled, all_ops=all_ops).happens_before(before, after)
 
@@ -55,6 +58,8 @@ def assert_happens_before(
   all_ops: bool = False,
 ) -> None:
   """Asserts `happens_before`, explaining every unordered pair on failure.
+
+  Takes what `happens_before` takes, and raises what it raises.
 
   Raises:
     AssertionError: some op `before` selects does not precede some op
@@ -111,7 +116,10 @@ def races(
     source lines.
 
   Raises:
-    TypeError: `among` is a string rather than a sequence of selectors.
-    ValueError: a selector is empty or matches nothing.
+    TypeError: `compiled` is none of those (`module_text`), `among` is a
+      string rather than a sequence of selectors, or a selector is not a
+      str.
+    ValueError: the text is not an optimized, scheduled module or cannot
+      be read (`OrderAnalysis`), or a selector is empty or matches nothing.
   """
   return OrderAnalysis(compiled, all_ops=all_ops).races(among)

@@ -31,7 +31,17 @@ def format_races(races: Sequence[Race], heading: str | None = None) -> str:
       from `OrderAnalysis.unordered` (given a `heading`).
     heading: first line; by default it counts the races. With a heading,
       each pair reads "``first`` is not ordered before ``second``".
+
+  Raises:
+    TypeError: an element of `races` is not a `Race` (a tuple of names
+      says too little to render).
   """
+  for index, race in enumerate(races):
+    if not isinstance(race, Race):
+      raise TypeError(
+        f"format_races: races[{index}] is {type(race).__name__} {race!r}, "
+        "not a Race: pass what races() or OrderAnalysis.unordered() returned"
+      )
   count = len(races)
   if not count and heading is None:
     return "No races: every two calls that may conflict are ordered."

@@ -39,6 +39,7 @@ from collections.abc import Iterable
 
 from entangle_jax._src.native import ENTANGLE_TARGET
 from entangle_jax.testing import _access, _hlo_parse
+from entangle_jax.testing._ops import Op
 
 Selector = str
 """A custom-call target or a ``jax.named_scope`` name."""
@@ -129,8 +130,23 @@ def is_host_callback(target: str) -> bool:
   return target.startswith(HOST_CALLBACK_PREFIXES)
 
 
-def is_user_native_call(instruction: _hlo_parse.Instruction) -> bool:
+def _instruction(op: Op | _hlo_parse.Instruction, who: str):
+  """The instruction of `op`, an `Op` or an instruction (`Op.instruction`)."""
+  if isinstance(op, _hlo_parse.Instruction):
+    return op
+  if isinstance(op, Op):
+    return op.instruction
+  raise TypeError(
+    f"{who}: expected an Op (from OrderAnalysis.select_ops or ops_among) or "
+    f"its .instruction, got {type(op).__name__}: {op!r}"
+  )
+
+
+def is_user_native_call(instruction: Op | _hlo_parse.Instruction) -> bool:
   """Whether ``races`` and ``order_graph`` look at `instruction` by default.
+
+  `instruction` is an `Op` or its ``instruction``; anything else raises
+  ``TypeError``.
 
   True for a custom call that may touch state outside its buffers: your FFI
   calls, side-effecting or not (a query reads native state without being
@@ -142,6 +158,7 @@ def is_user_native_call(instruction: _hlo_parse.Instruction) -> bool:
   (`is_library_target`: LAPACK, cuBLAS, cuSOLVER...), which compute from
   their buffers alone.
   """
+  instruction = _instruction(instruction, "is_user_native_call")
   target = instruction.target
   if instruction.opcode != "custom-call" or target is None:
     return False
@@ -150,8 +167,11 @@ def is_user_native_call(instruction: _hlo_parse.Instruction) -> bool:
   return instruction.side_effect or not is_host_callback(target)
 
 
-def is_effectful(instruction: _hlo_parse.Instruction) -> bool:
+def is_effectful(instruction: Op | _hlo_parse.Instruction) -> bool:
   """Whether a named-scope selector picks `instruction` (by default).
+
+  `instruction` is an `Op` or its ``instruction``; anything else raises
+  ``TypeError``.
 
   The native calls of `is_user_native_call`, and every instruction whose
   opcode is in `EFFECTFUL_OPCODES` (communication, I/O, random state).
@@ -160,6 +180,7 @@ def is_effectful(instruction: _hlo_parse.Instruction) -> bool:
   derives from a call's result, and those have no effect whose order could
   be observed.
   """
+  instruction = _instruction(instruction, "is_effectful")
   return is_user_native_call(instruction) or (
     instruction.opcode in EFFECTFUL_OPCODES
   )
@@ -206,12 +227,26 @@ def no_match_message(
   scopes = sorted(
     {i.op_name for i in instructions if is_selectable(i, all_ops)}
   )
-  return (
+  message = (
     f"selector {selector!r} matches no op of the compiled module. "
     f"Custom-call targets: {targets}. Scopes of selectable ops "
     f"(op_name): {scopes}. (XLA merges identical calls that are not "
     "side-effecting, and keeps the scope of one of them.)"
   )
+  skipped = sorted(
+    {
+      i.target or i.opcode
+      for i in instructions
+      if is_selectable(i, True) and scope_matches(selector, i.op_name)
+    }
+  )
+  if skipped:
+    message += (
+      f" The scope holds only ops that are not effectful ({skipped}): "
+      "pass all_ops=True to pick them (pure_callback, arithmetic, library "
+      "kernels)."
+    )
+  return message
 
 
 def check_among(among: object) -> None:
