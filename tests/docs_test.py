@@ -7,6 +7,7 @@ pytest runs this file; Bazel leaves it out (tests/BUILD.bazel says why).
 
 import importlib.util
 import pathlib
+import re
 import tempfile
 import unittest
 
@@ -53,6 +54,42 @@ class PagesTest(parameterized.TestCase):
       {"README.md", "index.md", "getting_started.md", "seeing_order.md"},
       names,
     )
+
+
+def heading_anchors(page: pathlib.Path) -> set[str]:
+  """The anchors GitHub and MyST give the page's headings (``#what-...``)."""
+  headings = re.findall(r"^#+ (.+)$", page.read_text(), re.MULTILINE)
+  return {
+    re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+    for h in headings
+  }
+
+
+class ReadmeTest(absltest.TestCase):
+  """The README stays the short front page, and its links lead somewhere."""
+
+  readme = ROOT / "README.md"
+
+  def test_at_most_200_lines(self):
+    lines = self.readme.read_text().splitlines()
+    self.assertLessEqual(len(lines), 200, "move the detail into docs/")
+
+  def test_relative_links_name_existing_pages_and_headings(self):
+    links = re.findall(r"\]\(([^)#:]+)(?:#([^)]+))?\)", self.readme.read_text())
+    self.assertNotEmpty(links)
+    broken = []
+    for path, anchor in links:
+      target = ROOT / path
+      if not target.exists():
+        broken.append(path)
+      elif anchor and anchor not in heading_anchors(target):
+        broken.append(f"{path}#{anchor}")
+    self.assertEqual([], broken)
+
+  def test_a_missing_heading_is_caught(self):
+    anchors = heading_anchors(ROOT / "docs" / "proving_order.md")
+    self.assertIn("what-races-reports", anchors)
+    self.assertNotIn("what-races-report", anchors)
 
 
 class RunnerTest(absltest.TestCase):
