@@ -187,15 +187,7 @@ class Resource:
     token = self.token
     with jax.named_scope(access_marker.scope_component("write", self._name)):
       result = fn(token, *args, **kwargs)
-    aux = None
-    if has_aux:
-      if not (isinstance(result, tuple | list) and len(result) == 2):
-        size = f" of {len(result)}" if isinstance(result, tuple | list) else ""
-        raise TypeError(
-          f"Resource.write: with has_aux=True, {_name(fn)} must return a "
-          f"pair (new_token, aux), got {type(result).__name__}{size}"
-        )
-      result, aux = result
+    result, aux = _split_aux(result, fn) if has_aux else (result, None)
     treedef = jax.tree_util.tree_structure(result)
     if treedef != self._treedef:
       raise TypeError(
@@ -219,6 +211,17 @@ class Resource:
       f"Resource({named}token={self._treedef}, "
       f"pending_reads={len(self._pending)})"
     )
+
+
+def _split_aux(result: Any, fn: Callable[..., Any]) -> tuple[Any, Any]:
+  """``(new_token, aux)`` from what a ``has_aux`` write returned."""
+  if not (isinstance(result, tuple | list) and len(result) == 2):
+    size = f" of {len(result)}" if isinstance(result, tuple | list) else ""
+    raise TypeError(
+      f"Resource.write: with has_aux=True, {_name(fn)} must return a "
+      f"pair (new_token, aux), got {type(result).__name__}{size}"
+    )
+  return result[0], result[1]
 
 
 def _tie(old: Any, new: Any, fn_name: str) -> Any:
