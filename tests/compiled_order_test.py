@@ -250,8 +250,9 @@ class OpArgumentsTest(absltest.TestCase):
 
   def test_an_op_of_another_module_is_refused(self):
     read, write = self.ops(self.ordered)
-    # Both modules name these calls alike; each analysis answers for its own.
-    self.assertEqual(self.ops(self.unordered), (read, write))
+    # With jax 0.10.2 both modules name these calls alike (main.2, ffi_call.4
+    # and ffi_call.5; jax 0.6.2 numbers them apart); each analysis must
+    # answer only for its own, however its ops are named.
     self.assertTrue(self.ordered.precedes(read, write))
     self.assertFalse(self.unordered.precedes(*self.ops(self.unordered)))
     with self.assertRaisesRegex(ValueError, "is not an op of this module"):
