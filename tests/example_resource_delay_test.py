@@ -16,7 +16,10 @@ from tests import test_util  # sets up 8 CPU devices
 WIDE = 12
 """Independent calls in `writes`: more than XLA:CPU's 8 ready at once, so
 its executor hands some to another thread."""
-ATTEMPTS = 50
+ATTEMPTS = 200
+"""Runs of the unordered program until two calls overlap. Usually the first
+does; on 2 busy cores the full suite once saw none in 50. It stops at the
+first overlap, so more attempts cost time only when something is wrong."""
 
 
 def writes(chained: bool):

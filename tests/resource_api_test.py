@@ -13,6 +13,7 @@ from entangle_jax.testing import (
   reset_slots,
   write_slot,
 )
+from tests import test_util  # noqa: F401  (8 CPU devices, as every test)
 
 WRITE = _example_resource.WRITE_SLOT_TARGET
 
