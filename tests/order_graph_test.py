@@ -63,6 +63,15 @@ class DemoProgramTest(parameterized.TestCase):
       unordered_names(testing.races(compiled, among)),
     )
 
+  def test_among_may_be_any_iterable(self):
+    # A generator is read once; the graph reads `among` twice (nodes, races).
+    compiled = _hazard.compiled(Ordering.NONE)
+    as_list = testing.order_graph(compiled, ["read", WRITE])
+    self.assertIn("style=dashed", as_list)  # The race is drawn.
+    self.assertEqual(
+      testing.order_graph(compiled, (s for s in ["read", WRITE])), as_list
+    )
+
   @parameterized.parameters(Ordering.NONE, Ordering.ENTANGLE)
   def test_mermaid_text(self, ordering):
     compiled = _hazard.compiled(ordering)

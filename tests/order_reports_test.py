@@ -34,6 +34,19 @@ class AssertHappensBeforeTest(absltest.TestCase):
       self.assertRegex(message, rf"{where}:\d+ \(%")
     self.assertIn("entangle(token, x)", message)
 
+  def test_an_op_both_selectors_pick_is_named(self):
+    c = _hazard.compiled(Ordering.ENTANGLE)
+    with self.assertRaisesRegex(
+      AssertionError, r"'second_write' and 'second_write' both pick %\S+: an op"
+    ):
+      testing.assert_happens_before(c, "second_write", "second_write")
+    # Control: a pair of different ops that is not ordered gets no such note.
+    with self.assertRaises(AssertionError) as raised:
+      testing.assert_happens_before(
+        _hazard.compiled(Ordering.NONE), "read", "second_write"
+      )
+    self.assertNotIn("both pick", str(raised.exception))
+
   def test_passes_when_ordered(self):
     testing.assert_happens_before(
       _hazard.compiled(Ordering.ENTANGLE), "read", "second_write"

@@ -19,7 +19,7 @@ from entangle_jax.testing import (
   _hlo_parse,
   _selectors,
 )
-from entangle_jax.testing._edges import Dataflow
+from entangle_jax.testing._dataflow import Dataflow
 from entangle_jax.testing._module_text import CompiledModule, module_text
 from entangle_jax.testing._ops import Op, Race
 from entangle_jax.testing._order import OpOrder

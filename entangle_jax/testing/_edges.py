@@ -23,9 +23,13 @@ Concluded, and why:
   element as it is: the loop reads the predicate's buffer. A conditional
   also reads its branch index. Fusions, custom calls and every other
   instruction read all their operands (their thunks list every operand).
-* **A loop result that the body carries through unchanged** is the buffer
-  its initial value was in: reading it after the loop depends on the
-  producer of that value, not on the loop.
+* **An element passed on unchanged** by a ``while`` (its body's root holds
+  the state element it was given, however the tuples around it are
+  rebuilt), a ``call`` (its computation's root holds an element of a
+  parameter) or a ``conditional`` (each branch does) is the operand's
+  buffer, which no op inside touches: reading it afterwards depends on the
+  producer of that operand element, not on the loop, call or conditional.
+  A conditional whose branches differ depends on both.
 * **Async pairs** (``*-start`` ... ``*-done``, ``send``/``send-done``,
   ``recv``/``recv-done``, ``async-start``/``async-update``/``async-done``)
   are one piece of work that begins at the start and ends at the done: an
@@ -39,18 +43,23 @@ different computations relate is `entangle_jax.testing._reach`'s docstring.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from entangle_jax.testing._call_graph import post_order
 from entangle_jax.testing._hlo_parse import Instruction, Module
+
+if TYPE_CHECKING:
+  # Dataflow builds the graphs and answers what their callees read.
+  from entangle_jax.testing._dataflow import Dataflow
 
 Path = tuple[int, ...]
 """Indices into nested tuples: ``(1, 0)`` is element 0 of element 1."""
 
 # Instructions whose called computations' parameters are their operands.
-_PARAMETER_CALLS = frozenset({"call", "async-start"})
+PARAMETER_CALLS = frozenset({"call", "async-start"})
 # Instructions whose dependencies depend on what their callees read.
-_READS_CALLEES = frozenset({"while", "conditional", *_PARAMETER_CALLS})
+READS_CALLEES = frozenset({"while", "conditional", *PARAMETER_CALLS})
+# Instructions whose result may hold operand elements passed on unchanged.
+FORWARDS = frozenset({"while", "call", "conditional"})
 
 
 class ComputationGraph:
@@ -108,46 +117,66 @@ class ComputationGraph:
       return self.resolve(n, ())
     operands = [self.index[name] for name in i.operands]
     found: list[int] = []
-    if i.opcode == "while":
-      for path in self._dataflow.loop_reads(i):
-        found += self.resolve(operands[0], path)
-    elif i.opcode == "conditional":
-      found += self.resolve(operands[0], ())  # The branch index.
-      for callee, operand in zip(i.callees, operands[1:], strict=False):
-        for path in self._dataflow.parameter_reads(callee, 0):
-          found += self.resolve(operand, path)
-    elif i.opcode in _PARAMETER_CALLS:
-      for callee in i.callees:
-        for k, operand in enumerate(operands):
-          for path in self._dataflow.parameter_reads(callee, k):
-            found += self.resolve(operand, path)
-    else:
-      for operand in operands:
-        found += self.resolve(operand, ())
+    for k, operand in enumerate(operands):
+      reads = (
+        self._dataflow.operand_reads(i, k)
+        if i.opcode in READS_CALLEES
+        else [()]
+      )
+      for path in reads:
+        found += self.resolve(operand, path)
     return list(dict.fromkeys(found))
 
   def resolve(self, n: int, path: Path) -> list[int]:
-    """The positions whose bytes element `path` of instruction `n` holds.
+    """The positions whose bytes element `path` of instruction `n` holds
+    (`sources` without the elements). Empty when it holds no bytes."""
+    i = self.instructions[n]
+    if not path and i.opcode != "get-tuple-element":  # Most operands.
+      return [] if i.zero_sized else [n]
+    return list(
+      dict.fromkeys(position for position, _ in self.sources(n, path))
+    )
 
-    Follows tuples and get-tuple-elements to the instruction that produced
-    the element, and loop results that the body carries through unchanged
-    to the loop's initial value. Empty when the element holds no bytes.
+  def sources(self, n: int, path: Path) -> list[tuple[int, Path]]:
+    """Which instructions produced the bytes of element `path` of
+    instruction `n`, as (position, element of its result) pairs.
+
+    Follows tuples and get-tuple-elements, and elements that a loop, call
+    or conditional passes on unchanged (`Dataflow.forwarded`), to where the
+    bytes were written; within a called computation that may be one of its
+    parameters. Empty when the element holds no bytes.
     """
-    while True:
+    found: list[tuple[int, Path]] = []
+    pending = [(n, path)]
+    seen: set[tuple[int, Path]] = set()
+    while pending:
+      state = pending.pop()
+      if state in seen:
+        continue
+      seen.add(state)
+      n, path = state
       i = self.instructions[n]
       if i.opcode == "get-tuple-element":
-        if i.zero_sized:
-          return []
-        n, path = self.index[i.operands[0]], (i.tuple_index or 0, *path)
+        if not i.zero_sized:
+          pending.append(
+            (self.index[i.operands[0]], (i.tuple_index or 0, *path))
+          )
       elif i.opcode == "tuple" and path and path[0] < len(i.operands):
-        n, path = self.index[i.operands[path[0]]], path[1:]
-      elif i.opcode == "while" and path and self._carries(i, path[0]):
-        n = self.index[i.operands[0]]
-      else:
-        return [] if i.zero_sized and not path else [n]
+        pending.append((self.index[i.operands[path[0]]], path[1:]))
+      elif path and i.opcode in FORWARDS:
+        for k, element in self._dataflow.forwarded(i, path):
+          if k is None:
+            found.append((n, path))
+          else:
+            pending.append((self.index[i.operands[k]], element))
+      elif path or not i.zero_sized:
+        found.append((n, path))
+    return list(dict.fromkeys(found))
 
-  def _carries(self, loop: Instruction, element: int) -> bool:
-    return element in self._dataflow.carried(loop)
+  def parameter_number(self, n: int) -> int | None:
+    """``N`` when the instruction at `n` is ``parameter(N)``, else None."""
+    i = self.instructions[n]
+    return i.parameter_number if i.opcode == "parameter" else None
 
   def _topological_order(self) -> list[int]:
     """Kahn's algorithm on operands; text order among ready instructions."""
@@ -186,137 +215,6 @@ class ComputationGraph:
       for member in chain:
         span[member] = (chain[0], chain[-1])
     return span
-
-
-class Dataflow:
-  """The `ComputationGraph` of each computation of a module, built on demand.
-
-  Building one builds the graphs of the computations it calls first, in
-  post-order, so that no build recurses (the parser refuses call cycles).
-  """
-
-  def __init__(self, module: Module):
-    self.module = module
-    self._graphs: dict[str, ComputationGraph] = {}
-    self._reads: dict[tuple[str, int], list[Path]] = {}
-    self._carried: dict[tuple[str, str], frozenset[int]] = {}
-    self._conditions = {
-      i.condition
-      for instructions in module.computations.values()
-      for i in instructions
-      if i.opcode == "while" and i.condition
-    }
-
-  def __getitem__(self, name: str) -> ComputationGraph:
-    if name not in self._graphs:
-      for callee in self._post_order(name):
-        if callee not in self._graphs:
-          self._graphs[callee] = ComputationGraph(self.module, callee, self)
-    return self._graphs[name]
-
-  def _post_order(self, name: str) -> list[str]:
-    """`name` and the computations whose reads its edges need, callees
-    first."""
-
-    def callees(current: str):
-      for i in self.module.computations[current]:
-        if i.opcode in _READS_CALLEES and current not in self._graphs:
-          yield from i.callees
-
-    return post_order(name, callees)
-
-  def loop_reads(self, loop: Instruction) -> list[Path]:
-    """The state elements a while loop's condition or body reads."""
-    paths: list[Path] = []
-    for callee in (loop.condition, loop.body):
-      if callee is not None:
-        paths += self.parameter_reads(callee, 0)
-    return _outermost(paths)
-
-  def parameter_reads(self, computation: str, number: int) -> list[Path]:
-    """Elements of parameter `number` that an op of `computation` reads.
-
-    ``()`` is the whole value. Forwarding (get-tuple-element, tuple,
-    bitcast) reads nothing; the ROOT of a loop condition is the predicate,
-    which the loop reads; the ROOT tuple of a loop body only carries values
-    to the next iteration.
-    """
-    key = (computation, number)
-    if key not in self._reads:
-      self._reads[key] = self._parameter_reads(computation, number)
-    return self._reads[key]
-
-  def _parameter_reads(self, computation: str, number: int) -> list[Path]:
-    graph = self[computation]
-    users = graph.users()
-    found: list[Path] = []
-    # (position, where the parameter's part sits in its value, which part).
-    pending: list[tuple[int, Path, Path]] = [
-      (n, (), ())
-      for n, i in enumerate(graph.instructions)
-      if i.opcode == "parameter" and i.parameter_number == number
-    ]
-    seen: set[tuple[int, Path, Path]] = set()
-    while pending:
-      state = pending.pop()
-      if state in seen:
-        continue
-      seen.add(state)
-      n, at, part = state
-      if n == graph.root and computation in self._conditions:
-        found.append(part)
-      for u in users[n]:
-        user = graph.instructions[u]
-        if user.opcode == "get-tuple-element":
-          j = user.tuple_index or 0
-          if user.zero_sized or (at and at[0] != j):
-            continue
-          pending.append((u, at[1:], part) if at else (u, (), (*part, j)))
-        elif user.opcode == "tuple":
-          name = graph.instructions[n].name
-          pending += [
-            (u, (k, *at), part)
-            for k, operand in enumerate(user.operands)
-            if operand == name
-          ]
-        elif user.opcode == "bitcast":
-          pending.append((u, at, part))
-        else:
-          found.append(part)
-    return _outermost(found)
-
-  def carried(self, loop: Instruction) -> frozenset[int]:
-    """State elements that the loop's body passes on unchanged."""
-    key = (loop.computation, loop.name)
-    if key not in self._carried:
-      self._carried[key] = self._find_carried(loop)
-    return self._carried[key]
-
-  def _find_carried(self, loop: Instruction) -> frozenset[int]:
-    if loop.body is None:
-      return frozenset()
-    body = self[loop.body]
-    root = body.instructions[body.root]
-    if root.opcode != "tuple":
-      return frozenset()
-    carried = set()
-    for k, name in enumerate(root.operands):
-      element = body.instructions[body.index[name]]
-      if element.opcode != "get-tuple-element" or element.tuple_index != k:
-        continue
-      source = body.instructions[body.index[element.operands[0]]]
-      if source.opcode == "parameter" and source.parameter_number == 0:
-        carried.add(k)
-    return frozenset(carried)
-
-
-def _outermost(paths: Sequence[Path]) -> list[Path]:
-  """`paths` without those inside another one (``()`` covers all)."""
-  kept: list[Path] = []
-  for path in sorted(set(paths), key=len):
-    if not any(path[: len(k)] == k for k in kept):
-      kept.append(path)
-  return kept
 
 
 def _starts_async(opcode: str) -> bool:

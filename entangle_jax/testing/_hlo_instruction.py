@@ -79,6 +79,10 @@ class Instruction:
   """The whole Python stack of the op, innermost frame first, if known."""
   root: bool = False
   """Whether this is its computation's ROOT."""
+  branches: tuple[str, ...] = ()
+  """A conditional's branch computations in branch order, repeats kept:
+  branch ``k`` runs on operand ``k + 1`` (for a predicate, the true
+  computation is branch 0)."""
   body: str | None = None
   """A while loop's body computation."""
   condition: str | None = None
@@ -204,6 +208,7 @@ def parse_instruction(
     source=stack[0] if stack else None,
     stack=stack,
     root=bool(head.group(1)),
+    branches=fields.branches() if opcode == "conditional" else (),
     body=fields.callee("body"),
     condition=fields.callee("condition"),
     line=number,
@@ -280,6 +285,15 @@ class _Fields:
       return ()
     found = [name for key in keys for name in self.names(key)]
     return tuple(dict.fromkeys(found))
+
+  def branches(self) -> tuple[str, ...]:
+    if "branch_computations" in self._attributes:
+      return self.names("branch_computations")
+    true, false = (
+      self.callee("true_computation"),
+      self.callee("false_computation"),
+    )
+    return (true, false) if true and false else ()
 
   def aliased_operands(self) -> tuple[int, ...]:
     value = self._attributes.get("output_to_operand_aliasing")

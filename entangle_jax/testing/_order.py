@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from entangle_jax.testing import _access, _bits
-from entangle_jax.testing._edges import Dataflow
+from entangle_jax.testing._dataflow import Dataflow
 from entangle_jax.testing._ops import Op
 from entangle_jax.testing._reach import Reach
 

@@ -24,7 +24,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Literal
 
-from entangle_jax.testing import _bits
+from entangle_jax.testing import _bits, _selectors
 from entangle_jax.testing._analysis import OrderAnalysis
 from entangle_jax.testing._graph_formats import (
   Cluster,
@@ -93,6 +93,9 @@ def order_graph(
 @_bits.without_gc
 def build(analysis: OrderAnalysis, among: Sequence[Selector] | None) -> Graph:
   """Nodes, reduced happens-before edges and race pairs of `analysis`."""
+  if among is not None:  # Read twice below: a generator would be spent.
+    _selectors.check_among(among)
+    among = list(among)
   # Drawn in an order that extends happens-before, as one reads a program.
   ops, arrows = analysis.hasse(analysis.ops_among(among))
   place = {op: n for n, op in enumerate(ops)}
@@ -151,8 +154,12 @@ def _cluster_label(site: Op, computation: str) -> str:
     body = computation == instruction.body
     return f"{'loop body' if body else 'loop condition'} of {site.name}"
   if instruction.opcode == "conditional":
-    branch = instruction.callees.index(computation)
-    return f"branch {branch} of {site.name}"
+    # A computation may serve several branches (repeats are kept).
+    branches = [
+      str(k) for k, b in enumerate(instruction.branches) if b == computation
+    ]
+    kind = "branches" if len(branches) > 1 else "branch"
+    return f"{kind} {', '.join(branches)} of {site.name}"
   if site.name == instruction.opcode:  # e.g. "%call = ... call(...)"
     return site.name
   return f"{instruction.opcode} {site.name}"

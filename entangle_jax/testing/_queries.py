@@ -67,7 +67,7 @@ def assert_happens_before(
       named scope and Python ``file:line``, and says the usual fix. If an
       ``entangle`` call in the module has only zero-size witnesses, which
       order nothing (`OrderAnalysis.empty_witness_entangles`), the message
-      names it too.
+      names it too, as it does an op that both selectors pick.
   """
   analysis = OrderAnalysis(compiled, all_ops=all_ops)
   unordered = analysis.unordered(before, after)
@@ -78,6 +78,15 @@ def assert_happens_before(
       heading=f"{before!r} does not happen before {after!r}: {count} "
       f"pair{'s' * (count != 1)} not ordered",
     )
+    both = list(
+      dict.fromkeys(r.first.name for r in unordered if r.first == r.second)
+    )
+    if both:
+      message += (
+        f"\n{before!r} and {after!r} both pick %{', %'.join(both)}: an op "
+        "does not happen before itself; choose selectors that pick "
+        "different ops."
+      )
     empty = analysis.empty_witness_entangles()
     if empty:
       message += "\n" + _reports.empty_witness_note(empty)

@@ -31,7 +31,8 @@ OR as wide as the number of selected instances.
 from __future__ import annotations
 
 from entangle_jax.testing import _bits, _call_graph
-from entangle_jax.testing._edges import ComputationGraph, Dataflow
+from entangle_jax.testing._dataflow import Dataflow
+from entangle_jax.testing._edges import ComputationGraph
 
 Site = _call_graph.Site
 
