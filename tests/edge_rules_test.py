@@ -320,6 +320,24 @@ class EdgeRulesTest(absltest.TestCase):
     # Control: the fusion does not read A's result.
     self.assertFalse(happens_before(FUSION.replace("{src}", "p"), "A", "IN"))
 
+  def test_a_computation_nothing_calls_never_runs(self):
+    dead = module("""
+%unused (u: s32[]) -> s32[] {
+  %u = s32[] parameter(0)
+  ROOT %d = s32[] custom-call(%u), custom_call_target="D", custom_call_has_side_effect=true
+}
+
+ENTRY %main (p: s32[]) -> s32[] {
+  %p = s32[] parameter(0)
+  %a = s32[] custom-call(%p), custom_call_target="A", custom_call_has_side_effect=true
+  ROOT %c = s32[] {call}
+}
+""")
+    self.assertEqual(testing.races(dead.replace("{call}", "add(%p, %p)")), [])
+    # Control: once the entry calls it, D runs and races with A.
+    called = dead.replace("{call}", "call(%p), to_apply=%unused")
+    self.assertEqual(testing.races(called), [("d", "a")])
+
 
 if __name__ == "__main__":
   absltest.main()

@@ -73,7 +73,9 @@ class OrderAnalysis:
   # Ops ----------------------------------------------------------------------
 
   def _instructions(self) -> list[_hlo_parse.Instruction]:
-    return [i for body in self.module.computations.values() for i in body]
+    live = _call_graph.reachable(self.module)  # Dead code never runs.
+    computations = self.module.computations.items()
+    return [i for name, body in computations if name in live for i in body]
 
   def op(self, instruction: _hlo_parse.Instruction) -> Op:
     """The `Op` that `instruction` is part of (an async pair, or itself)."""

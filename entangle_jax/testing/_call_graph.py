@@ -44,6 +44,12 @@ def call_chains(module: Module) -> dict[str, list[Chain]]:
   return chains
 
 
+def reachable(module: Module) -> frozenset[str]:
+  """The computations the entry runs, itself included. No other ever runs
+  (and XLA's optimizer deletes them; only hand-written text has them)."""
+  return frozenset(_callers_first(module))
+
+
 def _callers_first(module: Module) -> list[str]:
   """Computations reachable from the entry, each after all its callers."""
   order = post_order(
