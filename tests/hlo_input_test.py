@@ -148,6 +148,21 @@ class AcceptedTextTest(absltest.TestCase):
     # Control: the same, unindented, gives the same answer.
     self.assertTrue(testing.happens_before(compiled, "read", "second_write"))
 
+  def test_comment_lines(self):
+    text = testing.module_text(_hazard.compiled(Ordering.NONE))
+    lines = text.splitlines()
+    # A comment after the header, between computations and inside one.
+    for at in (1, len(lines) // 2, len(lines) - 2):
+      with self.subTest(at):
+        commented = [*lines[:at], "  // read { ROOT %x = }", *lines[at:]]
+        self.assertFalse(
+          testing.happens_before("\n".join(commented), "read", "second_write")
+        )
+    # Control: the same line, not a comment, is refused.
+    broken = [*lines[:1], "  read { ROOT %x = }", *lines[1:]]
+    with self.assertRaisesRegex(ValueError, "line 2"):
+      testing.races("\n".join(broken))
+
   def test_deep_nesting_does_not_exhaust_the_stack(self):
     # Deeper than Python's default recursion limit (1000).
     text = nested_calls(1100)

@@ -73,6 +73,8 @@ def parse(text: str) -> Module:
   header_seen = False
   for number, raw in enumerate(lines, 1):
     line = raw.strip()
+    if line.startswith("//"):  # A comment line, which XLA's lexer skips.
+      continue
     if current is not None:
       if line == "}":
         current = None
