@@ -159,7 +159,7 @@ class OrderAnalysis:
       )
     return found
 
-  def ops_among(self, among: Sequence[Selector] | None = None) -> list[Op]:
+  def ops_among(self, among: Iterable[Selector] | None = None) -> list[Op]:
     """The ops that ``races(among)`` and ``order_graph`` look at: each op
     once, in selector order (text order within one selector); by default
     `user_native_calls`.
@@ -220,7 +220,7 @@ class OrderAnalysis:
     return [Race(a, b) for a, b in order.unordered(firsts, seconds)]
 
   @_bits.without_gc
-  def races(self, among: Sequence[Selector] | None = None) -> list[Race]:
+  def races(self, among: Iterable[Selector] | None = None) -> list[Race]:
     """Pairs of ops that may conflict and may run in either order
     (`is_race`), in the order of `ops_among`.
 

@@ -21,7 +21,7 @@ same selectors) as a directed graph in Graphviz DOT or Mermaid text:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import Literal
 
 from entangle_jax.testing import _bits, _selectors
@@ -43,7 +43,7 @@ FORMATS: tuple[str, ...] = ("dot", "mermaid")
 
 def order_graph(
   compiled: CompiledModule,
-  among: Sequence[Selector] | None = None,
+  among: Iterable[Selector] | None = None,
   format: Format = "dot",
   *,
   all_ops: bool = False,
@@ -91,7 +91,7 @@ def order_graph(
 
 
 @_bits.without_gc
-def build(analysis: OrderAnalysis, among: Sequence[Selector] | None) -> Graph:
+def build(analysis: OrderAnalysis, among: Iterable[Selector] | None) -> Graph:
   """Nodes, reduced happens-before edges and race pairs of `analysis`."""
   if among is not None:  # Read twice below: a generator would be spent.
     _selectors.check_among(among)

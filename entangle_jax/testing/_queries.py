@@ -7,7 +7,7 @@ build one yourself to ask many questions of one module.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 
 from entangle_jax.testing import _reports
 from entangle_jax.testing._analysis import OrderAnalysis
@@ -95,7 +95,7 @@ def assert_happens_before(
 
 def races(
   compiled: CompiledModule,
-  among: Sequence[Selector] | None = None,
+  among: Iterable[Selector] | None = None,
   *,
   all_ops: bool = False,
 ) -> list[Race]:
