@@ -5,7 +5,7 @@ an instruction calls (the rules are that module's docstring)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from entangle_jax.testing._call_graph import post_order
 from entangle_jax.testing._edges import (
@@ -159,7 +159,9 @@ class Dataflow:
       self._forwarded[key] = list(dict.fromkeys(self._find_forwarded(i, path)))
     return self._forwarded[key]
 
-  def _find_forwarded(self, i: Instruction, path: Path):
+  def _find_forwarded(
+    self, i: Instruction, path: Path
+  ) -> Iterator[tuple[int | None, Path]]:
     if i.opcode == "while":
       if i.body is None:
         yield None, path
@@ -169,11 +171,14 @@ class Dataflow:
         carried = body.parameter_number(position) == 0 and element == path
         yield (0, path) if carried else (None, path)
       return
+    # (the operand a computation's parameter 0 is, or None where parameter k
+    # is operand k, computation): a call passes all its operands to its
+    # computation, a conditional operand b + 1 to branch b.
     if i.opcode == "call":
-      branches = [(None, c) for c in i.callees]
-    else:  # A conditional: branch b runs on operand b + 1.
-      branches = list(enumerate(i.branches, start=1))
-    for operand, computation in branches:
+      computations = [(None, c) for c in i.callees]
+    else:
+      computations = list(enumerate(i.branches, start=1))
+    for operand, computation in computations:
       graph = self[computation]
       for position, element in graph.sources(graph.root, path):
         k = graph.parameter_number(position)
