@@ -1,6 +1,7 @@
 """Compiled programs on which the analysis once answered wrong, each with a
 control that gives the opposite answer: host callbacks, loop conditions and
-predicates, scopes with parentheses, merged calls, Mermaid directives."""
+predicates, scopes with parentheses, merged and deleted calls, Mermaid
+directives."""
 
 import jax
 import jax.numpy as jnp
@@ -8,7 +9,7 @@ import numpy as np
 from absl.testing import absltest
 from jax.experimental import io_callback
 
-from entangle_jax import entangle, testing
+from entangle_jax import Resource, entangle, testing
 from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 from tests.graph_reading import read_mermaid
 from tests.test_util import READ, compiled
@@ -141,12 +142,33 @@ class MergedCallsTest(absltest.TestCase):
     kept = "r1" if "/r1/" in merged.scope else "r2"
     self.assertEqual(analysis.select(kept), [merged.name])
     gone = "r2" if kept == "r1" else "r1"
-    with self.assertRaisesRegex(ValueError, "merges identical calls"):
+    with self.assertRaisesRegex(ValueError, "merges identical ones"):
       analysis.select(gone)
     # Control: with different operands both reads, and scopes, are there.
     analysis = testing.OrderAnalysis(compiled(lambda s: fn(s, s + 1), 0))
     self.assertLen(analysis.select_ops(READ), 2)
     self.assertLen(analysis.select("r1") + analysis.select("r2"), 2)
+
+
+class DeletedCallsTest(absltest.TestCase):
+  def test_a_read_that_holds_no_bytes_is_gone_and_the_error_says_why(self):
+    def fn(token):
+      res = Resource(token, name="z")
+      with jax.named_scope("rd"):
+        x = res.read(testing.read_slot)
+      with jax.named_scope("wr"):
+        res.write(testing.write_slot, jnp.zeros(token.shape, jnp.float32))
+      return x, res.token
+
+    analysis = testing.OrderAnalysis(compiled(fn, jnp.zeros((0,), jnp.int32)))
+    with self.assertRaisesRegex(ValueError, "result holds no bytes"):
+      analysis.select("rd")
+    self.assertLen(analysis.select("wr"), 1)
+    self.assertEqual(analysis.races(), [])
+    # Control: on a token that holds bytes, the read is there.
+    analysis = testing.OrderAnalysis(compiled(fn, jnp.zeros((1,), jnp.int32)))
+    self.assertLen(analysis.select("rd"), 1)
+    self.assertTrue(analysis.happens_before("rd", "wr"))
 
 
 class MermaidLabelTest(absltest.TestCase):

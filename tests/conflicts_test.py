@@ -87,6 +87,29 @@ class NamedResourceTest(parameterized.TestCase):
     self.assertLen(self.two_resources("a", "a"), 1)
     self.assertLen(self.two_resources("a", None), 1)
 
+  def test_a_call_inside_two_scopes_makes_both_accesses(self):
+    def fn(a, b, inside):
+      ra, rb = Resource(a, name="a"), Resource(b, name="b")
+
+      def write_b(token, value):
+        # A read of "a" made while writing "b" (the value comes from "a").
+        got = ra.read(testing.read_slot) if inside else value
+        return testing.write_slot(token, got)
+
+      x = 2.0 if inside else ra.read(testing.read_slot)
+      rb.write(write_b, x)
+      return ra.token, rb.token
+
+    made = compiled(lambda a, b: fn(a, b, True), jnp.int32(0), jnp.int32(1))
+    # Outermost scope first: counted as a write of "b" as well (it may be
+    # one, for all the analysis knows).
+    self.assertEqual(
+      accesses(made, READ), {(Access("b", "write"), Access("a", "read"))}
+    )
+    # Control: the same read made outside the write only reads "a".
+    made = compiled(lambda a, b: fn(a, b, False), jnp.int32(0), jnp.int32(1))
+    self.assertEqual(accesses(made, READ), {(Access("a", "read"),)})
+
   @parameterized.parameters("solver", "a/b (x:y) %%{}", 'caf\u00e9 "q"')
   def test_the_name_survives_as_written(self, name):
     c = compiled(lambda t: resource_step(t, name), jnp.int32(0))

@@ -8,6 +8,7 @@ selector picks, `entangle_jax.testing._selectors`'s; what conflicts,
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Iterable, Sequence
 
@@ -29,13 +30,46 @@ CallPath = tuple[Op, ...]
 """Call sites from the entry computation down to an op, then the op."""
 
 
+@dataclasses.dataclass
+class _Parsed:
+  """What every `OrderAnalysis` of one text shares."""
+
+  module: _hlo_parse.Module
+  dataflow: Dataflow
+  """The computations' graphs, built on demand."""
+  order: OpOrder | None = None
+  """The order among the ops asked about so far (it only grows)."""
+  _live: list[_hlo_parse.Instruction] | None = None
+  _native_calls: list[_hlo_parse.Instruction] | None = None
+
+  def live(self) -> list[_hlo_parse.Instruction]:
+    """The instructions of the computations the entry runs, in text order
+    (dead code never runs)."""
+    if self._live is None:
+      live = _call_graph.reachable(self.module)
+      computations = self.module.computations.items()
+      self._live = [
+        i for name, body in computations if name in live for i in body
+      ]
+    return self._live
+
+  def native_calls(self) -> list[_hlo_parse.Instruction]:
+    """Those of `live` that `is_user_native_call` accepts."""
+    if self._native_calls is None:
+      self._native_calls = [
+        i for i in self.live() if _selectors.is_user_native_call(i)
+      ]
+    return self._native_calls
+
+
 @functools.lru_cache(maxsize=2)
 @_bits.without_gc
-def _parsed(text: str) -> tuple[_hlo_parse.Module, Dataflow]:
-  """The parsed module and its (lazily built) graphs, kept for the two
-  texts analysed last: ``races(c)`` then ``order_graph(c)`` parse once."""
+def _parsed(text: str) -> _Parsed:
+  """The parsed module and what is known of it, kept for the two texts
+  analysed last: ``races(c)`` then ``order_graph(c)`` parse once and
+  relate the module's native calls once."""
   module = _hlo_parse.parse(text)
-  return module, Dataflow(module)
+  return _Parsed(module, Dataflow(module))
 
 
 class OrderAnalysis:
@@ -63,19 +97,14 @@ class OrderAnalysis:
   """
 
   def __init__(self, compiled: CompiledModule, *, all_ops: bool = False):
-    self.module, self._dataflow = _parsed(module_text(compiled))
+    self._shared = _parsed(module_text(compiled))
+    self.module, self._dataflow = self._shared.module, self._shared.dataflow
     self._all_ops = all_ops
     self._ops: dict[tuple[str, str], Op] = {}
     self._native_calls: list[Op] | None = None
-    self._order: OpOrder | None = None
     self._chains: dict[str, list[_call_graph.Chain]] | None = None
 
   # Ops ----------------------------------------------------------------------
-
-  def _instructions(self) -> list[_hlo_parse.Instruction]:
-    live = _call_graph.reachable(self.module)  # Dead code never runs.
-    computations = self.module.computations.items()
-    return [i for name, body in computations if name in live for i in body]
 
   def op(self, instruction: _hlo_parse.Instruction) -> Op:
     """The `Op` that `instruction` is part of (an async pair, or itself)."""
@@ -100,16 +129,14 @@ class OrderAnalysis:
   def effectful_ops(self) -> list[Op]:
     """Every op `is_effectful` accepts, once each, in module text order."""
     return self._unique(
-      i for i in self._instructions() if _selectors.is_effectful(i)
+      i for i in self._shared.live() if _selectors.is_effectful(i)
     )
 
   @_bits.without_gc
   def user_native_calls(self) -> list[Op]:
     """The ops ``races`` looks at by default (`is_user_native_call`)."""
     if self._native_calls is None:
-      self._native_calls = self._unique(
-        i for i in self._instructions() if _selectors.is_user_native_call(i)
-      )
+      self._native_calls = self._unique(self._shared.native_calls())
     return list(self._native_calls)
 
   def empty_witness_entangles(self) -> list[Op]:
@@ -149,7 +176,7 @@ class OrderAnalysis:
         the targets and scopes that exist.
     """
     _selectors.check_selector(selector)
-    instructions = self._instructions()
+    instructions = self._shared.live()
     found = self._unique(
       i for i in instructions if _selectors.picks(selector, i, self._all_ops)
     )
@@ -178,10 +205,12 @@ class OrderAnalysis:
   @_bits.without_gc
   def _order_of(self, ops: Sequence[Op]) -> OpOrder:
     _check_ops(self, ops)
-    if self._order is None or not self._order.covers(ops):
-      known = self._order.ops if self._order else self.user_native_calls()
-      self._order = OpOrder(self._dataflow, list(dict.fromkeys([*known, *ops])))
-    return self._order
+    order = self._shared.order
+    if order is None or not order.covers(ops):
+      known = order.ops if order else self.user_native_calls()
+      order = OpOrder(self._dataflow, list(dict.fromkeys([*known, *ops])))
+      self._shared.order = order
+    return order
 
   def precedes(self, a: Op, b: Op) -> bool:
     """Whether every execution of `a` ends before every execution of `b`
@@ -251,6 +280,8 @@ def _check_ops(analysis: OrderAnalysis, ops: Iterable[object]) -> None:
         "expected an Op (from select_ops, ops_among or user_native_calls), "
         f"got {type(op).__name__}: {op!r}"
       )
+    if analysis._ops.get((op.computation, op.name)) is op:
+      continue  # Made by `analysis` itself: the usual case, and fast.
     graph = None
     if op.computation in analysis.module.computations:
       graph = analysis._dataflow[op.computation]

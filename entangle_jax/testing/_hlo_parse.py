@@ -16,13 +16,11 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from entangle_jax.testing._hlo_attributes import Stack, mask_strings, unescape
 from entangle_jax.testing._hlo_instruction import (
   Instruction,
-  Stack,
+  InstructionReader,
   line_error,
-  mask_strings,
-  parse_instruction,
-  unescape,
 )
 
 __all__ = ["Instruction", "Module", "parse", "unescape"]
@@ -65,7 +63,7 @@ def parse(text: str) -> Module:
   lines = text.splitlines()
   computations: dict[str, list[Instruction]] = {}
   tables: dict[str, dict[int, str]] = {}
-  frames = _StackFrames(tables)
+  reader = InstructionReader(_StackFrames(tables).stack)
   entry = None
   current: list[Instruction] | None = None
   name = ""
@@ -79,7 +77,7 @@ def parse(text: str) -> Module:
       if line == "}":
         current = None
       elif line:
-        current.append(parse_instruction(line, number, name, frames.stack))
+        current.append(reader.read(line, number, name))
       continue
     if not line:
       table = None

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import TypeAlias
 
 import jax
 from jax import export
+
+# Each Compiled's text, printed once: as_text() prints the module anew on
+# every call (tens of milliseconds for thousands of instructions), and
+# ``races(c)`` then ``order_graph(c)`` ask for it twice. A Compiled never
+# changes; the entry goes with it.
+_TEXTS: weakref.WeakKeyDictionary[jax.stages.Compiled, str | None] = (
+  weakref.WeakKeyDictionary()
+)
 
 CompiledModule: TypeAlias = jax.stages.Compiled | jax.stages.Lowered | str
 """A ``jax.stages.Compiled`` (``jax.jit(f).lower(*args).compile()``), a
@@ -38,7 +47,9 @@ def module_text(compiled: CompiledModule) -> str:
       "expected a jax.stages.Compiled (jax.jit(f).lower(*args).compile()), "
       f"a jax.stages.Lowered or HLO text, got {type(compiled).__name__}{hint}"
     )
-  text = compiled.as_text()
+  if compiled not in _TEXTS:
+    _TEXTS[compiled] = compiled.as_text()
+  text = _TEXTS[compiled]
   if text is None:
     raise ValueError(f"{compiled!r} has no HLO text to analyse")
   return text

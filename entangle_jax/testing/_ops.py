@@ -36,6 +36,12 @@ class Op:
   )
   """What the op reads and writes (`entangle_jax.testing._access`)."""
 
+  def __hash__(self) -> int:
+    # Its name alone (equal ops have equal names): the analysis hashes ops
+    # tens of thousands of times in a large module, and the generated hash
+    # builds a tuple of three fields each time.
+    return hash(self.name)
+
   @property
   def target(self) -> str | None:
     """The custom call's target name, or None when the op is no custom call."""

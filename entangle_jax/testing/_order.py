@@ -100,9 +100,13 @@ class OpOrder:
     chosen = 0
     for op in ops:
       chosen |= self._masks[self.index[op]]
-    conflicts = _access.ConflictMasks(
-      [op.accesses for op in self.ops], self._reach.instances
-    )
+    # What each op accesses, as `ops` say: the `Op` objects related here
+    # may come from an earlier analysis of this module, made before a
+    # `declare_target_mode`. Ops not asked about are not chosen anyway.
+    accesses: list[tuple[_access.Access, ...]] = [()] * len(self.ops)
+    for op in ops:
+      accesses[self.index[op]] = op.accesses
+    conflicts = _access.ConflictMasks(accesses, self._reach.instances)
     found: set[tuple[int, int]] = set()
     for bit, k in enumerate(self._reach.op_of):
       if k not in order:

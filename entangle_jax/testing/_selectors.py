@@ -230,8 +230,9 @@ def no_match_message(
   message = (
     f"selector {selector!r} matches no op of the compiled module. "
     f"Custom-call targets: {targets}. Scopes of selectable ops "
-    f"(op_name): {scopes}. (XLA merges identical calls that are not "
-    "side-effecting, and keeps the scope of one of them.)"
+    f"(op_name): {scopes}. (XLA deletes a call that is not side-effecting "
+    "when nothing uses its result or the result holds no bytes, and merges "
+    "identical ones, keeping the scope of one of them.)"
   )
   skipped = sorted(
     {

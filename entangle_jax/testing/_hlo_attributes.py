@@ -1,0 +1,187 @@
+"""The ``key=value`` attributes that follow an instruction's operands, read
+into `entangle_jax.testing._hlo_instruction.Instruction` fields.
+
+Quoted strings (``op_name``, targets, backend configs) are masked before any
+attribute is looked up, so no scope name can pose as an attribute. Reading
+is linear in the text's length; attributes this module does not know are
+skipped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+# A quoted string, escapes included; written as runs of plain characters
+# between escapes, which the regex engine matches about twice as fast as an
+# alternation tried at every character.
+_QUOTED = re.compile(r'"([^"\\]*(?:\\.[^"\\]*)*)"', re.DOTALL)
+_ESCAPE = re.compile(rb"\\(?:([0-7]{1,3})|x([0-9a-fA-F]{1,2})|(.))", re.DOTALL)
+_SIMPLE_ESCAPES = {b"n": b"\n", b"t": b"\t", b"r": b"\r"}
+# One ``key=value`` attribute: a masked string, a brace group (with one
+# level of nesting, as in output_to_operand_aliasing={{0}: (1, {})}) or a
+# bare word.
+_ATTRIBUTE = re.compile(
+  r'(?:^|,)\s*([\w\-]+)=("\d+"|\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}|[^,\s{}]+)'
+)
+_METADATA_FIELD = re.compile(r'(\w+)=("\d+"|[^\s"{}]+)')
+_NAME_LIST = re.compile(r"%?([\w.\-]+)")
+_INDEX = re.compile(r"\s*,\s*index=(\d+)")
+_ALIASED_OPERAND = re.compile(r"\(\s*(\d+)\s*,")
+# Attributes that name called computations: a loop's condition first.
+_CALLEE_KEYS = (
+  "condition",
+  "body",
+  "calls",
+  "to_apply",
+  "true_computation",
+  "false_computation",
+  "branch_computations",
+  "called_computations",
+)
+
+Stack = tuple[tuple[str, int], ...]
+
+
+def unescape(text: str) -> str:
+  """Decodes an HLO string literal's escapes (octal bytes, ``\\"``...)."""
+  if "\\" not in text:
+    return text
+
+  def one(match: re.Match) -> bytes:
+    octal, hexa, char = match.groups()
+    if octal is not None:
+      return bytes([int(octal, 8) & 0xFF])
+    if hexa is not None:
+      return bytes([int(hexa, 16)])
+    return _SIMPLE_ESCAPES.get(char, char)
+
+  raw = _ESCAPE.sub(one, text.encode("utf-8"))
+  return raw.decode("utf-8", errors="replace")
+
+
+def mask_strings(text: str) -> tuple[str, list[str]]:
+  """`text` with each quoted string replaced by ``"<its index>"``."""
+  if '"' not in text:
+    return text, []
+  strings: list[str] = []
+
+  def keep(match: re.Match) -> str:
+    strings.append(match.group(1))
+    return f'"{len(strings) - 1}"'
+
+  return _QUOTED.sub(keep, text), strings
+
+
+def attribute_fields(
+  opcode: str, text: str, stack_of: Callable[[int], Stack]
+) -> dict[str, object]:
+  """The `Instruction` fields that the attributes `text` give, by name.
+
+  Args:
+    opcode: the instruction's opcode (a ``get-tuple-element``'s first
+      attribute is its index; a ``conditional`` has branches).
+    text: everything after the operands' closing parenthesis.
+    stack_of: the Python stack of a ``stack_frame_id``.
+
+  Fields the text does not give are absent (they keep their defaults); a
+  ``get-tuple-element`` without ``index=N`` has no ``tuple_index``.
+  """
+  masked, strings = mask_strings(text)
+  attributes = _Attributes(masked, strings)
+  fields: dict[str, object] = {}
+  if opcode == "get-tuple-element" and (index := _INDEX.match(masked)):
+    fields["tuple_index"] = int(index.group(1))
+  if attributes.has("control-predecessors"):
+    fields["control_predecessors"] = attributes.names("control-predecessors")
+  if attributes.has_any(_CALLEE_KEYS):
+    fields["callees"] = attributes.callees()
+    fields["body"] = attributes.callee("body")
+    fields["condition"] = attributes.callee("condition")
+    if opcode == "conditional":
+      fields["branches"] = attributes.branches()
+  if attributes.has("custom_call_target"):
+    fields["target"] = attributes.string("custom_call_target")
+    side_effect = attributes.word("custom_call_has_side_effect")
+    fields["side_effect"] = side_effect == "true"
+    fields["aliased_operands"] = attributes.aliased_operands()
+  if attributes.has("metadata"):
+    fields.update(_metadata_fields(attributes.metadata(), strings, stack_of))
+  return fields
+
+
+def _metadata_fields(
+  metadata: dict[str, str], strings: list[str], stack_of: Callable[[int], Stack]
+) -> dict[str, object]:
+  """``op_name``, and the Python stack: from ``stack_frame_id`` (newer XLA)
+  or else ``source_file``/``source_line`` (the innermost frame only)."""
+  frame = metadata.get("stack_frame_id", "")
+  stack = stack_of(int(frame)) if frame.isdigit() else ()
+  if not stack:
+    file = _unquote(metadata.get("source_file"), strings)
+    line = metadata.get("source_line", "")
+    if file is not None and line.isdigit():
+      stack = ((file, int(line)),)
+  return {
+    "op_name": _unquote(metadata.get("op_name"), strings) or "",
+    "stack": stack,
+    "source": stack[0] if stack else None,
+  }
+
+
+def _unquote(value: str | None, strings: list[str]) -> str | None:
+  """The string a masked value ``"<index>"`` stands for; None otherwise."""
+  if value is None or not value.startswith('"'):
+    return None
+  return unescape(strings[int(value[1:-1])])
+
+
+class _Attributes:
+  """Typed access to masked ``key=value`` attributes."""
+
+  def __init__(self, masked: str, strings: list[str]):
+    self._attributes = dict(_ATTRIBUTE.findall(masked))
+    self._strings = strings
+
+  def has(self, key: str) -> bool:
+    return key in self._attributes
+
+  def has_any(self, keys: tuple[str, ...]) -> bool:
+    return not self._attributes.keys().isdisjoint(keys)
+
+  def word(self, key: str) -> str | None:
+    return self._attributes.get(key)
+
+  def string(self, key: str) -> str | None:
+    return _unquote(self._attributes.get(key), self._strings)
+
+  def names(self, key: str) -> tuple[str, ...]:
+    value = self._attributes.get(key)
+    return tuple(_NAME_LIST.findall(value)) if value else ()
+
+  def callee(self, key: str) -> str | None:
+    value = self._attributes.get(key)
+    return value.lstrip("%") if value else None
+
+  def callees(self) -> tuple[str, ...]:
+    keys = [key for key in _CALLEE_KEYS if key in self._attributes]
+    found = [name for key in keys for name in self.names(key)]
+    return tuple(dict.fromkeys(found))
+
+  def branches(self) -> tuple[str, ...]:
+    if "branch_computations" in self._attributes:
+      return self.names("branch_computations")
+    true, false = (
+      self.callee("true_computation"),
+      self.callee("false_computation"),
+    )
+    return (true, false) if true and false else ()
+
+  def aliased_operands(self) -> tuple[int, ...]:
+    value = self._attributes.get("output_to_operand_aliasing")
+    if not value:
+      return ()
+    return tuple(sorted({int(n) for n in _ALIASED_OPERAND.findall(value)}))
+
+  def metadata(self) -> dict[str, str]:
+    return dict(_METADATA_FIELD.findall(self._attributes.get("metadata", "")))
