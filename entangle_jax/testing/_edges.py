@@ -117,15 +117,13 @@ class ComputationGraph:
       return self.resolve(n, ())
     operands = [self.index[name] for name in i.operands]
     found: list[int] = []
-    if i.opcode not in READS_CALLEES:  # Reads every operand, whole.
-      for operand in operands:
-        if self.instructions[operand].opcode == "get-tuple-element":
-          found += self.resolve(operand, ())
-        elif not self.instructions[operand].zero_sized:  # `resolve`, inlined.
-          found.append(operand)
-      return list(dict.fromkeys(found))
     for k, operand in enumerate(operands):
-      for path in self._dataflow.operand_reads(i, k):
+      reads = (
+        self._dataflow.operand_reads(i, k)
+        if i.opcode in READS_CALLEES
+        else [()]
+      )
+      for path in reads:
         found += self.resolve(operand, path)
     return list(dict.fromkeys(found))
 
