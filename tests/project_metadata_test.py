@@ -152,6 +152,25 @@ class ModuleBazelTest(absltest.TestCase):
     }
     self.assertContainsSubset(used | registered, declared)
 
+  def test_bazel_default_packages_are_the_runtime_and_test_ones(self):
+    # The default Bazel environment installs these from the lock (with what
+    # they need): the project's dependencies, the test group and pybind11.
+    tree = ast.parse((BAZEL_TOOLS / "repositories.bzl").read_text())
+    (value,) = [
+      n.value
+      for n in tree.body
+      if isinstance(n, ast.Assign)
+      and [ast.unparse(t) for t in n.targets] == ["DEFAULT_PACKAGES"]
+    ]
+    pyproject = _pyproject()
+    wanted = [
+      *pyproject["project"]["dependencies"],
+      *pyproject["dependency-groups"]["test"],
+      "pybind11",
+    ]
+    names = {re.split(r"[<>=!~ \[]", w, maxsplit=1)[0] for w in wanted}
+    self.assertEqual(set(ast.literal_eval(value)), names)
+
   def _starlark_files(self) -> list[pathlib.Path]:
     files = [ROOT / "BUILD.bazel", ROOT / "WORKSPACE"]
     for folder in ("benchmarks", "entangle_jax", "native", "tests", "tools"):

@@ -5,6 +5,9 @@
 # meson runs it). The copy keeps the checkout's bazel-* links, which point
 # into another output root, out of `//...`. The interpreter is named by its
 # real path, since a PATH shim (pyenv) may itself need HOME.
+#   tools/bazel/fresh_home_check.sh [PYTHON [WHEEL_DIR]]
+# PYTHON: the interpreter to build for (default: python3's real path);
+# WHEEL_DIR: where to copy the //:wheel it built, for a comparison.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 work=$(mktemp -d)
@@ -20,11 +23,18 @@ trap cleanup EXIT
 mkdir "$work/home" "$work/src"
 git ls-files -z --cached --others --exclude-standard |
   xargs -0 cp --parents -t "$work/src"
-python=$(python3 -c 'import os, sys; print(os.path.realpath(sys.executable))')
+python=${1:-$(python3 -c 'import os, sys; print(os.path.realpath(sys.executable))')}
+wheel_dir=${2:-}
 (
   cd "$work/src"
   HOME=$work/home ENTANGLE_JAX_PYTHON=$python \
     bazel --output_user_root="$work/bazel" build //...
+  if [[ -n $wheel_dir ]]; then
+    mkdir -p "$wheel_dir"
+    bin=$(HOME=$work/home ENTANGLE_JAX_PYTHON=$python \
+      bazel --output_user_root="$work/bazel" info bazel-bin)
+    cp "$bin"/entangle_jax-*.whl "$wheel_dir/"
+  fi
 )
 left=$(find "$work/home" -mindepth 1)
 if [[ -n "$left" ]]; then

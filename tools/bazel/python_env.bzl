@@ -1,7 +1,8 @@
 """Locked Python packages, installed by the named interpreter's pip.
 
 `python_env` installs the hashed lock (`requirements.lock`, the pins the
-pip/uv side uses; or only the entries named in `packages`) into `site/`, with
+pip/uv side uses; or only the entries named in `packages` and what they
+need) into `site/`, with
 pip's caches off and its other writes kept inside the repository directory
 (see interpreter.bzl, pip_environment), and
 exposes:
@@ -39,11 +40,14 @@ toolchain(
 )
 
 # Runfiles cannot hold names with spaces (some packages ship such files).
+# The packages' own test suites (numpy's, scipy's: a tenth of their files)
+# stay out too: every file here is a symlink in each test's runfiles and
+# sandbox.
 py_library(
     name = "site",
     data = glob(
         ["site/**"],
-        exclude = ["site/**/* *", "site/bin/**"],
+        exclude = ["site/**/* *", "site/bin/**", "site/**/tests/**"],
     ),
     imports = ["site"],
 )
@@ -55,23 +59,51 @@ cc_library(
 )
 """
 
-def _lock_entries(lock_text, packages):
-    """The lock's entries (a requirement line and its hashes) for `packages`."""
-    wanted = [p.lower().replace("_", "-") for p in packages]
+def _normalize(name):
+    return name.strip().lower().replace("_", "-").replace(".", "-")
+
+def _parse_lock(lock_text):
+    """The lock's entries in order, each {name, lines, via}.
+
+    `lines` are the requirement line and its hashes; `via` are the packages
+    that need this one, from the comments `uv export` writes under it.
+    """
     entries = []
-    current = None
     for line in lock_text.splitlines():
+        stripped = line.strip()
         if line and not line[0].isspace() and not line.startswith("#"):
-            name = line.split("==")[0].strip().lower().replace("_", "-")
-            current = [line] if name in wanted else None
-            if current != None:
-                entries.append(current)
-        elif current != None and line.strip().startswith("--hash"):
-            current.append(line)
-    found = [e[0].split("==")[0].strip() for e in entries]
-    if len(found) != len(wanted):
-        fail("python_env: the lock lacks some of {} (found {})".format(packages, found))
-    return "\n".join(["\n".join(e) for e in entries]) + "\n"
+            entries.append({"lines": [line], "name": _normalize(line.split("==")[0]), "via": []})
+        elif not entries:
+            continue
+        elif stripped.startswith("--hash"):
+            entries[-1]["lines"].append(line)
+        elif stripped.startswith("# via "):
+            entries[-1]["via"].append(_normalize(stripped[len("# via "):]))
+        elif stripped.startswith("#   "):
+            entries[-1]["via"].append(_normalize(stripped[len("#   "):]))
+    return entries
+
+def _lock_entries(lock_text, packages):
+    """The lock's entries for `packages` and everything they need.
+
+    Each entry is a requirement line and its hashes; what a package needs is
+    read from the lock's `# via` comments.
+    """
+    entries = _parse_lock(lock_text)
+    wanted = {_normalize(p): True for p in packages}
+    missing = [p for p in wanted if p not in [e["name"] for e in entries]]
+    if missing:
+        fail("python_env: the lock has no {} (packages = {})".format(missing, packages))
+
+    # Starlark has no while: each pass adds at least one package or stops,
+    # so as many passes as entries reach the fixed point.
+    for _ in entries:
+        added = [e["name"] for e in entries if e["name"] not in wanted and [v for v in e["via"] if v in wanted]]
+        if not added:
+            break
+        for name in added:
+            wanted[name] = True
+    return "\n".join(["\n".join(e["lines"]) for e in entries if e["name"] in wanted]) + "\n"
 
 def _python_env_impl(ctx):
     python = resolve_interpreter(ctx)
@@ -110,7 +142,7 @@ def _python_env_impl(ctx):
 python_env = repository_rule(
     implementation = _python_env_impl,
     attrs = dict(INTERPRETER_ATTRS, **{
-        "packages": attr.string_list(doc = "Install only these (default: the whole lock)."),
+        "packages": attr.string_list(doc = "Install only these and what they need (default: the whole lock)."),
         "requirements": attr.label(default = "//:requirements.lock", allow_single_file = True),
     }),
     environ = INTERPRETER_ENVIRON,

@@ -12,7 +12,8 @@ passes their labels; entangle_jax then fetches nothing for them:
                   "@xla//xla/ffi/api:ffi"
 
 Each left out gets entangle_jax's self-contained default: the hashed
-requirements.lock installed by the named interpreter's pip
+requirements.lock's run-time and test packages (DEFAULT_PACKAGES and what
+they need) installed by the named interpreter's pip
 (@entangle_jax_python, which also has a toolchain for that interpreter, to
 register when the project has none), that interpreter's headers, and the
 pinned, checksummed XLA FFI headers (@entangle_jax_xla_ffi).
@@ -28,6 +29,14 @@ load(":cuda.bzl", "cuda_toolkit")
 load(":project_config.bzl", "project_config")
 load(":python_env.bzl", "python_env")
 load(":xla_ffi_headers.bzl", "xla_ffi_headers")
+
+# What the default environment installs from the lock, with everything these
+# need: the project's dependencies ([project] dependencies in pyproject.toml),
+# its `test` group (the tools tests/ imports) and pybind11 (the `build` group's
+# header library). Not the docs, lint or bench groups: a test's runfiles hold
+# every installed file, and the whole lock tripled them.
+# tests/project_metadata_test.py checks this list against pyproject.toml.
+DEFAULT_PACKAGES = ["jax", "absl-py", "hypothesis", "pytest", "flatbuffers", "pybind11"]
 
 def _absolute(label):
     """`label` as seen from the main workspace, wherever it is written."""
@@ -64,6 +73,7 @@ def entangle_jax_repositories(
     if not jax:
         python_env(
             name = "entangle_jax_python",
+            packages = DEFAULT_PACKAGES,
             requirements = "@entangle_jax//:requirements.lock",
             **interpreter
         )

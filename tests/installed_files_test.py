@@ -1,0 +1,55 @@
+"""An installed entangle_jax holds exactly the documented files.
+
+Each install route CI checks (`pip install .`, the uv wheel, `uv add`, the
+Bazel wheel) runs this against the package it installed (tools/ci_lib.sh,
+the installed-package suite). In a checkout, where entangle_jax is imported
+from the source tree, there is nothing installed to compare, and it skips.
+"""
+
+import importlib.metadata
+import pathlib
+import sys
+
+from absl.testing import absltest
+
+import entangle_jax
+from tests import (
+  test_util,  # noqa: F401  (sets up 8 CPU devices)
+  wheel_test,
+)
+
+# Built only where meson finds a CUDA compiler (meson_options.txt, `cuda` is
+# `auto`), so an installed package may or may not have it.
+OPTIONAL = ("entangle_jax/testing/_example_resource_cuda_ffi",)
+
+
+def installed() -> bool:
+  return "site-packages" in pathlib.Path(entangle_jax.__file__).parts
+
+
+def installed_files() -> set[str]:
+  """The package's files as its installed RECORD lists them, without the
+  metadata and the bytecode an installer may add."""
+  files = importlib.metadata.files("entangle-jax") or []
+  return {
+    str(f)
+    for f in files
+    if ".dist-info/" not in str(f) and "__pycache__" not in str(f)
+  }
+
+
+@absltest.skipUnless(installed(), "entangle_jax is not an installed package")
+class InstalledFilesTest(absltest.TestCase):
+  def test_the_documented_files_are_installed(self):
+    found = installed_files()
+    optional = {f for f in found if f.startswith(OPTIONAL)}
+    self.assertEqual(found - optional, wheel_test.documented_files())
+
+  def test_the_files_exist_where_python_imports_them(self):
+    root = pathlib.Path(entangle_jax.__file__).parent.parent
+    missing = [f for f in installed_files() if not (root / f).is_file()]
+    self.assertEqual(missing, [], f"{sys.executable}: RECORD lists them")
+
+
+if __name__ == "__main__":
+  absltest.main()

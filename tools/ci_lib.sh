@@ -1,0 +1,76 @@
+# Helpers that .ci/run and tools/ci_bazel.sh share (sourced, not run).
+#
+# Phases: `section NAME` ends the running phase and starts NAME. Each ended
+# phase is appended to $CI_TIMINGS as "SECONDS  [LANE] NAME", so that phases
+# run in parallel lanes (CI_LANE) land in one table; print_timings prints it.
+
+CI_LANE=${CI_LANE:-main}
+: "${CI_TIMINGS:=$(mktemp)}"
+export CI_TIMINGS
+_ci_phase=""
+_ci_phase_start=$SECONDS
+
+end_phase() {
+  if [[ -n $_ci_phase ]]; then
+    printf '%6ds  [%s] %s\n' $((SECONDS - _ci_phase_start)) "$CI_LANE" \
+      "$_ci_phase" >>"$CI_TIMINGS"
+    printf '=== [%s] %s: %ds ===\n' "$CI_LANE" "$_ci_phase" \
+      $((SECONDS - _ci_phase_start))
+  fi
+  _ci_phase=""
+}
+
+section() {
+  end_phase
+  _ci_phase=$*
+  _ci_phase_start=$SECONDS
+  printf '\n=== [%s] %s ===\n' "$CI_LANE" "$*"
+}
+
+print_timings() {
+  printf '\n=== phase timings (total %ds; lanes run in parallel) ===\n' "$1"
+  cat "$CI_TIMINGS"
+}
+
+# pytest, failing on any exit status but 0 (5, "no tests ran", included).
+run_pytest() {
+  local status=0
+  "$@" || status=$?
+  if ((status != 0)); then
+    echo "pytest failed (exit status $status): $*" >&2
+    exit "$status"
+  fi
+}
+
+# What an install can break, run against each installed package (the three
+# README Install routes and the Bazel wheel): the package's files, the
+# extension and what it registers, the primitive's values through the
+# compiled custom call, the runtime ordering test with its control, export
+# in a fresh process, the example store's extension, and the demo. The whole
+# suite runs once per interpreter/jax pair (README Development, the oldest
+# and the newest lock) and under `bazel test //...`.
+INSTALLED_SUITE=(
+  tests/installed_files_test.py
+  tests/extensions_test.py
+  tests/entangle_test.py
+  tests/hazard_test.py
+  tests/export_test.py
+  tests/example_resource_test.py
+  tests/demo_test.py
+)
+
+# INSTALLED_SUITE against the entangle_jax installed for python $1, run from
+# a copy of tests/ (and the page that lists the package's files) so that no
+# checkout's entangle_jax/ is imported. $2: the checkout to copy from; $3:
+# an empty scratch folder.
+suite_against_installed() {
+  local python=$1 checkout=$2 dir=$3
+  mkdir -p "$dir/docs"
+  cp -r "$checkout/tests" "$dir/tests"
+  cp "$checkout/docs/development.md" "$dir/docs/"
+  (
+    cd "$dir"
+    "$python" -c 'import entangle_jax, sys; f = entangle_jax.__file__; print("imported", entangle_jax.__version__, "from", f); sys.exit("site-packages" not in f)'
+    run_pytest "$python" -m pytest -q -p no:cacheprovider "${INSTALLED_SUITE[@]}"
+  )
+}
