@@ -3,12 +3,28 @@
 # checks; it can also run alone), from the repository root, with .venv
 # (Python 3.11) and .venv-newest (the newest Python CI tests) already set up
 # from requirements.lock. Each phase prints how long it took.
+#   tools/ci_bazel.sh                    everything
+#   tools/ci_bazel.sh --part=main        all but the downstream examples
+#   tools/ci_bazel.sh --part=examples    only the downstream examples
+# (.ci/run runs the two parts in different lanes.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 caller_timings=${CI_TIMINGS:-}
 source tools/ci_lib.sh
 CI_LANE=${CI_LANE:-bazel}
-workspaces=(. examples/bazel_downstream examples/bazel_larger_project)
+part=all
+case ${1:-} in
+  "") ;;
+  --part=main | --part=examples | --part=all) part=${1#--part=} ;;
+  *)
+    echo "usage: tools/ci_bazel.sh [--part=main|examples|all]" >&2
+    exit 2
+    ;;
+esac
+# The workspaces this part runs Bazel in (each gets its own ci.bazelrc).
+workspaces=()
+[[ $part == examples ]] || workspaces+=(.)
+[[ $part == main ]] || workspaces+=(examples/bazel_downstream examples/bazel_larger_project)
 cleanup() {
   local status=$?
   end_phase
@@ -42,10 +58,14 @@ for workspace in "${workspaces[@]}"; do
   name=${workspace//\//-}
   printf 'startup --output_user_root=%s/bazel%s\n' "$scratch" "${name#.}" \
     >"$workspace/ci.bazelrc"
-  # This lane shares two cores with two others: a small test (60 s) that
-  # takes 15 s alone can run past its timeout. Sizes stay as they are.
-  printf 'test --test_timeout=180\n' >>"$workspace/ci.bazelrc"
 done
+
+if [[ $part == examples ]]; then
+  section "Bazel: the downstream examples"
+  (cd examples/bazel_downstream && bazel test //... && bazel shutdown)
+  (cd examples/bazel_larger_project && bazel test //... && bazel shutdown)
+  exit 0
+fi
 
 section "Bazel: buildifier --check (BUILD, .bzl, WORKSPACE, MODULE.bazel)"
 tools/buildifier.sh --check
@@ -70,10 +90,12 @@ VIRTUAL_ENV=$scratch/venv uv pip install --quiet --no-deps "$bazel_wheel"
 suite_against_installed "$scratch/venv/bin/python" . "$scratch/suite"
 rm -rf "$scratch/venv" "$scratch/suite"
 
-section "Bazel: the downstream examples"
-(cd examples/bazel_downstream && bazel test //... && bazel shutdown)
-(cd examples/bazel_larger_project && bazel test //... && bazel shutdown)
-rm -rf "$scratch"/bazel-examples-*  # their output roots, no longer needed
+if [[ $part == all ]]; then
+  section "Bazel: the downstream examples"
+  (cd examples/bazel_downstream && bazel test //... && bazel shutdown)
+  (cd examples/bazel_larger_project && bazel test //... && bazel shutdown)
+  rm -rf "$scratch"/bazel-examples-*  # their output roots, no longer needed
+fi
 
 section "Bazel: bazel build --config=cuda //..."
 if [[ -x "${CUDA_PATH:-/usr/local/cuda}/bin/nvcc" ]]; then
