@@ -44,15 +44,14 @@ run_pytest() {
 
 # What an install can break, run against each installed package (the three
 # README Install routes and the Bazel wheel): the package's files, the
-# extension and what it registers, the primitive's values through the
-# compiled custom call, the runtime ordering test with its control, export
-# in a fresh process, the example store's extension, and the demo. The whole
+# extension and what it registers, the runtime ordering test with its
+# control, export in a fresh process, the example store's extension, and the
+# demo. The whole
 # suite runs once per interpreter/jax pair (README Development, the oldest
 # and the newest lock) and under `bazel test //...`.
 INSTALLED_SUITE=(
   tests/installed_files_test.py
   tests/extensions_test.py
-  tests/entangle_test.py
   tests/hazard_test.py
   tests/export_test.py
   tests/example_resource_test.py
