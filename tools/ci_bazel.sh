@@ -60,10 +60,15 @@ for workspace in "${workspaces[@]}"; do
     >"$workspace/ci.bazelrc"
 done
 
-if [[ $part == examples ]]; then
+# Each example is a workspace of its own, with its own Bazel server.
+run_examples() {
   section "Bazel: the downstream examples"
   (cd examples/bazel_downstream && bazel test //... && bazel shutdown)
   (cd examples/bazel_larger_project && bazel test //... && bazel shutdown)
+}
+
+if [[ $part == examples ]]; then
+  run_examples
   exit 0
 fi
 
@@ -91,9 +96,7 @@ suite_against_installed "$scratch/venv/bin/python" . "$scratch/suite"
 rm -rf "$scratch/venv" "$scratch/suite"
 
 if [[ $part == all ]]; then
-  section "Bazel: the downstream examples"
-  (cd examples/bazel_downstream && bazel test //... && bazel shutdown)
-  (cd examples/bazel_larger_project && bazel test //... && bazel shutdown)
+  run_examples
   rm -rf "$scratch"/bazel-examples-*  # their output roots, no longer needed
 fi
 
