@@ -10,8 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 caller_timings=${CI_TIMINGS:-}
+CI_LANE=${CI_LANE:-bazel}  # before ci_lib.sh, whose default is "main"
 source tools/ci_lib.sh
-CI_LANE=${CI_LANE:-bazel}
 part=all
 case ${1:-} in
   "") ;;
