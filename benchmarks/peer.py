@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Generator
 
 from benchmarks.cases import PEER_VERSION
-from entangle_jax.testing import _example_resource
+from entangle_jax.testing import example_store
 
 PACKAGE = pathlib.Path(__file__).resolve().parent
 
@@ -76,7 +76,7 @@ def extension(interpreter: pathlib.Path) -> str:
 
 def native_extension() -> str:
   """Path of this checkout's example-resource extension."""
-  return str(_example_resource._load_host().__file__)
+  return str(example_store._load_host().__file__)
 
 
 @contextlib.contextmanager

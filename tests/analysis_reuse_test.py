@@ -4,7 +4,7 @@ modules: each answer must be what it would be without the reuse.
 * The attributes after an instruction's operands are read once per distinct
   text and opcode (`_hlo_instruction.InstructionReader`).
 * Instructions are built without the frozen dataclass's ``__init__``.
-* A ``Compiled``'s text is printed once (`_module_text`).
+* A ``Compiled``'s text is printed once (`_hlo.module_text`).
 * Analyses of one text share the order among its ops, but each op's
   accesses are its own analysis's (`_order.OpOrder.races`).
 """
@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from absl.testing import absltest
 
 from entangle_jax import testing
-from entangle_jax.testing import _hlo_parse
+from entangle_jax.testing import _hlo
 from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
 # Every line ends in the same metadata; %x and %g also share `, index=1`
@@ -37,8 +37,8 @@ ENTRY %main (p: s32[]) -> s32[] {{
 """
 
 
-def instructions(text: str) -> dict[str, _hlo_parse.Instruction]:
-  return {i.name: i for i in _hlo_parse.parse(text).computations["main"]}
+def instructions(text: str) -> dict[str, _hlo.Instruction]:
+  return {i.name: i for i in _hlo.parse(text).computations["main"]}
 
 
 class InstructionReaderTest(absltest.TestCase):
@@ -80,10 +80,10 @@ class InstructionReaderTest(absltest.TestCase):
     with self.assertRaisesRegex(
       ValueError, "line 9: a get-tuple-element needs"
     ):
-      _hlo_parse.parse(text)
+      _hlo.parse(text)
 
   def test_instructions_equal_those_the_dataclass_builds(self):
-    fields = {f.name for f in dataclasses.fields(_hlo_parse.Instruction)}
+    fields = {f.name for f in dataclasses.fields(_hlo.Instruction)}
     for name, i in instructions(SHARED_TEXT).items():
       with self.subTest(name):
         self.assertEqual(set(vars(i)), fields)

@@ -1,4 +1,4 @@
-"""Each edge rule of entangle_jax.testing._edges, on hand-written HLO, with a
+"""Each edge rule of entangle_jax.testing._order.edges, on hand-written HLO, with a
 control: the same module without the edge gives the opposite answer."""
 
 from absl.testing import absltest

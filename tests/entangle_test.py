@@ -14,11 +14,7 @@ import entangle_jax
 from entangle_jax import entangle
 from entangle_jax._src.native import ENTANGLE_TARGET
 from entangle_jax._src.primitive import MAX_LEAVES_PER_CALL
-from entangle_jax.testing import (
-  happens_before,
-  read_slot,
-  write_slot,
-)
+from entangle_jax.testing import happens_before, read_slot, write_slot
 from tests.test_util import (
   assert_same_tree,
   copies,

@@ -10,7 +10,7 @@ import numpy as np
 from absl.testing import absltest, parameterized
 
 from entangle_jax import entangle, testing
-from entangle_jax.testing import _example_resource
+from entangle_jax.testing import example_store
 from tests import test_util  # sets up 8 CPU devices
 
 WIDE = 12
@@ -87,7 +87,7 @@ class DelayTest(parameterized.TestCase):
     with self.assertRaisesRegex(TypeError, "known when tracing"):
       jax.jit(lambda d: testing.write_slot(1, 1.0, delay_us=d))(5)
 
-  @parameterized.parameters(-1, _example_resource.MAX_DELAY_US + 1)
+  @parameterized.parameters(-1, example_store.MAX_DELAY_US + 1)
   def test_a_delay_out_of_range_is_a_value_error(self, delay_us):
     with self.assertRaisesRegex(ValueError, f"delay_us={delay_us} is outside"):
       testing.write_slot(1, 1.0, delay_us=delay_us)
@@ -100,7 +100,7 @@ class DelayTest(parameterized.TestCase):
   def direct_write(self, **attributes):
     """A write through the FFI target itself, past the Python checks."""
     call = jax.ffi.ffi_call(
-      _example_resource.WRITE_SLOT_TARGET,
+      example_store.WRITE_SLOT_TARGET,
       jax.ShapeDtypeStruct((), jnp.int32),
       has_side_effect=True,
     )

@@ -8,7 +8,7 @@ from unittest import mock
 from absl.testing import absltest
 
 from entangle_jax._src import native
-from entangle_jax.testing import _example_resource
+from entangle_jax.testing import example_store
 from tests import test_util
 
 # In a fresh interpreter: which extensions `import entangle_jax` loads, and
@@ -90,11 +90,11 @@ class LoadErrorTest(absltest.TestCase):
       with self.assertRaisesRegex(
         ImportError, r"_example_resource_ffi .*uv sync --reinstall-package"
       ):
-        _example_resource._load_host()
+        example_store._load_host()
 
   def test_loadable_extensions(self):
     self.assertIn("entangle", native.load().registrations())
-    self.assertGreater(_example_resource._load_host().num_slots, 0)
+    self.assertGreater(example_store._load_host().num_slots, 0)
 
 
 if __name__ == "__main__":

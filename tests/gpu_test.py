@@ -10,7 +10,7 @@ from absl.testing import absltest
 from entangle_jax import testing
 from entangle_jax.demo import _hazard
 from entangle_jax.demo._hazard import Ordering
-from entangle_jax.testing import _example_resource
+from entangle_jax.testing import example_store
 from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
 
@@ -22,7 +22,7 @@ def skip_reason() -> str:
   """
   if not testing.has_cuda_device():
     return f"no CUDA GPU: JAX sees {jax.devices()}"
-  if _example_resource.load_cuda() is None:
+  if example_store.load_cuda() is None:
     return "entangle_jax was built without its CUDA example resource"
   return ""
 

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from absl.testing import absltest
 
 from entangle_jax import testing
-from entangle_jax.testing import _graph_formats
+from entangle_jax.testing._report import graph_formats
 from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 from tests.graph_reading import (
   CHAIN_HLO,
@@ -27,31 +27,31 @@ AWKWARD = (
 
 class EscapingTest(absltest.TestCase):
   def awkward_graph(self):
-    cluster = _graph_formats.Cluster(0, AWKWARD)
+    cluster = graph_formats.Cluster(0, AWKWARD)
     nodes = (
-      _graph_formats.Node('odd "name"', (AWKWARD, "second line"), (cluster,)),
-      _graph_formats.Node("plain", ("x",), ()),
+      graph_formats.Node('odd "name"', (AWKWARD, "second line"), (cluster,)),
+      graph_formats.Node("plain", ("x",), ()),
     )
-    return _graph_formats.Graph(nodes, edges=((0, 1),), races=())
+    return graph_formats.Graph(nodes, edges=((0, 1),), races=())
 
   def test_dot_shows_labels_literally(self):
-    svg = render_svg(self, _graph_formats.to_dot(self.awkward_graph()))
+    svg = render_svg(self, graph_formats.to_dot(self.awkward_graph()))
     nodes = svg_groups(svg, "node")
     self.assertEqual(nodes['odd "name"'], [AWKWARD, "second line"])
     (cluster,) = svg_groups(svg, "cluster").values()
     self.assertEqual(cluster, [AWKWARD])
 
   def test_newline_in_a_label(self):
-    graph = _graph_formats.Graph(
-      (_graph_formats.Node("a", ("one\ntwo",), ()),), (), ()
+    graph = graph_formats.Graph(
+      (graph_formats.Node("a", ("one\ntwo",), ()),), (), ()
     )
-    svg = render_svg(self, _graph_formats.to_dot(graph))
+    svg = render_svg(self, graph_formats.to_dot(graph))
     self.assertEqual(svg_groups(svg, "node"), {"a": ["one", "two"]})
-    text = _graph_formats.to_mermaid(graph)
+    text = graph_formats.to_mermaid(graph)
     self.assertEqual(text, 'flowchart TD\n  n0["one<br/>two"]\n')
 
   def test_mermaid_escapes_labels(self):
-    text = _graph_formats.to_mermaid(self.awkward_graph())
+    text = graph_formats.to_mermaid(self.awkward_graph())
     labels, clusters, arrows, _ = read_mermaid(self, text)
     self.assertEqual(labels, {"n0": f"{AWKWARD}\nsecond line", "n1": "x"})
     self.assertEqual(clusters, {AWKWARD: ["n0"]})
@@ -64,13 +64,13 @@ class EscapingTest(absltest.TestCase):
 
   def test_reads_and_writes_are_drawn_apart(self):
     nodes = (
-      _graph_formats.Node("r", ("read",), (), reads=True),
-      _graph_formats.Node("w", ("write",), ()),
+      graph_formats.Node("r", ("read",), (), reads=True),
+      graph_formats.Node("w", ("write",), ()),
     )
-    graph = _graph_formats.Graph(nodes, edges=((0, 1),), races=())
-    read_mermaid(self, _graph_formats.to_mermaid(graph))
+    graph = graph_formats.Graph(nodes, edges=((0, 1),), races=())
+    read_mermaid(self, graph_formats.to_mermaid(graph))
     self.assertEqual(mermaid_shapes(), {"n0": "read", "n1": "write"})
-    dot = _graph_formats.to_dot(graph)
+    dot = graph_formats.to_dot(graph)
     self.assertIn('"r" [label="read", shape=ellipse];', dot)
     self.assertIn('"w" [label="write"];', dot)
     svg = render_svg(self, dot)

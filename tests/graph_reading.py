@@ -9,7 +9,7 @@ import unittest
 import xml.etree.ElementTree as ET
 
 from entangle_jax import testing
-from entangle_jax.testing import _order_graph
+from entangle_jax.testing._report import order_graph as order_graph_module
 from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
 # CI sets this so that a missing Graphviz fails instead of skipping.
@@ -20,7 +20,7 @@ SVG = "{http://www.w3.org/2000/svg}"
 def drawn(compiled, among=None):
   """The analysis and the graph `order_graph` draws for `compiled`."""
   analysis = testing.OrderAnalysis(compiled)
-  return analysis, _order_graph.build(analysis, among)
+  return analysis, order_graph_module.build(analysis, among)
 
 
 def named_edges(graph, pairs):

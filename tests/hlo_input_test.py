@@ -9,7 +9,7 @@ from absl.testing import absltest
 from entangle_jax import testing
 from entangle_jax.demo import _hazard
 from entangle_jax.demo._hazard import Ordering
-from entangle_jax.testing import _hlo_parse
+from entangle_jax.testing import _hlo
 from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
 GOOD = """\
@@ -176,7 +176,7 @@ class AcceptedTextTest(absltest.TestCase):
       'custom_call_target="R"',
       f'custom_call_target="R", metadata={{op_name="{scope}"}}',
     )
-    (r,) = _hlo_parse.parse(text).computations["main"][2:]
+    (r,) = _hlo.parse(text).computations["main"][2:]
     self.assertEqual((r.target, r.callees), ("R", ()))
     self.assertEqual(
       r.op_name, 'x/custom_call_target="B", calls=%main, index=3/y'

@@ -4,7 +4,7 @@ opposite answer without the edge."""
 from absl.testing import absltest, parameterized
 
 from entangle_jax import testing
-from entangle_jax.testing import _hlo_parse
+from entangle_jax.testing import _hlo
 from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 from tests.hand_written_hlo import (
   ASYNC_HLO,
@@ -107,7 +107,7 @@ class DataflowRulesTest(parameterized.TestCase):
     analysis = testing.OrderAnalysis(ENTANGLE_HLO)
     entangles = analysis.empty_witness_entangles()
     self.assertEqual([op.name for op in entangles], ["only_empty"])
-    parsed = _hlo_parse.parse(ENTANGLE_HLO)
+    parsed = _hlo.parse(ENTANGLE_HLO)
     by_name = {i.name: i for i in parsed.computations["main"]}
     self.assertEqual(by_name["only_empty"].aliased_operands, (0,))
     self.assertEqual(by_name["mixed"].aliased_operands, (0, 2))

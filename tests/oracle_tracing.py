@@ -11,7 +11,7 @@ import numpy as np
 from jax.experimental import io_callback
 
 from entangle_jax import entangle, testing
-from entangle_jax.testing import _example_resource
+from entangle_jax.testing import example_store
 from tests.oracle_programs import (
   BASE_BITS,
   BIG,
@@ -44,10 +44,10 @@ CALLBACK_EVENTS: list[tuple[int, int, int, int]] = []
 def _host_callback(tag: int, delay_us: int):
   def callback(iteration, *witnesses):
     del witnesses  # Only their order matters.
-    start = _example_resource.next_sequence_number()
+    start = example_store.next_sequence_number()
     if delay_us:
       time.sleep(delay_us * 1e-6)
-    end = _example_resource.next_sequence_number()
+    end = example_store.next_sequence_number()
     CALLBACK_EVENTS.append((tag, int(iteration), start, end))
     return np.zeros((2,), np.float32)
 

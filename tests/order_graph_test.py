@@ -11,7 +11,8 @@ from absl.testing import absltest, parameterized
 from entangle_jax import entangle, testing
 from entangle_jax.demo import _hazard
 from entangle_jax.demo._hazard import Ordering
-from entangle_jax.testing import _graph_formats, _order_graph
+from entangle_jax.testing._report import graph_formats
+from entangle_jax.testing._report import order_graph as order_graph_module
 from tests import test_util  # sets up 8 CPU devices
 from tests.graph_reading import (
   CHAIN_HLO,
@@ -138,11 +139,11 @@ class DemoProgramTest(parameterized.TestCase):
     compiled = _hazard.compiled(Ordering.ENTANGLE)
     _, effectful = drawn(compiled, ["read"])
     analysis = testing.OrderAnalysis(compiled, all_ops=True)
-    everything = _order_graph.build(analysis, ["read"])
+    everything = order_graph_module.build(analysis, ["read"])
     self.assertLen(effectful.nodes, 1)
     self.assertGreater(len(everything.nodes), 1)
     text = testing.order_graph(compiled, ["read"], all_ops=True)
-    self.assertEqual(text, _graph_formats.to_dot(everything))
+    self.assertEqual(text, graph_formats.to_dot(everything))
 
   def test_labels_name_target_access_scope_and_line(self):
     analysis, graph = drawn(_hazard.compiled(Ordering.ENTANGLE))

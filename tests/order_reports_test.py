@@ -30,7 +30,7 @@ class AssertHappensBeforeTest(absltest.TestCase):
     if records_full_stack():
       self.assertRegex(message, r"entangle_jax/demo/_hazard\.py:\d+ \(%")
     else:
-      where = r"entangle_jax/testing/_example_resource\.py"
+      where = r"entangle_jax/testing/example_store\.py"
       self.assertRegex(message, rf"{where}:\d+ \(%")
     self.assertIn("entangle(token, x)", message)
 

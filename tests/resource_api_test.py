@@ -7,7 +7,7 @@ from absl.testing import absltest
 
 from entangle_jax import Resource
 from entangle_jax.testing import (
-  _example_resource,
+  example_store,
   races,
   read_slot,
   reset_slots,
@@ -15,7 +15,7 @@ from entangle_jax.testing import (
 )
 from tests import test_util  # noqa: F401  (8 CPU devices, as every test)
 
-WRITE = _example_resource.WRITE_SLOT_TARGET
+WRITE = example_store.WRITE_SLOT_TARGET
 
 
 class ApiTest(absltest.TestCase):

@@ -16,7 +16,7 @@ from entangle_jax import Resource, entangle
 from entangle_jax._src.native import ENTANGLE_TARGET
 from entangle_jax.testing import (
   OrderAnalysis,
-  _example_resource,
+  example_store,
   happens_before,
   module_text,
   read_slot,
@@ -27,8 +27,8 @@ from entangle_jax.testing import (
 from tests import test_util
 
 ENTANGLE = ENTANGLE_TARGET
-WRITE = _example_resource.WRITE_SLOT_TARGET
-READ = _example_resource.READ_SLOT_TARGET
+WRITE = example_store.WRITE_SLOT_TARGET
+READ = example_store.READ_SLOT_TARGET
 
 
 def scoped_write(scope):

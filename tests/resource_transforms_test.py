@@ -17,7 +17,7 @@ from entangle_jax import Resource
 from entangle_jax._src.native import ENTANGLE_TARGET
 from entangle_jax.demo import _hazard, _resource_hazard
 from entangle_jax.testing import (
-  _example_resource,
+  example_store,
   happens_before,
   module_text,
   read_slot,
@@ -27,7 +27,7 @@ from entangle_jax.testing import (
 )
 from tests import test_util
 
-READ = _example_resource.READ_SLOT_TARGET
+READ = example_store.READ_SLOT_TARGET
 
 
 def scoped(scope, native_call):
@@ -264,7 +264,7 @@ class ShardingExportTest(absltest.TestCase):
   def test_export(self):
     checks = entangle_jax.export_safety_checks() + [
       export.DisabledSafetyCheck.custom_call(target)
-      for target in (_example_resource.WRITE_SLOT_TARGET, READ)
+      for target in (example_store.WRITE_SLOT_TARGET, READ)
     ]
     slots, a = jnp.arange(16, 24, dtype=jnp.int32), jnp.arange(8.0)
     exported = export.export(jax.jit(write_read_write), disabled_checks=checks)(

@@ -19,7 +19,7 @@ from absl.testing import parameterized
 
 from entangle_jax import entangle, testing
 from entangle_jax.demo._hazard import Ordering
-from entangle_jax.testing import _example_resource, module_text
+from entangle_jax.testing import example_store, module_text
 
 NUM_CPU_DEVICES = 8
 
@@ -42,8 +42,8 @@ def records_full_stack() -> bool:
   return jax_version() >= FULL_STACK_JAX
 
 
-WRITE = _example_resource.WRITE_SLOT_TARGET
-READ = _example_resource.READ_SLOT_TARGET
+WRITE = example_store.WRITE_SLOT_TARGET
+READ = example_store.READ_SLOT_TARGET
 
 # Parameters (ordering, whether the read precedes the second write).
 ORDERED = parameterized.parameters(

@@ -37,7 +37,7 @@ from benchmarks.timing import median_seconds
 from entangle_jax import entangle, testing
 from entangle_jax._src.native import ENTANGLE_TARGET
 from entangle_jax.demo import _hazard
-from entangle_jax.testing import _example_resource, _hlo_parse
+from entangle_jax.testing import _hlo, example_store
 
 
 def hazard_counts(runs: int) -> dict[str, int]:
@@ -58,7 +58,7 @@ def command_buffer() -> dict:
     return jnp.cos(y) + 1
 
   compiled = jax.jit(fn).lower(jnp.ones(1024), jnp.ones(8)).compile()
-  module = _hlo_parse.parse(testing.module_text(compiled))
+  module = _hlo.parse(testing.module_text(compiled))
   calls = [
     i
     for instructions in module.computations.values()
@@ -112,7 +112,7 @@ def main(out: pathlib.Path) -> int:
   if devices[0].platform != "gpu":
     print(f"no GPU: JAX sees {devices}", file=sys.stderr)
     return 2
-  if _example_resource.load_cuda() is None:
+  if example_store.load_cuda() is None:
     print("the CUDA example resource was not built", file=sys.stderr)
     return 2
   results = {

@@ -29,9 +29,19 @@ Importing this package loads the example resource's extension and registers
 its FFI targets with XLA (``import entangle_jax`` alone does not).
 """
 
-from entangle_jax.testing._access import Access, declare_target_mode
 from entangle_jax.testing._analysis import OrderAnalysis
-from entangle_jax.testing._example_resource import (
+from entangle_jax.testing._hlo.module_text import module_text
+from entangle_jax.testing._order.access import Access, declare_target_mode
+from entangle_jax.testing._order.ops import Op, Race
+from entangle_jax.testing._queries import (
+  assert_happens_before,
+  happens_before,
+  races,
+)
+from entangle_jax.testing._report.order_graph import order_graph
+from entangle_jax.testing._report.race_text import format_races
+from entangle_jax.testing._selectors import is_effectful, is_user_native_call
+from entangle_jax.testing.example_store import (
   NUM_SLOTS,
   CallRecord,
   call_log,
@@ -41,16 +51,6 @@ from entangle_jax.testing._example_resource import (
   slot_values,
   write_slot,
 )
-from entangle_jax.testing._module_text import module_text
-from entangle_jax.testing._ops import Op, Race
-from entangle_jax.testing._order_graph import order_graph
-from entangle_jax.testing._queries import (
-  assert_happens_before,
-  happens_before,
-  races,
-)
-from entangle_jax.testing._reports import format_races
-from entangle_jax.testing._selectors import is_effectful, is_user_native_call
 
 __all__ = [
   "NUM_SLOTS",

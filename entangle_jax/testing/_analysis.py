@@ -1,9 +1,9 @@
 """`OrderAnalysis`: questions about the order and conflicts of one module.
 
-Which edges count is `entangle_jax.testing._edges`'s docstring; how ops in
-different computations relate, `entangle_jax.testing._reach`'s; which ops a
-selector picks, `entangle_jax.testing._selectors`'s; what conflicts,
-`entangle_jax.testing._access`'s.
+Which edges count is `entangle_jax.testing._order.edges`'s docstring; how
+ops in different computations relate, `entangle_jax.testing._order.reach`'s;
+which ops a selector picks, `entangle_jax.testing._selectors`'s; what
+conflicts, `entangle_jax.testing._order.access`'s.
 """
 
 from __future__ import annotations
@@ -13,17 +13,12 @@ import functools
 from collections.abc import Iterable, Sequence
 
 from entangle_jax._src.native import ENTANGLE_TARGET
-from entangle_jax.testing import (
-  _access,
-  _bits,
-  _call_graph,
-  _hlo_parse,
-  _selectors,
-)
-from entangle_jax.testing._dataflow import Dataflow
-from entangle_jax.testing._module_text import CompiledModule, module_text
-from entangle_jax.testing._ops import Op, Race
-from entangle_jax.testing._order import OpOrder
+from entangle_jax.testing import _gc, _hlo, _selectors
+from entangle_jax.testing._hlo.module_text import CompiledModule, module_text
+from entangle_jax.testing._order import access, call_graph
+from entangle_jax.testing._order.dataflow import Dataflow
+from entangle_jax.testing._order.ops import Op, Race
+from entangle_jax.testing._order.relations import OpOrder
 from entangle_jax.testing._selectors import Selector
 
 CallPath = tuple[Op, ...]
@@ -34,26 +29,26 @@ CallPath = tuple[Op, ...]
 class _Parsed:
   """What every `OrderAnalysis` of one text shares."""
 
-  module: _hlo_parse.Module
+  module: _hlo.Module
   dataflow: Dataflow
   """The computations' graphs, built on demand."""
   order: OpOrder | None = None
   """The order among the ops asked about so far (it only grows)."""
-  _live: list[_hlo_parse.Instruction] | None = None
-  _native_calls: list[_hlo_parse.Instruction] | None = None
+  _live: list[_hlo.Instruction] | None = None
+  _native_calls: list[_hlo.Instruction] | None = None
 
-  def live(self) -> list[_hlo_parse.Instruction]:
+  def live(self) -> list[_hlo.Instruction]:
     """The instructions of the computations the entry runs, in text order
     (dead code never runs)."""
     if self._live is None:
-      live = _call_graph.reachable(self.module)
+      live = call_graph.reachable(self.module)
       computations = self.module.computations.items()
       self._live = [
         i for name, body in computations if name in live for i in body
       ]
     return self._live
 
-  def native_calls(self) -> list[_hlo_parse.Instruction]:
+  def native_calls(self) -> list[_hlo.Instruction]:
     """Those of `live` that `is_user_native_call` accepts."""
     if self._native_calls is None:
       self._native_calls = [
@@ -63,12 +58,12 @@ class _Parsed:
 
 
 @functools.lru_cache(maxsize=2)
-@_bits.without_gc
+@_gc.without_gc
 def _parsed(text: str) -> _Parsed:
   """The parsed module and what is known of it, kept for the two texts
   analysed last: ``races(c)`` then ``order_graph(c)`` parse once and
   relate the module's native calls once."""
-  module = _hlo_parse.parse(text)
+  module = _hlo.parse(text)
   return _Parsed(module, Dataflow(module))
 
 
@@ -78,7 +73,7 @@ class OrderAnalysis:
   Build it once and ask many questions; the module-level functions build
   one per call. Parsing is linear in the module; the first question about
   order builds happens-before among the native calls and the ops it asks
-  about (`entangle_jax.testing._reach`).
+  about (`entangle_jax.testing._order.reach`).
 
   Args:
     compiled: a ``jax.stages.Compiled``, a ``jax.stages.Lowered`` (compiled
@@ -102,11 +97,11 @@ class OrderAnalysis:
     self._all_ops = all_ops
     self._ops: dict[tuple[str, str], Op] = {}
     self._native_calls: list[Op] | None = None
-    self._chains: dict[str, list[_call_graph.Chain]] | None = None
+    self._chains: dict[str, list[call_graph.Chain]] | None = None
 
   # Ops ----------------------------------------------------------------------
 
-  def op(self, instruction: _hlo_parse.Instruction) -> Op:
+  def op(self, instruction: _hlo.Instruction) -> Op:
     """The `Op` that `instruction` is part of (an async pair, or itself)."""
     key = (instruction.computation, instruction.name)
     if key not in self._ops:
@@ -118,21 +113,21 @@ class OrderAnalysis:
         first.name,
         graph.instructions[done].name,
         first,
-        _access.accesses_of(first.op_name, first.target),
+        access.accesses_of(first.op_name, first.target),
       )
     return self._ops[key]
 
-  def _unique(self, instructions: Iterable[_hlo_parse.Instruction]) -> list[Op]:
+  def _unique(self, instructions: Iterable[_hlo.Instruction]) -> list[Op]:
     return list(dict.fromkeys(self.op(i) for i in instructions))
 
-  @_bits.without_gc
+  @_gc.without_gc
   def effectful_ops(self) -> list[Op]:
     """Every op `is_effectful` accepts, once each, in module text order."""
     return self._unique(
       i for i in self._shared.live() if _selectors.is_effectful(i)
     )
 
-  @_bits.without_gc
+  @_gc.without_gc
   def user_native_calls(self) -> list[Op]:
     """The ops ``races`` looks at by default (`is_user_native_call`)."""
     if self._native_calls is None:
@@ -153,7 +148,7 @@ class OrderAnalysis:
     """Chains of call sites from the entry computation down to `op` (none
     when there are more than 64)."""
     if self._chains is None:
-      self._chains = _call_graph.call_chains(self.module)
+      self._chains = call_graph.call_chains(self.module)
     paths = []
     for chain in self._chains.get(op.computation, []):
       sites = tuple(self.op(self.module.computations[c][p]) for c, p in chain)
@@ -166,7 +161,7 @@ class OrderAnalysis:
     """Names of the ops `selector` picks, in module text order."""
     return [op.name for op in self.select_ops(selector)]
 
-  @_bits.without_gc
+  @_gc.without_gc
   def select_ops(self, selector: Selector) -> list[Op]:
     """The `Op` objects `selector` picks (`entangle_jax.testing._selectors`).
 
@@ -202,7 +197,7 @@ class OrderAnalysis:
 
   # Questions ----------------------------------------------------------------
 
-  @_bits.without_gc
+  @_gc.without_gc
   def _order_of(self, ops: Sequence[Op]) -> OpOrder:
     _check_ops(self, ops)
     order = self._shared.order
@@ -230,7 +225,7 @@ class OrderAnalysis:
   def conflict(self, a: Op, b: Op) -> bool:
     """Whether `a` and `b` may access one resource, one of them writing."""
     _check_ops(self, (a, b))
-    return _access.conflict(a.accesses, b.accesses)
+    return access.conflict(a.accesses, b.accesses)
 
   def is_race(self, a: Op, b: Op) -> bool:
     """Whether `a` and `b` may conflict and nothing keeps them from running
@@ -241,14 +236,14 @@ class OrderAnalysis:
     """True iff every op `before` selects precedes every op `after` selects."""
     return not self.unordered(before, after)
 
-  @_bits.without_gc
+  @_gc.without_gc
   def unordered(self, before: Selector, after: Selector) -> list[Race]:
     """Pairs ``(a, b)`` of selected ops where ``a`` does not precede ``b``."""
     firsts, seconds = self.select_ops(before), self.select_ops(after)
     order = self._order_of([*firsts, *seconds])
     return [Race(a, b) for a, b in order.unordered(firsts, seconds)]
 
-  @_bits.without_gc
+  @_gc.without_gc
   def races(self, among: Iterable[Selector] | None = None) -> list[Race]:
     """Pairs of ops that may conflict and may run in either order
     (`is_race`), in the order of `ops_among`.
@@ -261,7 +256,7 @@ class OrderAnalysis:
     pairs = self._order_of(ops).races(ops)
     return [Race(ops[a], ops[b]) for a, b in pairs]
 
-  @_bits.without_gc
+  @_gc.without_gc
   def hasse(self, ops: Sequence[Op]) -> tuple[list[Op], list[tuple[int, int]]]:
     """`ops` in an order that extends happens-before, and the pairs of
     indices into it of an op and an op right after it (`OpOrder.hasse`)."""
@@ -297,8 +292,8 @@ def _check_ops(analysis: OrderAnalysis, ops: Iterable[object]) -> None:
 
 
 def _empty_witness_entangles(
-  module: _hlo_parse.Module,
-) -> list[_hlo_parse.Instruction]:
+  module: _hlo.Module,
+) -> list[_hlo.Instruction]:
   """The entangle calls of `module` whose witnesses (the operands that no
   result aliases) all hold no bytes."""
   found = []

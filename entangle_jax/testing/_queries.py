@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from entangle_jax.testing import _reports
 from entangle_jax.testing._analysis import OrderAnalysis
-from entangle_jax.testing._module_text import CompiledModule
-from entangle_jax.testing._ops import Race
+from entangle_jax.testing._hlo.module_text import CompiledModule
+from entangle_jax.testing._order.ops import Race
+from entangle_jax.testing._report import race_text
 from entangle_jax.testing._selectors import Selector
 
 
@@ -29,8 +29,8 @@ def happens_before(
   not control predecessors; async pairs from their start to their done) in
   the compiled, optimized module, following nested computations through the
   instructions that call them. See the module docstrings of
-  ``entangle_jax.testing._edges`` and ``entangle_jax.testing._analysis`` for
-  exactly what is concluded.
+  ``entangle_jax.testing._order.edges`` and
+  ``entangle_jax.testing._analysis`` for exactly what is concluded.
 
   Args:
     compiled: a ``jax.stages.Compiled`` (``jax.jit(f).lower(*a).compile()``),
@@ -73,7 +73,7 @@ def assert_happens_before(
   unordered = analysis.unordered(before, after)
   if unordered:
     count = len(unordered)
-    message = _reports.format_races(
+    message = race_text.format_races(
       unordered,
       heading=f"{before!r} does not happen before {after!r}: {count} "
       f"pair{'s' * (count != 1)} not ordered",
@@ -89,7 +89,7 @@ def assert_happens_before(
       )
     empty = analysis.empty_witness_entangles()
     if empty:
-      message += "\n" + _reports.empty_witness_note(empty)
+      message += "\n" + race_text.empty_witness_note(empty)
     raise AssertionError(message)
 
 
@@ -102,10 +102,10 @@ def races(
   """Pairs of calls that may conflict and that nothing keeps apart.
 
   Two calls conflict when they may touch one resource and at least one of
-  them writes it (`entangle_jax.testing._access`: ``Resource`` records what
-  its calls do, `declare_target_mode` declares read-only targets, anything
-  else may write every resource). They are kept apart when a chain of the
-  edges the runtime honours orders them, either way, when they lie in
+  them writes it (`entangle_jax.testing._order.access`: ``Resource`` records
+  what its calls do, `declare_target_mode` declares read-only targets,
+  anything else may write every resource). They are kept apart when a chain
+  of the edges the runtime honours orders them, either way, when they lie in
   different branches of one ``conditional`` (`OrderAnalysis.exclusive`), or
   in a loop's condition and its body (`OrderAnalysis.sequenced`).
 

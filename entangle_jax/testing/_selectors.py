@@ -38,8 +38,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from entangle_jax._src.native import ENTANGLE_TARGET
-from entangle_jax.testing import _access, _hlo_parse
-from entangle_jax.testing._ops import Op
+from entangle_jax.testing import _hlo
+from entangle_jax.testing._order import access
+from entangle_jax.testing._order.ops import Op
 
 Selector = str
 """A custom-call target or a ``jax.named_scope`` name."""
@@ -130,9 +131,9 @@ def is_host_callback(target: str) -> bool:
   return target.startswith(HOST_CALLBACK_PREFIXES)
 
 
-def _instruction(op: Op | _hlo_parse.Instruction, who: str):
+def _instruction(op: Op | _hlo.Instruction, who: str):
   """The instruction of `op`, an `Op` or an instruction (`Op.instruction`)."""
-  if isinstance(op, _hlo_parse.Instruction):
+  if isinstance(op, _hlo.Instruction):
     return op
   if isinstance(op, Op):
     return op.instruction
@@ -142,7 +143,7 @@ def _instruction(op: Op | _hlo_parse.Instruction, who: str):
   )
 
 
-def is_user_native_call(instruction: Op | _hlo_parse.Instruction) -> bool:
+def is_user_native_call(instruction: Op | _hlo.Instruction) -> bool:
   """Whether ``races`` and ``order_graph`` look at `instruction` by default.
 
   `instruction` is an `Op` or its ``instruction``; anything else raises
@@ -167,7 +168,7 @@ def is_user_native_call(instruction: Op | _hlo_parse.Instruction) -> bool:
   return instruction.side_effect or not is_host_callback(target)
 
 
-def is_effectful(instruction: Op | _hlo_parse.Instruction) -> bool:
+def is_effectful(instruction: Op | _hlo.Instruction) -> bool:
   """Whether a named-scope selector picks `instruction` (by default).
 
   `instruction` is an `Op` or its ``instruction``; anything else raises
@@ -189,9 +190,9 @@ def is_effectful(instruction: Op | _hlo_parse.Instruction) -> bool:
 def scope_matches(selector: str, op_name: str) -> bool:
   """Whether `selector` names scopes of `op_name` (the module docstring)."""
   parts = selector.split("/")
-  for name in dict.fromkeys((_access.without_markers(op_name), op_name)):
+  for name in dict.fromkeys((access.without_markers(op_name), op_name)):
     components = name.split("/")
-    unwrapped = [_access.unwrap(c) for c in components]
+    unwrapped = [access.unwrap(c) for c in components]
     for start in range(len(components) - len(parts) + 1):
       if all(
         part in (components[start + k], unwrapped[start + k])
@@ -201,14 +202,14 @@ def scope_matches(selector: str, op_name: str) -> bool:
   return False
 
 
-def picks(selector: Selector, i: _hlo_parse.Instruction, all_ops: bool) -> bool:
+def picks(selector: Selector, i: _hlo.Instruction, all_ops: bool) -> bool:
   """Whether `selector` picks instruction `i` (see the module docstring)."""
   if i.opcode == "custom-call" and i.target == selector:
     return True
   return is_selectable(i, all_ops) and scope_matches(selector, i.op_name)
 
 
-def is_selectable(i: _hlo_parse.Instruction, all_ops: bool) -> bool:
+def is_selectable(i: _hlo.Instruction, all_ops: bool) -> bool:
   """Whether a scope selector may pick `i`: it has a scope, is not
   bookkeeping, and is effectful unless `all_ops`."""
   if i.opcode in BOOKKEEPING or not i.op_name:
@@ -218,7 +219,7 @@ def is_selectable(i: _hlo_parse.Instruction, all_ops: bool) -> bool:
 
 def no_match_message(
   selector: Selector,
-  instructions: Iterable[_hlo_parse.Instruction],
+  instructions: Iterable[_hlo.Instruction],
   all_ops: bool,
 ) -> str:
   """Says that `selector` picks nothing, listing what could be picked."""

@@ -20,7 +20,7 @@ from absl.testing import absltest
 from entangle_jax import entangle, testing
 
 # The example resource's custom-call targets (defined in
-# entangle_jax/testing/_example_resource.py). The program below has one read
+# entangle_jax/testing/example_store.py). The program below has one read
 # and one write, so the bare targets select exactly those two ops.
 READ = "entangle_jax_read_slot"
 WRITE = "entangle_jax_write_slot"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from entangle_jax.testing._hlo_parse import Module
+from entangle_jax.testing._hlo.parser import Module
 
 PATH_LIMIT = 64
 """Chains to one computation beyond which nothing is concluded about its ops

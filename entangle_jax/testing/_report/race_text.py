@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from entangle_jax.testing._ops import Op, Race
+from entangle_jax.testing._order.ops import Op, Race
 
 FIX_HINT = (
   "Usual fix: make the later call consume a value computed from the earlier "

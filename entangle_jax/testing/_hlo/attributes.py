@@ -1,5 +1,5 @@
 """The ``key=value`` attributes that follow an instruction's operands, read
-into `entangle_jax.testing._hlo_instruction.Instruction` fields.
+into `entangle_jax.testing._hlo.instruction.Instruction` fields.
 
 Quoted strings (``op_name``, targets, backend configs) are masked before any
 attribute is looked up, so no scope name can pose as an attribute. Reading

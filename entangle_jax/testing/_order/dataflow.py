@@ -1,19 +1,19 @@
 """What each computation's parameters are read for, and where the elements
 of loop, call and conditional results come from: the questions that
-`entangle_jax.testing._edges.ComputationGraph` asks about the computations
+`entangle_jax.testing._order.edges.ComputationGraph` asks about the computations
 an instruction calls (the rules are that module's docstring)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from entangle_jax.testing._call_graph import post_order
-from entangle_jax.testing._edges import (
+from entangle_jax.testing._hlo.parser import Instruction, Module
+from entangle_jax.testing._order.call_graph import post_order
+from entangle_jax.testing._order.edges import (
   READS_CALLEES,
   ComputationGraph,
   Path,
 )
-from entangle_jax.testing._hlo_parse import Instruction, Module
 
 
 class Dataflow:

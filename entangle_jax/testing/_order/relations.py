@@ -1,4 +1,4 @@
-"""Order relations among a list of ops, answered from `_reach`'s masks.
+"""Order relations among a list of ops, answered from `reach`'s masks.
 
 An op may have several instances (one per chain of call sites). It
 precedes another when every instance of it precedes every instance of the
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from entangle_jax.testing import _access, _bits
-from entangle_jax.testing._dataflow import Dataflow
-from entangle_jax.testing._ops import Op
-from entangle_jax.testing._reach import Reach
+from entangle_jax.testing._order import access, bitsets
+from entangle_jax.testing._order.dataflow import Dataflow
+from entangle_jax.testing._order.ops import Op
+from entangle_jax.testing._order.reach import Reach
 
 
 class OpOrder:
@@ -33,7 +33,7 @@ class OpOrder:
       for op in self.ops
     ]
     self._reach = Reach(dataflow, sites)
-    self._masks = [_bits.mask_of(bits) for bits in self._reach.instances]
+    self._masks = [bitsets.mask_of(bits) for bits in self._reach.instances]
 
   def covers(self, ops: Sequence[Op]) -> bool:
     """Whether every op of `ops` is related here."""
@@ -61,7 +61,7 @@ class OpOrder:
 
   def relation_holds(self, a: Op, b: Op, relation: str) -> bool:
     """Whether every pair of instances of `a` and `b` is ``"exclusive"``
-    or ``"sequenced"`` (`_reach.Reach`)."""
+    or ``"sequenced"`` (`reach.Reach`)."""
     masks = getattr(self._reach, relation)
     mask = self._masks[self.index[b]]
     bits = self._reach.instances[self.index[a]]
@@ -87,7 +87,7 @@ class OpOrder:
     for a in firsts:
       late = {
         self._reach.op_of[bit]
-        for bit in _bits.positions(wanted & ~self._after_all(self.index[a]))
+        for bit in bitsets.positions(wanted & ~self._after_all(self.index[a]))
       }
       pairs += [(a, b) for b in seconds if self.index[b] in late]
     return pairs
@@ -103,16 +103,16 @@ class OpOrder:
     # What each op accesses, as `ops` say: the `Op` objects related here
     # may come from an earlier analysis of this module, made before a
     # `declare_target_mode`. Ops not asked about are not chosen anyway.
-    accesses: list[tuple[_access.Access, ...]] = [()] * len(self.ops)
+    accesses: list[tuple[access.Access, ...]] = [()] * len(self.ops)
     for op in ops:
       accesses[self.index[op]] = op.accesses
-    conflicts = _access.ConflictMasks(accesses, self._reach.instances)
+    conflicts = access.ConflictMasks(accesses, self._reach.instances)
     found: set[tuple[int, int]] = set()
     for bit, k in enumerate(self._reach.op_of):
       if k not in order:
         continue
       candidates = conflicts.of(k) & chosen & ~self._apart(bit)
-      for other in _bits.positions(candidates & ~self._masks[k]):
+      for other in bitsets.positions(candidates & ~self._masks[k]):
         pair = (order[k], order[self._reach.op_of[other]])
         found.add((min(pair), max(pair)))
     return sorted(found)
@@ -126,7 +126,7 @@ class OpOrder:
     bits = [self._reach.instances[self.index[op]][0] for op in ops]
     order = sorted(range(len(ops)), key=bits.__getitem__)
     node = {bits[n]: place for place, n in enumerate(order)}
-    chosen = _bits.mask_of(bits)
+    chosen = bitsets.mask_of(bits)
     after = {bit: self._reach.after[bit] & chosen for bit in bits}
     arrows = []
     for place, n in enumerate(order):

@@ -3,7 +3,7 @@
 An op in a nested computation runs once per execution of each chain of
 call sites that leads to it from the entry computation: each chain is an
 *instance* of the op. Two instances are related at the first computation
-where their chains part, by the edges inside it (`_edges`):
+where their chains part, by the edges inside it (`edges`):
 
 * through two different instructions of it: one instance happens before
   the other when a chain of edges leads from the end of the first
@@ -30,11 +30,11 @@ OR as wide as the number of selected instances.
 
 from __future__ import annotations
 
-from entangle_jax.testing import _bits, _call_graph
-from entangle_jax.testing._dataflow import Dataflow
-from entangle_jax.testing._edges import ComputationGraph
+from entangle_jax.testing._order import bitsets, call_graph
+from entangle_jax.testing._order.dataflow import Dataflow
+from entangle_jax.testing._order.edges import ComputationGraph
 
-Site = _call_graph.Site
+Site = call_graph.Site
 
 
 class Reach:
@@ -47,7 +47,7 @@ class Reach:
 
   Attributes:
     instances: per op, the bits of its instances. An op in a computation
-      with more than `_call_graph.PATH_LIMIT` call chains gets one bit that
+      with more than `call_graph.PATH_LIMIT` call chains gets one bit that
       nothing is ordered with.
     op_of: per instance bit, its op.
     after, before, exclusive, sequenced: per instance bit, the mask of the
@@ -58,7 +58,7 @@ class Reach:
 
   def __init__(self, dataflow: Dataflow, ops: list[Site]):
     self._dataflow = dataflow
-    chains = _call_graph.call_chains(dataflow.module)
+    chains = call_graph.call_chains(dataflow.module)
     placed: list[tuple[tuple[int, ...], int, tuple[Site, ...]]] = []
     unplaced: list[int] = []
     for k, (computation, position) in enumerate(ops):
@@ -103,14 +103,14 @@ class Reach:
       if len(members) < 2:
         continue
       computation = place[-1][0]
-      masks = {p: _bits.mask_of(bits) for p, bits in members.items()}
+      masks = {p: bitsets.mask_of(bits) for p, bits in members.items()}
       after, before = _propagate(self._dataflow[computation], masks)
       for position in members:
         key = (*place[:-1], (computation, position))
         local_after[key] = after[position]
         local_before[key] = before[position]
     apart = {
-      key: {c: _bits.mask_of(bits) for c, bits in split.items()}
+      key: {c: bitsets.mask_of(bits) for c, bits in split.items()}
       for key, split in callees.items()
       if len(split) > 1
     }

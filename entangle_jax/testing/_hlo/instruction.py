@@ -3,7 +3,7 @@ needs.
 
 Each line is read with a few regular expressions in time linear in its
 length; the attributes after the operands are
-`entangle_jax.testing._hlo_attributes`'s. What cannot be read raises
+`entangle_jax.testing._hlo.attributes`'s. What cannot be read raises
 ``ValueError`` naming the line.
 """
 
@@ -14,7 +14,7 @@ import functools
 import re
 from collections.abc import Callable
 
-from entangle_jax.testing._hlo_attributes import Stack, attribute_fields
+from entangle_jax.testing._hlo.attributes import Stack, attribute_fields
 
 _HEAD = re.compile(r"(ROOT\s+)?%?([\w.\-]+)\s*=\s*")
 _OPCODE = re.compile(r"\s*([a-z][a-z0-9\-]*)\(")

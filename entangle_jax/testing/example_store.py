@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from entangle_jax._src import native
-from entangle_jax.testing._access import declare_target_mode
+from entangle_jax.testing._order.access import declare_target_mode
 
 WRITE_SLOT_TARGET = "entangle_jax_write_slot"
 READ_SLOT_TARGET = "entangle_jax_read_slot"

@@ -4,7 +4,7 @@
 same selectors) as a directed graph in Graphviz DOT or Mermaid text:
 
 * a node per selected op, labelled with its custom-call target, what it
-  reads or writes (`entangle_jax.testing._access`), its named scopes and
+  reads or writes (`entangle_jax.testing._order.access`), its named scopes and
   the Python ``file:line`` it came from; an op that only reads is rounded
   (an ellipse in DOT, a stadium in Mermaid), one that may write is a box;
 * an arrow ``a -> b`` where ``a`` happens before ``b`` and no other selected op
@@ -24,17 +24,17 @@ import itertools
 from collections.abc import Iterable
 from typing import Literal
 
-from entangle_jax.testing import _bits, _selectors
+from entangle_jax.testing import _gc, _selectors
 from entangle_jax.testing._analysis import OrderAnalysis
-from entangle_jax.testing._graph_formats import (
+from entangle_jax.testing._hlo.module_text import CompiledModule
+from entangle_jax.testing._order.ops import Op
+from entangle_jax.testing._report.graph_formats import (
   Cluster,
   Graph,
   Node,
   to_dot,
   to_mermaid,
 )
-from entangle_jax.testing._module_text import CompiledModule
-from entangle_jax.testing._ops import Op
 from entangle_jax.testing._selectors import Selector
 
 Format = Literal["dot", "mermaid"]
@@ -90,7 +90,7 @@ def order_graph(
 # What is drawn --------------------------------------------------------------
 
 
-@_bits.without_gc
+@_gc.without_gc
 def build(analysis: OrderAnalysis, among: Iterable[Selector] | None) -> Graph:
   """Nodes, reduced happens-before edges and race pairs of `analysis`."""
   if among is not None:  # Read twice below: a generator would be spent.

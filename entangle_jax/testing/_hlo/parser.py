@@ -16,8 +16,8 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from entangle_jax.testing._hlo_attributes import Stack, mask_strings, unescape
-from entangle_jax.testing._hlo_instruction import (
+from entangle_jax.testing._hlo.attributes import Stack, mask_strings, unescape
+from entangle_jax.testing._hlo.instruction import (
   Instruction,
   InstructionReader,
   line_error,

@@ -38,18 +38,19 @@ Concluded, and why:
 Not concluded: anything from the schedule's order, from
 ``control-predecessors={...}`` (they shape XLA's schedule, but XLA:CPU's
 execution graph ignores them) or from side-effect flags. How ops in
-different computations relate is `entangle_jax.testing._reach`'s docstring.
+different computations relate is `entangle_jax.testing._order.reach`'s
+docstring.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from entangle_jax.testing._hlo_parse import Instruction, Module
+from entangle_jax.testing._hlo.parser import Instruction, Module
 
 if TYPE_CHECKING:
   # Dataflow builds the graphs and answers what their callees read.
-  from entangle_jax.testing._dataflow import Dataflow
+  from entangle_jax.testing._order.dataflow import Dataflow
 
 Path = tuple[int, ...]
 """Indices into nested tuples: ``(1, 0)`` is element 0 of element 1."""

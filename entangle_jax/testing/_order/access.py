@@ -21,7 +21,7 @@ import re
 
 from entangle_jax._src import access_marker
 from entangle_jax._src.access_marker import MODES, Mode
-from entangle_jax.testing import _bits
+from entangle_jax.testing._order import bitsets
 
 _WRAPPER = re.compile(r"(?:vmap|jvp|transpose)\(")
 
@@ -160,7 +160,7 @@ class ConflictMasks:
             keys.add((r, "write"))
       for key in keys:
         members.setdefault(key, []).extend(bits[k])
-    self._masks = {key: _bits.mask_of(p) for key, p in members.items()}
+    self._masks = {key: bitsets.mask_of(p) for key, p in members.items()}
     self._accesses = accesses
 
   def of(self, k: int) -> int:

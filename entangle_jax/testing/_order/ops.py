@@ -7,7 +7,8 @@ import functools
 import os
 
 import entangle_jax
-from entangle_jax.testing import _access, _hlo_parse
+from entangle_jax.testing import _hlo
+from entangle_jax.testing._order import access
 
 # This package's library code: plumbing between the user's line and the
 # custom call, skipped when naming where an op comes from. (The demo's
@@ -30,11 +31,11 @@ class Op:
   computation: str
   name: str
   last: str
-  instruction: _hlo_parse.Instruction = dataclasses.field(compare=False)
-  accesses: tuple[_access.Access, ...] = dataclasses.field(
-    compare=False, default=_access.UNKNOWN
+  instruction: _hlo.Instruction = dataclasses.field(compare=False)
+  accesses: tuple[access.Access, ...] = dataclasses.field(
+    compare=False, default=access.UNKNOWN
   )
-  """What the op reads and writes (`entangle_jax.testing._access`)."""
+  """What the op reads and writes (`entangle_jax.testing._order.access`)."""
 
   def __hash__(self) -> int:
     # Its name alone (equal ops have equal names): the analysis hashes ops
@@ -55,7 +56,7 @@ class Op:
   @property
   def user_scope(self) -> str:
     """`scope` without the components ``Resource`` adds to record accesses."""
-    return _access.without_markers(self.instruction.op_name)
+    return access.without_markers(self.instruction.op_name)
 
   @property
   def access_text(self) -> str:
