@@ -11,9 +11,11 @@ from entangle_jax._src import native
 from entangle_jax.testing import example_store
 from tests import test_util
 
-# In a fresh interpreter: which extensions `import entangle_jax` loads, and
-# whether XLA then knows the example resource's write target. Prints one
-# line per stage: the loaded extensions, then "registered" or the error.
+# In a fresh interpreter: which extensions `import entangle_jax`, then
+# `import entangle_jax.testing`, then the first use of an example store name
+# load, and whether XLA then knows the example resource's write target.
+# Prints one line per stage (the loaded extensions, then "registered" or the
+# error), and the targets declared read before and after the store loads.
 _STAGES = textwrap.dedent(
   """
   import sys
@@ -38,26 +40,35 @@ _STAGES = textwrap.dedent(
   stage()
   import entangle_jax.testing
   stage()
+  from entangle_jax.testing import _order
+  print(sorted(_order.access.declared_read_targets()))
+  entangle_jax.testing.write_slot
+  stage()
+  print(sorted(_order.access.declared_read_targets()))
   """
 )
 
 
 class RegistrationTest(absltest.TestCase):
-  def test_only_entangle_is_loaded_until_testing_is_imported(self):
+  def test_only_entangle_is_loaded_until_the_store_is_used(self):
     result = test_util.run_python(_STAGES, timeout=120)
     self.assertEqual(result.returncode, 0, result.stderr)
-    production, testing = result.stdout.strip().splitlines()
-    # jax < 0.7 names the compiler's error XlaRuntimeError.
-    self.assertIn(
-      production,
-      [
-        "['entangle_jax._src._entangle_ffi'] JaxRuntimeError",
-        "['entangle_jax._src._entangle_ffi'] XlaRuntimeError",
-      ],
+    production, analysis, reads_before, store, reads_after = (
+      result.stdout.strip().splitlines()
     )
+    # jax < 0.7 names the compiler's error XlaRuntimeError.
+    unregistered = [
+      "['entangle_jax._src._entangle_ffi'] JaxRuntimeError",
+      "['entangle_jax._src._entangle_ffi'] XlaRuntimeError",
+    ]
+    self.assertIn(production, unregistered)
+    # The analysis alone loads no test extension and declares nothing.
+    self.assertIn(analysis, unregistered)
+    self.assertEqual(reads_before, "[]")
+    self.assertEqual(reads_after, "['entangle_jax_read_slot']")
     # The example resource's CUDA extension, where it was built, loads too.
     self.assertRegex(
-      testing,
+      store,
       r"^\['entangle_jax._src._entangle_ffi', "
       r"('entangle_jax.testing._example_resource_cuda_ffi', )?"
       r"'entangle_jax.testing._example_resource_ffi'\] registered$",

@@ -19,15 +19,23 @@ Proving order on the module XLA runs:
 * ``order_graph(compiled, among=None, format="dot")``: the whole picture, as
   Graphviz DOT or Mermaid text.
 
-A tiny mutable native resource, for reproducing ordering hazards:
+A tiny mutable native resource, for reproducing ordering hazards
+(`entangle_jax.testing.example_store`, whose names are reachable here too):
 
 * ``write_slot``, ``read_slot``, ``reset_slots``, ``slot_values``,
   ``NUM_SLOTS``.
 * ``call_log``: the order in which its host calls actually ran.
 
-Importing this package loads the example resource's extension and registers
-its FFI targets with XLA (``import entangle_jax`` alone does not).
+Importing this package loads no extension and changes no process-wide
+state. The first use of one of the example store's names (or
+``import entangle_jax.testing.example_store``) loads the store's extension,
+registers its FFI targets with XLA and declares ``read_slot`` a read.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from entangle_jax.testing._analysis import OrderAnalysis
 from entangle_jax.testing._hlo.module_text import module_text
@@ -41,15 +49,30 @@ from entangle_jax.testing._queries import (
 from entangle_jax.testing._report.order_graph import order_graph
 from entangle_jax.testing._report.race_text import format_races
 from entangle_jax.testing._selectors import is_effectful, is_user_native_call
-from entangle_jax.testing.example_store import (
-  NUM_SLOTS,
-  CallRecord,
-  call_log,
-  has_cuda_device,
-  read_slot,
-  reset_slots,
-  slot_values,
-  write_slot,
+
+if TYPE_CHECKING:  # Loaded on first use (`__getattr__`), not on import.
+  from entangle_jax.testing.example_store import (
+    NUM_SLOTS,
+    CallRecord,
+    call_log,
+    has_cuda_device,
+    read_slot,
+    reset_slots,
+    slot_values,
+    write_slot,
+  )
+
+_EXAMPLE_STORE_NAMES = frozenset(
+  {
+    "NUM_SLOTS",
+    "CallRecord",
+    "call_log",
+    "has_cuda_device",
+    "read_slot",
+    "reset_slots",
+    "slot_values",
+    "write_slot",
+  }
 )
 
 __all__ = [
@@ -75,3 +98,16 @@ __all__ = [
   "slot_values",
   "write_slot",
 ]
+
+
+def __getattr__(name: str) -> Any:
+  # PEP 562: the example store loads a native extension and registers FFI
+  # targets, which the analysis never needs; it loads when first used.
+  if name in _EXAMPLE_STORE_NAMES:
+    store = importlib.import_module("entangle_jax.testing.example_store")
+    return getattr(store, name)
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+  return sorted({*globals(), *_EXAMPLE_STORE_NAMES})

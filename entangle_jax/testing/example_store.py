@@ -12,8 +12,10 @@ The host store also records the order in which its calls actually ran
 (`call_log`), so that tests can check ordering claims against the runtime.
 
 The store is test code: it lives in extensions of its own, loaded and
-registered with XLA when this module is imported (by importing
-``entangle_jax.testing``), never by ``import entangle_jax``.
+registered with XLA when this module is imported (directly, or by the first
+use of one of its names through ``entangle_jax.testing``, such as
+``entangle_jax.testing.write_slot``), never by ``import entangle_jax`` or
+``import entangle_jax.testing`` alone.
 """
 
 from __future__ import annotations

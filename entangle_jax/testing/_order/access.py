@@ -53,9 +53,10 @@ def declare_target_mode(target: str, mode: Mode) -> None:
   or declared ``"write"`` (which undoes ``"read"``), may write any
   resource. Calls made through ``Resource.read`` and ``Resource.write``
   have their method's mode instead. The declaration holds for the whole
-  process, like the FFI registration of the target it describes.
-  ``import entangle_jax.testing`` declares the example resource's
-  ``entangle_jax_read_slot`` a read.
+  process, like the FFI registration of the target it describes. Loading
+  the example store (``entangle_jax.testing.example_store``, which the
+  first use of ``entangle_jax.testing.write_slot`` or its siblings does)
+  declares its ``entangle_jax_read_slot`` a read.
 
   Raises:
     TypeError: `target` is not a str.
@@ -72,6 +73,11 @@ def declare_target_mode(target: str, mode: Mode) -> None:
     _declared_reads.add(target)
   else:
     _declared_reads.discard(target)
+
+
+def declared_read_targets() -> frozenset[str]:
+  """The targets `declare_target_mode` has declared ``"read"``, now."""
+  return frozenset(_declared_reads)
 
 
 def unwrap(component: str) -> str:
