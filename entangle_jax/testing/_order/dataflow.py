@@ -1,47 +1,72 @@
-"""What each computation's parameters are read for, and where the elements
-of loop, call and conditional results come from: the questions that
-`entangle_jax.testing._order.edges.ComputationGraph` asks about the computations
-an instruction calls (the rules are that module's docstring)."""
+"""Where each computation's edges come from: what instructions read of
+their operands, what called computations read of their parameters, and
+where the elements of a loop's, call's or conditional's result come from.
+
+Each question is answered from the instruction's rule
+(`entangle_jax.testing._order.rules`), never from its opcode. `Dataflow`
+builds each computation's `ComputationGraph` on demand, the computations
+whose reads its edges need first (callees before callers, so that no
+answer recurses more than one level), and keeps the facts it found; the
+graphs it builds hold only their edges, and know nothing of it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from entangle_jax.testing._hlo.parser import Instruction, Module
+from entangle_jax.testing._hlo import Instruction, Module
+from entangle_jax.testing._order import rules
 from entangle_jax.testing._order.call_graph import post_order
 from entangle_jax.testing._order.edges import (
-  READS_CALLEES,
+  Computation,
   ComputationGraph,
   Path,
 )
+from entangle_jax.testing._order.rules import Forwards, Parameters, Reads
+
+Source = tuple[int | None, Path]
+"""Where a result element comes from: ``(k, element)`` for an element of
+operand ``k`` passed on unchanged, ``(None, path)`` for bytes written
+inside."""
 
 
 class Dataflow:
-  """The `ComputationGraph` of each computation of a module, built on demand.
+  """The edges of each computation of a module, and the facts behind them.
 
-  Building one builds the graphs of the computations it calls first, in
-  post-order, so that no build recurses (the parser refuses call cycles).
+  Args:
+    module: the parsed module.
   """
 
   def __init__(self, module: Module):
     self.module = module
+    self._computations: dict[str, Computation] = {}
     self._graphs: dict[str, ComputationGraph] = {}
     self._reads: dict[tuple[str, int], list[Path]] = {}
-    self._forwarded: dict[
-      tuple[str, str, Path], list[tuple[int | None, Path]]
-    ] = {}
+    self._forwarded: dict[tuple[str, str, Path], list[Source]] = {}
+    # Loop conditions: their ROOT is the predicate, which the loop reads
+    # (rule 13).
     self._conditions = {
       i.condition
       for instructions in module.computations.values()
       for i in instructions
-      if i.opcode == "while" and i.condition
+      if rules.rule_for(i.opcode).parameters is Parameters.LOOP_STATE
+      and i.condition
     }
 
+  def computation(self, name: str) -> Computation:
+    """The structure of computation `name` (no edges)."""
+    if name not in self._computations:
+      self._computations[name] = Computation(
+        name, self.module.computations[name]
+      )
+    return self._computations[name]
+
   def __getitem__(self, name: str) -> ComputationGraph:
+    """The graph of computation `name`, built with those it needs."""
     if name not in self._graphs:
       for callee in self._post_order(name):
         if callee not in self._graphs:
-          self._graphs[callee] = ComputationGraph(self.module, callee, self)
+          self._graphs[callee] = self._build(callee)
     return self._graphs[name]
 
   def _post_order(self, name: str) -> list[str]:
@@ -50,17 +75,89 @@ class Dataflow:
 
     def callees(current: str):
       for i in self.module.computations[current]:
-        if i.opcode in READS_CALLEES and current not in self._graphs:
+        reads = rules.rule_for(i.opcode).reads
+        if reads is Reads.CALLEES and current not in self._graphs:
           yield from i.callees
 
     return post_order(name, callees)
 
+  def _build(self, name: str) -> ComputationGraph:
+    computation = self.computation(name)
+    deps = [
+      self._dependencies(computation, n)
+      for n in range(len(computation.instructions))
+    ]
+    return ComputationGraph(computation, deps)
+
+  def _dependencies(self, computation: Computation, n: int) -> list[int]:
+    """Rule 1: the producers of the operand elements instruction `n` reads."""
+    i = computation.instructions[n]
+    reads = rules.rule_for(i.opcode).reads
+    if reads is Reads.ELEMENT:  # Rule 11.
+      return self.resolve(computation, n, ())
+    found: list[int] = []
+    for k, operand in enumerate(i.operands):
+      position = computation.index[operand]
+      paths = self.operand_reads(i, k) if reads is Reads.CALLEES else [()]
+      for path in paths:
+        found += self.resolve(computation, position, path)
+    return list(dict.fromkeys(found))
+
+  def resolve(self, computation: Computation, n: int, path: Path) -> list[int]:
+    """The positions whose bytes element `path` of instruction `n` holds
+    (`sources` without the elements). Empty when it holds no bytes."""
+    i = computation.instructions[n]
+    if not path and rules.rule_for(i.opcode).forwards is not Forwards.ELEMENT:
+      return [] if i.zero_sized else [n]  # Most operands. Rule 2.
+    return list(dict.fromkeys(p for p, _ in self.sources(computation, n, path)))
+
+  def sources(
+    self, computation: Computation, n: int, path: Path
+  ) -> list[tuple[int, Path]]:
+    """Which instructions produced the bytes of element `path` of
+    instruction `n`, as (position, element of its result) pairs.
+
+    Follows what each instruction passes on unchanged (its rule's
+    `Forwards`) to where the bytes were written; within a called
+    computation that may be one of its parameters. Empty when the element
+    holds no bytes (rule 2).
+    """
+    found: list[tuple[int, Path]] = []
+    pending = [(n, path)]
+    seen: set[tuple[int, Path]] = set()
+    while pending:
+      state = pending.pop()
+      if state in seen:
+        continue
+      seen.add(state)
+      n, path = state
+      i = computation.instructions[n]
+      forwards = rules.rule_for(i.opcode).forwards
+      if forwards is Forwards.ELEMENT:  # Rule 11.
+        if not i.zero_sized:
+          operand = computation.index[i.operands[0]]
+          pending.append((operand, (i.tuple_index or 0, *path)))
+      elif (
+        forwards is Forwards.ELEMENTS and path and path[0] < len(i.operands)
+      ):  # Rule 10.
+        pending.append((computation.index[i.operands[path[0]]], path[1:]))
+      elif forwards is Forwards.ROOTS and path:  # Rules 13-15.
+        for k, element in self.forwarded(i, path):
+          if k is None:
+            found.append((n, path))
+          else:
+            pending.append((computation.index[i.operands[k]], element))
+      elif path or not i.zero_sized:
+        found.append((n, path))
+    return list(dict.fromkeys(found))
+
   def operand_reads(self, i: Instruction, k: int) -> list[Path]:
-    """Elements of operand `k` that the loop, conditional or call `i` (an
-    instruction of `READS_CALLEES`) reads through its computations."""
-    if i.opcode == "while":
+    """Elements of operand `k` that `i`, whose rule reads what its
+    computations read, reads through them (rules 13-16)."""
+    parameters = rules.rule_for(i.opcode).parameters
+    if parameters is Parameters.LOOP_STATE:
       return self.loop_reads(i) if k == 0 else []
-    if i.opcode == "conditional":
+    if parameters is Parameters.BRANCH:
       if k == 0:
         return [()]  # The branch index (or predicate).
       branches = i.branches[k - 1 : k]
@@ -80,24 +177,25 @@ class Dataflow:
   def parameter_reads(self, computation: str, number: int) -> list[Path]:
     """Elements of parameter `number` that an op of `computation` reads.
 
-    ``()`` is the whole value. Forwarding (get-tuple-element, tuple,
-    bitcast) reads nothing; the ROOT of a loop condition is the predicate,
-    which the loop reads; the ROOT tuple of a loop body only carries values
-    to the next iteration.
+    ``()`` is the whole value. What passes its operand on reads nothing
+    (rules 10-12); the ROOT of a loop condition is the predicate, which the
+    loop reads; the ROOT tuple of a loop body only carries values to the
+    next iteration (rule 13).
     """
     key = (computation, number)
     if key not in self._reads:
       self._reads[key] = self._parameter_reads(computation, number)
     return self._reads[key]
 
-  def _parameter_reads(self, computation: str, number: int) -> list[Path]:
-    graph = self[computation]
-    users = graph.users()
+  def _parameter_reads(self, name: str, number: int) -> list[Path]:
+    computation = self.computation(name)
+    instructions = computation.instructions
+    users = computation.users()
     found: list[Path] = []
     # (position, where the parameter's part sits in its value, which part).
     pending: list[tuple[int, Path, Path]] = [
       (n, (), ())
-      for n, i in enumerate(graph.instructions)
+      for n, i in enumerate(instructions)
       if i.opcode == "parameter" and i.parameter_number == number
     ]
     seen: set[tuple[int, Path, Path]] = set()
@@ -107,33 +205,34 @@ class Dataflow:
         continue
       seen.add(state)
       n, at, part = state
-      if n == graph.root and computation in self._conditions:
+      if n == computation.root and name in self._conditions:
         found.append(part)
+      value = instructions[n].name
       for u in users[n]:
-        user = graph.instructions[u]
-        if user.opcode == "get-tuple-element":
+        user = instructions[u]
+        rule = rules.rule_for(user.opcode)
+        if rule.reads is Reads.ELEMENT:  # Rule 11.
           j = user.tuple_index or 0
           if user.zero_sized or (at and at[0] != j):
             continue
           pending.append((u, at[1:], part) if at else (u, (), (*part, j)))
-        elif user.opcode == "tuple":
-          name = graph.instructions[n].name
-          pending += [
-            (u, (k, *at), part)
-            for k, operand in enumerate(user.operands)
-            if operand == name
-          ]
-        elif user.opcode == "bitcast":
-          pending.append((u, at, part))
-        elif user.opcode in READS_CALLEES:
+        elif rule.reads is Reads.PASSES_ON:
+          if rule.forwards is Forwards.ELEMENTS:  # Rule 10.
+            pending += [
+              (u, (k, *at), part)
+              for k, operand in enumerate(user.operands)
+              if operand == value
+            ]
+          else:  # Rule 12.
+            pending.append((u, at, part))
+        elif rule.reads is Reads.CALLEES:
           # Only what the inner loop, call or conditional itself reads.
-          name = graph.instructions[n].name
           for k, operand in enumerate(user.operands):
-            if operand == name:
+            if operand == value:
               for read in self.operand_reads(user, k):
                 found += _part_read(read, at, part)
           if (
-            user.opcode == "while"
+            rule.parameters is Parameters.LOOP_STATE
             and at
             and self.forwarded(user, at) == [(0, at)]
           ):
@@ -142,13 +241,9 @@ class Dataflow:
           found.append(part)
     return _outermost(found)
 
-  def forwarded(
-    self, i: Instruction, path: Path
-  ) -> list[tuple[int | None, Path]]:
-    """Where element `path` of the result of loop, call or conditional `i`
-    comes from: ``(k, element)`` for an element of operand ``k`` that a
-    computation's root passes on unchanged, ``(None, path)`` for bytes that
-    an op inside wrote.
+  def forwarded(self, i: Instruction, path: Path) -> list[Source]:
+    """Where element `path` of the result of `i`, whose rule forwards what
+    its computations' roots hold, comes from (rules 13-15).
 
     A loop's result element is its initial one when the body's root holds
     the state element it was given at the same place (copy insertion makes
@@ -159,29 +254,22 @@ class Dataflow:
       self._forwarded[key] = list(dict.fromkeys(self._find_forwarded(i, path)))
     return self._forwarded[key]
 
-  def _find_forwarded(
-    self, i: Instruction, path: Path
-  ) -> Iterator[tuple[int | None, Path]]:
-    if i.opcode == "while":
+  def _find_forwarded(self, i: Instruction, path: Path) -> Iterator[Source]:
+    if rules.rule_for(i.opcode).parameters is Parameters.LOOP_STATE:
       if i.body is None:
         yield None, path
         return
-      body = self[i.body]
-      for position, element in body.sources(body.root, path):
+      body = self.computation(i.body)
+      for position, element in self.sources(body, body.root, path):
         carried = body.parameter_number(position) == 0 and element == path
         yield (0, path) if carried else (None, path)
       return
-    # (the operand a computation's parameter 0 is, or None where parameter k
-    # is operand k, computation): a call passes all its operands to its
-    # computation, a conditional operand b + 1 to branch b.
-    if i.opcode == "call":
-      computations = [(None, c) for c in i.callees]
-    else:
-      computations = list(enumerate(i.branches, start=1))
-    for operand, computation in computations:
-      graph = self[computation]
-      for position, element in graph.sources(graph.root, path):
-        k = graph.parameter_number(position)
+    for operand, name in rules.callee_parameters(i):
+      computation = self.computation(name)
+      for position, element in self.sources(
+        computation, computation.root, path
+      ):
+        k = computation.parameter_number(position)
         if k is None:
           yield None, path
         else:

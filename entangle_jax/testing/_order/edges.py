@@ -1,98 +1,42 @@
-"""The dependency edges XLA's runtimes honour, inside one computation.
+"""One computation's instructions and the dependency edges among them.
 
-Concluded, and why:
-
-* **Operands** (data dependencies). XLA:CPU runs thunks concurrently on an
-  execution graph built from their buffer and resource uses
-  (``xla/backends/cpu/runtime/thunk_executor.cc``), and GPU command buffers
-  in concurrent mode order their commands by buffer uses too: a value one op
-  writes and another reads is a buffer conflict, which orders the two.
-* **Only the element read.** Through ``tuple`` and ``get-tuple-element``,
-  however deeply nested, an op depends on the producer of the element it
-  reads, not on the producers of the other elements.
-* **Zero-size values order nothing.** An empty buffer slice overlaps, so
-  conflicts with, nothing (``BufferAllocation::Slice::OverlapsWith``), and
-  XLA usually replaces such a value with an empty constant anyway.
-* **Calls read what their computations read.** A ``while``,
-  ``conditional``, ``call`` or ``async-start`` runs the ops of the
-  computations it calls, and its buffer uses are theirs (``WhileThunk`` and
-  ``ConditionalThunk`` list the uses of their nested thunks): it depends on
-  the producer of an operand element only if some op in there reads that
-  element. An element a loop body merely carries to the next iteration is
-  not read. A loop's predicate is, even when the condition returns a state
-  element as it is: the loop reads the predicate's buffer. A conditional
-  also reads its branch index. Fusions, custom calls and every other
-  instruction read all their operands (their thunks list every operand).
-* **An element passed on unchanged** by a ``while`` (its body's root holds
-  the state element it was given, however the tuples around it are
-  rebuilt), a ``call`` (its computation's root holds an element of a
-  parameter) or a ``conditional`` (each branch does) is the operand's
-  buffer, which no op inside touches: reading it afterwards depends on the
-  producer of that operand element, not on the loop, call or conditional.
-  A conditional whose branches differ depends on both.
-* **Async pairs** (``*-start`` ... ``*-done``, ``send``/``send-done``,
-  ``recv``/``recv-done``, ``async-start``/``async-update``/``async-done``)
-  are one piece of work that begins at the start and ends at the done: an
-  op that depends on the start alone may overlap it.
-
-Not concluded: anything from the schedule's order, from
-``control-predecessors={...}`` (they shape XLA's schedule, but XLA:CPU's
-execution graph ignores them) or from side-effect flags. How ops in
-different computations relate is `entangle_jax.testing._order.reach`'s
-docstring.
+`Computation` is the structure the text gives (positions, users, root);
+`ComputationGraph` adds the edges, which `entangle_jax.testing._order.
+dataflow` works out from the rule table (`entangle_jax.testing._order.
+rules`, rules 1-3 and each construct's rule), and what follows from them:
+a topological order, and the async pair each position belongs to. Neither
+knows how the edges were found.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from entangle_jax.testing._hlo.parser import Instruction, Module
-
-if TYPE_CHECKING:
-  # Dataflow builds the graphs and answers what their callees read.
-  from entangle_jax.testing._order.dataflow import Dataflow
+from entangle_jax.testing._hlo import Instruction
+from entangle_jax.testing._order import rules
 
 Path = tuple[int, ...]
 """Indices into nested tuples: ``(1, 0)`` is element 0 of element 1."""
 
-# Instructions whose called computations' parameters are their operands.
-PARAMETER_CALLS = frozenset({"call", "async-start"})
-# Instructions whose dependencies depend on what their callees read.
-READS_CALLEES = frozenset({"while", "conditional", *PARAMETER_CALLS})
-# Instructions whose result may hold operand elements passed on unchanged.
-FORWARDS = frozenset({"while", "call", "conditional"})
 
-
-class ComputationGraph:
-  """One computation's instructions and the edges among them.
+class Computation:
+  """One computation's instructions, by position, and who uses each.
 
   Attributes:
+    name: the computation's name.
     instructions: in text order; positions below index this list.
     index: instruction name -> position.
-    deps: per position, the positions of the instructions it depends on.
-    order: every position, in a topological order of `deps`.
-    rank: per position, its place in `order`.
-    span: per position, the (start, done) positions of the async pair it
-      is part of, or (itself, itself).
+    root: the position of the ROOT instruction (the last if none is
+      marked).
   """
 
-  def __init__(self, module: Module, name: str, dataflow: Dataflow):
+  def __init__(self, name: str, instructions: list[Instruction]):
     self.name = name
-    self.instructions = module.computations[name]
-    self.index = {i.name: n for n, i in enumerate(self.instructions)}
+    self.instructions = instructions
+    self.index = {i.name: n for n, i in enumerate(instructions)}
     self.root = next(
-      (n for n, i in enumerate(self.instructions) if i.root),
-      len(self.instructions) - 1,
+      (n for n, i in enumerate(instructions) if i.root),
+      len(instructions) - 1,
     )
-    self._dataflow = dataflow
     self._users: list[list[int]] | None = None
-    self._dependents: list[list[int]] | None = None
-    self.deps = [self._dependencies(n) for n in range(len(self.instructions))]
-    self.order = self._topological_order()
-    self.rank = [0] * len(self.order)
-    for r, n in enumerate(self.order):
-      self.rank[n] = r
-    self.span = self._spans()
 
   def users(self) -> list[list[int]]:
     """Per position, the positions that name it as an operand."""
@@ -103,6 +47,42 @@ class ComputationGraph:
           self._users[self.index[operand]].append(n)
     return self._users
 
+  def parameter_number(self, n: int) -> int | None:
+    """``N`` when the instruction at `n` is ``parameter(N)``, else None."""
+    i = self.instructions[n]
+    return i.parameter_number if i.opcode == "parameter" else None
+
+
+class ComputationGraph(Computation):
+  """A `Computation` and the edges among its instructions.
+
+  Args:
+    computation: the structure.
+    deps: per position, the positions of the instructions it depends on.
+
+  Attributes:
+    deps: `deps`.
+    order: every position, in a topological order of `deps`.
+    rank: per position, its place in `order`.
+    span: per position, the (start, done) positions of the async pair it
+      is part of, or (itself, itself) (rule 3).
+  """
+
+  def __init__(self, computation: Computation, deps: list[list[int]]):
+    # The structure's fields, shared rather than recomputed.
+    self.name = computation.name
+    self.instructions = computation.instructions
+    self.index = computation.index
+    self.root = computation.root
+    self._users = computation.users()
+    self._dependents: list[list[int]] | None = None
+    self.deps = deps
+    self.order = self._topological_order()
+    self.rank = [0] * len(self.order)
+    for r, n in enumerate(self.order):
+      self.rank[n] = r
+    self.span = self._spans()
+
   def dependents(self) -> list[list[int]]:
     """Per position, the positions whose `deps` name it."""
     if self._dependents is None:
@@ -111,73 +91,6 @@ class ComputationGraph:
         for p in producers:
           self._dependents[p].append(n)
     return self._dependents
-
-  def _dependencies(self, n: int) -> list[int]:
-    i = self.instructions[n]
-    if i.opcode == "get-tuple-element":
-      return self.resolve(n, ())
-    operands = [self.index[name] for name in i.operands]
-    found: list[int] = []
-    for k, operand in enumerate(operands):
-      reads = (
-        self._dataflow.operand_reads(i, k)
-        if i.opcode in READS_CALLEES
-        else [()]
-      )
-      for path in reads:
-        found += self.resolve(operand, path)
-    return list(dict.fromkeys(found))
-
-  def resolve(self, n: int, path: Path) -> list[int]:
-    """The positions whose bytes element `path` of instruction `n` holds
-    (`sources` without the elements). Empty when it holds no bytes."""
-    i = self.instructions[n]
-    if not path and i.opcode != "get-tuple-element":  # Most operands.
-      return [] if i.zero_sized else [n]
-    return list(
-      dict.fromkeys(position for position, _ in self.sources(n, path))
-    )
-
-  def sources(self, n: int, path: Path) -> list[tuple[int, Path]]:
-    """Which instructions produced the bytes of element `path` of
-    instruction `n`, as (position, element of its result) pairs.
-
-    Follows tuples and get-tuple-elements, and elements that a loop, call
-    or conditional passes on unchanged (`Dataflow.forwarded`), to where the
-    bytes were written; within a called computation that may be one of its
-    parameters. Empty when the element holds no bytes.
-    """
-    found: list[tuple[int, Path]] = []
-    pending = [(n, path)]
-    seen: set[tuple[int, Path]] = set()
-    while pending:
-      state = pending.pop()
-      if state in seen:
-        continue
-      seen.add(state)
-      n, path = state
-      i = self.instructions[n]
-      if i.opcode == "get-tuple-element":
-        if not i.zero_sized:
-          pending.append(
-            (self.index[i.operands[0]], (i.tuple_index or 0, *path))
-          )
-      elif i.opcode == "tuple" and path and path[0] < len(i.operands):
-        pending.append((self.index[i.operands[path[0]]], path[1:]))
-      elif path and i.opcode in FORWARDS:
-        for k, element in self._dataflow.forwarded(i, path):
-          if k is None:
-            found.append((n, path))
-          else:
-            pending.append((self.index[i.operands[k]], element))
-      elif path or not i.zero_sized:
-        found.append((n, path))
-    return list(dict.fromkeys(found))
-
-  def parameter_number(self, n: int) -> int | None:
-    """``N`` when the instruction at `n` is ``parameter(N)``, else None."""
-    i = self.instructions[n]
-    return i.parameter_number if i.opcode == "parameter" else None
 
   def _topological_order(self) -> list[int]:
     """Kahn's algorithm on operands; text order among ready instructions."""
@@ -205,26 +118,18 @@ class ComputationGraph:
     span = [(n, n) for n in range(len(self.instructions))]
     users = self.users()
     for n, i in enumerate(self.instructions):
-      if not _starts_async(i.opcode):
+      if not rules.starts_async(i.opcode):
         continue
       chain = [n]
-      while not _ends_async(self.instructions[chain[-1]].opcode):
-        step = [u for u in users[chain[-1]] if _continues(self.instructions[u])]
+      while not rules.ends_async(self.instructions[chain[-1]].opcode):
+        step = [
+          u
+          for u in users[chain[-1]]
+          if rules.continues_async(self.instructions[u].opcode)
+        ]
         if not step:
           break
         chain.append(step[0])
       for member in chain:
         span[member] = (chain[0], chain[-1])
     return span
-
-
-def _starts_async(opcode: str) -> bool:
-  return opcode.endswith("-start") or opcode in ("send", "recv")
-
-
-def _ends_async(opcode: str) -> bool:
-  return opcode.endswith("-done")
-
-
-def _continues(user: Instruction) -> bool:
-  return user.opcode == "async-update" or _ends_async(user.opcode)

@@ -30,9 +30,10 @@ OR as wide as the number of selected instances.
 
 from __future__ import annotations
 
-from entangle_jax.testing._order import bitsets, call_graph
+from entangle_jax.testing._order import bitsets, call_graph, rules
 from entangle_jax.testing._order.dataflow import Dataflow
 from entangle_jax.testing._order.edges import ComputationGraph
+from entangle_jax.testing._order.rules import Callees
 
 Site = call_graph.Site
 
@@ -133,9 +134,10 @@ class Reach:
       others &= ~inside
       computation, position = levels[depth]
       opcode = self._dataflow[computation].instructions[position].opcode
-      if opcode == "conditional":
+      callees = rules.rule_for(opcode).callees  # Rule 4.
+      if callees is Callees.EXCLUSIVE:
         exclusive |= others
-      elif opcode == "while":
+      elif callees is Callees.SEQUENCED:
         sequenced |= others
     self.after[bit] = after
     self.before[bit] = before

@@ -27,6 +27,7 @@ from typing import Literal
 from entangle_jax.testing import _gc, _selectors
 from entangle_jax.testing._analysis import OrderAnalysis
 from entangle_jax.testing._hlo.module_text import CompiledModule
+from entangle_jax.testing._order import rules
 from entangle_jax.testing._order.ops import Op
 from entangle_jax.testing._report.graph_formats import (
   Cluster,
@@ -150,16 +151,9 @@ def _clusters(
 def _cluster_label(site: Op, computation: str) -> str:
   """Names the role of `computation` for the instruction that calls it."""
   instruction = site.instruction
-  if instruction.opcode == "while":
-    body = computation == instruction.body
-    return f"{'loop body' if body else 'loop condition'} of {site.name}"
-  if instruction.opcode == "conditional":
-    # A computation may serve several branches (repeats are kept).
-    branches = [
-      str(k) for k, b in enumerate(instruction.branches) if b == computation
-    ]
-    kind = "branches" if len(branches) > 1 else "branch"
-    return f"{kind} {', '.join(branches)} of {site.name}"
-  if site.name == instruction.opcode:  # e.g. "%call = ... call(...)"
+  role = rules.callee_role(instruction, computation)
+  if role != instruction.opcode:  # A loop's body or condition, a branch.
+    return f"{role} of {site.name}"
+  if site.name == role:  # e.g. "%call = ... call(...)"
     return site.name
-  return f"{instruction.opcode} {site.name}"
+  return f"{role} {site.name}"

@@ -1,0 +1,344 @@
+"""The rule table: what the order analysis concludes from each HLO construct.
+
+Every rule has a number and one text, its `Rule.text`; the code that
+applies a rule cites it as ``rule N``, and ``docs/proving_order.md``
+carries the same texts (``tests/analysis/rule_table_test.py`` checks the
+page against `markdown`). Rules 1-5 hold for every instruction; rules 6 on
+give one construct each its meaning as data (an `HloRule`): what it reads
+of its operands, which elements of its result are operand elements passed
+on unchanged, which operand each called computation's parameter is, how
+the ops of its called computations relate, and how the order graph frames
+them. `rule_for` finds the construct's rule; an opcode no rule names gets
+rule 6, the conservative default.
+
+Adding a construct is adding an `HloRule` to `HLO_RULES` and a case with
+its control to the rule table's test (``docs/development.md``, "Adding an
+HLO rule").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+
+from entangle_jax.testing._hlo import Instruction
+
+
+class Reads(enum.Enum):
+  """What an instruction reads of its operands (edges: rule 1)."""
+
+  ALL = "every element of every operand"
+  ELEMENT = "only the element of its operand that it names"
+  PASSES_ON = "nothing itself; who reads its result reads what it holds"
+  CALLEES = "what its called computations read of their parameters"
+
+
+class Forwards(enum.Enum):
+  """Which elements of an instruction's result are operand elements passed
+  on unchanged, so that reading them depends on the operand's producer."""
+
+  NOTHING = "none: the instruction wrote its result"
+  ELEMENTS = "element k of the result is operand k"
+  ELEMENT = "the result is the element of operand 0 that it names"
+  ROOTS = "those its called computations' roots hold unchanged"
+
+
+class Parameters(enum.Enum):
+  """Which operand each called computation's parameter is."""
+
+  NONE = "no called computation reads the operands"
+  SAME = "parameter k of each called computation is operand k"
+  LOOP_STATE = "parameter 0 of condition and body is operand 0"
+  BRANCH = "parameter 0 of branch b is operand b + 1; operand 0 is the index"
+
+
+class Callees(enum.Enum):
+  """How the ops of two of an instruction's computations relate (rule 4)."""
+
+  OVERLAP = "may overlap"
+  SEQUENCED = "sequenced: one runs, then the other, never both at once"
+  EXCLUSIVE = "exclusive: one execution runs one of them"
+
+
+class Framing(enum.Enum):
+  """Where an instruction's work begins and ends (rule 3)."""
+
+  SELF = "its own work"
+  ASYNC_PAIR = "one piece of work from its *-start to its *-done"
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+  """A numbered rule of the analysis, and its one text."""
+
+  number: int
+  title: str
+  text: str
+
+
+@dataclasses.dataclass(frozen=True)
+class HloRule(Rule):
+  """A rule that gives one HLO construct its meaning, as data."""
+
+  opcodes: tuple[str, ...] = ()
+  """The opcodes it covers; async rules also match by suffix (`rule_for`)."""
+  reads: Reads = Reads.ALL
+  forwards: Forwards = Forwards.NOTHING
+  parameters: Parameters = Parameters.NONE
+  callees: Callees = Callees.OVERLAP
+  framing: Framing = Framing.SELF
+
+
+GENERAL_RULES: tuple[Rule, ...] = (
+  Rule(
+    1,
+    "Operands are the edges",
+    "An op depends on the producers of the operand elements it reads, and on "
+    "nothing else. XLA:CPU runs thunks concurrently on an execution graph "
+    "built from their buffer uses, and GPU command buffers in concurrent "
+    "mode order their commands by buffer uses too: a value one op writes "
+    "and another reads is a buffer conflict, which orders the two. Nothing "
+    "is concluded from the schedule's order, from control-predecessors "
+    "(XLA:CPU's execution graph ignores them) or from side-effect flags.",
+  ),
+  Rule(
+    2,
+    "Zero-size values order nothing",
+    "An element that holds no bytes is no edge: an empty buffer slice "
+    "overlaps, so conflicts with, nothing, and XLA usually replaces such a "
+    "value by an empty constant anyway.",
+  ),
+  Rule(
+    3,
+    "Work spans an async pair",
+    "An op's work begins at its first instruction and ends at its last: "
+    "the same instruction, or an async pair's start and done. One op "
+    "happens before another when a chain of edges leads from the end of "
+    "the first's work to the beginning of the second's.",
+  ),
+  Rule(
+    4,
+    "Instances meet where their call chains part",
+    "An op in a called computation runs once per chain of call sites from "
+    "the entry (an instance). Two instances are related at the first "
+    "computation where their chains part: through two instructions of it, "
+    "by rule 3; in two computations one instruction calls, as that "
+    "instruction's rule says (sequenced, exclusive or overlapping); one "
+    "inside a computation the other calls, they may overlap. Of an op "
+    "under more than 64 chains nothing is concluded.",
+  ),
+  Rule(
+    5,
+    "One execution at a time",
+    "Two ops of one computation are related within one execution of it "
+    "(one loop iteration); two iterations are not compared. Computations "
+    "the entry never runs are left out.",
+  ),
+)
+
+DEFAULT_RULE = HloRule(
+  6,
+  "Every other instruction reads all its operands",
+  "An instruction no other rule names (arithmetic, copies, collectives, "
+  "sorts...) reads every element of every operand and writes its result; "
+  "the ops of computations it calls (a reduce's to_apply) run as part of "
+  "its work and may overlap one another.",
+)
+
+HLO_RULES: tuple[HloRule, ...] = (
+  DEFAULT_RULE,
+  HloRule(
+    7,
+    "A custom call reads all its operands",
+    "A custom call (a native call, entangle's, a library kernel) reads "
+    "every element of every operand, aliased ones included: its thunk "
+    "lists every operand.",
+    opcodes=("custom-call",),
+  ),
+  HloRule(
+    8,
+    "A fusion reads all its operands",
+    "A fusion reads every element of every operand; the ops of its fused "
+    "computation are part of its work.",
+    opcodes=("fusion",),
+  ),
+  HloRule(
+    9,
+    "Parameters are what the caller passed",
+    "A parameter reads nothing. In a called computation it holds the "
+    "operand the calling instruction passed (its rule's parameters).",
+    opcodes=("parameter",),
+    reads=Reads.PASSES_ON,
+  ),
+  HloRule(
+    10,
+    "A tuple passes its operands on",
+    "A tuple reads nothing itself: element k of its result is operand k, "
+    "so who reads an element depends on that operand's producer alone, "
+    "however deeply tuples nest.",
+    opcodes=("tuple",),
+    reads=Reads.PASSES_ON,
+    forwards=Forwards.ELEMENTS,
+  ),
+  HloRule(
+    11,
+    "A get-tuple-element reads only its element",
+    "A get-tuple-element depends on the producer of the element it names, "
+    "not on the producers of the other elements.",
+    opcodes=("get-tuple-element",),
+    reads=Reads.ELEMENT,
+    forwards=Forwards.ELEMENT,
+  ),
+  HloRule(
+    12,
+    "A bitcast passes its operand on",
+    "A bitcast reads nothing itself: who reads it inside a called "
+    "computation reads the operand (its result is the same bytes). Its "
+    "result counts as written by it.",
+    opcodes=("bitcast",),
+    reads=Reads.PASSES_ON,
+  ),
+  HloRule(
+    13,
+    "A while loop reads what its condition and body read",
+    "A while reads the elements of its state that its condition or body "
+    "reads, and the predicate, even when the condition returns a state "
+    "element as it is; an element the body only carries to the next "
+    "iteration is not read. An element of its result is the initial one "
+    "when the body's root holds the state element it was given at the "
+    "same place; any other was written inside. Its condition and body are "
+    "sequenced: the loop runs one, then the other.",
+    opcodes=("while",),
+    reads=Reads.CALLEES,
+    forwards=Forwards.ROOTS,
+    parameters=Parameters.LOOP_STATE,
+    callees=Callees.SEQUENCED,
+  ),
+  HloRule(
+    14,
+    "A conditional reads its index and what its branches read",
+    "A conditional reads its branch index (or predicate), and of operand "
+    "b + 1 what branch b reads. An element of its result that every "
+    "branch passes on unchanged depends on those operands' producers; "
+    "branches that differ make it depend on each. Its branches are "
+    "exclusive: one execution runs one of them.",
+    opcodes=("conditional",),
+    reads=Reads.CALLEES,
+    forwards=Forwards.ROOTS,
+    parameters=Parameters.BRANCH,
+    callees=Callees.EXCLUSIVE,
+  ),
+  HloRule(
+    15,
+    "A call reads what its computation reads",
+    "A call reads of operand k what its computation reads of parameter k; "
+    "an element its computation's root holds unchanged from a parameter "
+    "depends on that operand's producer.",
+    opcodes=("call",),
+    reads=Reads.CALLEES,
+    forwards=Forwards.ROOTS,
+    parameters=Parameters.SAME,
+  ),
+  HloRule(
+    16,
+    "An async-start reads what its computation reads",
+    "An async-start reads of operand k what its computation reads of "
+    "parameter k. It begins an async pair (rule 17).",
+    opcodes=("async-start",),
+    reads=Reads.CALLEES,
+    parameters=Parameters.SAME,
+    framing=Framing.ASYNC_PAIR,
+  ),
+  HloRule(
+    17,
+    "An async pair is one piece of work",
+    "A *-start, its *-update and its *-done (async-start, async-update and "
+    "async-done; send and send-done; recv and recv-done; all-reduce-start "
+    "and all-reduce-done; copy-start and copy-done...) are one piece of "
+    "work, from the start to the done (rule 3): an op that depends on the "
+    "start alone may overlap it. Each reads all its operands, except an "
+    "async-start (rule 16).",
+    opcodes=("async-update", "async-done", "send", "recv"),
+    framing=Framing.ASYNC_PAIR,
+  ),
+)
+
+_BY_OPCODE = {opcode: rule for rule in HLO_RULES for opcode in rule.opcodes}
+_ASYNC_PAIR = _BY_OPCODE["send"]
+
+
+@functools.cache
+def rule_for(opcode: str) -> HloRule:
+  """The rule that gives `opcode` its meaning (rule 6 if no other does).
+
+  A pure function of the opcode, so cached for the process.
+  """
+  rule = _BY_OPCODE.get(opcode)
+  if rule is not None:
+    return rule
+  if opcode.endswith(("-start", "-done")):
+    return _ASYNC_PAIR
+  return DEFAULT_RULE
+
+
+def starts_async(opcode: str) -> bool:
+  """Whether `opcode` begins an async pair's work (rule 3)."""
+  return rule_for(opcode).framing is Framing.ASYNC_PAIR and not (
+    continues_async(opcode)
+  )
+
+
+def continues_async(opcode: str) -> bool:
+  """Whether `opcode` continues an async pair (an update, or its done)."""
+  return opcode == "async-update" or ends_async(opcode)
+
+
+def ends_async(opcode: str) -> bool:
+  """Whether `opcode` ends an async pair's work (rule 3)."""
+  return opcode.endswith("-done")
+
+
+def callee_parameters(i: Instruction) -> list[tuple[int | None, str]]:
+  """Which operand parameter 0 of each computation `i` calls is, as
+  ``(operand, computation)``; ``None`` where parameter k is operand k
+  (the rule's `Parameters`)."""
+  parameters = rule_for(i.opcode).parameters
+  if parameters is Parameters.SAME:
+    return [(None, c) for c in i.callees]
+  if parameters is Parameters.BRANCH:
+    return list(enumerate(i.branches, start=1))
+  if parameters is Parameters.LOOP_STATE:
+    return [(0, c) for c in (i.condition, i.body) if c is not None]
+  return []
+
+
+def callee_role(i: Instruction, computation: str) -> str:
+  """What `computation` is to `i`, which calls it, in the order graph's
+  cluster labels: ``loop body``, ``branches 0, 2``, or `i`'s opcode."""
+  callees = rule_for(i.opcode).callees
+  if callees is Callees.SEQUENCED:
+    return "loop body" if computation == i.body else "loop condition"
+  if callees is Callees.EXCLUSIVE:
+    # A computation may serve several branches (repeats are kept).
+    branches = [str(k) for k, b in enumerate(i.branches) if b == computation]
+    return f"{'branches' if len(branches) > 1 else 'branch'} " + ", ".join(
+      branches
+    )
+  return i.opcode
+
+
+def all_rules() -> tuple[Rule, ...]:
+  """Every rule, by number."""
+  return tuple(sorted((*GENERAL_RULES, *HLO_RULES), key=lambda r: r.number))
+
+
+def markdown() -> str:
+  """The rules as the Markdown list that ``docs/proving_order.md`` holds."""
+  lines = []
+  for rule in all_rules():
+    opcodes = ""
+    if isinstance(rule, HloRule) and rule.opcodes:
+      opcodes = " (" + ", ".join(f"`{o}`" for o in rule.opcodes) + ")"
+    lines.append(f"{rule.number}. **{rule.title}**{opcodes}. {rule.text}")
+  return "\n".join(lines) + "\n"
