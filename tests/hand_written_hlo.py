@@ -233,3 +233,22 @@ ENTRY %main (a: s32[], k: s32[]) -> s32[] {
   ROOT %end = s32[] add(%s, %out)
 }
 """
+
+
+def hlo_module(entry: str, **computations: str) -> str:
+  """A scheduled module: `entry`'s instruction lines as ENTRY %main, and each
+  keyword's lines as the computation of that name (called ones first)."""
+  parts = ["HloModule rules, is_scheduled=true", ""]
+  for name, body in computations.items():
+    parts += [f"%{name} {{", body.strip(), "}", ""]
+  parts += ["ENTRY %main {", entry.strip(), "}", ""]
+  return "\n".join(parts)
+
+
+def native(name: str, *operands: str, shape: str = "s32[]", extra="") -> str:
+  """One side-effecting custom call whose target is its own name."""
+  listed = ", ".join(f"%{o}" for o in operands)
+  return (
+    f"%{name} = {shape} custom-call({listed}), custom_call_target="
+    f'"{name}", custom_call_has_side_effect=true{extra}'
+  )

@@ -2,8 +2,8 @@
 
 Every rule has a number and one text, its `Rule.text`; the code that
 applies a rule cites it as ``rule N``, and ``docs/proving_order.md``
-carries the same texts (``tests/analysis/rule_table_test.py`` checks the
-page against `markdown`). Rules 1-5 hold for every instruction; rules 6 on
+carries the same texts (``tests/rule_table_test.py`` checks the page
+against `markdown`). Rules 1-5 hold for every instruction; rules 6 on
 give one construct each its meaning as data (an `HloRule`): what it reads
 of its operands, which elements of its result are operand elements passed
 on unchanged, which operand each called computation's parameter is, how
@@ -99,7 +99,7 @@ GENERAL_RULES: tuple[Rule, ...] = (
     "built from their buffer uses, and GPU command buffers in concurrent "
     "mode order their commands by buffer uses too: a value one op writes "
     "and another reads is a buffer conflict, which orders the two. Nothing "
-    "is concluded from the schedule's order, from control-predecessors "
+    "is concluded from the schedule's order, from `control-predecessors` "
     "(XLA:CPU's execution graph ignores them) or from side-effect flags.",
   ),
   Rule(
@@ -125,15 +125,18 @@ GENERAL_RULES: tuple[Rule, ...] = (
     "computation where their chains part: through two instructions of it, "
     "by rule 3; in two computations one instruction calls, as that "
     "instruction's rule says (sequenced, exclusive or overlapping); one "
-    "inside a computation the other calls, they may overlap. Of an op "
-    "under more than 64 chains nothing is concluded.",
+    "inside a computation the other calls, they may overlap. A "
+    "computation called from several places counts as ordered, or "
+    "exclusive, only if it is at every call site; of an op under more "
+    "than 64 chains nothing is concluded.",
   ),
   Rule(
     5,
     "One execution at a time",
     "Two ops of one computation are related within one execution of it "
     "(one loop iteration); two iterations are not compared. Computations "
-    "the entry never runs are left out.",
+    "the entry never runs are left out (XLA deletes them; only "
+    "hand-written text has them).",
   ),
 )
 
@@ -142,7 +145,7 @@ DEFAULT_RULE = HloRule(
   "Every other instruction reads all its operands",
   "An instruction no other rule names (arithmetic, copies, collectives, "
   "sorts...) reads every element of every operand and writes its result; "
-  "the ops of computations it calls (a reduce's to_apply) run as part of "
+  "the ops of computations it calls (a reduce's `to_apply`) run as part of "
   "its work and may overlap one another.",
 )
 
@@ -184,7 +187,7 @@ HLO_RULES: tuple[HloRule, ...] = (
   HloRule(
     11,
     "A get-tuple-element reads only its element",
-    "A get-tuple-element depends on the producer of the element it names, "
+    "A `get-tuple-element` depends on the producer of the element it names, "
     "not on the producers of the other elements.",
     opcodes=("get-tuple-element",),
     reads=Reads.ELEMENT,
@@ -243,7 +246,7 @@ HLO_RULES: tuple[HloRule, ...] = (
   HloRule(
     16,
     "An async-start reads what its computation reads",
-    "An async-start reads of operand k what its computation reads of "
+    "An `async-start` reads of operand k what its computation reads of "
     "parameter k. It begins an async pair (rule 17).",
     opcodes=("async-start",),
     reads=Reads.CALLEES,
@@ -253,12 +256,12 @@ HLO_RULES: tuple[HloRule, ...] = (
   HloRule(
     17,
     "An async pair is one piece of work",
-    "A *-start, its *-update and its *-done (async-start, async-update and "
-    "async-done; send and send-done; recv and recv-done; all-reduce-start "
-    "and all-reduce-done; copy-start and copy-done...) are one piece of "
-    "work, from the start to the done (rule 3): an op that depends on the "
-    "start alone may overlap it. Each reads all its operands, except an "
-    "async-start (rule 16).",
+    "A `*-start`, its `*-update` and its `*-done` (`async-start`, "
+    "`async-update` and `async-done`; `send` and `send-done`; `recv` and "
+    "`recv-done`; `all-reduce-start` and `all-reduce-done`; `copy-start` "
+    "and `copy-done`...) are one piece of work, from the start to the done "
+    "(rule 3): an op that depends on the start alone may overlap it. Each "
+    "reads all its operands, except an `async-start` (rule 16).",
     opcodes=("async-update", "async-done", "send", "recv"),
     framing=Framing.ASYNC_PAIR,
   ),

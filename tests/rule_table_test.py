@@ -1,0 +1,352 @@
+"""The rule table: each rule, by number, concluded on a hand-written module
+and not concluded on a control that lacks what the rule needs; the table's
+own consistency; and the rules' text in docs/proving_order.md."""
+
+import dataclasses
+import unittest
+from collections.abc import Callable
+
+from absl.testing import absltest, parameterized
+
+from entangle_jax import testing
+from entangle_jax.testing._order import rules
+from entangle_jax.testing._order.rules import (
+  Callees,
+  Forwards,
+  Parameters,
+  Reads,
+)
+from tests.hand_written_hlo import ASYNC_HLO, LOOP_HLO, hlo_module, native
+from tools import rule_docs
+
+
+def before(first: str, second: str, **options) -> Callable[[str], bool]:
+  return lambda text: testing.happens_before(text, first, second, **options)
+
+
+def not_before(first: str, second: str, **options) -> Callable[[str], bool]:
+  return lambda text: not testing.happens_before(text, first, second, **options)
+
+
+def no_races(text: str) -> bool:
+  return not testing.races(text)
+
+
+@dataclasses.dataclass(frozen=True)
+class RuleCase:
+  """`holds` is what the rule concludes: true of `positive`, false of
+  `control`, which differs only in what the rule needs."""
+
+  positive: str
+  control: str
+  holds: Callable[[str], bool]
+
+
+_PAIR = "(s32[], s32[])"
+_TUPLE = f"%t = {_PAIR} tuple(%a, %k)"
+
+CASES: dict[int, RuleCase] = {
+  # An operand is an edge; a control predecessor is not.
+  1: RuleCase(
+    hlo_module(
+      f"%p = s32[] parameter(0)\n{native('a', 'p')}\n{native('b', 'a')}"
+    ),
+    hlo_module(
+      f"%p = s32[] parameter(0)\n{native('a', 'p')}\n"
+      + native("b", "p", extra=", control-predecessors={%a}")
+    ),
+    before("a", "b"),
+  ),
+  # A zero-size value orders nothing.
+  2: RuleCase(
+    hlo_module(
+      f"%p = s32[] parameter(0)\n{native('a', 'p', shape='s32[0]')}\n"
+      + native("b", "a")
+    ),
+    hlo_module(
+      f"%p = s32[] parameter(0)\n{native('a', 'p')}\n{native('b', 'a')}"
+    ),
+    not_before("a", "b"),
+  ),
+  # An op that uses an async pair's start alone is not after its work.
+  3: RuleCase(
+    ASYNC_HLO,
+    ASYNC_HLO.replace(
+      'custom-call(%start), custom_call_target="early"',
+      'custom-call(%done), custom_call_target="early"',
+    ),
+    not_before("read", "early"),
+  ),
+  # A computation called from two sites, one on each side of "mid", is
+  # ordered with it at neither.
+  4: RuleCase(
+    hlo_module(
+      "%p = s32[] parameter(0)\n%c1 = s32[] call(%p), to_apply=%shared\n"
+      f"{native('mid', 'c1')}\n%c2 = s32[] call(%mid), to_apply=%shared",
+      shared=f"%s = s32[] parameter(0)\n{native('inner', 's')}",
+    ),
+    hlo_module(
+      "%p = s32[] parameter(0)\n%c1 = s32[] call(%p), to_apply=%shared\n"
+      f"{native('mid', 'c1')}",
+      shared=f"%s = s32[] parameter(0)\n{native('inner', 's')}",
+    ),
+    not_before("inner", "mid"),
+  ),
+  # A computation the entry never calls never runs: its call races nothing.
+  5: RuleCase(
+    hlo_module(
+      f"%p = s32[] parameter(0)\n{native('a', 'p')}",
+      unused=f"%s = s32[] parameter(0)\n{native('b', 's')}",
+    ),
+    hlo_module(
+      f"%p = s32[] parameter(0)\n{native('a', 'p')}\n"
+      "%c = s32[] call(%p), to_apply=%used",
+      used=f"%s = s32[] parameter(0)\n{native('b', 's')}",
+    ),
+    no_races,
+  ),
+  # An opcode no rule names reads every element of its operand.
+  6: RuleCase(
+    hlo_module(
+      f"%p = s32[] parameter(0)\n{native('a', 'p')}\n%k = s32[] constant(1)\n"
+      f"%t = {_PAIR} tuple(%a, %k)\n%o = {_PAIR} opt-barrier(%t)\n"
+      f"%g = s32[] get-tuple-element(%o), index=1\n{native('b', 'g')}"
+    ),
+    hlo_module(
+      f"%p = s32[] parameter(0)\n{native('a', 'p')}\n%k = s32[] constant(1)\n"
+      f"%t = {_PAIR} tuple(%a, %k)\n"
+      f"%g = s32[] get-tuple-element(%t), index=1\n{native('b', 'g')}"
+    ),
+    before("a", "b"),
+  ),
+  # A custom call reads its aliased operand too.
+  7: RuleCase(
+    hlo_module(
+      f"%p = s32[] parameter(0)\n{native('a', 'p')}\n"
+      '%m = s32[] custom-call(%p, %a), custom_call_target="m", '
+      "output_to_operand_aliasing={{}: (0, {})}\n" + native("b", "m")
+    ),
+    hlo_module(
+      f"%p = s32[] parameter(0)\n{native('a', 'p')}\n"
+      '%m = s32[] custom-call(%p), custom_call_target="m", '
+      "output_to_operand_aliasing={{}: (0, {})}\n" + native("b", "m")
+    ),
+    before("a", "b"),
+  ),
+  # A fusion reads an operand its fused computation ignores; a call of the
+  # same computation does not (rule 15).
+  8: RuleCase(
+    hlo_module(
+      f"%p = s32[] parameter(0)\n{native('a', 'p')}\n%k = s32[] constant(1)\n"
+      "%f = s32[] fusion(%a, %k), kind=kLoop, calls=%second\n"
+      + native("b", "f"),
+      second="%x = s32[] parameter(0)\n%y = s32[] parameter(1)\n"
+      "ROOT %n = s32[] negate(%y)",
+    ),
+    hlo_module(
+      f"%p = s32[] parameter(0)\n{native('a', 'p')}\n%k = s32[] constant(1)\n"
+      "%f = s32[] call(%a, %k), to_apply=%second\n" + native("b", "f"),
+      second="%x = s32[] parameter(0)\n%y = s32[] parameter(1)\n"
+      "ROOT %n = s32[] negate(%y)",
+    ),
+    before("a", "b"),
+  ),
+  # A parameter is the operand the call passed.
+  9: RuleCase(
+    hlo_module(
+      f"%p = s32[] parameter(0)\n{native('a', 'p')}\n"
+      "%c = s32[] call(%a), to_apply=%callee",
+      callee=f"%x = s32[] parameter(0)\n{native('b', 'x')}",
+    ),
+    hlo_module(
+      f"%p = s32[] parameter(0)\n{native('a', 'p')}\n"
+      "%c = s32[] call(%a), to_apply=%callee",
+      callee="%x = s32[] parameter(0)\n%z = s32[] constant(0)\n"
+      + native("b", "z"),
+    ),
+    before("a", "b"),
+  ),
+  # Element 1 of a tuple is its operand 1, not operand 0.
+  10: RuleCase(
+    hlo_module(
+      f"%p = s32[] parameter(0)\n{native('a', 'p')}\n%k = s32[] constant(1)\n"
+      f"{_TUPLE}\n%g = s32[] get-tuple-element(%t), index=1\n"
+      + native("b", "g")
+    ),
+    hlo_module(
+      f"%p = s32[] parameter(0)\n{native('a', 'p')}\n%k = s32[] constant(1)\n"
+      f"{_TUPLE}\n%g = s32[] get-tuple-element(%t), index=0\n"
+      + native("b", "g")
+    ),
+    not_before("a", "b"),
+  ),
+  # Nested get-tuple-elements reach the one element they name.
+  11: RuleCase(
+    hlo_module(
+      f"%p = s32[] parameter(0)\n{native('a', 'p')}\n%k = s32[] constant(1)\n"
+      f"{_TUPLE}\n%u = ({_PAIR}, s32[]) tuple(%t, %k)\n"
+      f"%g = {_PAIR} get-tuple-element(%u), index=0\n"
+      f"%h = s32[] get-tuple-element(%g), index=1\n" + native("b", "h")
+    ),
+    hlo_module(
+      f"%p = s32[] parameter(0)\n{native('a', 'p')}\n%k = s32[] constant(1)\n"
+      f"{_TUPLE}\n%u = ({_PAIR}, s32[]) tuple(%t, %k)\n"
+      f"%g = {_PAIR} get-tuple-element(%u), index=0\n"
+      f"%h = s32[] get-tuple-element(%g), index=0\n" + native("b", "h")
+    ),
+    not_before("a", "b"),
+  ),
+  # Who reads a bitcast of a parameter reads the parameter.
+  12: RuleCase(
+    hlo_module(
+      f"%p = s32[] parameter(0)\n{native('a', 'p')}\n"
+      f"%c = s32[] call(%a), to_apply=%callee\n{native('b', 'c')}",
+      callee="%x = s32[] parameter(0)\n%v = u32[] bitcast(%x)\n"
+      + native("r", "v"),
+    ),
+    hlo_module(
+      f"%p = s32[] parameter(0)\n{native('a', 'p')}\n"
+      f"%c = s32[] call(%a), to_apply=%callee\n{native('b', 'c')}",
+      callee="%x = s32[] parameter(0)\n%v = u32[] bitcast(%x)\n"
+      "%z = s32[] constant(0)\n" + native("r", "z"),
+    ),
+    before("a", "r"),
+  ),
+  # A loop does not read the state element its body only carries.
+  13: RuleCase(
+    LOOP_HLO,
+    LOOP_HLO.replace(
+      '%r = s32[] custom-call(%i), custom_call_target="inside"',
+      '%r = s32[] custom-call(%i, %c), custom_call_target="inside"',
+    ),
+    not_before("carried", "inside"),
+  ),
+  # Calls in two branches of one conditional never race.
+  14: RuleCase(
+    hlo_module(
+      "%p = s32[] parameter(0)\n%k = s32[] parameter(1)\n"
+      "%c = s32[] conditional(%k, %p, %p), branch_computations={%l, %r}",
+      l=f"%x = s32[] parameter(0)\n{native('left', 'x')}",
+      r=f"%y = s32[] parameter(0)\n{native('right', 'y')}",
+    ),
+    hlo_module(
+      "%p = s32[] parameter(0)\n%k = s32[] parameter(1)\n"
+      "%c0 = s32[] call(%p), to_apply=%l\n%c1 = s32[] call(%p), to_apply=%r",
+      l=f"%x = s32[] parameter(0)\n{native('left', 'x')}",
+      r=f"%y = s32[] parameter(0)\n{native('right', 'y')}",
+    ),
+    no_races,
+  ),
+  # A call reads of operand 0 only what its computation reads.
+  15: RuleCase(
+    hlo_module(
+      f"%p = s32[] parameter(0)\n{native('a', 'p')}\n%k = s32[] constant(1)\n"
+      "%c = s32[] call(%a, %k), to_apply=%callee",
+      callee="%x = s32[] parameter(0)\n%y = s32[] parameter(1)\n"
+      + native("b", "y"),
+    ),
+    hlo_module(
+      f"%p = s32[] parameter(0)\n{native('a', 'p')}\n%k = s32[] constant(1)\n"
+      "%c = s32[] call(%a, %k), to_apply=%callee",
+      callee="%x = s32[] parameter(0)\n%y = s32[] parameter(1)\n"
+      + native("b", "x"),
+    ),
+    not_before("a", "b"),
+  ),
+  # An async-start reads of operand 0 only what its computation reads.
+  16: RuleCase(
+    hlo_module(
+      f"%p = s32[] parameter(0)\n{native('a', 'p')}\n%k = s32[] constant(1)\n"
+      "%s = ((s32[], s32[]), s32[], u32[]) async-start(%a, %k), "
+      "calls=%callee\n%d = s32[] async-done(%s)",
+      callee="%x = s32[] parameter(0)\n%y = s32[] parameter(1)\n"
+      + native("b", "y"),
+    ),
+    hlo_module(
+      f"%p = s32[] parameter(0)\n{native('a', 'p')}\n%k = s32[] constant(1)\n"
+      "%s = ((s32[], s32[]), s32[], u32[]) async-start(%a, %k), "
+      "calls=%callee\n%d = s32[] async-done(%s)",
+      callee="%x = s32[] parameter(0)\n%y = s32[] parameter(1)\n"
+      + native("b", "x"),
+    ),
+    not_before("a", "b"),
+  ),
+  # An op that uses an all-reduce's start alone is not after the pair.
+  17: RuleCase(
+    ASYNC_HLO,
+    ASYNC_HLO.replace(
+      'custom-call(%ar-start), custom_call_target="mid"',
+      'custom-call(%ar-done), custom_call_target="mid"',
+    ),
+    lambda text: _pair_not_before_mid(text),
+  ),
+}
+
+
+def _pair_not_before_mid(text: str) -> bool:
+  analysis = testing.OrderAnalysis(text, all_ops=True)
+  (pair,) = [op for op in analysis.effectful_ops() if op.name == "ar-start"]
+  (mid,) = analysis.select_ops("mid")
+  return not analysis.precedes(pair, mid)
+
+
+class RuleCasesTest(parameterized.TestCase):
+  def test_every_rule_has_a_case(self):
+    self.assertEqual(sorted(CASES), [rule.number for rule in rules.all_rules()])
+
+  @parameterized.named_parameters(
+    (f"rule_{number}", number) for number in sorted(CASES)
+  )
+  def test_rule_holds_and_its_control_does_not(self, number):
+    case = CASES[number]
+    self.assertTrue(case.holds(case.positive), f"rule {number}: positive")
+    self.assertFalse(case.holds(case.control), f"rule {number}: control")
+
+
+class RuleTableTest(absltest.TestCase):
+  def test_numbers_are_one_to_n(self):
+    numbers = [rule.number for rule in rules.all_rules()]
+    self.assertEqual(numbers, list(range(1, len(numbers) + 1)))
+
+  def test_each_opcode_has_one_rule(self):
+    opcodes = [o for rule in rules.HLO_RULES for o in rule.opcodes]
+    self.assertEqual(len(opcodes), len(set(opcodes)))
+    for rule in rules.HLO_RULES:
+      for opcode in rule.opcodes:
+        self.assertIs(rules.rule_for(opcode), rule)
+
+  def test_unknown_opcodes_get_the_default(self):
+    self.assertIs(rules.rule_for("some-new-op"), rules.DEFAULT_RULE)
+    self.assertIs(rules.rule_for("all-gather-start"), rules.rule_for("send"))
+    self.assertIs(rules.rule_for("copy-done"), rules.rule_for("send"))
+
+  def test_what_forwards_through_callees_reads_through_them(self):
+    # The dataflow follows a result element into called computations only
+    # for instructions whose reads it also follows there.
+    for rule in rules.HLO_RULES:
+      with self.subTest(rule=rule.number):
+        if rule.forwards is Forwards.ROOTS or rule.callees is not (
+          Callees.OVERLAP
+        ):
+          self.assertIs(rule.reads, Reads.CALLEES)
+        if rule.reads is Reads.CALLEES:
+          self.assertIsNot(rule.parameters, Parameters.NONE)
+        else:
+          self.assertIs(rule.parameters, Parameters.NONE)
+
+
+class RulesPageTest(absltest.TestCase):
+  def test_the_page_holds_the_table(self):
+    if not rule_docs.PAGE.is_file():
+      raise unittest.SkipTest("no docs/ beside tests/")
+    text = rule_docs.PAGE.read_text()
+    start, end = rule_docs.page_rules(text)
+    self.assertEqual(
+      text[start:end],
+      rules.markdown(),
+      f"run {rule_docs.COMMAND} to rewrite the page's rules",
+    )
+
+
+if __name__ == "__main__":
+  absltest.main()
