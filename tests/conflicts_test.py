@@ -4,9 +4,11 @@ resource and mode into the compiled module through every transformation."""
 
 from typing import Any, cast
 
+import hypothesis
 import jax
 import jax.numpy as jnp
 from absl.testing import absltest, parameterized
+from hypothesis import strategies as st
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -14,7 +16,9 @@ import entangle_jax
 from entangle_jax import Resource, testing
 from entangle_jax._src import access_marker
 from entangle_jax.testing import Access
+from entangle_jax.testing._order import access
 from tests import test_util
+from tests.hand_written_hlo import hlo_module, native
 from tests.test_util import READ, WRITE, compiled
 
 
@@ -200,6 +204,37 @@ class TransformsTest(parameterized.TestCase):
       testing.races(cast(Any, restored))
 
 
+_RESOURCES = st.sampled_from([None, "a", "b"])
+_ACCESS = st.builds(Access, _RESOURCES, st.sampled_from(["read", "write"]))
+
+
+class ConflictRuleTest(absltest.TestCase):
+  @hypothesis.settings(max_examples=300, deadline=None)
+  @hypothesis.given(
+    st.lists(st.lists(_ACCESS, max_size=3).map(tuple), min_size=1, max_size=6)
+  )
+  def test_the_masks_agree_with_the_rule(self, calls):
+    # One bit per call; the masks must name exactly the calls that
+    # `access.conflict` says each call conflicts with.
+    masks = access.ConflictMasks(calls, [[k] for k in range(len(calls))])
+    for k, mine in enumerate(calls):
+      expected = {
+        j for j, theirs in enumerate(calls) if access.conflict(mine, theirs)
+      }
+      got = {j for j in range(len(calls)) if masks.of(k) >> j & 1}
+      self.assertEqual(got, expected, (k, calls))
+
+  def test_the_rule(self):
+    read_a, write_a = Access("a", "read"), Access("a", "write")
+    write_b, read_any = Access("b", "write"), Access(None, "read")
+    self.assertTrue(access.conflict((read_a,), (write_a,)))
+    self.assertFalse(access.conflict((read_a,), (read_a,)))
+    self.assertFalse(access.conflict((write_a,), (write_b,)))
+    self.assertTrue(access.conflict((read_any,), (write_b,)))
+    self.assertFalse(access.conflict((read_any,), (read_a,)))
+    self.assertFalse(access.conflict((), (write_a,)))
+
+
 class DeclaredTargetsTest(absltest.TestCase):
   def test_a_target_declared_read(self):
     def two_reads(slot):
@@ -215,6 +250,37 @@ class DeclaredTargetsTest(absltest.TestCase):
     finally:
       testing.declare_target_mode(READ, "read")
     self.assertEqual(testing.races(c), [])
+
+  def test_an_analysis_keeps_the_declarations_it_was_made_with(self):
+    text = hlo_module(
+      f"%p = s32[] parameter(0)\n{native('peek', 'p')}\n{native('look', 'p')}"
+    )
+    peek = "peek"  # The targets are the calls' names.
+    undeclared = testing.OrderAnalysis(text)
+    self.assertLen(undeclared.races(["peek", "look"]), 1)
+    declared = testing.OrderAnalysis(text, read_targets=[peek, "look"])
+    self.assertEqual(declared.races(["peek", "look"]), [])
+    try:
+      testing.declare_target_mode(peek, "read")
+      testing.declare_target_mode("look", "read")
+      # Made before the declarations, asked after: the same answer.
+      self.assertLen(undeclared.races(["peek", "look"]), 1)
+      self.assertEqual(testing.races(text, ["peek", "look"]), [])
+      # Asked in turn on one text, each analysis keeps its own answer.
+      again = testing.OrderAnalysis(text, read_targets=())
+      self.assertLen(again.races(["peek", "look"]), 1)
+      self.assertEqual(declared.races(["peek", "look"]), [])
+    finally:
+      testing.declare_target_mode(peek, "write")
+      testing.declare_target_mode("look", "write")
+    self.assertLen(testing.races(text, ["peek", "look"]), 1)
+
+  def test_bad_read_targets(self):
+    text = hlo_module(f"%p = s32[] parameter(0)\n{native('peek', 'p')}")
+    with self.assertRaisesRegex(TypeError, "not a str .*'peek'"):
+      testing.OrderAnalysis(text, read_targets="peek")
+    with self.assertRaisesRegex(TypeError, "got int: 3"):
+      testing.OrderAnalysis(text, read_targets=cast(Any, ["peek", 3]))
 
   def test_bad_declarations(self):
     with self.assertRaisesRegex(ValueError, "'peek'"):

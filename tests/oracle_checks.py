@@ -52,6 +52,9 @@ class Claims:
   ops: dict  # tag -> the analysis' ops for scope op<tag>
   ordered: set[tuple[int, int]]  # (a, b): every a precedes every b
   not_racing: set[frozenset[int]]
+  disagreements: list[str] = dataclasses.field(default_factory=list)
+  """Pairs on which ``precedes`` and ``happens_before`` answer differently:
+  two ways of asking one question, so any is a bug, whatever the runs say."""
 
 
 def claims(analysis, program: oracle_programs.Program) -> Claims:
@@ -66,16 +69,23 @@ def claims(analysis, program: oracle_programs.Program) -> Claims:
   sample = random.Random(program.seed).sample(
     pairs, min(HAPPENS_BEFORE_SAMPLE, len(pairs))
   )
-  ordered |= {
-    (a, b) for a, b in sample if analysis.happens_before(f"op{a}", f"op{b}")
-  }
+  disagreements = []
+  for a, b in sample:
+    by_selectors = analysis.happens_before(f"op{a}", f"op{b}")
+    if by_selectors != ((a, b) in ordered):
+      disagreements.append(
+        f"op{a} before op{b}: happens_before says {by_selectors}, "
+        f"precedes says {(a, b) in ordered}"
+      )
+    if by_selectors:
+      ordered.add((a, b))
   tag_of = {op.name: t for t, found in ops.items() for op in found}
   racing = {
     frozenset((tag_of[r.first.name], tag_of[r.second.name]))
     for r in analysis.races([f"op{t}" for t in ops])
   }
   every_pair = {frozenset(p) for p in itertools.combinations(ops, 2)}
-  return Claims(ops, ordered, every_pair - racing)
+  return Claims(ops, ordered, every_pair - racing, disagreements)
 
 
 def conflicting(program: oracle_programs.Program, a: int, b: int) -> bool:

@@ -5,6 +5,8 @@ never refute a right one; here each rule is shown both ways on inputs small
 enough to check by eye.
 """
 
+import types
+
 from absl.testing import absltest
 
 from tests import oracle_checks, oracle_programs
@@ -31,6 +33,39 @@ def ordered(*pairs) -> Claims:
 
 def not_racing(*pairs) -> Claims:
   return Claims({}, set(), {frozenset(p) for p in pairs})
+
+
+class _SplitAnalysis:
+  """An analysis whose two ways of asking about order disagree on one pair:
+  ``precedes`` orders nothing, ``happens_before`` orders op0 before op1."""
+
+  def __init__(self, agree: bool):
+    self.agree = agree
+
+  def select_ops(self, selector):
+    return [types.SimpleNamespace(name=selector)]
+
+  def precedes(self, a, b):
+    return self.agree and (a.name, b.name) == ("op0", "op1")
+
+  def happens_before(self, before, after):
+    return (before, after) == ("op0", "op1")
+
+  def races(self, among):
+    return []
+
+
+class ClaimsTest(absltest.TestCase):
+  def test_precedes_and_happens_before_that_disagree_are_reported(self):
+    prog = program(op0="write", op1="write")
+    split = oracle_checks.claims(_SplitAnalysis(agree=False), prog)
+    self.assertEqual(
+      split.disagreements,
+      ["op0 before op1: happens_before says True, precedes says False"],
+    )
+    agreeing = oracle_checks.claims(_SplitAnalysis(agree=True), prog)
+    self.assertEqual(agreeing.disagreements, [])
+    self.assertEqual(agreeing.ordered, {(0, 1)})
 
 
 class RuntimeJudgeTest(absltest.TestCase):

@@ -202,6 +202,7 @@ class OrderOracleTest(absltest.TestCase):
           len(claims.not_racing),
         )
         self.assertNotEmpty(claims.ordered)  # else nothing is tested
+        self.assertEmpty(claims.disagreements, observed.program.describe())
         refuted = observed.runtime_refutations(claims)
         self.assertEmpty(refuted[:10], observed.program.describe())
         refuted = observed.graph_refutations(claims)

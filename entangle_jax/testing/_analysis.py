@@ -8,7 +8,6 @@ conflicts, `entangle_jax.testing._order.access`'s.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Iterable, Sequence
 
@@ -25,21 +24,26 @@ CallPath = tuple[Op, ...]
 """Call sites from the entry computation down to an op, then the op."""
 
 
-@dataclasses.dataclass
-class _Parsed:
-  """What every `OrderAnalysis` of one text shares."""
+class ParsedModule:
+  """What follows from one module's text alone, shared by every
+  `OrderAnalysis` of that text: the parse, the computations' edges, the
+  live instructions, and the order among the ops asked about so far.
 
-  module: _hlo.Module
-  dataflow: Dataflow
-  """The computations' graphs, built on demand."""
-  order: OpOrder | None = None
-  """The order among the ops asked about so far (it only grows)."""
-  _live: list[_hlo.Instruction] | None = None
-  _native_calls: list[_hlo.Instruction] | None = None
+  Everything here is a function of the text (and of the sites asked
+  about), so sharing it cannot change an answer: what ops access, and
+  which ops a selector picks, are each analysis' own.
+  """
+
+  def __init__(self, text: str):
+    self.module = _hlo.parse(text)
+    self.dataflow = Dataflow(self.module)
+    self._order: OpOrder | None = None
+    self._live: list[_hlo.Instruction] | None = None
+    self._native_calls: list[_hlo.Instruction] | None = None
 
   def live(self) -> list[_hlo.Instruction]:
     """The instructions of the computations the entry runs, in text order
-    (dead code never runs)."""
+    (dead code never runs: rule 5)."""
     if self._live is None:
       live = call_graph.reachable(self.module)
       computations = self.module.computations.items()
@@ -56,15 +60,32 @@ class _Parsed:
       ]
     return self._native_calls
 
+  def order_among(self, sites: Sequence[call_graph.Site]) -> OpOrder:
+    """An `OpOrder` that relates every one of `sites` (and the native
+    calls, which ``races`` and ``order_graph`` ask about by default)."""
+    order = self._order
+    if order is None or not order.covers(sites):
+      known = order.sites if order else self._native_call_sites()
+      order = OpOrder(self.dataflow, list(dict.fromkeys([*known, *sites])))
+      self._order = order
+    return order
+
+  def _native_call_sites(self) -> list[call_graph.Site]:
+    sites = []
+    for i in self.native_calls():
+      graph = self.dataflow[i.computation]
+      start, _ = graph.span[graph.index[i.name]]
+      sites.append((i.computation, start))
+    return sites
+
 
 @functools.lru_cache(maxsize=2)
 @_gc.without_gc
-def _parsed(text: str) -> _Parsed:
-  """The parsed module and what is known of it, kept for the two texts
-  analysed last: ``races(c)`` then ``order_graph(c)`` parse once and
-  relate the module's native calls once."""
-  module = _hlo.parse(text)
-  return _Parsed(module, Dataflow(module))
+def _parsed(text: str) -> ParsedModule:
+  """The `ParsedModule` of the two texts analysed last: ``races(c)`` then
+  ``order_graph(c)`` parse once and relate the module's native calls once.
+  Keyed by the text, which is all it depends on."""
+  return ParsedModule(text)
 
 
 class OrderAnalysis:
@@ -81,9 +102,16 @@ class OrderAnalysis:
     all_ops: let named-scope selectors pick every op in the scope
       (arithmetic, fusions, copies...), not only effectful work
       (`is_effectful`). Target selectors are unaffected.
+    read_targets: the custom-call targets whose calls only read; by
+      default those `declare_target_mode` has declared ``"read"`` when the
+      analysis is made. Later declarations do not change this analysis.
+
+  Every answer is a function of the module's text, `all_ops` and
+  `read_targets`.
 
   Raises:
-    TypeError: `compiled` is none of those.
+    TypeError: `compiled` is none of those, or `read_targets` is a string
+      or holds something other than strings.
     ValueError: the text is not an optimized, scheduled module, or a line
       of it cannot be read (the message names it).
 
@@ -91,7 +119,14 @@ class OrderAnalysis:
   and ``ValueError`` for an `Op` of another module.
   """
 
-  def __init__(self, compiled: CompiledModule, *, all_ops: bool = False):
+  def __init__(
+    self,
+    compiled: CompiledModule,
+    *,
+    all_ops: bool = False,
+    read_targets: Iterable[str] | None = None,
+  ):
+    self._read_targets = _read_targets(read_targets)
     self._shared = _parsed(module_text(compiled))
     self.module, self._dataflow = self._shared.module, self._shared.dataflow
     self._all_ops = all_ops
@@ -113,7 +148,7 @@ class OrderAnalysis:
         first.name,
         graph.instructions[done].name,
         first,
-        access.accesses_of(first.op_name, first.target),
+        access.accesses_of(first.op_name, first.target, self._read_targets),
       )
     return self._ops[key]
 
@@ -197,30 +232,33 @@ class OrderAnalysis:
 
   # Questions ----------------------------------------------------------------
 
+  def _site(self, op: Op) -> call_graph.Site:
+    return (op.computation, self._dataflow[op.computation].index[op.name])
+
   @_gc.without_gc
-  def _order_of(self, ops: Sequence[Op]) -> OpOrder:
+  def _order_of(self, ops: Sequence[Op]) -> tuple[OpOrder, list]:
+    """The order among `ops`, and their sites in it."""
     _check_ops(self, ops)
-    order = self._shared.order
-    if order is None or not order.covers(ops):
-      known = order.ops if order else self.user_native_calls()
-      order = OpOrder(self._dataflow, list(dict.fromkeys([*known, *ops])))
-      self._shared.order = order
-    return order
+    sites = [self._site(op) for op in ops]
+    return self._shared.order_among(sites), sites
 
   def precedes(self, a: Op, b: Op) -> bool:
     """Whether every execution of `a` ends before every execution of `b`
     (at each pair of their call sites) begins."""
-    return self._order_of((a, b)).precedes(a, b)
+    order, (x, y) = self._order_of((a, b))
+    return order.precedes(x, y)
 
   def exclusive(self, a: Op, b: Op) -> bool:
     """Whether `a` and `b` lie in different branches of one conditional at
     every pair of their call sites: one execution runs one of them."""
-    return self._order_of((a, b)).relation_holds(a, b, "exclusive")
+    order, (x, y) = self._order_of((a, b))
+    return order.exclusive(x, y)
 
   def sequenced(self, a: Op, b: Op) -> bool:
     """Whether `a` and `b` lie in the condition and the body of one loop at
     every pair of their call sites: the loop runs them in turn."""
-    return self._order_of((a, b)).relation_holds(a, b, "sequenced")
+    order, (x, y) = self._order_of((a, b))
+    return order.sequenced(x, y)
 
   def conflict(self, a: Op, b: Op) -> bool:
     """Whether `a` and `b` may access one resource, one of them writing."""
@@ -230,7 +268,10 @@ class OrderAnalysis:
   def is_race(self, a: Op, b: Op) -> bool:
     """Whether `a` and `b` may conflict and nothing keeps them from running
     at the same time (no order, branch or loop between them)."""
-    return self.conflict(a, b) and self._order_of((a, b)).may_overlap(a, b)
+    if not self.conflict(a, b):
+      return False
+    order, (x, y) = self._order_of((a, b))
+    return order.may_overlap(x, y)
 
   def happens_before(self, before: Selector, after: Selector) -> bool:
     """True iff every op `before` selects precedes every op `after` selects."""
@@ -240,8 +281,9 @@ class OrderAnalysis:
   def unordered(self, before: Selector, after: Selector) -> list[Race]:
     """Pairs ``(a, b)`` of selected ops where ``a`` does not precede ``b``."""
     firsts, seconds = self.select_ops(before), self.select_ops(after)
-    order = self._order_of([*firsts, *seconds])
-    return [Race(a, b) for a, b in order.unordered(firsts, seconds)]
+    order, sites = self._order_of([*firsts, *seconds])
+    pairs = order.unordered(sites[: len(firsts)], sites[len(firsts) :])
+    return [Race(firsts[i], seconds[j]) for i, j in pairs]
 
   @_gc.without_gc
   def races(self, among: Iterable[Selector] | None = None) -> list[Race]:
@@ -253,14 +295,36 @@ class OrderAnalysis:
       ValueError: a selector is empty or matches nothing.
     """
     ops = self.ops_among(among)
-    pairs = self._order_of(ops).races(ops)
+    order, sites = self._order_of(ops)
+    pairs = order.races(sites, [op.accesses for op in ops])
     return [Race(ops[a], ops[b]) for a, b in pairs]
 
   @_gc.without_gc
   def hasse(self, ops: Sequence[Op]) -> tuple[list[Op], list[tuple[int, int]]]:
     """`ops` in an order that extends happens-before, and the pairs of
     indices into it of an op and an op right after it (`OpOrder.hasse`)."""
-    return self._order_of(ops).hasse(ops)
+    order, sites = self._order_of(ops)
+    placed, arrows = order.hasse(sites)
+    return [ops[n] for n in placed], arrows
+
+
+def _read_targets(targets: Iterable[str] | None) -> frozenset[str]:
+  """`targets` as a set, checked; by default the declared read targets."""
+  if targets is None:
+    return access.declared_read_targets()
+  if isinstance(targets, str):
+    raise TypeError(
+      f"read_targets must be an iterable of target names, not a str "
+      f"({targets!r}): wrap one target in a list"
+    )
+  found = frozenset(targets)
+  for target in found:
+    if not isinstance(target, str):
+      raise TypeError(
+        f"read_targets must hold target names (str), got "
+        f"{type(target).__name__}: {target!r}"
+      )
+  return found
 
 
 def _check_ops(analysis: OrderAnalysis, ops: Iterable[object]) -> None:

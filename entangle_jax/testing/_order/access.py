@@ -118,12 +118,15 @@ def without_markers(op_name: str) -> str:
   )
 
 
-def accesses_of(op_name: str, target: str | None) -> tuple[Access, ...]:
-  """What a call with this ``op_name`` and custom-call target accesses."""
+def accesses_of(
+  op_name: str, target: str | None, read_targets: frozenset[str]
+) -> tuple[Access, ...]:
+  """What a call with this ``op_name`` and custom-call target accesses,
+  when the calls to `read_targets` only read."""
   marked = marked_accesses(op_name)
   if marked:
     return marked
-  if target is not None and target in _declared_reads:
+  if target is not None and target in read_targets:
     return (Access(None, "read"),)
   return UNKNOWN
 
@@ -139,7 +142,9 @@ def conflict(a: tuple[Access, ...], b: tuple[Access, ...]) -> bool:
 
 
 class ConflictMasks:
-  """For each call, the mask of the bits of the calls it may conflict with.
+  """For each call, the mask of the bits of the calls it may conflict with:
+  `conflict`, the one rule, precomputed as masks for speed (the two agree
+  on every input: ``tests/conflicts_test.py``).
 
   Args:
     accesses: per call, what it accesses.
@@ -154,7 +159,11 @@ class ConflictMasks:
     # (resource or None for every call, "write" or None for any mode).
     members: dict[tuple[str | None, str | None], list[int]] = {}
     for k, acc in enumerate(accesses):
-      keys: set[tuple[str | None, str | None]] = {(None, None)}
+      # (None, None): every call that accesses anything; a call that
+      # accesses nothing conflicts with none, as `conflict` says.
+      keys: set[tuple[str | None, str | None]] = (
+        {(None, None)} if acc else set()
+      )
       for a in acc:
         resources = named if a.resource is None else [a.resource]
         writes = a.mode == "write"

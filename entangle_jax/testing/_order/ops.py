@@ -38,10 +38,13 @@ class Op:
   """What the op reads and writes (`entangle_jax.testing._order.access`)."""
 
   def __hash__(self) -> int:
-    # Its name alone (equal ops have equal names): the analysis hashes ops
-    # tens of thousands of times in a large module, and the generated hash
-    # builds a tuple of three fields each time.
-    return hash(self.name)
+    # Of the fields that equality compares, computed once: the analysis
+    # hashes ops tens of thousands of times in a large module.
+    return self._hash
+
+  @functools.cached_property
+  def _hash(self) -> int:
+    return hash((self.computation, self.name, self.last))
 
   @property
   def target(self) -> str | None:

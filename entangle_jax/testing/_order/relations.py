@@ -1,10 +1,13 @@
 """Order relations among a list of ops, answered from `reach`'s masks.
 
-An op may have several instances (one per chain of call sites). It
-precedes another when every instance of it precedes every instance of the
-other; two ops are exclusive or sequenced when every pair of their
-instances is; they race when they may conflict and some pair of their
-instances may run at the same time.
+An op is named by its site, ``(computation, position)`` of its first
+instruction: the relations are a function of the module and the sites
+alone (what the ops access is passed to `OpOrder.races`). An op may have
+several instances (one per chain of call sites, rule 4). It precedes
+another when every instance of it precedes every instance of the other;
+two ops are exclusive or sequenced when every pair of their instances is;
+they race when they may conflict and some pair of their instances may run
+at the same time.
 """
 
 from __future__ import annotations
@@ -12,32 +15,28 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from entangle_jax.testing._order import access, bitsets
+from entangle_jax.testing._order.call_graph import Site
 from entangle_jax.testing._order.dataflow import Dataflow
-from entangle_jax.testing._order.ops import Op
 from entangle_jax.testing._order.reach import Reach
 
 
 class OpOrder:
-  """Order relations among `ops` (and only those).
+  """Order relations among the ops at `sites` (and only those).
 
   Args:
     dataflow: the module's computation graphs.
-    ops: the ops to relate.
+    sites: the ops to relate, each by its first instruction's site.
   """
 
-  def __init__(self, dataflow: Dataflow, ops: Sequence[Op]):
-    self.ops = list(ops)
-    self.index = {op: k for k, op in enumerate(self.ops)}
-    sites = [
-      (op.computation, dataflow[op.computation].index[op.name])
-      for op in self.ops
-    ]
-    self._reach = Reach(dataflow, sites)
+  def __init__(self, dataflow: Dataflow, sites: Sequence[Site]):
+    self.sites = list(sites)
+    self.index = {site: k for k, site in enumerate(self.sites)}
+    self._reach = Reach(dataflow, self.sites)
     self._masks = [bitsets.mask_of(bits) for bits in self._reach.instances]
 
-  def covers(self, ops: Sequence[Op]) -> bool:
-    """Whether every op of `ops` is related here."""
-    return all(op in self.index for op in ops)
+  def covers(self, sites: Sequence[Site]) -> bool:
+    """Whether every one of `sites` is related here."""
+    return all(site in self.index for site in sites)
 
   def _after_all(self, k: int) -> int:
     """Instances that every instance of op `k` precedes."""
@@ -54,20 +53,31 @@ class OpOrder:
     r = self._reach
     return r.after[bit] | r.before[bit] | r.exclusive[bit] | r.sequenced[bit]
 
-  def precedes(self, a: Op, b: Op) -> bool:
+  def precedes(self, a: Site, b: Site) -> bool:
+    """Whether every instance of `a` ends before every instance of `b`
+    begins."""
     ka, kb = self.index[a], self.index[b]
     mask = self._masks[kb]
     return ka != kb and mask & ~self._after_all(ka) == 0
 
-  def relation_holds(self, a: Op, b: Op, relation: str) -> bool:
-    """Whether every pair of instances of `a` and `b` is ``"exclusive"``
-    or ``"sequenced"`` (`reach.Reach`)."""
-    masks = getattr(self._reach, relation)
+  def exclusive(self, a: Site, b: Site) -> bool:
+    """Whether every pair of instances of `a` and `b` lies in two branches
+    of one conditional (rule 14)."""
+    return self._every_pair(a, b, self._reach.exclusive)
+
+  def sequenced(self, a: Site, b: Site) -> bool:
+    """Whether every pair of instances of `a` and `b` lies in the condition
+    and the body of one loop (rule 13)."""
+    return self._every_pair(a, b, self._reach.sequenced)
+
+  def _every_pair(self, a: Site, b: Site, related: list[int]) -> bool:
+    """Whether every instance of `b` is in `related`'s mask of every
+    instance of `a`."""
     mask = self._masks[self.index[b]]
     bits = self._reach.instances[self.index[a]]
-    return a != b and all(mask & ~masks[bit] == 0 for bit in bits)
+    return a != b and all(mask & ~related[bit] == 0 for bit in bits)
 
-  def may_overlap(self, a: Op, b: Op) -> bool:
+  def may_overlap(self, a: Site, b: Site) -> bool:
     """Whether some instances of `a` and `b` may run at the same time."""
     if a == b:
       return False
@@ -76,37 +86,40 @@ class OpOrder:
     return any(mask & ~self._apart(bit) for bit in bits)
 
   def unordered(
-    self, firsts: Sequence[Op], seconds: Sequence[Op]
-  ) -> list[tuple[Op, Op]]:
-    """The pairs ``(a, b)`` of `firsts` x `seconds` where ``a`` does not
-    precede ``b``, in that order."""
+    self, firsts: Sequence[Site], seconds: Sequence[Site]
+  ) -> list[tuple[int, int]]:
+    """The index pairs ``(i, j)`` into `firsts` and `seconds` where
+    ``firsts[i]`` does not precede ``seconds[j]``, in that order."""
     wanted = 0
     for b in seconds:
       wanted |= self._masks[self.index[b]]
     pairs = []
-    for a in firsts:
+    for i, a in enumerate(firsts):
       late = {
         self._reach.op_of[bit]
         for bit in bitsets.positions(wanted & ~self._after_all(self.index[a]))
       }
-      pairs += [(a, b) for b in seconds if self.index[b] in late]
+      pairs += [(i, j) for j, b in enumerate(seconds) if self.index[b] in late]
     return pairs
 
-  def races(self, ops: Sequence[Op]) -> list[tuple[int, int]]:
-    """Index pairs ``(i, j)``, ``i < j``, of `ops` that may conflict and may
-    run at the same time, sorted. Time: linear in the instances and the
-    pairs found, plus a few mask operations per instance."""
-    order = {self.index[op]: n for n, op in enumerate(ops)}
+  def races(
+    self,
+    sites: Sequence[Site],
+    accesses: Sequence[tuple[access.Access, ...]],
+  ) -> list[tuple[int, int]]:
+    """Index pairs ``(i, j)``, ``i < j``, of `sites` whose ops, accessing
+    `accesses` (one entry per site), may conflict and may run at the same
+    time, sorted. Time: linear in the instances and the pairs found, plus a
+    few mask operations per instance."""
+    order = {self.index[site]: n for n, site in enumerate(sites)}
     chosen = 0
-    for op in ops:
-      chosen |= self._masks[self.index[op]]
-    # What each op accesses, as `ops` say: the `Op` objects related here
-    # may come from an earlier analysis of this module, made before a
-    # `declare_target_mode`. Ops not asked about are not chosen anyway.
-    accesses: list[tuple[access.Access, ...]] = [()] * len(self.ops)
-    for op in ops:
-      accesses[self.index[op]] = op.accesses
-    conflicts = access.ConflictMasks(accesses, self._reach.instances)
+    for site in sites:
+      chosen |= self._masks[self.index[site]]
+    # Ops not asked about access nothing: they are not chosen anyway.
+    by_op: list[tuple[access.Access, ...]] = [()] * len(self.sites)
+    for site, accessed in zip(sites, accesses, strict=True):
+      by_op[self.index[site]] = accessed
+    conflicts = access.ConflictMasks(by_op, self._reach.instances)
     found: set[tuple[int, int]] = set()
     for bit, k in enumerate(self._reach.op_of):
       if k not in order:
@@ -117,10 +130,13 @@ class OpOrder:
         found.add((min(pair), max(pair)))
     return sorted(found)
 
-  def hasse(self, ops: Sequence[Op]) -> tuple[list[Op], list[tuple[int, int]]]:
-    """`ops` in an order that extends happens-before, and the pairs (indices
-    into that order) of an op and an op right after it: the first precedes
-    the second and no other of `ops` lies between them."""
+  def hasse(
+    self, ops: Sequence[Site]
+  ) -> tuple[list[int], list[tuple[int, int]]]:
+    """The indices of `ops` in an order that extends happens-before, and
+    the pairs (indices into that order) of an op and an op right after it:
+    the first precedes the second and no other of `ops` lies between
+    them."""
     if any(len(self._reach.instances[self.index[op]]) != 1 for op in ops):
       return self._hasse_by_pairs(ops)
     bits = [self._reach.instances[self.index[op]][0] for op in ops]
@@ -138,9 +154,11 @@ class OpOrder:
         successor = low.bit_length() - 1
         arrows.append((place, node[successor]))
         remaining &= ~low & ~after[successor]
-    return [ops[n] for n in order], arrows
+    return order, arrows
 
-  def _hasse_by_pairs(self, ops: Sequence[Op]):
+  def _hasse_by_pairs(
+    self, ops: Sequence[Site]
+  ) -> tuple[list[int], list[tuple[int, int]]]:
     """`hasse` for ops with several instances, one pair at a time."""
     count = len(ops)
     later = [
@@ -162,4 +180,4 @@ class OpOrder:
         if b not in covered:
           arrows.append((place[a], place[b]))
           covered |= later[b]
-    return [ops[a] for a in placed], sorted(arrows)
+    return placed, sorted(arrows)
