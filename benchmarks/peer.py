@@ -76,7 +76,7 @@ def extension(interpreter: pathlib.Path) -> str:
 
 def native_extension() -> str:
   """Path of this checkout's example-resource extension."""
-  return str(example_store._load_host().__file__)
+  return str(example_store._native.__file__)
 
 
 @contextlib.contextmanager

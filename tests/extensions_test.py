@@ -101,11 +101,15 @@ class LoadErrorTest(absltest.TestCase):
       with self.assertRaisesRegex(
         ImportError, r"_example_resource_ffi .*uv sync --reinstall-package"
       ):
-        example_store._load_host()
+        native.load_extension("entangle_jax.testing", "_example_resource_ffi")
 
   def test_loadable_extensions(self):
     self.assertIn("entangle", native.load().registrations())
-    self.assertGreater(example_store._load_host().num_slots, 0)
+    store = native.load_extension(
+      "entangle_jax.testing", "_example_resource_ffi"
+    )
+    self.assertGreater(store.num_slots, 0)
+    self.assertEqual(example_store.NUM_SLOTS, store.num_slots)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@ errors that name a bad token or a read that returns nothing to order by."""
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from absl.testing import absltest
 
+import entangle_jax
 from entangle_jax import Resource
 from entangle_jax.testing import (
   example_store,
@@ -49,6 +51,19 @@ class InputErrorsTest(absltest.TestCase):
       TypeError, r"token\[1\]\['h'\] is not an array"
     ):
       Resource((jnp.int32(0), {"h": "handle"}))
+
+  def test_leaves_entangle_refuses_are_refused_here_too(self):
+    # One check for both: NumPy arrays of strings or objects, and ints too
+    # large for any dtype, are no arrays JAX supports.
+    for leaf in (np.array(["handle"]), np.array([object()]), 2**80):
+      with self.subTest(leaf=type(leaf).__name__):
+        with self.assertRaisesRegex(TypeError, r"token is not an array"):
+          Resource(leaf)
+        with self.assertRaisesRegex(TypeError, "not an array JAX supports"):
+          entangle_jax.entangle(jnp.int32(0), leaf)
+    # Control: a NumPy array and a Python int are arrays.
+    self.assertIsInstance(Resource(np.array([1, 2])), Resource)
+    self.assertIsInstance(Resource(7), Resource)
 
   def test_empty_token(self):
     with self.assertRaisesRegex(ValueError, "no array leaves"):

@@ -138,19 +138,9 @@ WITNESSES = {
 
 
 def witnessed_hazard(witness):
-  """The demo's hazard; the second write's slot is entangled with `witness`."""
-
-  def hazard(slot, delay_input):
-    token = testing.write_slot(slot, _hazard.EXPECTED)
-    delay = (jnp.sum(jnp.sin(delay_input)) * 0).astype(jnp.int32)
-    with jax.named_scope("read"):
-      x = testing.read_slot(token + delay)
-    slot = entangle(slot, WITNESSES[witness](x))
-    with jax.named_scope("second_write"):
-      testing.write_slot(slot, _hazard.EXPECTED + 1)
-    return x
-
-  return hazard
+  """The demo's hazard; the second write's token is entangled with
+  `witness`."""
+  return _hazard.program(Ordering.ENTANGLE, witness=WITNESSES[witness])
 
 
 class ZeroSizeWitnessTest(absltest.TestCase):

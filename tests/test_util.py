@@ -17,7 +17,8 @@ import jax
 import jax.numpy as jnp
 from absl.testing import parameterized
 
-from entangle_jax import entangle, testing
+from entangle_jax import testing
+from entangle_jax.demo import _hazard
 from entangle_jax.demo._hazard import Ordering
 from entangle_jax.testing import example_store, module_text
 
@@ -73,10 +74,7 @@ def hazard_step(token, y, ordering):
     token = testing.write_slot(token, jnp.float32(1.0))
   with jax.named_scope("read"):
     x = testing.read_slot(token)
-  if ordering is Ordering.ENTANGLE:
-    token, y = entangle((token, y), x)
-  elif ordering is Ordering.OPTIMIZATION_BARRIER:
-    token, x = jax.lax.optimization_barrier((token, x))
+  token, y, x = _hazard.order_after_read(ordering, token, x, y)
   with jax.named_scope("second_write"):
     token = testing.write_slot(token, jnp.float32(2.0))
   return token, y * x

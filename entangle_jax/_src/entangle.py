@@ -5,13 +5,9 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 from jax.core import Tracer
 
-from entangle_jax._src import primitive
-
-_SCALAR_TYPES = (bool, int, float, complex, np.generic, np.ndarray)
+from entangle_jax._src import arrays, primitive
 
 T = TypeVar("T")
 
@@ -96,19 +92,11 @@ def _flatten(tree: Any, name: str):
 
 
 def _as_array(leaf: Any, where: str) -> jax.Array:
-  if isinstance(leaf, jax.Array):
-    return leaf
-  if isinstance(leaf, _SCALAR_TYPES) or hasattr(leaf, "__jax_array__"):
-    # JAX's own messages name neither entangle nor the leaf.
-    try:
-      return jnp.asarray(leaf)
-    except OverflowError as error:  # A Python int too large for its dtype.
-      raise _not_an_array(leaf, where, f" ({error})") from error
-    except TypeError as error:  # Strings, objects, datetimes.
-      raise _not_an_array(leaf, where, "") from error
-    except ValueError as error:  # Masked arrays: JAX's reason says what to do.
-      raise _not_an_array(leaf, where, f" ({error})") from error
-  raise _not_an_array(leaf, where, "")
+  # JAX's own messages name neither entangle nor the leaf.
+  try:
+    return arrays.as_array(leaf)
+  except arrays.NotAnArrayError as error:
+    raise _not_an_array(leaf, where, error.reason) from error.__cause__
 
 
 def _not_an_array(leaf: Any, where: str, why: str) -> TypeError:

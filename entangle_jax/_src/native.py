@@ -1,8 +1,12 @@
-"""Loads entangle's extension and registers its FFI handler with XLA."""
+"""Loads entangle's extension and registers its FFI handler with XLA; and
+how any of the package's extensions is loaded and registered (the example
+store's too)."""
 
 from __future__ import annotations
 
+import importlib
 import types
+from collections.abc import Iterable, Mapping
 
 import jax
 
@@ -24,20 +28,34 @@ REBUILD_HINT = (
 )
 
 
-def load() -> types.ModuleType:
-  """Imports entangle's extension, raising an ImportError that says how to
-  rebuild it."""
+def load_extension(package: str, module: str) -> types.ModuleType:
+  """Imports extension `module` of `package`, raising an ImportError that
+  says how to rebuild it."""
   try:
-    from entangle_jax._src import _entangle_ffi
+    return importlib.import_module(f"{package}.{module}")
   except ImportError as err:
-    hint = REBUILD_HINT.format(module="_entangle_ffi")
+    hint = REBUILD_HINT.format(module=module)
     raise ImportError(f"{hint} (cause: {err})") from err
-  return _entangle_ffi
+
+
+def register_handlers(
+  extension: types.ModuleType,
+  targets: Mapping[str, str],
+  platforms: Iterable[str],
+) -> None:
+  """Registers every handler of `extension`'s `registrations()` table as
+  the target `targets` names for it, on each of `platforms`."""
+  platforms = tuple(platforms)
+  for name, handler in extension.registrations().items():
+    for platform in platforms:
+      jax.ffi.register_ffi_target(targets[name], handler, platform=platform)
+
+
+def load() -> types.ModuleType:
+  """Imports entangle's extension (`load_extension`)."""
+  return load_extension("entangle_jax._src", "_entangle_ffi")
 
 
 def register(extension: types.ModuleType) -> None:
-  """Registers every handler of `extension`'s `registrations()` table, for
-  every platform entangle runs on."""
-  for name, handler in extension.registrations().items():
-    for platform in ENTANGLE_PLATFORMS:
-      jax.ffi.register_ffi_target(_TARGETS[name], handler, platform=platform)
+  """Registers entangle's handler for every platform entangle runs on."""
+  register_handlers(extension, _TARGETS, ENTANGLE_PLATFORMS)

@@ -6,12 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
-import numpy as np
 
-from entangle_jax._src import access_marker
+from entangle_jax._src import access_marker, arrays
 from entangle_jax._src.entangle import entangle
-
-_ARRAY_TYPES = (jax.Array, np.ndarray, np.generic, bool, int, float, complex)
 
 
 class Resource:
@@ -128,7 +125,7 @@ class Resource:
         "does)."
       )
     for index, leaf in enumerate(leaves):
-      if not _is_array(leaf):
+      if not arrays.is_array(leaf):
         raise TypeError(
           f"Resource.read: leaf {index} of {_name(fn)}'s result is not an "
           f"array: got {type(leaf).__name__}"
@@ -258,15 +255,11 @@ def _check_token(token: Any, what: str) -> None:
   if not with_paths:
     raise ValueError(f"{what} has no array leaves: {token!r}")
   for path, leaf in with_paths:
-    if not _is_array(leaf):
+    if not arrays.is_array(leaf):
       raise TypeError(
         f"{what}{jax.tree_util.keystr(path)} is not an array: got "
         f"{type(leaf).__name__}"
       )
-
-
-def _is_array(leaf: Any) -> bool:
-  return isinstance(leaf, _ARRAY_TYPES) or hasattr(leaf, "__jax_array__")
 
 
 def _name(fn: Callable[..., Any]) -> str:

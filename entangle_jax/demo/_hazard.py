@@ -30,11 +30,24 @@ class Ordering(enum.Enum):
   ENTANGLE = "entangle"
 
 
-def program(ordering: Ordering):
+def order_after_read(ordering: Ordering, token, x, payload=(), witness=None):
+  """``(token, payload, x)`` with `token` and `payload` ordered after the
+  read's result `x` as `ordering` says (``entangle`` takes ``witness(x)``
+  as its witness, `x` itself by default); the barrier passes `x` on too."""
+  if ordering is Ordering.ENTANGLE:
+    token, payload = entangle(
+      (token, payload), x if witness is None else witness(x)
+    )
+  elif ordering is Ordering.OPTIMIZATION_BARRIER:
+    token, x = jax.lax.optimization_barrier((token, x))
+  return token, payload, x
+
+
+def program(ordering: Ordering, witness=None):
   """The hazard as a function of ``(slot, delay_input)`` returning the read.
 
   ``slot`` may be an array of slot ids (each element is one hazard); the
-  read's result has its shape.
+  read's result has its shape. `witness` is for `order_after_read`.
 
   Ops are named with ``jax.named_scope``: "first_write", "read" and
   "second_write", for ``entangle_jax.testing.happens_before``.
@@ -47,10 +60,7 @@ def program(ordering: Ordering):
     delay = (jnp.sum(jnp.sin(delay_input)) * 0).astype(jnp.int32)
     with jax.named_scope("read"):
       x = testing.read_slot(token + delay)
-    if ordering is Ordering.ENTANGLE:
-      token = entangle(token, x)
-    elif ordering is Ordering.OPTIMIZATION_BARRIER:
-      token, x = jax.lax.optimization_barrier((token, x))
+    token, _, x = order_after_read(ordering, token, x, witness=witness)
     with jax.named_scope("second_write"):
       testing.write_slot(token, jnp.full(slot.shape, EXPECTED + 1))
     return x

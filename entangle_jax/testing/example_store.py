@@ -37,17 +37,6 @@ READ_SLOT_TARGET = "entangle_jax_read_slot"
 _TARGETS = {"write_slot": WRITE_SLOT_TARGET, "read_slot": READ_SLOT_TARGET}
 
 
-def _load_host() -> types.ModuleType:
-  """The host store's extension, with an ImportError that says how to
-  rebuild it."""
-  try:
-    from entangle_jax.testing import _example_resource_ffi
-  except ImportError as err:
-    hint = native.REBUILD_HINT.format(module="_example_resource_ffi")
-    raise ImportError(f"{hint} (cause: {err})") from err
-  return _example_resource_ffi
-
-
 def load_cuda() -> types.ModuleType | None:
   """The CUDA store's extension, or None when it was not built."""
   try:
@@ -57,18 +46,13 @@ def load_cuda() -> types.ModuleType | None:
   return _example_resource_cuda_ffi
 
 
-def _register(extension: types.ModuleType, platform: str) -> None:
-  for name, handler in extension.registrations().items():
-    jax.ffi.register_ffi_target(_TARGETS[name], handler, platform=platform)
-
-
-_native = _load_host()
-_register(_native, "cpu")
+_native = native.load_extension("entangle_jax.testing", "_example_resource_ffi")
+native.register_handlers(_native, _TARGETS, ["cpu"])
 # read_slot only reads the store: two unordered reads are no race.
 declare_target_mode(READ_SLOT_TARGET, "read")
 _cuda = load_cuda()
 if _cuda is not None:
-  _register(_cuda, "CUDA")
+  native.register_handlers(_cuda, _TARGETS, ["CUDA"])
 
 NUM_SLOTS: int = _native.num_slots
 """Number of slots in the store; valid slot ids are ``0 .. NUM_SLOTS - 1``."""

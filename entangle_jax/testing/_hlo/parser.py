@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from entangle_jax.testing._hlo import depth_first
 from entangle_jax.testing._hlo.attributes import Stack, mask_strings, unescape
 from entangle_jax.testing._hlo.instruction import (
   Instruction,
@@ -154,39 +155,20 @@ def _check_references(
 def _check_no_recursion(
   computations: dict[str, list[Instruction]], lines: list[str]
 ) -> None:
-  """Raises if a computation calls itself, directly or through others.
+  """Raises if a computation calls itself, directly or through others."""
 
-  A depth-first search with an explicit stack: no Python recursion, however
-  deeply computations nest.
-  """
-  state: dict[str, int] = {}  # 1: on the current path; 2: done.
-  for start in computations:
-    if start in state:
-      continue
-    state[start] = 1
-    stack = [(start, _calls(computations[start]))]
-    while stack:
-      caller, calls = stack[-1]
-      step = next(calls, None)
-      if step is None:
-        state[caller] = 2
-        stack.pop()
-        continue
-      callee, site = step
-      if state.get(callee) == 1:
-        raise line_error(
-          site.line,
-          lines[site.line - 1],
-          f"computation %{callee} calls itself (here, through %{caller}); "
-          "HLO has no recursion",
-        )
-      if callee not in state:
-        state[callee] = 1
-        stack.append((callee, _calls(computations[callee])))
+  def calls(caller: str):
+    return ((callee, i) for i in computations[caller] for callee in i.callees)
 
+  def refuse(caller: str, callee: str, site: Instruction) -> None:
+    raise line_error(
+      site.line,
+      lines[site.line - 1],
+      f"computation %{callee} calls itself (here, through %{caller}); "
+      "HLO has no recursion",
+    )
 
-def _calls(instructions: list[Instruction]):
-  return ((callee, i) for i in instructions for callee in i.callees)
+  depth_first.post_order(computations, calls, refuse)
 
 
 class _StackFrames:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from entangle_jax.testing._hlo import depth_first
 from entangle_jax.testing._hlo.parser import Module
 
 PATH_LIMIT = 64
@@ -64,17 +65,7 @@ def post_order(
   start: str, callees: Callable[[str], Iterable[str]]
 ) -> list[str]:
   """`start` and every computation reachable through `callees`, each after
-  all those it reaches: an iterative depth-first search, so that no nesting
-  depth exhausts Python's stack."""
-  order: list[str] = []
-  done: set[str] = set()
-  stack = [(start, False)]
-  while stack:
-    name, expanded = stack.pop()
-    if expanded:
-      order.append(name)
-    elif name not in done:
-      done.add(name)
-      stack.append((name, True))
-      stack.extend((c, False) for c in callees(name) if c not in done)
-  return order
+  all those it reaches (`depth_first.post_order`)."""
+  return depth_first.post_order(
+    [start], lambda name: ((c, None) for c in callees(name))
+  )
