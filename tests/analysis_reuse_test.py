@@ -18,7 +18,6 @@ from absl.testing import absltest
 
 from entangle_jax import testing
 from entangle_jax.testing import _hlo
-from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
 # Every line ends in the same metadata; %x and %g also share `, index=1`
 # (an attribute that only a get-tuple-element reads).

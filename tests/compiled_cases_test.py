@@ -10,7 +10,6 @@ from absl.testing import absltest
 from jax.experimental import io_callback
 
 from entangle_jax import Resource, entangle, testing
-from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 from tests.graph_reading import read_mermaid
 from tests.test_util import READ, compiled
 

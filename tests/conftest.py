@@ -1,7 +1,13 @@
-"""pytest imports this before any test module: the device setup comes first.
+"""pytest imports this before any test module: JAX gets its CPU devices
+before anything starts a backend.
 
-Under Bazel each test file runs in a process of its own, so every test
-module that uses JAX imports `tests.test_util` too (imports_test checks).
+Under Bazel, where no conftest runs, each py_test's environment sets
+``JAX_NUM_CPU_DEVICES`` to the same count (tests/BUILD.bazel);
+tests/imports_test.py checks that both took effect.
 """
 
-from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
+import jax
+
+from tests import test_util
+
+jax.config.update("jax_num_cpu_devices", test_util.NUM_CPU_DEVICES)

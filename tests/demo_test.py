@@ -6,7 +6,6 @@ import io
 from absl.testing import absltest
 
 from entangle_jax import demo
-from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
 
 class DemoTest(absltest.TestCase):

@@ -10,7 +10,6 @@ import numpy as np
 from absl.testing import absltest, parameterized
 
 from entangle_jax import testing
-from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
 
 def enable_x64():

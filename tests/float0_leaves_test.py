@@ -8,7 +8,6 @@ import numpy as np
 from absl.testing import absltest, parameterized
 
 from entangle_jax import entangle
-from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
 
 def _float0(shape):

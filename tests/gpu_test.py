@@ -11,7 +11,6 @@ from entangle_jax import testing
 from entangle_jax.demo import _hazard
 from entangle_jax.demo._hazard import Ordering
 from entangle_jax.testing import example_store
-from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
 
 def skip_reason() -> str:

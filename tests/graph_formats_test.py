@@ -10,7 +10,6 @@ from absl.testing import absltest
 
 from entangle_jax import testing
 from entangle_jax.testing._report import graph_formats
-from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 from tests.graph_reading import (
   CHAIN_HLO,
   mermaid_shapes,

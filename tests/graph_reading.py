@@ -10,7 +10,6 @@ import xml.etree.ElementTree as ET
 
 from entangle_jax import testing
 from entangle_jax.testing._report import order_graph as order_graph_module
-from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
 # CI sets this so that a missing Graphviz fails instead of skipping.
 REQUIRE_GRAPHVIZ = os.environ.get("ENTANGLE_JAX_REQUIRE_GRAPHVIZ") == "1"

@@ -11,7 +11,6 @@ from absl.testing import absltest
 
 from entangle_jax.demo import _hazard
 from entangle_jax.demo._hazard import Ordering
-from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
 CONTROL_RUNS = 2000
 """Where a wrong read shows at all, it shows in every run on the machines we

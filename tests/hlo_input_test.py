@@ -10,7 +10,6 @@ from entangle_jax import testing
 from entangle_jax.demo import _hazard
 from entangle_jax.demo._hazard import Ordering
 from entangle_jax.testing import _hlo
-from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
 GOOD = """\
 HloModule m, is_scheduled=true

@@ -5,7 +5,6 @@ from absl.testing import absltest, parameterized
 
 from entangle_jax import testing
 from entangle_jax.testing import _hlo
-from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 from tests.hand_written_hlo import (
   ASYNC_HLO,
   BRANCHES_HLO,

@@ -8,7 +8,6 @@ import time leaves later modules with one device instead of
 tests/sharding_test.py`).
 """
 
-import ast
 import pathlib
 import subprocess
 import sys
@@ -42,31 +41,6 @@ def sibling_test_files() -> list[pathlib.Path]:
   return sorted(TESTS.glob("*_test.py"))
 
 
-def imports_jax(tree: ast.Module) -> bool:
-  for node in ast.walk(tree):
-    if isinstance(node, ast.Import):
-      names = [alias.name for alias in node.names]
-    elif isinstance(node, ast.ImportFrom):
-      names = [node.module or ""]
-    else:
-      continue
-    if any(name == "jax" or name.startswith("jax.") for name in names):
-      return True
-  return False
-
-
-def imports_test_util(tree: ast.Module) -> bool:
-  for node in tree.body:  # At module level, so it runs at import.
-    if isinstance(node, ast.ImportFrom):
-      if node.module == "tests.test_util":
-        return True
-      if node.module == "tests" and any(
-        alias.name == "test_util" for alias in node.names
-      ):
-        return True
-  return False
-
-
 class ImportsTest(absltest.TestCase):
   def setUp(self):
     super().setUp()
@@ -88,19 +62,14 @@ class ImportsTest(absltest.TestCase):
     )
     self.assertEqual(result.returncode, 0, result.stderr[-2000:])
 
-  def test_every_module_using_jax_imports_test_util(self):
-    for module in self.modules:
-      tree = ast.parse(module.read_text(), str(module))
-      if imports_jax(tree):
-        self.assertTrue(
-          imports_test_util(tree),
-          f"{module.name} uses JAX but does not import tests.test_util at "
-          f"module level, so run alone it gets 1 CPU device, not "
-          f"{test_util.NUM_CPU_DEVICES}",
-        )
+  def test_bazel_sets_up_the_devices_conftest_does(self):
+    build = (TESTS / "BUILD.bazel").read_text()
+    self.assertIn(
+      f'env = {{"JAX_NUM_CPU_DEVICES": "{test_util.NUM_CPU_DEVICES}"}}', build
+    )
 
   def test_the_device_count_took_effect(self):
-    # The control for the checks above: the setup they protect works.
+    # Under pytest (conftest.py) and under Bazel (its test environment).
     self.assertEqual(jax.device_count(), test_util.NUM_CPU_DEVICES)
 
 

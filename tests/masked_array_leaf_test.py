@@ -11,7 +11,6 @@ import numpy as np
 from absl.testing import absltest
 
 from entangle_jax import entangle
-from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
 
 def _masked():

@@ -23,14 +23,13 @@ from entangle_jax._src import (
   partitioning,
   primitive,
 )
-from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
 
 class PrivateApiTest(absltest.TestCase):
   def test_registered_partitioner_is_called_for_the_target(self):
     # xla_client.register_custom_call_partitioner: XLA calls the partitioner
     # registered for a custom call's target while partitioning. Our
-    # partitioner asks `_shard_program` for the per-device program, so a
+    # partitioner asks `lowering.shard_program` for the per-device program, so a
     # sharded compile with a shape never seen before must add a miss.
     # Positional order and the c_api keyword, as register_partitioner passes
     # them (a nanobind function: its signature is the docstring's first line).

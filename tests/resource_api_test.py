@@ -15,7 +15,6 @@ from entangle_jax.testing import (
   reset_slots,
   write_slot,
 )
-from tests import test_util  # noqa: F401  (8 CPU devices, as every test)
 
 WRITE = example_store.WRITE_SLOT_TARGET
 

@@ -22,7 +22,6 @@ from entangle_jax.testing import (
   slot_values,
   write_slot,
 )
-from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
 SLOTS = (40, 41, 42)
 

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from entangle_jax import entangle, testing
 from entangle_jax.demo import _hazard
 from entangle_jax.demo._hazard import Ordering
-from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
 RUNS = 10
 DELAY_SIZE = 50_000  # big buffers: XLA:CPU then runs thunks concurrently

@@ -1,11 +1,9 @@
-"""Shared test setup: importing this gives JAX 8 host CPU devices.
+"""Helpers the tests share: compiled programs, the hazard step, child
+interpreters, and the device count they all run with (`NUM_CPU_DEVICES`).
 
-JAX fixes the device count when its first backend starts, so this must be
-imported before anything asks JAX for devices. pytest imports it through
-tests/conftest.py before any test file; Bazel runs each test file in a
-process of its own, and every test module that uses JAX imports it at module
-level. Importing JAX, entangle_jax or a test module starts no backend
-(tests/imports_test.py checks both).
+Importing JAX, entangle_jax or a test module starts no backend
+(tests/imports_test.py checks), so the device count set up before the first
+test (tests/conftest.py, or the Bazel test environment) holds for all.
 """
 
 import os
@@ -23,13 +21,13 @@ from entangle_jax.demo._hazard import Ordering
 from entangle_jax.testing import example_store, module_text
 
 NUM_CPU_DEVICES = 8
-
-jax.config.update("jax_num_cpu_devices", NUM_CPU_DEVICES)
+"""The host CPU devices every test has: tests/conftest.py sets them up under
+pytest, ``JAX_NUM_CPU_DEVICES`` in tests/BUILD.bazel under Bazel."""
 
 # From jax (and jaxlib) 0.8.2 on, compiled HLO records an op's whole Python
 # stack, so the analysis names the user's line; up to 0.8.1 it records only
 # the innermost frame, a library wrapper's (README, "Proving order in your
-# tests"; measured with each release from 0.6.2 to 0.12.0.1).
+# tests"). The tests that name source lines expect one or the other.
 FULL_STACK_JAX = (0, 8, 2)
 
 

@@ -13,7 +13,6 @@ import jax.numpy as jnp
 from absl.testing import absltest
 
 from entangle_jax import entangle
-from tests import test_util  # noqa: F401  (sets up 8 CPU devices)
 
 
 class State(NamedTuple):

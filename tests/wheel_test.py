@@ -15,6 +15,7 @@ import pathlib
 import re
 import sys
 import sysconfig
+import unittest
 import zipfile
 
 from absl.testing import absltest
@@ -128,3 +129,23 @@ class WheelTest(absltest.TestCase):
 
 if __name__ == "__main__":
   absltest.main()
+
+
+class DocumentedFilesTest(absltest.TestCase):
+  """The documented list holds the checkout's package sources, so that
+  adding or moving a module fails here, not only in CI's wheel builds."""
+
+  def test_the_list_names_every_source_file(self):
+    sources = ROOT / "entangle_jax"
+    if not sources.is_dir():
+      raise unittest.SkipTest(f"no entangle_jax/ beside {ROOT / 'tests'}")
+    found = {
+      str(path.relative_to(ROOT))
+      for pattern in ("*.py", "*.pyi", "py.typed")
+      for path in sources.rglob(pattern)
+      if "__pycache__" not in path.parts
+    }
+    generated = {"entangle_jax/_version.py"}  # From _version.py.in.
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    documented = {f for f in documented_files() if not f.endswith(suffix)}
+    self.assertEqual(found - generated, documented - generated)

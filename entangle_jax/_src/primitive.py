@@ -31,13 +31,10 @@ MAX_LEAVES_PER_CALL = 128
 """The most payload leaves one custom call aliases; more take several calls.
 
 XLA's compile time grows much faster than linearly with the number of
-output-operand aliases on one instruction; most of it goes to XLA:CPU's
-fusion pass. Measured with jax 0.10.2 on a 2-core CPU machine, 2000 donated
-payload leaves: one call compiled in 33-38 s where optimization_barrier over
-the same leaves took 1.4-2.5 s (busy machine); in calls of 256, 3.3x the
-barrier's time; in calls of 128, 1.6-1.8x on a quiet machine (benchmarks/,
-docs/performance.md). So `bind` gives each chunk of at
-most this many payload leaves a call of its own. Every call takes every
+output-operand aliases on one instruction (most of it in XLA:CPU's fusion
+pass), so `bind` gives each chunk of at most this many payload leaves a call
+of its own; the benchmark's compile-time part measures the choice against
+``optimization_barrier`` (docs/performance.md). Every call takes every
 witness, so each result is still ordered after all witnesses, and no leaf is
 copied.
 """

@@ -19,8 +19,8 @@ def gc_paused() -> Generator[None]:
   The analysis allocates many small objects and makes no reference cycles.
   Each of those allocations can trigger a collection that walks every
   object of the process, and after tracing and compiling a big program
-  there are hundreds of thousands: with the collector running, analysing a
-  module of 2000 native calls took about twice as long.
+  there are hundreds of thousands, so collections would take much of the
+  analysis's time.
   """
   enabled = gc.isenabled()
   gc.disable()

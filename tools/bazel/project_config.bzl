@@ -21,10 +21,6 @@ load(":interpreter.bzl", "INTERPRETER_ATTRS", "INTERPRETER_ENVIRON", "fail_on", 
 _PROBE = """
 import json, pathlib, sys, sysconfig, tomllib
 
-def project_version(pyproject, project):
-  # The one place the version is written: pyproject.toml's static version.
-  return project["version"]
-
 pyproject = pathlib.Path(sys.argv[1])
 project = tomllib.loads(pyproject.read_text())["project"]
 print(json.dumps({
@@ -34,7 +30,8 @@ print(json.dumps({
     "extra_requires": project.get("optional-dependencies", {}),
     "requires_python": project.get("requires-python", ""),
     "name": project["name"],
-    "version": project_version(pyproject, project),
+    # The one place the version is written: pyproject.toml's static version.
+    "version": project["version"],
     "summary": project.get("description", ""),
     "ext_suffix": sysconfig.get_config_var("EXT_SUFFIX"),
     "platform": sysconfig.get_platform().replace("-", "_").replace(".", "_"),
