@@ -3,7 +3,7 @@ before anything starts a backend.
 
 Under Bazel, where no conftest runs, each py_test's environment sets
 ``JAX_NUM_CPU_DEVICES`` to the same count (tests/BUILD.bazel);
-tests/imports_test.py checks that both took effect.
+tests/repository/imports_test.py checks that both took effect.
 """
 
 import jax

@@ -1,4 +1,4 @@
-"""Hand-written HLO modules for tests/hlo_rules_test.py: one instruction a
+"""Hand-written HLO modules for tests/analysis/hlo_rules_test.py: one instruction a
 line, as XLA prints them."""
 
 NESTED_HLO = """

@@ -2,8 +2,9 @@
 interpreters, and the device count they all run with (`NUM_CPU_DEVICES`).
 
 Importing JAX, entangle_jax or a test module starts no backend
-(tests/imports_test.py checks), so the device count set up before the first
-test (tests/conftest.py, or the Bazel test environment) holds for all.
+(tests/repository/imports_test.py checks), so the device count set up
+before the first test (tests/conftest.py, or the Bazel test environment)
+holds for all.
 """
 
 import os

@@ -145,6 +145,6 @@ fi
 # wheel_test is not in the Bazel suite: it needs the meson wheel too. It also
 # checks that both are tagged for the interpreter running it.
 ENTANGLE_JAX_BAZEL_WHEEL=$bazel_wheel ENTANGLE_JAX_MESON_WHEEL=$meson_wheel \
-  uv run pytest --noconftest tests/wheel_test.py
+  uv run pytest --noconftest tests/repository/wheel_test.py
 ENTANGLE_JAX_BAZEL_WHEEL=$newest_bazel_wheel ENTANGLE_JAX_MESON_WHEEL=$newest_meson_wheel \
-  UV_PROJECT_ENVIRONMENT=.venv-newest uv run pytest --noconftest tests/wheel_test.py
+  UV_PROJECT_ENVIRONMENT=.venv-newest uv run pytest --noconftest tests/repository/wheel_test.py

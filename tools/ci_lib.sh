@@ -50,12 +50,12 @@ run_pytest() {
 # suite runs once per interpreter/jax pair (README Development, the oldest
 # and the newest lock) and under `bazel test //...`.
 INSTALLED_SUITE=(
-  tests/installed_files_test.py
-  tests/extensions_test.py
-  tests/hazard_test.py
-  tests/export_test.py
-  tests/example_resource_test.py
-  tests/demo_test.py
+  tests/repository/installed_files_test.py
+  tests/core/extensions_test.py
+  tests/core/hazard_test.py
+  tests/core/export_test.py
+  tests/example_store/example_resource_test.py
+  tests/example_store/demo_test.py
 )
 
 # INSTALLED_SUITE against the entangle_jax installed for python $1, run from

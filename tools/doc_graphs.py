@@ -2,9 +2,10 @@
 
 ``python tools/doc_graphs.py`` rewrites docs/seeing_order.md's text between
 the two markers with the demo's output from this checkout; ``--check`` only
-compares, exiting 1 when they differ. ``tests/doc_graphs_test.py`` and the
-docs build (docs/_ext/entangle_docs.py) run the check when the jax version
-and platform are those the page records.
+compares, exiting 1 when they differ.
+``tests/repository/doc_graphs_test.py`` and the docs build
+(docs/_ext/entangle_docs.py) run the check when the jax version and
+platform are those the page records.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``python tools/rule_docs.py`` rewrites the page's text between the two
 markers with `entangle_jax.testing._order.rules.markdown()`; ``--check``
-only compares, exiting 1 when they differ. ``tests/rule_table_test.py``
+only compares, exiting 1 when they differ. ``tests/analysis/rule_table_test.py``
 runs the comparison.
 """
 

@@ -23,7 +23,7 @@ hit the persistent compilation cache.
 
 The partitioner is registered through jaxlib's
 `register_custom_call_partitioner` and JAX's plugin hook, both private API
-reached through `entangle_jax._src.jax_compat`; tests/private_api_test.py
+reached through `entangle_jax._src.jax_compat`; tests/core/private_api_test.py
 fails when either disappears or changes meaning.
 """
 

@@ -3,9 +3,9 @@
 def native_package_files(name):
     """Declares what the tests read of a package under native/.
 
-    Its BUILD.bazel, which tests/project_metadata_test.py checks for CC_COPTS
+    Its BUILD.bazel, which tests/repository/project_metadata_test.py checks for CC_COPTS
     on every C++ target, and its sources as `:<name>`, which
-    tests/native_headers_test.py compiles against the installed jaxlib's FFI
+    tests/repository/native_headers_test.py compiles against the installed jaxlib's FFI
     headers.
     """
     native.exports_files(

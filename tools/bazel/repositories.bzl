@@ -35,7 +35,7 @@ load(":xla_ffi_headers.bzl", "xla_ffi_headers")
 # its `test` group (the tools tests/ imports) and pybind11 (the `build` group's
 # header library). Not the docs, lint or bench groups: a test's runfiles hold
 # every installed file, and the whole lock tripled them.
-# tests/project_metadata_test.py checks this list against pyproject.toml.
+# tests/repository/project_metadata_test.py checks this list against pyproject.toml.
 DEFAULT_PACKAGES = ["jax", "absl-py", "hypothesis", "pytest", "flatbuffers", "pybind11"]
 
 def _absolute(label):

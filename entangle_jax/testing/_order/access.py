@@ -144,7 +144,7 @@ def conflict(a: tuple[Access, ...], b: tuple[Access, ...]) -> bool:
 class ConflictMasks:
   """For each call, the mask of the bits of the calls it may conflict with:
   `conflict`, the one rule, precomputed as masks for speed (the two agree
-  on every input: ``tests/conflicts_test.py``).
+  on every input: ``tests/analysis/conflicts_test.py``).
 
   Args:
     accesses: per call, what it accesses.

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from entangle_jax import testing
-from tests import oracle_programs, oracle_tracing
+from tests.oracle import oracle_programs, oracle_tracing
 
 
 def mark(text: str) -> None:

@@ -28,7 +28,7 @@ import itertools
 import random
 import re
 
-from tests import oracle_programs
+from tests.oracle import oracle_programs
 
 HAPPENS_BEFORE_SAMPLE = 24
 """Pairs per program also asked through ``happens_before`` (selectors);

@@ -29,7 +29,7 @@ WHEEL_NAME = re.compile(
 )
 
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 # Where the documentation lists the wheel's files: the fenced block after
 # this marker, with the extension suffix written as EXT.
 WHEEL_FILES_MARKER = "<!-- wheel files -->"

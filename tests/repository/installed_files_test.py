@@ -14,7 +14,7 @@ import sysconfig
 from absl.testing import absltest
 
 import entangle_jax
-from tests import wheel_test
+from tests.repository import wheel_test
 
 # Built only where meson finds a CUDA compiler (meson_options.txt, `cuda` is
 # `auto`), so an installed package may or may not have it.

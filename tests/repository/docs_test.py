@@ -24,7 +24,7 @@ except ModuleNotFoundError as missing:
     "no tools/ package: tests/ runs from a copy outside the checkout"
   ) from missing
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 if not (ROOT / "docs").is_dir():
   raise unittest.SkipTest(f"no docs/ beside {ROOT / 'tests'}: not a checkout")
 

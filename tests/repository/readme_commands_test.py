@@ -23,7 +23,7 @@ except ModuleNotFoundError as missing:
     "no tools/ package: tests/ runs from a copy outside the checkout"
   ) from missing
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 DOC = """\
 # Title

@@ -15,7 +15,7 @@ from absl.testing import absltest
 
 import entangle_jax
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 BAZEL_TOOLS = ROOT / "tools" / "bazel"
 # Repositories that every Bazel has, or that this one is.
 BUILTIN_REPOSITORIES = {"bazel_tools", "entangle_jax", ""}

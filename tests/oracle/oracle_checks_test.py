@@ -1,6 +1,6 @@
 """The order oracle's judges on hand-made runs and graphs.
 
-tests/order_oracle_test.py trusts these judges to refute wrong claims and to
+tests/oracle/order_oracle_test.py trusts these judges to refute wrong claims and to
 never refute a right one; here each rule is shown both ways on inputs small
 enough to check by eye.
 """
@@ -9,8 +9,8 @@ import types
 
 from absl.testing import absltest
 
-from tests import oracle_checks, oracle_programs
-from tests.oracle_checks import Claims, Event
+from tests.oracle import oracle_checks, oracle_programs
+from tests.oracle.oracle_checks import Claims, Event
 
 BODY = (0, "body")
 CONDITION = (0, "condition")

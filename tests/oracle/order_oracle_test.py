@@ -1,10 +1,10 @@
 """The order analysis against what XLA:CPU really did, on random programs.
 
 A claimed order that does not exist is the analysis' worst failure: a user
-who trusts it ships the bug. Two judges (tests/oracle_checks.py) look for
+who trusts it ships the bug. Two judges (tests/oracle/oracle_checks.py) look for
 one: the call log of many runs with concurrency forced (wide programs of
-sleeping calls, tests/oracle_programs.py), and the execution graphs XLA:CPU
-logs when it builds its executors. The programs have while loops,
+sleeping calls, tests/oracle/oracle_programs.py), and the execution graphs
+XLA:CPU logs when it builds its executors. The programs have while loops,
 conditionals, tuples and host callbacks.
 
 The controls: analyses made wrong on purpose (`MUTANTS`) must be refuted by
@@ -23,7 +23,8 @@ from absl import logging
 from absl.testing import absltest
 
 from entangle_jax import testing
-from tests import oracle_checks, oracle_programs, test_util
+from tests import test_util
+from tests.oracle import oracle_checks, oracle_programs
 
 SEEDS = range(6)
 """The programs, by seed: the same ones on every run of the test. Together

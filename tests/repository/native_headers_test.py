@@ -19,7 +19,7 @@ import jaxlib
 import pybind11
 from absl.testing import absltest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 NATIVE = ROOT / "native"
 JAXLIB_INCLUDE = pathlib.Path(jaxlib.__file__).parent / "include"
 COMPILER = shutil.which(os.environ.get("CXX", "c++"))

@@ -12,7 +12,7 @@ from jax.experimental import io_callback
 
 from entangle_jax import entangle, testing
 from entangle_jax.testing import example_store
-from tests.oracle_programs import (
+from tests.oracle.oracle_programs import (
   BASE_BITS,
   BIG,
   ITERATION_BASE,

@@ -161,7 +161,7 @@ class ScopeSelectorTest(parameterized.TestCase):
 
 class LibraryTargetsPageTest(absltest.TestCase):
   def test_the_page_lists_the_selectors_library_targets(self):
-    page = pathlib.Path(__file__).resolve().parent.parent / "docs"
+    page = pathlib.Path(__file__).resolve().parents[2] / "docs"
     page /= "proving_order.md"
     if not page.is_file():
       raise unittest.SkipTest("no docs/ beside tests/")

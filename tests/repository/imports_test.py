@@ -4,8 +4,8 @@ JAX fixes the number of CPU devices when a backend first starts. pytest
 imports every test file before running any test, and Bazel runs each file
 in a process of its own, so a test module that asks JAX for its devices at
 import time leaves later modules with one device instead of
-`test_util.NUM_CPU_DEVICES` (it happened: `pytest tests/gpu_test.py
-tests/sharding_test.py`).
+`test_util.NUM_CPU_DEVICES` (it happened: `pytest tests/core/gpu_test.py
+tests/core/sharding_test.py`).
 """
 
 import pathlib
@@ -19,7 +19,7 @@ from tests import test_util
 
 # Not resolved: under Bazel the runfiles tree links to the source tree, whose
 # entangle_jax/ has no compiled extension.
-TESTS = pathlib.Path(__file__).absolute().parent
+TESTS = pathlib.Path(__file__).absolute().parent.parent
 REPOSITORY = TESTS.parent
 
 _IMPORT_ALL_WITHOUT_A_BACKEND = """
@@ -38,7 +38,7 @@ for name in sys.argv[1:]:
 
 
 def sibling_test_files() -> list[pathlib.Path]:
-  return sorted(TESTS.glob("*_test.py"))
+  return sorted(TESTS.rglob("*_test.py"))
 
 
 class ImportsTest(absltest.TestCase):
@@ -52,7 +52,10 @@ class ImportsTest(absltest.TestCase):
       self.skipTest("the other test files are not next to this one")
 
   def test_no_test_module_starts_a_backend_at_import(self):
-    names = [f"tests.{module.stem}" for module in self.modules]
+    names = [
+      ".".join(module.relative_to(REPOSITORY).with_suffix("").parts)
+      for module in self.modules
+    ]
     result = subprocess.run(
       [sys.executable, "-c", _IMPORT_ALL_WITHOUT_A_BACKEND, *names],
       cwd=REPOSITORY,

@@ -1,0 +1,2 @@
+"""Tests of the order analysis: the rule table, edges, dataflow, conflicts,
+selectors, parsing, reports and graphs."""

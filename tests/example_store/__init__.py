@@ -1,0 +1,1 @@
+"""Tests of the example store and the demo."""

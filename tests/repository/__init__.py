@@ -1,0 +1,2 @@
+"""Tests of the repository rather than the library: docs, README commands,
+metadata, wheels, installed files, headers, imports."""

@@ -1,0 +1,1 @@
+"""Tests of Resource: its API, properties and transformations."""
