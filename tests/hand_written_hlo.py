@@ -252,3 +252,140 @@ def native(name: str, *operands: str, shape: str = "s32[]", extra="") -> str:
     f"%{name} = {shape} custom-call({listed}), custom_call_target="
     f'"{name}", custom_call_has_side_effect=true{extra}'
   )
+
+
+def _scheduled(body: str) -> str:
+  return "HloModule m, is_scheduled=true\n\n" + body
+
+
+# Modules with a placeholder in braces, which a test replaces to make the
+# positive case or its control.
+
+# The loop's predicate is state element 1, returned by the condition as it
+# is; the initial value of that element is %{init}.
+PREDICATE = _scheduled("""
+%body (b: (s32[], pred[])) -> (s32[], pred[]) {
+  %b = (s32[], pred[]) parameter(0)
+  %i = s32[] get-tuple-element(%b), index=0
+  %w = s32[] custom-call(%i), custom_call_target="W", custom_call_has_side_effect=true
+  %f = pred[] constant(false)
+  ROOT %t = (s32[], pred[]) tuple(%w, %f)
+}
+
+%cond (c: (s32[], pred[])) -> pred[] {
+  %c = (s32[], pred[]) parameter(0)
+  ROOT %go = pred[] get-tuple-element(%c), index=1
+}
+
+ENTRY %main (p: s32[], q: pred[]) -> (s32[], pred[]) {
+  %p = s32[] parameter(0)
+  %q = pred[] parameter(1)
+  %r = pred[] custom-call(%p), custom_call_target="R"
+  %init = (s32[], pred[]) tuple(%p, %{init})
+  %loop = (s32[], pred[]) while(%init), condition=%cond, body=%body
+  ROOT %out = (pred[], (s32[], pred[])) tuple(%r, %loop)
+}
+""")
+
+
+# Q runs in the loop's condition, W in its body; {extra} may add a second
+# query to the body.
+COND_BODY = _scheduled("""
+%body (b: (s32[], f32[])) -> (s32[], f32[]) {
+  %b = (s32[], f32[]) parameter(0)
+  %i = s32[] get-tuple-element(%b), index=0
+  %v = f32[] get-tuple-element(%b), index=1
+  %w = s32[] custom-call(%i), custom_call_target="W", custom_call_has_side_effect=true
+  {extra}
+  ROOT %t = (s32[], f32[]) tuple(%w, %v)
+}
+
+%cond (c: (s32[], f32[])) -> pred[] {
+  %c = (s32[], f32[]) parameter(0)
+  %ci = s32[] get-tuple-element(%c), index=0
+  %q = f32[] custom-call(%ci), custom_call_target="Q"
+  %k = f32[] constant(1)
+  ROOT %lt = pred[] compare(%q, %k), direction=LT
+}
+
+ENTRY %main (p: s32[], x: f32[]) -> s32[] {
+  %p = s32[] parameter(0)
+  %x = f32[] parameter(1)
+  %init = (s32[], f32[]) tuple(%p, %x)
+  %loop = (s32[], f32[]) while(%init), condition=%cond, body=%body
+  ROOT %out = s32[] get-tuple-element(%loop), index=0
+}
+""")
+
+
+# The body carries state element 1 through ({second} = c) or replaces it
+# with its call's result ({second} = in).
+CARRIED = _scheduled("""
+%body (b: (s32[], s32[])) -> (s32[], s32[]) {
+  %b = (s32[], s32[]) parameter(0)
+  %i = s32[] get-tuple-element(%b), index=0
+  %c = s32[] get-tuple-element(%b), index=1
+  %in = s32[] custom-call(%i), custom_call_target="IN", custom_call_has_side_effect=true
+  ROOT %t = (s32[], s32[]) tuple(%in, %{second})
+}
+
+%cond (p: (s32[], s32[])) -> pred[] {
+  %p = (s32[], s32[]) parameter(0)
+  ROOT %f = pred[] constant(false)
+}
+
+ENTRY %main (a: s32[]) -> s32[] {
+  %a = s32[] parameter(0)
+  %x = s32[] custom-call(%a), custom_call_target="X", custom_call_has_side_effect=true
+  %init = (s32[], s32[]) tuple(%a, %x)
+  %loop = (s32[], s32[]) while(%init), condition=%cond, body=%body
+  %out = s32[] get-tuple-element(%loop), index=1
+  ROOT %after = s32[] custom-call(%out), custom_call_target="AFTER", custom_call_has_side_effect=true
+}
+""")
+
+
+# Branch 0 reads element {k} of the operand tuple (A's result, the
+# parameter); branch 1 reads nothing.
+BRANCH_READS = _scheduled("""
+%b0 (t: (s32[], s32[])) -> s32[] {
+  %t = (s32[], s32[]) parameter(0)
+  %e = s32[] get-tuple-element(%t), index={k}
+  ROOT %in = s32[] custom-call(%e), custom_call_target="IN", custom_call_has_side_effect=true
+}
+
+%b1 (u: (s32[], s32[])) -> s32[] {
+  %u = (s32[], s32[]) parameter(0)
+  ROOT %z = s32[] constant(0)
+}
+
+ENTRY %main (p: s32[], k: s32[]) -> s32[] {
+  %p = s32[] parameter(0)
+  %k = s32[] parameter(1)
+  %a = s32[] custom-call(%p), custom_call_target="A", custom_call_has_side_effect=true
+  %tup = (s32[], s32[]) tuple(%a, %p)
+  ROOT %cnd = s32[] conditional(%k, %tup, %tup), branch_computations={%b0, %b1}
+}
+""")
+
+
+# Branch 0 holds X (and {extra}), branch 1 holds Y.
+BRANCHES = _scheduled("""
+%b0 (t: s32[]) -> s32[] {
+  %t = s32[] parameter(0)
+  %x = s32[] custom-call(%t), custom_call_target="X", custom_call_has_side_effect=true
+  {extra}
+  ROOT %r0 = s32[] copy(%x)
+}
+
+%b1 (u: s32[]) -> s32[] {
+  %u = s32[] parameter(0)
+  ROOT %y = s32[] custom-call(%u), custom_call_target="Y", custom_call_has_side_effect=true
+}
+
+ENTRY %main (p: s32[], k: s32[]) -> s32[] {
+  %p = s32[] parameter(0)
+  %k = s32[] parameter(1)
+  ROOT %cnd = s32[] conditional(%k, %p, %p), branch_computations={%b0, %b1}
+}
+""")

@@ -16,7 +16,17 @@ from entangle_jax.testing._order.rules import (
   Parameters,
   Reads,
 )
-from tests.hand_written_hlo import ASYNC_HLO, LOOP_HLO, hlo_module, native
+from tests.hand_written_hlo import (
+  ASYNC_HLO,
+  BRANCH_READS,
+  BRANCHES,
+  CARRIED,
+  COND_BODY,
+  LOOP_HLO,
+  PREDICATE,
+  hlo_module,
+  native,
+)
 from tools import rule_docs
 
 
@@ -301,6 +311,62 @@ class RuleCasesTest(parameterized.TestCase):
     case = CASES[number]
     self.assertTrue(case.holds(case.positive), f"rule {number}: positive")
     self.assertFalse(case.holds(case.control), f"rule {number}: control")
+
+
+def happens_before(text: str, before: str, after: str) -> bool:
+  return testing.happens_before(text, before, after)
+
+
+class Rule13LoopTest(absltest.TestCase):
+  """Rule 13 beyond its case: the predicate, sequencing, carried elements."""
+
+  def test_rule_13_a_bare_predicate_element_is_a_use_of_its_producer(self):
+    self.assertTrue(happens_before(PREDICATE.replace("{init}", "r"), "R", "W"))
+    # Control: the predicate starts from the parameter; the loop then reads
+    # nothing R produced.
+    self.assertFalse(happens_before(PREDICATE.replace("{init}", "q"), "R", "W"))
+
+  def test_rule_13_a_loops_condition_and_body_are_sequenced(self):
+    analysis = testing.OrderAnalysis(COND_BODY.replace("{extra}", ""))
+    self.assertEqual(analysis.races(), [])
+    (q,), (w,) = analysis.select_ops("Q"), analysis.select_ops("W")
+    self.assertTrue(analysis.sequenced(q, w))
+    self.assertFalse(analysis.precedes(q, w) or analysis.precedes(w, q))
+    self.assertFalse(analysis.is_race(q, w))
+    # Control: the same query in the body races with the write there.
+    extra = '%q2 = f32[] custom-call(%i), custom_call_target="Q2"'
+    text = COND_BODY.replace("{extra}", extra)
+    self.assertEqual(testing.races(text), [("w", "q2")])
+
+  def test_rule_13_a_carried_element_is_the_initial_values_buffer(self):
+    text = CARRIED.replace("{second}", "c")
+    self.assertTrue(happens_before(text, "X", "AFTER"))
+    self.assertFalse(happens_before(text, "IN", "AFTER"))
+    # Control: once the body writes element 1, the reader waits for the loop.
+    self.assertTrue(
+      happens_before(CARRIED.replace("{second}", "in"), "IN", "AFTER")
+    )
+
+
+class Rule14ConditionalTest(absltest.TestCase):
+  """Rule 14 beyond its case: branch reads, and exclusive branches."""
+
+  def test_rule_14_a_conditional_reads_only_what_its_branches_read(self):
+    self.assertFalse(
+      happens_before(BRANCH_READS.replace("{k}", "1"), "A", "IN")
+    )
+    # Control: the branch reads A's element.
+    self.assertTrue(happens_before(BRANCH_READS.replace("{k}", "0"), "A", "IN"))
+
+  def test_rule_14_ops_in_two_branches_are_exclusive(self):
+    analysis = testing.OrderAnalysis(BRANCHES.replace("{extra}", ""))
+    self.assertEqual(analysis.races(), [])
+    (x,), (y,) = analysis.select_ops("X"), analysis.select_ops("Y")
+    self.assertTrue(analysis.exclusive(x, y))
+    # Control: two unordered calls in one branch race.
+    extra = native("x2", "t").replace('"x2"', '"X2"')
+    text = BRANCHES.replace("{extra}", extra)
+    self.assertEqual(testing.races(text), [("x", "x2")])
 
 
 class RuleTableTest(absltest.TestCase):
