@@ -53,7 +53,7 @@ nitpick_ignore_regex = [
   # A type variable (entangle's result has its payload's type) and a
   # private parser type in Op's fields: neither has a page to link to.
   ("py:class", r"entangle_jax\._src\.entangle\.T"),
-  ("py:class", r"entangle_jax\.testing\._hlo_instruction\.Instruction"),
+  ("py:class", r"entangle_jax\.testing\._hlo\.instruction\.Instruction"),
 ]
 
 html_theme = "sphinx_book_theme"

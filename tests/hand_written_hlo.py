@@ -1,5 +1,5 @@
-"""Hand-written HLO modules for tests/analysis/hlo_rules_test.py: one instruction a
-line, as XLA prints them."""
+"""Hand-written HLO modules for the analysis tests, one instruction a line
+as XLA prints them; `hlo_module` and `native` write small ones."""
 
 NESTED_HLO = """
 HloModule nested, is_scheduled=true
@@ -97,23 +97,6 @@ ENTRY %main (a: s32[]) -> f32[] {
   ROOT %end = f32[] custom-call(%ar-done), custom_call_target="end"
 }
 """
-
-# Data that flows only through one element of a tuple, and a zero-sized value.
-TUPLE_HLO = """
-HloModule tuples, is_scheduled=true
-
-ENTRY %main (a: s32[]) -> s32[] {
-  %a = s32[] parameter(0)
-  %x = s32[] custom-call(%a), custom_call_target="x", custom_call_has_side_effect=true
-  %y = s32[] custom-call(%a), custom_call_target="y", custom_call_has_side_effect=true
-  %t = (s32[], s32[]) tuple(%x, %y)
-  %g = s32[] get-tuple-element(%t), index=1
-  %uses_y = s32[] custom-call(%g), custom_call_target="uses_y"
-  %empty = s32[0] custom-call(%a), custom_call_target="empty", custom_call_has_side_effect=true
-  ROOT %uses_empty = s32[] custom-call(%empty), custom_call_target="uses_empty"
-}
-"""
-
 
 # Entangle calls: one with a zero-size witness only; one aliasing operands 0
 # and 2 (two payloads) with witnesses of either size.
