@@ -69,7 +69,7 @@ class AssertHappensBeforeTest(absltest.TestCase):
       expected = f"{THIS_FILE}:{line}"
     else:  # Older jax records only the innermost frame: the wrapper's.
       self.assertLen(race.first.instruction.stack, 1)
-      expected = f"_example_resource.py:{race.first.instruction.stack[0][1]}"
+      expected = f"example_store.py:{race.first.instruction.stack[0][1]}"
     self.assertEqual(location.split(os.sep)[-1], expected)
     rendered = testing.format_races(testing.races(c))
     self.assertIn(expected, rendered)
