@@ -1,9 +1,12 @@
-"""Keeps the rules in docs/proving_order.md equal to the rule table.
+"""Keeps the generated tables of docs/proving_order.md equal to their code.
 
-``python tools/rule_docs.py`` rewrites the page's text between the two
-markers with `entangle_jax.testing._order.rules.markdown()`; ``--check``
-only compares, exiting 1 when they differ. ``tests/analysis/rule_table_test.py``
-runs the comparison.
+Each block sits between two markers on the page: the rule table
+(`entangle_jax.testing._order.rules.markdown`), the library kernels
+(`entangle_jax.testing._library_kernels.markdown`) and the declaration
+keys (`entangle_jax.testing._declarations.markdown`).
+``python tools/rule_docs.py`` rewrites every block; ``--check`` only
+compares, exiting 1 when one differs. The tests of each table run the
+comparison (`block_text`).
 """
 
 from __future__ import annotations
@@ -11,20 +14,50 @@ from __future__ import annotations
 import argparse
 import pathlib
 import sys
+from collections.abc import Callable
 
+from entangle_jax.testing import _declarations, _library_kernels
 from entangle_jax.testing._order import rules
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "proving_order.md"
-BEGIN = "<!-- rules: entangle_jax/testing/_order/rules.py -->\n"
-END = "<!-- /rules -->"
 COMMAND = "`uv run python tools/rule_docs.py`"
+
+BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
+  "rules": ("entangle_jax/testing/_order/rules.py", rules.markdown),
+  "library kernels": (
+    "entangle_jax/testing/_library_kernels.py",
+    _library_kernels.markdown,
+  ),
+  "declarations": (
+    "entangle_jax/testing/_declarations.py",
+    _declarations.markdown,
+  ),
+}
+"""Block name: (the source named in its opening marker, its generator)."""
+
+
+def _markers(block: str) -> tuple[str, str]:
+  source, _ = BLOCKS[block]
+  return f"<!-- {block}: {source} -->\n", f"<!-- /{block} -->"
+
+
+def block_span(text: str, block: str) -> tuple[int, int]:
+  """Where `block` sits in the page's `text` (start and end offsets)."""
+  begin, end = _markers(block)
+  start = text.index(begin) + len(begin)
+  return start, text.index(end, start)
+
+
+def block_text(text: str, block: str) -> str:
+  """What the page's `text` holds in `block`."""
+  start, end = block_span(text, block)
+  return text[start:end]
 
 
 def page_rules(text: str) -> tuple[int, int]:
-  """Where the rules sit in the page's `text` (start and end offsets)."""
-  start = text.index(BEGIN) + len(BEGIN)
-  return start, text.index(END, start)
+  """Where the rule table sits in the page's `text`."""
+  return block_span(text, "rules")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,14 +65,17 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--check", action="store_true", help="only compare")
   args = parser.parse_args(argv)
   text = PAGE.read_text()
-  start, end = page_rules(text)
-  if text[start:end] == rules.markdown():
+  stale = [b for b, (_, made) in BLOCKS.items() if block_text(text, b) != made()]
+  if not stale:
     return 0
   if args.check:
-    print(f"{PAGE.name}: the rules differ from the table; run {COMMAND}")
+    print(f"{PAGE.name}: {', '.join(stale)} differ from the code; run {COMMAND}")
     return 1
-  PAGE.write_text(text[:start] + rules.markdown() + text[end:])
-  print(f"updated {PAGE}")
+  for block in stale:
+    start, end = block_span(text, block)
+    text = text[:start] + BLOCKS[block][1]() + text[end:]
+  PAGE.write_text(text)
+  print(f"updated {PAGE}: {', '.join(stale)}")
   return 0
 
 

@@ -12,10 +12,11 @@ import functools
 from collections.abc import Iterable, Sequence
 
 from entangle_jax._src.native import ENTANGLE_TARGET
-from entangle_jax.testing import _gc, _hlo, _selectors
+from entangle_jax.testing import _declarations, _gc, _hlo, _selectors
 from entangle_jax.testing._hlo.module_text import CompiledModule, module_text
 from entangle_jax.testing._order import access, call_graph
 from entangle_jax.testing._order.dataflow import Dataflow
+from entangle_jax.testing._order.identity import ObjectFinder
 from entangle_jax.testing._order.ops import Op, Race
 from entangle_jax.testing._order.relations import OpOrder
 from entangle_jax.testing._selectors import Selector
@@ -40,6 +41,15 @@ class ParsedModule:
     self._order: OpOrder | None = None
     self._live: list[_hlo.Instruction] | None = None
     self._native_calls: list[_hlo.Instruction] | None = None
+    self._finders: dict[_declarations.Declarations, ObjectFinder] = {}
+
+  def objects(self, declarations: _declarations.Declarations) -> ObjectFinder:
+    """The `ObjectFinder` of the module under `declarations`."""
+    if declarations not in self._finders:
+      self._finders[declarations] = ObjectFinder(
+        self.module, self.dataflow, declarations
+      )
+    return self._finders[declarations]
 
   def live(self) -> list[_hlo.Instruction]:
     """The instructions of the computations the entry runs, in text order
@@ -102,12 +112,18 @@ class OrderAnalysis:
     all_ops: let named-scope selectors pick every op in the scope
       (arithmetic, fusions, copies...), not only effectful work
       (`is_effectful`). Target selectors are unaffected.
-    read_targets: the custom-call targets whose calls only read; by
-      default those `declare_target_mode` has declared ``"read"`` when the
-      analysis is made. Later declarations do not change this analysis.
+    read_targets: the custom-call targets whose calls only read, in place
+      of the modes the declarations give (any other target declared
+      ``"read"`` then may write).
+    declarations: what the targets do and which objects they touch
+      (`entangle_jax.testing.Declarations`); by default those in effect
+      when the analysis is made: the nearest ``pyproject.toml``'s
+      ``[tool.entangle-jax]`` table, `declare_target` calls, and the
+      declarations installed bindings publish. Later declarations do not
+      change this analysis.
 
-  Every answer is a function of the module's text, `all_ops` and
-  `read_targets`.
+  Every answer is a function of the module's text, `all_ops`,
+  `read_targets` and `declarations`.
 
   Raises:
     TypeError: `compiled` is none of those, or `read_targets` is a string
@@ -125,8 +141,18 @@ class OrderAnalysis:
     *,
     all_ops: bool = False,
     read_targets: Iterable[str] | None = None,
+    declarations: _declarations.Declarations | None = None,
   ):
     self._read_targets = _read_targets(read_targets)
+    if declarations is None:
+      declarations = _declarations.current()
+    elif not isinstance(declarations, _declarations.Declarations):
+      raise TypeError(
+        "declarations must be an entangle_jax.testing.Declarations, not "
+        f"{type(declarations).__name__}"
+      )
+    self.declarations = declarations
+    """The declarations this analysis applies."""
     self._shared = _parsed(module_text(compiled))
     self.module, self._dataflow = self._shared.module, self._shared.dataflow
     self._all_ops = all_ops
@@ -148,9 +174,26 @@ class OrderAnalysis:
         first.name,
         graph.instructions[done].name,
         first,
-        access.accesses_of(first.op_name, first.target, self._read_targets),
+        self._accesses(first),
+        self.declarations.for_target(first.target),
       )
     return self._ops[key]
+
+  def _accesses(self, i: _hlo.Instruction) -> tuple[access.Access, ...]:
+    declaration = self.declarations.for_target(i.target)
+    found = None
+    if i.opcode == "custom-call":
+      found = self._shared.objects(self.declarations).object_of(i)
+    return access.accesses_of(
+      i.op_name, i.target, declaration, self._read_targets, found
+    )
+
+  def applied_declarations(
+    self, ops: Iterable[Op]
+  ) -> list[_declarations.TargetDeclaration]:
+    """The target declarations that decided what `ops` access."""
+    found = (self.declarations.for_target(op.target) for op in ops)
+    return list(dict.fromkeys(d for d in found if d is not None))
 
   def _unique(self, instructions: Iterable[_hlo.Instruction]) -> list[Op]:
     return list(dict.fromkeys(self.op(i) for i in instructions))
@@ -261,8 +304,11 @@ class OrderAnalysis:
     return order.sequenced(x, y)
 
   def conflict(self, a: Op, b: Op) -> bool:
-    """Whether `a` and `b` may access one resource, one of them writing."""
+    """Whether `a` and `b` may access one object, one of them writing, and
+    no declared safe pair covers their targets."""
     _check_ops(self, (a, b))
+    if self.declarations.safe(a.target, b.target) is not None:
+      return False
     return access.conflict(a.accesses, b.accesses)
 
   def is_race(self, a: Op, b: Op) -> bool:
@@ -297,7 +343,12 @@ class OrderAnalysis:
     ops = self.ops_among(among)
     order, sites = self._order_of(ops)
     pairs = order.races(sites, [op.accesses for op in ops])
-    return [Race(ops[a], ops[b]) for a, b in pairs]
+    safe = self.declarations.safe
+    return [
+      Race(ops[a], ops[b])
+      for a, b in pairs
+      if not self.declarations.safe_pairs or safe(ops[a].target, ops[b].target) is None
+    ]
 
   @_gc.without_gc
   def hasse(self, ops: Sequence[Op]) -> tuple[list[Op], list[tuple[int, int]]]:
@@ -308,10 +359,10 @@ class OrderAnalysis:
     return [ops[n] for n in placed], arrows
 
 
-def _read_targets(targets: Iterable[str] | None) -> frozenset[str]:
-  """`targets` as a set, checked; by default the declared read targets."""
+def _read_targets(targets: Iterable[str] | None) -> frozenset[str] | None:
+  """`targets` as a set, checked; None when not given."""
   if targets is None:
-    return access.declared_read_targets()
+    return None
   if isinstance(targets, str):
     raise TypeError(
       f"read_targets must be an iterable of target names, not a str "

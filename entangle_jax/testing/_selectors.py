@@ -38,7 +38,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from entangle_jax._src.native import ENTANGLE_TARGET
-from entangle_jax.testing import _hlo
+from entangle_jax.testing import _hlo, _library_kernels
+from entangle_jax.testing._library_kernels import is_library_target
 from entangle_jax.testing._order import access
 from entangle_jax.testing._order.ops import Op
 
@@ -72,26 +73,9 @@ EFFECTFUL_OPCODES = frozenset(
 )
 """Opcodes with effects beyond their result: communication, I/O, state."""
 
-LIBRARY_TARGET_PREFIXES = (
-  "lapack_",  # jnp.linalg / lax.linalg on CPU
-  "ducc_",  # FFT on CPU (older jaxlib)
-  "dynamic_ducc_",
-  "cusolver",  # lax.linalg on CUDA
-  "cublas",
-  "__cublas$",  # XLA:GPU's GEMMs
-  "__cudnn$",
-  "cu_",  # jaxlib's CUDA kernels (threefry, LU pivots)
-  "hipsolver",
-  "hipblas",
-  "hip_",
-  "__gpu$",  # XLA:GPU's own custom calls
-  "__triton",  # Pallas/Triton kernels: pure functions of their buffers
-  "mosaic_gpu",
-  "tpu_custom_call",
-  "__onednn$",
-  "xla.",
-)
-"""Custom-call target prefixes of JAX's and XLA's own library kernels."""
+LIBRARY_TARGET_PREFIXES = _library_kernels.PREFIXES
+"""Custom-call target prefixes of JAX's and XLA's own library kernels
+(`entangle_jax.testing._library_kernels`, with the reason for each)."""
 
 HOST_CALLBACK_PREFIXES = ("xla_python_", "xla_ffi_python_")
 """Targets of JAX's host callbacks. ``io_callback``, ``jax.debug.callback``
@@ -99,31 +83,14 @@ and ``pure_callback`` all call one of these (``xla_ffi_python_cpu_callback``
 on CPU with jax 0.6.2 to 0.12); only ``pure_callback``'s call is not marked
 ``custom_call_has_side_effect=true``."""
 
-LIBRARY_TARGETS = frozenset(
-  {
-    "Sharding",
-    "SPMDFullToShardShape",
-    "SPMDShardToFullShape",
-    "MoveToHost",
-    "MoveToDevice",
-    "annotate_device_placement",
-    "LayoutConstraint",
-    "X64Combine",
-    "X64SplitLow",
-    "X64SplitHigh",
-  }
-)
-"""Exact custom-call targets that are markers of JAX/XLA, not user calls."""
+LIBRARY_TARGETS = _library_kernels.EXACT
+"""Exact custom-call targets of JAX's, jaxlib's and XLA's kernels and
+markers (`entangle_jax.testing._library_kernels`)."""
 
 # Ops that carry metadata but are bookkeeping, never selected.
 BOOKKEEPING = frozenset(
   {"parameter", "constant", "get-tuple-element", "tuple", "bitcast"}
 )
-
-
-def is_library_target(target: str) -> bool:
-  """Whether `target` is one of JAX's or XLA's own kernels or markers."""
-  return target in LIBRARY_TARGETS or target.startswith(LIBRARY_TARGET_PREFIXES)
 
 
 def is_host_callback(target: str) -> bool:

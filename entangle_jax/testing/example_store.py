@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from entangle_jax._src import native
-from entangle_jax.testing._order.access import declare_target_mode
+from entangle_jax.testing._declarations import declare_target
 
 WRITE_SLOT_TARGET = "entangle_jax_write_slot"
 READ_SLOT_TARGET = "entangle_jax_read_slot"
@@ -49,7 +49,13 @@ def load_cuda() -> types.ModuleType | None:
 _native = native.load_extension("entangle_jax.testing", "_example_resource_ffi")
 native.register_handlers(_native, _TARGETS, ["cpu"])
 # read_slot only reads the store: two unordered reads are no race.
-declare_target_mode(READ_SLOT_TARGET, "read")
+# What a binding declares about its own targets: each call touches the
+# slots its first operand names, and a write returns that slot id as the
+# token for the next call. (Distinct constants name distinct slots; the
+# elements of one slot array may repeat a slot, so they are not declared
+# distinct.)
+declare_target(WRITE_SLOT_TARGET, mode="write", object=0, returns_object=[0])
+declare_target(READ_SLOT_TARGET, mode="read", object=0)
 _cuda = load_cuda()
 if _cuda is not None:
   native.register_handlers(_cuda, _TARGETS, ["CUDA"])
@@ -183,7 +189,7 @@ def read_slot(token: jax.typing.ArrayLike, *, delay_us: int | np.integer = 0):
   Not side-effecting: if the result is unused XLA may drop the call, and XLA
   may run it at any point after ``token`` is produced, also after a later
   write to the same slot, unless a data dependency orders it. Its target is
-  declared a read (`entangle_jax.testing.declare_target_mode`), so ``races``
+  declared a read (`entangle_jax.testing.declare_target`), so ``races``
   does not report two reads.
 
   ``delay_us``: microseconds the call waits before it reads, as for

@@ -28,6 +28,8 @@ _METADATA_FIELD = re.compile(r'(\w+)=("\d+"|[^\s"{}]+)')
 _NAME_LIST = re.compile(r"%?([\w.\-]+)")
 _INDEX = re.compile(r"\s*,\s*index=(\d+)")
 _ALIASED_OPERAND = re.compile(r"\(\s*(\d+)\s*,")
+_SLICE = re.compile(r"slice=\{([^}]*)\}")
+_SLICE_START = re.compile(r"\[\s*(\d+)\s*:")
 # Attributes that name called computations: a loop's condition first.
 _CALLEE_KEYS = (
   "condition",
@@ -105,6 +107,10 @@ def attribute_fields(
     side_effect = attributes.word("custom_call_has_side_effect")
     fields["side_effect"] = side_effect == "true"
     fields["aliased_operands"] = attributes.aliased_operands()
+  if opcode == "slice" and (found := _SLICE.search(masked)):
+    fields["slice_starts"] = tuple(
+      int(start) for start in _SLICE_START.findall(found.group(1))
+    )
   if attributes.has("metadata"):
     fields.update(_metadata_fields(attributes.metadata(), strings, stack_of))
   return fields

@@ -66,6 +66,16 @@ class Instruction:
   """A while loop's condition computation."""
   line: int = 0
   """The 1-based line of the module text it was read from."""
+  literal: str | None = None
+  """A ``constant``'s literal as written (``3``, ``{0, 1}``)."""
+  slice_starts: tuple[int, ...] | None = None
+  """A ``slice``'s start index in each dimension."""
+
+  @property
+  def dims(self) -> tuple[int, ...] | None:
+    """The dimensions of an array result (``()`` for a scalar); None for a
+    tuple or a shape that is not one array."""
+    return _dims(self.shape)
 
   @property
   def zero_sized(self) -> bool:
@@ -79,6 +89,21 @@ def _zero_sized(shape: str) -> bool:
   if not dims or "token[" in shape:
     return False
   return all("0" in (d.strip() for d in group.split(",")) for group in dims)
+
+
+_ONE_ARRAY = re.compile(r"[a-z]+[0-9a-z]*\[([^\]]*)\](?:\{[^}]*\})?")
+
+
+@functools.lru_cache(maxsize=4096)
+def _dims(shape: str) -> tuple[int, ...] | None:
+  match = _ONE_ARRAY.fullmatch(shape)
+  if match is None:
+    return None
+  text = match.group(1).replace("<=", "")
+  try:
+    return tuple(int(d) for d in text.split(",") if d.strip())
+  except ValueError:
+    return None
 
 
 def line_error(number: int, line: str, why: str) -> ValueError:
@@ -141,6 +166,8 @@ class InstructionReader:
       "root": bool(head.group(1)),
       "line": number,
     }
+    if opcode == "constant":
+      fields["literal"] = inside.strip()
     if opcode == "parameter":
       if not inside.strip().isdigit():
         raise line_error(number, line, "expected parameter(N)")

@@ -1,16 +1,22 @@
 """What each call reads and writes: the conflict model behind ``races``.
 
-Two calls *conflict* when they may touch one resource and at least one of
-them writes it. What a call accesses is known, first match wins, from:
+Two calls *conflict* when they may touch one object and at least one of
+them writes it. What a call does (its mode) is known, first match wins,
+from:
 
 1. ``Resource``: a call made inside ``Resource.read`` or
-   ``Resource.write`` reads or writes that ``Resource``'s resource (any
-   resource, for a ``Resource`` without a name). ``Resource`` records this
-   in the call's ``op_name`` (`entangle_jax._src.access_marker`), which
-   survives ``jit``, ``scan``, ``vmap``, ``shard_map`` and ``jax.export``.
-2. `declare_target_mode`: a call to a custom-call target declared
-   ``"read"`` reads any resource.
-3. Nothing: the call may write any resource.
+   ``Resource.write`` reads or writes that ``Resource``'s object.
+   ``Resource`` records this in the call's ``op_name``
+   (`entangle_jax._src.access_marker`), which survives ``jit``, ``scan``,
+   ``vmap``, ``shard_map`` and ``jax.export``. A record that JAX copied
+   onto a derived op (the backward pass of a ``custom_vjp``, under
+   ``transpose(...)``) is not the op's own: such an op may write.
+2. Declarations (`entangle_jax.testing._declarations`): a target's mode
+   (``"read"``, ``"write"``, or ``"none"``, which touches nothing shared).
+3. Nothing: the call may write anything.
+
+Which object a call touches is `entangle_jax.testing._order.objects`'s
+question; `conflict` states the identity rule.
 """
 
 from __future__ import annotations
@@ -21,23 +27,30 @@ import re
 
 from entangle_jax._src import access_marker
 from entangle_jax._src.access_marker import MODES, Mode
-from entangle_jax.testing._order import bitsets
+from entangle_jax.testing import _declarations
+from entangle_jax.testing._order import bitsets, objects
 
-_WRAPPER = re.compile(r"(?:vmap|jvp|transpose)\(")
-
-_declared_reads: set[str] = set()
+_WRAPPER = re.compile(r"(vmap|jvp|transpose)\(")
 
 
-@dataclasses.dataclass(frozen=True, order=True)
+@dataclasses.dataclass(frozen=True)
 class Access:
-  """One access of a call: its resource (None: may be any) and mode."""
+  """One access of a call: the ``Resource`` name it was made under (None:
+  none, or an unnamed one), its mode, and the object its operands name
+  (None: not known, so any object)."""
 
   resource: str | None
   mode: Mode
+  object: objects.ObjectRef | None = None
 
   def __str__(self) -> str:
-    where = "any resource" if self.resource is None else repr(self.resource)
-    return f"{'reads' if self.mode == 'read' else 'writes'} {where}"
+    verb = "reads" if self.mode == "read" else "writes"
+    if self.resource is None and self.object is None:
+      return f"{verb} any resource"
+    parts = [] if self.resource is None else [repr(self.resource)]
+    if self.object is not None:
+      parts.append(f"object {self.object}")
+    return f"{verb} {', '.join(parts)}"
 
 
 UNKNOWN = (Access(None, "write"),)
@@ -69,15 +82,17 @@ def declare_target_mode(target: str, mode: Mode) -> None:
     raise ValueError("target must not be empty")
   if mode not in MODES:
     raise ValueError(f"mode must be 'read' or 'write', not {mode!r}")
-  if mode == "read":
-    _declared_reads.add(target)
+  current = _declarations._in_code.get(target)
+  if current is None:
+    _declarations.declare_target(target, mode=mode)
   else:
-    _declared_reads.discard(target)
+    _declarations._in_code[target] = dataclasses.replace(current, mode=mode)
 
 
 def declared_read_targets() -> frozenset[str]:
-  """The targets `declare_target_mode` has declared ``"read"``, now."""
-  return frozenset(_declared_reads)
+  """The targets declared ``"read"`` in code (`declare_target_mode`,
+  ``declare_target``), now."""
+  return _declarations.code_read_targets()
 
 
 def unwrap(component: str) -> str:
@@ -87,57 +102,141 @@ def unwrap(component: str) -> str:
   opened inside them (``vmap(read)``, ``transpose(jvp(read))``), or as
   ``vmap()`` when there is none.
   """
-  while component.endswith(")") and (match := _WRAPPER.match(component)):
-    component = component[match.end() : -1]
-  return component
+  return _wrappers(component)[0]
 
 
 @functools.lru_cache(maxsize=4096)
-def marked_accesses(op_name: str) -> tuple[Access, ...]:
-  """The ``Resource`` accesses recorded in `op_name`, outermost first."""
-  if access_marker.PREFIX not in op_name:
-    return ()
+def _wrappers(component: str) -> tuple[str, tuple[str, ...]]:
+  """`component` without its wrappers, and the wrappers, outermost first."""
   found = []
+  while component.endswith(")") and (match := _WRAPPER.match(component)):
+    found.append(match.group(1))
+    component = component[match.end() : -1]
+  return component, tuple(found)
+
+
+@dataclasses.dataclass(frozen=True)
+class Marks:
+  """The ``Resource`` records in one ``op_name``.
+
+  Attributes:
+    accesses: the records that are the op's own, outermost first.
+    inherited: records JAX copied from the forward pass onto a backward
+      op: every record at or inside the first component wrapped in
+      ``transpose(...)``. JAX wraps only the first component of the
+      forward call's scopes, so a record the backward rule opened itself
+      cannot be told apart from a copied one there; neither counts.
+  """
+
+  accesses: tuple[Access, ...] = ()
+  inherited: tuple[Access, ...] = ()
+
+  @property
+  def backward(self) -> bool:
+    """Whether the op is a backward-pass op under a ``Resource`` record."""
+    return bool(self.inherited)
+
+
+_NO_MARKS = Marks()
+
+
+@functools.lru_cache(maxsize=4096)
+def marks(op_name: str) -> Marks:
+  """The ``Resource`` records of `op_name` (`Marks`)."""
+  if access_marker.PREFIX not in op_name:
+    return _NO_MARKS
+  own: list[Access] = []
+  inherited: list[Access] = []
+  transposed = False
   for component in op_name.split("/"):
-    parsed = access_marker.parse_component(unwrap(component))
+    inner, wrappers = _wrappers(component)
+    transposed = transposed or "transpose" in wrappers
+    parsed = access_marker.parse_component(inner)
     if parsed is not None:
       mode, name = parsed
-      found.append(Access(name, mode))
-  return tuple(found)
+      (inherited if transposed else own).append(Access(name, mode))
+  return Marks(tuple(own), tuple(inherited))
+
+
+def marked_accesses(op_name: str) -> tuple[Access, ...]:
+  """The ``Resource`` accesses recorded in `op_name` that are the op's own,
+  outermost first (`Marks.accesses`)."""
+  return marks(op_name).accesses
 
 
 @functools.lru_cache(maxsize=4096)
 def without_markers(op_name: str) -> str:
-  """`op_name` without the components that record ``Resource`` accesses."""
+  """`op_name` without the components that record ``Resource`` accesses;
+  a wrapped record keeps its wrappers (``transpose(jvp())``), so a
+  backward-pass op still says so."""
   if access_marker.PREFIX not in op_name:
     return op_name
-  return "/".join(
-    c
-    for c in op_name.split("/")
-    if access_marker.parse_component(unwrap(c)) is None
-  )
+  kept = []
+  for component in op_name.split("/"):
+    inner, wrappers = _wrappers(component)
+    if access_marker.parse_component(inner) is None:
+      kept.append(component)
+    elif wrappers:
+      kept.append("".join(f"{w}(" for w in wrappers) + ")" * len(wrappers))
+  return "/".join(kept)
 
 
 def accesses_of(
-  op_name: str, target: str | None, read_targets: frozenset[str]
+  op_name: str,
+  target: str | None,
+  declaration: _declarations.TargetDeclaration | None,
+  read_targets: frozenset[str] | None = None,
+  object_ref: objects.ObjectRef | None = None,
 ) -> tuple[Access, ...]:
-  """What a call with this ``op_name`` and custom-call target accesses,
-  when the calls to `read_targets` only read."""
-  marked = marked_accesses(op_name)
-  if marked:
-    return marked
-  if target is not None and target in read_targets:
-    return (Access(None, "read"),)
-  return UNKNOWN
+  """What a call with this ``op_name`` and custom-call target accesses.
+
+  Args:
+    op_name: the call's ``op_name``.
+    target: its custom-call target, if it is a custom call.
+    declaration: the declaration of `target`, if any.
+    read_targets: when given, the targets whose calls only read, in place
+      of the declarations' modes.
+    object_ref: the object the call's operands name, if known; it goes to
+      the innermost access (the ``Resource`` the call was made in).
+  """
+  found = marks(op_name)
+  if found.accesses:
+    *outer, inner = found.accesses
+    return (*outer, Access(inner.resource, inner.mode, object_ref))
+  if found.backward:  # Copied records: the op's mode is unknown.
+    return (Access(None, "write", object_ref),)
+  mode = declaration.mode if declaration is not None else "write"
+  if read_targets is not None and target is not None:
+    mode = "read" if target in read_targets else (
+      "write" if mode == "read" else mode
+    )
+  if mode == "none":
+    return ()
+  return (Access(None, mode, object_ref),)
+
+
+def _conflicting(x: Access, y: Access) -> bool:
+  """The identity rule, for two accesses of which one writes.
+
+  Provably the same object: they conflict, whatever their ``Resource``
+  names. Otherwise they touch different objects only with evidence:
+  different ``Resource`` names (the user's assertion), or objects that
+  `objects.ObjectRef.distinct` tells apart (different scalar constants,
+  different elements of one array declared to hold distinct handles).
+  Without evidence they may be one object.
+  """
+  if x.object is not None and y.object is not None:
+    if x.object.same(y.object):
+      return True
+    if x.object.distinct(y.object):
+      return False
+  return x.resource is None or y.resource is None or x.resource == y.resource
 
 
 def conflict(a: tuple[Access, ...], b: tuple[Access, ...]) -> bool:
   """Whether calls with accesses `a` and `b` may conflict."""
   return any(
-    (x.resource is None or y.resource is None or x.resource == y.resource)
-    and "write" in (x.mode, y.mode)
-    for x in a
-    for y in b
+    "write" in (x.mode, y.mode) and _conflicting(x, y) for x in a for y in b
   )
 
 
@@ -150,38 +249,26 @@ class ConflictMasks:
     accesses: per call, what it accesses.
     bits: per call, its bit positions.
 
-  Built in time linear in the number of bits, times the number of named
-  resources; `of` then ORs one or two masks per access.
+  Calls with equal accesses share one mask: `conflict` is asked once per
+  pair of distinct access tuples, which are few (one per object and mode)
+  however many calls there are.
   """
 
   def __init__(self, accesses: list[tuple[Access, ...]], bits: list[list[int]]):
-    named = sorted({a.resource for acc in accesses for a in acc if a.resource})
-    # (resource or None for every call, "write" or None for any mode).
-    members: dict[tuple[str | None, str | None], list[int]] = {}
-    for k, acc in enumerate(accesses):
-      # (None, None): every call that accesses anything; a call that
-      # accesses nothing conflicts with none, as `conflict` says.
-      keys: set[tuple[str | None, str | None]] = (
-        {(None, None)} if acc else set()
-      )
-      for a in acc:
-        resources = named if a.resource is None else [a.resource]
-        writes = a.mode == "write"
-        if writes:
-          keys.add((None, "write"))
-        for r in resources:
-          keys.add((r, None))
-          if writes:
-            keys.add((r, "write"))
-      for key in keys:
-        members.setdefault(key, []).extend(bits[k])
-    self._masks = {key: bitsets.mask_of(p) for key, p in members.items()}
-    self._accesses = accesses
+    kinds: dict[tuple[Access, ...], int] = {}
+    self._kind = [kinds.setdefault(acc, len(kinds)) for acc in accesses]
+    positions: list[list[int]] = [[] for _ in kinds]
+    for k, kind in enumerate(self._kind):
+      positions[kind].extend(bits[k])
+    members = [bitsets.mask_of(p) for p in positions]
+    unique = list(kinds)
+    self._masks = [0] * len(unique)
+    for p, a in enumerate(unique):
+      for q in range(p, len(unique)):
+        if conflict(a, unique[q]):
+          self._masks[p] |= members[q]
+          self._masks[q] |= members[p]
 
   def of(self, k: int) -> int:
     """The bits of the calls that call `k` may conflict with."""
-    mask = 0
-    for a in self._accesses[k]:
-      mode = None if a.mode == "write" else "write"
-      mask |= self._masks.get((a.resource, mode), 0)
-    return mask
+    return self._masks[self._kind[k]]

@@ -7,7 +7,7 @@ import functools
 import os
 
 import entangle_jax
-from entangle_jax.testing import _hlo
+from entangle_jax.testing import _declarations, _hlo
 from entangle_jax.testing._order import access
 
 # This package's library code: plumbing between the user's line and the
@@ -36,6 +36,10 @@ class Op:
     compare=False, default=access.UNKNOWN
   )
   """What the op reads and writes (`entangle_jax.testing._order.access`)."""
+  declaration: _declarations.TargetDeclaration | None = dataclasses.field(
+    compare=False, default=None
+  )
+  """The declaration of its target that the analysis applied, if any."""
 
   def __hash__(self) -> int:
     # Of the fields that equality compares, computed once: the analysis
@@ -60,6 +64,13 @@ class Op:
   def user_scope(self) -> str:
     """`scope` without the components ``Resource`` adds to record accesses."""
     return access.without_markers(self.instruction.op_name)
+
+  @property
+  def backward(self) -> bool:
+    """Whether the op is a backward-pass op (under ``transpose(...)``)
+    that JAX gave the ``Resource`` record of a forward call: the record is
+    not the op's own, so it does not decide what the op accesses."""
+    return access.marks(self.instruction.op_name).backward
 
   @property
   def access_text(self) -> str:
@@ -93,6 +104,8 @@ class Op:
     if self.location:
       parts.append(f"at {self.location}")
     parts.append(f"(%{self.name})")
+    if self.backward:
+      parts.append("[backward pass]")
     return " ".join(parts)
 
 

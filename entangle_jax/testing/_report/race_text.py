@@ -3,6 +3,7 @@ for people."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from entangle_jax.testing._order.ops import Op, Race
@@ -18,19 +19,101 @@ ANY_RESOURCE_NOTE = (
   'A call on "any resource" is one made outside Resource or by a Resource '
   "without a name, and one that writes any resource is one the analysis "
   "knows nothing about: give each Resource a name "
-  "(Resource(token, name=...)), and declare read-only targets with "
-  'entangle_jax.testing.declare_target_mode(target, "read").'
+  "(Resource(token, name=...)), and declare what your targets do "
+  '(entangle_jax.testing.declare_target(target, mode="read", object=0), '
+  "declare_target_mode(target, \"read\"), or a [tool.entangle-jax] table "
+  "in pyproject.toml)."
 )
 
+SHOWN_PER_GROUP = 5
+"""Pairs shown for each cause; the others are counted (all are in the
+list `races` returns)."""
 
-def format_races(races: Sequence[Race], heading: str | None = None) -> str:
-  """Renders pairs one line each, plus the usual fix.
+
+@dataclasses.dataclass(frozen=True)
+class Cause:
+  """Why a group of pairs is reported, and what to do about it."""
+
+  rank: int
+  """Groups are shown in rank order: real hazards first."""
+  headline: str
+  fix: str
+
+
+def cause_of(race: Race) -> Cause:
+  """The most likely reason `race` is reported."""
+  pairs = [
+    (x, y)
+    for x in race.first.accesses
+    for y in race.second.accesses
+    if "write" in (x.mode, y.mode)
+  ]
+  for x, y in pairs:
+    if x.object is not None and y.object is not None and x.object.same(y.object):
+      if x.resource and y.resource and x.resource != y.resource:
+        one, two = sorted((x.resource, y.resource))
+        return Cause(
+          0,
+          f"one object under two names, {one!r} and {two!r}: "
+          "two Resources were built on one handle",
+          "Give every Resource of one handle the same name, or share one "
+          "Resource, so that its calls keep program order. " + FIX_HINT,
+        )
+      return Cause(1, "the same object, and nothing orders them", FIX_HINT)
+  if race.first.backward or race.second.backward:
+    return Cause(
+      2,
+      "a backward-pass call (a custom_vjp backward rule, under "
+      "transpose(...)) is not covered by the forward call's Resource",
+      "Make the native calls of the backward rule through a Resource "
+      "(res.read / res.write on the token the forward pass saved), so "
+      "that they are ordered with the forward pass's calls.",
+    )
+  if any(
+    (x.resource is None and x.object is None)
+    or (y.resource is None and y.object is None)
+    for x, y in pairs
+  ):
+    return Cause(3, "a call the analysis knows nothing about", ANY_RESOURCE_NOTE)
+  for x, y in pairs:
+    if x.object is not None and y.object is not None and (
+      x.object.may_differ_by_element(y.object)
+    ):
+      return Cause(
+        4,
+        "may be one object: different elements of one array of handles, "
+        "which nothing declares distinct",
+        "If distinct elements of that array hold distinct handles, say "
+        "so: `distinct_elements = true` in the [tool.entangle-jax] table "
+        "of pyproject.toml (or for the target: declare_target(target, "
+        "object=0, distinct_elements=True)); or give each Resource its own "
+        "name (Resource(token, name=...)).",
+      )
+  return Cause(
+    5,
+    "may be one object: nothing says their handles differ",
+    "If they touch different objects, give their Resources different "
+    "names, or declare what the targets touch (declare_target(target, "
+    "object=..., ...)). Otherwise: " + FIX_HINT,
+  )
+
+
+def format_races(
+  races: Sequence[Race],
+  heading: str | None = None,
+  *,
+  shown_per_group: int | None = SHOWN_PER_GROUP,
+) -> str:
+  """Renders pairs grouped by their likely cause, each group with its fix.
 
   Args:
-    races: pairs from `races` (shown with what each call accesses), or
-      from `OrderAnalysis.unordered` (given a `heading`).
+    races: pairs from `races` (shown with what each call accesses, grouped
+      by cause, real hazards first), or from `OrderAnalysis.unordered`
+      (given a `heading`).
     heading: first line; by default it counts the races. With a heading,
       each pair reads "``first`` is not ordered before ``second``".
+    shown_per_group: how many pairs of each group to show (None: all);
+      the rest are counted.
 
   Raises:
     TypeError: an element of `races` is not a `Race` (a tuple of names
@@ -51,18 +134,42 @@ def format_races(races: Sequence[Race], heading: str | None = None) -> str:
       lines.append(f"  {race.first.label()}")
       lines.append(f"    is not ordered before {race.second.label()}")
     return "\n".join([*lines, FIX_HINT])
+  groups: dict[Cause, list[Race]] = {}
+  for race in races:
+    groups.setdefault(cause_of(race), []).append(race)
+  causes = sorted(groups, key=lambda c: c.rank)
+  reasons = f", for {len(causes)} reasons" if len(causes) > 1 else ""
   lines = [
     f"{count} pair{'s' * (count != 1)} of calls may conflict and run in "
-    "either order:"
+    f"either order{reasons}:"
   ]
-  for race in races:
-    lines.append(f"  {_with_access(race.first)}")
-    lines.append(f"    and {_with_access(race.second)}")
-  lines.append(FIX_HINT)
-  ops = [op for race in races for op in (race.first, race.second)]
-  if any(a.resource is None for op in ops for a in op.accesses):
-    lines.append(ANY_RESOURCE_NOTE)
+  for cause in causes:
+    members = groups[cause]
+    if len(causes) > 1 or len(members) > 1:
+      lines.append(f"{len(members)} x {cause.headline}:")
+    else:
+      lines.append(f"{cause.headline}:")
+    shown = members if shown_per_group is None else members[:shown_per_group]
+    for race in shown:
+      lines.append(f"  {_with_access(race.first)}")
+      lines.append(f"    and {_with_access(race.second)}")
+    if len(shown) < len(members):
+      lines.append(
+        f"  ... and {len(members) - len(shown)} more pairs like these "
+        "(all are in the list races() returns)"
+      )
+    lines.append(f"  Fix: {cause.fix}")
+  applied = _declarations_of(races)
+  if applied:
+    lines.append("Declarations applied: " + "; ".join(applied) + ".")
   return "\n".join(lines)
+
+
+def _declarations_of(races: Sequence[Race]) -> list[str]:
+  found = (
+    op.declaration for race in races for op in (race.first, race.second)
+  )
+  return [str(d) for d in dict.fromkeys(d for d in found if d is not None)]
 
 
 def _with_access(op: Op) -> str:

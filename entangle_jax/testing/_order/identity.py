@@ -1,0 +1,288 @@
+"""Which object each native call touches: its object operand, followed back
+through the module to the value that holds the handle.
+
+The object operand is the one its target's declaration names
+(``object = k``); inside a ``Resource``, by default, the first operand,
+where ``Resource`` hands the call its token. A call with neither touches
+the whole library (no `ObjectRef`).
+
+From there, back through everything that passes the handle on unchanged:
+``bitcast``, ``copy`` and ``reshape``; tuples and ``get-tuple-element``;
+a static one-element ``slice`` (an element of an array of handles), also
+inside a fusion; ``entangle``'s payload; results declared to hand back the
+object (``returns_object``), and a ``Resource`` write's result, which is
+the next token of the same object; loop state the body carries unchanged
+(or hands back the same object), and the parameters of calls,
+conditionals and fusions whose every caller passes the same value. What
+it cannot see through (an entry parameter, a dynamic slice, another call's
+result) is the value itself: calls that reach one value touch one object,
+and calls that reach different values may still touch one.
+"""
+
+from __future__ import annotations
+
+from entangle_jax._src.native import ENTANGLE_TARGET
+from entangle_jax.testing import _declarations
+from entangle_jax.testing._hlo import Instruction, Module
+from entangle_jax.testing._order import access, rules
+from entangle_jax.testing._order.dataflow import Dataflow
+from entangle_jax.testing._order.edges import Computation, Path
+from entangle_jax.testing._order.objects import ObjectRef, Root
+
+# (root, element) where a value comes from; for a computation's own
+# parameter (when asked not to leave it), root is ("parameter", number,
+# path).
+_Found = tuple[Root, int | None]
+
+_PASSES_ON = frozenset({"bitcast", "copy", "reshape"})
+
+
+class ObjectFinder:
+  """Finds the `ObjectRef` of native calls of one module.
+
+  Args:
+    module: the parsed module.
+    dataflow: its `Dataflow` (for the computations' structure).
+    declarations: what the targets declare.
+  """
+
+  def __init__(
+    self,
+    module: Module,
+    dataflow: Dataflow,
+    declarations: _declarations.Declarations,
+  ):
+    self._module = module
+    self._dataflow = dataflow
+    self._declarations = declarations
+    self._memo: dict[tuple[str, int, Path, bool], _Found] = {}
+    self._callers: dict[str, list[tuple[Instruction, int | None]]] | None = None
+    self._prepared: set[str] = set()
+
+  # The object of a call -----------------------------------------------------
+
+  def object_operand(self, i: Instruction) -> int | None:
+    """The operand of custom call `i` that names its object, or None."""
+    declaration = self._declarations.for_target(i.target)
+    if declaration is not None and declaration.object is not None:
+      operand = declaration.object
+    elif access.marks(i.op_name) != access.Marks():
+      operand = 0  # Resource passes the token first.
+    else:
+      return None
+    return operand if operand < len(i.operands) else None
+
+  def object_of(self, i: Instruction) -> ObjectRef | None:
+    """The object custom call `i` touches, or None: the whole library."""
+    operand = self.object_operand(i)
+    if operand is None:
+      return None
+    self._prepare(i.computation)
+    computation = self._dataflow.computation(i.computation)
+    position = computation.index[i.operands[operand]]
+    root, element = self._root(i.computation, position, (), True)
+    declaration = self._declarations.for_target(i.target)
+    distinct = (
+      declaration.distinct_elements
+      if declaration is not None and declaration.object is not None
+      else self._declarations.distinct_elements
+    )
+    dims = computation.instructions[position].dims
+    scalar = dims is not None and all(d == 1 for d in dims)
+    return ObjectRef(root, element, distinct, scalar)
+
+  def _prepare(self, name: str) -> None:
+    """Finds the roots of the custom calls of computation `name` in text
+    order, so that a chain of thousands of ``Resource`` writes, each
+    handing its object to the next, is followed one link at a time."""
+    if name in self._prepared:
+      return
+    self._prepared.add(name)
+    computation = self._dataflow.computation(name)
+    for n, i in enumerate(computation.instructions):
+      if i.opcode == "custom-call" and self._returned(i):
+        self._root(name, n, (), True)
+
+  def _returned(self, i: Instruction) -> tuple[int, ...] | None:
+    """The results of custom call `i` that hand back its object (None:
+    all of them), or ``()`` for none."""
+    declaration = self._declarations.for_target(i.target)
+    if declaration is not None and declaration.object is not None:
+      return declaration.returns_object
+    own = access.marks(i.op_name).accesses
+    if own and own[-1].mode == "write":
+      return None  # A Resource write returns the next token.
+    return ()
+
+  # Following a value back ---------------------------------------------------
+
+  def _root(self, name: str, n: int, path: Path, leave: bool) -> _Found:
+    """Where element `path` of instruction `n` of computation `name`
+    comes from; at a parameter, from the callers too when `leave`."""
+    key = (name, n, path, leave)
+    if key not in self._memo:
+      self._memo[key] = self._find(name, n, path, leave)
+    return self._memo[key]
+
+  def _find(self, name: str, n: int, path: Path, leave: bool) -> _Found:
+    self._prepare(name)
+    computation = self._dataflow.computation(name)
+    i = computation.instructions[n]
+    opcode = i.opcode
+
+    def operand(k: int, at: Path = ()) -> _Found:
+      return self._root(name, computation.index[i.operands[k]], at, leave)
+
+    if opcode in _PASSES_ON and i.operands:
+      return operand(0, path)
+    if opcode == "get-tuple-element" and i.tuple_index is not None:
+      return operand(0, (i.tuple_index, *path))
+    if opcode == "tuple" and path and path[0] < len(i.operands):
+      return operand(path[0], path[1:])
+    if opcode == "constant" and not path:
+      return ("constant", i.literal or ""), None
+    if opcode == "slice" and not path:
+      return self._element(computation, i, leave) or _value(i, path)
+    if opcode == "parameter" and i.parameter_number is not None:
+      if not leave:
+        return ("parameter", i.parameter_number, path), None
+      return self._through_callers(name, i, path)
+    if opcode == "custom-call":
+      return self._through_call(computation, i, path, leave)
+    if opcode == "while" and i.body is not None:
+      if self._carried(i.body, path):
+        return operand(0, path)
+      return _value(i, path)
+    if opcode == "fusion" and i.callees:
+      return self._out_of(i.callees[0], None, computation, i, path, leave)
+    if opcode == "call" and i.callees:
+      return self._out_of(i.callees[0], None, computation, i, path, leave)
+    if opcode == "conditional" and i.branches:
+      found = {
+        self._out_of(b, k, computation, i, path, leave)
+        for k, b in enumerate(i.branches, start=1)
+      }
+      return found.pop() if len(found) == 1 else _value(i, path)
+    return _value(i, path)
+
+  def _element(
+    self, computation: Computation, i: Instruction, leave: bool
+  ) -> _Found | None:
+    """A one-element static slice of an array: that element of it."""
+    base = computation.instructions[computation.index[i.operands[0]]]
+    dims, starts, size = base.dims, i.slice_starts, i.dims
+    if dims is None or starts is None or size is None or len(starts) != len(dims):
+      return None
+    if any(d != 1 for d in size):
+      return None
+    root, element = self._root(computation.name, computation.index[base.name], (), leave)
+    if element is not None:
+      return None
+    flat = 0
+    for start, dim in zip(starts, dims, strict=True):
+      flat = flat * dim + start
+    return root, flat
+
+  def _through_call(
+    self, computation: Computation, i: Instruction, path: Path, leave: bool
+  ) -> _Found:
+    """A custom call's result: entangle's payload, or the object of a call
+    that hands it back."""
+    tupled = i.shape.startswith("(")
+    result = path[0] if tupled and path else 0
+    rest = path[1:] if tupled and path else path
+    if tupled and not path:
+      return _value(i, path)
+    if i.target == ENTANGLE_TARGET:
+      # Payload operand k is aliased to result k.
+      if result in i.aliased_operands and result < len(i.operands):
+        k = computation.index[i.operands[result]]
+        return self._root(computation.name, k, rest, leave)
+      return _value(i, path)
+    returned = self._returned(i)
+    if (returned is None or result in returned) and not rest:
+      operand = self.object_operand(i)
+      if operand is not None:
+        k = computation.index[i.operands[operand]]
+        return self._root(computation.name, k, (), leave)
+    return _value(i, path)
+
+  def _carried(self, body: str, path: Path) -> bool:
+    """Whether a loop body hands back element `path` of its state as the
+    same object it was given."""
+    inner = self._dataflow.computation(body)
+    found = self._root(body, inner.root, path, False)
+    return found == (("parameter", 0, path), None)
+
+  def _out_of(
+    self,
+    callee: str,
+    operand_of_parameter_0: int | None,
+    computation: Computation,
+    i: Instruction,
+    path: Path,
+    leave: bool,
+  ) -> _Found:
+    """Element `path` of what `callee`'s root holds, seen from its caller
+    `i`: a parameter of it becomes the operand passed for it."""
+    inner = self._dataflow.computation(callee)
+    root, element = self._root(callee, inner.root, path, False)
+    if root[0] != "parameter":
+      return root, element
+    _, number, at = root
+    k = number if operand_of_parameter_0 is None else operand_of_parameter_0
+    if operand_of_parameter_0 is not None and number != 0:
+      return _value(i, path)
+    if k >= len(i.operands):
+      return _value(i, path)
+    position = computation.index[i.operands[k]]
+    outer_root, outer_element = self._root(computation.name, position, at, leave)
+    if element is not None:
+      if outer_element is not None:
+        return _value(i, path)
+      return outer_root, element
+    return outer_root, outer_element
+
+  def _through_callers(self, name: str, i: Instruction, path: Path) -> _Found:
+    """A parameter of computation `name`: what every caller passes for it,
+    when all pass the same; else the parameter itself."""
+    number = i.parameter_number
+    assert number is not None
+    found: set[_Found] = set()
+    for caller, offset in self._callers_of(name):
+      if rules.rule_for(caller.opcode).parameters is rules.Parameters.LOOP_STATE:
+        if caller.body is None or not self._carried(caller.body, path):
+          return _value(i, path)
+        k = 0
+      else:
+        k = number if offset is None else offset
+        if offset is not None and number != 0:
+          return _value(i, path)
+      if k >= len(caller.operands):
+        return _value(i, path)
+      outer = self._dataflow.computation(caller.computation)
+      found.add(
+        self._root(caller.computation, outer.index[caller.operands[k]], path, True)
+      )
+    if len(found) == 1:
+      return found.pop()
+    return _value(i, path)
+
+  def _callers_of(self, name: str) -> list[tuple[Instruction, int | None]]:
+    """Who calls computation `name`, and which of its operands is the
+    callee's parameter 0 (None: parameter k is operand k)."""
+    if self._callers is None:
+      self._callers = {}
+      for body in self._module.computations.values():
+        for i in body:
+          pairs = rules.callee_parameters(i)
+          if i.opcode == "fusion":
+            pairs = [(None, c) for c in i.callees]
+          for offset, callee in pairs:
+            self._callers.setdefault(callee, []).append((i, offset))
+    return self._callers.get(name, [])
+
+
+def _value(i: Instruction, path: Path) -> _Found:
+  """The value itself: element `path` of `i`'s result."""
+  return ("value", i.computation, i.name, path), None

@@ -1,0 +1,85 @@
+"""`ObjectRef`: the native object a call's operand names, as far as the
+module proves it.
+
+A handle is a value at run time, so the analysis can prove two handles the
+same (one HLO value, followed back through everything that passes it on:
+`entangle_jax.testing._order.identity`) but needs evidence to call two
+different: `distinct`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+Root = tuple
+"""Where an operand's value comes from: ``("constant", literal)`` for a
+constant, ``("value", computation, instruction, path)`` for the result
+(element `path` of a tuple) of an instruction the analysis cannot see
+through: an entry parameter, a native call, a dynamic slice..."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectRef:
+  """The object one call's operand names.
+
+  Attributes:
+    root: the value the operand holds (`Root`).
+    element: the one element of `root`'s array the operand holds (a
+      static slice of an array of handles), or None for all of `root`.
+    distinct_elements: whether the call's declaration says that different
+      elements of one array name different objects.
+    scalar: whether the operand is a single element (a rank-0 or
+      one-element array): a constant scalar names one object.
+  """
+
+  root: Root
+  element: int | None = None
+  distinct_elements: bool = False
+  scalar: bool = False
+
+  def same(self, other: ObjectRef) -> bool:
+    """Whether the two provably name (or share) one object: one value, and
+    the same element of it, or all of it."""
+    return self.root == other.root and (
+      self.element is None
+      or other.element is None
+      or self.element == other.element
+    )
+
+  def distinct(self, other: ObjectRef) -> bool:
+    """Whether there is evidence that the two name different objects:
+    different scalar constants, or different elements of one array where
+    both calls declare distinct elements distinct."""
+    if self.root[0] == "constant" and other.root[0] == "constant":
+      return (
+        self.scalar
+        and other.scalar
+        and self.element is None
+        and other.element is None
+        and self.root != other.root
+      )
+    return (
+      self.root == other.root
+      and self.element is not None
+      and other.element is not None
+      and self.element != other.element
+      and self.distinct_elements
+      and other.distinct_elements
+    )
+
+  def may_differ_by_element(self, other: ObjectRef) -> bool:
+    """Whether the two are different elements of one array, which only a
+    ``distinct_elements`` declaration tells apart."""
+    return (
+      self.root == other.root
+      and self.element is not None
+      and other.element is not None
+      and self.element != other.element
+    )
+
+  def __str__(self) -> str:
+    if self.root[0] == "constant":
+      return f"constant {self.root[1]}"
+    _, _, name, path = self.root
+    text = f"%{name}" + "".join(f"{{{p}}}" for p in path)
+    return text if self.element is None else f"{text}[{self.element}]"
