@@ -65,11 +65,15 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--check", action="store_true", help="only compare")
   args = parser.parse_args(argv)
   text = PAGE.read_text()
-  stale = [b for b, (_, made) in BLOCKS.items() if block_text(text, b) != made()]
+  stale = [
+    b for b, (_, made) in BLOCKS.items() if block_text(text, b) != made()
+  ]
   if not stale:
     return 0
   if args.check:
-    print(f"{PAGE.name}: {', '.join(stale)} differ from the code; run {COMMAND}")
+    print(
+      f"{PAGE.name}: {', '.join(stale)} differ from the code; run {COMMAND}"
+    )
     return 1
   for block in stale:
     start, end = block_span(text, block)

@@ -38,8 +38,16 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from entangle_jax.testing._analysis import OrderAnalysis
+from entangle_jax.testing._declarations import (
+  Declarations,
+  SafePair,
+  TargetDeclaration,
+  declare_target,
+)
+from entangle_jax.testing._declarations import current as declarations_in_effect
 from entangle_jax.testing._hlo.module_text import module_text
 from entangle_jax.testing._order.access import Access, declare_target_mode
+from entangle_jax.testing._order.objects import ObjectRef
 from entangle_jax.testing._order.ops import Op, Race
 from entangle_jax.testing._queries import (
   assert_happens_before,
@@ -79,11 +87,17 @@ __all__ = [
   "NUM_SLOTS",
   "Access",
   "CallRecord",
+  "Declarations",
+  "ObjectRef",
   "Op",
   "OrderAnalysis",
   "Race",
+  "SafePair",
+  "TargetDeclaration",
   "assert_happens_before",
   "call_log",
+  "declarations_in_effect",
+  "declare_target",
   "declare_target_mode",
   "format_races",
   "happens_before",

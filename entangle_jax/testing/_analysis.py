@@ -347,7 +347,8 @@ class OrderAnalysis:
     return [
       Race(ops[a], ops[b])
       for a, b in pairs
-      if not self.declarations.safe_pairs or safe(ops[a].target, ops[b].target) is None
+      if not self.declarations.safe_pairs
+      or safe(ops[a].target, ops[b].target) is None
     ]
 
   @_gc.without_gc

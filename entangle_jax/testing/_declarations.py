@@ -18,7 +18,7 @@ The table, in full (`markdown` lists the keys)::
   distinct_elements = false             # for every target (see below)
 
   [tool.entangle-jax.targets."tp_counter_*"]
-  mode = "write"            # "read", "write" or "none" (touches no shared state)
+  mode = "write"            # "read", "write" or "none" (nothing shared)
   object = 0                # the operand that names its object
   returns_object = [0]      # results that hand back that object
   distinct_elements = true  # distinct elements of one array: distinct objects
@@ -170,7 +170,7 @@ def declare_target(
   pattern: str,
   *,
   mode: TargetMode = "write",
-  object: int | None = None,  # noqa: A002  (the table's key)
+  object: int | None = None,
   returns_object: Iterable[int] = (),
   distinct_elements: bool = False,
   devices: Devices = "per-device",
@@ -188,13 +188,17 @@ def declare_target(
     TypeError, ValueError: an argument of the wrong type or value; the
       message names it.
   """
-  declaration = _target(pattern, {
-    "mode": mode,
-    "object": object,
-    "returns_object": list(returns_object),
-    "distinct_elements": distinct_elements,
-    "devices": devices,
-  }, "code")
+  declaration = _target(
+    pattern,
+    {
+      "mode": mode,
+      "object": object,
+      "returns_object": list(returns_object),
+      "distinct_elements": distinct_elements,
+      "devices": devices,
+    },
+    "code",
+  )
   _in_code[pattern] = declaration
   return declaration
 
@@ -212,7 +216,9 @@ def forget(pattern: str) -> None:
 # The pyproject.toml table ---------------------------------------------------
 
 
-def find_pyproject(start: str | os.PathLike[str] | None = None) -> pathlib.Path | None:
+def find_pyproject(
+  start: str | os.PathLike[str] | None = None,
+) -> pathlib.Path | None:
   """The nearest ``pyproject.toml`` with a ``[tool.entangle-jax]`` table,
   from `start` (the working directory) upward; None when there is none."""
   here = pathlib.Path(start if start is not None else os.getcwd()).resolve()
@@ -283,7 +289,9 @@ def from_table(table: Mapping[str, Any], source: str) -> Declarations:
       raise ValueError(f"{where} must have exactly first, second and reason")
     if not all(isinstance(pair[k], str) and pair[k] for k in pair):
       raise TypeError(f"{where}: first, second and reason must be strings")
-    pairs.append(SafePair(pair["first"], pair["second"], pair["reason"], source))
+    pairs.append(
+      SafePair(pair["first"], pair["second"], pair["reason"], source)
+    )
   distinct = table.get("distinct_elements", False)
   if not isinstance(distinct, bool):
     raise TypeError(f"{source}: distinct_elements must be true or false")
@@ -319,7 +327,9 @@ def _target(pattern: object, keys: object, source: str) -> TargetDeclaration:
     )
   mode = keys.get("mode", "write")
   if mode not in TARGET_MODES:
-    raise ValueError(f"{where}: mode must be one of {TARGET_MODES}, not {mode!r}")
+    raise ValueError(
+      f"{where}: mode must be one of {TARGET_MODES}, not {mode!r}"
+    )
   operand = keys.get("object")
   if operand == "library":
     operand = None
@@ -345,7 +355,9 @@ def _target(pattern: object, keys: object, source: str) -> TargetDeclaration:
     raise TypeError(f"{where}: distinct_elements must be true or false")
   devices = keys.get("devices", "per-device")
   if devices not in DEVICES:
-    raise ValueError(f"{where}: devices must be one of {DEVICES}, not {devices!r}")
+    raise ValueError(
+      f"{where}: devices must be one of {DEVICES}, not {devices!r}"
+    )
   return TargetDeclaration(
     pattern, mode, operand, tuple(returns), distinct, devices, source
   )
@@ -399,17 +411,36 @@ def current(start: str | os.PathLike[str] | None = None) -> Declarations:
 def markdown() -> str:
   """The keys of a target table, for ``docs/proving_order.md``."""
   rows = [
-    ("mode", '`"write"`', 'what the call does to its object: `"read"`, '
-     '`"write"`, or `"none"` (touches no state another call sees)'),
-    ("object", '`"library"`', "the operand index that names its object "
-     "(a handle, a token); `\"library\"`: every call of the library may "
-     "touch the same state"),
-    ("returns_object", "`[]`", "result indices that hand back the same "
-     "object (a new token for the same handle)"),
-    ("distinct_elements", "`false`", "different elements of one array "
-     "of handles name different objects"),
-    ("devices", '`"per-device"`', 'each device has its own object; '
-     '`"shared"`: one object for every device of the process'),
+    (
+      "mode",
+      '`"write"`',
+      'what the call does to its object: `"read"`, '
+      '`"write"`, or `"none"` (touches no state another call sees)',
+    ),
+    (
+      "object",
+      '`"library"`',
+      "the operand index that names its object "
+      '(a handle, a token); `"library"`: every call of the library may '
+      "touch the same state",
+    ),
+    (
+      "returns_object",
+      "`[]`",
+      "result indices that hand back the same "
+      "object (a new token for the same handle)",
+    ),
+    (
+      "distinct_elements",
+      "`false`",
+      "different elements of one array of handles name different objects",
+    ),
+    (
+      "devices",
+      '`"per-device"`',
+      "each device has its own object; "
+      '`"shared"`: one object for every device of the process',
+    ),
   ]
   lines = ["| Key | Default | Meaning |", "|---|---|---|"]
   lines += [f"| `{k}` | {d} | {m} |" for k, d, m in rows]

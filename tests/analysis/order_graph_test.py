@@ -152,13 +152,15 @@ class DemoProgramTest(parameterized.TestCase):
     # The same target, scope and file:line that races/format_races report,
     # and what the op accesses.
     self.assertEqual(
-      node.label, (READ, "reads any resource", read.scope, read.location)
+      node.label, (READ, read.access_text, read.scope, read.location)
     )
+    # The store declares its read: it reads the slot its operand names.
+    self.assertRegex(read.access_text, r"^reads object %")
     self.assertIn("/read/", node.label[2])
     self.assertRegex(node.label[3], r"\.py:\d+$")  # Which frame: see Op.
     self.assertTrue(node.reads)
     (write,) = [n for n in graph.nodes if n.name != read.name][:1]
-    self.assertEqual(write.label[1], "writes any resource")
+    self.assertRegex(write.label[1], r"^writes object %")
     self.assertFalse(write.reads)
 
 

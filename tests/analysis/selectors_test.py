@@ -1,9 +1,7 @@
 """Selectors: named scopes and targets, and which ops they pick; JAX's and
 XLA's library kernels are not the user's native calls."""
 
-import pathlib
 import re
-import unittest
 from typing import Any, cast
 
 import jax
@@ -14,7 +12,6 @@ from absl.testing import absltest, parameterized
 from entangle_jax import entangle, testing
 from entangle_jax.demo import _hazard
 from entangle_jax.demo._hazard import Ordering
-from entangle_jax.testing import _selectors
 from tests.test_util import ORDERED, READ, WRITE, compiled
 
 
@@ -157,28 +154,6 @@ class ScopeSelectorTest(parameterized.TestCase):
           TypeError, rf"{predicate.__name__}: expected an Op .*got str"
         ):
           predicate(cast(Any, "write"))
-
-
-class LibraryTargetsPageTest(absltest.TestCase):
-  def test_the_page_lists_the_selectors_library_targets(self):
-    page = pathlib.Path(__file__).resolve().parents[2] / "docs"
-    page /= "proving_order.md"
-    if not page.is_file():
-      raise unittest.SkipTest("no docs/ beside tests/")
-    text = " ".join(page.read_text().split())
-    found = re.search(
-      r"A library target is one of (.*?), or starts with (.*?)\. So", text
-    )
-    self.assertIsNotNone(found, "the page no longer lists library targets")
-    assert found is not None
-    names, prefixes = found.groups()
-    self.assertEqual(
-      set(re.findall(r"`([^`]+)`", names)), set(_selectors.LIBRARY_TARGETS)
-    )
-    self.assertEqual(
-      set(re.findall(r"`([^`]+)`", prefixes)),
-      set(_selectors.LIBRARY_TARGET_PREFIXES),
-    )
 
 
 class LibraryKernelsTest(absltest.TestCase):

@@ -31,6 +31,9 @@ from entangle_jax.testing import _declarations
 from entangle_jax.testing._order import bitsets, objects
 
 _WRAPPER = re.compile(r"(vmap|jvp|transpose)\(")
+# The scope JAX opens around a forward computation that jax.checkpoint
+# recomputes in the backward pass.
+_REMATTED = "rematted_computation"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,19 +145,35 @@ _NO_MARKS = Marks()
 
 @functools.lru_cache(maxsize=4096)
 def marks(op_name: str) -> Marks:
-  """The ``Resource`` records of `op_name` (`Marks`)."""
+  """The ``Resource`` records of `op_name` (`Marks`).
+
+  A forward call that ``jax.checkpoint`` recomputes in the backward pass
+  is the forward call again: JAX writes its whole scope again after the
+  transposed component and ``rematted_computation``
+  (``transpose(jvp(entangle_jax:read:ps))/jvp(entangle_jax:read:ps)/
+  checkpoint/rematted_computation/ffi_call``), and the records after the
+  transposed component are its own.
+  """
   if access_marker.PREFIX not in op_name:
     return _NO_MARKS
+  components = [_wrappers(c) for c in op_name.split("/")]
+  first = next(
+    (k for k, (_, w) in enumerate(components) if "transpose" in w), None
+  )
+  rematted = first is not None and any(
+    inner == _REMATTED for inner, _ in components[first + 1 :]
+  )
   own: list[Access] = []
   inherited: list[Access] = []
-  transposed = False
-  for component in op_name.split("/"):
-    inner, wrappers = _wrappers(component)
-    transposed = transposed or "transpose" in wrappers
+  for k, (inner, _) in enumerate(components):
     parsed = access_marker.parse_component(inner)
-    if parsed is not None:
-      mode, name = parsed
-      (inherited if transposed else own).append(Access(name, mode))
+    if parsed is None:
+      continue
+    mode, name = parsed
+    if first is None or k < first or (rematted and k > first):
+      own.append(Access(name, mode))
+    elif not rematted:
+      inherited.append(Access(name, mode))
   return Marks(tuple(own), tuple(inherited))
 
 
@@ -207,8 +226,10 @@ def accesses_of(
     return (Access(None, "write", object_ref),)
   mode = declaration.mode if declaration is not None else "write"
   if read_targets is not None and target is not None:
-    mode = "read" if target in read_targets else (
-      "write" if mode == "read" else mode
+    mode = (
+      "read"
+      if target in read_targets
+      else ("write" if mode == "read" else mode)
     )
   if mode == "none":
     return ()

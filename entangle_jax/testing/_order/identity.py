@@ -171,11 +171,15 @@ class ObjectFinder:
     """A one-element static slice of an array: that element of it."""
     base = computation.instructions[computation.index[i.operands[0]]]
     dims, starts, size = base.dims, i.slice_starts, i.dims
-    if dims is None or starts is None or size is None or len(starts) != len(dims):
+    if (
+      dims is None or starts is None or size is None or len(starts) != len(dims)
+    ):
       return None
     if any(d != 1 for d in size):
       return None
-    root, element = self._root(computation.name, computation.index[base.name], (), leave)
+    root, element = self._root(
+      computation.name, computation.index[base.name], (), leave
+    )
     if element is not None:
       return None
     flat = 0
@@ -236,7 +240,9 @@ class ObjectFinder:
     if k >= len(i.operands):
       return _value(i, path)
     position = computation.index[i.operands[k]]
-    outer_root, outer_element = self._root(computation.name, position, at, leave)
+    outer_root, outer_element = self._root(
+      computation.name, position, at, leave
+    )
     if element is not None:
       if outer_element is not None:
         return _value(i, path)
@@ -250,7 +256,9 @@ class ObjectFinder:
     assert number is not None
     found: set[_Found] = set()
     for caller, offset in self._callers_of(name):
-      if rules.rule_for(caller.opcode).parameters is rules.Parameters.LOOP_STATE:
+      if (
+        rules.rule_for(caller.opcode).parameters is rules.Parameters.LOOP_STATE
+      ):
         if caller.body is None or not self._carried(caller.body, path):
           return _value(i, path)
         k = 0
@@ -262,7 +270,9 @@ class ObjectFinder:
         return _value(i, path)
       outer = self._dataflow.computation(caller.computation)
       found.add(
-        self._root(caller.computation, outer.index[caller.operands[k]], path, True)
+        self._root(
+          caller.computation, outer.index[caller.operands[k]], path, True
+        )
       )
     if len(found) == 1:
       return found.pop()

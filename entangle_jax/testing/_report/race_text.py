@@ -21,7 +21,7 @@ ANY_RESOURCE_NOTE = (
   "knows nothing about: give each Resource a name "
   "(Resource(token, name=...)), and declare what your targets do "
   '(entangle_jax.testing.declare_target(target, mode="read", object=0), '
-  "declare_target_mode(target, \"read\"), or a [tool.entangle-jax] table "
+  'declare_target_mode(target, "read"), or a [tool.entangle-jax] table '
   "in pyproject.toml)."
 )
 
@@ -49,7 +49,9 @@ def cause_of(race: Race) -> Cause:
     if "write" in (x.mode, y.mode)
   ]
   for x, y in pairs:
-    if x.object is not None and y.object is not None and x.object.same(y.object):
+    if (
+      x.object is not None and y.object is not None and x.object.same(y.object)
+    ):
       if x.resource and y.resource and x.resource != y.resource:
         one, two = sorted((x.resource, y.resource))
         return Cause(
@@ -74,10 +76,14 @@ def cause_of(race: Race) -> Cause:
     or (y.resource is None and y.object is None)
     for x, y in pairs
   ):
-    return Cause(3, "a call the analysis knows nothing about", ANY_RESOURCE_NOTE)
+    return Cause(
+      3, "a call the analysis knows nothing about", ANY_RESOURCE_NOTE
+    )
   for x, y in pairs:
-    if x.object is not None and y.object is not None and (
-      x.object.may_differ_by_element(y.object)
+    if (
+      x.object is not None
+      and y.object is not None
+      and (x.object.may_differ_by_element(y.object))
     ):
       return Cause(
         4,
@@ -166,9 +172,7 @@ def format_races(
 
 
 def _declarations_of(races: Sequence[Race]) -> list[str]:
-  found = (
-    op.declaration for race in races for op in (race.first, race.second)
-  )
+  found = (op.declaration for race in races for op in (race.first, race.second))
   return [str(d) for d in dict.fromkeys(d for d in found if d is not None)]
 
 

@@ -1,0 +1,249 @@
+"""Declarations: the ``[tool.entangle-jax]`` table of the nearest
+pyproject.toml, `declare_target` in code, and entry points; each with a
+control that the same program without it answers otherwise."""
+
+import contextlib
+import os
+import pathlib
+import sys
+import tempfile
+import textwrap
+from typing import Any, cast
+
+from absl.testing import absltest, parameterized
+
+from entangle_jax import testing
+from entangle_jax.testing import Declarations, _declarations
+from tests.hand_written_hlo import hlo_module
+
+
+def calls(*targets: str, side_effect: bool = False) -> str:
+  """A module with one call per target, all on parameter 0, unordered."""
+  lines = ["%p = s32[] parameter(0)"]
+  for k, target in enumerate(targets):
+    effect = ", custom_call_has_side_effect=true" if side_effect else ""
+    lines.append(
+      f'%c{k} = s32[] custom-call(%p), custom_call_target="{target}"{effect}'
+    )
+  return hlo_module("\n".join(lines))
+
+
+SOLVER = calls("solve_f64", "solve_f64_2", "dot_f64")
+
+
+@contextlib.contextmanager
+def project(table: str):
+  """A working directory below a pyproject.toml holding `table`."""
+  with tempfile.TemporaryDirectory() as root:
+    top = pathlib.Path(root)
+    (top / "pyproject.toml").write_text(
+      '[project]\nname = "user-project"\n\n' + textwrap.dedent(table)
+    )
+    below = top / "src" / "pkg"
+    below.mkdir(parents=True)
+    here = os.getcwd()
+    os.chdir(below)
+    try:
+      yield top / "pyproject.toml"
+    finally:
+      os.chdir(here)
+
+
+class PyprojectTest(absltest.TestCase):
+  def test_the_short_form_takes_globs(self):
+    self.assertLen(testing.races(SOLVER), 3)  # The control: may write.
+    with project('[tool.entangle-jax]\nread_targets = ["solve_*", "dot_*"]\n'):
+      self.assertEqual(testing.races(SOLVER), [])
+      analysis = testing.OrderAnalysis(SOLVER)
+      (solve, *_) = analysis.select_ops("solve_f64")
+      assert solve.declaration is not None
+      self.assertEqual(solve.declaration.mode, "read")
+      self.assertIn("pyproject.toml", solve.declaration.source)
+    self.assertLen(testing.races(SOLVER), 3)  # Out of the project again.
+
+  def test_the_nearest_table_is_found_from_the_working_directory(self):
+    with project("[tool.entangle-jax]\n") as path:
+      self.assertEqual(_declarations.find_pyproject(), path)
+    with tempfile.TemporaryDirectory() as bare:
+      here = os.getcwd()
+      os.chdir(bare)
+      try:
+        found = _declarations.find_pyproject()
+      finally:
+        os.chdir(here)
+      self.assertTrue(found is None or not str(found).startswith(bare))
+
+  def test_the_full_form(self):
+    table = """
+    [tool.entangle-jax.targets."tp_*"]
+    mode = "write"
+    object = 0
+    returns_object = [0]
+    distinct_elements = true
+    devices = "shared"
+    """
+    with project(table):
+      declaration = testing.declarations_in_effect().for_target("tp_set")
+    assert declaration is not None
+    self.assertEqual(
+      (declaration.mode, declaration.object, declaration.returns_object),
+      ("write", 0, (0,)),
+    )
+    self.assertTrue(declaration.distinct_elements)
+    self.assertEqual(declaration.devices, "shared")
+    self.assertIsNone(
+      _declarations.from_table({}, "x").for_target("tp_set")
+    )  # The control.
+
+  def test_a_target_that_touches_nothing_shared(self):
+    text = calls("tp_create", "tp_create_2", side_effect=True)
+    self.assertLen(testing.races(text), 1)
+    with project('[tool.entangle-jax.targets."tp_create*"]\nmode = "none"\n'):
+      self.assertEqual(testing.races(text), [])
+
+  def test_safe_pairs(self):
+    text = calls("tp_log", "tp_get", side_effect=True)
+    self.assertLen(testing.races(text), 1)
+    table = """
+    [[tool.entangle-jax.safe_pairs]]
+    first = "tp_get"
+    second = "tp_log*"
+    reason = "the log has its own lock"
+    """
+    with project(table):
+      self.assertEqual(testing.races(text), [])
+      analysis = testing.OrderAnalysis(text)
+      a, b = analysis.ops_among()
+      self.assertFalse(analysis.conflict(a, b))
+
+  def test_an_edited_table_is_read_again(self):
+    with project('[tool.entangle-jax]\nread_targets = ["solve_*"]\n') as path:
+      self.assertLen(testing.races(SOLVER), 2)  # dot_f64 may still write.
+      path.write_text(
+        '[tool.entangle-jax]\nread_targets = ["solve_*", "dot_*"]\n'
+      )
+      os.utime(path, (1, 2e9))
+      self.assertEqual(testing.races(SOLVER), [])
+
+
+class BadTablesTest(parameterized.TestCase):
+  @parameterized.parameters(
+    (
+      "[tool.entangle-jax]\nread_target = []\n",
+      r"unknown keys \['read_target'\]",
+    ),
+    (
+      '[tool.entangle-jax]\nread_targets = "x"\n',
+      "read_targets must be a list",
+    ),
+    (
+      '[tool.entangle-jax.targets.t]\nmode = "rw"\n',
+      r"target 't': mode must be",
+    ),
+    (
+      "[tool.entangle-jax.targets.t]\nobject = -1\n",
+      "object must be an operand",
+    ),
+    (
+      "[tool.entangle-jax.targets.t]\nreturns_object = [0]\n",
+      "needs an object",
+    ),
+    ('[tool.entangle-jax.targets.t]\ndevices = "all"\n', "devices must be"),
+    ("[tool.entangle-jax.targets.t]\nobj = 0\n", r"unknown keys \['obj'\]"),
+    ('[[tool.entangle-jax.safe_pairs]]\nfirst = "a"\n', "safe_pairs\\[0\\]"),
+    ("[tool.entangle-jax\n", "not valid TOML"),
+  )
+  def test_the_error_names_the_file_and_the_key(self, table, message):
+    with project(table) as path:
+      with self.assertRaisesRegex((ValueError, TypeError), message) as caught:
+        testing.races(SOLVER)
+      if "TOML" not in message:
+        self.assertIn(str(path), str(caught.exception))
+
+
+class InCodeTest(absltest.TestCase):
+  def tearDown(self):
+    _declarations.forget("lib_query*")
+    super().tearDown()
+
+  def test_declare_target_with_a_glob(self):
+    text = calls("lib_query", "lib_query_2")
+    self.assertLen(testing.races(text), 1)
+    declaration = testing.declare_target("lib_query*", mode="read", object=0)
+    self.assertEqual(testing.races(text), [])
+    self.assertIn("lib_query*", str(declaration))
+    # An analysis keeps what was in effect when it was made.
+    kept = testing.OrderAnalysis(text)
+    _declarations.forget("lib_query*")
+    self.assertEqual(kept.races(), [])
+    self.assertLen(testing.races(text), 1)
+
+  def test_the_project_table_wins_over_code(self):
+    testing.declare_target("lib_query*", mode="read")
+    text = calls("lib_query", "lib_query_2")
+    with project('[tool.entangle-jax.targets."lib_query*"]\nmode = "write"\n'):
+      self.assertLen(testing.races(text), 1)
+    self.assertEqual(testing.races(text), [])
+
+  def test_bad_arguments_name_themselves(self):
+    with self.assertRaisesRegex(ValueError, "mode must be one of"):
+      testing.declare_target("x", mode=cast(Any, "rw"))
+    with self.assertRaisesRegex(ValueError, "object must be an operand"):
+      testing.declare_target("x", object=-2)
+    with self.assertRaisesRegex(TypeError, "non-empty str"):
+      testing.declare_target("")
+
+  def test_reports_say_which_declarations_they_applied(self):
+    testing.declare_target("lib_query*", mode="write", object=0)
+    text = calls("lib_query", "lib_query_2")
+    rendered = testing.format_races(testing.races(text))
+    self.assertIn("Declarations applied: `lib_query*` (write", rendered)
+    _declarations.forget("lib_query*")
+    rendered = testing.format_races(testing.races(text))
+    self.assertNotIn("Declarations applied", rendered)  # The control.
+
+
+class EntryPointTest(absltest.TestCase):
+  def test_a_binding_publishes_its_declarations(self):
+    text = calls("pub_read", "pub_read_2")
+    self.assertLen(testing.races(text), 1)
+    with tempfile.TemporaryDirectory() as site:
+      package = pathlib.Path(site) / "pub_binding.py"
+      package.write_text('DECLARATIONS = {"read_targets": ["pub_read*"]}\n')
+      info = pathlib.Path(site) / "pub_binding-1.0.dist-info"
+      info.mkdir()
+      (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: pub-binding\nVersion: 1.0\n"
+      )
+      (info / "entry_points.txt").write_text(
+        f"[{_declarations.ENTRY_POINT_GROUP}]\npub = pub_binding:DECLARATIONS\n"
+      )
+      sys.path.insert(0, site)
+      _declarations._published.cache_clear()
+      try:
+        self.assertEqual(testing.races(text), [])
+        analysis = testing.OrderAnalysis(text)
+        (op, _) = analysis.ops_among()
+        assert op.declaration is not None
+        self.assertIn("entry point pub", op.declaration.source)
+      finally:
+        sys.path.remove(site)
+        sys.modules.pop("pub_binding", None)
+        _declarations._published.cache_clear()
+    self.assertLen(testing.races(text), 1)
+
+
+class DeclarationsObjectTest(absltest.TestCase):
+  def test_an_analysis_takes_declarations_explicitly(self):
+    reads = Declarations(
+      targets=(testing.TargetDeclaration("solve_*", "read", source="test"),)
+    )
+    analysis = testing.OrderAnalysis(SOLVER, declarations=reads)
+    self.assertLen(analysis.races(), 2)  # dot_f64 may write: both solves.
+    self.assertIs(analysis.declarations, reads)
+    with self.assertRaisesRegex(TypeError, "declarations must be"):
+      testing.OrderAnalysis(SOLVER, declarations=cast(Any, {"x": 1}))
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -1,0 +1,353 @@
+"""Object identity: which native object each call touches, proved from the
+module (sameness) or asserted (distinctness), never taken from names
+alone."""
+
+import jax
+import jax.numpy as jnp
+from absl.testing import absltest
+
+from entangle_jax import Resource, entangle, testing
+from entangle_jax.testing import Declarations, TargetDeclaration
+from tests.hand_written_hlo import hlo_module
+from tests.test_util import READ, WRITE, compiled
+
+HANDLES = jnp.arange(12, dtype=jnp.int32)
+
+
+def two_wrappers(first: str, second: str, *, same_handle: bool = True):
+  """Set and get through one Resource, set through another; both built on
+  ``handles[0]`` (or the second on ``handles[1]``)."""
+
+  def fn(handles):
+    a = Resource(handles[0], name=first)
+    b = Resource(handles[0 if same_handle else 1], name=second)
+    a.write(testing.write_slot, 1.0)
+    x = a.read(testing.read_slot)
+    b.write(testing.write_slot, 2.0)
+    return x, a.token, b.token
+
+  return compiled(fn, HANDLES)
+
+
+def per_handle_hazards(count: int, *, ordered=True, name=None, skip=()):
+  """`count` set / get / set sequences, one per element of the handle
+  array; through one unnamed (or `name`d) Resource each when `ordered`,
+  except the handles in `skip`, whose second set takes the first set's
+  token and so is not ordered after the get."""
+
+  def fn(handles):
+    out = []
+    for k in range(count):
+      if ordered and k not in skip:
+        res = Resource(handles[k], name=name)
+        res.write(testing.write_slot, 1.0)
+        out.append(res.read(testing.read_slot))
+        res.write(testing.write_slot, 2.0)
+        out.append(res.token)
+      else:
+        t = testing.write_slot(handles[k], 1.0)
+        out.append(testing.read_slot(t))
+        out.append(testing.write_slot(t, 2.0))
+    return out
+
+  return compiled(fn, HANDLES)
+
+
+def same(a, b) -> bool:
+  """Whether ops `a` and `b` provably touch one object."""
+  (x,), (y,) = a.accesses, b.accesses
+  assert x.object is not None and y.object is not None
+  return x.object.same(y.object)
+
+
+def declared(distinct: bool) -> Declarations:
+  """The store's targets, declared as a third-party binding would: write
+  and read, object operand 0, the write's result the same object."""
+  return Declarations(
+    targets=(
+      TargetDeclaration(WRITE, "write", 0, (0,), distinct, source="test"),
+      TargetDeclaration(READ, "read", 0, (), distinct, source="test"),
+    )
+  )
+
+
+class TwoNamesOnOneHandleTest(absltest.TestCase):
+  def test_two_resources_on_one_handle_race_whatever_their_names(self):
+    c = two_wrappers("wrapper_a", "wrapper_b")
+    found = testing.races(c)
+    # The second wrapper's set against the first's set and get.
+    self.assertLen(found, 2)
+    for race in found:
+      names = {
+        a.resource for op in (race.first, race.second) for a in op.accesses
+      }
+      self.assertEqual(names, {"wrapper_a", "wrapper_b"})
+    text = testing.format_races(found)
+    self.assertIn(
+      "one object under two names, 'wrapper_a' and 'wrapper_b'", text
+    )
+
+  def test_control_two_handles_under_two_names_do_not_race(self):
+    c = two_wrappers("wrapper_a", "wrapper_b", same_handle=False)
+    self.assertEqual(testing.races(c), [])
+
+  def test_control_one_name_on_one_handle_races_too(self):
+    self.assertLen(testing.races(two_wrappers("w", "w")), 2)
+
+  def test_a_handle_passed_twice_is_the_users_assertion(self):
+    # f(h, h): two parameters, one value at run time. The module cannot
+    # know they are equal, so the names decide (docs/proving_order.md).
+    def fn(h1, h2):
+      a, b = Resource(h1, name="a"), Resource(h2, name="b")
+      a.write(testing.write_slot, 1.0)
+      x = a.read(testing.read_slot)
+      b.write(testing.write_slot, 2.0)
+      return x, a.token, b.token
+
+    c = compiled(fn, jnp.int32(0), jnp.int32(0))
+    self.assertEqual(testing.races(c), [])
+
+    # Control: one parameter for both is provably one handle.
+    def same(h):
+      return fn(h, h)
+
+    self.assertLen(testing.races(compiled(same, jnp.int32(0))), 2)
+
+
+class DistinctElementsTest(absltest.TestCase):
+  def test_unnamed_per_handle_resources_give_one_group_with_the_fix(self):
+    c = per_handle_hazards(4)
+    found = testing.races(c)
+    self.assertNotEmpty(found)
+    text = testing.format_races(found)
+    self.assertIn(
+      f"{len(found)} pairs of calls may conflict and run in either order:",
+      text,
+    )
+    self.assertIn("different elements of one array of handles", text)
+    self.assertIn("distinct_elements = true", text)
+    self.assertNotIn("reasons", text)  # One group.
+
+  def test_asserting_distinct_elements_leaves_none(self):
+    c = per_handle_hazards(4)
+    project = Declarations(distinct_elements=True)
+    self.assertEqual(testing.OrderAnalysis(c, declarations=project).races(), [])
+    # Or per target.
+    analysis = testing.OrderAnalysis(c, declarations=declared(True))
+    self.assertEqual(analysis.races(), [])
+
+  def test_control_a_real_hazard_stays_once_distinctness_is_asserted(self):
+    c = per_handle_hazards(4, skip=(2,))
+    found = testing.OrderAnalysis(c, declarations=declared(True)).races()
+    # Handle 2's get and second set, outside any Resource: the one real
+    # hazard (the declared targets name their handles, all distinct).
+    self.assertLen(found, 1)
+    self.assertEqual(
+      {found[0].first.target, found[0].second.target}, {READ, WRITE}
+    )
+
+  def test_one_shared_name_still_needs_the_assertion(self):
+    c = per_handle_hazards(3, name="counters")
+    self.assertNotEmpty(testing.races(c))
+    project = Declarations(distinct_elements=True)
+    self.assertEqual(testing.OrderAnalysis(c, declarations=project).races(), [])
+
+
+class DeclaredTargetsTest(absltest.TestCase):
+  def test_twelve_unordered_hazards_report_their_twelve_real_pairs(self):
+    c = per_handle_hazards(12, ordered=False)
+    analysis = testing.OrderAnalysis(c, declarations=declared(True))
+    found = analysis.races()
+    self.assertLen(found, 12)
+    for race in found:
+      self.assertEqual({race.first.target, race.second.target}, {READ, WRITE})
+      self.assertTrue(same(race.first, race.second))
+    # Control: without distinct elements, every handle may be any other.
+    undistinct = testing.OrderAnalysis(c, declarations=declared(False))
+    self.assertGreater(len(undistinct.races()), 12)
+    # And without declarations at all, every call may write anything.
+    bare = testing.OrderAnalysis(c, declarations=Declarations())
+    self.assertGreater(len(bare.races()), len(undistinct.races()))
+
+  def test_different_constants_are_different_objects(self):
+    def fn():
+      t = testing.write_slot(0, 1.0)
+      x = testing.read_slot(t)
+      testing.write_slot(1, 2.0)  # Another slot: no conflict with x.
+      return x
+
+    self.assertEqual(testing.races(compiled(fn)), [])
+
+    def control():
+      t = testing.write_slot(0, 1.0)
+      x = testing.read_slot(t)
+      testing.write_slot(0, 2.0)  # The same slot.
+      return x
+
+    # The read and the first write, each against the second write.
+    self.assertLen(testing.races(compiled(control)), 2)
+
+
+class FollowedThroughTest(absltest.TestCase):
+  def test_a_scan_carry_is_the_same_object_inside_and_out(self):
+    def fn(h):
+      outside = Resource(h, name="outer")
+      outside.write(testing.write_slot, 1.0)
+
+      def body(t, _):
+        inner = Resource(t, name="inner")
+        inner.write(testing.write_slot, 2.0)
+        return inner.token, None
+
+      t, _ = jax.lax.scan(body, outside.token, None, length=3)
+      return t
+
+    c = compiled(fn, jnp.int32(0))
+    analysis = testing.OrderAnalysis(c)
+    first, *rest = analysis.select_ops(WRITE)
+    self.assertNotEmpty(rest)
+    # Two names, one handle: the carry passes it on through each write.
+    self.assertTrue(same(first, rest[0]))
+    self.assertTrue(analysis.conflict(first, rest[0]))
+    self.assertEqual(testing.races(c), [])  # Ordered by the carry.
+
+    # Control: a body on a handle of its own is another object.
+    def fresh(h):
+      outside = Resource(h, name="outer")
+      outside.write(testing.write_slot, 1.0)
+
+      def body(t, _):
+        inner = Resource(jnp.int32(5), name="inner")
+        inner.write(testing.write_slot, 2.0)
+        return entangle(t, inner.token), None
+
+      t, _ = jax.lax.scan(body, outside.token, None, length=3)
+      return t
+
+    control = testing.OrderAnalysis(compiled(fresh, jnp.int32(0)))
+    first, inner = control.select_ops(WRITE)[:2]
+    self.assertFalse(control.conflict(first, inner))
+
+  def test_a_dynamic_slice_may_be_any_element(self):
+    def fn(handles, k):
+      res = Resource(handles[0], name="a")
+      res.write(testing.write_slot, 1.0)
+      x = res.read(testing.read_slot)
+      other = Resource(jax.lax.dynamic_index_in_dim(handles, k, 0, False))
+      other.write(testing.write_slot, 2.0)
+      return x, res.token, other.token
+
+    c = compiled(fn, HANDLES, jnp.int32(3))
+    project = Declarations(distinct_elements=True)
+    # Element k may be element 0: its unnamed write races with both.
+    self.assertLen(testing.OrderAnalysis(c, declarations=project).races(), 2)
+
+    def control(handles):
+      return fn(handles, 3)  # A constant index: element 3, distinct.
+
+    c = compiled(control, HANDLES)
+    self.assertEqual(testing.OrderAnalysis(c, declarations=project).races(), [])
+
+
+W = "tp_set"
+DECLARED = Declarations(
+  targets=(TargetDeclaration(W, "write", 0, (0,), source="test"),)
+)
+
+
+def call(name: str, operand: str) -> str:
+  return (
+    f'%{name} = s32[] custom-call(%{operand}), custom_call_target="{W}", '
+    "custom_call_has_side_effect=true"
+  )
+
+
+class HandWrittenModulesTest(absltest.TestCase):
+  """The identity rule on constructs, each with a control."""
+
+  def conflict(self, text: str) -> bool:
+    analysis = testing.OrderAnalysis(text, declarations=DECLARED)
+    a, b = analysis.select_ops(W)
+    return analysis.conflict(a, b)
+
+  def test_copies_and_bitcasts_pass_the_handle_on(self):
+    text = hlo_module(
+      "%p = s32[] parameter(0)\n%c = s32[] copy(%p)\n"
+      "%b = s32[1] bitcast(%c)\n%r = s32[] reshape(%b)\n"
+      f"{call('one', 'p')}\n{call('two', 'r')}\n"
+      "%q = s32[] constant(7)"
+    )
+    analysis = testing.OrderAnalysis(text, declarations=DECLARED)
+    a, b = analysis.select_ops(W)
+    self.assertTrue(same(a, b))
+    # Control: another parameter is not provably the same.
+    other = text.replace("copy(%p)", "copy(%q)")
+    analysis = testing.OrderAnalysis(other, declarations=DECLARED)
+    a, b = analysis.select_ops(W)
+    self.assertFalse(same(a, b))
+
+  def test_a_declared_result_hands_back_the_object(self):
+    text = hlo_module(
+      "%p = s32[] parameter(0)\n%k = s32[] constant(1)\n"
+      f"{call('one', 'k')}\n{call('two', 'one')}"
+    )
+    analysis = testing.OrderAnalysis(text, declarations=DECLARED)
+    a, b = analysis.select_ops(W)
+    self.assertTrue(same(a, b))
+    # Control: a result not declared the object is a value of its own.
+    undeclared = Declarations(
+      targets=(TargetDeclaration(W, "write", 0, (), source="test"),)
+    )
+    analysis = testing.OrderAnalysis(text, declarations=undeclared)
+    a, b = analysis.select_ops(W)
+    self.assertFalse(same(a, b))
+
+  def test_constants(self):
+    two = "%a = s32[] constant(1)\n%b = s32[] constant(2)\n"
+    text = hlo_module(f"{two}{call('one', 'a')}\n{call('two', 'b')}")
+    self.assertFalse(self.conflict(text))
+    same = hlo_module(f"{two}{call('one', 'a')}\n{call('two', 'a')}")
+    self.assertTrue(self.conflict(same))  # The control.
+    # Arrays of handles are not told apart by their literals.
+    arrays = hlo_module(
+      "%a = s32[2] constant({0, 1})\n%b = s32[2] constant({1, 2})\n"
+      f"{call('one', 'a')}\n{call('two', 'b')}".replace(
+        "s32[] custom", "s32[2] custom"
+      )
+    )
+    self.assertTrue(self.conflict(arrays))
+
+  def test_loop_state_carried_unchanged(self):
+    body = (
+      "%s = (s32[], s32[]) parameter(0)\n"
+      "%h = s32[] get-tuple-element(%s), index=0\n"
+      "%i = s32[] get-tuple-element(%s), index=1\n"
+      f"{call('inner', 'h')}\n"
+      "ROOT %t = (s32[], s32[]) tuple({carried}, %i)"
+    )
+    condition = (
+      "%c = (s32[], s32[]) parameter(0)\nROOT %f = pred[] constant(false)"
+    )
+
+    def module(carried: str) -> str:
+      return hlo_module(
+        "%p = s32[] parameter(0)\n%z = s32[] constant(0)\n"
+        f"{call('outer', 'p')}\n"
+        "%init = (s32[], s32[]) tuple(%p, %z)\n"
+        "%w = (s32[], s32[]) while(%init), condition=%cond, body=%body",
+        body=body.replace("{carried}", carried),
+        cond=condition,
+      )
+
+    self.assertTrue(self.conflict(module("%h")))
+    # The declared write hands back the object: still the same.
+    self.assertTrue(self.conflict(module("%inner")))
+    # Control: a loop that carries something else holds another value in
+    # later iterations; the body's handle is then not provably the outer.
+    analysis = testing.OrderAnalysis(module("%i"), declarations=DECLARED)
+    outer, inner = analysis.select_ops(W)
+    self.assertFalse(same(outer, inner))
+
+
+if __name__ == "__main__":
+  absltest.main()
