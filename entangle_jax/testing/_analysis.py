@@ -343,13 +343,29 @@ class OrderAnalysis:
     ops = self.ops_among(among)
     order, sites = self._order_of(ops)
     pairs = order.races(sites, [op.accesses for op in ops])
+    found = [Race(ops[a], ops[b]) for a, b in pairs]
+    if self.module.devices > 1:
+      found += self._across_devices(ops, set(pairs))
+    if not self.declarations.safe_pairs:
+      return found
     safe = self.declarations.safe
-    return [
-      Race(ops[a], ops[b])
-      for a, b in pairs
-      if not self.declarations.safe_pairs
-      or safe(ops[a].target, ops[b].target) is None
-    ]
+    return [r for r in found if safe(r.first.target, r.second.target) is None]
+
+  def _across_devices(self, ops: Sequence[Op], known: set) -> list[Race]:
+    """The device rule: an SPMD module runs on every device at once, and
+    nothing in it orders a call on one device with a call on another. So
+    two calls on targets declared shared across devices that may conflict
+    race, a call with itself included, unless they already race on one
+    device. (Collectives between them are not counted: conservative.)"""
+    shared = [k for k, op in enumerate(ops) if op.shared_across_devices]
+    found = []
+    for n, a in enumerate(shared):
+      for b in shared[n:]:
+        if (a, b) in known or (b, a) in known:
+          continue
+        if access.conflict_across_devices(ops[a].accesses, ops[b].accesses):
+          found.append(Race(ops[a], ops[b], across_devices=True))
+    return found
 
   @_gc.without_gc
   def hasse(self, ops: Sequence[Op]) -> tuple[list[Op], list[tuple[int, int]]]:

@@ -51,11 +51,18 @@ native.register_handlers(_native, _TARGETS, ["cpu"])
 # read_slot only reads the store: two unordered reads are no race.
 # What a binding declares about its own targets: each call touches the
 # slots its first operand names, and a write returns that slot id as the
-# token for the next call. (Distinct constants name distinct slots; the
+# token for the next call. Distinct constants name distinct slots; the
 # elements of one slot array may repeat a slot, so they are not declared
-# distinct.)
-declare_target(WRITE_SLOT_TARGET, mode="write", object=0, returns_object=[0])
-declare_target(READ_SLOT_TARGET, mode="read", object=0)
+# distinct. The store is one table in host memory for every CPU device (on
+# CUDA, one per device, but the declaration describes the CPU store).
+declare_target(
+  WRITE_SLOT_TARGET,
+  mode="write",
+  object=0,
+  returns_object=[0],
+  devices="shared",
+)
+declare_target(READ_SLOT_TARGET, mode="read", object=0, devices="shared")
 _cuda = load_cuda()
 if _cuda is not None:
   native.register_handlers(_cuda, _TARGETS, ["CUDA"])

@@ -149,10 +149,11 @@ class NamedResourceTest(parameterized.TestCase):
 class TransformsTest(parameterized.TestCase):
   """Resource's record of each call survives jit's neighbours."""
 
-  def check(self, c, name="r"):
+  def check(self, c, name="r", races=True):
     self.assertEqual(accesses(c, WRITE), {(Access(name, "write"),)})
     self.assertEqual(accesses(c, READ), {(Access(name, "read"),)})
-    self.assertEqual(testing.races(c), [])
+    if races:
+      self.assertEqual(testing.races(c), [])
 
   def test_scan_and_while_loop(self):
     def scanned(token):
@@ -193,7 +194,30 @@ class TransformsTest(parameterized.TestCase):
       jnp.arange(test_util.NUM_CPU_DEVICES, dtype=jnp.int32),
       NamedSharding(mesh, P("x")),
     )
-    self.check(jax.jit(fn).lower(tokens).compile())
+    c = jax.jit(fn).lower(tokens).compile()
+    # The store is one table for every CPU device, and nothing says the
+    # devices' shards of `tokens` are different slots: every write may
+    # meet a write or read of another device (objects_test's device rule).
+    across = testing.races(c)
+    self.assertNotEmpty(across)
+    self.assertTrue(all(race.across_devices for race in across))
+    # Asserted, the shards are distinct slots. What is left is real: the
+    # read of slot `t + 1` on device d meets device d + 1's writes of it.
+    distinct = dataclasses.replace(
+      testing.declarations_in_effect(), distinct_elements=True
+    )
+    left = testing.OrderAnalysis(c, declarations=distinct).races()
+    self.assertLen(left, 2)
+    for race in left:
+      # One of the two is that read: its slot is computed, not the shard.
+      computed = [
+        op
+        for op in (race.first, race.second)
+        for a in op.accesses
+        if a.object is not None and not a.object.tiled
+      ]
+      self.assertEqual([op.target for op in computed], [READ])
+    self.check(c, races=False)
 
   def test_export_serialize_deserialize_compile(self):
     checks = [

@@ -2,16 +2,22 @@
 module (sameness) or asserted (distinctness), never taken from names
 alone."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 from absl.testing import absltest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from entangle_jax import Resource, entangle, testing
 from entangle_jax.testing import Declarations, TargetDeclaration
+from tests import test_util
 from tests.hand_written_hlo import hlo_module
 from tests.test_util import READ, WRITE, compiled
 
-HANDLES = jnp.arange(12, dtype=jnp.int32)
+HANDLES = np.arange(12, dtype=np.int32)
 
 
 def two_wrappers(first: str, second: str, *, same_handle: bool = True):
@@ -247,6 +253,56 @@ class FollowedThroughTest(absltest.TestCase):
 
     c = compiled(control, HANDLES)
     self.assertEqual(testing.OrderAnalysis(c, declarations=project).races(), [])
+
+
+def on_every_device(slot_of):
+  """A shard_map over the 8 CPU devices: each writes, then reads, the
+  slot `slot_of(shard)` names."""
+  mesh = jax.make_mesh((test_util.NUM_CPU_DEVICES,), ("d",))
+
+  def body(shard):
+    t = testing.write_slot(slot_of(shard), shard.astype(jnp.float32))
+    return testing.read_slot(t)
+
+  fn = jax.shard_map(body, mesh=mesh, in_specs=P("d"), out_specs=P("d"))
+  ids = jax.device_put(
+    jnp.arange(test_util.NUM_CPU_DEVICES, dtype=jnp.int32),
+    NamedSharding(mesh, P("d")),
+  )
+  return jax.jit(fn).lower(ids).compile()
+
+
+class DevicesTest(absltest.TestCase):
+  def test_one_host_slot_written_from_every_device_is_reported(self):
+    c = on_every_device(lambda shard: jnp.zeros_like(shard))
+    self.assertEqual(testing.OrderAnalysis(c).module.devices, 8)
+    found = testing.races(c)
+    self.assertTrue(found and all(r.across_devices for r in found))
+    # The write with itself (on two devices), and with the read.
+    self.assertIn((found[0].first.name, found[0].first.name), found)
+    self.assertIn("on another device", testing.format_races(found))
+
+  def test_control_a_per_device_target_does_not_race_across(self):
+    c = on_every_device(lambda shard: jnp.zeros_like(shard))
+    per_device = Declarations(
+      targets=(
+        TargetDeclaration(WRITE, "write", 0, (0,), source="test"),
+        TargetDeclaration(READ, "read", 0, (), source="test"),
+      )
+    )
+    self.assertEqual(
+      testing.OrderAnalysis(c, declarations=per_device).races(), []
+    )
+
+  def test_each_device_on_its_own_shard_needs_distinct_elements(self):
+    c = on_every_device(lambda shard: shard)
+    self.assertNotEmpty(testing.races(c))  # Shards may repeat a slot.
+    distinct = dataclasses.replace(
+      testing.declarations_in_effect(), distinct_elements=True
+    )
+    self.assertEqual(
+      testing.OrderAnalysis(c, declarations=distinct).races(), []
+    )
 
 
 W = "tp_set"

@@ -107,6 +107,13 @@ def attribute_fields(
     side_effect = attributes.word("custom_call_has_side_effect")
     fields["side_effect"] = side_effect == "true"
     fields["aliased_operands"] = attributes.aliased_operands()
+  if opcode == "parameter" and attributes.has("sharding"):
+    sharding = attributes.word("sharding") or ""
+    fields["tiled"] = (
+      "devices=" in sharding
+      and "replicate" not in sharding
+      and "maximal" not in sharding
+    )
   if opcode == "slice" and (found := _SLICE.search(masked)):
     fields["slice_starts"] = tuple(
       int(start) for start in _SLICE_START.findall(found.group(1))

@@ -70,6 +70,9 @@ class Instruction:
   """A ``constant``'s literal as written (``3``, ``{0, 1}``)."""
   slice_starts: tuple[int, ...] | None = None
   """A ``slice``'s start index in each dimension."""
+  tiled: bool = False
+  """A parameter whose sharding splits it over the devices with no
+  replication: each device holds different elements of it."""
 
   @property
   def dims(self) -> tuple[int, ...] | None:

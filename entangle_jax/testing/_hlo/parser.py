@@ -31,6 +31,8 @@ _TABLE_NAME = re.compile(r"[A-Z][A-Za-z]*")
 _TABLE_ROW = re.compile(r"(\d+)\s+(.*)")
 _FIELD = re.compile(r"(\w+)=(\d+)")
 _SCHEDULED = re.compile(r"\bis_scheduled=true\b")
+_PARTITIONS = re.compile(r"\bnum_partitions=(\d+)")
+_REPLICAS = re.compile(r"\breplica_count=(\d+)")
 
 NOT_SCHEDULED = (
   "the order analysis reads XLA's optimized, scheduled module, the one that "
@@ -46,6 +48,10 @@ class Module:
 
   computations: dict[str, list[Instruction]]
   entry: str
+  devices: int = 1
+  """How many devices run the module at once: its ``HloModule`` line's
+  ``num_partitions`` times its ``replica_count`` (an SPMD module runs on
+  every device of its mesh)."""
 
 
 def parse(text: str) -> Module:
@@ -70,6 +76,7 @@ def parse(text: str) -> Module:
   name = ""
   table: dict[int, str] | None = None
   header_seen = False
+  devices = 1
   for number, raw in enumerate(lines, 1):
     line = raw.strip()
     if line.startswith("//"):  # A comment line, which XLA's lexer skips.
@@ -85,6 +92,7 @@ def parse(text: str) -> Module:
     elif not header_seen:
       _check_header(line, number)
       header_seen = True
+      devices = _devices(line)
     elif (header := _COMPUTATION.match(line)) and line.endswith("{"):
       name = header.group(2)
       if name in computations:
@@ -108,7 +116,16 @@ def parse(text: str) -> Module:
     raise ValueError("HLO text: no ENTRY computation")
   _check_references(computations, lines)
   _check_no_recursion(computations, lines)
-  return Module(computations, entry)
+  return Module(computations, entry, devices)
+
+
+def _devices(header: str) -> int:
+  masked = mask_strings(header)[0]
+  count = 1
+  for pattern in (_PARTITIONS, _REPLICAS):
+    if found := pattern.search(masked):
+      count *= max(1, int(found.group(1)))
+  return count
 
 
 def _check_header(line: str, number: int) -> None:

@@ -261,6 +261,30 @@ def conflict(a: tuple[Access, ...], b: tuple[Access, ...]) -> bool:
   )
 
 
+def _conflicting_across_devices(x: Access, y: Access) -> bool:
+  """The identity rule for two accesses made on different devices of one
+  SPMD module, one of them writing: different names or
+  `objects.ObjectRef.distinct_across_devices` are evidence of different
+  objects; anything else may be one."""
+  if x.resource and y.resource and x.resource != y.resource:
+    return False
+  if x.object is not None and y.object is not None:
+    return not x.object.distinct_across_devices(y.object)
+  return True
+
+
+def conflict_across_devices(
+  a: tuple[Access, ...], b: tuple[Access, ...]
+) -> bool:
+  """Whether calls with accesses `a` and `b`, on two different devices of
+  one SPMD module, may conflict."""
+  return any(
+    "write" in (x.mode, y.mode) and _conflicting_across_devices(x, y)
+    for x in a
+    for y in b
+  )
+
+
 class ConflictMasks:
   """For each call, the mask of the bits of the calls it may conflict with:
   `conflict`, the one rule, precomputed as masks for speed (the two agree

@@ -82,14 +82,20 @@ class ObjectFinder:
     position = computation.index[i.operands[operand]]
     root, element = self._root(i.computation, position, (), True)
     declaration = self._declarations.for_target(i.target)
-    distinct = (
-      declaration.distinct_elements
-      if declaration is not None and declaration.object is not None
-      else self._declarations.distinct_elements
+    distinct = self._declarations.distinct_elements or (
+      declaration is not None and declaration.distinct_elements
     )
     dims = computation.instructions[position].dims
     scalar = dims is not None and all(d == 1 for d in dims)
-    return ObjectRef(root, element, distinct, scalar)
+    return ObjectRef(root, element, distinct, scalar, self._tiled(root))
+
+  def _tiled(self, root: Root) -> bool:
+    """Whether `root` is an entry parameter split over the devices."""
+    if root[0] != "value" or root[1] != self._module.entry or root[3]:
+      return False
+    computation = self._dataflow.computation(root[1])
+    found = computation.instructions[computation.index[root[2]]]
+    return found.opcode == "parameter" and found.tiled
 
   def _prepare(self, name: str) -> None:
     """Finds the roots of the custom calls of computation `name` in text

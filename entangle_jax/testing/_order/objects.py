@@ -36,6 +36,9 @@ class ObjectRef:
   element: int | None = None
   distinct_elements: bool = False
   scalar: bool = False
+  tiled: bool = False
+  """Whether `root` is an entry parameter split over the devices of an
+  SPMD module: each device holds other elements of it."""
 
   def same(self, other: ObjectRef) -> bool:
     """Whether the two provably name (or share) one object: one value, and
@@ -67,14 +70,26 @@ class ObjectRef:
       and other.distinct_elements
     )
 
+  def distinct_across_devices(self, other: ObjectRef) -> bool:
+    """Whether there is evidence that the two name different objects when
+    they run on two different devices of one SPMD module: `distinct`'s,
+    or different shards of one split parameter declared to hold distinct
+    handles. (The same value on two devices is not one object unless it
+    is a constant; without evidence, the two may be one.)"""
+    if self.root == other.root and self.tiled and other.tiled:
+      return self.distinct_elements and other.distinct_elements
+    return self.distinct(other)
+
   def may_differ_by_element(self, other: ObjectRef) -> bool:
     """Whether the two are different elements of one array, which only a
     ``distinct_elements`` declaration tells apart."""
-    return (
-      self.root == other.root
-      and self.element is not None
-      and other.element is not None
-      and self.element != other.element
+    return self.root == other.root and (
+      self.tiled
+      or (
+        self.element is not None
+        and other.element is not None
+        and self.element != other.element
+      )
     )
 
   def __str__(self) -> str:

@@ -66,6 +66,13 @@ class Op:
     return access.without_markers(self.instruction.op_name)
 
   @property
+  def shared_across_devices(self) -> bool:
+    """Whether its target is declared ``devices = "shared"``: one object
+    for every device, so its copies on the devices of an SPMD module may
+    conflict with each other."""
+    return self.declaration is not None and self.declaration.devices == "shared"
+
+  @property
   def backward(self) -> bool:
     """Whether the op is a backward-pass op (under ``transpose(...)``)
     that JAX gave the ``Resource`` record of a forward call: the record is
@@ -134,9 +141,16 @@ class Race(tuple[str, str]):
 
   first: Op
   second: Op
+  across_devices: bool
+  """Whether the two run on different devices of an SPMD module (on a
+  target declared shared across devices); ``first`` may then be
+  ``second``, the same call on two devices."""
 
-  def __new__(cls, first: Op, second: Op) -> Race:
+  def __new__(
+    cls, first: Op, second: Op, *, across_devices: bool = False
+  ) -> Race:
     race = super().__new__(cls, (first.name, second.name))
     race.first = first
     race.second = second
+    race.across_devices = across_devices
     return race

@@ -8,11 +8,12 @@ from collections.abc import Sequence
 
 from entangle_jax.testing._order.ops import Op, Race
 
-FIX_HINT = (
-  "Usual fix: make the later call consume a value computed from the earlier "
-  "call's result, e.g. `token = entangle(token, x)` with the read's result "
-  "`x` before the write."
+ORDER_FIX = (
+  "make the later call consume a value computed from the earlier call's "
+  "result, e.g. `token = entangle(token, x)` with the read's result `x` "
+  "before the write."
 )
+FIX_HINT = "Usual fix: " + ORDER_FIX
 
 
 ANY_RESOURCE_NOTE = (
@@ -42,6 +43,17 @@ class Cause:
 
 def cause_of(race: Race) -> Cause:
   """The most likely reason `race` is reported."""
+  if race.across_devices:
+    return Cause(
+      2,
+      "on another device: calls of this SPMD module on two devices, on "
+      "targets declared shared across devices, which nothing in one "
+      "module orders",
+      "give each device its own object (a handle per shard, and "
+      "`distinct_elements = true`), declare the targets `devices = "
+      '"per-device"` if each device has its own state, or order the '
+      "devices' calls outside this module.",
+    )
   pairs = [
     (x, y)
     for x in race.first.accesses
@@ -58,16 +70,16 @@ def cause_of(race: Race) -> Cause:
           0,
           f"one object under two names, {one!r} and {two!r}: "
           "two Resources were built on one handle",
-          "Give every Resource of one handle the same name, or share one "
-          "Resource, so that its calls keep program order. " + FIX_HINT,
+          "give every Resource of one handle the same name, or share one "
+          "Resource, so that its calls keep program order; or " + ORDER_FIX,
         )
-      return Cause(1, "the same object, and nothing orders them", FIX_HINT)
+      return Cause(1, "the same object, and nothing orders them", ORDER_FIX)
   if race.first.backward or race.second.backward:
     return Cause(
       2,
       "a backward-pass call (a custom_vjp backward rule, under "
       "transpose(...)) is not covered by the forward call's Resource",
-      "Make the native calls of the backward rule through a Resource "
+      "make the native calls of the backward rule through a Resource "
       "(res.read / res.write on the token the forward pass saved), so "
       "that they are ordered with the forward pass's calls.",
     )
@@ -89,7 +101,7 @@ def cause_of(race: Race) -> Cause:
         4,
         "may be one object: different elements of one array of handles, "
         "which nothing declares distinct",
-        "If distinct elements of that array hold distinct handles, say "
+        "if distinct elements of that array hold distinct handles, say "
         "so: `distinct_elements = true` in the [tool.entangle-jax] table "
         "of pyproject.toml (or for the target: declare_target(target, "
         "object=0, distinct_elements=True)); or give each Resource its own "
@@ -98,9 +110,9 @@ def cause_of(race: Race) -> Cause:
   return Cause(
     5,
     "may be one object: nothing says their handles differ",
-    "If they touch different objects, give their Resources different "
+    "if they touch different objects, give their Resources different "
     "names, or declare what the targets touch (declare_target(target, "
-    "object=..., ...)). Otherwise: " + FIX_HINT,
+    "object=..., ...)); otherwise " + ORDER_FIX,
   )
 
 
@@ -157,8 +169,9 @@ def format_races(
       lines.append(f"{cause.headline}:")
     shown = members if shown_per_group is None else members[:shown_per_group]
     for race in shown:
+      other = ", on another device," if race.across_devices else ""
       lines.append(f"  {_with_access(race.first)}")
-      lines.append(f"    and {_with_access(race.second)}")
+      lines.append(f"    and{other} {_with_access(race.second)}")
     if len(shown) < len(members):
       lines.append(
         f"  ... and {len(members) - len(shown)} more pairs like these "
