@@ -5,9 +5,12 @@ control that the same program without it answers otherwise."""
 import contextlib
 import os
 import pathlib
+import re
 import sys
 import tempfile
 import textwrap
+import tomllib
+import unittest
 from typing import Any, cast
 
 from absl.testing import absltest, parameterized
@@ -15,6 +18,7 @@ from absl.testing import absltest, parameterized
 from entangle_jax import testing
 from entangle_jax.testing import Declarations, _declarations
 from tests.hand_written_hlo import hlo_module
+from tools import rule_docs
 
 
 def calls(*targets: str, side_effect: bool = False) -> str:
@@ -243,6 +247,31 @@ class DeclarationsObjectTest(absltest.TestCase):
     self.assertIs(analysis.declarations, reads)
     with self.assertRaisesRegex(TypeError, "declarations must be"):
       testing.OrderAnalysis(SOLVER, declarations=cast(Any, {"x": 1}))
+
+
+class PageTest(absltest.TestCase):
+  def setUp(self):
+    super().setUp()
+    if not rule_docs.PAGE.is_file():
+      raise unittest.SkipTest("no docs/ beside tests/")
+    self.text = rule_docs.PAGE.read_text()
+
+  def test_the_pages_tables_are_valid_declarations(self):
+    blocks = re.findall(r"```toml\n(.*?)```", self.text, re.S)
+    self.assertGreaterEqual(len(blocks), 2)
+    for block in blocks:
+      table = tomllib.loads(block)["tool"]["entangle-jax"]
+      declared = _declarations.from_table(table, "docs/proving_order.md")
+      self.assertTrue(declared.targets or declared.distinct_elements)
+
+  def test_the_page_lists_every_key(self):
+    self.assertEqual(
+      rule_docs.block_text(self.text, "declarations"),
+      _declarations.markdown(),
+      f"run {rule_docs.COMMAND}",
+    )
+    keys = re.findall(r"^\| `(\w+)` \|", _declarations.markdown(), re.M)
+    self.assertEqual(set(keys), _declarations._TARGET_KEYS)
 
 
 if __name__ == "__main__":

@@ -87,15 +87,23 @@ class ObjectFinder:
     )
     dims = computation.instructions[position].dims
     scalar = dims is not None and all(d == 1 for d in dims)
-    return ObjectRef(root, element, distinct, scalar, self._tiled(root))
+    argument = self._argument(root)
+    return ObjectRef(
+      root,
+      element,
+      distinct,
+      scalar,
+      argument is not None and argument.tiled,
+      argument.op_name if argument is not None else "",
+    )
 
-  def _tiled(self, root: Root) -> bool:
-    """Whether `root` is an entry parameter split over the devices."""
+  def _argument(self, root: Root) -> Instruction | None:
+    """The entry parameter that `root` is, if it is one (all of it)."""
     if root[0] != "value" or root[1] != self._module.entry or root[3]:
-      return False
+      return None
     computation = self._dataflow.computation(root[1])
     found = computation.instructions[computation.index[root[2]]]
-    return found.opcode == "parameter" and found.tiled
+    return found if found.opcode == "parameter" else None
 
   def _prepare(self, name: str) -> None:
     """Finds the roots of the custom calls of computation `name` in text

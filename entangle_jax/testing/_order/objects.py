@@ -39,6 +39,9 @@ class ObjectRef:
   tiled: bool = False
   """Whether `root` is an entry parameter split over the devices of an
   SPMD module: each device holds other elements of it."""
+  label: str = dataclasses.field(default="", compare=False)
+  """How reports name `root`: the argument's name for an entry parameter
+  that JAX named, else the instruction (``%add.3``)."""
 
   def same(self, other: ObjectRef) -> bool:
     """Whether the two provably name (or share) one object: one value, and
@@ -96,5 +99,5 @@ class ObjectRef:
     if self.root[0] == "constant":
       return f"constant {self.root[1]}"
     _, _, name, path = self.root
-    text = f"%{name}" + "".join(f"{{{p}}}" for p in path)
+    text = (self.label or f"%{name}") + "".join(f"{{{p}}}" for p in path)
     return text if self.element is None else f"{text}[{self.element}]"
