@@ -48,7 +48,7 @@ nitpicky = True
 # (intersphinx), and the build works offline. Everything of ours must resolve.
 nitpick_ignore_regex = [
   ("py:.*", r"(jax|jaxlib|numpy|np|jnp)(\..*)?"),
-  ("py:.*", r"(collections\.abc|typing)\..*"),
+  ("py:.*", r"(collections\.abc|typing|os)\..*"),
   ("py:.*", r"(Array|ArrayLike|Compiled|Lowered|PyTree|Callable)"),
   # A type variable (entangle's result has its payload's type) and a
   # private parser type in Op's fields: neither has a page to link to.

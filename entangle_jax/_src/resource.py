@@ -58,11 +58,16 @@ class Resource:
         scalars) with at least one leaf. Calls recorded later are ordered
         after whatever produced it, and nothing else.
       name: which native resource this is, for `entangle_jax.testing`:
-        calls of ``Resource`` objects with different names never conflict.
-        Give every ``Resource`` of one native resource the same name (a
-        ``scan`` body's and the one outside it, say). Without a name, it
-        may be any resource: its writes conflict with every native call,
-        its reads with every write.
+        calls of ``Resource`` objects with different names do not
+        conflict, unless the compiled module proves their tokens one
+        handle (two ``Resource`` objects built on one token are one
+        object, whatever their names). Give every ``Resource`` of one
+        native resource the same name (a ``scan`` body's and the one
+        outside it, say). Without a name, it may be any resource that
+        nothing tells apart: its writes conflict with every such native
+        call, its reads with every such write. The analysis takes the
+        first operand of each native call made through it as the one that
+        names the object: pass the token first.
 
     Raises:
       TypeError: a leaf of ``token`` is not an array (the message names

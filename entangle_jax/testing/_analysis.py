@@ -153,6 +153,7 @@ class OrderAnalysis:
       )
     self.declarations = declarations
     """The declarations this analysis applies."""
+    self._finder: ObjectFinder | None = None
     self._shared = _parsed(module_text(compiled))
     self.module, self._dataflow = self._shared.module, self._shared.dataflow
     self._all_ops = all_ops
@@ -183,7 +184,9 @@ class OrderAnalysis:
     declaration = self.declarations.for_target(i.target)
     found = None
     if i.opcode == "custom-call":
-      found = self._shared.objects(self.declarations).object_of(i)
+      if self._finder is None:
+        self._finder = self._shared.objects(self.declarations)
+      found = self._finder.object_of(i)
     return access.accesses_of(
       i.op_name, i.target, declaration, self._read_targets, found
     )

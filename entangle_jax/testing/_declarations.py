@@ -130,7 +130,17 @@ class Declarations:
     """The declaration that applies to `target`, or None."""
     if target is None:
       return None
-    return _first_match(self.targets, target)
+    found = self._found
+    if target not in found:
+      found[target] = _first_match(self.targets, target)
+    return found[target]
+
+  @functools.cached_property
+  def _found(self) -> dict[str, TargetDeclaration | None]:
+    # The answers so far: a module asks about each target thousands of
+    # times. (Stored in the instance's __dict__; equality and hash see
+    # only the fields.)
+    return {}
 
   def safe(self, a: str | None, b: str | None) -> SafePair | None:
     """The safe pair that covers targets `a` and `b`, or None."""
@@ -203,6 +213,16 @@ def declare_target(
   return declaration
 
 
+def set_mode(pattern: str, mode: TargetMode) -> None:
+  """Declares the mode of `pattern` in code, keeping the rest of its code
+  declaration (a new one if there is none)."""
+  current = _in_code.get(pattern)
+  if current is None:
+    declare_target(pattern, mode=mode)
+  else:
+    _in_code[pattern] = dataclasses.replace(current, mode=mode)
+
+
 def code_read_targets() -> frozenset[str]:
   """The target names declared ``"read"`` in code, now."""
   return frozenset(p for p, d in _in_code.items() if d.mode == "read")
@@ -224,24 +244,35 @@ def find_pyproject(
   here = pathlib.Path(start if start is not None else os.getcwd()).resolve()
   for directory in (here, *here.parents):
     candidate = directory / "pyproject.toml"
-    if candidate.is_file() and "entangle-jax" in candidate.read_text():
-      table = _read_toml(candidate).get("tool", {}).get("entangle-jax")
-      if table is not None:
-        return candidate
+    try:
+      mtime = candidate.stat().st_mtime
+    except OSError:
+      continue
+    if _table(str(candidate), mtime) is not None:
+      return candidate
   return None
 
 
-def _read_toml(path: pathlib.Path) -> dict[str, Any]:
+@functools.lru_cache(maxsize=32)
+def _table(path: str, mtime: float) -> Any:
+  """The ``[tool.entangle-jax]`` table of the file at `path`, or None;
+  read once per modification time."""
+  del mtime  # Part of the key: an edited file is read again.
+  text = pathlib.Path(path).read_text()
+  if "entangle-jax" not in text:
+    return None
   try:
-    return tomllib.loads(path.read_text())
+    parsed = tomllib.loads(text)
   except tomllib.TOMLDecodeError as error:
     raise ValueError(f"{path}: not valid TOML: {error}") from None
+  tool = parsed.get("tool", {})
+  return tool.get("entangle-jax") if isinstance(tool, dict) else None
 
 
 @functools.lru_cache(maxsize=8)
 def _project(path: str, mtime: float) -> Declarations:
-  del mtime  # Part of the key: an edited file is read again.
-  table = _read_toml(pathlib.Path(path))["tool"]["entangle-jax"]
+  table = _table(path, mtime)
+  assert table is not None
   return from_table(table, path)
 
 

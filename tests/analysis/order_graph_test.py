@@ -155,12 +155,12 @@ class DemoProgramTest(parameterized.TestCase):
       node.label, (READ, read.access_text, read.scope, read.location)
     )
     # The store declares its read: it reads the slot its operand names.
-    self.assertRegex(read.access_text, r"^reads object %")
+    self.assertRegex(read.access_text, r"^reads object \S+$")
     self.assertIn("/read/", node.label[2])
     self.assertRegex(node.label[3], r"\.py:\d+$")  # Which frame: see Op.
     self.assertTrue(node.reads)
     (write,) = [n for n in graph.nodes if n.name != read.name][:1]
-    self.assertRegex(write.label[1], r"^writes object %")
+    self.assertRegex(write.label[1], r"^writes object \S+$")
     self.assertFalse(write.reads)
 
 

@@ -63,16 +63,19 @@ UNKNOWN = (Access(None, "write"),)
 def declare_target_mode(target: str, mode: Mode) -> None:
   """Declares whether calls to custom-call target `target` only read.
 
-  ``races`` and ``order_graph`` count a call to a target declared
-  ``"read"`` as reading (any resource): two such calls never conflict, and
-  one conflicts with every call that may write. A target never declared,
-  or declared ``"write"`` (which undoes ``"read"``), may write any
-  resource. Calls made through ``Resource.read`` and ``Resource.write``
-  have their method's mode instead. The declaration holds for the whole
-  process, like the FFI registration of the target it describes. Loading
-  the example store (``entangle_jax.testing.example_store``, which the
-  first use of ``entangle_jax.testing.write_slot`` or its siblings does)
-  declares its ``entangle_jax_read_slot`` a read.
+  The short form of `entangle_jax.testing.declare_target`: ``races`` and
+  ``order_graph`` count a call to a target declared ``"read"`` as reading
+  its object (with no object operand declared, anything): two such calls
+  never conflict, and one conflicts with every call that may write it. A
+  target never declared, or declared ``"write"`` (which undoes
+  ``"read"``, keeping the rest of its declaration), may write. Calls made
+  through ``Resource.read`` and ``Resource.write`` have their method's
+  mode instead. The declaration holds for the whole process, like the FFI
+  registration of the target it describes; a project's ``pyproject.toml``
+  table overrides it. Loading the example store
+  (``entangle_jax.testing.example_store``, which the first use of
+  ``entangle_jax.testing.write_slot`` or its siblings does) declares its
+  targets.
 
   Raises:
     TypeError: `target` is not a str.
@@ -85,11 +88,7 @@ def declare_target_mode(target: str, mode: Mode) -> None:
     raise ValueError("target must not be empty")
   if mode not in MODES:
     raise ValueError(f"mode must be 'read' or 'write', not {mode!r}")
-  current = _declarations._in_code.get(target)
-  if current is None:
-    _declarations.declare_target(target, mode=mode)
-  else:
-    _declarations._in_code[target] = dataclasses.replace(current, mode=mode)
+  _declarations.set_mode(target, mode)
 
 
 def declared_read_targets() -> frozenset[str]:
@@ -174,7 +173,14 @@ def marks(op_name: str) -> Marks:
       own.append(Access(name, mode))
     elif not rematted:
       inherited.append(Access(name, mode))
+  if not own and not inherited:
+    return _NO_MARKS
   return Marks(tuple(own), tuple(inherited))
+
+
+def has_marks(op_name: str) -> bool:
+  """Whether `op_name` holds any ``Resource`` record, own or copied."""
+  return marks(op_name) is not _NO_MARKS
 
 
 def marked_accesses(op_name: str) -> tuple[Access, ...]:

@@ -66,7 +66,7 @@ class ObjectFinder:
     declaration = self._declarations.for_target(i.target)
     if declaration is not None and declaration.object is not None:
       operand = declaration.object
-    elif access.marks(i.op_name) != access.Marks():
+    elif access.has_marks(i.op_name):
       operand = 0  # Resource passes the token first.
     else:
       return None
