@@ -195,6 +195,7 @@ class TransformsTest(parameterized.TestCase):
       NamedSharding(mesh, P("x")),
     )
     c = jax.jit(fn).lower(tokens).compile()
+    self.check(c, races=False)  # The markers survived.
     # The store is one table for every CPU device, and nothing says the
     # devices' shards of `tokens` are different slots: every write may
     # meet a write or read of another device (objects_test's device rule).
@@ -207,6 +208,11 @@ class TransformsTest(parameterized.TestCase):
       testing.declarations_in_effect(), distinct_elements=True
     )
     left = testing.OrderAnalysis(c, declarations=distinct).races()
+    if "sharding={devices=" not in testing.module_text(c):
+      # Newer XLA drops how arguments are split: shards cannot be told
+      # apart, and the pairs stay (docs/proving_order.md, Several devices).
+      self.assertEqual(left, across)
+      return
     self.assertLen(left, 2)
     for race in left:
       # One of the two is that read: its slot is computed, not the shard.
@@ -217,7 +223,6 @@ class TransformsTest(parameterized.TestCase):
         if a.object is not None and not a.object.tiled
       ]
       self.assertEqual([op.target for op in computed], [READ])
-    self.check(c, races=False)
 
   def test_export_serialize_deserialize_compile(self):
     checks = [

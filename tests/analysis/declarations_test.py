@@ -2,13 +2,11 @@
 pyproject.toml, `declare_target` in code, and entry points; each with a
 control that the same program without it answers otherwise."""
 
-import contextlib
 import os
 import pathlib
 import re
 import sys
 import tempfile
-import textwrap
 import tomllib
 import unittest
 from typing import Any, cast
@@ -18,6 +16,7 @@ from absl.testing import absltest, parameterized
 from entangle_jax import testing
 from entangle_jax.testing import Declarations, _declarations
 from tests.hand_written_hlo import hlo_module
+from tests.temp_project import project
 from tools import rule_docs
 
 
@@ -33,24 +32,6 @@ def calls(*targets: str, side_effect: bool = False) -> str:
 
 
 SOLVER = calls("solve_f64", "solve_f64_2", "dot_f64")
-
-
-@contextlib.contextmanager
-def project(table: str):
-  """A working directory below a pyproject.toml holding `table`."""
-  with tempfile.TemporaryDirectory() as root:
-    top = pathlib.Path(root)
-    (top / "pyproject.toml").write_text(
-      '[project]\nname = "user-project"\n\n' + textwrap.dedent(table)
-    )
-    below = top / "src" / "pkg"
-    below.mkdir(parents=True)
-    here = os.getcwd()
-    os.chdir(below)
-    try:
-      yield top / "pyproject.toml"
-    finally:
-      os.chdir(here)
 
 
 class PyprojectTest(absltest.TestCase):

@@ -15,6 +15,7 @@ from entangle_jax import Resource, entangle, testing
 from entangle_jax.testing import Declarations, TargetDeclaration
 from tests import test_util
 from tests.hand_written_hlo import hlo_module
+from tests.temp_project import project
 from tests.test_util import READ, WRITE, compiled
 
 HANDLES = np.arange(12, dtype=np.int32)
@@ -175,6 +176,27 @@ class DeclaredTargetsTest(absltest.TestCase):
     bare = testing.OrderAnalysis(c, declarations=Declarations())
     self.assertGreater(len(bare.races()), len(undistinct.races()))
 
+  def test_the_same_declarations_from_pyproject(self):
+    table = f"""
+    [tool.entangle-jax.targets.{WRITE}]
+    mode = "write"
+    object = 0
+    returns_object = [0]
+    distinct_elements = true
+
+    [tool.entangle-jax.targets.{READ}]
+    mode = "read"
+    object = 0
+    distinct_elements = true
+    """
+    c = per_handle_hazards(12, ordered=False)
+    with project(table):
+      found = testing.races(c)
+      text = testing.format_races(found)
+    self.assertLen(found, 12)
+    self.assertIn("pyproject.toml", text)  # Which declarations applied.
+    self.assertGreater(len(testing.races(c)), 12)  # The control: the store's.
+
   def test_different_constants_are_different_objects(self):
     def fn():
       t = testing.write_slot(0, 1.0)
@@ -296,13 +318,22 @@ class DevicesTest(absltest.TestCase):
 
   def test_each_device_on_its_own_shard_needs_distinct_elements(self):
     c = on_every_device(lambda shard: shard)
-    self.assertNotEmpty(testing.races(c))  # Shards may repeat a slot.
+    found = testing.races(c)
+    self.assertNotEmpty(found)  # Shards may repeat a slot.
     distinct = dataclasses.replace(
       testing.declarations_in_effect(), distinct_elements=True
     )
-    self.assertEqual(
-      testing.OrderAnalysis(c, declarations=distinct).races(), []
-    )
+    asserted = testing.OrderAnalysis(c, declarations=distinct).races()
+    if records_sharding(c):
+      self.assertEqual(asserted, [])
+    else:  # Newer XLA drops it: shards cannot be told apart (documented).
+      self.assertEqual(asserted, found)
+
+
+def records_sharding(c) -> bool:
+  """Whether the module says how its arguments are split over the devices
+  (XLA of jax 0.10 does; that of jax 0.12 drops it)."""
+  return "sharding={devices=" in testing.module_text(c)
 
 
 W = "tp_set"

@@ -62,7 +62,9 @@ class Op:
 
   @property
   def user_scope(self) -> str:
-    """`scope` without the components ``Resource`` adds to record accesses."""
+    """`scope` without the components ``Resource`` adds to record accesses
+    (a wrapped one keeps its wrappers, as ``transpose(jvp())``, so a
+    backward-pass op still says so)."""
     return access.without_markers(self.instruction.op_name)
 
   @property
