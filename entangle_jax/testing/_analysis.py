@@ -316,7 +316,9 @@ class OrderAnalysis:
 
   def is_race(self, a: Op, b: Op) -> bool:
     """Whether `a` and `b` may conflict and nothing keeps them from running
-    at the same time (no order, branch or loop between them)."""
+    at the same time (no order, branch or loop between them) on one
+    device; `races` also reports the pairs across the devices of an SPMD
+    module (`Race.across_devices`)."""
     if not self.conflict(a, b):
       return False
     order, (x, y) = self._order_of((a, b))
@@ -337,7 +339,11 @@ class OrderAnalysis:
   @_gc.without_gc
   def races(self, among: Iterable[Selector] | None = None) -> list[Race]:
     """Pairs of ops that may conflict and may run in either order
-    (`is_race`), in the order of `ops_among`.
+    (`is_race`), in the order of `ops_among`; then, in a module that runs
+    on several devices, the pairs of calls on targets declared shared
+    across devices that may conflict on two devices (the device rule), a
+    call with itself included. Pairs that a declared safe pair covers are
+    left out.
 
     Raises:
       TypeError: `among` is a string rather than a sequence of selectors.

@@ -404,6 +404,29 @@ class HandWrittenModulesTest(absltest.TestCase):
     )
     self.assertTrue(self.conflict(arrays))
 
+  def test_only_an_integer_first_operand_counts_as_a_resources_handle(self):
+    def module(kind: str) -> str:
+      marked = ', metadata={op_name="jit(f)/entangle_jax:write/ffi_call"}'
+      calls = [
+        f"%c{k} = s32[] custom-call(%k{k}), custom_call_target=\"U\", "
+        f"custom_call_has_side_effect=true{marked}"
+        for k in (1, 2)
+      ]
+      return hlo_module(
+        f"%k1 = {kind}[] constant(1)\n%k2 = {kind}[] constant(2)\n"
+        + "\n".join(calls)
+      )
+
+    def conflict(text: str) -> bool:
+      analysis = testing.OrderAnalysis(text, declarations=Declarations())
+      a, b = analysis.select_ops("U")
+      return analysis.conflict(a, b)
+
+    self.assertFalse(conflict(module("s32")))  # Handles 1 and 2.
+    # Control: a float there is data (the token passed second), not a
+    # handle, and two different floats prove nothing.
+    self.assertTrue(conflict(module("f32")))
+
   def test_loop_state_carried_unchanged(self):
     body = (
       "%s = (s32[], s32[]) parameter(0)\n"

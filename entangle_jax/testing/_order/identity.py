@@ -85,8 +85,18 @@ class ObjectFinder:
     distinct = self._declarations.distinct_elements or (
       declaration is not None and declaration.distinct_elements
     )
-    dims = computation.instructions[position].dims
-    scalar = dims is not None and all(d == 1 for d in dims)
+    given = computation.instructions[position]
+    dims = given.dims
+    # A constant scalar names one object. Where no declaration says which
+    # operand is the handle (a Resource's first operand), only an integer
+    # one is taken for a handle: a float constant there is data, and two
+    # different ones prove nothing.
+    declared = declaration is not None and declaration.object is not None
+    scalar = (
+      dims is not None
+      and all(d == 1 for d in dims)
+      and (declared or given.shape.startswith(("s", "u")))
+    )
     argument = self._argument(root)
     return ObjectRef(
       root,
