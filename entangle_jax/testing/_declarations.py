@@ -9,7 +9,8 @@ before a glob (``*``, ``?``, ``[...]``, as `fnmatch` reads them):
    binding declares the targets it registers;
 3. the entry points of group ``entangle_jax.declarations``: an installed
    binding publishes its declarations for its users, as a mapping in the
-   table's form (or a function returning one).
+   table's form (or a function returning one);
+4. `BUILT_IN`: JAX's host callbacks are shared across devices.
 
 The table, in full (`markdown` lists the keys)::
 
@@ -64,27 +65,35 @@ class TargetDeclaration:
     returns_object: the results (tuple elements; ``0`` for a call with one
       result) that hand back the object, the same object, for later calls.
     distinct_elements: different elements of one array of handles name
-      different objects (an array of handles, each created once).
+      different objects (an array of handles, each created once); None:
+      as the project says (`Declarations.distinct_elements`).
     devices: ``"per-device"``: each device has its own object, so copies
       of one SPMD module on different devices never conflict; ``"shared"``:
       one object for every device of the process.
     source: where it was declared (a ``pyproject.toml`` path, ``code``, or
       an entry point).
+    mode_only: it says only the mode (a ``read_targets`` entry): the other
+      fields come from the next declaration of the target, if any.
+
+  Raises:
+    TypeError, ValueError: a field of the wrong type or value.
   """
 
   pattern: str
   mode: TargetMode = "write"
   object: int | None = None
   returns_object: tuple[int, ...] = ()
-  distinct_elements: bool = False
+  distinct_elements: bool | None = None
   devices: Devices = "per-device"
   source: str = "code"
+  mode_only: bool = False
+
+  def __post_init__(self):
+    _check_target(self)
 
   def matches(self, target: str) -> bool:
     """Whether `target` is one of the targets this declares."""
-    return target == self.pattern or (
-      _is_glob(self.pattern) and fnmatch.fnmatchcase(target, self.pattern)
-    )
+    return pattern_matches(self.pattern, target)
 
   def __str__(self) -> str:
     parts = [self.mode]
@@ -92,8 +101,10 @@ class TargetDeclaration:
       parts.append(f"object operand {self.object}")
     if self.returns_object:
       parts.append(f"returns it as result {list(self.returns_object)}")
-    if self.distinct_elements:
-      parts.append("distinct elements distinct")
+    if self.distinct_elements is not None:
+      parts.append(
+        f"distinct elements {'' if self.distinct_elements else 'not '}distinct"
+      )
     if self.devices == "shared":
       parts.append("shared across devices")
     return f"`{self.pattern}` ({', '.join(parts)}; from {self.source})"
@@ -132,8 +143,16 @@ class Declarations:
       return None
     found = self._found
     if target not in found:
-      found[target] = _first_match(self.targets, target)
+      found[target] = _resolve(self.targets, target)
     return found[target]
+
+  def distinct_for(self, declaration: TargetDeclaration | None) -> bool:
+    """Whether distinct elements are distinct objects for calls that
+    `declaration` (None: nothing) describes: its own say, else the
+    project's."""
+    if declaration is not None and declaration.distinct_elements is not None:
+      return declaration.distinct_elements
+    return self.distinct_elements
 
   @functools.cached_property
   def _found(self) -> dict[str, TargetDeclaration | None]:
@@ -152,23 +171,48 @@ def _is_glob(pattern: str) -> bool:
   return any(c in pattern for c in "*?[")
 
 
+@functools.lru_cache(maxsize=8192)
+def pattern_matches(pattern: str, target: str) -> bool:
+  """Whether `target` is `pattern`, or matches it as a glob."""
+  return target == pattern or (
+    _is_glob(pattern) and fnmatch.fnmatchcase(target, pattern)
+  )
+
+
 def _matcher(pattern: str) -> Callable[[str], bool]:
-  return lambda target: TargetDeclaration(pattern).matches(target)
+  return lambda target: pattern_matches(pattern, target)
 
 
-def _first_match(
+def _matches_in_order(
   declarations: tuple[TargetDeclaration, ...], target: str
-) -> TargetDeclaration | None:
-  # Exact names of a source before its globs; sources in order.
+) -> list[TargetDeclaration]:
+  """The declarations of `target`, first the one that wins: sources in
+  order, and in each an exact name before its globs."""
+  found = []
   for source in dict.fromkeys(d.source for d in declarations):
     mine = [d for d in declarations if d.source == source]
-    for d in mine:
-      if d.pattern == target:
-        return d
-    for d in mine:
-      if d.matches(target):
-        return d
-  return None
+    found += [d for d in mine if d.pattern == target]
+    found += [d for d in mine if d.pattern != target and d.matches(target)]
+  return found
+
+
+def _resolve(
+  declarations: tuple[TargetDeclaration, ...], target: str
+) -> TargetDeclaration | None:
+  """The declaration that applies to `target`: the first match, where a
+  mode-only one (a ``read_targets`` entry) takes the rest from the next."""
+  matches = _matches_in_order(declarations, target)
+  if not matches:
+    return None
+  first = matches[0]
+  if not first.mode_only:
+    return first
+  rest = next((d for d in matches[1:] if not d.mode_only), None)
+  if rest is None:
+    return first
+  return dataclasses.replace(
+    rest, mode=first.mode, source=f"{first.source} (mode); {rest.source}"
+  )
 
 
 # Declarations made in code --------------------------------------------------
@@ -182,7 +226,7 @@ def declare_target(
   mode: TargetMode = "write",
   object: int | None = None,
   returns_object: Iterable[int] = (),
-  distinct_elements: bool = False,
+  distinct_elements: bool | None = None,
   devices: Devices = "per-device",
 ) -> TargetDeclaration:
   """Declares, for this process, what calls to the targets `pattern`
@@ -203,7 +247,7 @@ def declare_target(
     {
       "mode": mode,
       "object": object,
-      "returns_object": list(returns_object),
+      "returns_object": returns_object,
       "distinct_elements": distinct_elements,
       "devices": devices,
     },
@@ -211,6 +255,14 @@ def declare_target(
   )
   _in_code[pattern] = declaration
   return declaration
+
+
+def declare_default(pattern: str, **keys: Any) -> None:
+  """`declare_target`, unless `pattern` is already declared in code: a
+  library's own declaration of its targets, which yields to the user's
+  (made before the library was loaded, say)."""
+  if pattern not in _in_code:
+    declare_target(pattern, **keys)
 
 
 def set_mode(pattern: str, mode: TargetMode) -> None:
@@ -259,14 +311,22 @@ def _table(path: str, mtime: float) -> Any:
   read once per modification time."""
   del mtime  # Part of the key: an edited file is read again.
   text = pathlib.Path(path).read_text()
-  if "entangle-jax" not in text:
+  if "entangle" not in text:
     return None
   try:
     parsed = tomllib.loads(text)
   except tomllib.TOMLDecodeError as error:
     raise ValueError(f"{path}: not valid TOML: {error}") from None
   tool = parsed.get("tool", {})
-  return tool.get("entangle-jax") if isinstance(tool, dict) else None
+  if not isinstance(tool, dict):
+    return None
+  for misspelt in ("entangle_jax", "entanglejax", "entangle"):
+    if misspelt in tool:
+      raise ValueError(
+        f"{path}: [tool.{misspelt}] is not read; the table is "
+        "[tool.entangle-jax]"
+      )
+  return tool.get("entangle-jax")
 
 
 @functools.lru_cache(maxsize=8)
@@ -305,7 +365,7 @@ def from_table(table: Mapping[str, Any], source: str) -> Declarations:
     raise TypeError(f"{source}: read_targets must be a list of target names")
   declared = {t.pattern for t in targets}
   targets += [
-    TargetDeclaration(r, "read", source=source)
+    TargetDeclaration(r, "read", source=source, mode_only=True)
     for r in reads
     if r not in declared
   ]
@@ -318,13 +378,14 @@ def from_table(table: Mapping[str, Any], source: str) -> Declarations:
       "reason",
     }:
       raise ValueError(f"{where} must have exactly first, second and reason")
-    if not all(isinstance(pair[k], str) and pair[k] for k in pair):
-      raise TypeError(f"{where}: first, second and reason must be strings")
+    for key in ("first", "second", "reason"):
+      if not isinstance(pair[key], str) or not pair[key].strip():
+        raise ValueError(f"{where}: {key} must be a non-empty string")
     pairs.append(
       SafePair(pair["first"], pair["second"], pair["reason"], source)
     )
   distinct = table.get("distinct_elements", False)
-  if not isinstance(distinct, bool):
+  if not isinstance(distinct, bool):  # The project's: true or false.
     raise TypeError(f"{source}: distinct_elements must be true or false")
   return Declarations(tuple(targets), tuple(pairs), distinct, (source,))
 
@@ -345,6 +406,8 @@ _TARGET_KEYS = {
 
 
 def _target(pattern: object, keys: object, source: str) -> TargetDeclaration:
+  """The declaration a target table (or `declare_target`'s arguments)
+  gives."""
   if not isinstance(pattern, str) or not pattern:
     raise TypeError(f"{source}: a target pattern must be a non-empty str")
   where = f"{source}: target {pattern!r}"
@@ -356,42 +419,59 @@ def _target(pattern: object, keys: object, source: str) -> TargetDeclaration:
       f"{where} has unknown keys {sorted(unknown)}; it takes "
       f"{sorted(_TARGET_KEYS)}"
     )
-  mode = keys.get("mode", "write")
-  if mode not in TARGET_MODES:
-    raise ValueError(
-      f"{where}: mode must be one of {TARGET_MODES}, not {mode!r}"
-    )
   operand = keys.get("object")
-  if operand == "library":
-    operand = None
-  if operand is not None and (
-    isinstance(operand, bool) or not isinstance(operand, int) or operand < 0
-  ):
-    raise ValueError(
-      f"{where}: object must be an operand index (an int >= 0) or "
-      f"'library', not {operand!r}"
-    )
-  returns = keys.get("returns_object", [])
-  if not isinstance(returns, list | tuple) or not all(
-    isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in returns
-  ):
-    raise ValueError(
+  returns = keys.get("returns_object", ())
+  if isinstance(returns, str) or not isinstance(returns, Iterable):
+    raise TypeError(
       f"{where}: returns_object must be a list of result indices, not "
       f"{returns!r}"
     )
-  if returns and operand is None:
-    raise ValueError(f"{where}: returns_object needs an object operand")
-  distinct = keys.get("distinct_elements", False)
-  if not isinstance(distinct, bool):
-    raise TypeError(f"{where}: distinct_elements must be true or false")
-  devices = keys.get("devices", "per-device")
-  if devices not in DEVICES:
-    raise ValueError(
-      f"{where}: devices must be one of {DEVICES}, not {devices!r}"
-    )
   return TargetDeclaration(
-    pattern, mode, operand, tuple(returns), distinct, devices, source
+    pattern,
+    keys.get("mode", "write"),
+    None if operand == "library" else operand,
+    tuple(returns),
+    keys.get("distinct_elements"),
+    keys.get("devices", "per-device"),
+    source,
   )
+
+
+def _check_target(d: TargetDeclaration) -> None:
+  """Raises for a field of `d` of the wrong type or value, naming it."""
+  if not isinstance(d.pattern, str) or not d.pattern:
+    raise TypeError(f"{d.source}: a target pattern must be a non-empty str")
+  where = f"{d.source}: target {d.pattern!r}"
+  if d.mode not in TARGET_MODES:
+    raise ValueError(
+      f"{where}: mode must be one of {TARGET_MODES}, not {d.mode!r}"
+    )
+  if d.object is not None and not _is_index(d.object):
+    raise ValueError(
+      f"{where}: object must be an operand index (an int >= 0) or "
+      f"'library', not {d.object!r}"
+    )
+  if not isinstance(d.returns_object, tuple) or not all(
+    _is_index(r) for r in d.returns_object
+  ):
+    raise ValueError(
+      f"{where}: returns_object must be a list of result indices, not "
+      f"{d.returns_object!r}"
+    )
+  if d.returns_object and d.object is None:
+    raise ValueError(f"{where}: returns_object needs an object operand")
+  if d.distinct_elements is not None and not isinstance(
+    d.distinct_elements, bool
+  ):
+    raise TypeError(f"{where}: distinct_elements must be true or false")
+  if d.devices not in DEVICES:
+    raise ValueError(
+      f"{where}: devices must be one of {DEVICES}, not {d.devices!r}"
+    )
+
+
+def _is_index(value: object) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 # Entry points ---------------------------------------------------------------
@@ -418,6 +498,19 @@ def _merged(parts: list[Declarations], *, distinct: bool) -> Declarations:
   )
 
 
+_HOST = "built in: host callbacks run Python, one interpreter for all devices"
+BUILT_IN = Declarations(
+  targets=tuple(
+    TargetDeclaration(pattern, "write", devices="shared", source=_HOST)
+    for pattern in ("xla_ffi_python_*", "xla_python_*")
+  ),
+  sources=(_HOST,),
+)
+"""What the analysis knows without being told, below every other source:
+JAX's host callbacks (``io_callback``, ``jax.debug.callback``) may write
+anything, and run in the one Python process for every device."""
+
+
 def current(start: str | os.PathLike[str] | None = None) -> Declarations:
   """The declarations in effect now: the nearest ``pyproject.toml`` table
   (from `start`, by default the working directory), then code, then
@@ -435,6 +528,7 @@ def current(start: str | os.PathLike[str] | None = None) -> Declarations:
     parts.append(project)
   parts.append(Declarations(tuple(_in_code.values()), (), False, ("code",)))
   parts.append(_published())
+  parts.append(BUILT_IN)
   distinct = project.distinct_elements if project else False
   return _merged(parts, distinct=distinct)
 

@@ -111,6 +111,72 @@ class PyprojectTest(absltest.TestCase):
       self.assertEqual(testing.races(SOLVER), [])
 
 
+class PrecedenceTest(absltest.TestCase):
+  def test_a_targets_own_false_wins_over_the_projects_true(self):
+    text = hlo_module(
+      "%h = s32[2] parameter(0)\n"
+      "%a = s32[1] slice(%h), slice={[0:1]}\n"
+      "%b = s32[1] slice(%h), slice={[1:2]}\n"
+      '%w = s32[1] custom-call(%a), custom_call_target="tq_set", '
+      "custom_call_has_side_effect=true\n"
+      '%r = s32[1] custom-call(%b), custom_call_target="tq_get"'
+    )
+    table = """
+    [tool.entangle-jax]
+    distinct_elements = true
+
+    [tool.entangle-jax.targets."tq_*"]
+    object = 0
+    {own}
+    """
+    with project(table.replace("{own}", "")):
+      self.assertEqual(testing.races(text), [])  # The project's true.
+    with project(table.replace("{own}", "distinct_elements = false")):
+      self.assertLen(testing.races(text), 1)  # The target's own false.
+
+  def test_the_short_form_sets_only_the_mode(self):
+    testing.declare_target("tq_peek", mode="write", object=0, devices="shared")
+    try:
+      with project('[tool.entangle-jax]\nread_targets = ["tq_peek"]\n'):
+        declaration = testing.declarations_in_effect().for_target("tq_peek")
+      assert declaration is not None
+      self.assertEqual(
+        (declaration.mode, declaration.object, declaration.devices),
+        ("read", 0, "shared"),
+      )
+      self.assertIn("pyproject.toml (mode); code", declaration.source)
+      # Control: in code alone, it writes.
+      alone = testing.declarations_in_effect().for_target("tq_peek")
+      assert alone is not None
+      self.assertEqual(alone.mode, "write")
+    finally:
+      _declarations.forget("tq_peek")
+
+  def test_a_librarys_default_yields_to_the_users(self):
+    testing.declare_target("tq_lib", mode="read")
+    try:
+      _declarations.declare_default("tq_lib", mode="write", object=0)
+      found = testing.declarations_in_effect().for_target("tq_lib")
+      assert found is not None
+      self.assertEqual(found.mode, "read")
+    finally:
+      _declarations.forget("tq_lib")
+    _declarations.declare_default("tq_lib", mode="write", object=0)
+    try:  # The control: with nothing declared, the default applies.
+      found = testing.declarations_in_effect().for_target("tq_lib")
+      assert found is not None
+      self.assertEqual(found.mode, "write")
+    finally:
+      _declarations.forget("tq_lib")
+
+  def test_read_targets_given_to_an_analysis_take_globs(self):
+    analysis = testing.OrderAnalysis(SOLVER, read_targets=["solve_*", "dot_*"])
+    self.assertEqual(analysis.races(), [])
+    self.assertLen(
+      testing.OrderAnalysis(SOLVER, read_targets=["solve_*"]).races(), 2
+    )
+
+
 class BadTablesTest(parameterized.TestCase):
   @parameterized.parameters(
     (
@@ -137,6 +203,12 @@ class BadTablesTest(parameterized.TestCase):
     ("[tool.entangle-jax.targets.t]\nobj = 0\n", r"unknown keys \['obj'\]"),
     ('[[tool.entangle-jax.safe_pairs]]\nfirst = "a"\n', "safe_pairs\\[0\\]"),
     ("[tool.entangle-jax\n", "not valid TOML"),
+    ("[tool.entangle_jax]\nread_targets = []\n", r"the table is \[tool"),
+    (
+      '[[tool.entangle-jax.safe_pairs]]\nfirst = "a"\nsecond = "b"\n'
+      'reason = ""\n',
+      "reason must be a non-empty string",
+    ),
   )
   def test_the_error_names_the_file_and_the_key(self, table, message):
     with project(table) as path:
@@ -177,6 +249,19 @@ class InCodeTest(absltest.TestCase):
       testing.declare_target("x", object=-2)
     with self.assertRaisesRegex(TypeError, "non-empty str"):
       testing.declare_target("")
+    with self.assertRaisesRegex(TypeError, "returns_object must be a list"):
+      testing.declare_target("x", object=0, returns_object=cast(Any, 5))
+    # A declaration made by hand is checked as one from a table.
+    with self.assertRaisesRegex(ValueError, "mode must be one of"):
+      testing.TargetDeclaration("x", cast(Any, "READ"))
+    with self.assertRaisesRegex(ValueError, "object must be an operand"):
+      testing.TargetDeclaration("x", object=cast(Any, "0"))
+
+  def test_declare_target_mode_takes_none(self):
+    text = calls("lib_query", "lib_query_2", side_effect=True)
+    self.assertLen(testing.races(text), 1)
+    testing.declare_target_mode("lib_query*", "none")
+    self.assertEqual(testing.races(text), [])
 
   def test_reports_say_which_declarations_they_applied(self):
     testing.declare_target("lib_query*", mode="write", object=0)

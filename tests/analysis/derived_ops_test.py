@@ -224,7 +224,12 @@ class BackwardPassTest(absltest.TestCase):
     (read,) = analysis.select_ops(READ)
     self.assertTrue(read.backward)
     (access,) = read.accesses
-    self.assertEqual((access.resource, access.mode), (None, "write"))
+    # Not a write of 'ps': the copied record gives it nothing, and its
+    # target's declaration says what it does.
+    self.assertEqual((access.resource, access.mode), (None, "read"))
+    bare = testing.OrderAnalysis(c, declarations=testing.Declarations())
+    ((undeclared,),) = [op.accesses for op in bare.select_ops(READ)]
+    self.assertEqual((undeclared.resource, undeclared.mode), (None, "write"))
     # On slot 0: the backward read against the forward write (it reads the
     # token the forward pass was given, not the write's) and against the
     # other Resource's write; and those two writes, one slot under two

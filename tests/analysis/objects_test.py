@@ -8,10 +8,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest
+from jax.experimental import io_callback
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from entangle_jax import Resource, entangle, testing
+from entangle_jax._src.native import ENTANGLE_TARGET as ENTANGLE
 from entangle_jax.testing import Declarations, TargetDeclaration
 from tests import test_util
 from tests.hand_written_hlo import hlo_module
@@ -330,6 +332,52 @@ class DevicesTest(absltest.TestCase):
       self.assertEqual(asserted, found)
 
 
+class DevicesMoreTest(absltest.TestCase):
+  def test_one_replicated_handle_under_two_names_races_across_devices(self):
+    mesh = jax.make_mesh((test_util.NUM_CPU_DEVICES,), ("d",))
+
+    def body(h, v):
+      a = Resource(h, name="a")
+      a.write(testing.write_slot, v)
+      b = Resource(entangle(h, a.token), name="b")
+      return a.token, b.read(testing.read_slot)[None]
+
+    fn = jax.shard_map(
+      body, mesh=mesh, in_specs=(P(), P()), out_specs=(P(), P("d"))
+    )
+    c = compiled(fn, jnp.int32(0), jnp.float32(1.0))
+    found = testing.races(c)
+    pairs = {frozenset((r.first.target, r.second.target)) for r in found}
+    self.assertIn(frozenset({WRITE}), pairs)  # The write, on two devices.
+    if "sharding={replicated}" in testing.module_text(c):
+      # The module says every device holds the same h: one object,
+      # whatever the names, so the other device's read races too.
+      self.assertIn(frozenset({WRITE, READ}), pairs)
+    else:  # Newer XLA drops it: the names decide (documented).
+      self.assertNotIn(frozenset({WRITE, READ}), pairs)
+
+  def test_host_callbacks_are_shared_across_devices(self):
+    mesh = jax.make_mesh((test_util.NUM_CPU_DEVICES,), ("d",))
+
+    def bump(x):
+      return np.int32(x)
+
+    def body(x):
+      return io_callback(bump, jax.ShapeDtypeStruct((), jnp.int32), x[0])[None]
+
+    fn = jax.shard_map(body, mesh=mesh, in_specs=P("d"), out_specs=P("d"))
+    ids = jax.device_put(
+      jnp.arange(test_util.NUM_CPU_DEVICES, dtype=jnp.int32),
+      NamedSharding(mesh, P("d")),
+    )
+    found = testing.races(jax.jit(fn).lower(ids).compile())
+    self.assertLen(found, 1)  # The callback with itself, on two devices.
+    self.assertTrue(found[0].across_devices)
+    self.assertIn("host callbacks", str(found[0].first.declaration))
+    # Control: on one device, one callback races with nothing.
+    self.assertEqual(testing.races(compiled(body, jnp.arange(1))), [])
+
+
 def records_sharding(c) -> bool:
   """Whether the module says how its arguments are split over the devices
   (XLA of jax 0.10 does; that of jax 0.12 drops it)."""
@@ -408,7 +456,7 @@ class HandWrittenModulesTest(absltest.TestCase):
     def module(kind: str) -> str:
       marked = ', metadata={op_name="jit(f)/entangle_jax:write/ffi_call"}'
       calls = [
-        f"%c{k} = s32[] custom-call(%k{k}), custom_call_target=\"U\", "
+        f'%c{k} = s32[] custom-call(%k{k}), custom_call_target="U", '
         f"custom_call_has_side_effect=true{marked}"
         for k in (1, 2)
       ]
@@ -426,6 +474,76 @@ class HandWrittenModulesTest(absltest.TestCase):
     # Control: a float there is data (the token passed second), not a
     # handle, and two different floats prove nothing.
     self.assertTrue(conflict(module("f32")))
+
+  def test_a_constant_is_its_value_whatever_its_shape(self):
+    def module(second: str) -> str:
+      return hlo_module(
+        f"%a = s32[] constant(3)\n%b = {second}\n"
+        f"{call('one', 'a')}\n{call('two', 'b')}"
+      )
+
+    self.assertTrue(self.conflict(module("s32[1]{0} constant({3})")))
+    self.assertTrue(self.conflict(module("u32[] constant(3)")))
+    # Its bits: s32 -1 is u32 4294967295.
+    minus = hlo_module(
+      "%a = s32[] constant(-1)\n%b = u32[] constant(4294967295)\n"
+      f"{call('one', 'a')}\n{call('two', 'b')}"
+    )
+    self.assertTrue(self.conflict(minus))
+    self.assertFalse(self.conflict(module("s32[1]{0} constant({4})")))
+
+  def test_a_bitcast_that_moves_elements_hides_which_one(self):
+    def module(layout: str) -> str:
+      return hlo_module(
+        "%p = s32[2,3]{1,0} parameter(0)\n"
+        f"%b = s32[3,2]{layout} bitcast(%p)\n"
+        "%s = s32[1,1]{1,0} slice(%b), slice={[1:2], [1:2]}\n"
+        "%r = s32[] reshape(%s)\n"
+        "%t = s32[1,1]{1,0} slice(%p), slice={[1:2], [0:1]}\n"
+        "%u = s32[] reshape(%t)\n"
+        f"{call('one', 'r')}\n{call('two', 'u')}"
+      )
+
+    distinct = Declarations(
+      targets=(TargetDeclaration(W, "write", 0, (0,), True, source="test"),)
+    )
+
+    def objects(text):
+      analysis = testing.OrderAnalysis(text, declarations=distinct)
+      return [op.accesses[0].object for op in analysis.select_ops(W)]
+
+    # Default layouts: element 3 of %p, and element 3 of %p: one handle.
+    one, two = objects(module("{1,0}"))
+    assert one is not None and two is not None
+    self.assertEqual((one.element, two.element), (3, 3))
+    self.assertTrue(one.same(two))
+    # A layout-changing bitcast reorders the elements: not followed.
+    one, two = objects(module("{0,1}"))
+    assert one is not None and two is not None
+    self.assertNotEqual(one.root, two.root)  # An element of the bitcast.
+    self.assertFalse(one.same(two) or one.distinct(two))  # May be one.
+
+  def test_a_long_chain_is_followed_without_deep_recursion(self):
+    links = [
+      f"%e{k} = s32[] custom-call(%e{k - 1}, %v), "
+      f'custom_call_target="{ENTANGLE}", '
+      "output_to_operand_aliasing={{}: (0, {})}"
+      for k in range(1, 3001)
+    ]
+    text = hlo_module(
+      "%e0 = s32[] parameter(0)\n%v = f32[] parameter(1)\n"
+      + "\n".join(links)
+      + f"\n{call('one', 'e0')}\n{call('two', 'e3000')}"
+    )
+    self.assertTrue(self.conflict(text))  # One handle, through 3000 links.
+
+  def test_a_declared_operand_the_call_lacks_is_an_error(self):
+    text = hlo_module(f"%p = s32[] parameter(0)\n{call('one', 'p')}")
+    wrong = Declarations(
+      targets=(TargetDeclaration(W, "write", 3, source="test"),)
+    )
+    with self.assertRaisesRegex(ValueError, r"names operand 3, but %one"):
+      testing.OrderAnalysis(text, declarations=wrong).races([W])
 
   def test_loop_state_carried_unchanged(self):
     body = (

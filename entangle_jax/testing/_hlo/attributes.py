@@ -114,6 +114,7 @@ def attribute_fields(
       and "replicate" not in sharding
       and "maximal" not in sharding
     )
+    fields["replicated"] = sharding.strip("{}").strip() == "replicated"
   if opcode == "slice" and (found := _SLICE.search(masked)):
     fields["slice_starts"] = tuple(
       int(start) for start in _SLICE_START.findall(found.group(1))

@@ -73,6 +73,9 @@ class Instruction:
   tiled: bool = False
   """A parameter whose sharding splits it over the devices with no
   replication: each device holds different elements of it."""
+  replicated: bool = False
+  """A parameter whose sharding is ``{replicated}``: every device holds
+  all of it."""
 
   @property
   def dims(self) -> tuple[int, ...] | None:

@@ -26,7 +26,7 @@ import functools
 import re
 
 from entangle_jax._src import access_marker
-from entangle_jax._src.access_marker import MODES, Mode
+from entangle_jax._src.access_marker import Mode
 from entangle_jax.testing import _declarations
 from entangle_jax.testing._order import bitsets, objects
 
@@ -60,7 +60,7 @@ UNKNOWN = (Access(None, "write"),)
 """What a call accesses when nothing says otherwise."""
 
 
-def declare_target_mode(target: str, mode: Mode) -> None:
+def declare_target_mode(target: str, mode: _declarations.TargetMode) -> None:
   """Declares whether calls to custom-call target `target` only read.
 
   The short form of `entangle_jax.testing.declare_target`: ``races`` and
@@ -79,15 +79,15 @@ def declare_target_mode(target: str, mode: Mode) -> None:
 
   Raises:
     TypeError: `target` is not a str.
-    ValueError: `target` is empty, or `mode` is not ``"read"`` or
-      ``"write"``.
+    ValueError: `target` is empty, or `mode` is not ``"read"``,
+      ``"write"`` or ``"none"`` (touches nothing shared).
   """
   if not isinstance(target, str):
     raise TypeError(f"target must be a str, not {type(target).__name__}")
   if not target:
     raise ValueError("target must not be empty")
-  if mode not in MODES:
-    raise ValueError(f"mode must be 'read' or 'write', not {mode!r}")
+  if mode not in _declarations.TARGET_MODES:
+    raise ValueError(f"mode must be 'read', 'write' or 'none', not {mode!r}")
   _declarations.set_mode(target, mode)
 
 
@@ -219,8 +219,8 @@ def accesses_of(
     op_name: the call's ``op_name``.
     target: its custom-call target, if it is a custom call.
     declaration: the declaration of `target`, if any.
-    read_targets: when given, the targets whose calls only read, in place
-      of the declarations' modes.
+    read_targets: when given, the targets (names or globs) whose calls
+      only read, in place of the declarations' modes.
     object_ref: the object the call's operands name, if known; it goes to
       the innermost access (the ``Resource`` the call was made in).
   """
@@ -228,15 +228,12 @@ def accesses_of(
   if found.accesses:
     *outer, inner = found.accesses
     return (*outer, Access(inner.resource, inner.mode, object_ref))
-  if found.backward:  # Copied records: the op's mode is unknown.
-    return (Access(None, "write", object_ref),)
+  # Records copied onto a backward op say nothing of it: its declaration
+  # decides, else it may write.
   mode = declaration.mode if declaration is not None else "write"
   if read_targets is not None and target is not None:
-    mode = (
-      "read"
-      if target in read_targets
-      else ("write" if mode == "read" else mode)
-    )
+    listed = any(_declarations.pattern_matches(r, target) for r in read_targets)
+    mode = "read" if listed else ("write" if mode == "read" else mode)
   if mode == "none":
     return ()
   return (Access(None, mode, object_ref),)
@@ -269,14 +266,16 @@ def conflict(a: tuple[Access, ...], b: tuple[Access, ...]) -> bool:
 
 def _conflicting_across_devices(x: Access, y: Access) -> bool:
   """The identity rule for two accesses made on different devices of one
-  SPMD module, one of them writing: different names or
+  SPMD module, one of them writing: one value that every device holds
+  alike is one object whatever the names; different names or
   `objects.ObjectRef.distinct_across_devices` are evidence of different
   objects; anything else may be one."""
-  if x.resource and y.resource and x.resource != y.resource:
-    return False
   if x.object is not None and y.object is not None:
-    return not x.object.distinct_across_devices(y.object)
-  return True
+    if x.object.same_across_devices(y.object):
+      return True  # One value on every device: one object, any names.
+    if x.object.distinct_across_devices(y.object):
+      return False
+  return x.resource is None or y.resource is None or x.resource == y.resource
 
 
 def conflict_across_devices(

@@ -21,6 +21,8 @@ and calls that reach different values may still touch one.
 
 from __future__ import annotations
 
+import re
+
 from entangle_jax._src.native import ENTANGLE_TARGET
 from entangle_jax.testing import _declarations
 from entangle_jax.testing._hlo import Instruction, Module
@@ -65,12 +67,16 @@ class ObjectFinder:
     """The operand of custom call `i` that names its object, or None."""
     declaration = self._declarations.for_target(i.target)
     if declaration is not None and declaration.object is not None:
-      operand = declaration.object
-    elif access.has_marks(i.op_name):
-      operand = 0  # Resource passes the token first.
-    else:
-      return None
-    return operand if operand < len(i.operands) else None
+      if declaration.object >= len(i.operands):
+        raise ValueError(
+          f"the declaration {declaration} names operand "
+          f"{declaration.object}, but %{i.name} (line {i.line}) has "
+          f"{len(i.operands)} operands"
+        )
+      return declaration.object
+    if access.has_marks(i.op_name) and i.operands:
+      return 0  # Resource passes the token first.
+    return None
 
   def object_of(self, i: Instruction) -> ObjectRef | None:
     """The object custom call `i` touches, or None: the whole library."""
@@ -82,9 +88,7 @@ class ObjectFinder:
     position = computation.index[i.operands[operand]]
     root, element = self._root(i.computation, position, (), True)
     declaration = self._declarations.for_target(i.target)
-    distinct = self._declarations.distinct_elements or (
-      declaration is not None and declaration.distinct_elements
-    )
+    distinct = self._declarations.distinct_for(declaration)
     given = computation.instructions[position]
     dims = given.dims
     # A constant scalar names one object. Where no declaration says which
@@ -104,6 +108,7 @@ class ObjectFinder:
       distinct,
       scalar,
       argument is not None and argument.tiled,
+      argument is not None and argument.replicated,
       argument.op_name if argument is not None else "",
     )
 
@@ -116,16 +121,19 @@ class ObjectFinder:
     return found if found.opcode == "parameter" else None
 
   def _prepare(self, name: str) -> None:
-    """Finds the roots of the custom calls of computation `name` in text
-    order, so that a chain of thousands of ``Resource`` writes, each
-    handing its object to the next, is followed one link at a time."""
+    """Finds the root of every array value of computation `name` in text
+    order, so that a chain of thousands of ``Resource`` writes or
+    ``entangle`` calls, each handing its object to the next, is followed
+    one link at a time (not in thousands of nested calls)."""
     if name in self._prepared:
       return
     self._prepared.add(name)
     computation = self._dataflow.computation(name)
+    modes = (True,) if name == self._module.entry else (True, False)
     for n, i in enumerate(computation.instructions):
-      if i.opcode == "custom-call" and self._returned(i):
-        self._root(name, n, (), True)
+      if not i.shape.startswith("("):
+        for leave in modes:
+          self._root(name, n, (), leave)
 
   def _returned(self, i: Instruction) -> tuple[int, ...] | None:
     """The results of custom call `i` that hand back its object (None:
@@ -158,13 +166,17 @@ class ObjectFinder:
       return self._root(name, computation.index[i.operands[k]], at, leave)
 
     if opcode in _PASSES_ON and i.operands:
+      if opcode == "bitcast" and not _default_layouts(
+        i, computation.instructions[computation.index[i.operands[0]]]
+      ):
+        return _value(i, path)  # Elements move: slices of it are others.
       return operand(0, path)
     if opcode == "get-tuple-element" and i.tuple_index is not None:
       return operand(0, (i.tuple_index, *path))
     if opcode == "tuple" and path and path[0] < len(i.operands):
       return operand(path[0], path[1:])
     if opcode == "constant" and not path:
-      return ("constant", i.literal or ""), None
+      return ("constant", _constant_value(i)), None
     if opcode == "slice" and not path:
       return self._element(computation, i, leave) or _value(i, path)
     if opcode == "parameter" and i.parameter_number is not None:
@@ -315,6 +327,40 @@ class ObjectFinder:
           for offset, callee in pairs:
             self._callers.setdefault(callee, []).append((i, offset))
     return self._callers.get(name, [])
+
+
+_BITS = re.compile(r"[su](\d+)\[")
+
+
+def _constant_value(i: Instruction) -> object:
+  """A constant's value, for comparing: an integer scalar (or one-element
+  array: ``3`` and ``{3}`` alike) as its bits, modulo its width (so s32
+  -1 and u32 4294967295 are one value); anything else as its text."""
+  text = (i.literal or "").replace("{", "").replace("}", "").strip()
+  bits = _BITS.match(i.shape)
+  try:
+    value = int(text)
+  except ValueError:
+    return text
+  return value % (1 << int(bits.group(1))) if bits else text
+
+
+_LAYOUT = re.compile(r"\{([\d,]*)")
+
+
+def _default_layouts(*instructions: Instruction) -> bool:
+  """Whether each array's layout is the default (major to minor), so a
+  bitcast between them keeps each element's logical index."""
+  for i in instructions:
+    dims = i.dims
+    if dims is None:
+      return False
+    found = _LAYOUT.search(i.shape[i.shape.find("]") :])
+    if found and found.group(1):
+      order = [int(d) for d in found.group(1).split(",")]
+      if order != list(range(len(dims) - 1, -1, -1)):
+        return False
+  return True
 
 
 def _value(i: Instruction, path: Path) -> _Found:

@@ -39,6 +39,9 @@ class ObjectRef:
   tiled: bool = False
   """Whether `root` is an entry parameter split over the devices of an
   SPMD module: each device holds other elements of it."""
+  replicated: bool = False
+  """Whether `root` is an entry parameter that the module records as the
+  same on every device (``sharding={replicated}``)."""
   label: str = dataclasses.field(default="", compare=False)
   """How reports name `root`: the argument's name for an entry parameter
   that JAX named, else the instruction (``%add.3``)."""
@@ -62,6 +65,8 @@ class ObjectRef:
         and other.scalar
         and self.element is None
         and other.element is None
+        and isinstance(self.root[1], int)
+        and isinstance(other.root[1], int)
         and self.root != other.root
       )
     return (
@@ -72,6 +77,18 @@ class ObjectRef:
       and self.distinct_elements
       and other.distinct_elements
     )
+
+  @property
+  def uniform(self) -> bool:
+    """Whether `root` holds one value on every device of an SPMD module:
+    a constant, or a replicated entry parameter."""
+    return self.root[0] == "constant" or self.replicated
+
+  def same_across_devices(self, other: ObjectRef) -> bool:
+    """Whether the two provably name one object when they run on two
+    different devices: `same`, and a value that every device holds
+    alike."""
+    return self.same(other) and self.uniform and other.uniform
 
   def distinct_across_devices(self, other: ObjectRef) -> bool:
     """Whether there is evidence that the two name different objects when

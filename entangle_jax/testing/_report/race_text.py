@@ -135,8 +135,21 @@ def format_races(
 
   Raises:
     TypeError: an element of `races` is not a `Race` (a tuple of names
-      says too little to render).
+      says too little to render), or `shown_per_group` is not an int or
+      None.
+    ValueError: `shown_per_group` is below 1.
   """
+  if shown_per_group is not None and (
+    isinstance(shown_per_group, bool) or not isinstance(shown_per_group, int)
+  ):
+    raise TypeError(
+      "format_races: shown_per_group must be an int or None, not "
+      f"{type(shown_per_group).__name__}"
+    )
+  if shown_per_group is not None and shown_per_group < 1:
+    raise ValueError(
+      f"format_races: shown_per_group must be at least 1, not {shown_per_group}"
+    )
   for index, race in enumerate(races):
     if not isinstance(race, Race):
       raise TypeError(
@@ -173,8 +186,9 @@ def format_races(
       lines.append(f"  {_with_access(race.first)}")
       lines.append(f"    and{other} {_with_access(race.second)}")
     if len(shown) < len(members):
+      more = len(members) - len(shown)
       lines.append(
-        f"  ... and {len(members) - len(shown)} more pairs like these "
+        f"  ... and {more} more pair{'s' * (more != 1)} like these "
         "(all are in the list races() returns)"
       )
     lines.append(f"  Fix: {cause.fix}")
