@@ -228,6 +228,7 @@ def declare_target(
   returns_object: Iterable[int] = (),
   distinct_elements: bool | None = None,
   devices: Devices = "per-device",
+  replace: bool = True,
 ) -> TargetDeclaration:
   """Declares, for this process, what calls to the targets `pattern`
   matches touch (a name, or a glob such as ``"mylib_*"``).
@@ -236,7 +237,9 @@ def declare_target(
   registration. The arguments are the keys of a ``[tool.entangle-jax]``
   target table (`TargetDeclaration` says what each means), and a project's
   ``pyproject.toml`` overrides them. Declaring a pattern again replaces its
-  declaration. Returns the declaration.
+  declaration; with ``replace=False`` an earlier code declaration of it
+  is kept instead (a library declaring its own targets as it loads, below
+  what its user declared before). Returns the declaration in effect.
 
   Raises:
     TypeError, ValueError: an argument of the wrong type or value; the
@@ -253,16 +256,11 @@ def declare_target(
     },
     "code",
   )
-  _in_code[pattern] = declaration
-  return declaration
-
-
-def declare_default(pattern: str, **keys: Any) -> None:
-  """`declare_target`, unless `pattern` is already declared in code: a
-  library's own declaration of its targets, which yields to the user's
-  (made before the library was loaded, say)."""
-  if pattern not in _in_code:
-    declare_target(pattern, **keys)
+  if not isinstance(replace, bool):
+    raise TypeError(f"replace must be a bool, not {type(replace).__name__}")
+  if replace or pattern not in _in_code:
+    _in_code[pattern] = declaration
+  return _in_code[pattern]
 
 
 def set_mode(pattern: str, mode: TargetMode) -> None:
@@ -547,7 +545,8 @@ def markdown() -> str:
       '`"library"`',
       "the operand index that names its object "
       '(a handle, a token); `"library"`: every call of the library may '
-      "touch the same state",
+      "touch the same state. An index beyond a call's operands is an "
+      "error",
     ),
     (
       "returns_object",
@@ -557,8 +556,10 @@ def markdown() -> str:
     ),
     (
       "distinct_elements",
-      "`false`",
-      "different elements of one array of handles name different objects",
+      "the project's",
+      "different elements of one array of handles name different objects "
+      "(where a target says nothing, the project's `distinct_elements`, "
+      "itself `false` by default)",
     ),
     (
       "devices",

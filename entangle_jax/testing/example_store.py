@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from entangle_jax._src import native
-from entangle_jax.testing._declarations import declare_default
+from entangle_jax.testing._declarations import declare_target
 
 WRITE_SLOT_TARGET = "entangle_jax_write_slot"
 READ_SLOT_TARGET = "entangle_jax_read_slot"
@@ -56,14 +56,17 @@ native.register_handlers(_native, _TARGETS, ["cpu"])
 # distinct. The store is one table in host memory for every CPU device (on
 # CUDA, one per device, but the declaration describes the CPU store). A
 # declaration the user made before the store loaded is kept.
-declare_default(
+declare_target(
   WRITE_SLOT_TARGET,
   mode="write",
   object=0,
   returns_object=[0],
   devices="shared",
+  replace=False,
 )
-declare_default(READ_SLOT_TARGET, mode="read", object=0, devices="shared")
+declare_target(
+  READ_SLOT_TARGET, mode="read", object=0, devices="shared", replace=False
+)
 _cuda = load_cuda()
 if _cuda is not None:
   native.register_handlers(_cuda, _TARGETS, ["CUDA"])

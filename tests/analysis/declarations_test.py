@@ -155,13 +155,16 @@ class PrecedenceTest(absltest.TestCase):
   def test_a_librarys_default_yields_to_the_users(self):
     testing.declare_target("tq_lib", mode="read")
     try:
-      _declarations.declare_default("tq_lib", mode="write", object=0)
+      kept = testing.declare_target(
+        "tq_lib", mode="write", object=0, replace=False
+      )
+      self.assertEqual(kept.mode, "read")
       found = testing.declarations_in_effect().for_target("tq_lib")
       assert found is not None
       self.assertEqual(found.mode, "read")
     finally:
       _declarations.forget("tq_lib")
-    _declarations.declare_default("tq_lib", mode="write", object=0)
+    testing.declare_target("tq_lib", mode="write", object=0, replace=False)
     try:  # The control: with nothing declared, the default applies.
       found = testing.declarations_in_effect().for_target("tq_lib")
       assert found is not None
