@@ -31,6 +31,13 @@ def calls(*targets: str, side_effect: bool = False) -> str:
   return hlo_module("\n".join(lines))
 
 
+def in_effect(target: str) -> testing.TargetDeclaration:
+  """The declaration of `target` in effect now (there must be one)."""
+  found = testing.declarations_in_effect().for_target(target)
+  assert found is not None, target
+  return found
+
+
 SOLVER = calls("solve_f64", "solve_f64_2", "dot_f64")
 
 
@@ -68,8 +75,7 @@ class PyprojectTest(absltest.TestCase):
     devices = "shared"
     """
     with project(table):
-      declaration = testing.declarations_in_effect().for_target("tp_set")
-    assert declaration is not None
+      declaration = in_effect("tp_set")
     self.assertEqual(
       (declaration.mode, declaration.object, declaration.returns_object),
       ("write", 0, (0,)),
@@ -138,17 +144,14 @@ class PrecedenceTest(absltest.TestCase):
     testing.declare_target("tq_peek", mode="write", object=0, devices="shared")
     try:
       with project('[tool.entangle-jax]\nread_targets = ["tq_peek"]\n'):
-        declaration = testing.declarations_in_effect().for_target("tq_peek")
-      assert declaration is not None
+        declaration = in_effect("tq_peek")
       self.assertEqual(
         (declaration.mode, declaration.object, declaration.devices),
         ("read", 0, "shared"),
       )
       self.assertIn("pyproject.toml (mode); code", declaration.source)
       # Control: in code alone, it writes.
-      alone = testing.declarations_in_effect().for_target("tq_peek")
-      assert alone is not None
-      self.assertEqual(alone.mode, "write")
+      self.assertEqual(in_effect("tq_peek").mode, "write")
     finally:
       _declarations.forget("tq_peek")
 
@@ -159,16 +162,12 @@ class PrecedenceTest(absltest.TestCase):
         "tq_lib", mode="write", object=0, replace=False
       )
       self.assertEqual(kept.mode, "read")
-      found = testing.declarations_in_effect().for_target("tq_lib")
-      assert found is not None
-      self.assertEqual(found.mode, "read")
+      self.assertEqual(in_effect("tq_lib").mode, "read")
     finally:
       _declarations.forget("tq_lib")
     testing.declare_target("tq_lib", mode="write", object=0, replace=False)
     try:  # The control: with nothing declared, the default applies.
-      found = testing.declarations_in_effect().for_target("tq_lib")
-      assert found is not None
-      self.assertEqual(found.mode, "write")
+      self.assertEqual(in_effect("tq_lib").mode, "write")
     finally:
       _declarations.forget("tq_lib")
 

@@ -24,14 +24,16 @@ def _read_custom_jvp_rule(primals, tangents):
   return value * w, value * dw
 
 
+def _read_fwd(token, w):
+  """The forward rule of the custom_vjp reads below: the read, and what the
+  backward rule needs."""
+  value = testing.read_slot(token)
+  return value * w, (token, value)
+
+
 @jax.custom_vjp
 def _read_custom_vjp(token, w):
   return testing.read_slot(token) * w
-
-
-def _read_custom_vjp_fwd(token, w):
-  value = testing.read_slot(token)
-  return value * w, (token, value)
 
 
 def _read_custom_vjp_bwd(saved, g):
@@ -39,7 +41,7 @@ def _read_custom_vjp_bwd(saved, g):
   return None, g * value
 
 
-_read_custom_vjp.defvjp(_read_custom_vjp_fwd, _read_custom_vjp_bwd)
+_read_custom_vjp.defvjp(_read_fwd, _read_custom_vjp_bwd)
 
 
 def _plain(token, w):
@@ -139,18 +141,13 @@ def pull(token, w):
   return testing.read_slot(token) * w
 
 
-def _pull_fwd(token, w):
-  value = testing.read_slot(token)
-  return value * w, (token, value)
-
-
 def _pull_bwd(saved, g):
   token, value = saved
   testing.write_slot(token, g)  # Not ordered after the forward read.
   return None, g * value
 
 
-pull.defvjp(_pull_fwd, _pull_bwd)
+pull.defvjp(_read_fwd, _pull_bwd)
 
 
 @jax.custom_vjp
@@ -164,7 +161,7 @@ def _pull_ordered_bwd(saved, g):
   return None, g * value
 
 
-pull_ordered.defvjp(_pull_fwd, _pull_ordered_bwd)
+pull_ordered.defvjp(_read_fwd, _pull_ordered_bwd)
 
 
 def step(puller):
