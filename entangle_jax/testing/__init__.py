@@ -29,7 +29,8 @@ A tiny mutable native resource, for reproducing ordering hazards
 Importing this package loads no extension and changes no process-wide
 state. The first use of one of the example store's names (or
 ``import entangle_jax.testing.example_store``) loads the store's extension,
-registers its FFI targets with XLA and declares ``read_slot`` a read.
+registers its FFI targets with XLA. (What its targets do is built into the
+analysis, loaded or not.)
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from entangle_jax.testing._queries import (
 from entangle_jax.testing._report.order_graph import order_graph
 from entangle_jax.testing._report.race_text import format_races
 from entangle_jax.testing._selectors import is_effectful, is_user_native_call
+from entangle_jax.testing._source_lines import mark_library
 
 if TYPE_CHECKING:  # Loaded on first use (`__getattr__`), not on import.
   from entangle_jax.testing.example_store import (
@@ -104,6 +106,7 @@ __all__ = [
   "has_cuda_device",
   "is_effectful",
   "is_user_native_call",
+  "mark_library",
   "module_text",
   "order_graph",
   "races",

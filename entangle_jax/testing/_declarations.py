@@ -43,6 +43,8 @@ import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
+from entangle_jax.testing import _example_store_targets
+
 TargetMode = Literal["read", "write", "none"]
 TARGET_MODES: tuple[TargetMode, ...] = ("read", "write", "none")
 Devices = Literal["per-device", "shared"]
@@ -268,7 +270,8 @@ def set_mode(pattern: str, mode: TargetMode) -> None:
   declaration (a new one if there is none)."""
   current = _in_code.get(pattern)
   if current is None:
-    declare_target(pattern, mode=mode)
+    # Only the mode: what another source declares of it still holds.
+    _in_code[pattern] = TargetDeclaration(pattern, mode, mode_only=True)
   else:
     _in_code[pattern] = dataclasses.replace(current, mode=mode)
 
@@ -497,16 +500,24 @@ def _merged(parts: list[Declarations], *, distinct: bool) -> Declarations:
 
 
 _HOST = "built in: host callbacks run Python, one interpreter for all devices"
-BUILT_IN = Declarations(
-  targets=tuple(
-    TargetDeclaration(pattern, "write", devices="shared", source=_HOST)
-    for pattern in ("xla_ffi_python_*", "xla_python_*")
-  ),
-  sources=(_HOST,),
+_STORE = "built in: the example store"
+BUILT_IN = _merged(
+  [
+    Declarations(
+      targets=tuple(
+        TargetDeclaration(pattern, "write", devices="shared", source=_HOST)
+        for pattern in ("xla_ffi_python_*", "xla_python_*")
+      ),
+      sources=(_HOST,),
+    ),
+    from_table(_example_store_targets.DECLARATIONS, _STORE),
+  ],
+  distinct=False,
 )
 """What the analysis knows without being told, below every other source:
 JAX's host callbacks (``io_callback``, ``jax.debug.callback``) may write
-anything, and run in the one Python process for every device."""
+anything, and run in the one Python process for every device; the example
+store's targets (`entangle_jax.testing._example_store_targets`)."""
 
 
 def current(start: str | os.PathLike[str] | None = None) -> Declarations:

@@ -29,10 +29,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from entangle_jax._src import native
-from entangle_jax.testing._declarations import declare_target
+from entangle_jax.testing._example_store_targets import (
+  READ_SLOT_TARGET,
+  WRITE_SLOT_TARGET,
+)
 
-WRITE_SLOT_TARGET = "entangle_jax_write_slot"
-READ_SLOT_TARGET = "entangle_jax_read_slot"
 # Each handler the extensions' `registrations()` tables name, by target.
 _TARGETS = {"write_slot": WRITE_SLOT_TARGET, "read_slot": READ_SLOT_TARGET}
 
@@ -49,24 +50,6 @@ def load_cuda() -> types.ModuleType | None:
 _native = native.load_extension("entangle_jax.testing", "_example_resource_ffi")
 native.register_handlers(_native, _TARGETS, ["cpu"])
 # read_slot only reads the store: two unordered reads are no race.
-# What a binding declares about its own targets: each call touches the
-# slots its first operand names, and a write returns that slot id as the
-# token for the next call. Distinct constants name distinct slots; the
-# elements of one slot array may repeat a slot, so they are not declared
-# distinct. The store is one table in host memory for every CPU device (on
-# CUDA, one per device, but the declaration describes the CPU store). A
-# declaration the user made before the store loaded is kept.
-declare_target(
-  WRITE_SLOT_TARGET,
-  mode="write",
-  object=0,
-  returns_object=[0],
-  devices="shared",
-  replace=False,
-)
-declare_target(
-  READ_SLOT_TARGET, mode="read", object=0, devices="shared", replace=False
-)
 _cuda = load_cuda()
 if _cuda is not None:
   native.register_handlers(_cuda, _TARGETS, ["CUDA"])
@@ -200,7 +183,8 @@ def read_slot(token: jax.typing.ArrayLike, *, delay_us: int | np.integer = 0):
   Not side-effecting: if the result is unused XLA may drop the call, and XLA
   may run it at any point after ``token`` is produced, also after a later
   write to the same slot, unless a data dependency orders it. Its target is
-  declared a read (`entangle_jax.testing.declare_target`), so ``races``
+  declared a read (built in: `entangle_jax.testing._example_store_targets`),
+  so ``races``
   does not report two reads.
 
   ``delay_us``: microseconds the call waits before it reads, as for

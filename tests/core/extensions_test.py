@@ -15,7 +15,9 @@ from tests import test_util
 # `import entangle_jax.testing`, then the first use of an example store name
 # load, and whether XLA then knows the example resource's write target.
 # Prints one line per stage (the loaded extensions, then "registered" or the
-# error), and the targets declared read before and after the store loads.
+# error), the targets declared read in code before and after the store
+# loads (none: the analysis knows the store's targets built in, loaded or
+# not), and the built-in mode of its read.
 _STAGES = textwrap.dedent(
   """
   import sys
@@ -40,8 +42,9 @@ _STAGES = textwrap.dedent(
   stage()
   import entangle_jax.testing
   stage()
-  from entangle_jax.testing import _order
-  print(sorted(_order.access.declared_read_targets()))
+  from entangle_jax.testing import _order, declarations_in_effect
+  known = declarations_in_effect().for_target("entangle_jax_read_slot")
+  print(sorted(_order.access.declared_read_targets()), known.mode)
   entangle_jax.testing.write_slot
   stage()
   print(sorted(_order.access.declared_read_targets()))
@@ -64,8 +67,8 @@ class RegistrationTest(absltest.TestCase):
     self.assertIn(production, unregistered)
     # The analysis alone loads no test extension and declares nothing.
     self.assertIn(analysis, unregistered)
-    self.assertEqual(reads_before, "[]")
-    self.assertEqual(reads_after, "['entangle_jax_read_slot']")
+    self.assertEqual(reads_before, "[] read")
+    self.assertEqual(reads_after, "[]")
     # The example resource's CUDA extension, where it was built, loads too.
     self.assertRegex(
       store,

@@ -128,6 +128,18 @@ def _devices(header: str) -> int:
   return count
 
 
+def check_header(text: str) -> None:
+  """Raises ValueError unless `text` begins (after comments and blank
+  lines) with the ``HloModule`` line of an optimized, scheduled module:
+  the check `parse` starts with, without reading the rest."""
+  for number, raw in enumerate(text.splitlines(), 1):
+    line = raw.strip()
+    if line and not line.startswith("//"):
+      _check_header(line, number)
+      return
+  raise ValueError(NOT_SCHEDULED.format(what="this text is empty"))
+
+
 def _check_header(line: str, number: int) -> None:
   if not line.startswith("HloModule"):
     what = (

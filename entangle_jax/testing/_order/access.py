@@ -72,10 +72,8 @@ def declare_target_mode(target: str, mode: _declarations.TargetMode) -> None:
   through ``Resource.read`` and ``Resource.write`` have their method's
   mode instead. The declaration holds for the whole process, like the FFI
   registration of the target it describes; a project's ``pyproject.toml``
-  table overrides it. Loading the example store
-  (``entangle_jax.testing.example_store``, which the first use of
-  ``entangle_jax.testing.write_slot`` or its siblings does) declares its
-  targets.
+  table overrides it. The example store's targets are declared built in
+  (`entangle_jax.testing._declarations.BUILT_IN`).
 
   Raises:
     TypeError: `target` is not a str.

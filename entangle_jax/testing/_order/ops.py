@@ -4,19 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 
-import entangle_jax
-from entangle_jax.testing import _declarations, _hlo
+from entangle_jax.testing import _declarations, _hlo, _source_lines
 from entangle_jax.testing._order import access
-
-# This package's library code: plumbing between the user's line and the
-# custom call, skipped when naming where an op comes from. (The demo's
-# programs are user code, and keep their own lines.)
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(entangle_jax.__file__))
-_WRAPPER_DIRS = tuple(
-  os.path.join(_PACKAGE_DIR, name) + os.sep for name in ("_src", "testing")
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,21 +78,23 @@ class Op:
 
   @property
   def location(self) -> str | None:
-    """``file:line`` of the Python code that made the op, if recorded.
-
-    The innermost frame outside this package's library code (its ``_src``
-    and ``testing`` packages: ``entangle``, ``Resource``, the example
-    resource's calls), so a call made through
-    ``entangle_jax.testing.write_slot``, or an ``entangle``, points at the
-    line that called it; paths under the working directory are shown
-    relative to it.
+    """``file:line`` of the user's Python code that made the op, if
+    recorded: the innermost frame outside library code (this package's,
+    JAX's, the test runner's, and what `mark_library` names) and outside
+    the binding that wrapped the call (`entangle_jax.testing._source_lines`).
+    So a call made through ``entangle_jax.testing.write_slot``, a
+    third-party binding, or an ``entangle``, points at the line that
+    called it; paths under the working directory are shown relative to it.
     """
-    stack = self.instruction.stack
-    if not stack:
-      return None
-    outside = [f for f in stack if not _is_wrapper(f[0])]
-    file, line = (outside or list(stack))[0]
-    return f"{_short_path(file, os.getcwd())}:{line}"
+    user, _ = _source_lines.lines(self.instruction.stack)
+    return None if user is None else _source_lines.shown(user)
+
+  @property
+  def binding_location(self) -> str | None:
+    """``file:line`` of the binding's line that made the call, when it is
+    not `location` (a third-party wrapper of ``jax.ffi.ffi_call``)."""
+    _, binding = _source_lines.lines(self.instruction.stack)
+    return None if binding is None else _source_lines.shown(binding)
 
   def label(self) -> str:
     """One line naming the op as the user wrote it."""
@@ -112,24 +104,12 @@ class Op:
       parts.append(f"scope {self.user_scope!r}")
     if self.location:
       parts.append(f"at {self.location}")
+      if self.binding_location:
+        parts.append(f"(in the binding at {self.binding_location})")
     parts.append(f"(%{self.name})")
     if self.backward:
       parts.append("[backward pass]")
     return " ".join(parts)
-
-
-@functools.lru_cache(maxsize=1024)
-def _is_wrapper(path: str) -> bool:
-  return os.path.abspath(path).startswith(_WRAPPER_DIRS)
-
-
-@functools.lru_cache(maxsize=1024)
-def _short_path(path: str, cwd: str) -> str:
-  absolute = os.path.join(cwd, path) if not os.path.isabs(path) else path
-  absolute = os.path.normpath(absolute)
-  if absolute.startswith(cwd + os.sep):
-    return os.path.relpath(absolute, cwd)
-  return path
 
 
 class Race(tuple[str, str]):

@@ -166,8 +166,15 @@ def format_races(
       lines.append(f"    is not ordered before {race.second.label()}")
     return "\n".join([*lines, FIX_HINT])
   groups: dict[Cause, list[Race]] = {}
+  causes_by_kind: dict[tuple, Cause] = {}
   for race in races:
-    groups.setdefault(cause_of(race), []).append(race)
+    # A cause depends only on this much of a pair: work it out once per
+    # kind of pair, not once for each of a million pairs.
+    kind = (_kind(race.first), _kind(race.second), race.across_devices)
+    cause = causes_by_kind.get(kind)
+    if cause is None:
+      cause = causes_by_kind[kind] = cause_of(race)
+    groups.setdefault(cause, []).append(race)
   causes = sorted(groups, key=lambda c: c.rank)
   reasons = f", for {len(causes)} reasons" if len(causes) > 1 else ""
   lines = [
@@ -196,6 +203,11 @@ def format_races(
   if applied:
     lines.append("Declarations applied: " + "; ".join(applied) + ".")
   return "\n".join(lines)
+
+
+def _kind(op: Op) -> tuple:
+  """What `cause_of` reads of `op`."""
+  return (op.accesses, op.backward, op.scope != op.user_scope)
 
 
 def _declarations_of(races: Sequence[Race]) -> list[str]:

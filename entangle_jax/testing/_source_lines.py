@@ -1,0 +1,160 @@
+"""Which Python line made a call: the user's, not the binding's.
+
+A native call's stack (innermost frame first) runs through the binding
+that wrapped ``jax.ffi.ffi_call``, JAX itself, and for a test the test
+runner. The user's line is the innermost frame outside all of these:
+
+* library code: this package's own (``entangle_jax/_src``,
+  ``entangle_jax/testing``: ``Resource``, ``entangle``, the example
+  store), JAX's and jaxlib's, the test runners' (pytest, pluggy, unittest,
+  absl), the standard library's, and whatever `mark_library` was given;
+* the binding: the package the innermost remaining frame lies in (its
+  top-level directory with an ``__init__.py``), when a frame further out
+  lies outside it. A call made in a script or in the caller's own package
+  is its own line.
+
+`lines` gives both: the user's line, and the binding's when it differs.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import sysconfig
+
+import entangle_jax
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(entangle_jax.__file__))
+
+_marked: set[str] = set()
+
+
+def _package_dirs(*names: str) -> list[str]:
+  found = []
+  for name in names:
+    try:
+      spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+      continue
+    if spec is not None and spec.submodule_search_locations:
+      found += [os.path.abspath(p) for p in spec.submodule_search_locations]
+  return found
+
+
+@functools.cache
+def _library_dirs() -> tuple[str, ...]:
+  """Directories of library code, each ending in a separator."""
+  dirs = [os.path.join(_PACKAGE_DIR, name) for name in ("_src", "testing")]
+  dirs += _package_dirs(
+    "jax", "jaxlib", "_pytest", "pluggy", "pytest", "unittest", "absl"
+  )
+  stdlib = sysconfig.get_paths().get("stdlib")
+  if stdlib:
+    dirs.append(os.path.abspath(stdlib))
+  return tuple(os.path.join(d, "") for d in dirs)
+
+
+def mark_library(*packages: str) -> None:
+  """Counts the frames of `packages` as library code in race reports,
+  ``assert_happens_before`` errors and ``order_graph`` labels, so they
+  name the line that called into them.
+
+  Each of `packages` is an importable package or module name
+  (``"mylib"``, ``"mylib.ffi"``) or a directory. For a binding whose
+  users' code lives in the same top-level package as the binding, where
+  the binding's own frames cannot be told apart otherwise.
+
+  Raises:
+    TypeError: one of `packages` is not a str.
+    ValueError: one is neither importable nor a directory.
+  """
+  for package in packages:
+    if not isinstance(package, str):
+      raise TypeError(
+        f"mark_library: expected package names or directories, got "
+        f"{type(package).__name__}"
+      )
+    if os.path.isdir(package):
+      _marked.add(os.path.join(os.path.abspath(package), ""))
+      continue
+    dirs = _package_dirs(package)
+    if not dirs:
+      spec = _find(package)
+      if spec is None or not spec.origin:
+        raise ValueError(
+          f"mark_library: {package!r} is neither an importable package or "
+          "module nor a directory"
+        )
+      _marked.add(os.path.abspath(spec.origin))
+      continue
+    _marked.update(os.path.join(d, "") for d in dirs)
+  _is_library.cache_clear()
+
+
+def _find(name: str):
+  try:
+    return importlib.util.find_spec(name)
+  except (ImportError, ValueError):
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_library(path: str) -> bool:
+  absolute = os.path.abspath(path)
+  if absolute in _marked:
+    return True
+  return absolute.startswith(_library_dirs()) or absolute.startswith(
+    tuple(m for m in _marked if m.endswith(os.sep))
+  )
+
+
+@functools.lru_cache(maxsize=4096)
+def _package_root(path: str) -> str | None:
+  """The top-level package directory `path` lies in, or None for a file
+  outside any package."""
+  directory = os.path.dirname(os.path.abspath(path))
+  root = None
+  while os.path.isfile(os.path.join(directory, "__init__.py")):
+    root = directory
+    parent = os.path.dirname(directory)
+    if parent == directory:
+      break
+    directory = parent
+  return None if root is None else os.path.join(root, "")
+
+
+Frame = tuple[str, int]
+
+
+def lines(stack: tuple[Frame, ...]) -> tuple[Frame | None, Frame | None]:
+  """The user's frame of `stack` (innermost first), and the binding's
+  innermost frame when it is another one; ``(None, None)`` for no stack."""
+  if not stack:
+    return None, None
+  outside = [f for f in stack if not _is_library(f[0])]
+  if not outside:
+    return stack[0], None  # All library: name the innermost.
+  binding = outside[0]
+  root = _package_root(binding[0])
+  if root is not None:
+    for frame in outside[1:]:
+      if not os.path.abspath(frame[0]).startswith(root):
+        return frame, binding
+  return binding, None
+
+
+def shown(frame: Frame, cwd: str | None = None) -> str:
+  """``file:line``, the file relative to `cwd` (the working directory)
+  when it lies below it."""
+  file, line = frame
+  return f"{_short_path(file, cwd or os.getcwd())}:{line}"
+
+
+@functools.lru_cache(maxsize=1024)
+def _short_path(path: str, cwd: str) -> str:
+  absolute = os.path.join(cwd, path) if not os.path.isabs(path) else path
+  absolute = os.path.normpath(absolute)
+  if absolute.startswith(cwd + os.sep):
+    return os.path.relpath(absolute, cwd)
+  return path

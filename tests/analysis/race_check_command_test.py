@@ -1,0 +1,183 @@
+"""``python -m entangle_jax.testing PATH...``: the race check over XLA dumps,
+exit status 0 / 1 / 2, the user's line, JSON, a bounded screen."""
+
+import io
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+from absl.testing import absltest
+
+from entangle_jax.testing import _check
+from tests import test_util
+from tests.hand_written_hlo import hlo_module
+
+# A program as a user writes it: the example store's calls, on the lines
+# the report must name.
+RACY = textwrap.dedent(
+  """
+  import jax
+  import jax.numpy as jnp
+  from entangle_jax.testing import read_slot, write_slot
+
+
+  def step(slot):
+    t = write_slot(slot, 1.0)
+    x = read_slot(t)  # line 9
+    write_slot(t, 2.0)  # line 10: nothing orders it after the read
+    return x
+
+
+  jax.jit(step)(jnp.int32(0)).block_until_ready()
+  """
+)
+FIXED = RACY.replace(
+  "write_slot(t, 2.0)  # line 10", "write_slot(entangle(t, x), 2.0)  # line 10"
+).replace(
+  "from entangle_jax.testing",
+  "from entangle_jax import entangle\nfrom entangle_jax.testing",
+)
+
+
+def dump(program: str, root: pathlib.Path, name: str) -> pathlib.Path:
+  """Runs `program` (as file `name` in `root`) with XLA dumping its
+  modules; returns the dump directory."""
+  source = root / name
+  source.write_text(program)
+  out = root / f"{source.stem}_dump"
+  env = dict(
+    test_util.child_env(),
+    XLA_FLAGS=f"--xla_dump_to={out} --xla_dump_hlo_as_text",
+  )
+  result = subprocess.run(
+    [sys.executable, str(source)],
+    capture_output=True,
+    text=True,
+    timeout=180,
+    env=env,
+    cwd=root,
+  )
+  if result.returncode:
+    raise AssertionError(result.stderr[-3000:])
+  return out
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+  out, err = io.StringIO(), io.StringIO()
+  status = _check.main(list(argv), out=out, err=err)
+  return status, out.getvalue(), err.getvalue()
+
+
+class DumpTest(absltest.TestCase):
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.root = pathlib.Path(tempfile.mkdtemp())
+    cls.racy = dump(RACY, cls.root, "racy_program.py")
+    cls.fixed = dump(FIXED, cls.root, "fixed_program.py")
+
+  def test_the_racy_dump_exits_1_naming_the_users_lines(self):
+    status, out, _ = run(str(self.racy))
+    self.assertEqual(status, 1, out)
+    self.assertIn("== jit_step", out)
+    self.assertIn("racy_program.py:9", out)
+    self.assertIn("racy_program.py:10", out)
+    self.assertIn("1 with races, 1 pair.", out)
+
+  def test_the_fixed_dump_exits_0(self):
+    status, out, _ = run(str(self.fixed))
+    self.assertEqual(status, 0, out)
+    self.assertIn("0 with races, 0 pairs.", out)
+
+  def test_json_says_the_same(self):
+    status, out, _ = run("--json", str(self.racy))
+    self.assertEqual(status, 1)
+    found = json.loads(out)
+    self.assertEqual(found["status"], 1)
+    (module,) = [m for m in found["modules"] if m["races"]]
+    (race,) = module["races"]
+    lines = {race["first"]["location"], race["second"]["location"]}
+    self.assertEqual(
+      {line.split(os.sep)[-1] for line in lines},
+      {
+        "racy_program.py:9",
+        "racy_program.py:10",
+      },
+    )
+    self.assertIn("cause", race)
+
+  def test_the_command_runs_as_a_module(self):
+    result = subprocess.run(
+      [sys.executable, "-m", "entangle_jax.testing", str(self.racy)],
+      capture_output=True,
+      text=True,
+      timeout=120,
+      env=test_util.child_env(),
+    )
+    self.assertEqual(result.returncode, 1, result.stderr)
+    self.assertIn("racy_program.py:10", result.stdout)
+
+  def test_a_module_file_alone(self):
+    (module,) = self.racy.glob("*jit_step*cpu_after_optimizations.txt")
+    self.assertEqual(run(str(module))[0], 1)
+
+  def test_another_platform_is_said_to_be_assumed(self):
+    (module,) = self.racy.glob("*jit_step*cpu_after_optimizations.txt")
+    other = self.root / module.name.replace("cpu_after", "gpu_after")
+    other.write_text(module.read_text())
+    status, out, _ = run(str(other))
+    self.assertEqual(status, 1)
+    self.assertIn("for gpu: the rules describe XLA:CPU's runtime", out)
+    # Control: a CPU module needs no such note.
+    self.assertNotIn("rules describe", run(str(module))[1])
+
+
+class CannotAnswerTest(absltest.TestCase):
+  def test_exit_2_with_the_reason(self):
+    with tempfile.TemporaryDirectory() as empty:
+      status, _, err = run(empty)
+      self.assertEqual(status, 2)
+      self.assertIn("no optimized module", err)
+      bad = pathlib.Path(empty) / "m.cpu_after_optimizations.txt"
+      bad.write_text("HloModule m\n\nENTRY %main {\n}\n")
+      status, _, err = run(empty)
+      self.assertEqual(status, 2)
+      self.assertIn("is_scheduled=true", err)
+      bad.write_text(
+        "HloModule m, is_scheduled=true\n\n"
+        "ENTRY %main {\n  %x = custom-call(\n}\n"
+      )
+      status, _, err = run(str(bad))
+      self.assertEqual(status, 2)
+      self.assertIn(str(bad), err)
+    status, out, err = run("--json", "/no/such/dump")
+    self.assertEqual(status, 2)
+    self.assertIn("no such file or directory", err)
+    self.assertEqual(json.loads(out)["status"], 2)
+    self.assertEqual(run()[0], 2)
+
+
+class ManyPairsTest(absltest.TestCase):
+  def test_1500_unordered_writes_fit_on_a_screen(self):
+    calls = "\n".join(
+      f'%w{k} = s32[] custom-call(%p), custom_call_target="tp_set", '
+      "custom_call_has_side_effect=true"
+      for k in range(1500)
+    )
+    with tempfile.TemporaryDirectory() as root:
+      path = pathlib.Path(root) / "m.cpu_after_optimizations.txt"
+      path.write_text(hlo_module(f"%p = s32[] parameter(0)\n{calls}"))
+      status, out, _ = run(str(path))
+      self.assertEqual(status, 1)
+      self.assertLess(len(out.splitlines()), 30, out)
+      self.assertIn("1124250 x a call the analysis knows nothing about", out)
+      self.assertIn("... and 1124245 more pairs", out)
+      self.assertIn("Fix: ", out)
+
+
+if __name__ == "__main__":
+  absltest.main()
