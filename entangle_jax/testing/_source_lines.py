@@ -7,11 +7,14 @@ runner. The user's line is the innermost frame outside all of these:
 * library code: this package's own (``entangle_jax/_src``,
   ``entangle_jax/testing``: ``Resource``, ``entangle``, the example
   store), JAX's and jaxlib's, the test runners' (pytest, pluggy, unittest,
-  absl), the standard library's, and whatever `mark_library` was given;
-* the binding: the package the innermost remaining frame lies in (its
+  absl), the interpreter's and its environment's (the standard library,
+  installed packages, the scripts that start a runner), and whatever
+  `mark_library` was given;
+* the binding: when the innermost frame (the line that called
+  ``jax.ffi.ffi_call``) is not library code, the package it lies in (its
   top-level directory with an ``__init__.py``), when a frame further out
   lies outside it. A call made in a script or in the caller's own package
-  is its own line.
+  is its own line, and so is one of this package's demo programs.
 
 `lines` gives both: the user's line, and the binding's when it differs.
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import sys
 import sysconfig
 
 import entangle_jax
@@ -49,10 +53,17 @@ def _library_dirs() -> tuple[str, ...]:
   dirs += _package_dirs(
     "jax", "jaxlib", "_pytest", "pluggy", "pytest", "unittest", "absl"
   )
-  stdlib = sysconfig.get_paths().get("stdlib")
-  if stdlib:
-    dirs.append(os.path.abspath(stdlib))
-  return tuple(os.path.join(d, "") for d in dirs)
+  # The interpreter's and the environment's own files: the standard
+  # library, installed packages (bindings among them), and the scripts
+  # that start a test runner (.venv/bin/pytest).
+  paths = sysconfig.get_paths()
+  dirs += [
+    paths[k] for k in ("stdlib", "purelib", "platlib", "scripts") if k in paths
+  ]
+  dirs += [sys.prefix, sys.base_prefix]
+  return tuple(
+    os.path.join(os.path.abspath(d), "") for d in dict.fromkeys(dirs)
+  )
 
 
 def mark_library(*packages: str) -> None:
@@ -136,6 +147,10 @@ def lines(stack: tuple[Frame, ...]) -> tuple[Frame | None, Frame | None]:
   if not outside:
     return stack[0], None  # All library: name the innermost.
   binding = outside[0]
+  if binding is not stack[0]:
+    return binding, None  # It called library code, which made the call.
+  if os.path.abspath(binding[0]).startswith(os.path.join(_PACKAGE_DIR, "")):
+    return binding, None  # This package's demo programs are user code.
   root = _package_root(binding[0])
   if root is not None:
     for frame in outside[1:]:

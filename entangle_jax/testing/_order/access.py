@@ -145,11 +145,11 @@ def marks(op_name: str) -> Marks:
   """The ``Resource`` records of `op_name` (`Marks`).
 
   A forward call that ``jax.checkpoint`` recomputes in the backward pass
-  is the forward call again: JAX writes its whole scope again after the
-  transposed component and ``rematted_computation``
-  (``transpose(jvp(entangle_jax:read:ps))/jvp(entangle_jax:read:ps)/
-  checkpoint/rematted_computation/ffi_call``), and the records after the
-  transposed component are its own.
+  is the forward call again: JAX writes ``rematted_computation`` after the
+  transposed component (``transpose(jvp(entangle_jax:read:ps))/
+  jvp(entangle_jax:read:ps)/checkpoint/rematted_computation/ffi_call``;
+  jax 0.6.2 without the second copy of the forward scopes), and the
+  records of the forward scopes are its own.
   """
   if access_marker.PREFIX not in op_name:
     return _NO_MARKS
@@ -162,15 +162,24 @@ def marks(op_name: str) -> Marks:
   )
   own: list[Access] = []
   inherited: list[Access] = []
+  recomputed: list[tuple[int, Access]] = []
   for k, (inner, _) in enumerate(components):
     parsed = access_marker.parse_component(inner)
     if parsed is None:
       continue
     mode, name = parsed
-    if first is None or k < first or (rematted and k > first):
+    if first is None or k < first:
       own.append(Access(name, mode))
-    elif not rematted:
+    elif rematted:
+      recomputed.append((k, Access(name, mode)))
+    else:
       inherited.append(Access(name, mode))
+  if recomputed:
+    # jax 0.10 and 0.12 write the forward scopes again after the
+    # transposed component; jax 0.6.2 only inside it.
+    assert first is not None  # Set whenever something is recomputed.
+    later = [a for k, a in recomputed if k > first]
+    own += later or [a for _, a in recomputed]
   if not own and not inherited:
     return _NO_MARKS
   return Marks(tuple(own), tuple(inherited))
