@@ -7,7 +7,24 @@ tests/repository/imports_test.py checks that both took effect.
 """
 
 import jax
+import pytest
 
+from entangle_jax.testing import _declarations
 from tests import test_util
 
 jax.config.update("jax_num_cpu_devices", test_util.NUM_CPU_DEVICES)
+
+
+@pytest.fixture(autouse=True)
+def _no_declarations_left_behind():
+  """A test that declares targets in code must take them back: a
+  declaration left behind changes what later tests (and the docs pages
+  they run) report."""
+  before = dict(_declarations._in_code)
+  yield
+  left = {
+    k: v for k, v in _declarations._in_code.items() if before.get(k) != v
+  }
+  assert not left and before.keys() <= _declarations._in_code.keys(), (
+    f"the test changed the code declarations of {sorted(left)}"
+  )
