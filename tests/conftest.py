@@ -22,9 +22,7 @@ def _no_declarations_left_behind():
   they run) report."""
   before = dict(_declarations._in_code)
   yield
-  left = {
-    k: v for k, v in _declarations._in_code.items() if before.get(k) != v
-  }
+  left = {k: v for k, v in _declarations._in_code.items() if before.get(k) != v}
   assert not left and before.keys() <= _declarations._in_code.keys(), (
     f"the test changed the code declarations of {sorted(left)}"
   )
