@@ -147,7 +147,7 @@ def platform_note(results: Sequence[ModuleResult]) -> str | None:
   """What the check assumed of modules for platforms other than CPU."""
   others = sorted(
     {
-      r.platform or "unknown"
+      r.platform or "a platform its file does not name"
       for r in results
       if r.platform not in KNOWN_PLATFORMS
     }

@@ -1,0 +1,145 @@
+"""``pytest --entangle-races=fail|report``: the race check on a pytest run,
+each case a pytest run of its own on a small test file."""
+
+import importlib.metadata
+import pathlib
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+from absl.testing import absltest
+
+from tests import test_util
+
+PROGRAM = textwrap.dedent(
+  """
+  import jax
+  import jax.numpy as jnp
+  from entangle_jax import entangle
+  from entangle_jax.testing import read_slot, write_slot
+
+
+  def step(slot):
+    t = write_slot(slot, 1.0)
+    x = read_slot(t)
+    write_slot({token}, 2.0)
+    return x
+
+
+  def test_step():
+    assert float(jax.jit(step)(jnp.int32(0))) == 1.0
+  """
+)
+RACY = PROGRAM.format(token="t")
+FIXED = PROGRAM.format(token="entangle(t, x)")
+
+
+PLUGIN = "entangle_jax.testing.pytest_plugin"
+
+
+def installed() -> bool:
+  """Whether the package's pytest11 entry point is installed (pip and uv
+  install it; Bazel's runfiles have no entry points)."""
+  found = importlib.metadata.entry_points(group="pytest11")
+  return any(e.value == PLUGIN for e in found)
+
+
+def pytest_run(root: pathlib.Path, *args: str) -> subprocess.CompletedProcess:
+  """pytest on `root`: the plugin through its entry point where installed,
+  else named with ``-p``."""
+  load = [] if installed() else ["-p", PLUGIN]
+  return subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "pytest",
+      *load,
+      "-p",
+      "no:cacheprovider",
+      "-q",
+      *args,
+    ],
+    capture_output=True,
+    text=True,
+    timeout=300,
+    env=test_util.child_env(),
+    cwd=root,
+  )
+
+
+def project(**files: str) -> pathlib.Path:
+  root = pathlib.Path(tempfile.mkdtemp())
+  for name, text in files.items():
+    (root / name).write_text(text)
+  return root
+
+
+class PluginTest(absltest.TestCase):
+  def test_fail_fails_a_racy_test_and_passes_its_fixed_twin(self):
+    racy = project(**{"test_racy.py": RACY})
+    result = pytest_run(racy, "--entangle-races=fail")
+    self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+    self.assertIn("the modules this test compiled race", result.stdout)
+    self.assertIn("1 failed", result.stdout)
+    if test_util.records_full_stack():
+      self.assertIn("test_racy.py:10", result.stdout)
+    fixed = project(**{"test_fixed.py": FIXED})
+    result = pytest_run(fixed, "--entangle-races=fail")
+    self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+    self.assertIn("0 with races, 0 pairs.", result.stdout)
+
+  def test_report_passes_and_summarises(self):
+    racy = project(**{"test_racy.py": RACY})
+    result = pytest_run(racy, "--entangle-races=report")
+    self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+    self.assertIn("1 passed", result.stdout)
+    self.assertIn("entangle-jax race check", result.stdout)
+    self.assertIn("1 with races, 1 pair.", result.stdout)
+
+  def test_control_without_the_option_nothing_changes(self):
+    racy = project(**{"test_racy.py": RACY})
+    result = pytest_run(racy)
+    self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+    self.assertNotIn("entangle-jax race check", result.stdout)
+
+  def test_a_conftest_that_jits_at_import_is_seen(self):
+    conftest = RACY.replace("def test_step():", "def _unused():") + (
+      "\njax.jit(step)(jnp.int32(1)).block_until_ready()\n"
+    )
+    root = project(
+      **{"conftest.py": conftest, "test_plain.py": "def test_x():\n  pass\n"}
+    )
+    result = pytest_run(root, "--entangle-races=fail")
+    # Compiled outside any test's call: checked at the end, and the run
+    # fails.
+    self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+    self.assertIn("outside any test's call", result.stdout)
+    self.assertIn("1 with races", result.stdout)
+
+  def test_a_module_from_the_compilation_cache_is_not_passed(self):
+    cache = tempfile.mkdtemp()
+    cached = RACY.replace(
+      "def test_step():",
+      "def test_step():\n"
+      '  jax.config.update("jax_enable_compilation_cache", True)\n'
+      f'  jax.config.update("jax_compilation_cache_dir", {cache!r})\n'
+      '  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)\n'
+      '  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)',
+    )
+    root = project(**{"test_cached.py": cached})
+    first = pytest_run(root, "--entangle-races=report")
+    self.assertIn("1 with races", first.stdout, first.stdout + first.stderr)
+    again = pytest_run(root, "--entangle-races=fail")
+    self.assertIn("came from JAX's persistent compilation cache", again.stdout)
+    if "left no module to check" in again.stdout:
+      # Not seen, so not passed either.
+      self.assertIn("the run fails", again.stdout)
+      self.assertEqual(again.returncode, 1, again.stdout)
+    else:  # XLA dumped what it loaded: checked, and the race found.
+      self.assertIn("1 with races", again.stdout)
+      self.assertEqual(again.returncode, 1, again.stdout)
+
+
+if __name__ == "__main__":
+  absltest.main()
