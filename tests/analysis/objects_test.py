@@ -3,6 +3,7 @@ module (sameness) or asserted (distinctness), never taken from names
 alone."""
 
 import dataclasses
+import re
 
 import jax
 import jax.numpy as jnp
@@ -136,6 +137,20 @@ class DistinctElementsTest(absltest.TestCase):
     self.assertIn("different elements of one array of handles", text)
     self.assertIn("distinct_elements = true", text)
     self.assertNotIn("reasons", text)  # One group.
+
+  def test_pairs_on_the_same_lines_are_one_entry_with_a_count(self):
+    found = testing.races(per_handle_hazards(4))
+    text = testing.format_races(found, shown_per_group=None)
+    counts = [
+      int(n) for n in re.findall(r"\((\d+) pairs on these lines\)", text)
+    ]
+    entries = text.count("\n    and ")
+    self.assertNotEmpty(counts)  # A loop over handles: lines repeat.
+    # Every pair is in one entry: those with a count, and single ones.
+    self.assertEqual(sum(counts) + entries - len(counts), len(found))
+    short = testing.format_races(found, shown_per_group=1)
+    self.assertEqual(short.count("\n    and "), 1)
+    self.assertIn("more pairs like these", short)
 
   def test_asserting_distinct_elements_leaves_none(self):
     c = per_handle_hazards(4)

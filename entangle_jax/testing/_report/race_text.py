@@ -97,6 +97,14 @@ def cause_of(race: Race) -> Cause:
       and y.object is not None
       and (x.object.may_differ_by_element(y.object))
     ):
+      in_resource = any(
+        op.scope != op.user_scope for op in (race.first, race.second)
+      )
+      names = (
+        "; or give each Resource its own name (Resource(token, name=...))"
+        if in_resource
+        else ""
+      )
       return Cause(
         4,
         "may be one object: different elements of one array of handles, "
@@ -104,8 +112,7 @@ def cause_of(race: Race) -> Cause:
         "if distinct elements of that array hold distinct handles, say "
         "so: `distinct_elements = true` in the [tool.entangle-jax] table "
         "of pyproject.toml (or for the target: declare_target(target, "
-        "object=0, distinct_elements=True)); or give each Resource its own "
-        "name (Resource(token, name=...)).",
+        f"object=0, distinct_elements=True)){names}.",
       )
   return Cause(
     5,
@@ -130,8 +137,9 @@ def format_races(
       (given a `heading`).
     heading: first line; by default it counts the races. With a heading,
       each pair reads "``first`` is not ordered before ``second``".
-    shown_per_group: how many pairs of each group to show (None: all);
-      the rest are counted.
+    shown_per_group: how many entries of each group to show (None: all);
+      the rest are counted. Pairs of the same two targets on the same two
+      lines of the user's code are one entry, with their count.
 
   Raises:
     TypeError: an element of `races` is not a `Race` (a tuple of names
@@ -187,13 +195,21 @@ def format_races(
       lines.append(f"{len(members)} x {cause.headline}:")
     else:
       lines.append(f"{cause.headline}:")
-    shown = members if shown_per_group is None else members[:shown_per_group]
-    for race in shown:
+    # Pairs of the same two targets on the same two user lines (a loop
+    # over handles, say) are one entry with a count.
+    alike: dict[tuple, list[Race]] = {}
+    for race in members:
+      alike.setdefault(_where(race), []).append(race)
+    entries = list(alike.values())
+    shown = entries if shown_per_group is None else entries[:shown_per_group]
+    for same in shown:
+      race = same[0]
       other = ", on another device," if race.across_devices else ""
+      times = f" ({len(same)} pairs on these lines)" if len(same) > 1 else ""
       lines.append(f"  {_with_access(race.first)}")
-      lines.append(f"    and{other} {_with_access(race.second)}")
-    if len(shown) < len(members):
-      more = len(members) - len(shown)
+      lines.append(f"    and{other} {_with_access(race.second)}{times}")
+    if len(shown) < len(entries):
+      more = sum(len(same) for same in entries[len(shown) :])
       lines.append(
         f"  ... and {more} more pair{'s' * (more != 1)} like these "
         "(all are in the list races() returns)"
@@ -203,6 +219,14 @@ def format_races(
   if applied:
     lines.append("Declarations applied: " + "; ".join(applied) + ".")
   return "\n".join(lines)
+
+
+def _where(race: Race) -> tuple:
+  """The two targets and the two user lines of `race`, unordered."""
+  ends = sorted(
+    (op.target or "", op.location or "") for op in (race.first, race.second)
+  )
+  return (*ends, race.across_devices)
 
 
 def _kind(op: Op) -> tuple:
