@@ -170,18 +170,22 @@ class OrderAnalysis:
       graph = self._dataflow[instruction.computation]
       start, done = graph.span[graph.index[instruction.name]]
       first = graph.instructions[start]
+      declaration = self.declarations.for_target(first.target)
       self._ops[key] = Op(
         first.computation,
         first.name,
         graph.instructions[done].name,
         first,
-        self._accesses(first),
-        self.declarations.for_target(first.target),
+        self._accesses(first, declaration),
+        declaration,
       )
     return self._ops[key]
 
-  def _accesses(self, i: _hlo.Instruction) -> tuple[access.Access, ...]:
-    declaration = self.declarations.for_target(i.target)
+  def _accesses(
+    self,
+    i: _hlo.Instruction,
+    declaration: _declarations.TargetDeclaration | None,
+  ) -> tuple[access.Access, ...]:
     found = None
     if i.opcode == "custom-call":
       if self._finder is None:
@@ -190,13 +194,6 @@ class OrderAnalysis:
     return access.accesses_of(
       i.op_name, i.target, declaration, self._read_targets, found
     )
-
-  def applied_declarations(
-    self, ops: Iterable[Op]
-  ) -> list[_declarations.TargetDeclaration]:
-    """The target declarations that decided what `ops` access."""
-    found = (self.declarations.for_target(op.target) for op in ops)
-    return list(dict.fromkeys(d for d in found if d is not None))
 
   def _unique(self, instructions: Iterable[_hlo.Instruction]) -> list[Op]:
     return list(dict.fromkeys(self.op(i) for i in instructions))

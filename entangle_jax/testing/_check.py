@@ -163,17 +163,20 @@ def platform_note(results: Sequence[ModuleResult]) -> str | None:
   )
 
 
+def module_report(
+  result: ModuleResult, shown_per_group: int | None = race_text.SHOWN_PER_GROUP
+) -> str:
+  """One module's part of a report: its name and file, its grouped pairs."""
+  races = race_text.format_races(result.races, shown_per_group=shown_per_group)
+  return f"== {result.module} ({result.path})\n{races}"
+
+
 def render(results: Sequence[ModuleResult], shown_per_group: int | None) -> str:
   """The report: each racing module with its grouped pairs, the summary."""
   lines = []
   for result in results:
-    if not result.races:
-      continue
-    lines.append(f"== {result.module} ({result.path})")
-    lines.append(
-      race_text.format_races(result.races, shown_per_group=shown_per_group)
-    )
-    lines.append("")
+    if result.races:
+      lines += [module_report(result, shown_per_group), ""]
   note = platform_note(results)
   if note:
     lines.append(note)

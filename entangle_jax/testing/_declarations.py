@@ -137,7 +137,6 @@ class Declarations:
   safe_pairs: tuple[SafePair, ...] = ()
   distinct_elements: bool = False
   """The project's ``distinct_elements``: for targets that say nothing."""
-  sources: tuple[str, ...] = ()
 
   def for_target(self, target: str | None) -> TargetDeclaration | None:
     """The declaration that applies to `target`, or None."""
@@ -388,7 +387,7 @@ def from_table(table: Mapping[str, Any], source: str) -> Declarations:
   distinct = table.get("distinct_elements", False)
   if not isinstance(distinct, bool):  # The project's: true or false.
     raise TypeError(f"{source}: distinct_elements must be true or false")
-  return Declarations(tuple(targets), tuple(pairs), distinct, (source,))
+  return Declarations(tuple(targets), tuple(pairs), distinct)
 
 
 def _mapping(value: object, source: str, key: str):
@@ -495,7 +494,6 @@ def _merged(parts: list[Declarations], *, distinct: bool) -> Declarations:
     tuple(t for p in parts for t in p.targets),
     tuple(s for p in parts for s in p.safe_pairs),
     distinct,
-    tuple(s for p in parts for s in p.sources),
   )
 
 
@@ -508,7 +506,6 @@ BUILT_IN = _merged(
         TargetDeclaration(pattern, "write", devices="shared", source=_HOST)
         for pattern in ("xla_ffi_python_*", "xla_python_*")
       ),
-      sources=(_HOST,),
     ),
     from_table(_example_store_targets.DECLARATIONS, _STORE),
   ],
@@ -535,7 +532,7 @@ def current(start: str | os.PathLike[str] | None = None) -> Declarations:
   if path is not None:
     project = _project(str(path), path.stat().st_mtime)
     parts.append(project)
-  parts.append(Declarations(tuple(_in_code.values()), (), False, ("code",)))
+  parts.append(Declarations(tuple(_in_code.values())))
   parts.append(_published())
   parts.append(BUILT_IN)
   distinct = project.distinct_elements if project else False

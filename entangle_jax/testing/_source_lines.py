@@ -37,10 +37,7 @@ _marked: set[str] = set()
 def _package_dirs(*names: str) -> list[str]:
   found = []
   for name in names:
-    try:
-      spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-      continue
+    spec = _find(name)
     if spec is not None and spec.submodule_search_locations:
       found += [os.path.abspath(p) for p in spec.submodule_search_locations]
   return found

@@ -132,15 +132,13 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     return
   if call.when != "call":
     return
-  from entangle_jax.testing._report import race_text
+  from entangle_jax.testing import _check
 
   racy = [r for r in state.new_results() if r.races]
   if not racy:
     return
   report = outcome.get_result()
-  text = "\n".join(
-    f"{r.module} ({r.path}):\n{race_text.format_races(r.races)}" for r in racy
-  )
+  text = "\n".join(_check.module_report(r) for r in racy)
   report.sections.append(("entangle-jax races", text))
   if state.mode == "fail" and report.passed:
     report.outcome = "failed"
@@ -162,7 +160,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
   if state is None:
     return
   from entangle_jax.testing import _check
-  from entangle_jax.testing._report import race_text
 
   write = terminalreporter.write_line
   terminalreporter.section("entangle-jax race check")
@@ -175,8 +172,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     )
   for result in state.results:
     if result.races:
-      write(f"== {result.module} ({result.path})")
-      write(race_text.format_races(result.races))
+      write(_check.module_report(result))
   if state.unattributed:
     fails = ": the run fails" if state.mode == "fail" else ""
     write(

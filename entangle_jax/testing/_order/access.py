@@ -190,12 +190,6 @@ def has_marks(op_name: str) -> bool:
   return marks(op_name) is not _NO_MARKS
 
 
-def marked_accesses(op_name: str) -> tuple[Access, ...]:
-  """The ``Resource`` accesses recorded in `op_name` that are the op's own,
-  outermost first (`Marks.accesses`)."""
-  return marks(op_name).accesses
-
-
 @functools.lru_cache(maxsize=4096)
 def without_markers(op_name: str) -> str:
   """`op_name` without the components that record ``Resource`` accesses;

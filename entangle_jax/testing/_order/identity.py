@@ -189,9 +189,7 @@ class ObjectFinder:
       if self._carried(i.body, path):
         return operand(0, path)
       return _value(i, path)
-    if opcode == "fusion" and i.callees:
-      return self._out_of(i.callees[0], None, computation, i, path, leave)
-    if opcode == "call" and i.callees:
+    if opcode in ("fusion", "call") and i.callees:
       return self._out_of(i.callees[0], None, computation, i, path, leave)
     if opcode == "conditional" and i.branches:
       found = {
@@ -270,10 +268,8 @@ class ObjectFinder:
     if root[0] != "parameter":
       return root, element
     _, number, at = root
-    k = number if operand_of_parameter_0 is None else operand_of_parameter_0
-    if operand_of_parameter_0 is not None and number != 0:
-      return _value(i, path)
-    if k >= len(i.operands):
+    k = _passed_operand(number, operand_of_parameter_0, len(i.operands))
+    if k is None:
       return _value(i, path)
     position = computation.index[i.operands[k]]
     outer_root, outer_element = self._root(
@@ -299,11 +295,9 @@ class ObjectFinder:
           return _value(i, path)
         k = 0
       else:
-        k = number if offset is None else offset
-        if offset is not None and number != 0:
+        k = _passed_operand(number, offset, len(caller.operands))
+        if k is None:
           return _value(i, path)
-      if k >= len(caller.operands):
-        return _value(i, path)
       outer = self._dataflow.computation(caller.computation)
       found.add(
         self._root(
@@ -327,6 +321,15 @@ class ObjectFinder:
           for offset, callee in pairs:
             self._callers.setdefault(callee, []).append((i, offset))
     return self._callers.get(name, [])
+
+
+def _passed_operand(number: int, offset: int | None, count: int) -> int | None:
+  """The operand of a caller with `count` operands that its callee's
+  parameter `number` holds: operand `number`, or, for a callee that takes
+  one operand (`offset`, as `rules.callee_parameters` gives it), that one
+  as parameter 0; None when the caller passes none."""
+  k = number if offset is None else (offset if number == 0 else None)
+  return k if k is not None and k < count else None
 
 
 _BITS = re.compile(r"[su](\d+)\[")
