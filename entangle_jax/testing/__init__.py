@@ -16,6 +16,10 @@ Proving order on the module XLA runs:
 * ``is_effectful`` / ``is_user_native_call``: which ops a named-scope
   selector picks, and which ``races`` considers by default.
 * ``module_text(compiled)``: the optimized HLO text that they analyse.
+* ``race_check()``: a context manager that checks every module XLA
+  compiles inside it (``with race_check(): absltest.main()``); the pytest
+  plugin (``pytest --entangle-races=fail``) and ``python -m
+  entangle_jax.testing DUMP`` do the same for a test run and a dump.
 * ``order_graph(compiled, among=None, format="dot")``: the whole picture, as
   Graphviz DOT or Mermaid text.
 
@@ -55,6 +59,7 @@ from entangle_jax.testing._queries import (
   happens_before,
   races,
 )
+from entangle_jax.testing._race_check import RaceCheckError, race_check
 from entangle_jax.testing._report.order_graph import order_graph
 from entangle_jax.testing._report.race_text import format_races
 from entangle_jax.testing._selectors import is_effectful, is_user_native_call
@@ -94,6 +99,7 @@ __all__ = [
   "Op",
   "OrderAnalysis",
   "Race",
+  "RaceCheckError",
   "SafePair",
   "TargetDeclaration",
   "assert_happens_before",
@@ -109,6 +115,7 @@ __all__ = [
   "mark_library",
   "module_text",
   "order_graph",
+  "race_check",
   "races",
   "read_slot",
   "reset_slots",

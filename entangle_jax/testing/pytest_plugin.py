@@ -1,8 +1,10 @@
 """The race check on a pytest run: ``pytest --entangle-races=fail|report``.
 
-Off unless the option is given; then every module XLA compiles during the
-run is dumped (``--xla_dump_to``, set before any conftest is imported) and
-checked with the race check (`entangle_jax.testing._check`):
+Off unless the option is given (or the environment variable
+``ENTANGLE_JAX_RACES`` is ``fail`` or ``report``); then every module XLA
+compiles during the run is dumped (``--xla_dump_to``, set before any
+conftest is imported) and checked with the race check
+(`entangle_jax.testing._check`):
 
 * ``fail``: a test whose call compiled a module with races fails, with the
   report; racing modules compiled outside a test's call (collection,
@@ -15,9 +17,9 @@ JAX's persistent compilation cache is switched off for the run, so every
 module is compiled (and seen). A test may switch it on again: XLA then
 dumps the module it loads from the cache, which is checked too; a cache
 hit that left no module is reported as not checked, never as free of
-races, and fails a ``fail`` run. When the
-backend started before the plugin could set the dump flag (jax used by
-another plugin), nothing can be seen, and the run says so.
+races, and fails a ``fail`` run. When the backend started before the
+plugin could set the dump flag (jax used by another plugin), nothing can
+be seen: the run says so, and a ``fail`` run fails.
 
 pytest loads the plugin through the package's ``pytest11`` entry point; a
 Bazel-built wheel has no entry points: pass ``-p
@@ -27,13 +29,18 @@ entangle_jax.testing.pytest_plugin`` there.
 from __future__ import annotations
 
 import os
-import pathlib
 import shutil
-import tempfile
+from typing import TYPE_CHECKING
 
 import pytest
 
+if TYPE_CHECKING:
+  from entangle_jax.testing import _dump_watch
+
+# pytest loads this module at every start, switched on or not: it imports
+# nothing of entangle_jax (and so nothing of jax) until the check is on.
 MODES = ("fail", "report")
+ENV = "ENTANGLE_JAX_RACES"  # The same as `_race_check.ENV`.
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -51,52 +58,45 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 class _State:
-  """The dump directory, the modules seen so far, and what was found."""
+  """The mode, the dump being watched, and the racing modules compiled
+  outside any test's call."""
 
-  def __init__(self, mode: str):
+  def __init__(self, mode: str, watch: _dump_watch.DumpWatch, owned: bool):
     self.mode = mode
-    self.dump = pathlib.Path(tempfile.mkdtemp(prefix="entangle-races-"))
-    self.seen: set[pathlib.Path] = set()
-    self.results: list = []
-    self.cache_hits = 0
+    self.watch = watch
+    self.owned = owned  # A dump directory of its own, removed at the end.
     self.unattributed: list = []
-
-  def unchecked(self) -> int:
-    """How many compiles JAX served from its persistent cache that left
-    no module to check. XLA dumps the module it loads from the cache
-    (its file names no platform), so a hit is usually checked too."""
-    loaded = sum(1 for r in self.results if r.platform is None)
-    return max(0, self.cache_hits - loaded)
-
-  def new_results(self) -> list:
-    """Checks the modules dumped since the last call."""
-    from entangle_jax.testing import _check
-
-    found = sorted(set(self.dump.rglob(_check.OPTIMIZED)) - self.seen)
-    self.seen.update(found)
-    if not found:
-      return []
-    results = _check.check([str(p) for p in found])
-    self.results += results
-    return results
 
 
 _KEY = pytest.StashKey[_State]()
 
 
+def _mode(config: pytest.Config) -> str | None:
+  mode = config.known_args_namespace.entangle_races
+  if mode is None:
+    mode = os.environ.get(ENV) or None
+    if mode == "off":
+      return None
+    if mode is not None and mode not in MODES:
+      raise pytest.UsageError(
+        f"${ENV} must be one of fail, report, off, not {mode!r}"
+      )
+  return mode
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config, parser, args) -> None:
-  mode = early_config.known_args_namespace.entangle_races
+  mode = _mode(early_config)
   if mode is None:
     return
-  state = _State(mode)
-  early_config.stash[_KEY] = state
-  # Before any conftest imports jax and compiles: XLA reads its flags once.
-  flags = os.environ.get("XLA_FLAGS", "")
-  os.environ["XLA_FLAGS"] = (
-    f"{flags} --xla_dump_to={state.dump} --xla_dump_hlo_as_text".strip()
-  )
+  # Before any conftest imports jax and compiles: XLA reads its flags
+  # once, and JAX reads this variable when imported.
   os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
+  from entangle_jax.testing import _dump_watch
+
+  owned = _dump_watch.requested_dump() is None
+  watch = _dump_watch.DumpWatch(_dump_watch.request_dump())
+  early_config.stash[_KEY] = _State(mode, watch, owned)
 
 
 def _state(config: pytest.Config) -> _State | None:
@@ -108,15 +108,8 @@ def pytest_configure(config: pytest.Config) -> None:
   if state is None:
     return
   import jax
-  import jax.monitoring
 
   jax.config.update("jax_enable_compilation_cache", False)
-
-  def count(event: str, **_: object) -> None:
-    if "cache_hit" in event:
-      state.cache_hits += 1
-
-  jax.monitoring.register_event_listener(count)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -128,13 +121,13 @@ def pytest_runtest_makereport(item: pytest.Item, call):
   if call.when == "setup":
     # Compiled before this test's call (collection, conftest, fixtures):
     # no test's own.
-    state.unattributed += [r for r in state.new_results() if r.races]
+    state.unattributed += [r for r in state.watch.new_results() if r.races]
     return
   if call.when != "call":
     return
   from entangle_jax.testing import _check
 
-  racy = [r for r in state.new_results() if r.races]
+  racy = [r for r in state.watch.new_results() if r.races]
   if not racy:
     return
   report = outcome.get_result()
@@ -149,8 +142,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
   state = _state(session.config)
   if state is None:
     return
-  state.unattributed += [r for r in state.new_results() if r.races]
-  unproven = state.unattributed or state.unchecked()
+  watch = state.watch
+  state.unattributed += [r for r in watch.new_results() if r.races]
+  unproven = state.unattributed or watch.unchecked() or watch.blind()
   if unproven and state.mode == "fail" and session.exitstatus == 0:
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -161,38 +155,22 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     return
   from entangle_jax.testing import _check
 
+  watch = state.watch
   write = terminalreporter.write_line
   terminalreporter.section("entangle-jax race check")
-  if not state.results and not state.seen:
-    write(
-      "No module was seen: XLA wrote no dump. (Did the backend start "
-      "before this plugin set --xla_dump_to? Then run with "
-      'XLA_FLAGS="--xla_dump_to=DIR --xla_dump_hlo_as_text" and '
-      "python -m entangle_jax.testing DIR.)"
-    )
-  for result in state.results:
+  for result in watch.results:
     if result.races:
       write(_check.module_report(result))
+  fails = " The run fails." if state.mode == "fail" else ""
   if state.unattributed:
-    fails = ": the run fails" if state.mode == "fail" else ""
     write(
       f"{len(state.unattributed)} module(s) compiled outside any test's "
-      f"call (collection, conftest, fixtures) race{fails}."
+      f"call (collection, conftest, fixtures) race.{fails}"
     )
-  if state.cache_hits:
-    write(
-      f"{state.cache_hits} compile(s) came from JAX's persistent compilation "
-      "cache; the modules XLA dumped as it loaded them were checked."
-    )
-  if state.unchecked():
-    fails = "; the run fails" if state.mode == "fail" else ""
-    write(
-      f"{state.unchecked()} of them left no module to check: not proven "
-      f"free of races{fails}."
-    )
-  note = _check.platform_note(state.results)
-  if note:
+  for note in watch.notes():
     write(note)
-  write(_check.summary(state.results))
-  if state.mode == "report":
-    shutil.rmtree(state.dump, ignore_errors=True)
+  if watch.blind() or watch.unchecked():
+    write(f"Not every compile was checked.{fails}")
+  write(_check.summary(watch.results))
+  if state.mode == "report" and state.owned:
+    shutil.rmtree(watch.dump, ignore_errors=True)

@@ -34,6 +34,49 @@ PROGRAM = textwrap.dedent(
 RACY = PROGRAM.format(token="t")
 FIXED = PROGRAM.format(token="entangle(t, x)")
 
+# The racy step under pmap, shard_map and a round trip through jax.export,
+# on two devices: each compiles a module with the race. (What each reads
+# is left unasserted: under pmap and export, XLA:CPU does run the write
+# first at times.)
+TRANSFORMED = PROGRAM.format(token="t").replace(
+  "def test_step():",
+  """def test_pmap():
+  slots = jnp.arange(jax.device_count(), dtype=jnp.int32)
+  jax.pmap(step)(slots).block_until_ready()
+
+
+def test_shard_map():
+  mesh = jax.make_mesh((jax.device_count(),), ("x",))
+  P = jax.sharding.PartitionSpec
+  fn = jax.shard_map(
+    lambda s: step(s[0])[None], mesh=mesh, in_specs=P("x"), out_specs=P("x")
+  )
+  slots = jax.device_put(
+    jnp.arange(jax.device_count(), dtype=jnp.int32),
+    jax.sharding.NamedSharding(mesh, P("x")),
+  )
+  jax.jit(fn)(slots).block_until_ready()
+
+
+def test_export():
+  from entangle_jax import export_safety_checks
+  from entangle_jax.testing.example_store import (
+    READ_SLOT_TARGET,
+    WRITE_SLOT_TARGET,
+  )
+
+  checks = [
+    *export_safety_checks(),
+    jax.export.DisabledSafetyCheck.custom_call(READ_SLOT_TARGET),
+    jax.export.DisabledSafetyCheck.custom_call(WRITE_SLOT_TARGET),
+  ]
+  exported = jax.export.export(jax.jit(step), disabled_checks=checks)
+  restored = jax.export.deserialize(exported(jnp.int32(0)).serialize())
+  jax.jit(restored.call)(jnp.int32(0)).block_until_ready()
+
+
+def _unused():""",
+)
 
 PLUGIN = "entangle_jax.testing.pytest_plugin"
 
@@ -45,7 +88,9 @@ def installed() -> bool:
   return any(e.value == PLUGIN for e in found)
 
 
-def pytest_run(root: pathlib.Path, *args: str) -> subprocess.CompletedProcess:
+def pytest_run(
+  root: pathlib.Path, *args: str, **env: str
+) -> subprocess.CompletedProcess:
   """pytest on `root`: the plugin through its entry point where installed,
   else named with ``-p``."""
   load = [] if installed() else ["-p", PLUGIN]
@@ -63,7 +108,7 @@ def pytest_run(root: pathlib.Path, *args: str) -> subprocess.CompletedProcess:
     capture_output=True,
     text=True,
     timeout=300,
-    env=test_util.child_env(),
+    env=dict(test_util.child_env(), **env),
     cwd=root,
   )
 
@@ -102,6 +147,18 @@ class PluginTest(absltest.TestCase):
     result = pytest_run(racy)
     self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
     self.assertNotIn("entangle-jax race check", result.stdout)
+
+  def test_pmap_shard_map_and_export_switched_on_by_the_environment(self):
+    root = project(**{"test_transformed.py": TRANSFORMED})
+    result = pytest_run(
+      root, ENTANGLE_JAX_RACES="fail", JAX_NUM_CPU_DEVICES="2"
+    )
+    self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+    for test in ("test_pmap", "test_shard_map", "test_export"):
+      self.assertIn(
+        f"FAILED test_transformed.py::{test} - the modules", result.stdout
+      )
+    self.assertIn("3 failed", result.stdout)
 
   def test_a_conftest_that_jits_at_import_is_seen(self):
     conftest = RACY.replace("def test_step():", "def _unused():") + (

@@ -1,0 +1,128 @@
+"""`race_check`: the race check on whatever a block of code compiles.
+
+For test runners other than pytest (absltest, Bazel ``py_test``) and for
+plain programs. In one line, for a whole absltest run::
+
+  if __name__ == "__main__":
+    with race_check():
+      absltest.main()
+
+or per test, in ``setUp``: ``self.enter_context(race_check())``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from types import TracebackType
+from typing import TextIO
+
+from entangle_jax.testing import _check, _dump_watch
+
+ENV = "ENTANGLE_JAX_RACES"
+"""The environment variable that picks the mode when the code does not:
+``fail``, ``report`` or ``off``."""
+MODES = ("fail", "report", "off")
+
+
+class RaceCheckError(AssertionError):
+  """Modules compiled inside a `race_check` race, or could not be seen.
+
+  Attributes:
+    results: what the check found in each module.
+  """
+
+  def __init__(self, message: str, results: list[_check.ModuleResult]):
+    super().__init__(message)
+    self.results = results
+
+
+def _mode(mode: str | None) -> str:
+  chosen = mode if mode is not None else os.environ.get(ENV) or "fail"
+  if chosen not in MODES:
+    source = "race_check: mode" if mode is not None else f"${ENV}"
+    raise ValueError(
+      f"{source} must be one of {', '.join(MODES)}, not {chosen!r}"
+    )
+  return chosen
+
+
+class race_check:  # A context manager named as a function, like contextlib's.
+  """Checks every module XLA compiles inside the block for races.
+
+  On leaving the block, each optimized module compiled inside it is
+  checked as ``python -m entangle_jax.testing`` checks a dump (the
+  project's declarations applied), and the report goes to `stream`.
+
+  * ``mode="fail"`` (the default): races, or compiles the check could
+    not see, raise `RaceCheckError`. A block left by ``SystemExit`` with
+    status 0 (``absltest.main()``) exits with status 1 instead; any other
+    exception passes through, after the report.
+  * ``mode="report"``: only the report.
+  * ``mode="off"``: nothing at all.
+
+  Without `mode`, the environment variable ``ENTANGLE_JAX_RACES`` picks
+  one (``fail`` when unset), so that a run can switch the check off or to
+  ``report`` without changing code (Bazel: ``env = {...}``).
+
+  The check sees a module only if XLA dumps it: a block entered before
+  anything compiled asks XLA for a dump (``--xla_dump_to``, a temporary
+  directory, or one under Bazel's ``TEST_UNDECLARED_OUTPUTS_DIR``), or
+  uses the one ``XLA_FLAGS`` already names. Entered after the backend
+  started without a dump, it sees nothing and says so (a failure in
+  ``fail`` mode): it never passes what it did not see.
+
+  Attributes:
+    mode: the mode in effect.
+    results: after the block, what the check found in each module.
+
+  Raises:
+    ValueError: `mode` (or ``ENTANGLE_JAX_RACES``) is not a mode.
+  """
+
+  def __init__(self, mode: str | None = None, *, stream: TextIO | None = None):
+    self.mode = _mode(mode)
+    self._stream = stream
+    self._watch: _dump_watch.DumpWatch | None = None
+    self.results: list[_check.ModuleResult] = []
+
+  def __enter__(self) -> race_check:
+    if self.mode != "off":
+      self._watch = _dump_watch.DumpWatch(_dump_watch.request_dump())
+    return self
+
+  def __exit__(
+    self,
+    exc_type: type[BaseException] | None,
+    exc: BaseException | None,
+    tb: TracebackType | None,
+  ) -> bool:
+    watch = self._watch
+    if watch is None:
+      return False
+    self._watch = None
+    problems = []
+    try:
+      watch.new_results()
+    except _check.CannotAnswer as error:
+      problems.append(f"cannot check a module: {error}")
+    self.results = watch.results
+    racy = [r for r in self.results if r.races]
+    problems += [_check.module_report(r) for r in racy]
+    if watch.blind() or watch.unchecked():
+      problems.append("Not every compile was checked (see below).")
+    report = "\n".join(
+      [*problems, *watch.notes(), _check.summary(self.results)]
+    )
+    stream = self._stream or sys.stderr
+    print(f"entangle-jax race check ({watch.dump}):\n{report}", file=stream)
+    if self.mode != "fail" or not problems:
+      return False
+    if exc_type is None:
+      raise RaceCheckError(report, self.results)
+    if issubclass(exc_type, SystemExit) and getattr(exc, "code", 1) in (
+      0,
+      None,
+    ):
+      raise SystemExit(1)
+    return False

@@ -1,0 +1,162 @@
+"""``race_check()``: the race check for absltest, Bazel and plain programs.
+
+The whole-run form, ``with race_check(): absltest.main()``, runs in a
+fresh interpreter (XLA must dump from its first compile); what can be
+tried in this process (whose backend started long ago, without a dump)
+is that the check says it saw nothing rather than passing."""
+
+import io
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import textwrap
+from unittest import mock
+
+import jax
+import jax.numpy as jnp
+from absl.testing import absltest
+
+from entangle_jax.testing import (
+  RaceCheckError,
+  _dump_watch,
+  _race_check,
+  race_check,
+)
+from tests import test_util
+
+PROGRAM_TEST = textwrap.dedent(
+  """
+  import jax
+  import jax.numpy as jnp
+  from absl.testing import absltest
+  from entangle_jax import entangle
+  from entangle_jax.testing import race_check, read_slot, write_slot
+
+
+  def step(slot):
+    t = write_slot(slot, 1.0)
+    x = read_slot(t)
+    write_slot({token}, 2.0)
+    return x
+
+
+  class StepTest(absltest.TestCase):
+    def test_step(self):
+      self.assertEqual(float(jax.jit(step)(jnp.int32(0))), 1.0)
+
+
+  if __name__ == "__main__":
+    with race_check():
+      absltest.main()
+  """
+)
+RACY = PROGRAM_TEST.format(token="t")
+FIXED = PROGRAM_TEST.format(token="entangle(t, x)")
+
+
+def run_test_file(program: str, **env: str) -> subprocess.CompletedProcess:
+  root = pathlib.Path(tempfile.mkdtemp())
+  (root / "step_test.py").write_text(program)
+  return subprocess.run(
+    [sys.executable, "step_test.py"],
+    capture_output=True,
+    text=True,
+    timeout=300,
+    env=dict(test_util.child_env(), **env),
+    cwd=root,
+  )
+
+
+class WholeRunTest(absltest.TestCase):
+  def test_a_racy_run_that_passed_exits_1_with_the_report(self):
+    result = run_test_file(RACY)
+    self.assertEqual(result.returncode, 1, result.stderr)
+    self.assertIn("OK", result.stderr)  # The test itself passed.
+    self.assertIn("entangle-jax race check", result.stderr)
+    self.assertIn("== jit_step", result.stderr)
+    self.assertIn("1 with races, 1 pair.", result.stderr)
+    if test_util.records_full_stack():
+      self.assertIn("step_test.py:11", result.stderr)
+
+  def test_report_mode_from_the_environment_keeps_the_exit_status(self):
+    result = run_test_file(RACY, ENTANGLE_JAX_RACES="report")
+    self.assertEqual(result.returncode, 0, result.stderr)
+    self.assertIn("1 with races, 1 pair.", result.stderr)
+
+  def test_control_the_fixed_run_exits_0(self):
+    result = run_test_file(FIXED)
+    self.assertEqual(result.returncode, 0, result.stderr)
+    self.assertIn(
+      "(1 with native calls): 0 with races, 0 pairs.", result.stderr
+    )
+
+
+class InProcessTest(absltest.TestCase):
+  def setUp(self):
+    super().setUp()
+    # race_check asks for a dump through XLA_FLAGS: keep it from leaking
+    # into the child interpreters of other tests.
+    self.enter_context(mock.patch.dict(os.environ))
+    if _dump_watch.requested_dump() is not None:
+      self.skipTest("this run dumps already: the check would see it")
+
+  def test_compiles_it_could_not_see_fail_not_pass(self):
+    # XLA reads its flags at its first compile, here without a dump:
+    # asked for later, it writes none.
+    x = jnp.arange(5.0)
+    stream = io.StringIO()
+    with self.assertRaises(RaceCheckError) as caught, race_check(stream=stream):
+      jax.jit(lambda x: x * 3 + 1)(x).block_until_ready()
+    self.assertIn("dumped none", str(caught.exception))
+    self.assertIn("Checked 0 modules", stream.getvalue())
+    # Control: with nothing compiled there is nothing unseen.
+    with race_check(stream=io.StringIO()) as check:
+      pass
+    self.assertEqual(check.results, [])
+
+  def test_report_mode_says_so_and_raises_nothing(self):
+    x = jnp.arange(5.0)  # XLA's first compile, if nothing came before.
+    stream = io.StringIO()
+    with race_check("report", stream=stream):
+      jax.jit(lambda x: x * 5 - 2)(x).block_until_ready()
+    self.assertIn("dumped none", stream.getvalue())
+
+  def test_jax_reports_each_compile(self):
+    # The event name is JAX's, not public API: this fails when it changes.
+    x = jnp.arange(3.0)
+    watch = _dump_watch.DumpWatch(pathlib.Path(tempfile.mkdtemp()))
+    self.assertFalse(watch.blind())  # Nothing compiled yet.
+    fn = jax.jit(lambda x: x * 7 + 4)
+    fn(x).block_until_ready()
+    self.assertEqual(watch.compiles(), 1)
+    fn(x).block_until_ready()  # Control: no compile, no count.
+    self.assertEqual(watch.compiles(), 1)
+    self.assertTrue(watch.blind())
+
+  def test_off_does_nothing(self):
+    before = os.environ.get("XLA_FLAGS")
+    with race_check("off") as check:
+      jax.jit(lambda x: x - 9)(jnp.arange(3.0)).block_until_ready()
+    self.assertEqual(os.environ.get("XLA_FLAGS"), before)
+    self.assertEqual(check.results, [])
+    os.environ[_race_check.ENV] = "off"
+    self.assertEqual(race_check().mode, "off")
+
+  def test_a_bad_mode_is_named(self):
+    with self.assertRaisesRegex(ValueError, "race_check: mode .* 'loud'"):
+      race_check("loud")
+    os.environ[_race_check.ENV] = "sometimes"
+    with self.assertRaisesRegex(ValueError, r"\$ENTANGLE_JAX_RACES .*'some"):
+      race_check()
+
+  def test_the_plugin_reads_the_same_variable(self):
+    # Imported here: it needs pytest, which Bazel's runfiles may lack.
+    from entangle_jax.testing import pytest_plugin
+
+    self.assertEqual(pytest_plugin.ENV, _race_check.ENV)
+
+
+if __name__ == "__main__":
+  absltest.main()
