@@ -21,9 +21,9 @@ races, and fails a ``fail`` run. When the backend started before the
 plugin could set the dump flag (jax used by another plugin), nothing can
 be seen: the run says so, and a ``fail`` run fails.
 
-pytest loads the plugin through the package's ``pytest11`` entry point; a
-Bazel-built wheel has no entry points: pass ``-p
-entangle_jax.testing.pytest_plugin`` there.
+pytest loads the plugin through the package's ``pytest11`` entry point
+(every wheel has it, the Bazel-built one too); where the package is not
+installed (Bazel's runfiles), pass ``-p entangle_jax.testing.pytest_plugin``.
 """
 
 from __future__ import annotations

@@ -190,6 +190,8 @@ class ThirdPartyBindingTest(absltest.TestCase):
     self.assertIn("x a call the analysis knows nothing about", out)
     self.assertIn("[tool.entangle-jax] table in pyproject.toml", out)
     self.assertLess(len(out.splitlines()), 40, out)  # One bounded screen.
+    (pairs,) = re.findall(r"1 with races, (\d+) pairs", out)
+    self.assertGreater(int(pairs), 100)  # Every unordered pair of them.
     self.assert_names_the_programs_lines(out)
 
   def test_declared_targets_leave_exactly_the_twelve_hazards(self):

@@ -58,6 +58,23 @@ def metadata(archive: zipfile.ZipFile):
   return email.parser.Parser().parsestr(text)
 
 
+def entry_points(archive: zipfile.ZipFile) -> dict[str, dict[str, str]]:
+  """entry_points.txt as {group: {name: value}}; {} without one."""
+  name = f"{dist_info(archive)}/entry_points.txt"
+  if name not in archive.namelist():
+    return {}
+  groups: dict[str, dict[str, str]] = {}
+  group = None
+  for line in archive.read(name).decode().splitlines():
+    if line.startswith("[") and line.endswith("]"):
+      group = groups.setdefault(line[1:-1], {})
+    elif line.strip():
+      assert group is not None, f"{name}: an entry before any [group]"
+      key, value = line.split("=", 1)
+      group[key.strip()] = value.strip()
+  return groups
+
+
 def package_files(archive: zipfile.ZipFile) -> set[str]:
   return {n for n in archive.namelist() if ".dist-info/" not in n}
 
@@ -87,6 +104,12 @@ class WheelTest(absltest.TestCase):
       self.assertEqual(bazel[field], meson[field], field)
     for field in ("Requires-Dist", "Provides-Extra"):
       self.assertCountEqual(bazel.get_all(field), meson.get_all(field), field)
+
+  def test_same_entry_points(self):
+    # pytest finds the race check's plugin through them (pytest11).
+    meson = entry_points(self.meson)
+    self.assertIn("pytest11", meson)
+    self.assertEqual(entry_points(self.bazel), meson)
 
   def test_same_tags(self):
     bazel = WHEEL_NAME.match(os.path.basename(BAZEL_WHEEL))

@@ -1,4 +1,5 @@
-"""Writes a PEP 427 wheel: the files given, METADATA, WHEEL and RECORD.
+"""Writes a PEP 427 wheel: the files given, METADATA, WHEEL, RECORD, and
+entry_points.txt when there are entry points.
 
 Invoked by the `py_wheel` rule in wheel.bzl; every argument comes from there.
 Archive entries get a fixed timestamp so the same inputs give the same wheel.
@@ -51,6 +52,18 @@ def wheel_file(tag: str) -> str:
   )
 
 
+def entry_points_file(points: list[str]) -> str:
+  """entry_points.txt from ``GROUP:NAME = VALUE`` items, groups in order."""
+  groups: dict[str, list[str]] = {}
+  for point in points:
+    group, entry = point.split(":", 1)
+    groups.setdefault(group, []).append(entry)
+  return "".join(
+    f"[{group}]\n" + "".join(f"{entry}\n" for entry in entries) + "\n"
+    for group, entries in sorted(groups.items())
+  )
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__)
   parser.add_argument("--output", required=True)
@@ -61,6 +74,7 @@ def main() -> None:
   parser.add_argument("--python-requires", default="")
   parser.add_argument("--requires", action="append", default=[])
   parser.add_argument("--provides-extra", action="append", default=[])
+  parser.add_argument("--entry-point", action="append", default=[])
   parser.add_argument("--description-file")
   parser.add_argument(
     "--file", action="append", default=[], help="ARCHIVE_PATH=SOURCE_PATH"
@@ -75,6 +89,9 @@ def main() -> None:
       entries.append((archive_path, f.read()))
   entries.append((f"{dist_info}/METADATA", metadata(args).encode()))
   entries.append((f"{dist_info}/WHEEL", wheel_file(args.tag).encode()))
+  if args.entry_point:
+    text = entry_points_file(args.entry_point)
+    entries.append((f"{dist_info}/entry_points.txt", text.encode()))
   record = [f"{p},{record_hash(d)},{len(d)}" for p, d in entries]
   record.append(f"{dist_info}/RECORD,,")
   entries.append((f"{dist_info}/RECORD", ("\n".join(record) + "\n").encode()))

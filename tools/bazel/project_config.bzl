@@ -7,7 +7,7 @@ The BUILD files name their external inputs only through this repository:
   //:pybind11        cc_library of pybind11's headers
   //:xla_ffi         cc_library of the XLA FFI headers (xla/ffi/api/*.h)
   //:metadata.bzl    DISTRIBUTION, VERSION, SUMMARY, REQUIRES, EXTRA_REQUIRES,
-                     REQUIRES_PYTHON
+                     ENTRY_POINTS, REQUIRES_PYTHON
                      (from pyproject.toml) and PYTHON_TAG, PLATFORM_TAG,
                      EXT_SUFFIX (from the named interpreter)
 
@@ -28,6 +28,11 @@ print(json.dumps({
     "tag": "cp%d%d" % sys.version_info[:2],
     "requires": project.get("dependencies", []),
     "extra_requires": project.get("optional-dependencies", {}),
+    # {group: ["name = object reference", ...]}, as entry_points.txt lists them.
+    "entry_points": {
+        group: ["%s = %s" % item for item in sorted(points.items())]
+        for group, points in sorted(project.get("entry-points", {}).items())
+    },
     "requires_python": project.get("requires-python", ""),
     "name": project["name"],
     # The one place the version is written: pyproject.toml's static version.
@@ -93,6 +98,7 @@ def _project_config_impl(ctx):
         "VERSION = {}".format(repr(info["version"])),
         "REQUIRES = {}".format(repr(info["requires"])),
         "EXTRA_REQUIRES = {}".format(repr(info["extra_requires"])),
+        "ENTRY_POINTS = {}".format(repr(info["entry_points"])),
         "REQUIRES_PYTHON = {}".format(repr(info["requires_python"])),
         "SUMMARY = {}".format(repr(info["summary"])),
         "PYTHON_TAG = {}".format(repr(info["tag"])),

@@ -45,6 +45,9 @@ def _py_wheel_impl(ctx):
         args.add("--provides-extra", extra)
         for requirement in requires:
             args.add("--requires", _only_for_extra(requirement, extra))
+    for group, points in sorted(ctx.attr.entry_points.items()):
+        for point in points:
+            args.add("--entry-point", "{}:{}".format(group, point))
     inputs = [files]
     if ctx.file.description_file:
         args.add("--description-file", ctx.file.description_file)
@@ -68,6 +71,7 @@ py_wheel = rule(
         "deps": attr.label_list(doc = "Targets whose files go into the wheel."),
         "description_file": attr.label(allow_single_file = True),
         "distribution": attr.string(mandatory = True),
+        "entry_points": attr.string_list_dict(doc = "Entry points of each group, as `name = module:object`."),
         "extra_requires": attr.string_list_dict(doc = "Requirements of each extra."),
         "platform": attr.string(default = "any"),
         "python_requires": attr.string(),
