@@ -163,6 +163,34 @@ def analysis_table(rounds: list[dict[str, dict[str, float]]]) -> list[str]:
   return lines
 
 
+def dump_check_table(rounds: list[dict[str, float]]) -> list[str]:
+  """The race check over a dump against XLA's compile time of its
+  modules."""
+  lines = [
+    _row(
+      "suite",
+      [
+        "modules in the dump",
+        "with native calls",
+        "XLA compile (all), s",
+        "check (all), s",
+        "check / compile",
+      ],
+    ),
+    _rule(6),
+  ]
+  cells = [f"{rounds[0]['modules']:.0f}", f"{rounds[0]['native_modules']:.0f}"]
+  for step in ("compile", "check"):
+    s = stats.spread([r[step] for r in rounds])
+    cells.append(f"{s.median:.3g} ({s.low:.3g}…{s.high:.3g})")
+  ratio = stats.spread(
+    stats.ratios([r["check"] for r in rounds], [r["compile"] for r in rounds])
+  )
+  cells.append(f"{ratio.median:.3f} ({ratio.low:.3f}…{ratio.high:.3f})")
+  lines.append(_row("small programs", cells))
+  return lines
+
+
 def handler_lines(handlers: dict[str, list[float]]) -> list[str]:
   """This checkout's handler against the peer's, behind identical calls."""
   ours, peer = handlers[OURS], handlers[PEER]
@@ -241,8 +269,24 @@ the compile time, and its growth from the smallest program (the module's
 growth in parentheses):"""
 
 
+_DUMP_CHECK_PROSE = """\
+The race check over an XLA dump (`python -m entangle_jax.testing DIR`'s
+work: finding the modules, reading the declarations, checking each),
+against the time XLA took to compile those modules with the dump on, for
+a suite of small programs (a third without native calls, the rest with 1
+to 8 `Resource` write + read pairs); median (min…max) over rounds:"""
+
+
 def analysis_section(results: dict) -> list[str]:
-  return [_ANALYSIS_PROSE, "", *analysis_table(results["analysis"])]
+  lines = [_ANALYSIS_PROSE, "", *analysis_table(results["analysis"])]
+  if "dump_check" in results:
+    lines += [
+      "",
+      _DUMP_CHECK_PROSE,
+      "",
+      *dump_check_table(results["dump_check"]),
+    ]
+  return lines
 
 
 def timing_section(results: dict) -> list[str]:

@@ -159,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     timings = workers.alternate(IMPLS, "timing", timing_rounds, log)
     compiles = workers.alternate(COMPILE_IMPLS, "compile", compile_rounds, log)
     analysis = workers.alternate([OURS], "analysis", compile_rounds, log)
+    dumps = workers.alternate([OURS], "dump_check", compile_rounds, log)
 
   results = {
     "meta": {
@@ -183,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     "structure": structure,
     "handlers": handlers,
     "analysis": [r["analysis_s"] for r in analysis[OURS]],
+    "dump_check": [r["dump_check_s"] for r in dumps[OURS]],
   }
   args.out.mkdir(parents=True, exist_ok=True)
   text = report.markdown(results)
@@ -199,6 +201,7 @@ def _only_analysis(args, rounds: int, log, load_start: str, start: float):
   with peer.isolated_path() as peer_path:
     workers = Workers(args.quick, peer_path)
     found = workers.alternate([OURS], "analysis", rounds, log)[OURS]
+    dumps = workers.alternate([OURS], "dump_check", rounds, log)[OURS]
   ours = found[0]["versions"]
   results = {
     "meta": {
@@ -213,6 +216,7 @@ def _only_analysis(args, rounds: int, log, load_start: str, start: float):
       "wall_min": (time.monotonic() - start) / 60,
     },
     "analysis": [r["analysis_s"] for r in found],
+    "dump_check": [r["dump_check_s"] for r in dumps],
   }
   args.out.mkdir(parents=True, exist_ok=True)
   text = report.analysis_markdown(results)

@@ -40,6 +40,7 @@ PARTS = {
   "structure": "hlo_structure",
   "handlers": "handler_time",
   "analysis": "analysis_time",
+  "dump_check": "dump_check_time",
 }
 _CPU_DEVICES = {"structure": 8}
 

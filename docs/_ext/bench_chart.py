@@ -18,7 +18,8 @@ from sphinx.util.docutils import SphinxDirective
 
 BEGIN = "<!-- bench-results:begin -->"
 # "88 (87…89)", "1.05x (1.04…1.28x)", and the baseline "1x (baseline)".
-_CELL = re.compile(r"^([\d.]+)x? \(([\d.]+)x?…([\d.]+)x?\)$")
+# Differences can be negative: an interquartile range may reach below 0.
+_CELL = re.compile(r"^(-?[\d.]+)x? \((-?[\d.]+)x?…(-?[\d.]+)x?\)$")
 _BASELINE = re.compile(r"^([\d.]+)x? \(baseline\)$")
 
 

@@ -188,6 +188,23 @@ class AnalysisTableTest(absltest.TestCase):
     self.assertFalse(quadratic.endswith(f"| {growth:.1f}x ({growth:.1f}x) |"))
 
 
+class DumpCheckTableTest(absltest.TestCase):
+  def test_the_checks_share_of_the_compile_time(self):
+    rounds = [_dump_round(check) for check in (0.2, 0.3, 0.25)]
+    header, _, row = bench_report.dump_check_table(rounds)
+    self.assertIn("check / compile", header)
+    self.assertEqual(
+      row,
+      "| small programs | 300 | 200 | 10 (10…10) | 0.25 (0.2…0.3) "
+      "| 0.025 (0.020…0.030) |",
+    )
+    # The control: a slower check is a larger share.
+    slower = [_dump_round(check) for check in (2.0, 3.0, 2.5)]
+    self.assertIn(
+      "| 0.250 (0.200…0.300) |", bench_report.dump_check_table(slower)[2]
+    )
+
+
 def _results() -> dict:
   """A whole run's results, made up, in the shape the runner writes."""
   timings = _timings(ours_extra_s=1e-4)
@@ -219,6 +236,17 @@ def _results() -> dict:
     },
     "handlers": {name: JITTER for name in (OURS, PEER, OURS_AGAIN)},
     "analysis": [_analysis_round(factor) for factor in (1.0, 1.1, 0.9)],
+    "dump_check": [_dump_round(check) for check in (0.2, 0.3, 0.25)],
+  }
+
+
+def _dump_round(check_s: float) -> dict[str, float]:
+  """A made-up round of the dump_check part: 300 modules compiled in 10 s."""
+  return {
+    "modules": 300,
+    "native_modules": 200,
+    "compile": 10.0,
+    "check": check_s,
   }
 
 

@@ -1,0 +1,70 @@
+"""The "dump_check" part: the race check over an XLA dump of many modules
+(``python -m entangle_jax.testing DIR``'s work), against the time XLA took
+to compile them, as a test suite's run would make them.
+
+The suite is ``modules`` small programs (a third of them without native
+calls, the rest with one to eight ``Resource`` write + read pairs, each
+program with its own constants so that none is a cache hit), compiled
+with the dump switched on, as the check needs it. The check is timed as
+the command runs it (`entangle_jax.testing._check.check`): finding the
+files, reading the project's declarations, reading and checking every
+module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import jax
+import jax.numpy as jnp
+
+from benchmarks.cases import DUMP_MODULES, QUICK_DUMP_MODULES
+from entangle_jax import Resource
+from entangle_jax.testing import _check, _dump_watch, read_slot, write_slot
+
+
+def suite_program(index: int):
+  """The `index`th program of the suite."""
+  pairs = index % 8 + 1
+
+  def program(slot, x):
+    if index % 3 == 0:  # No native call.
+      return slot, jnp.sin(x) * index
+    res = Resource(slot)
+    reads = []
+    for i in range(pairs):
+      res.write(write_slot, float(index + i))
+      reads.append(res.read(read_slot))
+    return res.token, jnp.stack(reads) + x[0]
+
+  return program
+
+
+def measure(args: argparse.Namespace) -> dict:
+  """Seconds XLA compiled the suite for, and seconds the check took."""
+  # Before anything compiles: XLA reads its flags at its first compile.
+  dump = _dump_watch.request_dump(prefix="bench-dump-")
+  modules = QUICK_DUMP_MODULES if args.quick else DUMP_MODULES
+  compile_s = 0.0
+  for index in range(modules):
+    lowered = jax.jit(suite_program(index)).lower(jnp.int32(0), jnp.ones(4))
+    start = time.perf_counter()
+    lowered.compile()
+    compile_s += time.perf_counter() - start
+  start = time.perf_counter()
+  results = _check.check([str(dump)])
+  check_s = time.perf_counter() - start
+  suite = [r for r in results if r.module.startswith("jit_program")]
+  if len(suite) != modules:
+    raise AssertionError(f"dumped {len(suite)} of the {modules} modules")
+  if any(r.races for r in results):
+    raise AssertionError("the benchmark suite has races")
+  return {
+    "dump_check_s": {
+      "modules": len(results),
+      "native_modules": sum(1 for r in results if r.native_calls),
+      "compile": compile_s,
+      "check": check_s,
+    }
+  }
