@@ -50,10 +50,12 @@ nitpick_ignore_regex = [
   ("py:.*", r"(jax|jaxlib|numpy|np|jnp)(\..*)?"),
   ("py:.*", r"(collections\.abc|typing|os)\..*"),
   ("py:.*", r"(Array|ArrayLike|Compiled|Lowered|PyTree|Callable)"),
-  # A type variable (entangle's result has its payload's type) and a
-  # private parser type in Op's fields: neither has a page to link to.
+  # A type variable (entangle's result has its payload's type), a
+  # private parser type in Op's fields, and the race check's private
+  # per-module result (race_check.results): none has a page to link to.
   ("py:class", r"entangle_jax\._src\.entangle\.T"),
   ("py:class", r"entangle_jax\.testing\._hlo\.instruction\.Instruction"),
+  ("py:class", r"entangle_jax\.testing\._check\.ModuleResult"),
 ]
 
 html_theme = "sphinx_book_theme"
