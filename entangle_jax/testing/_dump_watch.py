@@ -21,8 +21,8 @@ from entangle_jax.testing import _check
 
 _DUMP_FLAG = re.compile(r"--xla_dump_to=(\S+)")
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
-"""The duration JAX records for each module XLA compiles (not for one
-loaded from the persistent cache)."""
+"""The duration JAX records for each module it hands to XLA: compiled, or
+loaded from the persistent cache (which also records a cache hit)."""
 CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
 
 _counts = {"compiles": 0, "cache_hits": 0}
@@ -109,7 +109,8 @@ class DumpWatch:
     return results
 
   def compiles(self) -> int:
-    """Modules XLA compiled since the watch began."""
+    """Modules JAX handed to XLA since the watch began, cache hits
+    included."""
     return _counts["compiles"] - self._start["compiles"]
 
   def cache_hits(self) -> int:
@@ -126,8 +127,10 @@ class DumpWatch:
 
   def blind(self) -> bool:
     """Whether XLA compiled while nothing was dumped: its backend started
-    before the dump was asked for, so the watch sees nothing."""
-    return not self.results and (self.compiles() + self.cache_hits()) > 0
+    before the dump was asked for, so the watch sees nothing. (Cache hits
+    that left no module are `unchecked`: older XLA dumps nothing for a
+    module it loads from the cache, even when the dump works.)"""
+    return not self.results and self.compiles() > self.cache_hits()
 
   BLIND_TEXT = (
     "XLA compiled modules but dumped none: its backend started before "
@@ -142,16 +145,19 @@ class DumpWatch:
     notes = []
     if self.blind():
       notes.append(self.BLIND_TEXT)
-    if self.cache_hits():
+    hits, unchecked = self.cache_hits(), self.unchecked()
+    if hits:
       notes.append(
-        f"{self.cache_hits()} compile(s) came from JAX's persistent "
-        "compilation cache; the modules XLA dumped as it loaded them were "
-        "checked."
-      )
-    if self.unchecked():
-      notes.append(
-        f"{self.unchecked()} of them left no module to check: not proven "
-        "free of races."
+        f"{hits} compile(s) came from JAX's persistent compilation cache"
+        + (
+          "; the modules XLA dumped as it loaded them were checked."
+          if not unchecked
+          else (
+            f"; {unchecked} of them left no module to check (this XLA "
+            "dumps nothing for a module it loads from the cache): not "
+            "proven free of races. Switch the cache off to check them."
+          )
+        )
       )
     platform = _check.platform_note(self.results)
     if platform:
