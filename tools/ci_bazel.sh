@@ -24,7 +24,7 @@ esac
 # The workspaces this part runs Bazel in (each gets its own ci.bazelrc).
 workspaces=()
 [[ $part == examples ]] || workspaces+=(.)
-[[ $part == main ]] || workspaces+=(examples/bazel_downstream examples/bazel_larger_project)
+[[ $part == main ]] || workspaces+=(examples/bazel_downstream examples/bazel_larger_project examples/order_safe_binding)
 cleanup() {
   local status=$?
   end_phase
@@ -65,6 +65,7 @@ run_examples() {
   section "Bazel: the downstream examples"
   (cd examples/bazel_downstream && bazel test //... && bazel shutdown)
   (cd examples/bazel_larger_project && bazel test //... && bazel shutdown)
+  (cd examples/order_safe_binding && bazel test //... && bazel shutdown)
 }
 
 if [[ $part == examples ]]; then

@@ -16,6 +16,10 @@ bottom; its Python blocks share one namespace, as in a notebook):
   number of lines (doctest's ellipsis). Preceded by
   ``<!-- output with jax X: why -->``, it is compared only under jax X (the
   blocks above still run everywhere).
+* any block directly preceded by ``<!-- from: PATH -->``: an excerpt of the
+  file PATH (from the repository's root), not run: its lines must be lines
+  of that file as it is now, in order and together, so that a page that
+  quotes an example's code cannot drift from it.
 * any block directly preceded by ``<!-- not run: why -->``: shown, not run.
   The reason is required and is for the reader of the page source; the page
   says it in prose too.
@@ -48,18 +52,20 @@ import tempfile
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 _FENCE = re.compile(r"^(`{3,}|~{3,})\s*(.*?)\s*$")
 _NOT_RUN = re.compile(r"^<!-- not run: (.*\S) -->$")
+_FROM = re.compile(r"^<!-- from: (\S+) -->$")
 _OUTPUT_WITH = re.compile(r"^<!-- output with jax (\S+): (.*\S) -->$")
 # <!-- begin: CMD --> ... <!-- end: CMD -->, and the benchmark's
 # <!-- bench-results:begin --> ... <!-- bench-results:end -->.
 _BEGIN = re.compile(r"^<!-- (?:begin: (.+)|(\S+):begin) -->$")
 _END = re.compile(r"^<!-- (?:end: (.+)|(\S+):end) -->$")
 _ANY_COMMENT = re.compile(r"^<!--.*-->$")
-PYTHON, GRAPH, SHELL, OUTPUT, SHOWN, DIRECTIVE = (
+PYTHON, GRAPH, SHELL, OUTPUT, SHOWN, EXCERPT, DIRECTIVE = (
   "python",
   "{order-graph}",
   "sh",
   "text output",
   "shown",
+  "excerpt",
   "directive",
 )
 _CODE_DIRECTIVES = ("{code-block}", "{code}", "{sourcecode}")
@@ -70,9 +76,11 @@ class Block:
   """One fenced block of a page."""
 
   line: int  # of the opening fence, from 1
-  kind: str  # PYTHON, GRAPH, SHELL, OUTPUT, SHOWN (not run) or DIRECTIVE
+  kind: str  # PYTHON, GRAPH, SHELL, OUTPUT, SHOWN (not run), EXCERPT, ...
   body: str  # the lines between the fences, each ending in a newline
-  why: str = ""  # SHOWN: why it is not run; OUTPUT: why only under `jax`
+  # SHOWN: why it is not run; OUTPUT: why only under `jax`; EXCERPT: the
+  # file it quotes.
+  why: str = ""
   jax: str = ""  # OUTPUT: compared only under this jax version, if given
 
 
@@ -133,6 +141,8 @@ def _classify(line: int, info: str, body: str, previous: str, name: str):
   where = f"{name}:{line}"
   if not_run := _NOT_RUN.match(previous):
     return Block(line, SHOWN, body, why=not_run.group(1))
+  if quoted := _FROM.match(previous):
+    return Block(line, EXCERPT, body, why=quoted.group(1))
   if previous.startswith("<!-- not run"):
     raise ValueError(f"{where}: write the reason: <!-- not run: why -->")
   if info == OUTPUT:
@@ -188,6 +198,7 @@ class PageRun:
 
   def __init__(self, path: pathlib.Path, root: pathlib.Path = ROOT):
     self.path = path
+    self.root = root
     self.name = str(path.relative_to(root))
     self.namespace: dict[str, object] = {"__name__": "__main__"}
     self.mismatches: list[Mismatch] = []
@@ -205,6 +216,8 @@ class PageRun:
           self._python(block, printed)
         elif block.kind == SHELL:
           printed.write(self._shell(block, folder))
+        elif block.kind == EXCERPT:
+          self._excerpt(block)
         elif block.kind == OUTPUT:
           text, printed = printed.getvalue(), io.StringIO()
           self.outputs[block.line] = text
@@ -232,6 +245,19 @@ class PageRun:
     if block.kind == GRAPH and "compiled" not in namespace:
       raise AssertionError(
         f"{self.name}:{block.line}: an order-graph block must set `compiled`"
+      )
+
+  def _excerpt(self, block: Block) -> None:
+    source = self.root / block.why
+    if not source.is_file():
+      raise AssertionError(
+        f"{self.name}:{block.line}: quotes {block.why}, which does not exist"
+      )
+    # Whole lines: the excerpt starts at a line's start in the file.
+    if "\n" + block.body not in "\n" + source.read_text(encoding="utf-8"):
+      raise AssertionError(
+        f"{self.name}:{block.line}: the block is not lines of {block.why} "
+        "as it is now: copy them from the file again"
       )
 
   def _shell(self, block: Block, folder: str) -> str:

@@ -178,6 +178,22 @@ class RunnerTest(absltest.TestCase):
       [(doc_blocks.SHOWN, "needs a GPU"), (doc_blocks.DIRECTIVE, "")],
     )
 
+  def test_an_excerpt_must_be_lines_of_its_file(self):
+    folder = pathlib.Path(self.enterContext(tempfile.TemporaryDirectory()))
+    (folder / "docs").mkdir()
+    (folder / "lib.cc").write_text("int a;\nint b;\nint c;\n")
+    page = folder / "docs" / "page.md"
+    quote = "<!-- from: lib.cc -->\n```cpp\n{}```\n"
+    page.write_text(quote.format("int b;\nint c;\n"))
+    doc_blocks.PageRun(page, folder).run()  # The file's lines: passes.
+    for drifted in ("int c;\nint b;\n", "nt b;\n", "int d;\n"):
+      page.write_text(quote.format(drifted))
+      with self.assertRaisesRegex(AssertionError, "not lines of lib.cc"):
+        doc_blocks.PageRun(page, folder).run()
+    page.write_text(quote.replace("lib.cc", "gone.cc").format("int a;\n"))
+    with self.assertRaisesRegex(AssertionError, "gone.cc, which does not"):
+      doc_blocks.PageRun(page, folder).run()
+
   def test_unclosed_block_names_its_line(self):
     with self.assertRaisesRegex(ValueError, "page.md:3: the block never"):
       doc_blocks.parse("# T\n\n```python\nx = 1\n", "page.md")
