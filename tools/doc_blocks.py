@@ -19,7 +19,9 @@ bottom; its Python blocks share one namespace, as in a notebook):
 * any block directly preceded by ``<!-- from: PATH -->``: an excerpt of the
   file PATH (from the repository's root), not run: its lines must be lines
   of that file as it is now, in order and together, so that a page that
-  quotes an example's code cannot drift from it.
+  quotes an example's code cannot drift from it. (An indented Python
+  excerpt, a method, goes between ``<!-- fmt: off -->`` and
+  ``<!-- fmt: on -->`` lines, or ruff format would dedent it.)
 * any block directly preceded by ``<!-- not run: why -->``: shown, not run.
   The reason is required and is for the reader of the page source; the page
   says it in prose too.
