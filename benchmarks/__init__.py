@@ -14,6 +14,12 @@ each with one concern:
 * `stats`, `comparisons`: spreads over rounds and noise-aware verdicts;
 * `report`, `chart`: the Markdown tables and the PNG.
 
+``python -m benchmarks.alternatives`` is a measurement of its own: the
+ways of ordering a native read before the next write, compared
+(docs/alternatives.md): `alternatives` (the command and its checks),
+`orderings` (one row each), `hazard_runs` (wrong reads, and what the
+analysis says), `ordering_cost`, `ordering_transforms`, `host_store`.
+
 Adding a measurement: a module in `parts` with ``measure(args) -> dict``,
 its name in `worker.PARTS`, a line in `runner.main` that runs it (for which
 implementations, how many rounds) and stores the result under a key of
