@@ -53,6 +53,9 @@ def unordered(handles, big):
   return jnp.stack(reads), jnp.sin(big).sum()
 
 
+GET_LINE = unordered.__code__.co_firstlineno + 6  # reads.append(_ffi.get(...
+
+
 def with_tally(handles, big):
   reads = []
   for i in range(HAZARDS):
@@ -157,6 +160,18 @@ class CompiledOrderTest(absltest.TestCase):
     module = jax.jit(step).lower(jnp.int32(0)).compile()
     with self.assertRaisesRegex(AssertionError, "query"):
       assert_happens_before(module, "query", "second_add")
+
+  def test_reports_name_the_callers_line_not_the_bindings(self):
+    version = tuple(int(p) for p in jax.__version__.split(".")[:3])
+    if version < (0, 8, 2):
+      self.skipTest("this jax records only the innermost Python frame")
+    (race, *_) = races(compiled(unordered))
+    # The get and the second add of `unordered`, in this file; the frame
+    # inside the binding (tally_jax/_ffi.py) that made each call is not it.
+    self.assertEqual(
+      {race.first.location, race.second.location},
+      {f"tally_test.py:{GET_LINE}", f"tally_test.py:{GET_LINE + 1}"},
+    )
 
   def test_declarations_are_in_effect(self):
     declared = declarations_in_effect().for_target("tally_create")
