@@ -273,6 +273,30 @@ class FollowedThroughTest(absltest.TestCase):
     first, inner = control.select_ops(WRITE)[:2]
     self.assertFalse(control.conflict(first, inner))
 
+  def test_elements_of_a_broadcast_handle_are_that_handle(self):
+    # `vmap` of a call on one handle hands the call [h, h, h]: declared
+    # distinct elements must not make its elements different objects.
+    def fn(slots):
+      written = testing.write_slot(slots, jnp.ones(3))  # one write each
+      x = testing.read_slot(written[0])
+      testing.write_slot(written[1], 2.0)  # not ordered after the read
+      return x
+
+    def broadcast(h):
+      return fn(jnp.broadcast_to(h, (3,)))
+
+    c = compiled(broadcast, jnp.int32(5))
+    pairs = testing.OrderAnalysis(c, declarations=declared(True)).races()
+    self.assertLen(pairs, 1)
+    (race,) = pairs
+    self.assertTrue(same(race.first, race.second))
+    # Control: three handles of an argument, declared distinct, are three
+    # objects, so elements 0 and 1 do not race.
+    c = compiled(fn, HANDLES[:3])
+    self.assertEqual(
+      testing.OrderAnalysis(c, declarations=declared(True)).races(), []
+    )
+
   def test_a_dynamic_slice_may_be_any_element(self):
     def fn(handles, k):
       res = Resource(handles[0], name="a")

@@ -9,7 +9,9 @@ the whole library (no `ObjectRef`).
 From there, back through everything that passes the handle on unchanged:
 ``bitcast``, ``copy`` and ``reshape``; tuples and ``get-tuple-element``;
 a static one-element ``slice`` (an element of an array of handles), also
-inside a fusion; ``entangle``'s payload; results declared to hand back the
+inside a fusion, and an element of a ``broadcast`` of one handle (every
+element of ``[h, h, h]`` is ``h``, which ``vmap`` of a call on one handle
+makes); ``entangle``'s payload; results declared to hand back the
 object (``returns_object``), and a ``Resource`` write's result, which is
 the next token of the same object; loop state the body carries unchanged
 (or hands back the same object), and the parameters of calls,
@@ -21,6 +23,7 @@ and calls that reach different values may still touch one.
 
 from __future__ import annotations
 
+import math
 import re
 
 from entangle_jax._src.native import ENTANGLE_TARGET
@@ -219,7 +222,33 @@ class ObjectFinder:
     flat = 0
     for start, dim in zip(starts, dims, strict=True):
       flat = flat * dim + start
-    return root, flat
+    return self._pick(root, flat)
+
+  def _pick(self, root: Root, element: int) -> _Found:
+    """Element `element` of the array `root`: where the one value comes
+    from when `root` broadcasts a single element, else that element."""
+    single = self._broadcast_source(root)
+    return single if single is not None else (root, element)
+
+  def _broadcast_source(self, root: Root) -> _Found | None:
+    """Where the one value comes from that `root`, a ``broadcast`` of a
+    single element, holds in each of its elements; None for any other
+    root. (Declared distinct elements must not tell its elements apart.)
+
+    The broadcast may lie in another computation than the caller's (a
+    fusion's), so its operand is followed out through that computation's
+    callers: the answer is a value or a constant, never a ``parameter``
+    root that the caller would take for one of its own."""
+    if root[0] != "value" or root[3]:
+      return None
+    computation = self._dataflow.computation(root[1])
+    i = computation.instructions[computation.index[root[2]]]
+    if i.opcode != "broadcast" or len(i.operands) != 1:
+      return None
+    source = computation.instructions[computation.index[i.operands[0]]]
+    if source.dims is None or math.prod(source.dims) != 1:
+      return None
+    return self._root(root[1], computation.index[source.name], (), True)
 
   def _through_call(
     self, computation: Computation, i: Instruction, path: Path, leave: bool
@@ -278,7 +307,7 @@ class ObjectFinder:
     if element is not None:
       if outer_element is not None:
         return _value(i, path)
-      return outer_root, element
+      return self._pick(outer_root, element)
     return outer_root, outer_element
 
   def _through_callers(self, name: str, i: Instruction, path: Path) -> _Found:

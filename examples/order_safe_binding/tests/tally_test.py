@@ -170,7 +170,9 @@ class CompiledOrderTest(absltest.TestCase):
     # inside the binding (tally_jax/_ffi.py) that made each call is not it.
     # (Its path is as the module's stack frames give it: relative to the
     # folder of the run, tests/tally_test.py under Bazel.)
-    lines = [r.location.rpartition("/")[2] for r in (race.first, race.second)]
+    lines = [
+      str(r.location).rpartition("/")[2] for r in (race.first, race.second)
+    ]
     self.assertEqual(
       sorted(lines),
       [f"tally_test.py:{GET_LINE}", f"tally_test.py:{GET_LINE + 1}"],
