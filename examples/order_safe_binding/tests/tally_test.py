@@ -4,6 +4,7 @@ fails without the ordering. They run with pytest on an installed tally-jax
 (`bazel test //...`), from this folder."""
 
 import importlib.metadata
+import inspect
 
 import jax
 import jax.numpy as jnp
@@ -42,50 +43,57 @@ if not _installed():
 # Twelve add / slow get / add hazards, each on its own accumulator, and one
 # array large enough that XLA:CPU runs the module on its concurrent
 # executor (a small module runs in schedule order and proves nothing).
+# Each program returns the reads and the handles after its last call: the
+# tokens that the next use of the accumulators (here, destroy) must take.
 def unordered(handles, big):
   """As a binding without entangle-jax leaves it: nothing orders a get
   before the add written after it."""
-  reads = []
+  reads, after = [], []
   for i in range(HAZARDS):
     handle = _ffi.add(handles[i], 1.0)
     reads.append(_ffi.get(handle))
-    _ffi.add(handle, 1.0)
-  return jnp.stack(reads), jnp.sin(big).sum()
+    after.append(_ffi.add(handle, 1.0))
+  return jnp.stack(reads), jnp.stack(after), jnp.sin(big).sum()
 
 
-GET_LINE = unordered.__code__.co_firstlineno + 6  # reads.append(_ffi.get(...
+GET_LINE = unordered.__code__.co_firstlineno + next(
+  n
+  for n, line in enumerate(inspect.getsourcelines(unordered)[0])
+  if "_ffi.get(" in line
+)
 
 
 def with_tally(handles, big):
-  reads = []
+  reads, after = [], []
   for i in range(HAZARDS):
     t = Tally(handles[i])
     t.add(1.0)
     reads.append(t.get())
     t.add(1.0)  # after the get
-  return jnp.stack(reads), jnp.sin(big).sum()
+    after.append(t.handle)
+  return jnp.stack(reads), jnp.stack(after), jnp.sin(big).sum()
 
 
 def with_tokens(handles, big):
-  reads = []
+  reads, after = [], []
   for i in range(HAZARDS):
     handle = tokens.add(handles[i], 1.0)
     value, handle = tokens.get(handle)
-    tokens.add(handle, 1.0)  # takes the token the get returned
+    after.append(tokens.add(handle, 1.0))  # takes the token the get returned
     reads.append(value)
-  return jnp.stack(reads), jnp.sin(big).sum()
+  return jnp.stack(reads), jnp.stack(after), jnp.sin(big).sum()
 
 
 def with_stale_token(handles, big):
   """Token threading gone wrong: the last add takes the handle from before
   the get."""
-  reads = []
+  reads, after = [], []
   for i in range(HAZARDS):
     handle = tokens.add(handles[i], 1.0)
     value, _ = tokens.get(handle)
-    tokens.add(handle, 1.0)
+    after.append(tokens.add(handle, 1.0))
     reads.append(value)
-  return jnp.stack(reads), jnp.sin(big).sum()
+  return jnp.stack(reads), jnp.stack(after), jnp.sin(big).sum()
 
 
 BIG = jnp.ones(1 << 16)
@@ -98,16 +106,16 @@ def compiled(fn):
 
 def wrong_reads(fn, runs=5):
   """Gets that did not see exactly the first add, over `runs` runs, each on
-  fresh accumulators (destroyed afterwards)."""
+  fresh accumulators, destroyed after the run's last add (through the
+  handles it returned)."""
   step = jax.jit(fn)
   wrong = 0
   tally_jax.set_query_delay(0.002)
   try:
     for _ in range(runs):
-      handles = _ffi.create(jnp.zeros(HAZARDS))
-      reads, _ = step(handles, BIG)
+      reads, after, _ = step(_ffi.create(jnp.zeros(HAZARDS)), BIG)
       wrong += int(np.sum(np.asarray(reads) != 1.0))
-      _ffi.destroy(handles).block_until_ready()
+      _ffi.destroy(after).block_until_ready()
   finally:
     tally_jax.set_query_delay(0)
   return wrong
