@@ -13,6 +13,10 @@ conftest is imported) and checked with the race check
 * ``report``: no outcome changes; the run ends with a summary (modules
   checked, modules with races, the grouped pairs).
 
+A test marked ``@pytest.mark.entangle_races_expected`` races on purpose
+(the control of an ordering test): its racing modules are reported, and
+counted apart in the summary, but never fail it.
+
 JAX's persistent compilation cache is switched off for the run, so every
 module is compiled (and seen). A test may switch it on again: XLA then
 dumps the module it loads from the cache, which is checked too; a cache
@@ -41,6 +45,7 @@ if TYPE_CHECKING:
 # nothing of entangle_jax (and so nothing of jax) until the check is on.
 MODES = ("fail", "report")
 ENV = "ENTANGLE_JAX_RACES"  # The same as `_race_check.ENV`.
+EXPECTED = "entangle_races_expected"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -66,6 +71,7 @@ class _State:
     self.watch = watch
     self.owned = owned  # A dump directory of its own, removed at the end.
     self.unattributed: list = []
+    self.expected: list = []  # Racing modules of tests marked EXPECTED.
 
 
 _KEY = pytest.StashKey[_State]()
@@ -104,6 +110,12 @@ def _state(config: pytest.Config) -> _State | None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+  # Registered whether the check is on or not, for --strict-markers.
+  config.addinivalue_line(
+    "markers",
+    f"{EXPECTED}: this test races on purpose (a control); the race check "
+    "reports its racing modules but does not fail it",
+  )
   state = _state(config)
   if state is None:
     return
@@ -132,6 +144,10 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     return
   report = outcome.get_result()
   text = "\n".join(_check.module_report(r) for r in racy)
+  if item.get_closest_marker(EXPECTED) is not None:
+    state.expected += racy
+    report.sections.append(("entangle-jax races (expected)", text))
+    return
   report.sections.append(("entangle-jax races", text))
   if state.mode == "fail" and report.passed:
     report.outcome = "failed"
@@ -158,9 +174,16 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
   watch = state.watch
   write = terminalreporter.write_line
   terminalreporter.section("entangle-jax race check")
+  expected = {id(r) for r in state.expected}
   for result in watch.results:
-    if result.races:
+    if result.races and id(result) not in expected:
       write(_check.module_report(result))
+  if state.expected:
+    write(
+      f"{len(state.expected)} racing module(s) compiled by tests marked "
+      f"{EXPECTED} (controls that race on purpose): reported with those "
+      "tests, not failures."
+    )
   fails = " The run fails." if state.mode == "fail" else ""
   if state.unattributed:
     write(

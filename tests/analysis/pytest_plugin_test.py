@@ -142,6 +142,25 @@ class PluginTest(absltest.TestCase):
     self.assertIn("entangle-jax race check", result.stdout)
     self.assertIn("1 with races, 1 pair.", result.stdout)
 
+  def test_a_control_marked_as_racing_on_purpose_does_not_fail(self):
+    marked = RACY.replace(
+      "def test_step():",
+      "@pytest.mark.entangle_races_expected\ndef test_step():",
+    ).replace("import jax\n", "import jax\nimport pytest\n", 1)
+    root = project(**{"test_control.py": marked})
+    result = pytest_run(
+      root, "--entangle-races=fail", "--strict-markers", "-rA"
+    )
+    self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+    self.assertIn("1 passed", result.stdout)
+    self.assertIn("entangle-jax races (expected)", result.stdout)
+    self.assertIn("marked entangle_races_expected", result.stdout)
+    # Still counted: the summary's module count holds it.
+    self.assertIn("1 with races, 1 pair.", result.stdout)
+    # The marker is known when the check is off too (--strict-markers).
+    result = pytest_run(root, "--strict-markers")
+    self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+
   def test_control_without_the_option_nothing_changes(self):
     racy = project(**{"test_racy.py": RACY})
     result = pytest_run(racy)
