@@ -57,13 +57,14 @@ def optimized_modules(paths: Sequence[str]) -> list[pathlib.Path]:
   Raises:
     CannotAnswer: a path does not exist, or none holds an optimized module.
   """
-  found: list[pathlib.Path] = []
+  found: dict[pathlib.Path, pathlib.Path] = {}  # Each file once.
   for given in paths:
     path = pathlib.Path(given)
     if path.is_file():
-      found.append(path)
+      found.setdefault(path.resolve(), path)
     elif path.is_dir():
-      found += sorted(path.rglob(OPTIMIZED))
+      for module in sorted(path.rglob(OPTIMIZED)):
+        found.setdefault(module.resolve(), module)
     else:
       raise CannotAnswer(f"{given}: no such file or directory")
   if not found:
@@ -71,7 +72,7 @@ def optimized_modules(paths: Sequence[str]) -> list[pathlib.Path]:
       f"no optimized module ({OPTIMIZED}) under {', '.join(paths)}: dump "
       'with XLA_FLAGS="--xla_dump_to=DIR --xla_dump_hlo_as_text"'
     )
-  return found
+  return list(found.values())
 
 
 def check_module(
@@ -100,6 +101,13 @@ def check_module(
       parser.check_header(text)
     except ValueError as error:
       raise CannotAnswer(f"{path}: {error}") from None
+    if "\nENTRY " not in text or not text.rstrip().endswith("}"):
+      # A file cut short (a dump interrupted, a copy gone wrong) may have
+      # lost the calls that race: no answer rather than "no race".
+      raise CannotAnswer(
+        f"{path}: the module text is cut short (no ENTRY computation, or "
+        "its last computation never closes)"
+      )
     return result
   try:
     analysis = OrderAnalysis(text, declarations=declarations)
@@ -250,7 +258,11 @@ def main(
   err = err or sys.stderr
   args = _arguments(argv)
   if not args.paths:
-    print("error: give a dump directory or a module file", file=err)
+    reason = "give a dump directory or a module file"
+    if args.json:
+      json.dump({"status": 2, "error": reason}, out)
+      print(file=out)
+    print(f"error: {reason}", file=err)
     return 2
   try:
     results = check(args.paths, progress=err)

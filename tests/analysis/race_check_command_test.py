@@ -125,6 +125,33 @@ class DumpTest(absltest.TestCase):
     (module,) = self.racy.glob("*jit_step*cpu_after_optimizations.txt")
     self.assertEqual(run(str(module))[0], 1)
 
+  def test_a_module_cut_short_is_no_answer(self):
+    # The racy module cut before its calls: without them it would look
+    # like a module with no native call, and so free of races.
+    (module,) = self.racy.glob("*jit_step*cpu_after_optimizations.txt")
+    text = module.read_text()
+    cut = self.root / "cut" / module.name
+    cut.parent.mkdir(exist_ok=True)
+    cut.write_text(text[: text.index("custom-call")].rsplit("\n", 1)[0])
+    status, _, err = run(str(cut))
+    self.assertEqual(status, 2)
+    self.assertIn("cut short", err)
+    # Control: the whole module of a program without native calls is an
+    # answer (no race).
+    plain = next(
+      m
+      for m in self.fixed.glob(_check.OPTIMIZED)
+      if "custom-call" not in m.read_text()
+    )
+    self.assertEqual(run(str(plain))[0], 0)
+
+  def test_a_module_named_twice_is_checked_once(self):
+    (module,) = self.racy.glob("*jit_step*cpu_after_optimizations.txt")
+    once = run(str(self.racy))[1]
+    twice = run(str(self.racy), str(self.racy) + "/", str(module))[1]
+    self.assertEqual(once.splitlines()[-1], twice.splitlines()[-1])
+    self.assertIn("1 with races, 1 pair.", twice)
+
   def test_another_platform_is_said_to_be_assumed(self):
     (module,) = self.racy.glob("*jit_step*cpu_after_optimizations.txt")
     other = self.root / module.name.replace("cpu_after", "gpu_after")
@@ -159,6 +186,8 @@ class CannotAnswerTest(absltest.TestCase):
     self.assertIn("no such file or directory", err)
     self.assertEqual(json.loads(out)["status"], 2)
     self.assertEqual(run()[0], 2)
+    status, out, _ = run("--json")  # No path: JSON too.
+    self.assertEqual((status, json.loads(out)["status"]), (2, 2))
 
 
 class ManyPairsTest(absltest.TestCase):
