@@ -140,11 +140,19 @@ class DumpWatch:
     "python -m entangle_jax.testing DIR."
   )
 
+  REPLACED_TEXT = (
+    "XLA compiled modules but dumped none: XLA_FLAGS no longer asks for "
+    "the dump (something replaced it, as os.environ['XLA_FLAGS'] = ... in "
+    "a conftest.py does). Add your flags to XLA_FLAGS instead of replacing "
+    "it."
+  )
+
   def notes(self) -> list[str]:
     """What the results alone do not say: compiles not seen, cache hits."""
     notes = []
     if self.blind():
-      notes.append(self.BLIND_TEXT)
+      replaced = requested_dump() != self.dump
+      notes.append(self.REPLACED_TEXT if replaced else self.BLIND_TEXT)
     hits, unchecked = self.cache_hits(), self.unchecked()
     if hits:
       notes.append(

@@ -24,7 +24,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
-import sys
 import sysconfig
 
 import entangle_jax
@@ -54,10 +53,10 @@ def _library_dirs() -> tuple[str, ...]:
   # library, installed packages (bindings among them), and the scripts
   # that start a test runner (.venv/bin/pytest).
   paths = sysconfig.get_paths()
-  dirs += [
-    paths[k] for k in ("stdlib", "purelib", "platlib", "scripts") if k in paths
-  ]
-  dirs += [sys.prefix, sys.base_prefix]
+  keys = ("stdlib", "platstdlib", "purelib", "platlib", "scripts")
+  dirs += [paths[k] for k in keys if k in paths]
+  # Not all of sys.prefix: a project may live below it (/usr/src/app with
+  # the system's Python).
   return tuple(
     os.path.join(os.path.abspath(d), "") for d in dict.fromkeys(dirs)
   )
@@ -107,10 +106,17 @@ def _find(name: str):
     return None
 
 
+# Installed packages of any environment: a dump is often checked by
+# another environment than the one whose program wrote it.
+_INSTALLED = frozenset({"site-packages", "dist-packages"})
+
+
 @functools.lru_cache(maxsize=4096)
 def _is_library(path: str) -> bool:
   absolute = os.path.abspath(path)
   if absolute in _marked:
+    return True
+  if _INSTALLED.intersection(absolute.split(os.sep)):
     return True
   return absolute.startswith(_library_dirs()) or absolute.startswith(
     tuple(m for m in _marked if m.endswith(os.sep))

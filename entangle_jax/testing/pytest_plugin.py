@@ -17,13 +17,19 @@ A test marked ``@pytest.mark.entangle_races_expected`` races on purpose
 (the control of an ordering test): its racing modules are reported, and
 counted apart in the summary, but never fail it.
 
-JAX's persistent compilation cache is switched off for the run, so every
-module is compiled (and seen). A test may switch it on again: XLA then
+In ``fail`` mode JAX's persistent compilation cache is switched off for
+the run, so every module is compiled (and seen); ``report`` leaves it as
+the run sets it, so that no outcome changes. A test may switch it on: XLA then
 dumps the module it loads from the cache, which is checked too; a cache
 hit that left no module is reported as not checked, never as free of
 races, and fails a ``fail`` run. When the backend started before the
-plugin could set the dump flag (jax used by another plugin), nothing can
-be seen: the run says so, and a ``fail`` run fails.
+plugin could set the dump flag (jax used by another plugin), or a
+``conftest.py`` replaced ``XLA_FLAGS`` instead of adding to it, nothing can
+be seen: the run says so, and a ``fail`` run fails. pytest-xdist (``-n``)
+is refused: its workers would share one dump and each check the others'
+modules. The dump directory the plugin made is removed at the end when
+nothing raced and every compile was checked; otherwise it is kept, and the
+summary names it.
 
 pytest loads the plugin through the package's ``pytest11`` entry point
 (every wheel has it, the Bazel-built one too); where the package is not
@@ -90,14 +96,33 @@ def _mode(config: pytest.Config) -> str | None:
   return mode
 
 
+def _distributed(config: pytest.Config) -> bool:
+  """Whether pytest-xdist runs this session's tests in workers (this is
+  the controller, or one of the workers)."""
+  if os.environ.get("PYTEST_XDIST_WORKER"):
+    return True
+  workers = getattr(config.known_args_namespace, "numprocesses", None)
+  dist = getattr(config.known_args_namespace, "dist", "no")
+  return bool(workers) or dist not in (None, "no")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config, parser, args) -> None:
   mode = _mode(early_config)
   if mode is None:
     return
+  if _distributed(early_config):
+    raise pytest.UsageError(
+      "--entangle-races does not work with pytest-xdist (-n): its workers "
+      "would share one dump and check each other's modules. Run without "
+      '-n, or dump (XLA_FLAGS="--xla_dump_to=DIR --xla_dump_hlo_as_text") '
+      "and run python -m entangle_jax.testing DIR."
+    )
   # Before any conftest imports jax and compiles: XLA reads its flags
-  # once, and JAX reads this variable when imported.
-  os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
+  # once, and JAX reads this variable when imported. Only `fail` switches
+  # the cache off: `report` changes no outcome (a test may use the cache).
+  if mode == "fail":
+    os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
   from entangle_jax.testing import _dump_watch
 
   owned = _dump_watch.requested_dump() is None
@@ -119,9 +144,10 @@ def pytest_configure(config: pytest.Config) -> None:
   state = _state(config)
   if state is None:
     return
-  import jax
+  if state.mode == "fail":
+    import jax
 
-  jax.config.update("jax_enable_compilation_cache", False)
+    jax.config.update("jax_enable_compilation_cache", False)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -195,5 +221,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
   if watch.blind() or watch.unchecked():
     write(f"Not every compile was checked.{fails}")
   write(_check.summary(watch.results))
-  if state.mode == "report" and state.owned:
+  if not state.owned:
+    return
+  if any(r.races for r in watch.results) or watch.blind() or watch.unchecked():
+    write(f"The dump is kept at {watch.dump}.")
+  else:
     shutil.rmtree(watch.dump, ignore_errors=True)

@@ -3,6 +3,7 @@ each case a pytest run of its own on a small test file."""
 
 import importlib.metadata
 import pathlib
+import re
 import subprocess
 import sys
 import tempfile
@@ -160,6 +161,62 @@ class PluginTest(absltest.TestCase):
     # The marker is known when the check is off too (--strict-markers).
     result = pytest_run(root, "--strict-markers")
     self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+
+  def test_pytest_xdist_workers_are_refused(self):
+    root = project(**{"test_fixed.py": FIXED})
+    result = pytest_run(
+      root, "--entangle-races=fail", PYTEST_XDIST_WORKER="gw0"
+    )
+    self.assertEqual(result.returncode, 4, result.stdout + result.stderr)
+    self.assertIn("does not work with pytest-xdist", result.stderr)
+    # Control: outside a worker the same run passes.
+    self.assertEqual(pytest_run(root, "--entangle-races=fail").returncode, 0)
+
+  def test_report_leaves_the_compilation_cache_as_the_run_sets_it(self):
+    def uses_cache() -> pathlib.Path:
+      """A project whose test fills a cache directory of its own."""
+      cache = tempfile.mkdtemp()
+      test = RACY.replace(
+        "def test_step():",
+        "def test_step():\n"
+        f'  jax.config.update("jax_compilation_cache_dir", {cache!r})\n'
+        '  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)'
+        '\n  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)',
+      ).replace(
+        "== 1.0\n",
+        f"== 1.0\n  import os\n  assert os.listdir({cache!r})\n",
+      )
+      return project(**{"test_cache.py": test})
+
+    result = pytest_run(uses_cache(), "--entangle-races=report")
+    self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+    self.assertIn("1 passed", result.stdout)
+    # Control: `fail` switches the cache off, and the test's assertion
+    # finds its cache empty.
+    result = pytest_run(uses_cache(), "--entangle-races=fail")
+    self.assertIn("assert []", result.stdout)
+
+  def test_a_conftest_that_replaces_xla_flags_is_named(self):
+    conftest = (
+      "import os\n"
+      'os.environ["XLA_FLAGS"] = "--xla_cpu_enable_fast_math=false"\n'
+    )
+    root = project(**{"conftest.py": conftest, "test_racy.py": RACY})
+    result = pytest_run(root, "--entangle-races=fail")
+    self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+    self.assertIn("XLA_FLAGS no longer asks for the dump", result.stdout)
+
+  def test_the_dump_is_kept_only_when_it_has_something_to_show(self):
+    result = pytest_run(
+      project(**{"test_racy.py": RACY}), "--entangle-races=report"
+    )
+    (kept,) = re.findall(r"The dump is kept at (\S+)\.$", result.stdout, re.M)
+    self.assertTrue(pathlib.Path(kept).is_dir())
+    result = pytest_run(
+      project(**{"test_fixed.py": FIXED}), "--entangle-races=fail"
+    )
+    self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+    self.assertNotIn("The dump is kept", result.stdout)
 
   def test_control_without_the_option_nothing_changes(self):
     racy = project(**{"test_racy.py": RACY})

@@ -2,6 +2,7 @@
 outside library code and outside the package that wrapped the call."""
 
 import importlib
+import os
 import pathlib
 import sys
 import tempfile
@@ -123,6 +124,19 @@ class SourceLinesTest(absltest.TestCase):
     op = op.first if op.first.target == READ else op.second
     assert op.location is not None
     self.assertTrue(op.location.endswith("app/main.py:7"), op.location)
+
+  def test_installed_packages_of_another_environment_are_library_code(self):
+    # A dump checked from another environment than the program's: its
+    # installed binding is still library code, wherever that venv lies.
+    elsewhere = os.path.join(self.root, "venv", "lib", "python3", "{}")
+    for folder in ("site-packages", "dist-packages"):
+      binding = os.path.join(elsewhere.format(folder), "klujax.py")
+      self.assertTrue(_source_lines._is_library(binding), binding)
+    # Control: a project below this interpreter's prefix, not installed,
+    # is the user's code (the system Python's /usr and /usr/src/app).
+    project = os.path.join(sys.prefix, "app-under-prefix", "main.py")
+    self.assertFalse(_source_lines._is_library(project))
+    self.assertTrue(_source_lines._is_library(os.__file__))  # The stdlib.
 
   def test_mark_library_refuses_what_it_cannot_find(self):
     with self.assertRaisesRegex(ValueError, "neither an importable"):
