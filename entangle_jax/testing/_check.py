@@ -155,7 +155,9 @@ def platform_note(results: Sequence[ModuleResult]) -> str | None:
   """What the check assumed of modules for platforms other than CPU."""
   others = sorted(
     {
-      r.platform or "a platform its file does not name"
+      r.platform
+      or "a platform their files do not name (XLA names none for a module "
+      "it loaded from JAX's persistent compilation cache)"
       for r in results
       if r.platform not in KNOWN_PLATFORMS
     }

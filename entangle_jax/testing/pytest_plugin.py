@@ -78,6 +78,7 @@ class _State:
     self.owned = owned  # A dump directory of its own, removed at the end.
     self.unattributed: list = []
     self.expected: list = []  # Racing modules of tests marked EXPECTED.
+    self.failed: list = []  # Racing modules that failed their test.
 
 
 _KEY = pytest.StashKey[_State]()
@@ -174,10 +175,12 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     state.expected += racy
     report.sections.append(("entangle-jax races (expected)", text))
     return
-  report.sections.append(("entangle-jax races", text))
   if state.mode == "fail" and report.passed:
     report.outcome = "failed"
     report.longrepr = f"the modules this test compiled race:\n{text}"
+    state.failed += racy  # Shown with the failure: not again at the end.
+  else:
+    report.sections.append(("entangle-jax races", text))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
@@ -200,10 +203,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
   watch = state.watch
   write = terminalreporter.write_line
   terminalreporter.section("entangle-jax race check")
-  expected = {id(r) for r in state.expected}
+  shown = {id(r) for r in state.expected + state.failed}
   for result in watch.results:
-    if result.races and id(result) not in expected:
+    if result.races and id(result) not in shown:
       write(_check.module_report(result))
+  if state.failed:
+    write(
+      f"{len(state.failed)} racing module(s) failed the tests that "
+      "compiled them (their reports are with those failures)."
+    )
   if state.expected:
     write(
       f"{len(state.expected)} racing module(s) compiled by tests marked "

@@ -189,6 +189,9 @@ class ThirdPartyBindingTest(absltest.TestCase):
     self.assertEqual(status, 1, out)
     self.assertIn("x a call the analysis knows nothing about", out)
     self.assertIn("[tool.entangle-jax] table in pyproject.toml", out)
+    self.assertIn(
+      "Undeclared targets in these pairs: tp_counter_get, tp_counter_set", out
+    )
     self.assertLess(len(out.splitlines()), 40, out)  # One bounded screen.
     (pairs,) = re.findall(r"1 with races, (\d+) pairs", out)
     self.assertGreater(int(pairs), 100)  # Every unordered pair of them.
@@ -198,6 +201,7 @@ class ThirdPartyBindingTest(absltest.TestCase):
     status, out = run_here(self.declared, str(self.racy))
     self.assertEqual(status, 1, out)
     self.assertIn("1 with races, 12 pairs.", out)
+    self.assertNotIn("Undeclared targets", out)  # Control: both declared.
     self.assertIn("12 x the same object, and nothing orders them", out)
     self.assertIn("(12 pairs on these lines)", out)
     self.assertIn("`tp_counter_get` (read, object operand 0; from", out)

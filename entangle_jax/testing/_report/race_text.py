@@ -22,8 +22,8 @@ ANY_RESOURCE_NOTE = (
   "knows nothing about: give each Resource a name "
   "(Resource(token, name=...)), and declare what your targets do "
   '(entangle_jax.testing.declare_target(target, mode="read", object=0), '
-  'declare_target_mode(target, "read"), or a [tool.entangle-jax] table '
-  "in pyproject.toml)."
+  'mode="none" for a call that keeps no state, or a [tool.entangle-jax] '
+  "table in pyproject.toml)."
 )
 
 SHOWN_PER_GROUP = 5
@@ -215,6 +215,11 @@ def format_races(
         "(all are in the list races() returns)"
       )
     lines.append(f"  Fix: {cause.fix}")
+    undeclared = _undeclared(members)
+    if undeclared:
+      lines.append(
+        f"  Undeclared targets in these pairs: {', '.join(undeclared)}"
+      )
   applied = _declarations_of(races)
   if applied:
     lines.append("Declarations applied: " + "; ".join(applied) + ".")
@@ -232,6 +237,21 @@ def _where(race: Race) -> tuple:
 def _kind(op: Op) -> tuple:
   """What `cause_of` reads of `op`."""
   return (op.accesses, op.backward, op.scope != op.user_scope)
+
+
+def _undeclared(races: Sequence[Race]) -> list[str]:
+  """The targets of calls in `races` that nothing declares and that no
+  Resource marks: each may write anything, until declared."""
+  return sorted(
+    {
+      op.target
+      for race in races
+      for op in (race.first, race.second)
+      if op.target
+      and op.declaration is None
+      and "any resource" in op.access_text
+    }
+  )
 
 
 def _declarations_of(races: Sequence[Race]) -> list[str]:
