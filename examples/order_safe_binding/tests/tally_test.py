@@ -9,6 +9,7 @@ import inspect
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 import tally_jax
 from absl.testing import absltest
 from tally_jax import Tally, _ffi, tokens
@@ -22,6 +23,10 @@ from entangle_jax.testing import (
 )
 
 HAZARDS = 12
+
+# Tests that compile racing programs on purpose (the controls):
+# `pytest --entangle-races=fail` reports their races without failing them.
+RACES_ON_PURPOSE = pytest.mark.entangle_races_expected
 
 
 def _installed() -> bool:
@@ -130,6 +135,7 @@ class CompiledOrderTest(absltest.TestCase):
   def test_tokens_leave_no_race(self):
     self.assertEqual(races(compiled(with_tokens)), [])
 
+  @RACES_ON_PURPOSE
   def test_control_unordered_calls_race(self):
     pairs = races(compiled(unordered))
     # One get / second-add pair per accumulator, nothing between them.
@@ -139,6 +145,7 @@ class CompiledOrderTest(absltest.TestCase):
       {frozenset({"tally_get", "tally_add"})},
     )
 
+  @RACES_ON_PURPOSE
   def test_control_a_stale_token_races(self):
     self.assertLen(races(compiled(with_stale_token)), HAZARDS)
 
@@ -157,6 +164,7 @@ class CompiledOrderTest(absltest.TestCase):
     assert_happens_before(module, "first_add", "query")
     assert_happens_before(module, "query", "second_add")
 
+  @RACES_ON_PURPOSE
   def test_control_without_tally_the_get_is_not_ordered(self):
     def step(handle):
       with jax.named_scope("query"):
@@ -169,6 +177,7 @@ class CompiledOrderTest(absltest.TestCase):
     with self.assertRaisesRegex(AssertionError, "query"):
       assert_happens_before(module, "query", "second_add")
 
+  @RACES_ON_PURPOSE
   def test_reports_name_the_callers_line_not_the_bindings(self):
     version = tuple(int(p) for p in jax.__version__.split(".")[:3])
     if version < (0, 8, 2):
@@ -203,6 +212,7 @@ class RuntimeOrderTest(absltest.TestCase):
   def test_tokens_read_right(self):
     self.assertEqual(wrong_reads(with_tokens), 0)
 
+  @RACES_ON_PURPOSE
   def test_control_unordered_reads_go_wrong(self):
     self.assertGreater(wrong_reads(unordered), 0)
 
