@@ -181,12 +181,35 @@ def module_report(
   return f"== {result.module} ({result.path})\n{races}"
 
 
+_SAID_ONCE = ("  Fix: ", "Declarations applied: ")
+
+
+def said_once(reports: Sequence[str]) -> list[str]:
+  """`reports` (of several modules) with each fix and each list of applied
+  declarations written out in full the first time only: a suite's modules
+  often race for one reason, and the same paragraph fourteen times hides
+  the pairs."""
+  seen: set[str] = set()
+  out = []
+  for report in reports:
+    lines = []
+    for line in report.splitlines():
+      start = next((p for p in _SAID_ONCE if line.startswith(p)), None)
+      if start is not None and line in seen:
+        line = f"{start}as above."
+      elif start is not None:
+        seen.add(line)
+      lines.append(line)
+    out.append("\n".join(lines))
+  return out
+
+
 def render(results: Sequence[ModuleResult], shown_per_group: int | None) -> str:
   """The report: each racing module with its grouped pairs, the summary."""
   lines = []
-  for result in results:
-    if result.races:
-      lines += [module_report(result, shown_per_group), ""]
+  reports = [module_report(r, shown_per_group) for r in results if r.races]
+  for report in said_once(reports):
+    lines += [report, ""]
   note = platform_note(results)
   if note:
     lines.append(note)

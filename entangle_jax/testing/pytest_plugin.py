@@ -204,9 +204,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
   write = terminalreporter.write_line
   terminalreporter.section("entangle-jax race check")
   shown = {id(r) for r in state.expected + state.failed}
-  for result in watch.results:
-    if result.races and id(result) not in shown:
-      write(_check.module_report(result))
+  reports = [
+    _check.module_report(r)
+    for r in watch.results
+    if r.races and id(r) not in shown
+  ]
+  for report in _check.said_once(reports):
+    write(report)
   if state.failed:
     write(
       f"{len(state.failed)} racing module(s) failed the tests that "

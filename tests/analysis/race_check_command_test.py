@@ -145,6 +145,23 @@ class DumpTest(absltest.TestCase):
     )
     self.assertEqual(run(str(plain))[0], 0)
 
+  def test_a_fix_shared_by_several_modules_is_written_once(self):
+    (module,) = self.racy.glob("*jit_step*cpu_after_optimizations.txt")
+    twins = self.root / "twins"
+    twins.mkdir(exist_ok=True)
+    for n in (1, 2):
+      (twins / f"module_{n}.jit_step.cpu_after_optimizations.txt").write_text(
+        module.read_text()
+      )
+    status, out, _ = run(str(twins))
+    self.assertEqual(status, 1)
+    fixes = [line for line in out.splitlines() if line.startswith("  Fix: ")]
+    self.assertEqual(len(fixes), 2, out)
+    self.assertNotEqual(fixes[0], "  Fix: as above.")  # The first in full.
+    self.assertEqual(fixes[1], "  Fix: as above.")
+    # Control: one module's report has its fix in full.
+    self.assertNotIn("as above", run(str(module))[1])
+
   def test_a_module_named_twice_is_checked_once(self):
     (module,) = self.racy.glob("*jit_step*cpu_after_optimizations.txt")
     once = run(str(self.racy))[1]
