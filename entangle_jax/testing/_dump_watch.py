@@ -132,6 +132,11 @@ class DumpWatch:
     module it loads from the cache, even when the dump works.)"""
     return not self.results and self.compiles() > self.cache_hits()
 
+  def incomplete(self) -> bool:
+    """Whether some compile went unchecked: nothing was dumped at all
+    (`blind`), or a cache hit left no module (`unchecked`)."""
+    return self.blind() or self.unchecked() > 0
+
   BLIND_TEXT = (
     "XLA compiled modules but dumped none: its backend started before "
     "the race check asked for a dump (XLA reads XLA_FLAGS once). Start the "
@@ -154,18 +159,17 @@ class DumpWatch:
       replaced = requested_dump() != self.dump
       notes.append(self.REPLACED_TEXT if replaced else self.BLIND_TEXT)
     hits, unchecked = self.cache_hits(), self.unchecked()
-    if hits:
+    if hits and not unchecked:
       notes.append(
-        f"{hits} compile(s) came from JAX's persistent compilation cache"
-        + (
-          "; the modules XLA dumped as it loaded them were checked."
-          if not unchecked
-          else (
-            f"; {unchecked} of them left no module to check (this XLA "
-            "dumps nothing for a module it loads from the cache): not "
-            "proven free of races. Switch the cache off to check them."
-          )
-        )
+        f"{hits} compile(s) came from JAX's persistent compilation cache; "
+        "the modules XLA dumped as it loaded them were checked."
+      )
+    elif hits:
+      notes.append(
+        f"{hits} compile(s) came from JAX's persistent compilation cache; "
+        f"{unchecked} of them left no module to check (this XLA dumps "
+        "nothing for a module it loads from the cache): not proven free of "
+        "races. Switch the cache off to check them."
       )
     platform = _check.platform_note(self.results)
     if platform:

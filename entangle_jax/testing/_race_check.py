@@ -108,8 +108,8 @@ class race_check:  # A context manager named as a function, like contextlib's.
       problems.append(f"cannot check a module: {error}")
     self.results = watch.results
     racy = [r for r in self.results if r.races]
-    problems += [_check.module_report(r) for r in racy]
-    if watch.blind() or watch.unchecked():
+    problems += _check.said_once([_check.module_report(r) for r in racy])
+    if watch.incomplete():
       problems.append("Not every compile was checked (see below).")
     report = "\n".join(
       [*problems, *watch.notes(), _check.summary(self.results)]

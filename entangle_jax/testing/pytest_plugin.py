@@ -189,7 +189,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     return
   watch = state.watch
   state.unattributed += [r for r in watch.new_results() if r.races]
-  unproven = state.unattributed or watch.unchecked() or watch.blind()
+  unproven = state.unattributed or watch.incomplete()
   if unproven and state.mode == "fail" and session.exitstatus == 0:
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -230,12 +230,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     )
   for note in watch.notes():
     write(note)
-  if watch.blind() or watch.unchecked():
+  if watch.incomplete():
     write(f"Not every compile was checked.{fails}")
   write(_check.summary(watch.results))
   if not state.owned:
     return
-  if any(r.races for r in watch.results) or watch.blind() or watch.unchecked():
+  if any(r.races for r in watch.results) or watch.incomplete():
     write(f"The dump is kept at {watch.dump}.")
   else:
     shutil.rmtree(watch.dump, ignore_errors=True)

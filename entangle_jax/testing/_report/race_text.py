@@ -249,7 +249,7 @@ def _undeclared(races: Sequence[Race]) -> list[str]:
       for op in (race.first, race.second)
       if op.target
       and op.declaration is None
-      and "any resource" in op.access_text
+      and any(a.resource is None and a.object is None for a in op.accesses)
     }
   )
 
