@@ -9,7 +9,7 @@ tests/repository/imports_test.py checks that both took effect.
 import jax
 import pytest
 
-from entangle_jax.testing import _declarations
+from entangle_jax._src.targets import declarations as _declarations
 from tests import test_util
 
 jax.config.update("jax_num_cpu_devices", test_util.NUM_CPU_DEVICES)

@@ -2,8 +2,8 @@
 
 Each block sits between two markers on the page: the rule table
 (`entangle_jax.testing._order.rules.markdown`), the library kernels
-(`entangle_jax.testing._library_kernels.markdown`) and the declaration
-keys (`entangle_jax.testing._declarations.markdown`).
+(`entangle_jax._src.targets.library_kernels.markdown`) and the declaration
+keys (`entangle_jax._src.targets.declarations.markdown`).
 ``python tools/rule_docs.py`` rewrites every block; ``--check`` only
 compares, exiting 1 when one differs. The tests of each table run the
 comparison (`block_text`).
@@ -16,7 +16,8 @@ import pathlib
 import sys
 from collections.abc import Callable
 
-from entangle_jax.testing import _declarations, _library_kernels
+from entangle_jax._src.targets import declarations as _declarations
+from entangle_jax._src.targets import library_kernels as _library_kernels
 from entangle_jax.testing._order import rules
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -26,11 +27,11 @@ COMMAND = "`uv run python tools/rule_docs.py`"
 BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
   "rules": ("entangle_jax/testing/_order/rules.py", rules.markdown),
   "library kernels": (
-    "entangle_jax/testing/_library_kernels.py",
+    "entangle_jax/_src/targets/library_kernels.py",
     _library_kernels.markdown,
   ),
   "declarations": (
-    "entangle_jax/testing/_declarations.py",
+    "entangle_jax/_src/targets/declarations.py",
     _declarations.markdown,
   ),
 }

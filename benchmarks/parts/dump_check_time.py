@@ -6,7 +6,7 @@ The suite is ``modules`` small programs (a third of them without native
 calls, the rest with one to eight ``Resource`` write + read pairs, each
 program with its own constants so that none is a cache hit), compiled
 with the dump switched on, as the check needs it. The check is timed as
-the command runs it (`entangle_jax.testing._check.check`): finding the
+the command runs it (`entangle_jax.testing._ways_in.command.check`): finding the
 files, reading the project's declarations, reading and checking every
 module.
 """
@@ -21,7 +21,9 @@ import jax.numpy as jnp
 
 from benchmarks.cases import DUMP_MODULES, QUICK_DUMP_MODULES
 from entangle_jax import Resource
-from entangle_jax.testing import _check, _dump_watch, read_slot, write_slot
+from entangle_jax.testing import read_slot, write_slot
+from entangle_jax.testing._ways_in import command as _check
+from entangle_jax.testing._ways_in import dump_watch as _dump_watch
 
 
 def suite_program(index: int):

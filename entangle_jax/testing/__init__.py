@@ -42,28 +42,33 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from entangle_jax.testing._analysis import OrderAnalysis
-from entangle_jax.testing._declarations import (
+from entangle_jax._src.targets.declarations import (
   Declarations,
   SafePair,
   TargetDeclaration,
   declare_target,
 )
-from entangle_jax.testing._declarations import current as declarations_in_effect
+from entangle_jax._src.targets.declarations import (
+  current as declarations_in_effect,
+)
+from entangle_jax.testing._analysis.ops import Op, Race
+from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
+from entangle_jax.testing._analysis.selectors import (
+  is_effectful,
+  is_user_native_call,
+)
+from entangle_jax.testing._analysis.source_lines import mark_library
 from entangle_jax.testing._hlo.module_text import module_text
 from entangle_jax.testing._order.access import Access, declare_target_mode
 from entangle_jax.testing._order.objects import ObjectRef
-from entangle_jax.testing._order.ops import Op, Race
-from entangle_jax.testing._queries import (
+from entangle_jax.testing._report.order_graph import order_graph
+from entangle_jax.testing._report.race_text import format_races
+from entangle_jax.testing._ways_in.queries import (
   assert_happens_before,
   happens_before,
   races,
 )
-from entangle_jax.testing._race_check import RaceCheckError, race_check
-from entangle_jax.testing._report.order_graph import order_graph
-from entangle_jax.testing._report.race_text import format_races
-from entangle_jax.testing._selectors import is_effectful, is_user_native_call
-from entangle_jax.testing._source_lines import mark_library
+from entangle_jax.testing._ways_in.race_check import RaceCheckError, race_check
 
 if TYPE_CHECKING:  # Loaded on first use (`__getattr__`), not on import.
   from entangle_jax.testing.example_store import (

@@ -1,10 +1,10 @@
 """``python -m entangle_jax.testing PATH...``: the race check over XLA dumps
-(`entangle_jax.testing._check`)."""
+(`entangle_jax.testing._ways_in.command`)."""
 
 import os
 import sys
 
-from entangle_jax.testing._check import main
+from entangle_jax.testing._ways_in.command import main
 
 if __name__ == "__main__":
   try:

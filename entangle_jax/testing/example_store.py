@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from entangle_jax._src import native
-from entangle_jax.testing._example_store_targets import (
+from entangle_jax._src.targets.example_store import (
   READ_SLOT_TARGET,
   WRITE_SLOT_TARGET,
 )
@@ -183,7 +183,7 @@ def read_slot(token: jax.typing.ArrayLike, *, delay_us: int | np.integer = 0):
   Not side-effecting: if the result is unused XLA may drop the call, and XLA
   may run it at any point after ``token`` is produced, also after a later
   write to the same slot, unless a data dependency orders it. Its target is
-  declared a read (built in: `entangle_jax.testing._example_store_targets`),
+  declared a read (built in: `entangle_jax._src.targets.example_store`),
   so ``races``
   does not report two reads.
 

@@ -13,10 +13,8 @@ import jax.numpy as jnp
 from absl.testing import absltest
 
 from entangle_jax import testing
-from entangle_jax.testing import (
-  _source_lines,
-  example_store,  # noqa: F401  (registers)
-)
+from entangle_jax.testing import example_store  # noqa: F401  (registers)
+from entangle_jax.testing._analysis import source_lines as _source_lines
 from tests.test_util import READ, WRITE, compiled, records_full_stack
 
 # A third-party-style binding of the example store's targets: its own

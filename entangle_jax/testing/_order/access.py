@@ -11,7 +11,7 @@ from:
    ``vmap``, ``shard_map`` and ``jax.export``. A record that JAX copied
    onto a derived op (the backward pass of a ``custom_vjp``, under
    ``transpose(...)``) is not the op's own: such an op may write.
-2. Declarations (`entangle_jax.testing._declarations`): a target's mode
+2. Declarations (`entangle_jax._src.targets.declarations`): a target's mode
    (``"read"``, ``"write"``, or ``"none"``, which touches nothing shared).
 3. Nothing: the call may write anything.
 
@@ -27,7 +27,7 @@ import re
 
 from entangle_jax._src import access_marker
 from entangle_jax._src.access_marker import Mode
-from entangle_jax.testing import _declarations
+from entangle_jax._src.targets import declarations as _declarations
 from entangle_jax.testing._order import bitsets, objects
 
 _WRAPPER = re.compile(r"(vmap|jvp|transpose)\(")
@@ -73,7 +73,7 @@ def declare_target_mode(target: str, mode: _declarations.TargetMode) -> None:
   mode instead. The declaration holds for the whole process, like the FFI
   registration of the target it describes; a project's ``pyproject.toml``
   table overrides it. The example store's targets are declared built in
-  (`entangle_jax.testing._declarations.BUILT_IN`).
+  (`entangle_jax._src.targets.declarations.BUILT_IN`).
 
   Raises:
     TypeError: `target` is not a str.
@@ -294,7 +294,7 @@ def conflict_across_devices(
 class ConflictMasks:
   """For each call, the mask of the bits of the calls it may conflict with:
   `conflict`, the one rule, precomputed as masks for speed (the two agree
-  on every input: ``tests/analysis/conflicts_test.py``).
+  on every input: ``tests/order/conflicts_test.py``).
 
   Args:
     accesses: per call, what it accesses.

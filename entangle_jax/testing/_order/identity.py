@@ -27,7 +27,7 @@ import math
 import re
 
 from entangle_jax._src.native import ENTANGLE_TARGET
-from entangle_jax.testing import _declarations
+from entangle_jax._src.targets import declarations as _declarations
 from entangle_jax.testing._hlo import Instruction, Module
 from entangle_jax.testing._order import access, rules
 from entangle_jax.testing._order.dataflow import Dataflow

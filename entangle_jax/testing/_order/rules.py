@@ -2,7 +2,7 @@
 
 Every rule has a number and one text, its `Rule.text`; the code that
 applies a rule cites it as ``rule N``, and ``docs/proving_order.md``
-carries the same texts (``tests/analysis/rule_table_test.py`` checks the page
+carries the same texts (``tests/order/rule_table_test.py`` checks the page
 against `markdown`). Rules 1-5 hold for every instruction; rules 6 on
 give one construct each its meaning as data (an `HloRule`): what it reads
 of its operands, which elements of its result are operand elements passed

@@ -24,11 +24,13 @@ import itertools
 from collections.abc import Iterable
 from typing import Literal
 
-from entangle_jax.testing import _gc, _selectors
-from entangle_jax.testing._analysis import OrderAnalysis
+from entangle_jax.testing._analysis import gc as _gc
+from entangle_jax.testing._analysis import selectors as _selectors
+from entangle_jax.testing._analysis.ops import Op
+from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
+from entangle_jax.testing._analysis.selectors import Selector
 from entangle_jax.testing._hlo.module_text import CompiledModule
 from entangle_jax.testing._order import rules
-from entangle_jax.testing._order.ops import Op
 from entangle_jax.testing._report.graph_formats import (
   Cluster,
   Graph,
@@ -36,7 +38,6 @@ from entangle_jax.testing._report.graph_formats import (
   to_dot,
   to_mermaid,
 )
-from entangle_jax.testing._selectors import Selector
 
 Format = Literal["dot", "mermaid"]
 FORMATS: tuple[str, ...] = ("dot", "mermaid")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from entangle_jax.testing._order.ops import Op, Race
+from entangle_jax.testing._analysis.ops import Op, Race
 
 ORDER_FIX = (
   "make the later call consume a value computed from the earlier call's "

@@ -2,7 +2,7 @@
 
 Which edges count is `entangle_jax.testing._order.edges`'s docstring; how
 ops in different computations relate, `entangle_jax.testing._order.reach`'s;
-which ops a selector picks, `entangle_jax.testing._selectors`'s; what
+which ops a selector picks, `entangle_jax.testing._analysis.selectors`'s; what
 conflicts, `entangle_jax.testing._order.access`'s.
 """
 
@@ -12,14 +12,17 @@ import functools
 from collections.abc import Iterable, Sequence
 
 from entangle_jax._src.native import ENTANGLE_TARGET
-from entangle_jax.testing import _declarations, _gc, _hlo, _selectors
+from entangle_jax._src.targets import declarations as _declarations
+from entangle_jax.testing import _hlo
+from entangle_jax.testing._analysis import gc as _gc
+from entangle_jax.testing._analysis import selectors as _selectors
+from entangle_jax.testing._analysis.ops import Op, Race
+from entangle_jax.testing._analysis.selectors import Selector
 from entangle_jax.testing._hlo.module_text import CompiledModule, module_text
 from entangle_jax.testing._order import access, call_graph
 from entangle_jax.testing._order.dataflow import Dataflow
 from entangle_jax.testing._order.identity import ObjectFinder
-from entangle_jax.testing._order.ops import Op, Race
 from entangle_jax.testing._order.relations import OpOrder
-from entangle_jax.testing._selectors import Selector
 
 CallPath = tuple[Op, ...]
 """Call sites from the entry computation down to an op, then the op."""
@@ -241,7 +244,8 @@ class OrderAnalysis:
 
   @_gc.without_gc
   def select_ops(self, selector: Selector) -> list[Op]:
-    """The `Op` objects `selector` picks (`entangle_jax.testing._selectors`).
+    """The `Op` objects `selector` picks
+    (`entangle_jax.testing._analysis.selectors`).
 
     Raises:
       TypeError: `selector` is not a string.

@@ -43,7 +43,7 @@ import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
-from entangle_jax.testing import _example_store_targets
+from entangle_jax._src.targets import example_store as _example_store_targets
 
 TargetMode = Literal["read", "write", "none"]
 TARGET_MODES: tuple[TargetMode, ...] = ("read", "write", "none")
@@ -514,7 +514,7 @@ BUILT_IN = _merged(
 """What the analysis knows without being told, below every other source:
 JAX's host callbacks (``io_callback``, ``jax.debug.callback``) may write
 anything, and run in the one Python process for every device; the example
-store's targets (`entangle_jax.testing._example_store_targets`)."""
+store's targets (`entangle_jax._src.targets.example_store`)."""
 
 
 def current(start: str | os.PathLike[str] | None = None) -> Declarations:

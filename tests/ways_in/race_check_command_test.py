@@ -12,7 +12,7 @@ import textwrap
 
 from absl.testing import absltest
 
-from entangle_jax.testing import _check
+from entangle_jax.testing._ways_in import command as _check
 from tests import test_util
 from tests.hand_written_hlo import hlo_module
 from tests.test_util import records_full_stack

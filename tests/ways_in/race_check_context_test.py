@@ -18,12 +18,9 @@ import jax
 import jax.numpy as jnp
 from absl.testing import absltest
 
-from entangle_jax.testing import (
-  RaceCheckError,
-  _dump_watch,
-  _race_check,
-  race_check,
-)
+from entangle_jax.testing import RaceCheckError, race_check
+from entangle_jax.testing._ways_in import dump_watch as _dump_watch
+from entangle_jax.testing._ways_in import race_check as _race_check
 from tests import test_util
 
 PROGRAM_TEST = textwrap.dedent(

@@ -14,7 +14,8 @@ from typing import Any, cast
 from absl.testing import absltest, parameterized
 
 from entangle_jax import testing
-from entangle_jax.testing import Declarations, _declarations
+from entangle_jax._src.targets import declarations as _declarations
+from entangle_jax.testing import Declarations
 from tests.hand_written_hlo import hlo_module
 from tests.temp_project import project
 from tools import rule_docs

@@ -16,7 +16,8 @@ from jax.sharding import PartitionSpec as P
 import entangle_jax
 from entangle_jax import Resource, testing
 from entangle_jax._src import access_marker
-from entangle_jax.testing import Access, _declarations
+from entangle_jax._src.targets import declarations as _declarations
+from entangle_jax.testing import Access
 from entangle_jax.testing._order import access
 from entangle_jax.testing._order.objects import ObjectRef
 from tests import test_util

@@ -20,10 +20,10 @@ import textwrap
 
 from absl.testing import absltest
 
-from entangle_jax.testing import _check
+from entangle_jax.testing._ways_in import command as _check
 from tests import test_util
-from tests.analysis.pytest_plugin_test import pytest_run
 from tests.third_party_binding.build import build
+from tests.ways_in.pytest_plugin_test import pytest_run
 
 HAZARDS = textwrap.dedent(
   """

@@ -21,10 +21,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from entangle_jax.testing import _declarations
-from entangle_jax.testing._analysis import OrderAnalysis
+from entangle_jax._src.targets import declarations as _declarations
+from entangle_jax.testing._analysis.ops import Op, Race
+from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
 from entangle_jax.testing._hlo import parser
-from entangle_jax.testing._order.ops import Op, Race
 from entangle_jax.testing._report import race_text
 
 OPTIMIZED = "*after_optimizations.txt"

@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from entangle_jax.testing import _declarations, _hlo, _source_lines
+from entangle_jax._src.targets import declarations as _declarations
+from entangle_jax.testing import _hlo
+from entangle_jax.testing._analysis import source_lines as _source_lines
 from entangle_jax.testing._order import access
 
 
@@ -81,7 +83,8 @@ class Op:
     """``file:line`` of the user's Python code that made the op, if
     recorded: the innermost frame outside library code (this package's,
     JAX's, the test runner's, and what `mark_library` names) and outside
-    the binding that wrapped the call (`entangle_jax.testing._source_lines`).
+    the binding that wrapped the call
+    (`entangle_jax.testing._analysis.source_lines`).
     So a call made through ``entangle_jax.testing.write_slot``, a
     third-party binding, or an ``entangle``, points at the line that
     called it; paths under the working directory are shown relative to it.

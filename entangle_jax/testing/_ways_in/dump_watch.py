@@ -17,7 +17,7 @@ import re
 import shlex
 import tempfile
 
-from entangle_jax.testing import _check
+from entangle_jax.testing._ways_in import command as _check
 
 _DUMP_FLAG = re.compile(r"--xla_dump_to=(\S+)")
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"

@@ -10,7 +10,7 @@ from absl.testing import absltest, parameterized
 from jax.experimental import sparse
 
 from entangle_jax import Resource, testing
-from entangle_jax.testing import _library_kernels
+from entangle_jax._src.targets import library_kernels as _library_kernels
 from tests import test_util
 from tests.hand_written_hlo import hlo_module, native
 from tools import rule_docs

@@ -17,7 +17,8 @@ import sys
 from types import TracebackType
 from typing import TextIO
 
-from entangle_jax.testing import _check, _dump_watch
+from entangle_jax.testing._ways_in import command as _check
+from entangle_jax.testing._ways_in import dump_watch as _dump_watch
 
 ENV = "ENTANGLE_JAX_RACES"
 """The environment variable that picks the mode when the code does not:

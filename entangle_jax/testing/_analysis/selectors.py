@@ -38,10 +38,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from entangle_jax._src.native import ENTANGLE_TARGET
-from entangle_jax.testing import _hlo, _library_kernels
-from entangle_jax.testing._library_kernels import is_library_target
+from entangle_jax._src.targets import library_kernels as _library_kernels
+from entangle_jax._src.targets.library_kernels import is_library_target
+from entangle_jax.testing import _hlo
+from entangle_jax.testing._analysis.ops import Op
 from entangle_jax.testing._order import access
-from entangle_jax.testing._order.ops import Op
 
 Selector = str
 """A custom-call target or a ``jax.named_scope`` name."""
@@ -75,7 +76,7 @@ EFFECTFUL_OPCODES = frozenset(
 
 LIBRARY_TARGET_PREFIXES = _library_kernels.PREFIXES
 """Custom-call target prefixes of JAX's and XLA's own library kernels
-(`entangle_jax.testing._library_kernels`, with the reason for each)."""
+(`entangle_jax._src.targets.library_kernels`, with the reason for each)."""
 
 HOST_CALLBACK_PREFIXES = ("xla_python_", "xla_ffi_python_")
 """Targets of JAX's host callbacks. ``io_callback``, ``jax.debug.callback``
@@ -85,7 +86,7 @@ on CPU with jax 0.6.2 to 0.12); only ``pure_callback``'s call is not marked
 
 LIBRARY_TARGETS = _library_kernels.EXACT
 """Exact custom-call targets of JAX's, jaxlib's and XLA's kernels and
-markers (`entangle_jax.testing._library_kernels`)."""
+markers (`entangle_jax._src.targets.library_kernels`)."""
 
 # Ops that carry metadata but are bookkeeping, never selected.
 BOOKKEEPING = frozenset(

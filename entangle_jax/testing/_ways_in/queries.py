@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from entangle_jax.testing._analysis import OrderAnalysis
+from entangle_jax.testing._analysis.ops import Race
+from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
+from entangle_jax.testing._analysis.selectors import Selector
 from entangle_jax.testing._hlo.module_text import CompiledModule
-from entangle_jax.testing._order.ops import Race
 from entangle_jax.testing._report import race_text
-from entangle_jax.testing._selectors import Selector
 
 
 def happens_before(
@@ -30,7 +30,8 @@ def happens_before(
   the compiled, optimized module, following nested computations through the
   instructions that call them. See the module docstrings of
   ``entangle_jax.testing._order.edges`` and
-  ``entangle_jax.testing._analysis`` for exactly what is concluded.
+  ``entangle_jax.testing._analysis.order_analysis`` for exactly what is
+  concluded.
 
   Args:
     compiled: a ``jax.stages.Compiled`` (``jax.jit(f).lower(*a).compile()``),

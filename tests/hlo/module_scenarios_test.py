@@ -2,7 +2,7 @@
 fusions and calls (rules 4, 8, 13), control predecessors beside real edges
 (rule 1), async calls and collectives (rules 3, 16, 17), exclusive branches
 and shared computations (rules 4, 14), and what the parser reads. Each rule
-alone, with its control, is tests/analysis/rule_table_test.py's."""
+alone, with its control, is tests/order/rule_table_test.py's."""
 
 from absl.testing import absltest, parameterized
 

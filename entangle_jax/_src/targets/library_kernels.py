@@ -7,7 +7,7 @@ the compiler something, so no other call can observe when they run. A
 target matches an entry when it equals an exact entry, or starts with a
 prefix entry. ``docs/proving_order.md`` shows the table
 (`markdown`; ``tools/rule_docs.py`` writes it there, and
-``tests/analysis/library_kernels_test.py`` compiles each CPU kernel and
+``tests/targets/library_kernels_test.py`` compiles each CPU kernel and
 checks the page).
 """
 
