@@ -9,7 +9,7 @@ tests/repository/imports_test.py checks that both took effect.
 import jax
 import pytest
 
-from entangle_jax._src.targets import declarations as _declarations
+from entangle_jax._src.targets import in_code
 from tests import test_util
 
 jax.config.update("jax_num_cpu_devices", test_util.NUM_CPU_DEVICES)
@@ -20,9 +20,9 @@ def _no_declarations_left_behind():
   """A test that declares targets in code must take them back: a
   declaration left behind changes what later tests (and the docs pages
   they run) report."""
-  before = dict(_declarations._in_code)
+  before = dict(in_code.DECLARED)
   yield
-  left = {k: v for k, v in _declarations._in_code.items() if before.get(k) != v}
-  assert not left and before.keys() <= _declarations._in_code.keys(), (
+  left = {k: v for k, v in in_code.DECLARED.items() if before.get(k) != v}
+  assert not left and before.keys() <= in_code.DECLARED.keys(), (
     f"the test changed the code declarations of {sorted(left)}"
   )

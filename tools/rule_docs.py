@@ -16,8 +16,8 @@ import pathlib
 import sys
 from collections.abc import Callable
 
-from entangle_jax._src.targets import declarations as _declarations
 from entangle_jax._src.targets import library_kernels as _library_kernels
+from entangle_jax._src.targets import table
 from entangle_jax.testing._order import rules
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -32,7 +32,7 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
   ),
   "declarations": (
     "entangle_jax/_src/targets/declarations.py",
-    _declarations.markdown,
+    table.markdown,
   ),
 }
 """Block name: (the source named in its opening marker, its generator)."""

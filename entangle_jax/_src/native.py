@@ -10,8 +10,7 @@ from collections.abc import Iterable, Mapping
 
 import jax
 
-ENTANGLE_TARGET = "entangle_jax_entangle"
-"""The custom-call target name of entangle's no-op handler."""
+from entangle_jax._src.targets.names import ENTANGLE_TARGET
 
 # JAX hands custom-call targets to GPU plugins under these platform names
 # (lowercase "cuda" would stay queued and never reach a plugin).

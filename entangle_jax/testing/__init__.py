@@ -9,7 +9,8 @@ Proving order on the module XLA runs:
 * ``races(compiled, among=None)``: pairs of calls that may conflict (one
   resource, at least one writing) and that nothing orders;
   ``format_races`` renders them like ``assert_happens_before`` does.
-* ``declare_target_mode(target, "read")``: calls to your target only read;
+* ``declare_target_mode(target, "read")``, ``declare_target(...)``: what
+  calls to your target touch (both also ``entangle_jax``'s own names);
   ``Access`` is what an op reads or writes (``Op.accesses``).
 * ``OrderAnalysis``: the same questions, parsing the module once; ``Op`` and
   ``Race`` are what it returns.
@@ -42,13 +43,16 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from entangle_jax._src.targets.declarations import (
+from entangle_jax._src.targets.declaration import (
   Declarations,
   SafePair,
   TargetDeclaration,
-  declare_target,
 )
-from entangle_jax._src.targets.declarations import (
+from entangle_jax._src.targets.in_code import (
+  declare_target,
+  declare_target_mode,
+)
+from entangle_jax._src.targets.sources import (
   current as declarations_in_effect,
 )
 from entangle_jax.testing._analysis.ops import Op, Race
@@ -59,7 +63,7 @@ from entangle_jax.testing._analysis.selectors import (
 )
 from entangle_jax.testing._analysis.source_lines import mark_library
 from entangle_jax.testing._hlo.module_text import module_text
-from entangle_jax.testing._order.access import Access, declare_target_mode
+from entangle_jax.testing._order.access import Access
 from entangle_jax.testing._order.objects import ObjectRef
 from entangle_jax.testing._report.order_graph import order_graph
 from entangle_jax.testing._report.race_text import format_races

@@ -42,12 +42,13 @@ _STAGES = textwrap.dedent(
   stage()
   import entangle_jax.testing
   stage()
-  from entangle_jax.testing import _order, declarations_in_effect
+  from entangle_jax._src.targets import in_code
+  from entangle_jax.testing import declarations_in_effect
   known = declarations_in_effect().for_target("entangle_jax_read_slot")
-  print(sorted(_order.access.declared_read_targets()), known.mode)
+  print(sorted(in_code.code_read_targets()), known.mode)
   entangle_jax.testing.write_slot
   stage()
-  print(sorted(_order.access.declared_read_targets()))
+  print(sorted(in_code.code_read_targets()))
   """
 )
 

@@ -16,7 +16,7 @@ from jax.sharding import PartitionSpec as P
 import entangle_jax
 from entangle_jax import Resource, testing
 from entangle_jax._src import access_marker
-from entangle_jax._src.targets import declarations as _declarations
+from entangle_jax._src.targets import in_code
 from entangle_jax.testing import Access
 from entangle_jax.testing._order import access
 from entangle_jax.testing._order.objects import ObjectRef
@@ -301,7 +301,7 @@ class DeclaredTargetsTest(absltest.TestCase):
       self.assertLen(testing.races(c), 1)
       self.assertEqual(accesses(c, READ), {(Access(None, "write"),)})
     finally:
-      _declarations.forget(READ)  # What was built in holds again.
+      in_code.forget(READ)  # What was built in holds again.
     self.assertEqual(testing.races(c), [])
 
   def test_an_analysis_keeps_the_declarations_it_was_made_with(self):
@@ -324,8 +324,8 @@ class DeclaredTargetsTest(absltest.TestCase):
       self.assertLen(again.races(["peek", "look"]), 1)
       self.assertEqual(declared.races(["peek", "look"]), [])
     finally:
-      _declarations.forget(peek)
-      _declarations.forget("look")
+      in_code.forget(peek)
+      in_code.forget("look")
     self.assertLen(testing.races(text, ["peek", "look"]), 1)
 
   def test_bad_read_targets(self):

@@ -1,6 +1,15 @@
 """The package's modules import one another without a cycle, and the
-analysis's layers only look down: _hlo imports nothing of _order or
-_report, _order nothing of _report."""
+race check's stages only look down.
+
+``entangle_jax.testing`` is a pipeline of stages, each a folder that
+imports only the stages before it (docs/development.md, "Internals"):
+text in (``_hlo``), order (``_order``), the facade (``_analysis``),
+findings and their emitters (``_report``), and the ways in
+(``_ways_in``). Above them sit only the public face, the entry-point
+shims and the example store. Of the core package the stages read only
+what a native target does (``_src.targets``) and how ``Resource``
+records its accesses (``_src.access_marker``), which load no extension;
+the core never imports ``entangle_jax.testing``."""
 
 import ast
 import pathlib
@@ -11,14 +20,34 @@ from absl.testing import absltest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "entangle_jax"
 
-# Each layer, and the layers it must not import.
-LAYERS = {
-  "entangle_jax.testing._hlo": (
-    "entangle_jax.testing._order",
-    "entangle_jax.testing._report",
-  ),
-  "entangle_jax.testing._order": ("entangle_jax.testing._report",),
-}
+TESTING = "entangle_jax.testing"
+STAGES = tuple(
+  f"{TESTING}.{name}"
+  for name in ("_hlo", "_order", "_analysis", "_report", "_ways_in")
+)
+"""The stages, in pipeline order."""
+
+TOP = frozenset(
+  f"{TESTING}{name}"
+  for name in ("", ".__main__", ".pytest_plugin", ".example_store")
+)
+"""The modules of ``entangle_jax.testing`` outside the stages: the public
+face, the two entry-point shims and the example store."""
+
+LIGHT_CORE = ("entangle_jax._src.targets", "entangle_jax._src.access_marker")
+"""What the stages may import of the core package: no extension, no
+registration."""
+
+
+def within(module: str, package: str) -> bool:
+  return module == package or module.startswith(package + ".")
+
+
+def stage_of(module: str) -> int | None:
+  """The number of the stage `module` is in (0 for the first), or None."""
+  return next(
+    (k for k, stage in enumerate(STAGES) if within(module, stage)), None
+  )
 
 
 def module_names() -> dict[str, pathlib.Path]:
@@ -36,6 +65,33 @@ def imported(path: pathlib.Path, modules: dict[str, pathlib.Path]) -> set[str]:
   not under ``if TYPE_CHECKING``)."""
   found = set()
   for node in ast.parse(path.read_text()).body:
+    if isinstance(node, ast.Import):
+      found |= {a.name for a in node.names if a.name in modules}
+    elif isinstance(node, ast.ImportFrom) and node.module in modules:
+      for alias in node.names:
+        child = f"{node.module}.{alias.name}"
+        found.add(child if child in modules else node.module)
+  return found
+
+
+def imported_anywhere(
+  path: pathlib.Path, modules: dict[str, pathlib.Path]
+) -> set[str]:
+  """The package modules `path` imports anywhere: at module level and
+  inside functions (an import deferred to first use is still a
+  dependency), not under ``if TYPE_CHECKING``."""
+  found = set()
+  tree = ast.parse(path.read_text())
+  skipped = {
+    id(inner)
+    for node in ast.walk(tree)
+    if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+    for stmt in node.body
+    for inner in ast.walk(stmt)
+  }
+  for node in ast.walk(tree):
+    if id(node) in skipped:
+      continue
     if isinstance(node, ast.Import):
       found |= {a.name for a in node.names if a.name in modules}
     elif isinstance(node, ast.ImportFrom) and node.module in modules:
@@ -75,17 +131,62 @@ class ImportLayersTest(absltest.TestCase):
       raise unittest.SkipTest(f"no entangle_jax/ beside {ROOT / 'tests'}")
     modules = module_names()
     self.graph = {m: imported(p, modules) for m, p in modules.items()}
+    self.anywhere = {
+      m: imported_anywhere(p, modules) for m, p in modules.items()
+    }
 
   def test_no_import_cycle(self):
     self.assertIn("entangle_jax.testing._order.rules", self.graph)
     self.assertEqual(cycle(self.graph), [])
 
-  def test_layers_import_only_downwards(self):
-    for module, imports in self.graph.items():
-      for layer, above in LAYERS.items():
-        if module == layer or module.startswith(layer + "."):
-          bad = [i for i in imports if i.startswith(above)]
-          self.assertEqual(bad, [], module)
+  def test_every_module_of_testing_is_in_a_stage_or_on_top(self):
+    testing = [m for m in self.graph if within(m, TESTING)]
+    self.assertIn(f"{TESTING}._ways_in.plugin", testing)
+    outside = [m for m in testing if stage_of(m) is None and m not in TOP]
+    self.assertEqual(outside, [])
+    # The top holds at most five modules (the public face, shims, store).
+    top = [m for m in testing if stage_of(m) is None]
+    self.assertLessEqual(len(top), 5, top)
+
+  def test_stages_import_only_earlier_stages_and_the_light_core(self):
+    for module, imports in self.anywhere.items():
+      stage = stage_of(module)
+      if stage is None:
+        continue
+      for name in imports:
+        other = stage_of(name)
+        if other is not None:
+          self.assertLessEqual(other, stage, f"{module} imports {name}")
+        else:
+          self.assertTrue(
+            name.startswith(LIGHT_CORE), f"{module} imports {name}"
+          )
+
+  def test_the_core_never_imports_testing(self):
+    for module, imports in self.anywhere.items():
+      if within(module, TESTING) or within(module, "entangle_jax.demo"):
+        continue
+      bad = [i for i in imports if within(i, TESTING)]
+      self.assertEqual(bad, [], module)
+
+  def test_the_targets_table_imports_only_itself(self):
+    # The transform in the core and the command over dumps both read it;
+    # neither may pay for jax or an extension to do so.
+    targets = "entangle_jax._src.targets"
+    for module, imports in self.anywhere.items():
+      if within(module, targets):
+        bad = [i for i in imports if not within(i, targets)]
+        self.assertEqual(bad, [], module)
+
+  def test_a_stage_importing_a_later_one_is_found(self):
+    # The control: the stage rule does catch an upward import.
+    self.assertEqual(stage_of(f"{TESTING}._order.rules"), 1)
+    self.assertEqual(stage_of(f"{TESTING}._ways_in.command"), 4)
+    self.assertIsNone(stage_of(f"{TESTING}._orderly"))
+    self.assertGreater(
+      stage_of(f"{TESTING}._report.race_text"),
+      stage_of(f"{TESTING}._order.access"),
+    )
 
   def test_a_cycle_is_found(self):
     # The control: the search finds a cycle where there is one.

@@ -14,7 +14,8 @@ from typing import Any, cast
 from absl.testing import absltest, parameterized
 
 from entangle_jax import testing
-from entangle_jax._src.targets import declarations as _declarations
+from entangle_jax._src.targets import in_code, sources
+from entangle_jax._src.targets import table as table_form
 from entangle_jax.testing import Declarations
 from tests.hand_written_hlo import hlo_module
 from tests.temp_project import project
@@ -56,12 +57,12 @@ class PyprojectTest(absltest.TestCase):
 
   def test_the_nearest_table_is_found_from_the_working_directory(self):
     with project("[tool.entangle-jax]\n") as path:
-      self.assertEqual(_declarations.find_pyproject(), path)
+      self.assertEqual(table_form.find_pyproject(), path)
     with tempfile.TemporaryDirectory() as bare:
       here = os.getcwd()
       os.chdir(bare)
       try:
-        found = _declarations.find_pyproject()
+        found = table_form.find_pyproject()
       finally:
         os.chdir(here)
       self.assertTrue(found is None or not str(found).startswith(bare))
@@ -84,7 +85,7 @@ class PyprojectTest(absltest.TestCase):
     self.assertTrue(declaration.distinct_elements)
     self.assertEqual(declaration.devices, "shared")
     self.assertIsNone(
-      _declarations.from_table({}, "x").for_target("tp_set")
+      table_form.from_table({}, "x").for_target("tp_set")
     )  # The control.
 
   def test_a_target_that_touches_nothing_shared(self):
@@ -154,7 +155,7 @@ class PrecedenceTest(absltest.TestCase):
       # Control: in code alone, it writes.
       self.assertEqual(in_effect("tq_peek").mode, "write")
     finally:
-      _declarations.forget("tq_peek")
+      in_code.forget("tq_peek")
 
   def test_a_librarys_default_yields_to_the_users(self):
     testing.declare_target("tq_lib", mode="read")
@@ -165,12 +166,12 @@ class PrecedenceTest(absltest.TestCase):
       self.assertEqual(kept.mode, "read")
       self.assertEqual(in_effect("tq_lib").mode, "read")
     finally:
-      _declarations.forget("tq_lib")
+      in_code.forget("tq_lib")
     testing.declare_target("tq_lib", mode="write", object=0, replace=False)
     try:  # The control: with nothing declared, the default applies.
       self.assertEqual(in_effect("tq_lib").mode, "write")
     finally:
-      _declarations.forget("tq_lib")
+      in_code.forget("tq_lib")
 
   def test_read_targets_given_to_an_analysis_take_globs(self):
     analysis = testing.OrderAnalysis(SOLVER, read_targets=["solve_*", "dot_*"])
@@ -223,7 +224,7 @@ class BadTablesTest(parameterized.TestCase):
 
 class InCodeTest(absltest.TestCase):
   def tearDown(self):
-    _declarations.forget("lib_query*")
+    in_code.forget("lib_query*")
     super().tearDown()
 
   def test_declare_target_with_a_glob(self):
@@ -234,7 +235,7 @@ class InCodeTest(absltest.TestCase):
     self.assertIn("lib_query*", str(declaration))
     # An analysis keeps what was in effect when it was made.
     kept = testing.OrderAnalysis(text)
-    _declarations.forget("lib_query*")
+    in_code.forget("lib_query*")
     self.assertEqual(kept.races(), [])
     self.assertLen(testing.races(text), 1)
 
@@ -271,7 +272,7 @@ class InCodeTest(absltest.TestCase):
     text = calls("lib_query", "lib_query_2")
     rendered = testing.format_races(testing.races(text))
     self.assertIn("Declarations applied: `lib_query*` (write", rendered)
-    _declarations.forget("lib_query*")
+    in_code.forget("lib_query*")
     rendered = testing.format_races(testing.races(text))
     self.assertNotIn("Declarations applied", rendered)  # The control.
 
@@ -289,10 +290,10 @@ class EntryPointTest(absltest.TestCase):
         "Metadata-Version: 2.1\nName: pub-binding\nVersion: 1.0\n"
       )
       (info / "entry_points.txt").write_text(
-        f"[{_declarations.ENTRY_POINT_GROUP}]\npub = pub_binding:DECLARATIONS\n"
+        f"[{sources.ENTRY_POINT_GROUP}]\npub = pub_binding:DECLARATIONS\n"
       )
       sys.path.insert(0, site)
-      _declarations._published.cache_clear()
+      sources._published.cache_clear()
       try:
         self.assertEqual(testing.races(text), [])
         analysis = testing.OrderAnalysis(text)
@@ -302,7 +303,7 @@ class EntryPointTest(absltest.TestCase):
       finally:
         sys.path.remove(site)
         sys.modules.pop("pub_binding", None)
-        _declarations._published.cache_clear()
+        sources._published.cache_clear()
     self.assertLen(testing.races(text), 1)
 
 
@@ -330,17 +331,17 @@ class PageTest(absltest.TestCase):
     self.assertGreaterEqual(len(blocks), 2)
     for block in blocks:
       table = tomllib.loads(block)["tool"]["entangle-jax"]
-      declared = _declarations.from_table(table, "docs/proving_order.md")
+      declared = table_form.from_table(table, "docs/proving_order.md")
       self.assertTrue(declared.targets or declared.distinct_elements)
 
   def test_the_page_lists_every_key(self):
     self.assertEqual(
       rule_docs.block_text(self.text, "declarations"),
-      _declarations.markdown(),
+      table_form.markdown(),
       f"run {rule_docs.COMMAND}",
     )
-    keys = re.findall(r"^\| `(\w+)` \|", _declarations.markdown(), re.M)
-    self.assertEqual(set(keys), _declarations._TARGET_KEYS)
+    keys = re.findall(r"^\| `(\w+)` \|", table_form.markdown(), re.M)
+    self.assertEqual(set(keys), table_form.TARGET_KEYS)
 
 
 if __name__ == "__main__":

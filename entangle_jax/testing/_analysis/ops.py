@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from entangle_jax._src.targets import declarations as _declarations
+from entangle_jax._src.targets.declaration import TargetDeclaration
 from entangle_jax.testing import _hlo
 from entangle_jax.testing._analysis import source_lines as _source_lines
 from entangle_jax.testing._order import access
@@ -28,7 +28,7 @@ class Op:
     compare=False, default=access.UNKNOWN
   )
   """What the op reads and writes (`entangle_jax.testing._order.access`)."""
-  declaration: _declarations.TargetDeclaration | None = dataclasses.field(
+  declaration: TargetDeclaration | None = dataclasses.field(
     compare=False, default=None
   )
   """The declaration of its target that the analysis applied, if any."""

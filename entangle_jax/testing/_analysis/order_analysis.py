@@ -11,8 +11,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Sequence
 
-from entangle_jax._src.native import ENTANGLE_TARGET
-from entangle_jax._src.targets import declarations as _declarations
+from entangle_jax._src.targets import sources
+from entangle_jax._src.targets.declaration import (
+  Declarations,
+  TargetDeclaration,
+)
+from entangle_jax._src.targets.names import ENTANGLE_TARGET
 from entangle_jax.testing import _hlo
 from entangle_jax.testing._analysis import gc as _gc
 from entangle_jax.testing._analysis import selectors as _selectors
@@ -44,9 +48,9 @@ class ParsedModule:
     self._order: OpOrder | None = None
     self._live: list[_hlo.Instruction] | None = None
     self._native_calls: list[_hlo.Instruction] | None = None
-    self._finders: dict[_declarations.Declarations, ObjectFinder] = {}
+    self._finders: dict[Declarations, ObjectFinder] = {}
 
-  def objects(self, declarations: _declarations.Declarations) -> ObjectFinder:
+  def objects(self, declarations: Declarations) -> ObjectFinder:
     """The `ObjectFinder` of the module under `declarations`."""
     if declarations not in self._finders:
       self._finders[declarations] = ObjectFinder(
@@ -144,12 +148,12 @@ class OrderAnalysis:
     *,
     all_ops: bool = False,
     read_targets: Iterable[str] | None = None,
-    declarations: _declarations.Declarations | None = None,
+    declarations: Declarations | None = None,
   ):
     self._read_targets = _read_targets(read_targets)
     if declarations is None:
-      declarations = _declarations.current()
-    elif not isinstance(declarations, _declarations.Declarations):
+      declarations = sources.current()
+    elif not isinstance(declarations, Declarations):
       raise TypeError(
         "declarations must be an entangle_jax.testing.Declarations, not "
         f"{type(declarations).__name__}"
@@ -187,7 +191,7 @@ class OrderAnalysis:
   def _accesses(
     self,
     i: _hlo.Instruction,
-    declaration: _declarations.TargetDeclaration | None,
+    declaration: TargetDeclaration | None,
   ) -> tuple[access.Access, ...]:
     found = None
     if i.opcode == "custom-call":

@@ -37,9 +37,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from entangle_jax._src.native import ENTANGLE_TARGET
-from entangle_jax._src.targets import library_kernels as _library_kernels
 from entangle_jax._src.targets.library_kernels import is_library_target
+from entangle_jax._src.targets.names import ENTANGLE_TARGET, is_host_callback
 from entangle_jax.testing import _hlo
 from entangle_jax.testing._analysis.ops import Op
 from entangle_jax.testing._order import access
@@ -74,29 +73,10 @@ EFFECTFUL_OPCODES = frozenset(
 )
 """Opcodes with effects beyond their result: communication, I/O, state."""
 
-LIBRARY_TARGET_PREFIXES = _library_kernels.PREFIXES
-"""Custom-call target prefixes of JAX's and XLA's own library kernels
-(`entangle_jax._src.targets.library_kernels`, with the reason for each)."""
-
-HOST_CALLBACK_PREFIXES = ("xla_python_", "xla_ffi_python_")
-"""Targets of JAX's host callbacks. ``io_callback``, ``jax.debug.callback``
-and ``pure_callback`` all call one of these (``xla_ffi_python_cpu_callback``
-on CPU with jax 0.6.2 to 0.12); only ``pure_callback``'s call is not marked
-``custom_call_has_side_effect=true``."""
-
-LIBRARY_TARGETS = _library_kernels.EXACT
-"""Exact custom-call targets of JAX's, jaxlib's and XLA's kernels and
-markers (`entangle_jax._src.targets.library_kernels`)."""
-
 # Ops that carry metadata but are bookkeeping, never selected.
 BOOKKEEPING = frozenset(
   {"parameter", "constant", "get-tuple-element", "tuple", "bitcast"}
 )
-
-
-def is_host_callback(target: str) -> bool:
-  """Whether `target` is the target of JAX's host callbacks."""
-  return target.startswith(HOST_CALLBACK_PREFIXES)
 
 
 def _instruction(op: Op | _hlo.Instruction, who: str):

@@ -26,9 +26,10 @@ import importlib.util
 import os
 import sysconfig
 
-import entangle_jax
-
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(entangle_jax.__file__))
+# entangle_jax/, three levels up from entangle_jax/testing/_analysis/.
+_PACKAGE_DIR = os.path.dirname(
+  os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)
 
 _marked: set[str] = set()
 

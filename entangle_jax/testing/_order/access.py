@@ -27,7 +27,10 @@ import re
 
 from entangle_jax._src import access_marker
 from entangle_jax._src.access_marker import Mode
-from entangle_jax._src.targets import declarations as _declarations
+from entangle_jax._src.targets.declaration import (
+  TargetDeclaration,
+  pattern_matches,
+)
 from entangle_jax.testing._order import bitsets, objects
 
 _WRAPPER = re.compile(r"(vmap|jvp|transpose)\(")
@@ -58,41 +61,6 @@ class Access:
 
 UNKNOWN = (Access(None, "write"),)
 """What a call accesses when nothing says otherwise."""
-
-
-def declare_target_mode(target: str, mode: _declarations.TargetMode) -> None:
-  """Declares whether calls to custom-call target `target` only read.
-
-  The short form of `entangle_jax.testing.declare_target`: ``races`` and
-  ``order_graph`` count a call to a target declared ``"read"`` as reading
-  its object (with no object operand declared, anything): two such calls
-  never conflict, and one conflicts with every call that may write it. A
-  target never declared, or declared ``"write"`` (which undoes
-  ``"read"``, keeping the rest of its declaration), may write. Calls made
-  through ``Resource.read`` and ``Resource.write`` have their method's
-  mode instead. The declaration holds for the whole process, like the FFI
-  registration of the target it describes; a project's ``pyproject.toml``
-  table overrides it. The example store's targets are declared built in
-  (`entangle_jax._src.targets.declarations.BUILT_IN`).
-
-  Raises:
-    TypeError: `target` is not a str.
-    ValueError: `target` is empty, or `mode` is not ``"read"``,
-      ``"write"`` or ``"none"`` (touches nothing shared).
-  """
-  if not isinstance(target, str):
-    raise TypeError(f"target must be a str, not {type(target).__name__}")
-  if not target:
-    raise ValueError("target must not be empty")
-  if mode not in _declarations.TARGET_MODES:
-    raise ValueError(f"mode must be 'read', 'write' or 'none', not {mode!r}")
-  _declarations.set_mode(target, mode)
-
-
-def declared_read_targets() -> frozenset[str]:
-  """The targets declared ``"read"`` in code (`declare_target_mode`,
-  ``declare_target``), now."""
-  return _declarations.code_read_targets()
 
 
 def unwrap(component: str) -> str:
@@ -210,7 +178,7 @@ def without_markers(op_name: str) -> str:
 def accesses_of(
   op_name: str,
   target: str | None,
-  declaration: _declarations.TargetDeclaration | None,
+  declaration: TargetDeclaration | None,
   read_targets: frozenset[str] | None = None,
   object_ref: objects.ObjectRef | None = None,
 ) -> tuple[Access, ...]:
@@ -233,7 +201,7 @@ def accesses_of(
   # decides, else it may write.
   mode = declaration.mode if declaration is not None else "write"
   if read_targets is not None and target is not None:
-    listed = any(_declarations.pattern_matches(r, target) for r in read_targets)
+    listed = any(pattern_matches(r, target) for r in read_targets)
     mode = "read" if listed else ("write" if mode == "read" else mode)
   if mode == "none":
     return ()

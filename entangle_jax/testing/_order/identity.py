@@ -26,8 +26,8 @@ from __future__ import annotations
 import math
 import re
 
-from entangle_jax._src.native import ENTANGLE_TARGET
-from entangle_jax._src.targets import declarations as _declarations
+from entangle_jax._src.targets.declaration import Declarations
+from entangle_jax._src.targets.names import ENTANGLE_TARGET
 from entangle_jax.testing._hlo import Instruction, Module
 from entangle_jax.testing._order import access, rules
 from entangle_jax.testing._order.dataflow import Dataflow
@@ -55,7 +55,7 @@ class ObjectFinder:
     self,
     module: Module,
     dataflow: Dataflow,
-    declarations: _declarations.Declarations,
+    declarations: Declarations,
   ):
     self._module = module
     self._dataflow = dataflow

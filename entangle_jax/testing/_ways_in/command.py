@@ -21,7 +21,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from entangle_jax._src.targets import declarations as _declarations
+from entangle_jax._src.targets import sources
+from entangle_jax._src.targets.declaration import Declarations
 from entangle_jax.testing._analysis.ops import Op, Race
 from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
 from entangle_jax.testing._hlo import parser
@@ -76,7 +77,7 @@ def optimized_modules(paths: Sequence[str]) -> list[pathlib.Path]:
 
 
 def check_module(
-  path: pathlib.Path, declarations: _declarations.Declarations
+  path: pathlib.Path, declarations: Declarations
 ) -> ModuleResult:
   """The races of the module in file `path`.
 
@@ -129,7 +130,7 @@ def check(
     CannotAnswer: see `optimized_modules` and `check_module`.
   """
   files = optimized_modules(paths)
-  declarations = _declarations.current()
+  declarations = sources.current()
   results = []
   for n, path in enumerate(files, 1):
     results.append(check_module(path, declarations))
