@@ -150,9 +150,9 @@ class InProcessTest(absltest.TestCase):
 
   def test_the_plugin_reads_the_same_variable(self):
     # Imported here: it needs pytest, which Bazel's runfiles may lack.
-    from entangle_jax.testing import pytest_plugin
+    from entangle_jax.testing._ways_in import plugin
 
-    self.assertEqual(pytest_plugin.ENV, _race_check.ENV)
+    self.assertEqual(plugin.ENV, _race_check.ENV)
 
 
 if __name__ == "__main__":
