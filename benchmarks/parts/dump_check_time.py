@@ -22,8 +22,8 @@ import jax.numpy as jnp
 from benchmarks.cases import DUMP_MODULES, QUICK_DUMP_MODULES
 from entangle_jax import Resource
 from entangle_jax.testing import read_slot, write_slot
-from entangle_jax.testing._ways_in import command as _check
 from entangle_jax.testing._ways_in import dump_watch as _dump_watch
+from entangle_jax.testing._ways_in import module_files as _check
 
 
 def suite_program(index: int):

@@ -13,6 +13,7 @@ import textwrap
 from absl.testing import absltest
 
 from entangle_jax.testing._ways_in import command as _check
+from entangle_jax.testing._ways_in import module_files
 from tests import test_util
 from tests.hand_written_hlo import hlo_module
 from tests.test_util import records_full_stack
@@ -110,6 +111,35 @@ class DumpTest(absltest.TestCase):
       )
     self.assertIn("cause", race)
 
+  def test_format_json_is_json(self):
+    self.assertEqual(
+      run("--format", "json", str(self.racy)), run("--json", str(self.racy))
+    )
+    with self.assertRaises(SystemExit):  # Two formats asked for at once.
+      run("--json", "--format", "github", str(self.racy))
+
+  def test_github_annotates_the_users_line(self):
+    status, out, err = run("--format", "github", str(self.racy))
+    self.assertEqual(status, 1, err)
+    (line,) = out.splitlines()  # One pair, one annotation.
+    self.assertTrue(line.startswith("::error "), line)
+    head, message = line.split("::", 2)[1:]
+    self.assertIn("title=entangle-jax race", head)
+    self.assertIn("the same object, and nothing orders them", message)
+    self.assertNotIn("\n", message)
+    if records_full_stack():  # Older jax records only the store's frame.
+      place = dict(p.split("=", 1) for p in head.split(" ", 1)[1].split(","))
+      self.assertTrue(place["file"].endswith("racy_program.py"), head)
+      self.assertEqual(place["line"], "10", head)  # The later call's line.
+      self.assertIn("racy_program.py:9", message)  # The other call's.
+    self.assertIn("1 with races, 1 pair.", err)  # The summary, apart.
+
+  def test_github_says_nothing_of_a_clean_dump(self):
+    # The control: no race, no annotation.
+    status, out, err = run("--format", "github", str(self.fixed))
+    self.assertEqual((status, out), (0, ""), err)
+    self.assertIn("0 with races, 0 pairs.", err)
+
   def test_the_command_runs_as_a_module(self):
     result = subprocess.run(
       [sys.executable, "-m", "entangle_jax.testing", str(self.racy)],
@@ -140,7 +170,7 @@ class DumpTest(absltest.TestCase):
     # answer (no race).
     plain = next(
       m
-      for m in self.fixed.glob(_check.OPTIMIZED)
+      for m in self.fixed.glob(module_files.OPTIMIZED)
       if "custom-call" not in m.read_text()
     )
     self.assertEqual(run(str(plain))[0], 0)

@@ -1,2 +1,9 @@
-"""Order out, words and pictures in: race reports (`race_text`), and the
-order graph (`order_graph`) in DOT or Mermaid (`graph_formats`)."""
+"""Stage 4, findings in, words and pictures out.
+
+`findings` computes, once, what the check found: each race's cause, its
+group and fix, the declarations applied, per-module results and the run
+summary, as data. Emitters render it: `race_text` (text, what every way
+in prints), `race_json` (``--format json``), `github` (``--format
+github``: workflow-command annotations on the user's line). The order
+graph (`order_graph`) is drawn in DOT or Mermaid (`graph_formats`).
+"""

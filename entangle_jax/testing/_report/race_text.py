@@ -1,126 +1,28 @@
-"""How the analysis explains itself: races and unordered pairs, rendered
-for people."""
+"""The text emitter: races, unordered pairs and whole runs, rendered for
+people from the findings (`entangle_jax.testing._report.findings`)."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
 from entangle_jax.testing._analysis.ops import Op, Race
-
-ORDER_FIX = (
-  "make the later call consume a value computed from the earlier call's "
-  "result, e.g. `token = entangle(token, x)` with the read's result `x` "
-  "before the write."
+from entangle_jax.testing._report.findings import (
+  ORDER_FIX,
+  Coverage,
+  Findings,
+  ModuleResult,
+  Run,
+  findings_of,
 )
+
 FIX_HINT = "Usual fix: " + ORDER_FIX
-
-
-ANY_RESOURCE_NOTE = (
-  'A call on "any resource" is one made outside Resource or by a Resource '
-  "without a name, and one that writes any resource is one the analysis "
-  "knows nothing about: give each Resource a name "
-  "(Resource(token, name=...)), and declare what your targets do "
-  '(entangle_jax.testing.declare_target(target, mode="read", object=0), '
-  'mode="none" for a call that keeps no state, or a [tool.entangle-jax] '
-  "table in pyproject.toml)."
-)
 
 SHOWN_PER_GROUP = 5
 """Pairs shown for each cause; the others are counted (all are in the
 list `races` returns)."""
 
-
-@dataclasses.dataclass(frozen=True)
-class Cause:
-  """Why a group of pairs is reported, and what to do about it."""
-
-  rank: int
-  """Groups are shown in rank order: real hazards first."""
-  headline: str
-  fix: str
-
-
-def cause_of(race: Race) -> Cause:
-  """The most likely reason `race` is reported."""
-  if race.across_devices:
-    return Cause(
-      2,
-      "on another device: calls of this SPMD module on two devices, on "
-      "targets declared shared across devices, which nothing in one "
-      "module orders",
-      "give each device its own object (a handle per shard, and "
-      "`distinct_elements = true`), declare the targets `devices = "
-      '"per-device"` if each device has its own state, or order the '
-      "devices' calls outside this module.",
-    )
-  pairs = [
-    (x, y)
-    for x in race.first.accesses
-    for y in race.second.accesses
-    if "write" in (x.mode, y.mode)
-  ]
-  for x, y in pairs:
-    if (
-      x.object is not None and y.object is not None and x.object.same(y.object)
-    ):
-      if x.resource and y.resource and x.resource != y.resource:
-        one, two = sorted((x.resource, y.resource))
-        return Cause(
-          0,
-          f"one object under two names, {one!r} and {two!r}: "
-          "two Resources were built on one handle",
-          "give every Resource of one handle the same name, or share one "
-          "Resource, so that its calls keep program order; or " + ORDER_FIX,
-        )
-      return Cause(1, "the same object, and nothing orders them", ORDER_FIX)
-  if race.first.backward or race.second.backward:
-    return Cause(
-      2,
-      "a backward-pass call (a custom_vjp backward rule, under "
-      "transpose(...)) is not covered by the forward call's Resource",
-      "make the native calls of the backward rule through a Resource "
-      "(res.read / res.write on the token the forward pass saved), so "
-      "that they are ordered with the forward pass's calls.",
-    )
-  if any(
-    (x.resource is None and x.object is None)
-    or (y.resource is None and y.object is None)
-    for x, y in pairs
-  ):
-    return Cause(
-      3, "a call the analysis knows nothing about", ANY_RESOURCE_NOTE
-    )
-  for x, y in pairs:
-    if (
-      x.object is not None
-      and y.object is not None
-      and (x.object.may_differ_by_element(y.object))
-    ):
-      in_resource = any(
-        op.scope != op.user_scope for op in (race.first, race.second)
-      )
-      names = (
-        "; or give each Resource its own name (Resource(token, name=...))"
-        if in_resource
-        else ""
-      )
-      return Cause(
-        4,
-        "may be one object: different elements of one array of handles, "
-        "which nothing declares distinct",
-        "if distinct elements of that array hold distinct handles, say "
-        "so: `distinct_elements = true` in the [tool.entangle-jax] table "
-        "of pyproject.toml (or for the target: declare_target(target, "
-        f"object=0, distinct_elements=True)){names}.",
-      )
-  return Cause(
-    5,
-    "may be one object: nothing says their handles differ",
-    "if they touch different objects, give their Resources different "
-    "names, or declare what the targets touch (declare_target(target, "
-    "object=..., ...)); otherwise " + ORDER_FIX,
-  )
+FIX_LINE = "  Fix: "
+APPLIED_LINE = "Declarations applied: "
 
 
 def format_races(
@@ -173,90 +75,63 @@ def format_races(
       lines.append(f"  {race.first.label()}")
       lines.append(f"    is not ordered before {race.second.label()}")
     return "\n".join([*lines, FIX_HINT])
-  groups: dict[Cause, list[Race]] = {}
-  causes_by_kind: dict[tuple, Cause] = {}
-  for race in races:
-    # A cause depends only on this much of a pair: work it out once per
-    # kind of pair, not once for each of a million pairs.
-    kind = (_kind(race.first), _kind(race.second), race.across_devices)
-    cause = causes_by_kind.get(kind)
-    if cause is None:
-      cause = causes_by_kind[kind] = cause_of(race)
-    groups.setdefault(cause, []).append(race)
-  causes = sorted(groups, key=lambda c: c.rank)
+  return "\n".join(
+    findings_lines(findings_of(races), shown_per_group, said=None)
+  )
+
+
+def findings_lines(
+  findings: Findings, shown_per_group: int | None, said: set[str] | None
+) -> list[str]:
+  """The lines of a report of `findings` (at least one pair). With a
+  `said` set, a fix or a list of applied declarations already in it is
+  written "as above" (a suite's modules often race for one reason), and
+  what is written in full is added to it."""
+  causes = findings.groups
+  count = findings.count
   reasons = f", for {len(causes)} reasons" if len(causes) > 1 else ""
   lines = [
     f"{count} pair{'s' * (count != 1)} of calls may conflict and run in "
     f"either order{reasons}:"
   ]
-  for cause in causes:
-    members = groups[cause]
-    if len(causes) > 1 or len(members) > 1:
-      lines.append(f"{len(members)} x {cause.headline}:")
+  for group in causes:
+    if len(causes) > 1 or group.count > 1:
+      lines.append(f"{group.count} x {group.cause.headline}:")
     else:
-      lines.append(f"{cause.headline}:")
-    # Pairs of the same two targets on the same two user lines (a loop
-    # over handles, say) are one entry with a count.
-    alike: dict[tuple, list[Race]] = {}
-    for race in members:
-      alike.setdefault(_where(race), []).append(race)
-    entries = list(alike.values())
+      lines.append(f"{group.cause.headline}:")
+    entries = group.entries
     shown = entries if shown_per_group is None else entries[:shown_per_group]
-    for same in shown:
-      race = same[0]
+    for entry in shown:
+      race = entry.race
       other = ", on another device," if race.across_devices else ""
-      times = f" ({len(same)} pairs on these lines)" if len(same) > 1 else ""
+      same = len(entry.races)
+      times = f" ({same} pairs on these lines)" if same > 1 else ""
       lines.append(f"  {_with_access(race.first)}")
       lines.append(f"    and{other} {_with_access(race.second)}{times}")
     if len(shown) < len(entries):
-      more = sum(len(same) for same in entries[len(shown) :])
+      more = sum(len(e.races) for e in entries[len(shown) :])
       lines.append(
         f"  ... and {more} more pair{'s' * (more != 1)} like these "
         "(all are in the list races() returns)"
       )
-    lines.append(f"  Fix: {cause.fix}")
-    undeclared = _undeclared(members)
-    if undeclared:
+    lines.append(_once(FIX_LINE, group.cause.fix, said))
+    if group.undeclared:
       lines.append(
-        f"  Undeclared targets in these pairs: {', '.join(undeclared)}"
+        "  Undeclared targets in these pairs: " + ", ".join(group.undeclared)
       )
-  applied = _declarations_of(races)
-  if applied:
-    lines.append("Declarations applied: " + "; ".join(applied) + ".")
-  return "\n".join(lines)
+  if findings.applied:
+    lines.append(_once(APPLIED_LINE, "; ".join(findings.applied) + ".", said))
+  return lines
 
 
-def _where(race: Race) -> tuple:
-  """The two targets and the two user lines of `race`, unordered."""
-  ends = sorted(
-    (op.target or "", op.location or "") for op in (race.first, race.second)
-  )
-  return (*ends, race.across_devices)
-
-
-def _kind(op: Op) -> tuple:
-  """What `cause_of` reads of `op`."""
-  return (op.accesses, op.backward, op.scope != op.user_scope)
-
-
-def _undeclared(races: Sequence[Race]) -> list[str]:
-  """The targets of calls in `races` that nothing declares and that no
-  Resource marks: each may write anything, until declared."""
-  return sorted(
-    {
-      op.target
-      for race in races
-      for op in (race.first, race.second)
-      if op.target
-      and op.declaration is None
-      and any(a.resource is None and a.object is None for a in op.accesses)
-    }
-  )
-
-
-def _declarations_of(races: Sequence[Race]) -> list[str]:
-  found = (op.declaration for race in races for op in (race.first, race.second))
-  return [str(d) for d in dict.fromkeys(d for d in found if d is not None)]
+def _once(start: str, text: str, said: set[str] | None) -> str:
+  """``start + text``, or ``start + "as above."`` when `said` holds it."""
+  if said is None:
+    return start + text
+  if text in said:
+    return f"{start}as above."
+  said.add(text)
+  return start + text
 
 
 def _with_access(op: Op) -> str:
@@ -274,4 +149,114 @@ def empty_witness_note(entangles: Sequence[Op]) -> str:
     "element, such as the read's result itself:"
   ]
   lines += [f"  {op.label()}" for op in entangles]
+  return "\n".join(lines)
+
+
+def module_report(
+  result: ModuleResult,
+  shown_per_group: int | None = SHOWN_PER_GROUP,
+  said: set[str] | None = None,
+) -> str:
+  """One module's part of a report: its name and file, its grouped pairs
+  (`findings_lines`, with `said`)."""
+  if result.races:
+    lines = findings_lines(result.findings, shown_per_group, said)
+  else:
+    lines = [format_races([])]
+  return "\n".join([f"== {result.module} ({result.path})", *lines])
+
+
+def module_reports(
+  results: Sequence[ModuleResult],
+  shown_per_group: int | None = SHOWN_PER_GROUP,
+) -> list[str]:
+  """The reports of the racing modules among `results`, each fix and each
+  list of applied declarations written in full the first time only."""
+  said: set[str] = set()
+  return [module_report(r, shown_per_group, said) for r in results if r.races]
+
+
+def summary(run: Run) -> str:
+  """One line: modules checked, with native calls, with races, pairs."""
+  checked = len(run.results)
+  return (
+    f"Checked {checked} module{'s' * (checked != 1)} "
+    f"({run.with_native_calls} with native calls): {len(run.racing)} with "
+    f"races, {run.pairs} pair{'s' * (run.pairs != 1)}."
+  )
+
+
+def platform_note(run: Run) -> str | None:
+  """What the check assumed of modules for platforms other than CPU."""
+  others = run.other_platforms
+  if not others:
+    return None
+  names = sorted(
+    {
+      r.platform
+      or "a platform their files do not name (XLA names none for a module "
+      "it loaded from JAX's persistent compilation cache)"
+      for r in others
+    }
+  )
+  count = len(others)
+  return (
+    f"Note: {count} module{'s' * (count != 1)} for {', '.join(names)}: "
+    "the rules describe XLA:CPU's runtime (a call starts once its operands "
+    "are written); there the check assumes the same, and a module without "
+    "races is not proven race-free on that platform."
+  )
+
+
+BLIND_TEXT = (
+  "XLA compiled modules but dumped none: its backend started before "
+  "the race check asked for a dump (XLA reads XLA_FLAGS once). Start the "
+  "check before anything uses jax, or run with "
+  'XLA_FLAGS="--xla_dump_to=DIR --xla_dump_hlo_as_text" and '
+  "python -m entangle_jax.testing DIR."
+)
+
+REPLACED_TEXT = (
+  "XLA compiled modules but dumped none: XLA_FLAGS no longer asks for "
+  "the dump (something replaced it, as os.environ['XLA_FLAGS'] = ... in "
+  "a conftest.py does). Add your flags to XLA_FLAGS instead of replacing "
+  "it."
+)
+
+
+def coverage_notes(coverage: Coverage) -> list[str]:
+  """What the results alone do not say: compiles not seen, cache hits."""
+  notes = []
+  if coverage.blind:
+    notes.append(REPLACED_TEXT if coverage.replaced else BLIND_TEXT)
+  hits, unchecked = coverage.cache_hits, coverage.unchecked
+  if hits and not unchecked:
+    notes.append(
+      f"{hits} compile(s) came from JAX's persistent compilation cache; "
+      "the modules XLA dumped as it loaded them were checked."
+    )
+  elif hits:
+    notes.append(
+      f"{hits} compile(s) came from JAX's persistent compilation cache; "
+      f"{unchecked} of them left no module to check (this XLA dumps "
+      "nothing for a module it loads from the cache): not proven free of "
+      "races. Switch the cache off to check them."
+    )
+  return notes
+
+
+def run_notes(run: Run) -> list[str]:
+  """The run's coverage notes, then its platform note."""
+  platform = platform_note(run)
+  return [*coverage_notes(run.coverage), *([platform] if platform else [])]
+
+
+def render(run: Run, shown_per_group: int | None) -> str:
+  """The command's report: each racing module with its grouped pairs,
+  what the run could not see, the summary."""
+  lines = []
+  for report in module_reports(run.results, shown_per_group):
+    lines += [report, ""]
+  lines += run_notes(run)
+  lines.append(summary(run))
   return "\n".join(lines)

@@ -17,7 +17,8 @@ import re
 import shlex
 import tempfile
 
-from entangle_jax.testing._ways_in import command as _check
+from entangle_jax.testing._report.findings import Coverage, ModuleResult, Run
+from entangle_jax.testing._ways_in import module_files
 
 _DUMP_FLAG = re.compile(r"--xla_dump_to=(\S+)")
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
@@ -81,7 +82,7 @@ class DumpWatch:
 
   Attributes:
     dump: the directory.
-    results: `_check.ModuleResult` of every module checked so far.
+    results: `ModuleResult` of every module checked so far.
   """
 
   def __init__(self, dump: pathlib.Path):
@@ -89,22 +90,22 @@ class DumpWatch:
     self.dump = dump
     self._seen = set(self._files())
     self._start = dict(_counts)
-    self.results: list[_check.ModuleResult] = []
+    self.results: list[ModuleResult] = []
 
   def _files(self) -> list[pathlib.Path]:
-    return sorted(self.dump.rglob(_check.OPTIMIZED))
+    return sorted(self.dump.rglob(module_files.OPTIMIZED))
 
-  def new_results(self) -> list[_check.ModuleResult]:
+  def new_results(self) -> list[ModuleResult]:
     """Checks the modules dumped since the last call.
 
     Raises:
-      _check.CannotAnswer: a module cannot be read or parsed.
+      module_files.CannotAnswer: a module cannot be read or parsed.
     """
     found = [p for p in self._files() if p not in self._seen]
     self._seen.update(found)
     if not found:
       return []
-    results = _check.check([str(p) for p in found])
+    results = module_files.check([str(p) for p in found])
     self.results += results
     return results
 
@@ -137,41 +138,16 @@ class DumpWatch:
     (`blind`), or a cache hit left no module (`unchecked`)."""
     return self.blind() or self.unchecked() > 0
 
-  BLIND_TEXT = (
-    "XLA compiled modules but dumped none: its backend started before "
-    "the race check asked for a dump (XLA reads XLA_FLAGS once). Start the "
-    "check before anything uses jax, or run with "
-    'XLA_FLAGS="--xla_dump_to=DIR --xla_dump_hlo_as_text" and '
-    "python -m entangle_jax.testing DIR."
-  )
+  def coverage(self) -> Coverage:
+    """What the watch could not see, as data (the text emitter says it)."""
+    blind = self.blind()
+    return Coverage(
+      blind=blind,
+      replaced=blind and requested_dump() != self.dump,
+      cache_hits=self.cache_hits(),
+      unchecked=self.unchecked(),
+    )
 
-  REPLACED_TEXT = (
-    "XLA compiled modules but dumped none: XLA_FLAGS no longer asks for "
-    "the dump (something replaced it, as os.environ['XLA_FLAGS'] = ... in "
-    "a conftest.py does). Add your flags to XLA_FLAGS instead of replacing "
-    "it."
-  )
-
-  def notes(self) -> list[str]:
-    """What the results alone do not say: compiles not seen, cache hits."""
-    notes = []
-    if self.blind():
-      replaced = requested_dump() != self.dump
-      notes.append(self.REPLACED_TEXT if replaced else self.BLIND_TEXT)
-    hits, unchecked = self.cache_hits(), self.unchecked()
-    if hits and not unchecked:
-      notes.append(
-        f"{hits} compile(s) came from JAX's persistent compilation cache; "
-        "the modules XLA dumped as it loaded them were checked."
-      )
-    elif hits:
-      notes.append(
-        f"{hits} compile(s) came from JAX's persistent compilation cache; "
-        f"{unchecked} of them left no module to check (this XLA dumps "
-        "nothing for a module it loads from the cache): not proven free of "
-        "races. Switch the cache off to check them."
-      )
-    platform = _check.platform_note(self.results)
-    if platform:
-      notes.append(platform)
-    return notes
+  def run(self) -> Run:
+    """The modules checked so far, and the coverage."""
+    return Run(self.results, self.coverage())

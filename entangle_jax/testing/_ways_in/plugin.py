@@ -164,13 +164,13 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     return
   if call.when != "call":
     return
-  from entangle_jax.testing._ways_in import command as _check
+  from entangle_jax.testing._report import race_text
 
   racy = [r for r in state.watch.new_results() if r.races]
   if not racy:
     return
   report = outcome.get_result()
-  text = "\n".join(_check.module_report(r) for r in racy)
+  text = "\n".join(race_text.module_report(r) for r in racy)
   if item.get_closest_marker(EXPECTED) is not None:
     state.expected += racy
     report.sections.append(("entangle-jax races (expected)", text))
@@ -198,18 +198,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
   state = _state(config)
   if state is None:
     return
-  from entangle_jax.testing._ways_in import command as _check
+  from entangle_jax.testing._report import race_text
 
-  watch = state.watch
+  run = state.watch.run()
   write = terminalreporter.write_line
   terminalreporter.section("entangle-jax race check")
   shown = {id(r) for r in state.expected + state.failed}
-  reports = [
-    _check.module_report(r)
-    for r in watch.results
-    if r.races and id(r) not in shown
-  ]
-  for report in _check.said_once(reports):
+  unshown = [r for r in run.results if id(r) not in shown]
+  for report in race_text.module_reports(unshown):
     write(report)
   if state.failed:
     write(
@@ -228,14 +224,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
       f"{len(state.unattributed)} module(s) compiled outside any test's "
       f"call (collection, conftest, fixtures) race.{fails}"
     )
-  for note in watch.notes():
+  for note in race_text.run_notes(run):
     write(note)
-  if watch.incomplete():
+  if run.coverage.incomplete:
     write(f"Not every compile was checked.{fails}")
-  write(_check.summary(watch.results))
+  write(race_text.summary(run))
   if not state.owned:
     return
-  if any(r.races for r in watch.results) or watch.incomplete():
-    write(f"The dump is kept at {watch.dump}.")
+  if run.racing or run.coverage.incomplete:
+    write(f"The dump is kept at {state.watch.dump}.")
   else:
-    shutil.rmtree(watch.dump, ignore_errors=True)
+    shutil.rmtree(state.watch.dump, ignore_errors=True)

@@ -17,8 +17,10 @@ import sys
 from types import TracebackType
 from typing import TextIO
 
-from entangle_jax.testing._ways_in import command as _check
+from entangle_jax.testing._report import race_text
+from entangle_jax.testing._report.findings import ModuleResult
 from entangle_jax.testing._ways_in import dump_watch as _dump_watch
+from entangle_jax.testing._ways_in.module_files import CannotAnswer
 
 ENV = "ENTANGLE_JAX_RACES"
 """The environment variable that picks the mode when the code does not:
@@ -33,7 +35,7 @@ class RaceCheckError(AssertionError):
     results: what the check found in each module.
   """
 
-  def __init__(self, message: str, results: list[_check.ModuleResult]):
+  def __init__(self, message: str, results: list[ModuleResult]):
     super().__init__(message)
     self.results = results
 
@@ -85,7 +87,7 @@ class race_check:  # A context manager named as a function, like contextlib's.
     self.mode = _mode(mode)
     self._stream = stream
     self._watch: _dump_watch.DumpWatch | None = None
-    self.results: list[_check.ModuleResult] = []
+    self.results: list[ModuleResult] = []
 
   def __enter__(self) -> race_check:
     if self.mode != "off":
@@ -105,15 +107,15 @@ class race_check:  # A context manager named as a function, like contextlib's.
     problems = []
     try:
       watch.new_results()
-    except _check.CannotAnswer as error:
+    except CannotAnswer as error:
       problems.append(f"cannot check a module: {error}")
-    self.results = watch.results
-    racy = [r for r in self.results if r.races]
-    problems += _check.said_once([_check.module_report(r) for r in racy])
-    if watch.incomplete():
+    run = watch.run()
+    self.results = list(run.results)
+    problems += race_text.module_reports(run.results)
+    if run.coverage.incomplete:
       problems.append("Not every compile was checked (see below).")
     report = "\n".join(
-      [*problems, *watch.notes(), _check.summary(self.results)]
+      [*problems, *race_text.run_notes(run), race_text.summary(run)]
     )
     stream = self._stream or sys.stderr
     print(f"entangle-jax race check ({watch.dump}):\n{report}", file=stream)

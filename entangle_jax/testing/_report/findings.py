@@ -1,0 +1,295 @@
+"""What the race check found, as data: every emitter reads this, none
+works it out again.
+
+* `Cause`: why a pair is reported and what fixes it; `cause_of` picks it.
+* `Findings` (`findings_of`): the pairs of one module grouped by cause,
+  real hazards first, each `Group` with its entries (pairs of the same
+  two targets on the same two user lines), its undeclared targets; and
+  the declarations that decided the answer.
+* `ModuleResult`: one checked module file and its findings.
+* `Coverage`: what a watched run could not see (compiles never dumped,
+  cache hits that left no module).
+* `Run`: the modules of one run and its coverage; the summary every way
+  in prints.
+
+The text (`race_text`), JSON (`race_json`) and GitHub annotation
+(`github`) emitters render these.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+
+from entangle_jax.testing._analysis.ops import Op, Race
+
+ORDER_FIX = (
+  "make the later call consume a value computed from the earlier call's "
+  "result, e.g. `token = entangle(token, x)` with the read's result `x` "
+  "before the write."
+)
+
+ANY_RESOURCE_NOTE = (
+  'A call on "any resource" is one made outside Resource or by a Resource '
+  "without a name, and one that writes any resource is one the analysis "
+  "knows nothing about: give each Resource a name "
+  "(Resource(token, name=...)), and declare what your targets do "
+  '(entangle_jax.testing.declare_target(target, mode="read", object=0), '
+  'mode="none" for a call that keeps no state, or a [tool.entangle-jax] '
+  "table in pyproject.toml)."
+)
+
+KNOWN_PLATFORMS = ("cpu",)
+"""Platforms whose runtime the rules describe (XLA:CPU's)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Cause:
+  """Why a group of pairs is reported, and what to do about it."""
+
+  rank: int
+  """Groups are shown in rank order: real hazards first."""
+  headline: str
+  fix: str
+
+
+def cause_of(race: Race) -> Cause:
+  """The most likely reason `race` is reported."""
+  if race.across_devices:
+    return Cause(
+      2,
+      "on another device: calls of this SPMD module on two devices, on "
+      "targets declared shared across devices, which nothing in one "
+      "module orders",
+      "give each device its own object (a handle per shard, and "
+      "`distinct_elements = true`), declare the targets `devices = "
+      '"per-device"` if each device has its own state, or order the '
+      "devices' calls outside this module.",
+    )
+  pairs = [
+    (x, y)
+    for x in race.first.accesses
+    for y in race.second.accesses
+    if "write" in (x.mode, y.mode)
+  ]
+  for x, y in pairs:
+    if (
+      x.object is not None and y.object is not None and x.object.same(y.object)
+    ):
+      if x.resource and y.resource and x.resource != y.resource:
+        one, two = sorted((x.resource, y.resource))
+        return Cause(
+          0,
+          f"one object under two names, {one!r} and {two!r}: "
+          "two Resources were built on one handle",
+          "give every Resource of one handle the same name, or share one "
+          "Resource, so that its calls keep program order; or " + ORDER_FIX,
+        )
+      return Cause(1, "the same object, and nothing orders them", ORDER_FIX)
+  if race.first.backward or race.second.backward:
+    return Cause(
+      2,
+      "a backward-pass call (a custom_vjp backward rule, under "
+      "transpose(...)) is not covered by the forward call's Resource",
+      "make the native calls of the backward rule through a Resource "
+      "(res.read / res.write on the token the forward pass saved), so "
+      "that they are ordered with the forward pass's calls.",
+    )
+  if any(
+    (x.resource is None and x.object is None)
+    or (y.resource is None and y.object is None)
+    for x, y in pairs
+  ):
+    return Cause(
+      3, "a call the analysis knows nothing about", ANY_RESOURCE_NOTE
+    )
+  for x, y in pairs:
+    if (
+      x.object is not None
+      and y.object is not None
+      and (x.object.may_differ_by_element(y.object))
+    ):
+      in_resource = any(
+        op.scope != op.user_scope for op in (race.first, race.second)
+      )
+      names = (
+        "; or give each Resource its own name (Resource(token, name=...))"
+        if in_resource
+        else ""
+      )
+      return Cause(
+        4,
+        "may be one object: different elements of one array of handles, "
+        "which nothing declares distinct",
+        "if distinct elements of that array hold distinct handles, say "
+        "so: `distinct_elements = true` in the [tool.entangle-jax] table "
+        "of pyproject.toml (or for the target: declare_target(target, "
+        f"object=0, distinct_elements=True)){names}.",
+      )
+  return Cause(
+    5,
+    "may be one object: nothing says their handles differ",
+    "if they touch different objects, give their Resources different "
+    "names, or declare what the targets touch (declare_target(target, "
+    "object=..., ...)); otherwise " + ORDER_FIX,
+  )
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+  """Pairs of the same two targets on the same two lines of the user's
+  code (a loop over handles, say): one entry, shown once with a count."""
+
+  races: tuple[Race, ...]
+
+  @property
+  def race(self) -> Race:
+    """The pair shown for the entry."""
+    return self.races[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+  """The pairs reported for one cause."""
+
+  cause: Cause
+  entries: tuple[Entry, ...]
+  undeclared: tuple[str, ...]
+  """Targets of its calls that nothing declares and no Resource marks:
+  each may write anything, until declared."""
+
+  @property
+  def count(self) -> int:
+    """How many pairs the group holds."""
+    return sum(len(e.races) for e in self.entries)
+
+
+@dataclasses.dataclass(frozen=True)
+class Findings:
+  """The pairs of one list of races, grouped by cause."""
+
+  count: int
+  groups: tuple[Group, ...]
+  """Real hazards first (`Cause.rank`)."""
+  applied: tuple[str, ...]
+  """The declarations of the calls in the pairs, as written in reports."""
+
+
+def findings_of(races: Sequence[Race]) -> Findings:
+  """`races` grouped by cause, each group's entries and undeclared
+  targets, and the declarations applied."""
+  members: dict[Cause, list[Race]] = {}
+  causes_by_kind: dict[tuple, Cause] = {}
+  for race in races:
+    # A cause depends only on this much of a pair: work it out once per
+    # kind of pair, not once for each of a million pairs.
+    kind = (_kind(race.first), _kind(race.second), race.across_devices)
+    cause = causes_by_kind.get(kind)
+    if cause is None:
+      cause = causes_by_kind[kind] = cause_of(race)
+    members.setdefault(cause, []).append(race)
+  groups = []
+  for cause in sorted(members, key=lambda c: c.rank):
+    alike: dict[tuple, list[Race]] = {}
+    for race in members[cause]:
+      alike.setdefault(_where(race), []).append(race)
+    entries = tuple(Entry(tuple(same)) for same in alike.values())
+    groups.append(Group(cause, entries, _undeclared(members[cause])))
+  return Findings(len(races), tuple(groups), _declarations_of(races))
+
+
+def _where(race: Race) -> tuple:
+  """The two targets and the two user lines of `race`, unordered."""
+  ends = sorted(
+    (op.target or "", op.location or "") for op in (race.first, race.second)
+  )
+  return (*ends, race.across_devices)
+
+
+def _kind(op: Op) -> tuple:
+  """What `cause_of` reads of `op`."""
+  return (op.accesses, op.backward, op.scope != op.user_scope)
+
+
+def _undeclared(races: Sequence[Race]) -> tuple[str, ...]:
+  return tuple(
+    sorted(
+      {
+        op.target
+        for race in races
+        for op in (race.first, race.second)
+        if op.target
+        and op.declaration is None
+        and any(a.resource is None and a.object is None for a in op.accesses)
+      }
+    )
+  )
+
+
+def _declarations_of(races: Sequence[Race]) -> tuple[str, ...]:
+  found = (op.declaration for race in races for op in (race.first, race.second))
+  return tuple(str(d) for d in dict.fromkeys(d for d in found if d is not None))
+
+
+@dataclasses.dataclass
+class ModuleResult:
+  """What the check found in one module file."""
+
+  path: str
+  module: str
+  platform: str | None
+  """From the file's name (``cpu``); None when it names none (a module
+  XLA loaded from JAX's persistent compilation cache)."""
+  native_calls: int
+  races: list[Race]
+
+  @functools.cached_property
+  def findings(self) -> Findings:
+    """Its races, grouped (`findings_of`)."""
+    return findings_of(self.races)
+
+
+@dataclasses.dataclass(frozen=True)
+class Coverage:
+  """What a watched run could not see."""
+
+  blind: bool = False
+  """XLA compiled modules but dumped none."""
+  replaced: bool = False
+  """When blind: because ``XLA_FLAGS`` no longer asks for the dump."""
+  cache_hits: int = 0
+  """Compiles JAX served from its persistent compilation cache."""
+  unchecked: int = 0
+  """Cache hits that left no module to check."""
+
+  @property
+  def incomplete(self) -> bool:
+    """Whether some compile went unchecked."""
+    return self.blind or self.unchecked > 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """The modules one run checked, and what it could not see."""
+
+  results: Sequence[ModuleResult]
+  coverage: Coverage = Coverage()
+
+  @property
+  def racing(self) -> list[ModuleResult]:
+    """The modules with races, in the order they were checked."""
+    return [r for r in self.results if r.races]
+
+  @property
+  def with_native_calls(self) -> int:
+    return sum(1 for r in self.results if r.native_calls)
+
+  @property
+  def pairs(self) -> int:
+    return sum(len(r.races) for r in self.results)
+
+  @property
+  def other_platforms(self) -> list[ModuleResult]:
+    """Modules for platforms whose runtime the rules do not describe."""
+    return [r for r in self.results if r.platform not in KNOWN_PLATFORMS]

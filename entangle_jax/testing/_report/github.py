@@ -1,0 +1,63 @@
+"""The GitHub emitter: one workflow-command annotation per reported entry,
+on the user's line of the pair's second call, so that a pull request
+shows the race where the code made it (as ruff's ``--output-format
+github`` does for its findings).
+
+Each line reads ``::error file=PATH,line=N,title=TITLE::MESSAGE``; an
+entry whose calls recorded no user line is annotated without a file (it
+shows on the run, not on a line). GitHub reads ``PATH`` relative to the
+workspace: paths are shown as the text report shows them (relative to the
+working directory when under it).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from entangle_jax.testing._analysis.ops import Op
+from entangle_jax.testing._report.findings import Run
+
+TITLE = "entangle-jax race"
+_LOCATION = re.compile(r"^(?P<file>.+):(?P<line>\d+)$")
+
+
+def _escape_data(text: str) -> str:
+  # The workflow-command syntax: %, CR and LF are escaped in a message.
+  return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+  # ... and also : and , in a property's value.
+  return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def _place(op: Op) -> str:
+  """``file=...,line=...,`` for `op`'s user line, or nothing."""
+  found = _LOCATION.match(op.location or "")
+  if found is None:
+    return ""
+  return f"file={_escape_property(found['file'])},line={found['line']},"
+
+
+def annotations(run: Run) -> Iterator[str]:
+  """The annotation lines for every racing module of `run`, every entry
+  (pairs of the same two targets on the same two lines are one)."""
+  for result in run.racing:
+    for group in result.findings.groups:
+      for entry in group.entries:
+        race = entry.race
+        here = race.second if race.second.location else race.first
+        other = race.first if here is race.second else race.second
+        times = len(entry.races)
+        count = f" ({times} pairs on these lines)" if times > 1 else ""
+        message = (
+          f"{here.label()} ({here.access_text}) may run before or after "
+          f"{other.label()} ({other.access_text}){count}: "
+          f"{group.cause.headline}. Fix: {group.cause.fix} "
+          f"Module {result.module} ({result.path})."
+        )
+        yield (
+          f"::error {_place(here)}title={_escape_property(TITLE)}::"
+          f"{_escape_data(message)}"
+        )

@@ -1,0 +1,57 @@
+"""The JSON emitter: everything a report says, every pair included, from
+the findings (`entangle_jax.testing._report.findings`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from entangle_jax.testing._analysis.ops import Op
+from entangle_jax.testing._report import race_text
+from entangle_jax.testing._report.findings import ModuleResult, Run
+
+
+def _op(op: Op) -> dict[str, Any]:
+  return {
+    "instruction": op.name,
+    "target": op.target,
+    "access": op.access_text,
+    "scope": op.user_scope,
+    "location": op.location,
+    "binding_location": op.binding_location,
+    "backward": op.backward,
+  }
+
+
+def _module(result: ModuleResult) -> dict[str, Any]:
+  cause = {
+    id(race): group.cause
+    for group in result.findings.groups
+    for entry in group.entries
+    for race in entry.races
+  }
+  return {
+    "path": result.path,
+    "module": result.module,
+    "platform": result.platform,
+    "native_calls": result.native_calls,
+    "races": [  # In the order the analysis found them.
+      {
+        "first": _op(race.first),
+        "second": _op(race.second),
+        "across_devices": race.across_devices,
+        "cause": cause[id(race)].headline,
+        "fix": cause[id(race)].fix,
+      }
+      for race in result.races
+    ],
+  }
+
+
+def as_json(run: Run, status: int) -> dict[str, Any]:
+  """The command's ``--format json`` answer for `run`, with exit `status`."""
+  return {
+    "status": status,
+    "summary": race_text.summary(run),
+    "platform_note": race_text.platform_note(run),
+    "modules": [_module(r) for r in run.results],
+  }

@@ -1,0 +1,118 @@
+"""Checking a set of dumped module files: finding the optimized modules a
+path names, and the races of each (`ModuleResult`). The command, the
+dump watch (and so `race_check` and the pytest plugin) all check modules
+through here."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+from collections.abc import Sequence
+from typing import TextIO
+
+from entangle_jax._src.targets import sources
+from entangle_jax._src.targets.declaration import Declarations
+from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
+from entangle_jax.testing._hlo import parser
+from entangle_jax.testing._report.findings import ModuleResult
+
+OPTIMIZED = "*after_optimizations.txt"
+_PLATFORM = re.compile(r"\.(\w+?)_after_optimizations\.txt$")
+_MODULE_NAME = re.compile(r"HloModule\s+([^\s,]+)")
+PROGRESS_EVERY = 100
+
+
+class CannotAnswer(Exception):
+  """The check cannot answer; the message says why (exit status 2)."""
+
+
+def optimized_modules(paths: Sequence[str]) -> list[pathlib.Path]:
+  """The module files `paths` name: files as given, directories searched
+  for optimized modules.
+
+  Raises:
+    CannotAnswer: a path does not exist, or none holds an optimized module.
+  """
+  found: dict[pathlib.Path, pathlib.Path] = {}  # Each file once.
+  for given in paths:
+    path = pathlib.Path(given)
+    if path.is_file():
+      found.setdefault(path.resolve(), path)
+    elif path.is_dir():
+      for module in sorted(path.rglob(OPTIMIZED)):
+        found.setdefault(module.resolve(), module)
+    else:
+      raise CannotAnswer(f"{given}: no such file or directory")
+  if not found:
+    raise CannotAnswer(
+      f"no optimized module ({OPTIMIZED}) under {', '.join(paths)}: dump "
+      'with XLA_FLAGS="--xla_dump_to=DIR --xla_dump_hlo_as_text"'
+    )
+  return list(found.values())
+
+
+def check_module(
+  path: pathlib.Path, declarations: Declarations
+) -> ModuleResult:
+  """The races of the module in file `path`.
+
+  Raises:
+    CannotAnswer: the file cannot be read or parsed (the message names it).
+  """
+  try:
+    text = path.read_text()
+  except (OSError, UnicodeDecodeError) as error:
+    raise CannotAnswer(f"{path}: cannot read it: {error}") from None
+  name = _MODULE_NAME.search(text[:2000])
+  platform = _PLATFORM.search(path.name)
+  result = ModuleResult(
+    str(path),
+    name.group(1) if name else path.name,
+    platform.group(1) if platform else None,
+    0,
+    [],
+  )
+  if "custom-call" not in text:  # No native call: nothing to race.
+    try:
+      parser.check_header(text)
+    except ValueError as error:
+      raise CannotAnswer(f"{path}: {error}") from None
+    if "\nENTRY " not in text or not text.rstrip().endswith("}"):
+      # A file cut short (a dump interrupted, a copy gone wrong) may have
+      # lost the calls that race: no answer rather than "no race".
+      raise CannotAnswer(
+        f"{path}: the module text is cut short (no ENTRY computation, or "
+        "its last computation never closes)"
+      )
+    return result
+  try:
+    analysis = OrderAnalysis(text, declarations=declarations)
+    result.native_calls = len(analysis.user_native_calls())
+    if result.native_calls:
+      result.races = analysis.races()
+  except ValueError as error:
+    raise CannotAnswer(f"{path}: {error}") from None
+  return result
+
+
+def check(
+  paths: Sequence[str],
+  progress: TextIO | None = None,
+  declarations: Declarations | None = None,
+) -> list[ModuleResult]:
+  """Checks every optimized module under `paths`, with `declarations`
+  (those in effect, `sources.current`, by default); reports progress on
+  `progress` for many modules.
+
+  Raises:
+    CannotAnswer: see `optimized_modules` and `check_module`.
+  """
+  files = optimized_modules(paths)
+  declarations = sources.current() if declarations is None else declarations
+  results = []
+  for n, path in enumerate(files, 1):
+    results.append(check_module(path, declarations))
+    many = progress is not None and len(files) > PROGRESS_EVERY
+    if many and (n % PROGRESS_EVERY == 0 or n == len(files)):
+      print(f"checked {n}/{len(files)} modules", file=progress)
+  return results
