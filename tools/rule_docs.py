@@ -3,7 +3,7 @@
 Each block sits between two markers on the page: the rule table
 (`entangle_jax.testing._order.rules.markdown`), the library kernels
 (`entangle_jax._src.targets.library_kernels.markdown`) and the declaration
-keys (`entangle_jax._src.targets.declarations.markdown`).
+keys (`entangle_jax._src.targets.table.markdown`).
 ``python tools/rule_docs.py`` rewrites every block; ``--check`` only
 compares, exiting 1 when one differs. The tests of each table run the
 comparison (`block_text`).
@@ -31,7 +31,7 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     _library_kernels.markdown,
   ),
   "declarations": (
-    "entangle_jax/_src/targets/declarations.py",
+    "entangle_jax/_src/targets/table.py",
     table.markdown,
   ),
 }

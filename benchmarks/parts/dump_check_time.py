@@ -6,9 +6,9 @@ The suite is ``modules`` small programs (a third of them without native
 calls, the rest with one to eight ``Resource`` write + read pairs, each
 program with its own constants so that none is a cache hit), compiled
 with the dump switched on, as the check needs it. The check is timed as
-the command runs it (`entangle_jax.testing._ways_in.command.check`): finding the
-files, reading the project's declarations, reading and checking every
-module.
+the command runs it (`entangle_jax.testing._ways_in.module_files.check`):
+finding the files, reading the project's declarations, reading and
+checking every module.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from benchmarks.cases import DUMP_MODULES, QUICK_DUMP_MODULES
 from entangle_jax import Resource
 from entangle_jax.testing import read_slot, write_slot
 from entangle_jax.testing._ways_in import dump_watch as _dump_watch
-from entangle_jax.testing._ways_in import module_files as _check
+from entangle_jax.testing._ways_in import module_files
 
 
 def suite_program(index: int):
@@ -55,7 +55,7 @@ def measure(args: argparse.Namespace) -> dict:
     lowered.compile()
     compile_s += time.perf_counter() - start
   start = time.perf_counter()
-  results = _check.check([str(dump)])
+  results = module_files.check([str(dump)])
   check_s = time.perf_counter() - start
   suite = [r for r in results if r.module.startswith("jit_program")]
   if len(suite) != modules:
