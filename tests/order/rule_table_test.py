@@ -5,14 +5,17 @@ own consistency; and the rules' text in docs/proving_order.md."""
 import dataclasses
 import unittest
 from collections.abc import Callable
+from unittest import mock
 
 from absl.testing import absltest, parameterized
 
 from entangle_jax import testing
+from entangle_jax.testing import Declarations, TargetDeclaration
 from entangle_jax.testing._order import rules
 from entangle_jax.testing._order.rules import (
   Callees,
   Forwards,
+  Identity,
   Parameters,
   Reads,
 )
@@ -40,6 +43,58 @@ def not_before(first: str, second: str, **options) -> Callable[[str], bool]:
 
 def no_races(text: str) -> bool:
   return not testing.races(text)
+
+
+# Identity (rules 18 on): two unordered calls of a declared write, whose
+# operand 0 is the object, race unless their objects are proved different.
+_W = "tp_set"
+_DECLARED = Declarations(
+  targets=(TargetDeclaration(_W, "write", 0, (0,), source="test"),)
+)
+_DISTINCT = Declarations(
+  targets=(TargetDeclaration(_W, "write", 0, (0,), True, source="test"),)
+)
+"""The same, its array elements declared distinct objects."""
+
+
+def declared_race(declarations: Declarations) -> Callable[[str], bool]:
+  """Whether the two declared writes race, under `declarations`."""
+  return lambda text: bool(
+    testing.OrderAnalysis(text, declarations=declarations).races()
+  )
+
+
+def declared_no_race(declarations: Declarations) -> Callable[[str], bool]:
+  race = declared_race(declarations)
+  return lambda text: not race(text)
+
+
+def write(name: str, operand: str) -> str:
+  """A declared write of the object that `operand` holds."""
+  return (
+    f'%{name} = s32[] custom-call(%{operand}), custom_call_target="{_W}", '
+    "custom_call_has_side_effect=true"
+  )
+
+
+_HANDLES = "%k1 = s32[] constant(1)\n%k2 = s32[] constant(2)\n"
+_PASSED_ON = hlo_module(
+  f"{_HANDLES}%c = s32[] copy(%k1)\n%r = s32[1]{{0}} reshape(%c)\n"
+  f"{write('one', 'r')}\n{write('two', 'k2')}"
+)
+_SLICES = hlo_module(
+  "%p = s32[2]{0} parameter(0)\n"
+  "%s0 = s32[1]{0} slice(%p), slice={[0:1]}\n"
+  "%s1 = s32[1]{0} slice(%p), slice={[1:2]}\n"
+  f"{write('one', 's0')}\n{write('two', 's1')}"
+)
+_BROADCAST = "%b = s32[2]{0} broadcast(%h), dimensions={}"
+_BROADCAST_SLICES = hlo_module(
+  f"%h = s32[] parameter(0)\n{_BROADCAST}\n"
+  "%s0 = s32[1]{0} slice(%b), slice={[0:1]}\n"
+  "%s1 = s32[1]{0} slice(%b), slice={[1:2]}\n"
+  f"{write('one', 's0')}\n{write('two', 's1')}"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -290,6 +345,33 @@ CASES: dict[int, RuleCase] = {
     ),
     lambda text: _pair_not_before_mid(text),
   ),
+  # A copy (and a reshape) of constant 1 is handle 1, not handle 2; a
+  # negation of it is a value that may be either.
+  18: RuleCase(
+    _PASSED_ON,
+    _PASSED_ON.replace("copy(%k1)", "negate(%k1)"),
+    declared_no_race(_DECLARED),
+  ),
+  # Constants 1 and 2 are two objects; 1 and 1 are one.
+  19: RuleCase(
+    hlo_module(f"{_HANDLES}{write('one', 'k1')}\n{write('two', 'k2')}"),
+    hlo_module(f"{_HANDLES}{write('one', 'k1')}\n{write('two', 'k1')}"),
+    declared_no_race(_DECLARED),
+  ),
+  # Static slices of elements 0 and 1 are two declared-distinct objects;
+  # two slices of element 0 are one.
+  20: RuleCase(
+    _SLICES,
+    _SLICES.replace("slice={[1:2]}", "slice={[0:1]}"),
+    declared_no_race(_DISTINCT),
+  ),
+  # Elements 0 and 1 of a broadcast of one handle are that handle, whatever
+  # distinct_elements says; of an array parameter, two distinct objects.
+  21: RuleCase(
+    _BROADCAST_SLICES,
+    _BROADCAST_SLICES.replace(_BROADCAST, "%b = s32[2]{0} parameter(1)"),
+    declared_race(_DISTINCT),
+  ),
 }
 
 
@@ -367,6 +449,60 @@ class Rule14ConditionalTest(absltest.TestCase):
     extra = native("x2", "t").replace('"x2"', '"X2"')
     text = BRANCHES.replace("{extra}", extra)
     self.assertEqual(testing.races(text), [("x", "x2")])
+
+
+class Rule18PassesOnTest(absltest.TestCase):
+  """Rule 18 beyond its case: a reshape passes the handle on by itself."""
+
+  def test_rule_18_a_reshape_passes_the_handle_on(self):
+    # The reshape of handle 1's copy is handle 1, not handle 2.
+    self.assertFalse(declared_race(_DECLARED)(_PASSED_ON))
+    # Control: an op of rule 6 in its place makes a value that may be
+    # handle 2.
+    other = _PASSED_ON.replace("reshape(%c)", "negate(%c)")
+    self.assertTrue(declared_race(_DECLARED)(other))
+
+
+class IdentityColumnTest(absltest.TestCase):
+  """`ObjectFinder` reads a construct's identity from its rule, not from
+  its opcode; rules 18 on differ from rule 6 in their identity alone."""
+
+  def test_identity_is_the_rules_column(self):
+    self.assertTrue(CASES[18].holds(CASES[18].positive))
+    # Control: the same module, copy's rule given rule 6's identity.
+    copy = rules.rule_for("copy")
+    plain = dataclasses.replace(copy, identity=Identity.NEW_VALUE)
+    real = rules.rule_for
+
+    def patched(opcode: str) -> rules.HloRule:
+      return plain if opcode == "copy" else real(opcode)
+
+    # (Another module name: parsed modules are cached by their text.)
+    text = CASES[18].positive.replace("HloModule rules", "HloModule patched")
+    with mock.patch.object(rules, "rule_for", patched):
+      self.assertFalse(CASES[18].holds(text))
+
+  def test_rules_18_on_order_as_rule_6(self):
+    default = rules.DEFAULT_RULE
+    for rule in rules.HLO_RULES:
+      if rule.number < 18:
+        continue
+      with self.subTest(rule=rule.number):
+        self.assertIsNot(rule.identity, default.identity)
+        self.assertEqual(
+          (rule.reads, rule.forwards, rule.parameters, rule.callees),
+          (
+            default.reads,
+            default.forwards,
+            default.parameters,
+            default.callees,
+          ),
+        )
+        self.assertIs(rule.framing, default.framing)
+
+  def test_every_identity_has_a_rule(self):
+    used = {rule.identity for rule in rules.HLO_RULES}
+    self.assertEqual(used, set(Identity))
 
 
 class RuleTableTest(absltest.TestCase):

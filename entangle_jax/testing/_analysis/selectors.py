@@ -41,42 +41,11 @@ from entangle_jax._src.targets.library_kernels import is_library_target
 from entangle_jax._src.targets.names import ENTANGLE_TARGET, is_host_callback
 from entangle_jax.testing import _hlo
 from entangle_jax.testing._analysis.ops import Op
+from entangle_jax.testing._hlo.opcodes import BOOKKEEPING, EFFECTFUL_OPCODES
 from entangle_jax.testing._order import access
 
 Selector = str
 """A custom-call target or a ``jax.named_scope`` name."""
-
-EFFECTFUL_OPCODES = frozenset(
-  {
-    "send",
-    "send-done",
-    "recv",
-    "recv-done",
-    "infeed",
-    "outfeed",
-    "all-reduce",
-    "all-reduce-start",
-    "all-reduce-done",
-    "all-gather",
-    "all-gather-start",
-    "all-gather-done",
-    "all-to-all",
-    "ragged-all-to-all",
-    "reduce-scatter",
-    "collective-broadcast",
-    "collective-permute",
-    "collective-permute-start",
-    "collective-permute-done",
-    "rng",
-    "rng-get-and-update-state",
-  }
-)
-"""Opcodes with effects beyond their result: communication, I/O, state."""
-
-# Ops that carry metadata but are bookkeeping, never selected.
-BOOKKEEPING = frozenset(
-  {"parameter", "constant", "get-tuple-element", "tuple", "bitcast"}
-)
 
 
 def _instruction(op: Op | _hlo.Instruction, who: str):

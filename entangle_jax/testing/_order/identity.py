@@ -19,6 +19,10 @@ conditionals and fusions whose every caller passes the same value. What
 it cannot see through (an entry parameter, a dynamic slice, another call's
 result) is the value itself: calls that reach one value touch one object,
 and calls that reach different values may still touch one.
+
+What one step back through a construct is, is its rule's `Identity`
+(``rules.rule_for(opcode).identity``, rules 6 to 21); `ObjectFinder`
+dispatches on it and tests no opcode.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from entangle_jax.testing._order.objects import ObjectRef, Root
 # path).
 _Found = tuple[Root, int | None]
 
-_PASSES_ON = frozenset({"bitcast", "copy", "reshape"})
+Identity = rules.Identity
 
 
 class ObjectFinder:
@@ -121,7 +125,8 @@ class ObjectFinder:
       return None
     computation = self._dataflow.computation(root[1])
     found = computation.instructions[computation.index[root[2]]]
-    return found if found.opcode == "parameter" else None
+    parameter = rules.rule_for(found.opcode).identity is Identity.PARAMETER
+    return found if parameter else None
 
   def _prepare(self, name: str) -> None:
     """Finds the root of every array value of computation `name` in text
@@ -160,46 +165,52 @@ class ObjectFinder:
     return self._memo[key]
 
   def _find(self, name: str, n: int, path: Path, leave: bool) -> _Found:
+    """Element `path` of instruction `n`, followed back one construct as
+    its rule's `Identity` says (``rules.rule_for``)."""
     self._prepare(name)
     computation = self._dataflow.computation(name)
     i = computation.instructions[n]
-    opcode = i.opcode
+    identity = rules.rule_for(i.opcode).identity
 
     def operand(k: int, at: Path = ()) -> _Found:
       return self._root(name, computation.index[i.operands[k]], at, leave)
 
-    if opcode in _PASSES_ON and i.operands:
-      if opcode == "bitcast" and not _default_layouts(
+    if identity is Identity.SAME_BYTES and i.operands:  # Rule 12.
+      if not _default_layouts(
         i, computation.instructions[computation.index[i.operands[0]]]
       ):
         return _value(i, path)  # Elements move: slices of it are others.
       return operand(0, path)
-    if opcode == "get-tuple-element" and i.tuple_index is not None:
-      return operand(0, (i.tuple_index, *path))
-    if opcode == "tuple" and path and path[0] < len(i.operands):
-      return operand(path[0], path[1:])
-    if opcode == "constant" and not path:
+    if identity is Identity.PASSES_ON and i.operands:  # Rule 18.
+      return operand(0, path)
+    if identity is Identity.TUPLE_ELEMENT and i.tuple_index is not None:
+      return operand(0, (i.tuple_index, *path))  # Rule 11.
+    if identity is Identity.TUPLE and path and path[0] < len(i.operands):
+      return operand(path[0], path[1:])  # Rule 10.
+    if identity is Identity.CONSTANT and not path:  # Rule 19.
       return ("constant", _constant_value(i)), None
-    if opcode == "slice" and not path:
+    if identity is Identity.STATIC_ELEMENT and not path:  # Rule 20.
       return self._element(computation, i, leave) or _value(i, path)
-    if opcode == "parameter" and i.parameter_number is not None:
-      if not leave:
+    if identity is Identity.PARAMETER and i.parameter_number is not None:
+      if not leave:  # Rule 9.
         return ("parameter", i.parameter_number, path), None
       return self._through_callers(name, i, path)
-    if opcode == "custom-call":
+    if identity is Identity.CALL_RESULT:  # Rule 7.
       return self._through_call(computation, i, path, leave)
-    if opcode == "while" and i.body is not None:
+    if identity is Identity.LOOP_CARRIED and i.body is not None:  # Rule 13.
       if self._carried(i.body, path):
         return operand(0, path)
       return _value(i, path)
-    if opcode in ("fusion", "call") and i.callees:
+    if identity is Identity.CALLEE_ROOT and i.callees:  # Rules 8, 15.
       return self._out_of(i.callees[0], None, computation, i, path, leave)
-    if opcode == "conditional" and i.branches:
+    if identity is Identity.BRANCHES_AGREE and i.branches:  # Rule 14.
       found = {
         self._out_of(b, k, computation, i, path, leave)
         for k, b in enumerate(i.branches, start=1)
       }
       return found.pop() if len(found) == 1 else _value(i, path)
+    # NEW_VALUE (rule 6 and the rest); BROADCAST_ONE's elements are picked
+    # from the value (`_pick`, rule 21).
     return _value(i, path)
 
   def _element(
@@ -243,7 +254,8 @@ class ObjectFinder:
       return None
     computation = self._dataflow.computation(root[1])
     i = computation.instructions[computation.index[root[2]]]
-    if i.opcode != "broadcast" or len(i.operands) != 1:
+    broadcast = rules.rule_for(i.opcode).identity is Identity.BROADCAST_ONE
+    if not broadcast or len(i.operands) != 1:  # Rule 21.
       return None
     source = computation.instructions[computation.index[i.operands[0]]]
     if source.dims is None or math.prod(source.dims) != 1:
@@ -345,7 +357,8 @@ class ObjectFinder:
       for body in self._module.computations.values():
         for i in body:
           pairs = rules.callee_parameters(i)
-          if i.opcode == "fusion":
+          if rules.rule_for(i.opcode).identity is Identity.CALLEE_ROOT:
+            # A fusion's parameter k is operand k too (rule 8).
             pairs = [(None, c) for c in i.callees]
           for offset, callee in pairs:
             self._callers.setdefault(callee, []).append((i, offset))

@@ -7,9 +7,12 @@ against `markdown`). Rules 1-5 hold for every instruction; rules 6 on
 give one construct each its meaning as data (an `HloRule`): what it reads
 of its operands, which elements of its result are operand elements passed
 on unchanged, which operand each called computation's parameter is, how
-the ops of its called computations relate, and how the order graph frames
-them. `rule_for` finds the construct's rule; an opcode no rule names gets
-rule 6, the conservative default.
+the ops of its called computations relate, how the order graph frames
+them, and how object identity follows a value back through it (its
+`Identity`, which `identity.ObjectFinder` dispatches on). `rule_for` finds
+the construct's rule; an opcode no rule names gets rule 6, the
+conservative default. Rules 18 on read and forward exactly as rule 6 and
+differ from it only in their identity.
 
 Adding a construct is adding an `HloRule` to `HLO_RULES` and a case with
 its control to the rule table's test (``docs/development.md``, "Adding an
@@ -61,6 +64,25 @@ class Callees(enum.Enum):
   EXCLUSIVE = "exclusive: one execution runs one of them"
 
 
+class Identity(enum.Enum):
+  """Which object a value of an instruction's result holds, followed back
+  towards the value that holds the handle (`identity.ObjectFinder`)."""
+
+  NEW_VALUE = "none seen through: the result is a value of its own"
+  PASSES_ON = "operand 0's: the result holds the same handles"
+  SAME_BYTES = "operand 0's, where both keep the default layout"
+  TUPLE = "element k of the result holds what operand k holds"
+  TUPLE_ELEMENT = "what the element of operand 0 that it names holds"
+  CONSTANT = "its value: equal integer constants name one object"
+  STATIC_ELEMENT = "a one-element static slice holds that element"
+  PARAMETER = "what every caller passes for it, when all pass the same"
+  CALL_RESULT = "entangle's payload, or the object it is declared to hand back"
+  LOOP_CARRIED = "the initial state's, where the body hands it back"
+  CALLEE_ROOT = "what its computation's root holds, parameters as passed"
+  BRANCHES_AGREE = "what every branch's root holds, when all agree"
+  BROADCAST_ONE = "each element holds the one element it broadcasts"
+
+
 class Framing(enum.Enum):
   """Where an instruction's work begins and ends (rule 3)."""
 
@@ -88,6 +110,7 @@ class HloRule(Rule):
   parameters: Parameters = Parameters.NONE
   callees: Callees = Callees.OVERLAP
   framing: Framing = Framing.SELF
+  identity: Identity = Identity.NEW_VALUE
 
 
 GENERAL_RULES: tuple[Rule, ...] = (
@@ -143,10 +166,11 @@ GENERAL_RULES: tuple[Rule, ...] = (
 DEFAULT_RULE = HloRule(
   6,
   "Every other instruction reads all its operands",
-  "An instruction no other rule names (arithmetic, copies, collectives, "
-  "sorts...) reads every element of every operand and writes its result; "
-  "the ops of computations it calls (a reduce's `to_apply`) run as part of "
-  "its work and may overlap one another.",
+  "An instruction no other rule names (arithmetic, collectives, sorts...) "
+  "reads every element of every operand and writes its result; the ops of "
+  "computations it calls (a reduce's `to_apply`) run as part of its work "
+  "and may overlap one another. Object identity is not followed through "
+  "it: its result is a value of its own.",
 )
 
 HLO_RULES: tuple[HloRule, ...] = (
@@ -156,51 +180,70 @@ HLO_RULES: tuple[HloRule, ...] = (
     "A custom call reads all its operands",
     "A custom call (a native call, entangle's, a library kernel) reads "
     "every element of every operand, aliased ones included: its thunk "
-    "lists every operand.",
+    "lists every operand. Its result is a value of its own, except "
+    "`entangle`'s payload, which holds the object its aliased operand "
+    "holds, and a result declared to hand back the call's object "
+    "(`returns_object`; a `Resource` write's next token), which holds "
+    "that object.",
     opcodes=("custom-call",),
+    identity=Identity.CALL_RESULT,
   ),
   HloRule(
     8,
     "A fusion reads all its operands",
     "A fusion reads every element of every operand; the ops of its fused "
-    "computation are part of its work.",
+    "computation are part of its work. Its result holds the objects its "
+    "fused computation's root holds, a parameter there standing for the "
+    "operand the fusion passed for it.",
     opcodes=("fusion",),
+    identity=Identity.CALLEE_ROOT,
   ),
   HloRule(
     9,
     "Parameters are what the caller passed",
     "A parameter reads nothing. In a called computation it holds the "
-    "operand the calling instruction passed (its rule's parameters).",
+    "operand the calling instruction passed (its rule's parameters), and "
+    "the object that operand holds when every caller passes the same value "
+    "(a loop's state element only when its body hands it back as the same "
+    "object); an entry parameter is a value of its own.",
     opcodes=("parameter",),
     reads=Reads.PASSES_ON,
+    identity=Identity.PARAMETER,
   ),
   HloRule(
     10,
     "A tuple passes its operands on",
     "A tuple reads nothing itself: element k of its result is operand k, "
     "so who reads an element depends on that operand's producer alone, "
-    "however deeply tuples nest.",
+    "however deeply tuples nest; element k holds the object operand k "
+    "holds.",
     opcodes=("tuple",),
     reads=Reads.PASSES_ON,
     forwards=Forwards.ELEMENTS,
+    identity=Identity.TUPLE,
   ),
   HloRule(
     11,
     "A get-tuple-element reads only its element",
     "A `get-tuple-element` depends on the producer of the element it names, "
-    "not on the producers of the other elements.",
+    "not on the producers of the other elements, and holds the object that "
+    "element holds.",
     opcodes=("get-tuple-element",),
     reads=Reads.ELEMENT,
     forwards=Forwards.ELEMENT,
+    identity=Identity.TUPLE_ELEMENT,
   ),
   HloRule(
     12,
     "A bitcast passes its operand on",
     "A bitcast reads nothing itself: who reads it inside a called "
     "computation reads the operand (its result is the same bytes). Its "
-    "result counts as written by it.",
+    "result counts as written by it. It holds its operand's objects when "
+    "both keep the default layout; a bitcast that changes the layout "
+    "reorders the elements, so it is a value of its own.",
     opcodes=("bitcast",),
     reads=Reads.PASSES_ON,
+    identity=Identity.SAME_BYTES,
   ),
   HloRule(
     13,
@@ -211,12 +254,15 @@ HLO_RULES: tuple[HloRule, ...] = (
     "iteration is not read. An element of its result is the initial one "
     "when the body's root holds the state element it was given at the "
     "same place; any other was written inside. Its condition and body are "
-    "sequenced: the loop runs one, then the other.",
+    "sequenced: the loop runs one, then the other. An element of its "
+    "result that the body hands back as the same object holds the initial "
+    "state's object; any other is a value of its own.",
     opcodes=("while",),
     reads=Reads.CALLEES,
     forwards=Forwards.ROOTS,
     parameters=Parameters.LOOP_STATE,
     callees=Callees.SEQUENCED,
+    identity=Identity.LOOP_CARRIED,
   ),
   HloRule(
     14,
@@ -225,29 +271,36 @@ HLO_RULES: tuple[HloRule, ...] = (
     "b + 1 what branch b reads. An element of its result that every "
     "branch passes on unchanged depends on those operands' producers; "
     "branches that differ make it depend on each. Its branches are "
-    "exclusive: one execution runs one of them.",
+    "exclusive: one execution runs one of them. An element of its result "
+    "holds an object when every branch's root holds that one (a parameter "
+    "there standing for the operand passed); else it is a value of its own.",
     opcodes=("conditional",),
     reads=Reads.CALLEES,
     forwards=Forwards.ROOTS,
     parameters=Parameters.BRANCH,
     callees=Callees.EXCLUSIVE,
+    identity=Identity.BRANCHES_AGREE,
   ),
   HloRule(
     15,
     "A call reads what its computation reads",
     "A call reads of operand k what its computation reads of parameter k; "
     "an element its computation's root holds unchanged from a parameter "
-    "depends on that operand's producer.",
+    "depends on that operand's producer. Its result holds the objects its "
+    "computation's root holds, a parameter there standing for the operand "
+    "passed.",
     opcodes=("call",),
     reads=Reads.CALLEES,
     forwards=Forwards.ROOTS,
     parameters=Parameters.SAME,
+    identity=Identity.CALLEE_ROOT,
   ),
   HloRule(
     16,
     "An async-start reads what its computation reads",
     "An `async-start` reads of operand k what its computation reads of "
-    "parameter k. It begins an async pair (rule 17).",
+    "parameter k. It begins an async pair (rule 17). Its result is a "
+    "value of its own.",
     opcodes=("async-start",),
     reads=Reads.CALLEES,
     parameters=Parameters.SAME,
@@ -261,9 +314,53 @@ HLO_RULES: tuple[HloRule, ...] = (
     "`recv-done`; `all-reduce-start` and `all-reduce-done`; `copy-start` "
     "and `copy-done`...) are one piece of work, from the start to the done "
     "(rule 3): an op that depends on the start alone may overlap it. Each "
-    "reads all its operands, except an `async-start` (rule 16).",
+    "reads all its operands, except an `async-start` (rule 16). Their "
+    "results are values of their own.",
     opcodes=("async-update", "async-done", "send", "recv"),
     framing=Framing.ASYNC_PAIR,
+  ),
+  # Rules 18 on read and forward as rule 6 does; they differ from it only
+  # in what object identity does through them.
+  HloRule(
+    18,
+    "A copy or a reshape passes the handle on",
+    "A `copy` or a `reshape` reads every element of its operand and writes "
+    "its result, as rule 6 says, but the result holds the same handles: "
+    "its object is its operand's, and a one-element slice of it (rule 20) "
+    "is the element of the operand at the same row-major position.",
+    opcodes=("copy", "reshape"),
+    identity=Identity.PASSES_ON,
+  ),
+  HloRule(
+    19,
+    "A constant is its value",
+    "A `constant` depends on nothing. As an object it is its value: an "
+    "integer scalar (or one-element array) by its bits, so `s32` -1 and "
+    "`u32` 4294967295, or `3` and `{3}`, name one object, and two "
+    "different ones name different objects; any other constant by its "
+    "text, which names one object when equal and proves nothing when not.",
+    opcodes=("constant",),
+    identity=Identity.CONSTANT,
+  ),
+  HloRule(
+    20,
+    "A one-element static slice is that element",
+    "A `slice` reads all its operand, as rule 6 says. A static slice of "
+    "one element holds that element of its operand's value (an element of "
+    "an array of handles, which `distinct_elements` may declare distinct), "
+    "also inside a fusion; a larger slice is a value of its own.",
+    opcodes=("slice",),
+    identity=Identity.STATIC_ELEMENT,
+  ),
+  HloRule(
+    21,
+    "A broadcast of one element holds it everywhere",
+    "A `broadcast` reads all its operand, as rule 6 says. Each element of "
+    "a broadcast of a single element holds that element's object (`vmap` "
+    "of a call on one handle makes `[h, h, h]`), whatever "
+    "`distinct_elements` declares: its elements are one object.",
+    opcodes=("broadcast",),
+    identity=Identity.BROADCAST_ONE,
   ),
 )
 
