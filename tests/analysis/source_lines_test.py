@@ -9,6 +9,7 @@ import tempfile
 import textwrap
 from typing import Any, cast
 
+import jax
 import jax.numpy as jnp
 from absl.testing import absltest
 
@@ -136,11 +137,33 @@ class SourceLinesTest(absltest.TestCase):
     self.assertFalse(_source_lines._is_library(project))
     self.assertTrue(_source_lines._is_library(os.__file__))  # The stdlib.
 
+  def test_an_installed_binding_is_named_as_the_binding(self):
+    # klujax's shape: the line that called jax.ffi.ffi_call lies in an
+    # installed package; the user's line is the first outside library code.
+    site = os.path.join(self.root, "venv", "lib", "python3", "site-packages")
+    binding = (os.path.join(site, "klujax", "_ops.py"), 40)
+    user = (str(self.root / "test_solve.py"), 12)
+    runner = (os.path.join(os.path.dirname(pytest_file()), "python.py"), 9)
+    self.assertEqual(
+      _source_lines.lines((binding, user, runner)), (user, binding)
+    )
+    # The control: JAX's own frame innermost names no binding.
+    jax_frame = (jax.__file__, 1)
+    self.assertEqual(
+      _source_lines.lines((jax_frame, user, runner)), (user, None)
+    )
+
   def test_mark_library_refuses_what_it_cannot_find(self):
     with self.assertRaisesRegex(ValueError, "neither an importable"):
       testing.mark_library("no_such_package_anywhere")
     with self.assertRaisesRegex(TypeError, "package names or directories"):
       testing.mark_library(cast(Any, 3))
+
+
+def pytest_file() -> str:
+  import _pytest
+
+  return _pytest.__file__
 
 
 if __name__ == "__main__":

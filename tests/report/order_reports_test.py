@@ -32,7 +32,7 @@ class AssertHappensBeforeTest(absltest.TestCase):
     else:
       where = r"entangle_jax/testing/example_store\.py"
       self.assertRegex(message, rf"{where}:\d+ \(%")
-    self.assertIn("entangle(token, x)", message)
+    self.assertIn("entangle(token, r)", message)
 
   def test_an_op_both_selectors_pick_is_named(self):
     c = _hazard.compiled(Ordering.ENTANGLE)

@@ -148,6 +148,24 @@ class PluginTest(absltest.TestCase):
     self.assertIn("1 passed", result.stdout)
     self.assertIn("entangle-jax race check", result.stdout)
     self.assertIn("1 with races, 1 pair.", result.stdout)
+    # The summary names the test that compiled the racing module.
+    self.assertIn(", compiled by test_racy.py::test_step", result.stdout)
+
+  def test_a_test_failing_on_its_own_gets_the_report_once(self):
+    # test_step races; test_also_fails races and fails its own assertion.
+    failing = RACY + (
+      "\n\ndef test_also_fails():\n"
+      "  jax.jit(lambda s: step(s) * 2.0)(jnp.int32(1))\n"
+      "  assert False\n"
+    )
+    root = project(**{"test_racy.py": failing})
+    result = pytest_run(root, "--entangle-races=fail")
+    self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+    before_summary = result.stdout.split("short test summary info")[0]
+    self.assertIn("the race check fails this test too", before_summary)
+    # Each racing module once: with its test's failure, not again at the end.
+    self.assertEqual(before_summary.count("== jit_"), 2, result.stdout)
+    self.assertIn("2 racing module(s) failed the tests", result.stdout)
 
   def test_a_control_marked_as_racing_on_purpose_does_not_fail(self):
     marked = RACY.replace(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 
 from entangle_jax._src.targets.declaration import TargetDeclaration
 from entangle_jax.testing import _hlo
@@ -113,6 +114,25 @@ class Op:
     if self.backward:
       parts.append("[backward pass]")
     return " ".join(parts)
+
+
+_NUMBERED = re.compile(r"\.(\d+)(?=\.|$)")
+
+
+def program_position(op: Op) -> int | None:
+  """Where `op` stands in the order the program made its calls: the
+  number XLA gave its instruction (``%ffi_call.12``: JAX lowers the
+  traced program in order, and XLA numbers instructions as it creates
+  them), or None for a name without one (hand-written text)."""
+  found = _NUMBERED.search(op.name)
+  return int(found.group(1)) if found else None
+
+
+def in_program_order(a: Op, b: Op) -> tuple[Op, Op]:
+  """`a` and `b`, the call the program made first first; as given when
+  their names do not say."""
+  x, y = program_position(a), program_position(b)
+  return (b, a) if x is not None and y is not None and y < x else (a, b)
 
 
 class Race(tuple[str, str]):

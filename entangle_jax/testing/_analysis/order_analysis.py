@@ -20,7 +20,7 @@ from entangle_jax._src.targets.names import ENTANGLE_TARGET
 from entangle_jax.testing import _hlo
 from entangle_jax.testing._analysis import gc as _gc
 from entangle_jax.testing._analysis import selectors as _selectors
-from entangle_jax.testing._analysis.ops import Op, Race
+from entangle_jax.testing._analysis.ops import Op, Race, in_program_order
 from entangle_jax.testing._analysis.selectors import Selector
 from entangle_jax.testing._hlo.module_text import CompiledModule, module_text
 from entangle_jax.testing._order import access, call_graph
@@ -344,11 +344,12 @@ class OrderAnalysis:
   @_gc.without_gc
   def races(self, among: Iterable[Selector] | None = None) -> list[Race]:
     """Pairs of ops that may conflict and may run in either order
-    (`is_race`), in the order of `ops_among`; then, in a module that runs
-    on several devices, the pairs of calls on targets declared shared
-    across devices that may conflict on two devices (the device rule), a
-    call with itself included. Pairs that a declared safe pair covers are
-    left out.
+    (`is_race`), in the order of `ops_among`, each pair's calls in the
+    order the program made them (`Race.first` is the earlier); then, in
+    a module that runs on several devices, the pairs of calls on targets
+    declared shared across devices that may conflict on two devices (the
+    device rule), a call with itself included. Pairs that a declared safe
+    pair covers are left out.
 
     Raises:
       TypeError: `among` is a string rather than a sequence of selectors.
@@ -357,7 +358,9 @@ class OrderAnalysis:
     ops = self.ops_among(among)
     order, sites = self._order_of(ops)
     pairs = order.races(sites, [op.accesses for op in ops])
-    found = [Race(ops[a], ops[b]) for a, b in pairs]
+    # Each pair in the order the program made its calls, whatever order
+    # XLA scheduled them in: a report's "first" is the earlier call.
+    found = [Race(*in_program_order(ops[a], ops[b])) for a, b in pairs]
     if self.module.devices > 1:
       found += self._across_devices(ops, set(pairs))
     if not self.declarations.safe_pairs:

@@ -10,8 +10,9 @@ runner. The user's line is the innermost frame outside all of these:
   absl), the interpreter's and its environment's (the standard library,
   installed packages, the scripts that start a runner), and whatever
   `mark_library` was given;
-* the binding: when the innermost frame (the line that called
-  ``jax.ffi.ffi_call``) is not library code, the package it lies in (its
+* the binding: an installed package other than those above whose line
+  called ``jax.ffi.ffi_call`` (the innermost frame), or, when that line is
+  not library code, the package it lies in (its
   top-level directory with an ``__init__.py``), when a frame further out
   lies outside it. A call made in a script or in the caller's own package
   is its own line, and so is one of this package's demo programs.
@@ -41,6 +42,27 @@ def _package_dirs(*names: str) -> list[str]:
     if spec is not None and spec.submodule_search_locations:
       found += [os.path.abspath(p) for p in spec.submodule_search_locations]
   return found
+
+
+@functools.cache
+def _runtime_dirs() -> tuple[str, ...]:
+  """This package's, JAX's and the test runners' directories: library code
+  that is never a binding."""
+  dirs = [os.path.join(_PACKAGE_DIR, name) for name in ("_src", "testing")]
+  dirs += _package_dirs(
+    "jax", "jaxlib", "_pytest", "pluggy", "pytest", "unittest", "absl"
+  )
+  return tuple(os.path.join(d, "") for d in dirs)
+
+
+@functools.lru_cache(maxsize=4096)
+def _installed_binding(path: str) -> bool:
+  """Whether `path` lies in an installed package other than this one, JAX
+  and the test runners: a third-party binding such as klujax."""
+  absolute = os.path.abspath(path)
+  return bool(_INSTALLED.intersection(absolute.split(os.sep))) and not (
+    absolute.startswith(_runtime_dirs())
+  )
 
 
 @functools.cache
@@ -152,6 +174,9 @@ def lines(stack: tuple[Frame, ...]) -> tuple[Frame | None, Frame | None]:
     return stack[0], None  # All library: name the innermost.
   binding = outside[0]
   if binding is not stack[0]:
+    if _installed_binding(stack[0][0]):
+      # An installed binding (klujax) made the call for this line.
+      return binding, stack[0]
     return binding, None  # It called library code, which made the call.
   if os.path.abspath(binding[0]).startswith(os.path.join(_PACKAGE_DIR, "")):
     return binding, None  # This package's demo programs are user code.
@@ -165,7 +190,10 @@ def lines(stack: tuple[Frame, ...]) -> tuple[Frame | None, Frame | None]:
 
 def shown(frame: Frame, cwd: str | None = None) -> str:
   """``file:line``, the file relative to `cwd` (the working directory)
-  when it lies below it."""
+  when it lies below it and `cwd` is inside the file's project (a
+  directory with ``pyproject.toml``, ``setup.py``, ``.git`` or a Bazel
+  ``WORKSPACE``): run from above the project, a relative path would read
+  like an absolute one cut short, so it is absolute."""
   file, line = frame
   return f"{_short_path(file, cwd or os.getcwd())}:{line}"
 
@@ -174,6 +202,27 @@ def shown(frame: Frame, cwd: str | None = None) -> str:
 def _short_path(path: str, cwd: str) -> str:
   absolute = os.path.join(cwd, path) if not os.path.isabs(path) else path
   absolute = os.path.normpath(absolute)
-  if absolute.startswith(cwd + os.sep):
-    return os.path.relpath(absolute, cwd)
-  return path
+  if not absolute.startswith(cwd + os.sep):
+    return path
+  root = _project_root(os.path.dirname(absolute))
+  if root is not None and not (cwd + os.sep).startswith(root + os.sep):
+    return absolute  # The working directory lies above the project.
+  return os.path.relpath(absolute, cwd)
+
+
+_PROJECT_MARKERS = ("pyproject.toml", "setup.py", ".git", "WORKSPACE")
+
+
+@functools.lru_cache(maxsize=1024)
+def _project_root(directory: str) -> str | None:
+  """The nearest directory from `directory` upward that holds a project
+  marker, or None."""
+  while True:
+    if any(
+      os.path.exists(os.path.join(directory, m)) for m in _PROJECT_MARKERS
+    ):
+      return directory
+    parent = os.path.dirname(directory)
+    if parent == directory:
+      return None
+    directory = parent

@@ -26,8 +26,16 @@ from entangle_jax.testing._analysis.ops import Op, Race
 
 ORDER_FIX = (
   "make the later call consume a value computed from the earlier call's "
-  "result, e.g. `token = entangle(token, x)` with the read's result `x` "
-  "before the write."
+  "result, e.g. pass it `token = entangle(token, r)` with `r` a result of "
+  "the earlier call."
+)
+
+TABLE_FIRST = (
+  "these calls are made by a binding you did not write, so declare what "
+  "its targets do in your project's pyproject.toml: a "
+  '[tool.entangle-jax.targets."TARGET"] table with mode = "read", "write" '
+  'or "none" and object = the operand that names its object (see Finding '
+  "races). Then "
 )
 
 ANY_RESOURCE_NOTE = (
@@ -83,10 +91,15 @@ def cause_of(race: Race) -> Cause:
           0,
           f"one object under two names, {one!r} and {two!r}: "
           "two Resources were built on one handle",
-          "give every Resource of one handle the same name, or share one "
-          "Resource, so that its calls keep program order; or " + ORDER_FIX,
+          "share one Resource for the handle: make every call on it "
+          "through that Resource, or pass its current token (res.token) to "
+          "the code that makes the other calls. Two Resources never order "
+          "each other's calls, whatever their names (the same name only "
+          "hides the race from this report).",
         )
-      return Cause(1, "the same object, and nothing orders them", ORDER_FIX)
+      return Cause(
+        1, "the same object, and nothing orders them", _order_fix(race)
+      )
   if race.first.backward or race.second.backward:
     return Cause(
       2,
@@ -101,8 +114,16 @@ def cause_of(race: Race) -> Cause:
     or (y.resource is None and y.object is None)
     for x, y in pairs
   ):
+    from_binding = any(
+      op.binding_location is not None and op.declaration is None
+      for op in (race.first, race.second)
+    )
     return Cause(
-      3, "a call the analysis knows nothing about", ANY_RESOURCE_NOTE
+      3,
+      "a call the analysis knows nothing about",
+      (TABLE_FIRST + ANY_RESOURCE_NOTE[0].lower() + ANY_RESOURCE_NOTE[1:])
+      if from_binding
+      else ANY_RESOURCE_NOTE,
     )
   for x, y in pairs:
     if (
@@ -134,6 +155,64 @@ def cause_of(race: Race) -> Cause:
     "names, or declare what the targets touch (declare_target(target, "
     "object=..., ...)); otherwise " + ORDER_FIX,
   )
+
+
+def _name(op: Op) -> str:
+  return op.target or op.instruction.opcode
+
+
+def _handed_back(op: Op) -> int | None:
+  """The result of `op` that hands back the object it touched, if its
+  declaration says so."""
+  declaration = op.declaration
+  if declaration is not None and declaration.returns_object:
+    return declaration.returns_object[0]
+  return None
+
+
+def _object_operand(op: Op) -> int | None:
+  """The operand of `op` that names its object: declared, or a Resource's
+  token (operand 0)."""
+  declaration = op.declaration
+  if declaration is not None and declaration.object is not None:
+    return declaration.object
+  return 0 if op.scope != op.user_scope else None
+
+
+def _order_fix(race: Race) -> str:
+  """The fix for two calls on one object, in the order the program made
+  them (`race.first` first), naming what the later call must consume."""
+  first, second = race.first, race.second
+  operand = _object_operand(second)
+  into = (
+    f"the later call's operand {operand}"
+    if operand is not None
+    else "an operand of the later call"
+  )
+  fix = (
+    f"the later call (`{_name(second)}`) must run after the earlier one "
+    f"(`{_name(first)}`, listed first), as the program made them: "
+  )
+  returned = _handed_back(first)
+  if returned is not None:
+    fix += (
+      f"pass as {into} the object the earlier call hands back (its result "
+      f"{returned}) in place of the handle it was given, or that handle "
+      "entangled with it (`handle = entangle(handle, r)` with `r` that "
+      "result)."
+    )
+  else:
+    fix += (
+      f"make {into} consume a value computed from the earlier call's "
+      "result (`handle = entangle(handle, r)` with `r` a result of the "
+      "earlier call, then pass `handle` to the later call)."
+    )
+  if any(op.scope != op.user_scope for op in (first, second)):
+    fix += (
+      " Where one of them is made through a Resource, make the other "
+      "through it too (res.read / res.write), or pass it res.token."
+    )
+  return fix
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,7 +288,14 @@ def _where(race: Race) -> tuple:
 
 def _kind(op: Op) -> tuple:
   """What `cause_of` reads of `op`."""
-  return (op.accesses, op.backward, op.scope != op.user_scope)
+  return (
+    op.accesses,
+    op.backward,
+    op.scope != op.user_scope,
+    op.target,
+    op.declaration,
+    op.binding_location is not None,
+  )
 
 
 def _undeclared(races: Sequence[Race]) -> tuple[str, ...]:
@@ -243,6 +329,8 @@ class ModuleResult:
   XLA loaded from JAX's persistent compilation cache)."""
   native_calls: int
   races: list[Race]
+  test: str | None = None
+  """The test that compiled it (a pytest node id), when a way in knows."""
 
   @functools.cached_property
   def findings(self) -> Findings:

@@ -34,6 +34,7 @@ def _module(result: ModuleResult) -> dict[str, Any]:
     "module": result.module,
     "platform": result.platform,
     "native_calls": result.native_calls,
+    "test": result.test,
     "races": [  # In the order the analysis found them.
       {
         "first": _op(race.first),

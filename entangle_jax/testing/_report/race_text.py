@@ -163,7 +163,8 @@ def module_report(
     lines = findings_lines(result.findings, shown_per_group, said)
   else:
     lines = [format_races([])]
-  return "\n".join([f"== {result.module} ({result.path})", *lines])
+  test = f", compiled by {result.test}" if result.test else ""
+  return "\n".join([f"== {result.module} ({result.path}){test}", *lines])
 
 
 def module_reports(

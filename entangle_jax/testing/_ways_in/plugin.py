@@ -169,6 +169,8 @@ def pytest_runtest_makereport(item: pytest.Item, call):
   racy = [r for r in state.watch.new_results() if r.races]
   if not racy:
     return
+  for result in racy:
+    result.test = item.nodeid  # Named wherever the module is reported.
   report = outcome.get_result()
   text = "\n".join(race_text.module_report(r) for r in racy)
   if item.get_closest_marker(EXPECTED) is not None:
@@ -179,6 +181,13 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     report.outcome = "failed"
     report.longrepr = f"the modules this test compiled race:\n{text}"
     state.failed += racy  # Shown with the failure: not again at the end.
+  elif state.mode == "fail" and report.failed:
+    # It failed on its own too: the race check's report goes with that
+    # failure, once, saying that the check fails the test as well.
+    report.sections.append(
+      ("entangle-jax races (the race check fails this test too)", text)
+    )
+    state.failed += racy
   else:
     report.sections.append(("entangle-jax races", text))
 
