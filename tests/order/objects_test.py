@@ -349,8 +349,12 @@ class DevicesTest(absltest.TestCase):
     c = on_every_device(lambda shard: jnp.zeros_like(shard))
     per_device = Declarations(
       targets=(
-        TargetDeclaration(WRITE, "write", 0, (0,), source="test"),
-        TargetDeclaration(READ, "read", 0, (), source="test"),
+        TargetDeclaration(
+          WRITE, "write", 0, (0,), devices="per-device", source="test"
+        ),
+        TargetDeclaration(
+          READ, "read", 0, (), devices="per-device", source="test"
+        ),
       )
     )
     self.assertEqual(
@@ -369,6 +373,46 @@ class DevicesTest(absltest.TestCase):
       self.assertEqual(asserted, [])
     else:  # Newer XLA drops it: shards cannot be told apart (documented).
       self.assertEqual(asserted, found)
+
+
+class DevicesDefaultTest(absltest.TestCase):
+  """What nothing declares may touch process-wide state: shared across
+  devices until declared per device (the safe default, as "may write
+  anything" is for the mode)."""
+
+  def test_an_undeclared_target_is_shared_across_devices(self):
+    c = on_every_device(lambda shard: jnp.zeros_like(shard))
+    nothing = Declarations()  # Not even the example store's built-ins.
+    found = testing.OrderAnalysis(c, declarations=nothing).races()
+    self.assertTrue(found and all(r.across_devices for r in found), found)
+
+  def test_a_declaration_that_says_nothing_of_devices_is_shared(self):
+    c = on_every_device(lambda shard: jnp.zeros_like(shard))
+    silent = Declarations(
+      targets=(
+        TargetDeclaration(WRITE, "write", 0, (0,), source="test"),
+        TargetDeclaration(READ, "read", 0, (), source="test"),
+      )
+    )
+    found = testing.OrderAnalysis(c, declarations=silent).races()
+    self.assertTrue(found and all(r.across_devices for r in found), found)
+
+  def test_the_runtime_shows_one_table_for_every_device(self):
+    # Why shared is the default: the example store is one table for the
+    # process. Each of two devices adds to one replicated slot; the slot
+    # holds both writes, which a per-device object would not.
+    testing.reset_slots()
+    mesh = jax.make_mesh((2,), ("d",), devices=jax.devices()[:2])
+
+    def body(h):
+      testing.write_slot(h, 1.0)
+      return h[None]
+
+    fn = jax.shard_map(body, mesh=mesh, in_specs=P(), out_specs=P("d"))
+    jax.block_until_ready(jax.jit(fn)(jnp.int32(5)))
+    writes = [r for r in testing.call_log() if r.kind == "write"]
+    # Two devices' writes, both to the one slot 5 of one process-wide store.
+    self.assertEqual([r.slots for r in writes], [(5,), (5,)])
 
 
 class DevicesMoreTest(absltest.TestCase):

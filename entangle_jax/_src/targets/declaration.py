@@ -38,9 +38,10 @@ class TargetDeclaration:
     distinct_elements: different elements of one array of handles name
       different objects (an array of handles, each created once); None:
       as the project says (`Declarations.distinct_elements`).
-    devices: ``"per-device"``: each device has its own object, so copies
-      of one SPMD module on different devices never conflict; ``"shared"``:
-      one object for every device of the process.
+    devices: ``"shared"`` (the default, the safe one): one object for
+      every device of the process, so copies of one SPMD module's call on
+      different devices may conflict; ``"per-device"``: each device has its
+      own object, so they never do.
     source: where it was declared (a ``pyproject.toml`` path, ``code``, or
       an entry point).
     mode_only: it says only the mode (a ``read_targets`` entry): the other
@@ -55,7 +56,7 @@ class TargetDeclaration:
   object: int | None = None
   returns_object: tuple[int, ...] = ()
   distinct_elements: bool | None = None
-  devices: Devices = "per-device"
+  devices: Devices = "shared"
   source: str = "code"
   mode_only: bool = False
 
@@ -76,8 +77,8 @@ class TargetDeclaration:
       parts.append(
         f"distinct elements {'' if self.distinct_elements else 'not '}distinct"
       )
-    if self.devices == "shared":
-      parts.append("shared across devices")
+    if self.devices == "per-device":
+      parts.append("one object per device")
     return f"`{self.pattern}` ({', '.join(parts)}; from {self.source})"
 
 

@@ -26,7 +26,7 @@ def declare_target(
   object: int | None = None,
   returns_object: Iterable[int] = (),
   distinct_elements: bool | None = None,
-  devices: Devices = "per-device",
+  devices: Devices = "shared",
   replace: bool = True,
 ) -> TargetDeclaration:
   """Declares, for this process, what calls to the targets `pattern`

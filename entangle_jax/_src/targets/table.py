@@ -12,7 +12,7 @@ The table, in full (`markdown` lists a target's keys)::
   object = 0                # the operand that names its object
   returns_object = [0]      # results that hand back that object
   distinct_elements = true  # distinct elements of one array: distinct objects
-  devices = "per-device"    # or "shared": one object for every device
+  devices = "per-device"    # each device its own object (default "shared")
 
   [[tool.entangle-jax.safe_pairs]]
   first = "tp_log_*"
@@ -189,9 +189,10 @@ KEYS: tuple[Key, ...] = tuple(
     ),
     (
       "devices",
-      '`"per-device"`',
-      "each device has its own object; "
-      '`"shared"`: one object for every device of the process',
+      '`"shared"`',
+      "one object for every device of the process, so a call's copies on "
+      'the devices of an SPMD module may conflict; `"per-device"`: each '
+      "device has its own object (a call nothing declares is shared)",
     ),
   ]
 )
@@ -231,7 +232,7 @@ def target_from_keys(
     None if operand == "library" else operand,
     tuple(returns),
     keys.get("distinct_elements"),
-    keys.get("devices", "per-device"),
+    keys.get("devices", "shared"),
     source,
   )
 

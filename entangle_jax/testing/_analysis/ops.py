@@ -62,10 +62,11 @@ class Op:
 
   @property
   def shared_across_devices(self) -> bool:
-    """Whether its target is declared ``devices = "shared"``: one object
-    for every device, so its copies on the devices of an SPMD module may
-    conflict with each other."""
-    return self.declaration is not None and self.declaration.devices == "shared"
+    """Whether its target's object may be one for every device, so its
+    copies on the devices of an SPMD module may conflict with each other:
+    unless declared ``devices = "per-device"`` (a call nothing declares
+    may touch process-wide state, as it may write anything)."""
+    return self.declaration is None or self.declaration.devices == "shared"
 
   @property
   def backward(self) -> bool:

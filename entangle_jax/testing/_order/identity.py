@@ -95,7 +95,12 @@ class ObjectFinder:
     position = computation.index[i.operands[operand]]
     root, element = self._root(i.computation, position, (), True)
     declaration = self._declarations.for_target(i.target)
-    distinct = self._declarations.distinct_for(declaration)
+    # A declaration's promise that distinct elements are distinct objects
+    # holds only for arrays the program did not build: ops of the program
+    # (a tile, a concatenate, a gather...) can repeat a handle.
+    distinct = self._declarations.distinct_for(declaration) and self._unbuilt(
+      root
+    )
     given = computation.instructions[position]
     dims = given.dims
     # A constant scalar names one object. Where no declaration says which
@@ -118,6 +123,18 @@ class ObjectFinder:
       argument is not None and argument.replicated,
       argument.op_name if argument is not None else "",
     )
+
+  def _unbuilt(self, root: Root) -> bool:
+    """Whether `root` is an array of handles the program did not build
+    from other handles: an argument of the module (an entry parameter),
+    or what a native call returned (a binding's create)."""
+    if root[0] != "value":
+      return False
+    computation = self._dataflow.computation(root[1])
+    found = computation.instructions[computation.index[root[2]]]
+    if found.opcode == "parameter":
+      return root[1] == self._module.entry
+    return found.opcode == "custom-call" and found.target != ENTANGLE_TARGET
 
   def _argument(self, root: Root) -> Instruction | None:
     """The entry parameter that `root` is, if it is one (all of it)."""

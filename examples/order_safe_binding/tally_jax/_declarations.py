@@ -16,7 +16,9 @@ importing anything of entangle-jax's analysis.
 
 from typing import Any
 
-_ON_HANDLE = {"object": 0, "distinct_elements": True}
+# One table for the whole process: every device's calls reach the same
+# accumulators (the default, declared here because it is the truth).
+_ON_HANDLE = {"object": 0, "distinct_elements": True, "devices": "shared"}
 
 TABLE: dict[str, Any] = {
   "targets": {
