@@ -68,6 +68,8 @@ html_theme_options = {
 # mode") on a browser's first visit.
 html_context = {"default_mode": "light"}
 html_static_path = ["_static"]
+# Printed output (race reports) wraps instead of running off-screen.
+html_css_files = ["wrap_output.css"]
 # Without one the browser asks for /favicon.ico, which is not there (a 404
 # in the console).
 html_favicon = "_static/favicon.svg"

@@ -3,6 +3,10 @@ its fix keeps that order and names what the later call must consume;
 followed literally, the fix leaves no race and the program computes what
 it says (issue: reports whose fix makes a wrong program)."""
 
+import dataclasses
+import os
+import tempfile
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,7 +14,9 @@ from absl.testing import absltest
 
 from entangle_jax import Resource, testing
 from entangle_jax.testing import example_store, read_slot, write_slot
+from entangle_jax.testing._analysis.ops import Race
 from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
+from entangle_jax.testing._order import access
 from entangle_jax.testing._report import findings
 from tests.hand_written_hlo import hlo_module
 from tests.test_util import READ, WRITE, compiled
@@ -140,6 +146,43 @@ class TwoResourcesTest(absltest.TestCase):
     example_store.reset_slots()
     value, _ = jax.jit(_one_resource)(jnp.int32(4))
     np.testing.assert_array_equal(value, 1.0)
+
+
+def _undeclared(op, stack):
+  """`op` as a call nothing declares, made from `stack` (innermost
+  first)."""
+  instruction = dataclasses.replace(op.instruction, stack=stack)
+  return dataclasses.replace(
+    op, instruction=instruction, declaration=None, accesses=access.UNKNOWN
+  )
+
+
+class NotYourBindingTest(absltest.TestCase):
+  def setUp(self):
+    super().setUp()
+    (self.race,) = testing.races(compiled(_stale_read, jnp.int32(3)))
+    root = tempfile.mkdtemp()
+    site = os.path.join(root, "venv", "lib", "python3", "site-packages")
+    self.binding = (os.path.join(site, "klujax", "_ops.py"), 40)
+    self.user = (os.path.join(root, "test_solve.py"), 12)
+
+  def test_an_installed_bindings_calls_lead_with_the_table(self):
+    race = Race(
+      _undeclared(self.race.first, (self.binding, self.user)),
+      _undeclared(self.race.second, (self.binding, self.user)),
+    )
+    cause = findings.cause_of(race)
+    self.assertEqual(cause.headline, "a call the analysis knows nothing about")
+    self.assertTrue(cause.fix.startswith(findings.TABLE_FIRST), cause.fix)
+    self.assertIn("[tool.entangle-jax.targets.", cause.fix)
+
+  def test_control_the_users_own_calls_lead_with_resource(self):
+    race = Race(
+      _undeclared(self.race.first, (self.user,)),
+      _undeclared(self.race.second, (self.user,)),
+    )
+    cause = findings.cause_of(race)
+    self.assertEqual(cause.fix, findings.ANY_RESOURCE_NOTE)
 
 
 if __name__ == "__main__":
