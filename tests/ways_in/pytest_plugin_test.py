@@ -166,6 +166,11 @@ class PluginTest(absltest.TestCase):
     # Each racing module once: with its test's failure, not again at the end.
     self.assertEqual(before_summary.count("== jit_"), 2, result.stdout)
     self.assertIn("2 racing module(s) failed the tests", result.stdout)
+    # Its FAILED line says the race check failed it too.
+    self.assertRegex(
+      result.stdout,
+      r"FAILED test_racy.py::test_also_fails - .*and the race check",
+    )
 
   def test_a_control_marked_as_racing_on_purpose_does_not_fail(self):
     marked = RACY.replace(

@@ -187,6 +187,10 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     report.sections.append(
       ("entangle-jax races (the race check fails this test too)", text)
     )
+    # pytest's FAILED line shows the crash's message: say it there too.
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None and isinstance(crash.message, str):
+      crash.message += " (and the race check: the modules it compiled race)"
     state.failed += racy
   else:
     report.sections.append(("entangle-jax races", text))
