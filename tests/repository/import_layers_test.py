@@ -13,6 +13,7 @@ the core never imports ``entangle_jax.testing``."""
 
 import ast
 import pathlib
+import tempfile
 import unittest
 
 from absl.testing import absltest
@@ -60,11 +61,10 @@ def module_names() -> dict[str, pathlib.Path]:
   return found
 
 
-def imported(path: pathlib.Path, modules: dict[str, pathlib.Path]) -> set[str]:
-  """The package modules `path` imports when it is imported (module level,
-  not under ``if TYPE_CHECKING``)."""
+def _names(nodes, modules: dict[str, pathlib.Path]) -> set[str]:
+  """The package modules the import statements among `nodes` name."""
   found = set()
-  for node in ast.parse(path.read_text()).body:
+  for node in nodes:
     if isinstance(node, ast.Import):
       found |= {a.name for a in node.names if a.name in modules}
     elif isinstance(node, ast.ImportFrom) and node.module in modules:
@@ -72,6 +72,12 @@ def imported(path: pathlib.Path, modules: dict[str, pathlib.Path]) -> set[str]:
         child = f"{node.module}.{alias.name}"
         found.add(child if child in modules else node.module)
   return found
+
+
+def imported(path: pathlib.Path, modules: dict[str, pathlib.Path]) -> set[str]:
+  """The package modules `path` imports when it is imported (module level,
+  not under ``if TYPE_CHECKING``)."""
+  return _names(ast.parse(path.read_text()).body, modules)
 
 
 def imported_anywhere(
@@ -80,7 +86,6 @@ def imported_anywhere(
   """The package modules `path` imports anywhere: at module level and
   inside functions (an import deferred to first use is still a
   dependency), not under ``if TYPE_CHECKING``."""
-  found = set()
   tree = ast.parse(path.read_text())
   skipped = {
     id(inner)
@@ -89,16 +94,7 @@ def imported_anywhere(
     for stmt in node.body
     for inner in ast.walk(stmt)
   }
-  for node in ast.walk(tree):
-    if id(node) in skipped:
-      continue
-    if isinstance(node, ast.Import):
-      found |= {a.name for a in node.names if a.name in modules}
-    elif isinstance(node, ast.ImportFrom) and node.module in modules:
-      for alias in node.names:
-        child = f"{node.module}.{alias.name}"
-        found.add(child if child in modules else node.module)
-  return found
+  return _names((n for n in ast.walk(tree) if id(n) not in skipped), modules)
 
 
 def cycle(graph: dict[str, set[str]]) -> list[str]:
@@ -187,6 +183,23 @@ class ImportLayersTest(absltest.TestCase):
       stage_of(f"{TESTING}._report.race_text"),
       stage_of(f"{TESTING}._order.access"),
     )
+
+  def test_a_deferred_import_counts_and_a_type_checking_one_does_not(self):
+    # The control for the stage rules: what `imported_anywhere` sees.
+    source = pathlib.Path(tempfile.mkdtemp()) / "deferred.py"
+    source.write_text(
+      "from typing import TYPE_CHECKING\n"
+      "if TYPE_CHECKING:\n"
+      "  from entangle_jax.testing._ways_in import plugin\n"
+      "def f():\n"
+      "  from entangle_jax.testing._report import race_text\n"
+    )
+    modules = module_names()
+    self.assertEqual(
+      imported_anywhere(source, modules),
+      {"entangle_jax.testing._report.race_text"},
+    )
+    self.assertEqual(imported(source, modules), set())
 
   def test_a_cycle_is_found(self):
     # The control: the search finds a cycle where there is one.
