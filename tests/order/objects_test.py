@@ -584,6 +584,49 @@ class HandWrittenModulesTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, r"names operand 3, but %one"):
       testing.OrderAnalysis(text, declarations=wrong).races([W])
 
+  def test_a_declared_result_the_call_lacks_is_an_error(self):
+    text = hlo_module(
+      f"%p = s32[] parameter(0)\n{call('one', 'p')}\n{call('two', 'one')}"
+    )
+    wrong = Declarations(
+      targets=(TargetDeclaration(W, "write", 0, (7,), source="x.toml"),)
+    )
+    with self.assertRaisesRegex(
+      ValueError,
+      r"x\.toml: target 'tp_set': returns_object = \[7\] names result 7, "
+      r"but %one \(line \d+\) has 1 result",
+    ):
+      testing.OrderAnalysis(text, declarations=wrong).races([W])
+    # Control: result 0 exists, and is the handle's type.
+    self.assertTrue(self.conflict(text))
+
+  def test_a_declared_result_of_another_shape_is_an_error(self):
+    text = hlo_module(
+      "%p = s32[] parameter(0)\n"
+      '%one = (f32[2]{0}, s32[]) custom-call(%p), custom_call_target="tp_set", '
+      "custom_call_has_side_effect=true\n"
+      "%g = s32[] get-tuple-element(%one), index=1\n"
+      '%two = (f32[2]{0}, s32[]) custom-call(%g), custom_call_target="tp_set", '
+      "custom_call_has_side_effect=true"
+    )
+    wrong = Declarations(
+      targets=(TargetDeclaration(W, "write", 0, (0,), source="x.toml"),)
+    )
+    with self.assertRaisesRegex(
+      ValueError,
+      r"x\.toml: target 'tp_set': returns_object = \[0\] names result 0, "
+      r"but %one \(line \d+\) returns f32\[2\] there, not the object "
+      r"operand's s32\[\]",
+    ):
+      testing.OrderAnalysis(text, declarations=wrong).races([W])
+    # Control: result 1 is an s32 scalar, as the handle is: the object.
+    right = Declarations(
+      targets=(TargetDeclaration(W, "write", 0, (1,), source="x.toml"),)
+    )
+    analysis = testing.OrderAnalysis(text, declarations=right)
+    a, b = analysis.select_ops(W)
+    self.assertTrue(same(a, b))
+
   def test_loop_state_carried_unchanged(self):
     body = (
       "%s = (s32[], s32[]) parameter(0)\n"

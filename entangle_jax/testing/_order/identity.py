@@ -67,6 +67,7 @@ class ObjectFinder:
     self._memo: dict[tuple[str, int, Path, bool], _Found] = {}
     self._callers: dict[str, list[tuple[Instruction, int | None]]] | None = None
     self._prepared: set[str] = set()
+    self._checked: set[tuple[str, str]] = set()
 
   # The object of a call -----------------------------------------------------
 
@@ -92,6 +93,9 @@ class ObjectFinder:
       return None
     self._prepare(i.computation)
     computation = self._dataflow.computation(i.computation)
+    self._check_returned(
+      i, computation.instructions[computation.index[i.operands[operand]]]
+    )
     position = computation.index[i.operands[operand]]
     root, element = self._root(i.computation, position, (), True)
     declaration = self._declarations.for_target(i.target)
@@ -148,11 +152,49 @@ class ObjectFinder:
     all of them), or ``()`` for none."""
     declaration = self._declarations.for_target(i.target)
     if declaration is not None and declaration.object is not None:
+      if declaration.returns_object and declaration.object < len(i.operands):
+        computation = self._dataflow.computation(i.computation)
+        given = i.operands[declaration.object]
+        self._check_returned(
+          i, computation.instructions[computation.index[given]]
+        )
       return declaration.returns_object
     own = access.marks(i.op_name).accesses
     if own and own[-1].mode == "write":
       return None  # A Resource write returns the next token.
     return ()
+
+  def _check_returned(self, i: Instruction, given: Instruction) -> None:
+    """Raises unless every result that the declaration of custom call `i`
+    says hands back its object exists and has the shape and type of the
+    object operand `given`: a declared result that is something else
+    would make later calls on it the same object, and hide their races."""
+    declaration = self._declarations.for_target(i.target)
+    if declaration is None or not declaration.returns_object:
+      return
+    key = (i.computation, i.name)
+    if key in self._checked:
+      return
+    results = result_shapes(i.shape)
+    where = (
+      f"{declaration.source}: target {declaration.pattern!r}: "
+      f"returns_object = {list(declaration.returns_object)}"
+    )
+    for r in declaration.returns_object:
+      if r >= len(results):
+        raise ValueError(
+          f"{where} names result {r}, but %{i.name} (line {i.line}) has "
+          f"{len(results)} result{'s' * (len(results) != 1)} ({i.shape})"
+        )
+      if _kind(results[r]) != _kind(given.shape):
+        raise ValueError(
+          f"{where} names result {r}, but %{i.name} (line {i.line}) "
+          f"returns {_bare(results[r])} there, not the object operand's "
+          f"{_bare(given.shape)} (operand {declaration.object}, "
+          f"%{given.name}): a result that hands back the object is the "
+          "handle itself"
+        )
+    self._checked.add(key)
 
   # Following a value back ---------------------------------------------------
 
@@ -388,6 +430,50 @@ def _constant_value(i: Instruction) -> object:
   except ValueError:
     return text
   return value % (1 << int(bits.group(1))) if bits else text
+
+
+def result_shapes(shape: str) -> list[str]:
+  """The results of an instruction of shape `shape`: each element of a
+  tuple shape, or the one array."""
+  shape = shape.strip()
+  if not shape.startswith("(") or not shape.endswith(")"):
+    return [shape]
+  inner, parts, depth, start = shape[1:-1], [], 0, 0
+  for n, c in enumerate(inner):
+    if c in "([{":
+      depth += 1
+    elif c in ")]}":
+      depth -= 1
+    elif c == "," and depth == 0:
+      parts.append(inner[start:n].strip())
+      start = n + 1
+  last = inner[start:].strip()
+  return [*parts, last] if last or parts else parts
+
+
+_LAYOUT_TEXT = re.compile(r"(?<=\])\{[^}]*\}")
+
+
+def _bare(shape: str) -> str:
+  """`shape` without layouts: the type and dimensions alone."""
+  return _LAYOUT_TEXT.sub("", shape).replace(" ", "")
+
+
+_ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([\d,]*)\]")
+
+
+def _kind(shape: str) -> tuple[str, tuple[str, ...]] | str:
+  """What a handle's shape must keep from operand to result: its type
+  (for an integer, its width), and its dimensions but those of size 1 (``s32[1]`` holds what ``s32[]``
+  does, as a reshape passes it on); a tuple's text as it is."""
+  bare = _bare(shape)
+  found = _ARRAY.fullmatch(bare)
+  if found is None:
+    return bare
+  dims = tuple(d for d in found.group(2).split(",") if d and d != "1")
+  kind = found.group(1)
+  # Signed and unsigned integers of one width hold the same bits.
+  return re.sub(r"^[su](?=\d)", "int", kind), dims
 
 
 _LAYOUT = re.compile(r"\{([\d,]*)")
