@@ -464,8 +464,9 @@ _ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([\d,]*)\]")
 
 def _kind(shape: str) -> tuple[str, tuple[str, ...]] | str:
   """What a handle's shape must keep from operand to result: its type
-  (for an integer, its width), and its dimensions but those of size 1 (``s32[1]`` holds what ``s32[]``
-  does, as a reshape passes it on); a tuple's text as it is."""
+  (for an integer, its width), and its dimensions but those of size 1
+  (``s32[1]`` holds what ``s32[]`` does, as a reshape passes it on); a
+  tuple's text as it is."""
   bare = _bare(shape)
   found = _ARRAY.fullmatch(bare)
   if found is None:
