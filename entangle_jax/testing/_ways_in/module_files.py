@@ -89,7 +89,12 @@ def check_module(
     analysis = OrderAnalysis(text, declarations=declarations)
     result.native_calls = len(analysis.user_native_calls())
     if result.native_calls:
-      result.races = analysis.races()
+      races = analysis.races()
+      result.races, result.left_out = list(races), list(races.left_out)
+      found = (op.declaration for op in analysis.user_native_calls())
+      result.declared = tuple(
+        str(d) for d in dict.fromkeys(d for d in found if d is not None)
+      )
   except ValueError as error:
     raise CannotAnswer(f"{path}: {error}") from None
   return result
