@@ -183,9 +183,16 @@ class CommandTest(absltest.TestCase):
     report = race_text.module_report(result)
     self.assertIn(race_text.NO_RACES, report)
     self.assertIn("Declarations applied: `tp_log_*` (write", report)
+    analysis = testing.OrderAnalysis(text, declarations=declarations(False))
+    self.assertEqual(
+      testing.format_races(analysis.races()),
+      race_text.NO_RACES + "\n" + report.splitlines()[-1],
+    )
     # Control: with no declaration, no such line.
     result = module_files.check_module(path, testing.Declarations())
     self.assertNotIn("Declarations applied", race_text.module_report(result))
+    plain = testing.OrderAnalysis(text, declarations=testing.Declarations())
+    self.assertEqual(testing.format_races(plain.races()), race_text.NO_RACES)
 
 
 if __name__ == "__main__":

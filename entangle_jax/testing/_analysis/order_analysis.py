@@ -50,6 +50,9 @@ class Races(list):
   calls a module free of races when a declaration excused some)."""
 
   left_out: tuple[LeftOut, ...] = ()
+  declared: tuple[str, ...] = ()
+  """The declarations applied to the calls asked about, as reports write
+  them: what decided the answer, even where it is no race."""
 
 
 class ParsedModule:
@@ -379,13 +382,16 @@ class OrderAnalysis:
     kept = Races()
     left_out = []
     safe = self.declarations.safe
-    for race in self._all_races(among):
+    ops, found = self._all_races(among)
+    for race in found:
       pair = safe(race.first.target, race.second.target)
       if pair is None:
         kept.append(race)
       else:
         left_out.append(LeftOut(race, pair))
     kept.left_out = tuple(left_out)
+    applied = dict.fromkeys(op.declaration for op in ops)
+    kept.declared = tuple(str(d) for d in applied if d is not None)
     return kept
 
   def safe_pairs_left_out(
@@ -396,8 +402,11 @@ class OrderAnalysis:
     declarations excuse, for reports to count."""
     return list(self.races(among).left_out)
 
-  def _all_races(self, among: Iterable[Selector] | None) -> list[Race]:
-    """``races(among)``, the pairs safe pairs cover included."""
+  def _all_races(
+    self, among: Iterable[Selector] | None
+  ) -> tuple[list[Op], list[Race]]:
+    """The ops ``races(among)`` looks at, and its pairs, those safe pairs
+    cover included."""
     ops = self.ops_among(among)
     order, sites = self._order_of(ops)
     pairs = order.races(sites, [op.accesses for op in ops])
@@ -406,7 +415,7 @@ class OrderAnalysis:
     found = [Race(*in_program_order(ops[a], ops[b])) for a, b in pairs]
     if self.module.devices > 1:
       found += self._across_devices(ops, set(pairs))
-    return found
+    return ops, found
 
   def _across_devices(self, ops: Sequence[Op], known: set) -> list[Race]:
     """The device rule: an SPMD module runs on every device at once, and

@@ -48,7 +48,9 @@ def format_races(
     left_out: the pairs declared safe pairs left out
       (`OrderAnalysis.safe_pairs_left_out`), counted by entry; by default
       those `races` came with (``races()`` answers a `Races` list that
-      holds them). A report never says "No races" when there are some.
+      holds them). A report never says "No races" when there are some;
+      where there are none, a `Races` list without a pair is rendered
+      with the declarations applied to its calls.
 
   Raises:
     TypeError: an element of `races` is not a `Race` (a tuple of names
@@ -77,6 +79,9 @@ def format_races(
     left_out = getattr(races, "left_out", ())
   count = len(races)
   if not count and heading is None and not left_out:
+    declared = getattr(races, "declared", ())
+    if declared:  # They decided the answer: say which.
+      return f"{NO_RACES}\n{APPLIED_LINE}{'; '.join(declared)}."
     return NO_RACES
   if heading is not None:
     lines = [heading]

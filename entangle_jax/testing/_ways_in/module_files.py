@@ -91,10 +91,7 @@ def check_module(
     if result.native_calls:
       races = analysis.races()
       result.races, result.left_out = list(races), list(races.left_out)
-      found = (op.declaration for op in analysis.user_native_calls())
-      result.declared = tuple(
-        str(d) for d in dict.fromkeys(d for d in found if d is not None)
-      )
+      result.declared = races.declared
   except ValueError as error:
     raise CannotAnswer(f"{path}: {error}") from None
   return result
