@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest
 from jax.experimental import io_callback
-from jax.sharding import NamedSharding
+from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from entangle_jax import Resource, entangle, testing
@@ -415,6 +415,79 @@ class DevicesMoreTest(absltest.TestCase):
     self.assertIn("host callbacks", str(found[0].first.declaration))
     # Control: on one device, one callback races with nothing.
     self.assertEqual(testing.races(compiled(body, jnp.arange(1))), [])
+
+
+def offset_per_device(offset: bool, *, axis_index: bool = False):
+  """A shard_map over the 8 CPU devices, each writing then reading the
+  slot ``h + k`` for its k (``h + jnp.arange(8)`` built in the jit and
+  split over the devices, or ``h + axis_index``), or with `offset` False
+  the same ``h`` on every device."""
+  mesh = jax.make_mesh(
+    (test_util.NUM_CPU_DEVICES,), ("d",), axis_types=(AxisType.Auto,)
+  )
+  n = test_util.NUM_CPU_DEVICES
+
+  def fn(h):
+    steps = jnp.arange(n, dtype=jnp.int32) if offset and not axis_index else 0
+    handles = h + steps + jnp.zeros(n, jnp.int32)
+
+    def body(x):
+      slot = x[0] + (jax.lax.axis_index("d") if offset and axis_index else 0)
+      t = testing.write_slot(slot, 1.0)
+      return testing.read_slot(t)[None]
+
+    return jax.shard_map(body, mesh=mesh, in_specs=P("d"), out_specs=P("d"))(
+      handles
+    )
+
+  return jax.jit(fn).lower(jnp.int32(0)).compile()
+
+
+class PerDeviceOffsetTest(absltest.TestCase):
+  def test_a_handle_offset_per_device_is_another_object_on_each(self):
+    self.assertEqual(testing.races(offset_per_device(True)), [])
+    # Control: the same handle on every device still races across them.
+    found = testing.races(offset_per_device(False))
+    self.assertTrue(found and all(r.across_devices for r in found))
+
+  def test_an_axis_index_offset_too(self):
+    self.assertEqual(
+      testing.races(offset_per_device(True, axis_index=True)), []
+    )
+    found = testing.races(offset_per_device(False, axis_index=True))
+    self.assertTrue(found and all(r.across_devices for r in found))
+
+  def test_what_tells_devices_apart_in_the_module(self):
+    shared = Declarations(
+      targets=(TargetDeclaration(W, "write", 0, devices="shared"),)
+    )
+
+    def pairs(header: str, entry: str) -> list:
+      text = hlo_module(entry).replace(
+        "HloModule rules, is_scheduled=true", f"HloModule rules, {header}"
+      )
+      return testing.OrderAnalysis(text, declarations=shared).races()
+
+    entry = (
+      "%h = s32[] parameter(0)\n%id = u32[] {ID}\n"
+      "%m = u32[] constant({MASK})\n%k = u32[] and(%id, %m)\n"
+      "%c = s32[] convert(%k)\n%s = s32[] add(%h, %c)\n"
+      f"{call('one', 's')}"
+    )
+
+    def module(id_: str = "partition-id()", mask: str = "7") -> str:
+      return entry.replace("{ID}", id_).replace("{MASK}", mask)
+
+    partitions = "is_scheduled=true, num_partitions=8"
+    self.assertEqual(pairs(partitions, module()), [])
+    # Controls: a mask that folds devices together; replica-id, which is
+    # the same on every partition; the same handle on every device.
+    self.assertLen(pairs(partitions, module(mask="3")), 1)
+    self.assertLen(pairs(partitions, module("replica-id()")), 1)
+    self.assertLen(pairs(partitions, module("constant(0)")), 1)
+    replicas = "is_scheduled=true, replica_count=8"
+    self.assertEqual(pairs(replicas, module("replica-id()")), [])
+    self.assertLen(pairs(replicas, module()), 1)
 
 
 def records_sharding(c) -> bool:

@@ -68,6 +68,7 @@ class ObjectFinder:
     self._callers: dict[str, list[tuple[Instruction, int | None]]] | None = None
     self._prepared: set[str] = set()
     self._checked: set[tuple[str, str]] = set()
+    self._device_values: _DeviceValues | None = None
 
   # The object of a call -----------------------------------------------------
 
@@ -120,8 +121,20 @@ class ObjectFinder:
       scalar,
       argument is not None and argument.tiled,
       argument is not None and argument.replicated,
-      argument.op_name if argument is not None else "",
+      per_device=self._per_device(root, element),
+      label=argument.op_name if argument is not None else "",
     )
+
+  def _per_device(self, root: Root, element: int | None) -> bool:
+    """Whether `root` is built to hold another value on each device of an
+    SPMD module (`ObjectRef.per_device`)."""
+    if self._module.devices < 2 or root[0] != "value" or root[3]:
+      return False
+    if element is not None:
+      return False
+    if self._device_values is None:
+      self._device_values = _DeviceValues(self._module, self._dataflow, self)
+    return self._device_values.of(root[1], root[2]) == _DEVICE
 
   def _argument(self, root: Root) -> Instruction | None:
     """The entry parameter that `root` is, if it is one (all of it)."""
@@ -405,6 +418,161 @@ class ObjectFinder:
           for offset, callee in pairs:
             self._callers.setdefault(callee, []).append((i, offset))
     return self._callers.get(name, [])
+
+
+# How a value varies over the devices of an SPMD module (`_DeviceValues`):
+_ONE = "one"  # the same on every device, every element alike
+_SAME = "same"  # the same on every device
+_INDEX = "index"  # the same on every device; 1-D, element k one-to-one in k
+_DEVICE = "device"  # each element a one-to-one function of the device
+_UNIFORM = (_ONE, _SAME, _INDEX)
+_OFFSETS = frozenset({"add", "subtract", "xor"})
+_ELEMENTWISE = frozenset(
+  {"multiply", "and", "or", "maximum", "minimum", "negate", "not"}
+)
+_MOVES = frozenset({"bitcast", "copy", "reshape"})
+_INT_WIDTH = re.compile(r"[su](\d+)\[")
+
+
+class _DeviceValues:
+  """Which values of an SPMD module are the same on every device, and
+  which are built to differ on each: one value every device holds alike,
+  offset (``add``, ``subtract``, ``xor``) by a one-to-one function of the
+  device's number. That number is ``partition-id`` where partitions are
+  all the devices (or ``replica-id`` where replicas are), widened by
+  ``convert``, masked by an ``and`` that keeps every device's number
+  (JAX's ``axis_index``), or used to pick element k of an ``iota`` (plus
+  a value alike everywhere) by a ``dynamic-slice`` (a replicated array
+  split over the devices). Anything else: unknown (None)."""
+
+  def __init__(self, module: Module, dataflow: Dataflow, finder: ObjectFinder):
+    self._module = module
+    self._dataflow = dataflow
+    self._finder = finder
+    self._memo: dict[tuple[str, str], str | None] = {}
+
+  def of(self, name: str, instruction: str) -> str | None:
+    key = (name, instruction)
+    if key not in self._memo:
+      self._memo[key] = None  # A cycle (a loop's state) is unknown.
+      self._memo[key] = self._find(name, instruction)
+    return self._memo[key]
+
+  def _find(self, name: str, instruction: str) -> str | None:
+    computation = self._dataflow.computation(name)
+    i = computation.instructions[computation.index[instruction]]
+    devices = self._module.devices
+
+    def operand(k: int) -> str | None:
+      return self.of(name, i.operands[k])
+
+    opcode = i.opcode
+    if opcode == "partition-id":
+      return _DEVICE if self._module.partitions == devices else None
+    if opcode == "replica-id":
+      return _DEVICE if self._module.partitions == 1 else None
+    if opcode == "constant":
+      return _ONE if i.dims is not None and math.prod(i.dims) == 1 else _SAME
+    if opcode == "iota":
+      return _INDEX if i.dims is not None and len(i.dims) == 1 else _SAME
+    if opcode == "parameter" and i.parameter_number is not None:
+      return self._parameter(name, i)
+    if not i.operands:
+      return None
+    if opcode in _MOVES or opcode == "convert":
+      found = operand(0)
+      if found in (_DEVICE, _INDEX) and not _keeps_every_value(
+        computation.instructions[computation.index[i.operands[0]]], i
+      ):
+        return None
+      return found
+    if opcode in ("broadcast", "slice"):
+      found = operand(0)
+      return _SAME if found == _INDEX else found
+    if opcode in _OFFSETS and len(i.operands) == 2:
+      a, b = operand(0), operand(1)
+      if _DEVICE in (a, b):
+        return _DEVICE if {a, b} - {_DEVICE} <= set(_UNIFORM) else None
+      if a in _UNIFORM and b in _UNIFORM:
+        if _INDEX in (a, b) and _ONE in (a, b):
+          return _INDEX
+        return _ONE if a == b == _ONE else _SAME
+      return None
+    if opcode == "and" and len(i.operands) == 2:
+      a, b = operand(0), operand(1)
+      if _DEVICE in (a, b):
+        mask = i.operands[1 if a == _DEVICE else 0]
+        held = computation.instructions[computation.index[mask]]
+        return _DEVICE if self._keeps_devices(held) else None
+    if opcode == "dynamic-slice":
+      array, *starts = (operand(k) for k in range(len(i.operands)))
+      size = i.dims
+      if (
+        array == _INDEX
+        and starts == [_DEVICE]
+        and size is not None
+        and math.prod(size) == 1
+      ):
+        given = computation.instructions[computation.index[i.operands[0]]]
+        if given.dims is not None and given.dims[0] >= devices:
+          return _DEVICE
+      found = [array, *starts]
+      return _SAME if all(f in _UNIFORM for f in found) else None
+    if opcode in _ELEMENTWISE or opcode in _OFFSETS or opcode == "and":
+      found = [operand(k) for k in range(len(i.operands))]
+      if all(f == _ONE for f in found):
+        return _ONE
+      return _SAME if all(f in _UNIFORM for f in found) else None
+    identity = rules.rule_for(opcode).identity
+    if identity is Identity.CALLEE_ROOT and i.callees:  # A fusion, a call.
+      callee = self._dataflow.computation(i.callees[0])
+      root = callee.instructions[callee.root]
+      return self.of(callee.name, root.name)
+    return None
+
+  def _parameter(self, name: str, i: Instruction) -> str | None:
+    """An entry parameter: alike on every device when the module says it
+    is replicated, or it is one element (a scalar cannot be split). A
+    callee's: what every caller passes for it, where all agree."""
+    if name == self._module.entry:
+      if i.tiled:
+        return None
+      one = i.dims is not None and math.prod(i.dims) == 1
+      if one:
+        return _ONE
+      return _SAME if i.replicated else None
+    found = set()
+    for caller, offset in self._finder._callers_of(name):
+      rule = rules.rule_for(caller.opcode)
+      if rule.parameters is rules.Parameters.LOOP_STATE:
+        return None
+      k = _passed_operand(i.parameter_number or 0, offset, len(caller.operands))
+      if k is None:
+        return None
+      found.add(self.of(caller.computation, caller.operands[k]))
+    return found.pop() if len(found) == 1 else None
+
+  def _keeps_devices(self, mask: Instruction) -> bool:
+    """Whether ``and`` with constant `mask` keeps every device's number:
+    its low bits all set, as many as the numbers need."""
+    if mask.opcode != "constant":
+      return False
+    try:
+      value = int((mask.literal or "").strip())
+    except ValueError:
+      return False
+    return value >= self._module.devices - 1 and (value & (value + 1)) == 0
+
+
+def _keeps_every_value(given: Instruction, result: Instruction) -> bool:
+  """Whether a ``convert``, ``bitcast``, ``copy`` or ``reshape`` from
+  `given` to `result` keeps values apart: integers no narrower, and an
+  array's elements in their order (a 1-D or one-element shape)."""
+  a, b = _INT_WIDTH.match(given.shape), _INT_WIDTH.match(result.shape)
+  if a is None or b is None or int(b.group(1)) < int(a.group(1)):
+    return False
+  dims = given.dims, result.dims
+  return all(d is not None and len([n for n in d if n != 1]) <= 1 for d in dims)
 
 
 def _passed_operand(number: int, offset: int | None, count: int) -> int | None:
