@@ -10,7 +10,7 @@ from absl.testing import absltest
 
 from entangle_jax import testing
 from entangle_jax._src.targets import table as table_form
-from entangle_jax.testing._report import race_json, race_text
+from entangle_jax.testing._report import github, race_json, race_text
 from entangle_jax.testing._report.findings import Run
 from entangle_jax.testing._ways_in import module_files
 from tests.hand_written_hlo import hlo_module
@@ -149,6 +149,18 @@ class CommandTest(absltest.TestCase):
     self.assertEqual(found["safe_pairs_left_out"], 0)
     self.assertEqual(found["modules"][0]["safe_pairs_left_out"], [])
     self.assertTrue(race_text.summary(Run([result])).endswith("1 pair."))
+
+  def test_github_notes_them_without_failing(self):
+    path = self.module(ALL_SAFE)
+    result = module_files.check_module(path, declarations())
+    (line,) = github.annotations(Run([result]))
+    self.assertTrue(line.startswith("::notice title="), line)
+    self.assertIn("1 pair of calls that may conflict", line)
+    self.assertIn("(the log has its own lock; from pyproject.toml)", line)
+    # Control: without the safe pair, the race is an error.
+    result = module_files.check_module(path, declarations(False))
+    (line,) = github.annotations(Run([result]))
+    self.assertTrue(line.startswith("::error "), line)
 
   def test_the_command_reads_the_projects_safe_pairs(self):
     from tests.temp_project import project
