@@ -485,6 +485,15 @@ class PerDeviceOffsetTest(absltest.TestCase):
     self.assertLen(pairs(partitions, module(mask="3")), 1)
     self.assertLen(pairs(partitions, module("replica-id()")), 1)
     self.assertLen(pairs(partitions, module("constant(0)")), 1)
+
+    # A shard's start: partition-id times its size (1, 2); times 0: all
+    # alike (the control).
+    def scaled(size: str) -> str:
+      return module(mask=size).replace("and(%id, %m)", "multiply(%id, %m)")
+
+    self.assertEqual(pairs(partitions, scaled("1")), [])
+    self.assertEqual(pairs(partitions, scaled("2")), [])
+    self.assertLen(pairs(partitions, scaled("0")), 1)
     replicas = "is_scheduled=true, replica_count=8"
     self.assertEqual(pairs(replicas, module("replica-id()")), [])
     self.assertLen(pairs(replicas, module()), 1)

@@ -441,7 +441,8 @@ class _DeviceValues:
   device's number. That number is ``partition-id`` where partitions are
   all the devices (or ``replica-id`` where replicas are), widened by
   ``convert``, masked by an ``and`` that keeps every device's number
-  (JAX's ``axis_index``), or used to pick element k of an ``iota`` (plus
+  (JAX's ``axis_index``), scaled by a constant that keeps them apart, or
+  used to pick element k of an ``iota`` (plus
   a value alike everywhere) by a ``dynamic-slice`` (a replicated array
   split over the devices). Anything else: unknown (None)."""
 
@@ -504,6 +505,12 @@ class _DeviceValues:
         mask = i.operands[1 if a == _DEVICE else 0]
         held = computation.instructions[computation.index[mask]]
         return _DEVICE if self._keeps_devices(held) else None
+    if opcode == "multiply" and len(i.operands) == 2:
+      a, b = operand(0), operand(1)
+      if _DEVICE in (a, b):
+        factor = i.operands[1 if a == _DEVICE else 0]
+        held = computation.instructions[computation.index[factor]]
+        return _DEVICE if self._scales_apart(held) else None
     if opcode == "dynamic-slice":
       array, *starts = (operand(k) for k in range(len(i.operands)))
       size = i.dims
@@ -552,16 +559,30 @@ class _DeviceValues:
       found.add(self.of(caller.computation, caller.operands[k]))
     return found.pop() if len(found) == 1 else None
 
+  def _scales_apart(self, factor: Instruction) -> bool:
+    """Whether ``multiply`` by constant `factor` keeps every device's
+    number apart: not zero, and small enough that no product wraps (a
+    shard's size, as a split ``iota`` starts at ``partition-id * n``)."""
+    value = _int_constant(factor)
+    return value is not None and 0 < abs(value) * self._module.devices < 2**31
+
   def _keeps_devices(self, mask: Instruction) -> bool:
     """Whether ``and`` with constant `mask` keeps every device's number:
     its low bits all set, as many as the numbers need."""
-    if mask.opcode != "constant":
-      return False
-    try:
-      value = int((mask.literal or "").strip())
-    except ValueError:
+    value = _int_constant(mask)
+    if value is None:
       return False
     return value >= self._module.devices - 1 and (value & (value + 1)) == 0
+
+
+def _int_constant(i: Instruction) -> int | None:
+  """The value of an integer scalar ``constant``, or None."""
+  if i.opcode != "constant" or _INT_WIDTH.match(i.shape) is None:
+    return None
+  try:
+    return int((i.literal or "").strip())
+  except ValueError:
+    return None
 
 
 def _keeps_every_value(given: Instruction, result: Instruction) -> bool:
