@@ -56,7 +56,11 @@ from entangle_jax._src.targets.sources import (
   current as declarations_in_effect,
 )
 from entangle_jax.testing._analysis.ops import Op, Race
-from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
+from entangle_jax.testing._analysis.order_analysis import (
+  LeftOut,
+  OrderAnalysis,
+  Races,
+)
 from entangle_jax.testing._analysis.selectors import (
   is_effectful,
   is_user_native_call,
@@ -104,11 +108,13 @@ __all__ = [
   "Access",
   "CallRecord",
   "Declarations",
+  "LeftOut",
   "ObjectRef",
   "Op",
   "OrderAnalysis",
   "Race",
   "RaceCheckError",
+  "Races",
   "SafePair",
   "TargetDeclaration",
   "assert_happens_before",

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest
 from jax.experimental import io_callback
-from jax.sharding import NamedSharding
+from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from entangle_jax import Resource, entangle, testing
@@ -461,6 +461,88 @@ class DevicesMoreTest(absltest.TestCase):
     self.assertEqual(testing.races(compiled(body, jnp.arange(1))), [])
 
 
+def offset_per_device(offset: bool, *, axis_index: bool = False):
+  """A shard_map over the 8 CPU devices, each writing then reading the
+  slot ``h + k`` for its k (``h + jnp.arange(8)`` built in the jit and
+  split over the devices, or ``h + axis_index``), or with `offset` False
+  the same ``h`` on every device."""
+  mesh = jax.make_mesh(
+    (test_util.NUM_CPU_DEVICES,), ("d",), axis_types=(AxisType.Auto,)
+  )
+  n = test_util.NUM_CPU_DEVICES
+
+  def fn(h):
+    steps = jnp.arange(n, dtype=jnp.int32) if offset and not axis_index else 0
+    handles = h + steps + jnp.zeros(n, jnp.int32)
+
+    def body(x):
+      slot = x[0] + (jax.lax.axis_index("d") if offset and axis_index else 0)
+      t = testing.write_slot(slot, 1.0)
+      return testing.read_slot(t)[None]
+
+    return jax.shard_map(body, mesh=mesh, in_specs=P("d"), out_specs=P("d"))(
+      handles
+    )
+
+  return jax.jit(fn).lower(jnp.int32(0)).compile()
+
+
+class PerDeviceOffsetTest(absltest.TestCase):
+  def test_a_handle_offset_per_device_is_another_object_on_each(self):
+    self.assertEqual(testing.races(offset_per_device(True)), [])
+    # Control: the same handle on every device still races across them.
+    found = testing.races(offset_per_device(False))
+    self.assertTrue(found and all(r.across_devices for r in found))
+
+  def test_an_axis_index_offset_too(self):
+    self.assertEqual(
+      testing.races(offset_per_device(True, axis_index=True)), []
+    )
+    found = testing.races(offset_per_device(False, axis_index=True))
+    self.assertTrue(found and all(r.across_devices for r in found))
+
+  def test_what_tells_devices_apart_in_the_module(self):
+    shared = Declarations(
+      targets=(TargetDeclaration(W, "write", 0, devices="shared"),)
+    )
+
+    def pairs(header: str, entry: str) -> list:
+      text = hlo_module(entry).replace(
+        "HloModule rules, is_scheduled=true", f"HloModule rules, {header}"
+      )
+      return testing.OrderAnalysis(text, declarations=shared).races()
+
+    entry = (
+      "%h = s32[] parameter(0)\n%id = u32[] {ID}\n"
+      "%m = u32[] constant({MASK})\n%k = u32[] and(%id, %m)\n"
+      "%c = s32[] convert(%k)\n%s = s32[] add(%h, %c)\n"
+      f"{call('one', 's')}"
+    )
+
+    def module(id_: str = "partition-id()", mask: str = "7") -> str:
+      return entry.replace("{ID}", id_).replace("{MASK}", mask)
+
+    partitions = "is_scheduled=true, num_partitions=8"
+    self.assertEqual(pairs(partitions, module()), [])
+    # Controls: a mask that folds devices together; replica-id, which is
+    # the same on every partition; the same handle on every device.
+    self.assertLen(pairs(partitions, module(mask="3")), 1)
+    self.assertLen(pairs(partitions, module("replica-id()")), 1)
+    self.assertLen(pairs(partitions, module("constant(0)")), 1)
+
+    # A shard's start: partition-id times its size (1, 2); times 0: all
+    # alike (the control).
+    def scaled(size: str) -> str:
+      return module(mask=size).replace("and(%id, %m)", "multiply(%id, %m)")
+
+    self.assertEqual(pairs(partitions, scaled("1")), [])
+    self.assertEqual(pairs(partitions, scaled("2")), [])
+    self.assertLen(pairs(partitions, scaled("0")), 1)
+    replicas = "is_scheduled=true, replica_count=8"
+    self.assertEqual(pairs(replicas, module("replica-id()")), [])
+    self.assertLen(pairs(replicas, module()), 1)
+
+
 def records_sharding(c) -> bool:
   """Whether the module says how its arguments are split over the devices
   (XLA of jax 0.10 does; that of jax 0.12 drops it)."""
@@ -627,6 +709,49 @@ class HandWrittenModulesTest(absltest.TestCase):
     )
     with self.assertRaisesRegex(ValueError, r"names operand 3, but %one"):
       testing.OrderAnalysis(text, declarations=wrong).races([W])
+
+  def test_a_declared_result_the_call_lacks_is_an_error(self):
+    text = hlo_module(
+      f"%p = s32[] parameter(0)\n{call('one', 'p')}\n{call('two', 'one')}"
+    )
+    wrong = Declarations(
+      targets=(TargetDeclaration(W, "write", 0, (7,), source="x.toml"),)
+    )
+    with self.assertRaisesRegex(
+      ValueError,
+      r"x\.toml: target 'tp_set': returns_object = \[7\] names result 7, "
+      r"but %one \(line \d+\) has 1 result",
+    ):
+      testing.OrderAnalysis(text, declarations=wrong).races([W])
+    # Control: result 0 exists, and is the handle's type.
+    self.assertTrue(self.conflict(text))
+
+  def test_a_declared_result_of_another_shape_is_an_error(self):
+    text = hlo_module(
+      "%p = s32[] parameter(0)\n"
+      '%one = (f32[2]{0}, s32[]) custom-call(%p), custom_call_target="tp_set", '
+      "custom_call_has_side_effect=true\n"
+      "%g = s32[] get-tuple-element(%one), index=1\n"
+      '%two = (f32[2]{0}, s32[]) custom-call(%g), custom_call_target="tp_set", '
+      "custom_call_has_side_effect=true"
+    )
+    wrong = Declarations(
+      targets=(TargetDeclaration(W, "write", 0, (0,), source="x.toml"),)
+    )
+    with self.assertRaisesRegex(
+      ValueError,
+      r"x\.toml: target 'tp_set': returns_object = \[0\] names result 0, "
+      r"but %one \(line \d+\) returns f32\[2\] there, not the object "
+      r"operand's s32\[\]",
+    ):
+      testing.OrderAnalysis(text, declarations=wrong).races([W])
+    # Control: result 1 is an s32 scalar, as the handle is: the object.
+    right = Declarations(
+      targets=(TargetDeclaration(W, "write", 0, (1,), source="x.toml"),)
+    )
+    analysis = testing.OrderAnalysis(text, declarations=right)
+    a, b = analysis.select_ops(W)
+    self.assertTrue(same(a, b))
 
   def test_loop_state_carried_unchanged(self):
     body = (

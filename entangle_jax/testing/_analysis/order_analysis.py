@@ -8,12 +8,14 @@ conflicts, `entangle_jax.testing._order.access`'s.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Iterable, Sequence
 
 from entangle_jax._src.targets import sources
 from entangle_jax._src.targets.declaration import (
   Declarations,
+  SafePair,
   TargetDeclaration,
 )
 from entangle_jax._src.targets.names import ENTANGLE_TARGET
@@ -30,6 +32,27 @@ from entangle_jax.testing._order.relations import OpOrder
 
 CallPath = tuple[Op, ...]
 """Call sites from the entry computation down to an op, then the op."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LeftOut:
+  """A pair that would race, left out because a declared safe pair
+  covers its targets: the declaration is taken at its word."""
+
+  race: Race
+  pair: SafePair
+  """The ``safe_pairs`` entry that covers it."""
+
+
+class Races(list):
+  """What ``races`` returns: a list of `Race`, and `left_out`, the pairs
+  that declared safe pairs left out of it (so that `format_races` never
+  calls a module free of races when a declaration excused some)."""
+
+  left_out: tuple[LeftOut, ...] = ()
+  declared: tuple[str, ...] = ()
+  """The declarations applied to the calls asked about, as reports write
+  them: what decided the answer, even where it is no race."""
 
 
 class ParsedModule:
@@ -342,19 +365,48 @@ class OrderAnalysis:
     return [Race(firsts[i], seconds[j]) for i, j in pairs]
 
   @_gc.without_gc
-  def races(self, among: Iterable[Selector] | None = None) -> list[Race]:
+  def races(self, among: Iterable[Selector] | None = None) -> Races:
     """Pairs of ops that may conflict and may run in either order
     (`is_race`), in the order of `ops_among`, each pair's calls in the
     order the program made them (`Race.first` is the earlier); then, in
     a module that runs on several devices, the pairs of calls on targets
     declared shared across devices that may conflict on two devices (the
     device rule), a call with itself included. Pairs that a declared safe
-    pair covers are left out.
+    pair covers are left out, and kept in the answer's ``left_out``
+    (`Races`; `safe_pairs_left_out`).
 
     Raises:
       TypeError: `among` is a string rather than a sequence of selectors.
       ValueError: a selector is empty or matches nothing.
     """
+    kept = Races()
+    left_out = []
+    safe = self.declarations.safe
+    ops, found = self._all_races(among)
+    for race in found:
+      pair = safe(race.first.target, race.second.target)
+      if pair is None:
+        kept.append(race)
+      else:
+        left_out.append(LeftOut(race, pair))
+    kept.left_out = tuple(left_out)
+    applied = dict.fromkeys(op.declaration for op in ops)
+    kept.declared = tuple(str(d) for d in applied if d is not None)
+    return kept
+
+  def safe_pairs_left_out(
+    self, among: Iterable[Selector] | None = None
+  ) -> list[LeftOut]:
+    """The pairs that ``races(among)`` leaves out because a declared safe
+    pair covers them, each with that `SafePair` (`LeftOut`): what the
+    declarations excuse, for reports to count."""
+    return list(self.races(among).left_out)
+
+  def _all_races(
+    self, among: Iterable[Selector] | None
+  ) -> tuple[list[Op], list[Race]]:
+    """The ops ``races(among)`` looks at, and its pairs, those safe pairs
+    cover included."""
     ops = self.ops_among(among)
     order, sites = self._order_of(ops)
     pairs = order.races(sites, [op.accesses for op in ops])
@@ -363,10 +415,7 @@ class OrderAnalysis:
     found = [Race(*in_program_order(ops[a], ops[b])) for a, b in pairs]
     if self.module.devices > 1:
       found += self._across_devices(ops, set(pairs))
-    if not self.declarations.safe_pairs:
-      return found
-    safe = self.declarations.safe
-    return [r for r in found if safe(r.first.target, r.second.target) is None]
+    return ops, found
 
   def _across_devices(self, ops: Sequence[Op], known: set) -> list[Race]:
     """The device rule: an SPMD module runs on every device at once, and

@@ -52,6 +52,8 @@ class Module:
   """How many devices run the module at once: its ``HloModule`` line's
   ``num_partitions`` times its ``replica_count`` (an SPMD module runs on
   every device of its mesh)."""
+  partitions: int = 1
+  """Its ``num_partitions``: ``partition-id`` tells this many apart."""
 
 
 def parse(text: str) -> Module:
@@ -76,7 +78,7 @@ def parse(text: str) -> Module:
   name = ""
   table: dict[int, str] | None = None
   header_seen = False
-  devices = 1
+  devices = partitions = 1
   for number, raw in enumerate(lines, 1):
     line = raw.strip()
     if line.startswith("//"):  # A comment line, which XLA's lexer skips.
@@ -93,6 +95,7 @@ def parse(text: str) -> Module:
       _check_header(line, number)
       header_seen = True
       devices = _devices(line)
+      partitions = _count(_PARTITIONS, line)
     elif (header := _COMPUTATION.match(line)) and line.endswith("{"):
       name = header.group(2)
       if name in computations:
@@ -116,7 +119,12 @@ def parse(text: str) -> Module:
     raise ValueError("HLO text: no ENTRY computation")
   _check_references(computations, lines)
   _check_no_recursion(computations, lines)
-  return Module(computations, entry, devices)
+  return Module(computations, entry, devices, partitions)
+
+
+def _count(pattern: re.Pattern, header: str) -> int:
+  found = pattern.search(mask_strings(header)[0])
+  return max(1, int(found.group(1))) if found else 1
 
 
 def _devices(header: str) -> int:

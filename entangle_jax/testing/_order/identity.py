@@ -67,6 +67,8 @@ class ObjectFinder:
     self._memo: dict[tuple[str, int, Path, bool], _Found] = {}
     self._callers: dict[str, list[tuple[Instruction, int | None]]] | None = None
     self._prepared: set[str] = set()
+    self._checked: set[tuple[str, str]] = set()
+    self._device_values: _DeviceValues | None = None
 
   # The object of a call -----------------------------------------------------
 
@@ -92,6 +94,9 @@ class ObjectFinder:
       return None
     self._prepare(i.computation)
     computation = self._dataflow.computation(i.computation)
+    self._check_returned(
+      i, computation.instructions[computation.index[i.operands[operand]]]
+    )
     position = computation.index[i.operands[operand]]
     root, element = self._root(i.computation, position, (), True)
     declaration = self._declarations.for_target(i.target)
@@ -121,7 +126,8 @@ class ObjectFinder:
       scalar,
       argument is not None and argument.tiled,
       argument is not None and argument.replicated,
-      argument.op_name if argument is not None else "",
+      per_device=self._per_device(root, element),
+      label=argument.op_name if argument is not None else "",
     )
 
   def _unbuilt(self, root: Root) -> bool:
@@ -135,6 +141,17 @@ class ObjectFinder:
     if found.opcode == "parameter":
       return root[1] == self._module.entry
     return found.opcode == "custom-call" and found.target != ENTANGLE_TARGET
+
+  def _per_device(self, root: Root, element: int | None) -> bool:
+    """Whether `root` is built to hold another value on each device of an
+    SPMD module (`ObjectRef.per_device`)."""
+    if self._module.devices < 2 or root[0] != "value" or root[3]:
+      return False
+    if element is not None:
+      return False
+    if self._device_values is None:
+      self._device_values = _DeviceValues(self._module, self._dataflow, self)
+    return self._device_values.of(root[1], root[2]) == _DEVICE
 
   def _argument(self, root: Root) -> Instruction | None:
     """The entry parameter that `root` is, if it is one (all of it)."""
@@ -165,11 +182,49 @@ class ObjectFinder:
     all of them), or ``()`` for none."""
     declaration = self._declarations.for_target(i.target)
     if declaration is not None and declaration.object is not None:
+      if declaration.returns_object and declaration.object < len(i.operands):
+        computation = self._dataflow.computation(i.computation)
+        given = i.operands[declaration.object]
+        self._check_returned(
+          i, computation.instructions[computation.index[given]]
+        )
       return declaration.returns_object
     own = access.marks(i.op_name).accesses
     if own and own[-1].mode == "write":
       return None  # A Resource write returns the next token.
     return ()
+
+  def _check_returned(self, i: Instruction, given: Instruction) -> None:
+    """Raises unless every result that the declaration of custom call `i`
+    says hands back its object exists and has the shape and type of the
+    object operand `given`: a declared result that is something else
+    would make later calls on it the same object, and hide their races."""
+    declaration = self._declarations.for_target(i.target)
+    if declaration is None or not declaration.returns_object:
+      return
+    key = (i.computation, i.name)
+    if key in self._checked:
+      return
+    results = result_shapes(i.shape)
+    where = (
+      f"{declaration.source}: target {declaration.pattern!r}: "
+      f"returns_object = {list(declaration.returns_object)}"
+    )
+    for r in declaration.returns_object:
+      if r >= len(results):
+        raise ValueError(
+          f"{where} names result {r}, but %{i.name} (line {i.line}) has "
+          f"{len(results)} result{'s' * (len(results) != 1)} ({i.shape})"
+        )
+      if _kind(results[r]) != _kind(given.shape):
+        raise ValueError(
+          f"{where} names result {r}, but %{i.name} (line {i.line}) "
+          f"returns {_bare(results[r])} there, not the object operand's "
+          f"{_bare(given.shape)} (operand {declaration.object}, "
+          f"%{given.name}): a result that hands back the object is the "
+          "handle itself"
+        )
+    self._checked.add(key)
 
   # Following a value back ---------------------------------------------------
 
@@ -382,6 +437,182 @@ class ObjectFinder:
     return self._callers.get(name, [])
 
 
+# How a value varies over the devices of an SPMD module (`_DeviceValues`):
+_ONE = "one"  # the same on every device, every element alike
+_SAME = "same"  # the same on every device
+_INDEX = "index"  # the same on every device; 1-D, element k one-to-one in k
+_DEVICE = "device"  # each element a one-to-one function of the device
+_UNIFORM = (_ONE, _SAME, _INDEX)
+_OFFSETS = frozenset({"add", "subtract", "xor"})
+_ELEMENTWISE = frozenset(
+  {"multiply", "and", "or", "maximum", "minimum", "negate", "not"}
+)
+_MOVES = frozenset({"bitcast", "copy", "reshape"})
+_INT_WIDTH = re.compile(r"[su](\d+)\[")
+
+
+class _DeviceValues:
+  """Which values of an SPMD module are the same on every device, and
+  which are built to differ on each: one value every device holds alike,
+  offset (``add``, ``subtract``, ``xor``) by a one-to-one function of the
+  device's number. That number is ``partition-id`` where partitions are
+  all the devices (or ``replica-id`` where replicas are), widened by
+  ``convert``, masked by an ``and`` that keeps every device's number
+  (JAX's ``axis_index``), scaled by a constant that keeps them apart, or
+  used to pick element k of an ``iota`` (plus
+  a value alike everywhere) by a ``dynamic-slice`` (a replicated array
+  split over the devices). Anything else: unknown (None)."""
+
+  def __init__(self, module: Module, dataflow: Dataflow, finder: ObjectFinder):
+    self._module = module
+    self._dataflow = dataflow
+    self._finder = finder
+    self._memo: dict[tuple[str, str], str | None] = {}
+
+  def of(self, name: str, instruction: str) -> str | None:
+    key = (name, instruction)
+    if key not in self._memo:
+      self._memo[key] = None  # A cycle (a loop's state) is unknown.
+      self._memo[key] = self._find(name, instruction)
+    return self._memo[key]
+
+  def _find(self, name: str, instruction: str) -> str | None:
+    computation = self._dataflow.computation(name)
+    i = computation.instructions[computation.index[instruction]]
+    devices = self._module.devices
+
+    def operand(k: int) -> str | None:
+      return self.of(name, i.operands[k])
+
+    opcode = i.opcode
+    if opcode == "partition-id":
+      return _DEVICE if self._module.partitions == devices else None
+    if opcode == "replica-id":
+      return _DEVICE if self._module.partitions == 1 else None
+    if opcode == "constant":
+      return _ONE if i.dims is not None and math.prod(i.dims) == 1 else _SAME
+    if opcode == "iota":
+      return _INDEX if i.dims is not None and len(i.dims) == 1 else _SAME
+    if opcode == "parameter" and i.parameter_number is not None:
+      return self._parameter(name, i)
+    if not i.operands:
+      return None
+    if opcode in _MOVES or opcode == "convert":
+      found = operand(0)
+      if found in (_DEVICE, _INDEX) and not _keeps_every_value(
+        computation.instructions[computation.index[i.operands[0]]], i
+      ):
+        return None
+      return found
+    if opcode in ("broadcast", "slice"):
+      found = operand(0)
+      return _SAME if found == _INDEX else found
+    if opcode in _OFFSETS and len(i.operands) == 2:
+      a, b = operand(0), operand(1)
+      if _DEVICE in (a, b):
+        return _DEVICE if {a, b} - {_DEVICE} <= set(_UNIFORM) else None
+      if a in _UNIFORM and b in _UNIFORM:
+        if _INDEX in (a, b) and _ONE in (a, b):
+          return _INDEX
+        return _ONE if a == b == _ONE else _SAME
+      return None
+    if opcode == "and" and len(i.operands) == 2:
+      a, b = operand(0), operand(1)
+      if _DEVICE in (a, b):
+        mask = i.operands[1 if a == _DEVICE else 0]
+        held = computation.instructions[computation.index[mask]]
+        return _DEVICE if self._keeps_devices(held) else None
+    if opcode == "multiply" and len(i.operands) == 2:
+      a, b = operand(0), operand(1)
+      if _DEVICE in (a, b):
+        factor = i.operands[1 if a == _DEVICE else 0]
+        held = computation.instructions[computation.index[factor]]
+        return _DEVICE if self._scales_apart(held) else None
+    if opcode == "dynamic-slice":
+      array, *starts = (operand(k) for k in range(len(i.operands)))
+      size = i.dims
+      if (
+        array == _INDEX
+        and starts == [_DEVICE]
+        and size is not None
+        and math.prod(size) == 1
+      ):
+        given = computation.instructions[computation.index[i.operands[0]]]
+        if given.dims is not None and given.dims[0] >= devices:
+          return _DEVICE
+      found = [array, *starts]
+      return _SAME if all(f in _UNIFORM for f in found) else None
+    if opcode in _ELEMENTWISE or opcode in _OFFSETS or opcode == "and":
+      found = [operand(k) for k in range(len(i.operands))]
+      if all(f == _ONE for f in found):
+        return _ONE
+      return _SAME if all(f in _UNIFORM for f in found) else None
+    identity = rules.rule_for(opcode).identity
+    if identity is Identity.CALLEE_ROOT and i.callees:  # A fusion, a call.
+      callee = self._dataflow.computation(i.callees[0])
+      root = callee.instructions[callee.root]
+      return self.of(callee.name, root.name)
+    return None
+
+  def _parameter(self, name: str, i: Instruction) -> str | None:
+    """An entry parameter: alike on every device when the module says it
+    is replicated, or it is one element (a scalar cannot be split). A
+    callee's: what every caller passes for it, where all agree."""
+    if name == self._module.entry:
+      if i.tiled:
+        return None
+      one = i.dims is not None and math.prod(i.dims) == 1
+      if one:
+        return _ONE
+      return _SAME if i.replicated else None
+    found = set()
+    for caller, offset in self._finder._callers_of(name):
+      rule = rules.rule_for(caller.opcode)
+      if rule.parameters is rules.Parameters.LOOP_STATE:
+        return None
+      k = _passed_operand(i.parameter_number or 0, offset, len(caller.operands))
+      if k is None:
+        return None
+      found.add(self.of(caller.computation, caller.operands[k]))
+    return found.pop() if len(found) == 1 else None
+
+  def _scales_apart(self, factor: Instruction) -> bool:
+    """Whether ``multiply`` by constant `factor` keeps every device's
+    number apart: not zero, and small enough that no product wraps (a
+    shard's size, as a split ``iota`` starts at ``partition-id * n``)."""
+    value = _int_constant(factor)
+    return value is not None and 0 < abs(value) * self._module.devices < 2**31
+
+  def _keeps_devices(self, mask: Instruction) -> bool:
+    """Whether ``and`` with constant `mask` keeps every device's number:
+    its low bits all set, as many as the numbers need."""
+    value = _int_constant(mask)
+    if value is None:
+      return False
+    return value >= self._module.devices - 1 and (value & (value + 1)) == 0
+
+
+def _int_constant(i: Instruction) -> int | None:
+  """The value of an integer scalar ``constant``, or None."""
+  if i.opcode != "constant" or _INT_WIDTH.match(i.shape) is None:
+    return None
+  try:
+    return int((i.literal or "").strip())
+  except ValueError:
+    return None
+
+
+def _keeps_every_value(given: Instruction, result: Instruction) -> bool:
+  """Whether a ``convert``, ``bitcast``, ``copy`` or ``reshape`` from
+  `given` to `result` keeps values apart: integers no narrower, and an
+  array's elements in their order (a 1-D or one-element shape)."""
+  a, b = _INT_WIDTH.match(given.shape), _INT_WIDTH.match(result.shape)
+  if a is None or b is None or int(b.group(1)) < int(a.group(1)):
+    return False
+  dims = given.dims, result.dims
+  return all(d is not None and len([n for n in d if n != 1]) <= 1 for d in dims)
+
+
 def _passed_operand(number: int, offset: int | None, count: int) -> int | None:
   """The operand of a caller with `count` operands that its callee's
   parameter `number` holds: operand `number`, or, for a callee that takes
@@ -405,6 +636,51 @@ def _constant_value(i: Instruction) -> object:
   except ValueError:
     return text
   return value % (1 << int(bits.group(1))) if bits else text
+
+
+def result_shapes(shape: str) -> list[str]:
+  """The results of an instruction of shape `shape`: each element of a
+  tuple shape, or the one array."""
+  shape = shape.strip()
+  if not shape.startswith("(") or not shape.endswith(")"):
+    return [shape]
+  inner, parts, depth, start = shape[1:-1], [], 0, 0
+  for n, c in enumerate(inner):
+    if c in "([{":
+      depth += 1
+    elif c in ")]}":
+      depth -= 1
+    elif c == "," and depth == 0:
+      parts.append(inner[start:n].strip())
+      start = n + 1
+  last = inner[start:].strip()
+  return [*parts, last] if last or parts else parts
+
+
+_LAYOUT_TEXT = re.compile(r"(?<=\])\{[^}]*\}")
+
+
+def _bare(shape: str) -> str:
+  """`shape` without layouts: the type and dimensions alone."""
+  return _LAYOUT_TEXT.sub("", shape).replace(" ", "")
+
+
+_ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([\d,]*)\]")
+
+
+def _kind(shape: str) -> tuple[str, tuple[str, ...]] | str:
+  """What a handle's shape must keep from operand to result: its type
+  (for an integer, its width), and its dimensions but those of size 1
+  (``s32[1]`` holds what ``s32[]`` does, as a reshape passes it on); a
+  tuple's text as it is."""
+  bare = _bare(shape)
+  found = _ARRAY.fullmatch(bare)
+  if found is None:
+    return bare
+  dims = tuple(d for d in found.group(2).split(",") if d and d != "1")
+  kind = found.group(1)
+  # Signed and unsigned integers of one width hold the same bits.
+  return re.sub(r"^[su](?=\d)", "int", kind), dims
 
 
 _LAYOUT = re.compile(r"\{([\d,]*)")

@@ -42,6 +42,12 @@ class ObjectRef:
   replicated: bool = False
   """Whether `root` is an entry parameter that the module records as the
   same on every device (``sharding={replicated}``)."""
+  per_device: bool = False
+  """Whether `root` differs on each device of an SPMD module by
+  construction: a value every device holds alike, offset by a one-to-one
+  function of the device's number (``partition-id``, or the element of an
+  ``iota`` it picks): ``h + jnp.arange(n)`` split over the devices, or
+  ``h + axis_index``."""
   label: str = dataclasses.field(default="", compare=False)
   """How reports name `root`: the argument's name for an entry parameter
   that JAX named, else the instruction (``%add.3``)."""
@@ -94,10 +100,13 @@ class ObjectRef:
     """Whether there is evidence that the two name different objects when
     they run on two different devices of one SPMD module: `distinct`'s,
     or different shards of one split parameter declared to hold distinct
-    handles. (The same value on two devices is not one object unless it
-    is a constant; without evidence, the two may be one.)"""
+    handles, or one value built to differ on each device (`per_device`).
+    (The same value on two devices is not one object unless it is a
+    constant; without evidence, the two may be one.)"""
     if self.root == other.root and self.tiled and other.tiled:
       return self.distinct_elements and other.distinct_elements
+    if self.root == other.root and self.per_device and other.per_device:
+      return self.element == other.element  # One value, another per device.
     return self.distinct(other)
 
   def may_differ_by_element(self, other: ObjectRef) -> bool:

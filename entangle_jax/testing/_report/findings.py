@@ -22,7 +22,9 @@ import dataclasses
 import functools
 from collections.abc import Sequence
 
+from entangle_jax._src.targets.declaration import SafePair
 from entangle_jax.testing._analysis.ops import Op, Race
+from entangle_jax.testing._analysis.order_analysis import LeftOut
 
 ORDER_FIX = (
   "make the later call consume a value computed from the earlier call's "
@@ -245,6 +247,22 @@ class Group:
 
 
 @dataclasses.dataclass(frozen=True)
+class SafeCount:
+  """Pairs one ``safe_pairs`` entry left out of a report."""
+
+  pair: SafePair
+  races: tuple[Race, ...]
+
+  @property
+  def count(self) -> int:
+    return len(self.races)
+
+  def __str__(self) -> str:
+    p = self.pair
+    return f"`{p.first}` / `{p.second}` ({p.reason}; from {p.source})"
+
+
+@dataclasses.dataclass(frozen=True)
 class Findings:
   """The pairs of one list of races, grouped by cause."""
 
@@ -252,12 +270,32 @@ class Findings:
   groups: tuple[Group, ...]
   """Real hazards first (`Cause.rank`)."""
   applied: tuple[str, ...]
-  """The declarations of the calls in the pairs, as written in reports."""
+  """The declarations of the calls in the pairs (those left out as safe
+  included), as written in reports."""
+  left_out: tuple[SafeCount, ...] = ()
+  """The pairs declared safe pairs left out, by entry, in the order of
+  the entries that first left one out."""
+
+  @property
+  def left_out_count(self) -> int:
+    """How many pairs declared safe pairs left out."""
+    return sum(s.count for s in self.left_out)
 
 
-def findings_of(races: Sequence[Race]) -> Findings:
+def safe_counts(left_out: Sequence[LeftOut]) -> tuple[SafeCount, ...]:
+  """`left_out` counted by the safe pair that left each out."""
+  by_pair: dict[SafePair, list[Race]] = {}
+  for item in left_out:
+    by_pair.setdefault(item.pair, []).append(item.race)
+  return tuple(SafeCount(p, tuple(r)) for p, r in by_pair.items())
+
+
+def findings_of(
+  races: Sequence[Race], left_out: Sequence[LeftOut] = ()
+) -> Findings:
   """`races` grouped by cause, each group's entries and undeclared
-  targets, and the declarations applied."""
+  targets, the declarations applied, and what declared safe pairs left
+  out (`left_out`: from ``races``' answer or `safe_pairs_left_out`)."""
   members: dict[Cause, list[Race]] = {}
   causes_by_kind: dict[tuple, Cause] = {}
   for race in races:
@@ -275,7 +313,8 @@ def findings_of(races: Sequence[Race]) -> Findings:
       alike.setdefault(_where(race), []).append(race)
     entries = tuple(Entry(tuple(same)) for same in alike.values())
     groups.append(Group(cause, entries, _undeclared(members[cause])))
-  return Findings(len(races), tuple(groups), _declarations_of(races))
+  applied = _declarations_of([*races, *(item.race for item in left_out)])
+  return Findings(len(races), tuple(groups), applied, safe_counts(left_out))
 
 
 def _where(race: Race) -> tuple:
@@ -331,11 +370,22 @@ class ModuleResult:
   races: list[Race]
   test: str | None = None
   """The test that compiled it (a pytest node id), when a way in knows."""
+  left_out: list[LeftOut] = dataclasses.field(default_factory=list)
+  """The pairs declared safe pairs left out of `races`."""
+  declared: tuple[str, ...] = ()
+  """The declarations applied to its native calls, as reports write them:
+  what decided its answer, shown on a report without races too."""
 
   @functools.cached_property
   def findings(self) -> Findings:
-    """Its races, grouped (`findings_of`)."""
-    return findings_of(self.races)
+    """Its races, grouped (`findings_of`), and what safe pairs left out."""
+    return findings_of(self.races, self.left_out)
+
+  @property
+  def reported(self) -> bool:
+    """Whether a report shows it: it races, or safe pairs left out pairs
+    of it."""
+    return bool(self.races or self.left_out)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -376,6 +426,11 @@ class Run:
   @property
   def pairs(self) -> int:
     return sum(len(r.races) for r in self.results)
+
+  @property
+  def left_out(self) -> int:
+    """Pairs that declared safe pairs left out, in all modules."""
+    return sum(len(r.left_out) for r in self.results)
 
   @property
   def other_platforms(self) -> list[ModuleResult]:

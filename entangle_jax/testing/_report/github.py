@@ -7,7 +7,9 @@ Each line reads ``::error file=PATH,line=N,title=TITLE::MESSAGE``; an
 entry whose calls recorded no user line is annotated without a file (it
 shows on the run, not on a line). GitHub reads ``PATH`` relative to the
 workspace: paths are shown as the text report shows them (relative to the
-working directory when under it).
+working directory when under it). Pairs that declared ``safe_pairs`` left
+out get one ``::notice`` per module and entry, without a file: taken on
+trust, they are said, not failed.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from entangle_jax.testing._analysis.ops import Op
 from entangle_jax.testing._report.findings import Run
 
 TITLE = "entangle-jax race"
+SAFE_TITLE = "entangle-jax pairs left out as safe"
 _LOCATION = re.compile(r"^(?P<file>.+):(?P<line>\d+)$")
 
 
@@ -61,3 +64,15 @@ def annotations(run: Run) -> Iterator[str]:
           f"::error {_place(here)}title={_escape_property(TITLE)}::"
           f"{_escape_data(message)}"
         )
+  for result in run.results:
+    for safe in result.findings.left_out:
+      count = safe.count
+      message = (
+        f"{count} pair{'s' * (count != 1)} of calls that may conflict and "
+        f"run in either order left out as safe by {safe}. Module "
+        f"{result.module} ({result.path})."
+      )
+      yield (
+        f"::notice title={_escape_property(SAFE_TITLE)}::"
+        f"{_escape_data(message)}"
+      )

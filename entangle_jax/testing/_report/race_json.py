@@ -45,6 +45,22 @@ def _module(result: ModuleResult) -> dict[str, Any]:
       }
       for race in result.races
     ],
+    # What declared safe pairs left out, by entry: taken at their word.
+    "safe_pairs_left_out": [
+      {
+        "first": s.pair.first,
+        "second": s.pair.second,
+        "reason": s.pair.reason,
+        "source": s.pair.source,
+        "count": s.count,
+        "pairs": [
+          {"first": _op(race.first), "second": _op(race.second)}
+          for race in s.races
+        ],
+      }
+      for s in result.findings.left_out
+    ],
+    "declarations_applied": list(result.declared),
   }
 
 
@@ -53,6 +69,7 @@ def as_json(run: Run, status: int) -> dict[str, Any]:
   return {
     "status": status,
     "summary": race_text.summary(run),
+    "safe_pairs_left_out": run.left_out,
     "platform_note": race_text.platform_note(run),
     "modules": [_module(r) for r in run.results],
   }

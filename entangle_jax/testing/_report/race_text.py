@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from entangle_jax.testing._analysis.ops import Op, Race
+from entangle_jax.testing._analysis.order_analysis import LeftOut
 from entangle_jax.testing._report.findings import (
   ORDER_FIX,
   Coverage,
@@ -23,6 +24,7 @@ list `races` returns)."""
 
 FIX_LINE = "  Fix: "
 APPLIED_LINE = "Declarations applied: "
+NO_RACES = "No races: every two calls that may conflict are ordered."
 
 
 def format_races(
@@ -30,6 +32,7 @@ def format_races(
   heading: str | None = None,
   *,
   shown_per_group: int | None = SHOWN_PER_GROUP,
+  left_out: Sequence[LeftOut] | None = None,
 ) -> str:
   """Renders pairs grouped by their likely cause, each group with its fix.
 
@@ -42,6 +45,12 @@ def format_races(
     shown_per_group: how many entries of each group to show (None: all);
       the rest are counted. Pairs of the same two targets on the same two
       lines of the user's code are one entry, with their count.
+    left_out: the pairs declared safe pairs left out
+      (`OrderAnalysis.safe_pairs_left_out`), counted by entry; by default
+      those `races` came with (``races()`` answers a `Races` list that
+      holds them). A report never says "No races" when there are some;
+      where there are none, a `Races` list without a pair is rendered
+      with the declarations applied to its calls.
 
   Raises:
     TypeError: an element of `races` is not a `Race` (a tuple of names
@@ -66,9 +75,14 @@ def format_races(
         f"format_races: races[{index}] is {type(race).__name__} {race!r}, "
         "not a Race: pass what races() or OrderAnalysis.unordered() returned"
       )
+  if left_out is None:
+    left_out = getattr(races, "left_out", ())
   count = len(races)
-  if not count and heading is None:
-    return "No races: every two calls that may conflict are ordered."
+  if not count and heading is None and not left_out:
+    declared = getattr(races, "declared", ())
+    if declared:  # They decided the answer: say which.
+      return f"{NO_RACES}\n{APPLIED_LINE}{'; '.join(declared)}."
+    return NO_RACES
   if heading is not None:
     lines = [heading]
     for race in races:
@@ -76,20 +90,32 @@ def format_races(
       lines.append(f"    is not ordered before {race.second.label()}")
     return "\n".join([*lines, FIX_HINT])
   return "\n".join(
-    findings_lines(findings_of(races), shown_per_group, said=None)
+    findings_lines(findings_of(races, left_out), shown_per_group, said=None)
   )
 
 
 def findings_lines(
   findings: Findings, shown_per_group: int | None, said: set[str] | None
 ) -> list[str]:
-  """The lines of a report of `findings` (at least one pair). With a
-  `said` set, a fix or a list of applied declarations already in it is
-  written "as above" (a suite's modules often race for one reason), and
-  what is written in full is added to it."""
+  """The lines of a report of `findings` (at least one pair, reported or
+  left out as safe). With a `said` set, a fix or a list of applied
+  declarations already in it is written "as above" (a suite's modules
+  often race for one reason), and what is written in full is added to
+  it."""
   causes = findings.groups
   count = findings.count
   reasons = f", for {len(causes)} reasons" if len(causes) > 1 else ""
+  if not count:
+    excused = findings.left_out_count
+    lines = [
+      f"{excused} pair{'s' * (excused != 1)} of calls may conflict and run "
+      "in either order, all left out as safe by declared safe_pairs (taken "
+      "at their word, not checked):",
+      *(f"  {s.count} x {s}" for s in findings.left_out),
+    ]
+    if findings.applied:
+      lines.append(_once(APPLIED_LINE, "; ".join(findings.applied) + ".", said))
+    return lines
   lines = [
     f"{count} pair{'s' * (count != 1)} of calls may conflict and run in "
     f"either order{reasons}:"
@@ -119,9 +145,21 @@ def findings_lines(
       lines.append(
         "  Undeclared targets in these pairs: " + ", ".join(group.undeclared)
       )
+  lines += left_out_lines(findings)
   if findings.applied:
     lines.append(_once(APPLIED_LINE, "; ".join(findings.applied) + ".", said))
   return lines
+
+
+def left_out_lines(findings: Findings) -> list[str]:
+  """What declared safe pairs left out, by entry: no line when nothing."""
+  excused = findings.left_out_count
+  if not excused:
+    return []
+  head = f"{excused} more pair{'s' * (excused != 1)} left out as safe"
+  if len(findings.left_out) == 1:
+    return [f"{head}: {findings.left_out[0]}"]
+  return [f"{head}:", *(f"  {s.count} x {s}" for s in findings.left_out)]
 
 
 def _once(start: str, text: str, said: set[str] | None) -> str:
@@ -159,10 +197,13 @@ def module_report(
 ) -> str:
   """One module's part of a report: its name and file, its grouped pairs
   (`findings_lines`, with `said`)."""
-  if result.races:
+  if result.reported:
     lines = findings_lines(result.findings, shown_per_group, said)
   else:
-    lines = [format_races([])]
+    lines = [NO_RACES]
+    if result.declared:
+      # They decided the answer: say which, as a racing report does.
+      lines.append(_once(APPLIED_LINE, "; ".join(result.declared) + ".", said))
   test = f", compiled by {result.test}" if result.test else ""
   return "\n".join([f"== {result.module} ({result.path}){test}", *lines])
 
@@ -171,19 +212,30 @@ def module_reports(
   results: Sequence[ModuleResult],
   shown_per_group: int | None = SHOWN_PER_GROUP,
 ) -> list[str]:
-  """The reports of the racing modules among `results`, each fix and each
-  list of applied declarations written in full the first time only."""
+  """The reports of the modules among `results` that race or where
+  declared safe pairs left pairs out, each fix and each list of applied
+  declarations written in full the first time only."""
   said: set[str] = set()
-  return [module_report(r, shown_per_group, said) for r in results if r.races]
+  return [
+    module_report(r, shown_per_group, said) for r in results if r.reported
+  ]
 
 
 def summary(run: Run) -> str:
-  """One line: modules checked, with native calls, with races, pairs."""
+  """One line: modules checked, with native calls, with races, pairs,
+  and the pairs declared safe pairs left out (when some were)."""
   checked = len(run.results)
+  excused = run.left_out
+  safe = (
+    f"; {excused} more pair{'s' * (excused != 1)} left out as safe by "
+    "declared safe_pairs"
+    if excused
+    else ""
+  )
   return (
     f"Checked {checked} module{'s' * (checked != 1)} "
     f"({run.with_native_calls} with native calls): {len(run.racing)} with "
-    f"races, {run.pairs} pair{'s' * (run.pairs != 1)}."
+    f"races, {run.pairs} pair{'s' * (run.pairs != 1)}{safe}."
   )
 
 

@@ -89,7 +89,9 @@ def check_module(
     analysis = OrderAnalysis(text, declarations=declarations)
     result.native_calls = len(analysis.user_native_calls())
     if result.native_calls:
-      result.races = analysis.races()
+      races = analysis.races()
+      result.races, result.left_out = list(races), list(races.left_out)
+      result.declared = races.declared
   except ValueError as error:
     raise CannotAnswer(f"{path}: {error}") from None
   return result

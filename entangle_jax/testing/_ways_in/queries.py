@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from entangle_jax.testing._analysis.ops import Race
-from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
+from entangle_jax.testing._analysis.order_analysis import OrderAnalysis, Races
 from entangle_jax.testing._analysis.selectors import Selector
 from entangle_jax.testing._hlo.module_text import CompiledModule
 from entangle_jax.testing._report import race_text
@@ -99,7 +98,7 @@ def races(
   among: Iterable[Selector] | None = None,
   *,
   all_ops: bool = False,
-) -> list[Race]:
+) -> Races:
   """Pairs of calls that may conflict and that nothing keeps apart.
 
   Two calls conflict when they may touch one resource and at least one of
@@ -123,7 +122,8 @@ def races(
     `Race` pairs, ops in module text order by default, else in the order of
     the selectors in `among`. Each equals the ``(first, second)`` tuple of
     instruction names; `format_races` renders them with targets, scopes and
-    source lines.
+    source lines. The list is a `Races`: its ``left_out`` holds the pairs
+    declared ``safe_pairs`` left out, which `format_races` counts.
 
   Raises:
     TypeError: `compiled` is none of those (`module_text`), `among` is a
