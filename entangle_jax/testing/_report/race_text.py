@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from entangle_jax._src.targets import shipped
 from entangle_jax.testing._analysis.ops import Op, Race
 from entangle_jax.testing._report.findings import (
   ORDER_FIX,
@@ -119,6 +120,8 @@ def findings_lines(
       lines.append(
         "  Undeclared targets in these pairs: " + ", ".join(group.undeclared)
       )
+      notes = (shipped.note_for(t) for t in group.undeclared)
+      lines += [f"  {n}" for n in dict.fromkeys(n for n in notes if n)]
   if findings.applied:
     lines.append(_once(APPLIED_LINE, "; ".join(findings.applied) + ".", said))
   return lines
