@@ -18,6 +18,7 @@ from entangle_jax import testing
 from entangle_jax._src.targets import shipped, sources
 from tests.hand_written_hlo import hlo_module
 from tests.temp_project import project
+from tools import rule_docs
 
 
 def calls(*targets: str) -> str:
@@ -105,6 +106,16 @@ class TableTest(absltest.TestCase):
     for b in shipped.BINDINGS:
       for t in b.targets:
         self.assertIn(f"`{t.pattern}`", page)
+
+  def test_the_page_shows_the_table(self):
+    page = rule_docs.PAGES["shipped declarations"]
+    if not page.is_file():
+      self.skipTest("the docs are not in this tree")
+    self.assertEqual(
+      rule_docs.block_text(page.read_text(), "shipped declarations"),
+      shipped.markdown(),
+      f"run {rule_docs.COMMAND} to rewrite the page's table",
+    )
 
   def test_the_klujax_numeric_handle_is_operand_1(self):
     entry = next(b for b in shipped.BINDINGS if b.distribution == "klujax")
