@@ -227,8 +227,10 @@ BINDINGS: tuple[ShippedBinding, ...] = (
     last="1.3.1",
     repository="flatironinstitute/jax-finufft",
     checked=(
-      "lib/jax_finufft_cpu.cc and jax_finufft/lowering.py (the 1.3.1 "
-      "wheel); programs measured with 1.3.1 on jax 0.10.2"
+      "lib/jax_finufft_cpu.cc and lib/kernels.cc.cu (run_nufft, CPU and "
+      "CUDA, at the repository's head), jax_finufft/lowering.py (the 1.3.1 "
+      "wheel: target names); programs measured with 1.3.1 (CPU) on jax "
+      "0.10.2"
     ),
     targets=(
       ShippedTarget(
@@ -236,7 +238,8 @@ BINDINGS: tuple[ShippedBinding, ...] = (
         "none",
         "lib/jax_finufft_cpu.cc run_nufft",
         "each call makes its own FINUFFT plan (makeplan), sets points, "
-        "executes and destroys it: no plan outlives a call",
+        "executes and destroys it: no plan outlives a call (on CUDA too: "
+        "lib/kernels.cc.cu run_nufft, a cuFINUFFT plan per call)",
       ),
     ),
   ),
