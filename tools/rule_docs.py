@@ -1,9 +1,11 @@
-"""Keeps the generated tables of docs/proving_order.md equal to their code.
+"""Keeps the generated tables of the docs equal to their code.
 
-Each block sits between two markers on the page: the rule table
-(`entangle_jax.testing._order.rules.markdown`), the library kernels
-(`entangle_jax._src.targets.library_kernels.markdown`) and the declaration
-keys (`entangle_jax._src.targets.table.markdown`).
+Each block sits between two markers on its page: on docs/proving_order.md
+the rule table (`entangle_jax.testing._order.rules.markdown`), the library
+kernels (`entangle_jax._src.targets.library_kernels.markdown`) and the
+declaration keys (`entangle_jax._src.targets.table.markdown`); on
+docs/finding_races.md the shipped declarations
+(`entangle_jax._src.targets.shipped.markdown`).
 ``python tools/rule_docs.py`` rewrites every block; ``--check`` only
 compares, exiting 1 when one differs. The tests of each table run the
 comparison (`block_text`).
@@ -17,7 +19,7 @@ import sys
 from collections.abc import Callable
 
 from entangle_jax._src.targets import library_kernels as _library_kernels
-from entangle_jax._src.targets import table
+from entangle_jax._src.targets import shipped, table
 from entangle_jax.testing._order import rules
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -34,8 +36,17 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "entangle_jax/_src/targets/table.py",
     table.markdown,
   ),
+  "shipped declarations": (
+    "entangle_jax/_src/targets/shipped.py",
+    shipped.markdown,
+  ),
 }
 """Block name: (the source named in its opening marker, its generator)."""
+
+PAGES: dict[str, pathlib.Path] = {
+  "shipped declarations": ROOT / "docs" / "finding_races.md",
+}
+"""The blocks on a page other than `PAGE`, and their page."""
 
 
 def _markers(block: str) -> tuple[str, str]:
@@ -65,22 +76,28 @@ def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--check", action="store_true", help="only compare")
   args = parser.parse_args(argv)
-  text = PAGE.read_text()
-  stale = [
-    b for b, (_, made) in BLOCKS.items() if block_text(text, b) != made()
-  ]
+  status = 0
+  for page in dict.fromkeys([PAGE, *PAGES.values()]):
+    blocks = [b for b in BLOCKS if PAGES.get(b, PAGE) == page]
+    status = max(status, _update(page, blocks, check=args.check))
+  return status
+
+
+def _update(page: pathlib.Path, blocks: list[str], *, check: bool) -> int:
+  text = page.read_text()
+  stale = [b for b in blocks if block_text(text, b) != BLOCKS[b][1]()]
   if not stale:
     return 0
-  if args.check:
+  if check:
     print(
-      f"{PAGE.name}: {', '.join(stale)} differ from the code; run {COMMAND}"
+      f"{page.name}: {', '.join(stale)} differ from the code; run {COMMAND}"
     )
     return 1
   for block in stale:
     start, end = block_span(text, block)
     text = text[:start] + BLOCKS[block][1]() + text[end:]
-  PAGE.write_text(text)
-  print(f"updated {PAGE}: {', '.join(stale)}")
+  page.write_text(text)
+  print(f"updated {page}: {', '.join(stale)}")
   return 0
 
 

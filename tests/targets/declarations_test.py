@@ -40,16 +40,17 @@ def in_effect(target: str) -> testing.TargetDeclaration:
   return found
 
 
-SOLVER = calls("solve_f64", "solve_f64_2", "dot_f64")
+SOLVER = calls("lsolve_f64", "lsolve_f64_2", "ldot_f64")
 
 
 class PyprojectTest(absltest.TestCase):
   def test_the_short_form_takes_globs(self):
     self.assertLen(testing.races(SOLVER), 3)  # The control: may write.
-    with project('[tool.entangle-jax]\nread_targets = ["solve_*", "dot_*"]\n'):
+    table = '[tool.entangle-jax]\nread_targets = ["lsolve_*", "ldot_*"]\n'
+    with project(table):
       self.assertEqual(testing.races(SOLVER), [])
       analysis = testing.OrderAnalysis(SOLVER)
-      (solve, *_) = analysis.select_ops("solve_f64")
+      (solve, *_) = analysis.select_ops("lsolve_f64")
       assert solve.declaration is not None
       self.assertEqual(solve.declaration.mode, "read")
       self.assertIn("pyproject.toml", solve.declaration.source)
@@ -110,10 +111,10 @@ class PyprojectTest(absltest.TestCase):
       self.assertFalse(analysis.conflict(a, b))
 
   def test_an_edited_table_is_read_again(self):
-    with project('[tool.entangle-jax]\nread_targets = ["solve_*"]\n') as path:
-      self.assertLen(testing.races(SOLVER), 2)  # dot_f64 may still write.
+    with project('[tool.entangle-jax]\nread_targets = ["lsolve_*"]\n') as path:
+      self.assertLen(testing.races(SOLVER), 2)  # ldot_f64 may still write.
       path.write_text(
-        '[tool.entangle-jax]\nread_targets = ["solve_*", "dot_*"]\n'
+        '[tool.entangle-jax]\nread_targets = ["lsolve_*", "ldot_*"]\n'
       )
       os.utime(path, (1, 2e9))
       self.assertEqual(testing.races(SOLVER), [])
@@ -174,10 +175,12 @@ class PrecedenceTest(absltest.TestCase):
       in_code.forget("tq_lib")
 
   def test_read_targets_given_to_an_analysis_take_globs(self):
-    analysis = testing.OrderAnalysis(SOLVER, read_targets=["solve_*", "dot_*"])
+    analysis = testing.OrderAnalysis(
+      SOLVER, read_targets=["lsolve_*", "ldot_*"]
+    )
     self.assertEqual(analysis.races(), [])
     self.assertLen(
-      testing.OrderAnalysis(SOLVER, read_targets=["solve_*"]).races(), 2
+      testing.OrderAnalysis(SOLVER, read_targets=["lsolve_*"]).races(), 2
     )
 
 
@@ -310,10 +313,10 @@ class EntryPointTest(absltest.TestCase):
 class DeclarationsObjectTest(absltest.TestCase):
   def test_an_analysis_takes_declarations_explicitly(self):
     reads = Declarations(
-      targets=(testing.TargetDeclaration("solve_*", "read", source="test"),)
+      targets=(testing.TargetDeclaration("lsolve_*", "read", source="test"),)
     )
     analysis = testing.OrderAnalysis(SOLVER, declarations=reads)
-    self.assertLen(analysis.races(), 2)  # dot_f64 may write: both solves.
+    self.assertLen(analysis.races(), 2)  # ldot_f64 may write: both solves.
     self.assertIs(analysis.declarations, reads)
     with self.assertRaisesRegex(TypeError, "declarations must be"):
       testing.OrderAnalysis(SOLVER, declarations=cast(Any, {"x": 1}))

@@ -10,6 +10,9 @@ no jax.
 * `table`: the ``[tool.entangle-jax]`` table's form and keys, and finding
   a project's ``pyproject.toml``.
 * `in_code`: `declare_target` and `declare_target_mode`.
+* `shipped`: the declarations entangle-jax ships for klujax, jax-finufft
+  and mpi4jax, each with its source and reason, applied at the versions
+  checked.
 * `sources`: every source in precedence order (`sources.current`),
   entry points and what is built in.
 * `example_store`: the example store's targets, as a table.

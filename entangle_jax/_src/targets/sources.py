@@ -12,7 +12,10 @@ glob:
 3. the entry points of group ``entangle_jax.declarations``: an installed
    binding publishes its declarations for its users, as a mapping in the
    table's form (or a function returning one);
-4. `BUILT_IN`: JAX's host callbacks are shared across devices, and the
+4. the declarations entangle-jax ships for bindings people use, where
+   the binding is installed at a version they were checked against
+   (`entangle_jax._src.targets.shipped`);
+5. `BUILT_IN`: JAX's host callbacks are shared across devices, and the
    example store's targets are known.
 """
 
@@ -22,7 +25,13 @@ import functools
 import importlib.metadata
 import os
 
-from entangle_jax._src.targets import example_store, in_code, names, table
+from entangle_jax._src.targets import (
+  example_store,
+  in_code,
+  names,
+  shipped,
+  table,
+)
 from entangle_jax._src.targets.declaration import (
   Declarations,
   TargetDeclaration,
@@ -67,7 +76,7 @@ store's targets (`entangle_jax._src.targets.example_store`)."""
 def current(start: str | os.PathLike[str] | None = None) -> Declarations:
   """The declarations in effect now: the nearest ``pyproject.toml`` table
   (from `start`, by default the working directory), then code, then
-  entry points.
+  entry points, then the shipped table, then what is built in.
 
   Raises:
     ValueError, TypeError: the table, or a published declaration, is not
@@ -81,6 +90,7 @@ def current(start: str | os.PathLike[str] | None = None) -> Declarations:
     parts.append(project)
   parts.append(Declarations(tuple(in_code.DECLARED.values())))
   parts.append(_published())
+  parts.append(shipped.applied())
   parts.append(BUILT_IN)
   distinct = project.distinct_elements if project else False
   return merged(parts, distinct=distinct)

@@ -22,6 +22,7 @@ import dataclasses
 import functools
 from collections.abc import Sequence
 
+from entangle_jax._src.targets import shipped
 from entangle_jax._src.targets.declaration import SafePair
 from entangle_jax.testing._analysis.ops import Op, Race
 from entangle_jax.testing._analysis.order_analysis import LeftOut
@@ -239,6 +240,9 @@ class Group:
   undeclared: tuple[str, ...]
   """Targets of its calls that nothing declares and no Resource marks:
   each may write anything, until declared."""
+  notes: tuple[str, ...] = ()
+  """What the shipped declarations say of its undeclared targets: an
+  installed binding at a version they do not cover."""
 
   @property
   def count(self) -> int:
@@ -312,7 +316,16 @@ def findings_of(
     for race in members[cause]:
       alike.setdefault(_where(race), []).append(race)
     entries = tuple(Entry(tuple(same)) for same in alike.values())
-    groups.append(Group(cause, entries, _undeclared(members[cause])))
+    undeclared = _undeclared(members[cause])
+    notes = (shipped.note_for(t) for t in undeclared)
+    groups.append(
+      Group(
+        cause,
+        entries,
+        undeclared,
+        tuple(dict.fromkeys(n for n in notes if n)),
+      )
+    )
   applied = _declarations_of([*races, *(item.race for item in left_out)])
   return Findings(len(races), tuple(groups), applied, safe_counts(left_out))
 

@@ -145,6 +145,7 @@ def findings_lines(
       lines.append(
         "  Undeclared targets in these pairs: " + ", ".join(group.undeclared)
       )
+      lines += [f"  {n}" for n in group.notes]
   lines += left_out_lines(findings)
   if findings.applied:
     lines.append(_once(APPLIED_LINE, "; ".join(findings.applied) + ".", said))

@@ -1,0 +1,302 @@
+"""The declarations entangle-jax ships for klujax, jax-finufft and mpi4jax:
+the table, applying only at a covered installed version, precedence, and
+(where the library is installed) real programs, each with its control."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import importlib.util
+import pathlib
+import sys
+import tempfile
+from collections.abc import Iterator
+
+from absl.testing import absltest
+
+from entangle_jax import testing
+from entangle_jax._src.targets import shipped, sources
+from tests.hand_written_hlo import hlo_module
+from tests.temp_project import project
+from tools import rule_docs
+
+
+def calls(*targets: str) -> str:
+  """A module with one call per target, all on parameter 0, unordered."""
+  lines = ["%p = s32[] parameter(0)"]
+  for k, target in enumerate(targets):
+    lines.append(
+      f'%c{k} = s32[] custom-call(%p), custom_call_target="{target}"'
+    )
+  return hlo_module("\n".join(lines))
+
+
+@contextlib.contextmanager
+def installed(
+  name: str, version: str, entry_points: str = ""
+) -> Iterator[None]:
+  """`name` at `version` looks installed (a ``*.dist-info`` first on
+  ``sys.path``, before any real one), with `entry_points` if given."""
+  with tempfile.TemporaryDirectory() as site:
+    info = pathlib.Path(site) / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+      f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    )
+    if entry_points:
+      (info / "entry_points.txt").write_text(entry_points)
+    sys.path.insert(0, site)
+    _forget()
+    try:
+      yield
+    finally:
+      sys.path.remove(site)
+      _forget()
+
+
+def _forget() -> None:
+  shipped.installed.cache_clear()
+  sources._published.cache_clear()
+
+
+def source_of(text: str, target: str) -> str:
+  analysis = testing.OrderAnalysis(text)
+  (op, *_) = analysis.select_ops(target)
+  assert op.declaration is not None, target
+  return op.declaration.source
+
+
+STATELESS = calls("solve_f64", "solve_c128", "dot_f64")
+SHARED_NUMERIC = hlo_module(
+  "\n".join(
+    [
+      "%sym = u64[] parameter(0)",
+      "%num = u64[1] parameter(1)",
+      "%b = f64[5] parameter(2)",
+      *(
+        f"%s{k} = f64[5] custom-call(%sym, %num, %b), "
+        'custom_call_target="solve_with_numeric_f64"'
+        for k in range(2)
+      ),
+    ]
+  )
+)
+"""Two solves on one numeric handle (operand 1), as klujax calls them."""
+
+
+class TableTest(absltest.TestCase):
+  def test_each_entry_names_its_distribution_range_source_and_reason(self):
+    self.assertEqual(
+      [b.distribution for b in shipped.BINDINGS],
+      ["klujax", "jax-finufft", "mpi4jax"],
+    )
+    for b in shipped.BINDINGS:
+      self.assertTrue(b.repository and b.checked, b.distribution)
+      self.assertLessEqual(shipped._release(b.first), shipped._release(b.last))
+      self.assertTrue(b.covers(b.first) and b.covers(b.last))
+      self.assertNotEmpty(b.targets)
+      for t in b.targets:
+        self.assertTrue(t.read and t.reason, t.pattern)
+      for pattern, why in b.undeclared:
+        self.assertTrue(pattern and why)
+      b.declarations()  # Each is a valid declaration (it would raise).
+
+  def test_the_markdown_lists_every_target(self):
+    page = shipped.markdown()
+    for b in shipped.BINDINGS:
+      for t in b.targets:
+        self.assertIn(f"`{t.pattern}`", page)
+
+  def test_the_page_shows_the_table(self):
+    page = rule_docs.PAGES["shipped declarations"]
+    if not page.is_file():
+      self.skipTest("the docs are not in this tree")
+    self.assertEqual(
+      rule_docs.block_text(page.read_text(), "shipped declarations"),
+      shipped.markdown(),
+      f"run {rule_docs.COMMAND} to rewrite the page's table",
+    )
+
+  def test_the_klujax_numeric_handle_is_operand_1(self):
+    entry = next(b for b in shipped.BINDINGS if b.distribution == "klujax")
+    solve = next(
+      t for t in entry.targets if t.pattern == "solve_with_numeric_f64"
+    )
+    self.assertEqual((solve.mode, solve.object), ("write", 1))
+
+  def test_versions(self):
+    klu = shipped.BINDINGS[0]
+    for version in ("0.5.0", "0.5.2", "0.5.2.post1"):
+      self.assertTrue(klu.covers(version), version)
+    for version in ("0.4.0", "0.5.3", "9.0", "dev"):
+      self.assertFalse(klu.covers(version), version)
+
+
+class AppliesAtCoveredVersionsTest(absltest.TestCase):
+  def test_klujax_at_a_covered_version(self):
+    with installed("klujax", "0.5.2"):
+      self.assertEqual(testing.races(STATELESS), [])
+      self.assertLen(testing.races(SHARED_NUMERIC), 1)  # A real race.
+      source = source_of(SHARED_NUMERIC, "solve_with_numeric_f64")
+      rendered = testing.format_races(testing.races(SHARED_NUMERIC))
+    self.assertIn("shipped: klujax 0.5.0\N{EN DASH}0.5.2", source)
+    self.assertIn("solve_with_numeric_impl", source)
+    self.assertIn(
+      "Declarations applied: `solve_with_numeric_f64` (write, object "
+      "operand 1; from shipped: klujax",
+      rendered,
+    )
+
+  def test_the_control_at_uncovered_versions(self):
+    for version in ("0.4.0", "9.0"):
+      with installed("klujax", version):
+        found = testing.races(STATELESS)
+        rendered = testing.format_races(found)
+      self.assertLen(found, 3, version)  # Today's answer.
+      self.assertIn(
+        f"klujax {version} is installed; entangle-jax's declarations "
+        "cover 0.5.0\N{EN DASH}0.5.2",
+        rendered,
+      )
+      self.assertNotIn("shipped:", rendered)
+
+  def test_jax_finufft(self):
+    text = calls("nufft1d1", "nufft2d2f", "nufft3d3")
+    with installed("jax-finufft", "1.3.1"):
+      self.assertEqual(testing.races(text), [])
+    with installed("jax-finufft", "1.2.0"):
+      self.assertLen(testing.races(text), 3)  # The control.
+
+  def test_mpi4jax_calls_all_touch_the_process_mpi_state(self):
+    text = calls("mpi_allreduce_ffi", "mpi_bcast_ffi")
+    with installed("mpi4jax", "0.9.1"):
+      (race,) = testing.races(text)
+      rendered = testing.format_races([race])
+      self.assertIn("shipped: mpi4jax 0.9.1", race.first.declaration.source)
+    self.assertNotIn("Undeclared targets", rendered)
+    with installed("mpi4jax", "0.8.0"):
+      rendered = testing.format_races(testing.races(text))
+    self.assertIn("Undeclared targets", rendered)  # The control.
+    self.assertIn("mpi4jax 0.8.0 is installed", rendered)
+
+
+class PrecedenceTest(absltest.TestCase):
+  def test_an_entry_point_beats_the_table_and_pyproject_beats_both(self):
+    where = tempfile.TemporaryDirectory()
+    self.addCleanup(where.cleanup)
+    module = pathlib.Path(where.name) / "klu_own.py"
+    module.write_text(
+      "DECLARATIONS = {'targets': {'dot_f64': {'mode': 'write'},"
+      " 'solve_f64': {'mode': 'write'}}}\n"
+    )
+    sys.path.insert(0, str(module.parent))
+    try:
+      with installed(
+        "klujax",
+        "0.5.2",
+        f"[{sources.ENTRY_POINT_GROUP}]\nklujax = klu_own:DECLARATIONS\n",
+      ):
+        self.assertIn("entry point klujax", source_of(STATELESS, "dot_f64"))
+        self.assertIn("shipped: klujax", source_of(STATELESS, "solve_c128"))
+        self.assertLen(testing.races(STATELESS), 1)  # Both may write.
+        with project('[tool.entangle-jax.targets."solve_f64"]\nmode="none"\n'):
+          self.assertIn("pyproject.toml", source_of(STATELESS, "solve_f64"))
+          self.assertEqual(testing.races(STATELESS), [])
+    finally:
+      sys.path.remove(str(module.parent))
+      sys.modules.pop("klu_own", None)
+    with installed("klujax", "0.5.2"):
+      self.assertEqual(testing.races(STATELESS), [])  # The control.
+
+
+def _have(module: str) -> bool:
+  return importlib.util.find_spec(module) is not None
+
+
+@absltest.skipUnless(
+  _have("klujax"), "klujax is not installed (pip install klujax==0.5.2)"
+)
+class KlujaxProgramTest(absltest.TestCase):
+  def setUp(self):
+    super().setUp()
+    import jax.numpy as jnp
+
+    self.jnp = jnp
+    self.ai = jnp.arange(5, dtype=jnp.int32)
+    self.ax = jnp.ones(5)
+    self.b = jnp.ones(5)
+    if not shipped.BINDINGS[0].covers(_version("klujax")):
+      self.skipTest(f"klujax {_version('klujax')} is not a covered version")
+
+  def test_stateless_solves_and_dot(self):
+    import jax
+    import klujax
+
+    ai = self.ai
+
+    def program(ax, b):
+      return (
+        klujax.solve(ai, ai, ax, b),
+        klujax.solve(ai, ai, 2 * ax, b),
+        klujax.dot(ai, ai, ax, b),
+      )
+
+    compiled = jax.jit(program).lower(self.ax, self.b).compile()
+    self.assertEqual(testing.races(compiled), [])
+    with installed("klujax", "0.4.0"):
+      self.assertLen(testing.races(compiled), 3)  # The control.
+
+  def test_two_solves_on_one_numeric_handle_race(self):
+    import jax
+    import klujax
+
+    jnp = self.jnp
+    symbolic = klujax.analyze(self.ai, self.ai, 5)
+    numeric = klujax.factor(self.ai, self.ai, self.ax, symbolic)
+    num = jnp.array(numeric.as_list(), dtype=jnp.uint64)
+    sym = jnp.array(symbolic.raw, dtype=jnp.uint64)
+
+    def program(b, num, sym):
+      return (
+        klujax.solve_with_numeric(num, b, sym),
+        klujax.solve_with_numeric(num, 2 * b, sym),
+      )
+
+    compiled = jax.jit(program).lower(self.b, num, sym).compile()
+    (race,) = testing.races(compiled)
+    self.assertEqual(race.first.declaration.object, 1)
+    with installed("klujax", "0.4.0"):
+      self.assertLen(testing.races(compiled), 1)  # The control.
+
+
+@absltest.skipUnless(
+  _have("jax_finufft"),
+  "jax-finufft is not installed (pip install jax-finufft==1.3.1)",
+)
+class JaxFinufftProgramTest(absltest.TestCase):
+  def test_three_transforms(self):
+    import jax
+    import jax.numpy as jnp
+    from jax_finufft import nufft1, nufft2, nufft3
+
+    if not shipped.BINDINGS[1].covers(_version("jax-finufft")):
+      self.skipTest("jax-finufft is installed at a version not covered")
+    x = jnp.linspace(-3.0, 3.0, 20)
+    c = jnp.ones(20, dtype=jnp.result_type(x.dtype, jnp.complex64))
+    s = jnp.linspace(-2.0, 2.0, 10)
+
+    def program(x, c, s):
+      return nufft1(16, c, x), nufft2(jnp.ones(16, c.dtype), x), nufft3(c, x, s)
+
+    compiled = jax.jit(program).lower(x, c, s).compile()
+    self.assertEqual(testing.races(compiled), [])
+    with installed("jax-finufft", "1.2.0"):
+      self.assertLen(testing.races(compiled), 3)  # The control.
+
+
+def _version(name: str) -> str:
+  return importlib.metadata.version(name)
+
+
+if __name__ == "__main__":
+  absltest.main()
