@@ -323,11 +323,14 @@ class CannotAnswerTest(absltest.TestCase):
 
 
 class ManyPairsTest(absltest.TestCase):
-  def test_1500_unordered_writes_fit_on_a_screen(self):
+  def test_500_unordered_writes_fit_on_a_screen(self):
+    # 124750 pairs: one group, one entry. (1500 writes, 1.1 million pairs,
+    # took 16 s of the file's 60 s Bazel timeout on two loaded cores; the
+    # time grows with the pairs.)
     calls = "\n".join(
       f'%w{k} = s32[] custom-call(%p), custom_call_target="tp_set", '
       "custom_call_has_side_effect=true"
-      for k in range(1500)
+      for k in range(500)
     )
     with tempfile.TemporaryDirectory() as root:
       path = pathlib.Path(root) / "m.cpu_after_optimizations.txt"
@@ -335,8 +338,8 @@ class ManyPairsTest(absltest.TestCase):
       status, out, _ = run(str(path))
       self.assertEqual(status, 1)
       self.assertLess(len(out.splitlines()), 30, out)
-      self.assertIn("1124250 x a call the analysis knows nothing about", out)
-      self.assertIn("(1124250 pairs on these lines)", out)  # One entry.
+      self.assertIn("124750 x a call the analysis knows nothing about", out)
+      self.assertIn("(124750 pairs on these lines)", out)  # One entry.
       self.assertIn("Fix: ", out)
 
 
