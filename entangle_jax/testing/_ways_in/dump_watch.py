@@ -140,10 +140,7 @@ class DumpWatch:
       return []
     results = module_files.check([str(p) for p in found])
     self.results += results
-    if self.prune:
-      self._delete(
-        {module_prefix(pathlib.Path(r.path)) for r in results if not r.races}
-      )
+    self.finish()
     return results
 
   def _delete(self, prefixes: set[tuple[pathlib.Path, str]]) -> None:
@@ -160,8 +157,9 @@ class DumpWatch:
             path.unlink(missing_ok=True)
 
   def finish(self) -> None:
-    """Deletes the files of modules checked free of races that XLA wrote
-    after they were checked (a pruning watch's last step)."""
+    """Deletes the files of the modules checked free of races (a pruning
+    watch's step after each check, and its last, for the files XLA wrote
+    after the check); never one a racing module shares its prefix with."""
     if not self.prune or not self.dump.is_dir():
       return
     racing = {
