@@ -14,6 +14,7 @@ from entangle_jax.testing._ways_in.plugin import (
   pytest_runtest_makereport,
   pytest_sessionfinish,
   pytest_terminal_summary,
+  pytest_testnodedown,
 )
 
 __all__ = [
@@ -23,4 +24,5 @@ __all__ = [
   "pytest_runtest_makereport",
   "pytest_sessionfinish",
   "pytest_terminal_summary",
+  "pytest_testnodedown",
 ]

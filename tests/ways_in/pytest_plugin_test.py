@@ -2,6 +2,7 @@
 each case a pytest run of its own on a small test file."""
 
 import importlib.metadata
+import importlib.util
 import pathlib
 import re
 import subprocess
@@ -80,6 +81,7 @@ def _unused():""",
 )
 
 PLUGIN = "entangle_jax.testing.pytest_plugin"
+XDIST = importlib.util.find_spec("xdist") is not None
 
 
 def installed() -> bool:
@@ -191,15 +193,65 @@ class PluginTest(absltest.TestCase):
     result = pytest_run(root, "--strict-markers")
     self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
 
-  def test_pytest_xdist_workers_are_refused(self):
-    root = project(**{"test_fixed.py": FIXED})
-    result = pytest_run(
-      root, "--entangle-races=fail", PYTEST_XDIST_WORKER="gw0"
+  @absltest.skipUnless(
+    XDIST, "pytest-xdist is not installed here (it is not in the locks)"
+  )
+  def test_xdist_workers_check_their_own_tests_and_the_controller_sums_up(
+    self,
+  ):
+    files = {
+      "test_a.py": RACY,
+      "test_b.py": RACY.replace("step", "step_b"),
+      "test_c.py": FIXED,
+      "test_d.py": FIXED.replace("step", "step_d"),
+    }
+    root = project(**files)
+    serial = pytest_run(root, "--entangle-races=fail", "-n", "0")
+    spread = pytest_run(root, "--entangle-races=fail", "-n", "2")
+    for result in (serial, spread):
+      out = result.stdout + result.stderr
+      self.assertEqual(result.returncode, 1, out)
+      # Each racing test fails in its worker, named with what asked.
+      self.assertIn("2 failed, 2 passed", result.stdout)
+      for test in ("test_a.py::test_step", "test_b.py::test_step_b"):
+        self.assertIn(f"FAILED {test} - the modules this test", out)
+      self.assertIn("switched on by --entangle-races=fail", result.stdout)
+      # One summary for the run: the same racing modules and pairs.
+      self.assertEqual(result.stdout.count("entangle-jax race check"), 1)
+      self.assertIn("2 with races, 2 pairs.", result.stdout)
+      self.assertIn("2 racing module(s) failed the tests", result.stdout)
+    (kept,) = re.findall(r"The dump is kept at (\S+) ", spread.stdout)
+    # Each worker dumped to a folder of its own, keeping only what raced.
+    folders = {p.parent.name for p in pathlib.Path(kept).rglob("*.txt")}
+    self.assertLessEqual(folders, {"gw0", "gw1"}, spread.stdout)
+    self.assertNotIn("does not work with pytest-xdist", spread.stderr)
+
+  @absltest.skipUnless(
+    XDIST, "pytest-xdist is not installed here (it is not in the locks)"
+  )
+  def test_xdist_from_addopts_switched_on_by_the_environment(self):
+    root = project(
+      **{
+        "pytest.ini": "[pytest]\naddopts = -n auto\n",
+        "test_a.py": RACY,
+        "test_c.py": FIXED,
+      }
     )
-    self.assertEqual(result.returncode, 4, result.stdout + result.stderr)
-    self.assertIn("does not work with pytest-xdist", result.stderr)
-    # Control: outside a worker the same run passes.
-    self.assertEqual(pytest_run(root, "--entangle-races=fail").returncode, 0)
+    result = pytest_run(root, ENTANGLE_JAX_RACES="report")
+    self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+    self.assertIn("race check (ENTANGLE_JAX_RACES=report)", result.stdout)
+    self.assertIn("1 with races, 1 pair.", result.stdout)
+    self.assertIn(", compiled by test_a.py::test_step", result.stdout)
+    # Control: nothing raced, and the dump is removed.
+    result = pytest_run(
+      project(
+        **{"pytest.ini": "[pytest]\naddopts = -n 2\n", "test_c.py": FIXED}
+      ),
+      ENTANGLE_JAX_RACES="fail",
+    )
+    self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+    self.assertIn("0 with races, 0 pairs.", result.stdout)
+    self.assertNotIn("The dump is kept", result.stdout)
 
   def test_report_leaves_the_compilation_cache_as_the_run_sets_it(self):
     def uses_cache() -> pathlib.Path:
@@ -239,8 +291,18 @@ class PluginTest(absltest.TestCase):
     result = pytest_run(
       project(**{"test_racy.py": RACY}), "--entangle-races=report"
     )
-    (kept,) = re.findall(r"The dump is kept at (\S+)\.$", result.stdout, re.M)
-    self.assertTrue(pathlib.Path(kept).is_dir())
+    (kept,) = re.findall(
+      r"The dump is kept at (\S+) \((\d+) file\(s\), ([\d.]+ [kM]B)\)",
+      result.stdout,
+    )
+    # Only the racing module's files (all share its module_NNNN. prefix).
+    prefixes = {
+      re.match(r"module_\d+\.", p.name).group(0)
+      for p in pathlib.Path(kept[0]).iterdir()
+    }
+    self.assertEqual(len(prefixes), 1, result.stdout)
+    files = [p for p in pathlib.Path(kept[0]).rglob("*") if p.is_file()]
+    self.assertEqual(int(kept[1]), len(files), result.stdout)
     result = pytest_run(
       project(**{"test_fixed.py": FIXED}), "--entangle-races=fail"
     )
@@ -297,7 +359,7 @@ class PluginTest(absltest.TestCase):
     if "left no module to check" in again.stdout:
       # Not seen, so not passed either.
       self.assertIn("not proven free of races", again.stdout)
-      self.assertIn("The run fails.", again.stdout)
+      self.assertIn("The run fails (--entangle-races=fail).", again.stdout)
       # Nothing else went wrong: the dump itself worked.
       self.assertNotIn("dumped none", again.stdout)
       self.assertEqual(again.returncode, 1, again.stdout)

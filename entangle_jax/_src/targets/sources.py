@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import os
+import pathlib
 
 from entangle_jax._src.targets import (
   example_store,
@@ -82,8 +83,18 @@ def current(start: str | os.PathLike[str] | None = None) -> Declarations:
     ValueError, TypeError: the table, or a published declaration, is not
       valid (the message names the file or the entry point).
   """
+  return of_pyproject(table.find_pyproject(start))
+
+
+def of_pyproject(path: pathlib.Path | None) -> Declarations:
+  """The declarations in effect with the ``[tool.entangle-jax]`` table of
+  the file at `path` (found by `current`, or named by the user; None:
+  no table), then code, then entry points.
+
+  Raises:
+    ValueError, TypeError: as `current`.
+  """
   parts = []
-  path = table.find_pyproject(start)
   project = None
   if path is not None:
     project = table.project(str(path), path.stat().st_mtime)

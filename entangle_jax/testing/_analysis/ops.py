@@ -160,3 +160,7 @@ class Race(tuple[str, str]):
     race.second = second
     race.across_devices = across_devices
     return race
+
+  def __getnewargs_ex__(self) -> tuple[tuple[Op, Op], dict[str, bool]]:
+    # Pickled whole (a pytest-xdist worker hands its results over so).
+    return (self.first, self.second), {"across_devices": self.across_devices}

@@ -4,7 +4,10 @@ modules, as a command.
 PATH is an XLA dump directory (``XLA_FLAGS="--xla_dump_to=DIR
 --xla_dump_hlo_as_text"``) or a module's text file. Every optimized module
 (``*after_optimizations.txt``) is checked with ``races``, the project's
-declarations applied (`entangle_jax.testing.declarations_in_effect`), and
+declarations applied (`entangle_jax.testing.declarations_in_effect`: the
+``[tool.entangle-jax]`` table of the nearest ``pyproject.toml`` from the
+working directory, or of the one ``--project PATH`` names; the answer
+says which it read, or that it found none), and
 the findings are written as text (the default), JSON (``--format json``,
 or ``--json``) or GitHub workflow-command annotations (``--format
 github``). Exit status, as ruff and mypy use it: 0 when no module races, 1
@@ -16,10 +19,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import pathlib
 import sys
 from collections.abc import Sequence
 from typing import TextIO
 
+from entangle_jax._src.targets import sources, table
+from entangle_jax._src.targets.declaration import Declarations
 from entangle_jax.testing._report import github, race_json, race_text
 from entangle_jax.testing._report.findings import Run
 from entangle_jax.testing._ways_in.module_files import CannotAnswer, check
@@ -49,11 +56,64 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
   parser.add_argument(
     "--all", action="store_true", help="show every pair, not five per cause"
   )
+  parser.add_argument(
+    "--project",
+    metavar="PATH",
+    help="read the declarations of this pyproject.toml (or of the one in "
+    "this directory) rather than of the nearest one from the working "
+    "directory",
+  )
   args = parser.parse_args(argv)
   if args.json and args.format not in (None, "json"):
     parser.error(f"--json and --format {args.format} ask for two formats")
   args.format = "json" if args.json else args.format or "text"
   return args
+
+
+def _declarations(project: str | None) -> tuple[Declarations, str, str | None]:
+  """The declarations to apply, the sentence that says where they came
+  from, and the pyproject.toml read (None when none).
+
+  Raises:
+    CannotAnswer: `project` names no pyproject.toml with a table, or the
+      table is not valid.
+  """
+  if project is None:
+    here = pathlib.Path(os.getcwd()).resolve()
+    try:
+      found = table.find_pyproject(here)
+    except ValueError as error:
+      raise CannotAnswer(str(error)) from None
+    if found is None:
+      said = (
+        f"Declarations: no pyproject.toml with a [tool.entangle-jax] table "
+        f"found from {here} (give one with --project); only those of "
+        "installed packages and built in applied."
+      )
+    else:
+      said = f"Declarations read from {found.resolve()}."
+  else:
+    given = pathlib.Path(project)
+    found = given / "pyproject.toml" if given.is_dir() else given
+    if not found.is_file():
+      raise CannotAnswer(
+        f"--project {project}: no such file (give a pyproject.toml or its "
+        "directory)"
+      )
+    try:
+      has_table = table.find_pyproject(found.parent) == found.resolve()
+    except ValueError as error:
+      raise CannotAnswer(str(error)) from None
+    if not has_table:
+      raise CannotAnswer(
+        f"--project {project}: {found} has no [tool.entangle-jax] table"
+      )
+    said = f"Declarations read from {found.resolve()} (--project)."
+  try:
+    declarations = sources.of_pyproject(found.resolve() if found else None)
+  except (ValueError, TypeError) as error:
+    raise CannotAnswer(str(error)) from None
+  return declarations, said, str(found.resolve()) if found else None
 
 
 def main(
@@ -73,7 +133,8 @@ def main(
     print(f"error: {reason}", file=err)
     return 2
   try:
-    results = check(args.paths, progress=err)
+    declarations, said, pyproject = _declarations(args.project)
+    results = check(args.paths, progress=err, declarations=declarations)
   except CannotAnswer as error:
     if args.format == "json":
       json.dump({"status": 2, "error": str(error)}, out)
@@ -83,13 +144,17 @@ def main(
   run = Run(results)
   status = 1 if run.racing else 0
   if args.format == "json":
-    json.dump(race_json.as_json(run, status), out, indent=1)
+    answer = race_json.as_json(run, status)
+    answer["declarations"] = {"pyproject": pyproject, "said": said}
+    json.dump(answer, out, indent=1)
     print(file=out)
   elif args.format == "github":
     for line in github.annotations(run):
       print(line, file=out)
     print(race_text.summary(run), file=err)
+    print(said, file=err)
   else:
     shown = None if args.all else race_text.SHOWN_PER_GROUP
+    print(said, file=out)
     print(race_text.render(run, shown), file=out)
   return status

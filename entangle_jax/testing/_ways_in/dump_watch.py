@@ -15,12 +15,14 @@ import os
 import pathlib
 import re
 import shlex
+import shutil
 import tempfile
 
 from entangle_jax.testing._report.findings import Coverage, ModuleResult, Run
 from entangle_jax.testing._ways_in import module_files
 
 _DUMP_FLAG = re.compile(r"--xla_dump_to=(\S+)")
+_MODULE_PREFIX = re.compile(r"module_\d+\.")
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 """The duration JAX records for each module it hands to XLA: compiled, or
 loaded from the persistent cache (which also records a cache hit)."""
@@ -51,25 +53,52 @@ def _listen() -> None:
   _listening = True
 
 
+def module_prefix(path: pathlib.Path) -> tuple[pathlib.Path, str]:
+  """The folder of a module's file and the prefix all its files share
+  (``module_0007.``; the whole name when it has none)."""
+  found = _MODULE_PREFIX.match(path.name)
+  return path.parent, found.group(0) if found else path.name
+
+
+def size(folder: pathlib.Path) -> tuple[int, int]:
+  """The number of files under `folder`, and their bytes."""
+  files = [p for p in folder.rglob("*") if p.is_file()]
+  return len(files), sum(p.stat().st_size for p in files)
+
+
 def requested_dump() -> pathlib.Path | None:
   """The directory ``XLA_FLAGS`` asks XLA to dump to, if any."""
   found = _DUMP_FLAG.findall(os.environ.get("XLA_FLAGS", ""))
   return pathlib.Path(found[-1]) if found else None
 
 
-def request_dump(prefix: str = "entangle-races-") -> pathlib.Path:
+def new_dump(prefix: str = "entangle-races-") -> pathlib.Path:
+  """A new directory for a dump: below Bazel's
+  ``TEST_UNDECLARED_OUTPUTS_DIR`` under ``bazel test``, so that it stays
+  with the test's outputs, else a temporary one."""
+  parent = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR") or None
+  return pathlib.Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+
+
+def request_dump(
+  prefix: str = "entangle-races-", into: pathlib.Path | None = None
+) -> pathlib.Path:
   """Makes XLA dump every optimized module as text; returns where.
 
-  A dump ``XLA_FLAGS`` already asks for is kept (text added if it lacks
-  it); otherwise a new directory goes in: below Bazel's
-  ``TEST_UNDECLARED_OUTPUTS_DIR`` under ``bazel test``, so that it stays
-  with the test's outputs, else a temporary one.
+  With `into`, there (any dump ``XLA_FLAGS`` asked for is replaced: a
+  pytest-xdist worker's dump of its own). Otherwise a dump ``XLA_FLAGS``
+  already asks for is kept (text added if it lacks it), else a new
+  directory goes in (`new_dump`).
   """
   flags = os.environ.get("XLA_FLAGS", "")
   dump = requested_dump()
-  if dump is None:
-    parent = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR") or None
-    dump = pathlib.Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+  if into is not None:
+    into.mkdir(parents=True, exist_ok=True)
+    flags = _DUMP_FLAG.sub("", flags)
+    dump = into
+    flags = f"{flags} --xla_dump_to={shlex.quote(str(dump))}"
+  elif dump is None:
+    dump = new_dump(prefix)
     flags = f"{flags} --xla_dump_to={shlex.quote(str(dump))}"
   if "--xla_dump_hlo_as_text" not in flags:
     flags += " --xla_dump_hlo_as_text"
@@ -83,11 +112,15 @@ class DumpWatch:
   Attributes:
     dump: the directory.
     results: `ModuleResult` of every module checked so far.
+    prune: whether the files of a module checked free of races are deleted
+      once checked (all of one module's files share its ``module_NNNN.``
+      prefix): what stays is what raced, or what could not be checked.
   """
 
-  def __init__(self, dump: pathlib.Path):
+  def __init__(self, dump: pathlib.Path, prune: bool = False):
     _listen()
     self.dump = dump
+    self.prune = prune
     self._seen = set(self._files())
     self._start = dict(_counts)
     self.results: list[ModuleResult] = []
@@ -107,7 +140,33 @@ class DumpWatch:
       return []
     results = module_files.check([str(p) for p in found])
     self.results += results
+    self.finish()
     return results
+
+  def _delete(self, prefixes: set[tuple[pathlib.Path, str]]) -> None:
+    """Deletes the files of the modules `prefixes` name (each a folder and
+    a ``module_NNNN.`` prefix)."""
+    for folder in {f for f, _ in prefixes}:
+      names = {p for f, p in prefixes if f == folder}
+      for path in folder.iterdir():
+        prefix = _MODULE_PREFIX.match(path.name)
+        if prefix and prefix.group(0) in names:
+          if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+          else:
+            path.unlink(missing_ok=True)
+
+  def finish(self) -> None:
+    """Deletes the files of the modules checked free of races (a pruning
+    watch's step after each check, and its last, for the files XLA wrote
+    after the check); never one a racing module shares its prefix with."""
+    if not self.prune or not self.dump.is_dir():
+      return
+    racing = {
+      module_prefix(pathlib.Path(r.path)) for r in self.results if r.races
+    }
+    clean = {module_prefix(pathlib.Path(r.path)) for r in self.results}
+    self._delete(clean - racing)
 
   def compiles(self) -> int:
     """Modules JAX handed to XLA since the watch began, cache hits

@@ -25,11 +25,20 @@ hit that left no module is reported as not checked, never as free of
 races, and fails a ``fail`` run. When the backend started before the
 plugin could set the dump flag (jax used by another plugin), or a
 ``conftest.py`` replaced ``XLA_FLAGS`` instead of adding to it, nothing can
-be seen: the run says so, and a ``fail`` run fails. pytest-xdist (``-n``)
-is refused: its workers would share one dump and each check the others'
-modules. The dump directory the plugin made is removed at the end when
-nothing raced and every compile was checked; otherwise it is kept, and the
-summary names it.
+be seen: the run says so, and a ``fail`` run fails.
+
+Under pytest-xdist (``-n``) each worker dumps to a folder of its own (its
+``PYTEST_XDIST_WORKER`` name below the run's dump) and checks the modules
+its tests compile, so ``fail`` fails the test in its worker; each worker
+hands its results to the controller (``workeroutput``), which prints the
+one summary of the run.
+
+In a dump directory the plugin made, the files of a module checked free
+of races are deleted once checked: what stays is what raced or could not
+be checked. The directory is removed at the end when nothing raced and
+every compile was checked; otherwise it is kept, and the summary names it
+and its size. A dump ``XLA_FLAGS`` asked for is the user's: nothing in it
+is deleted.
 
 pytest loads the plugin through the package's ``pytest11`` entry point
 (every wheel has it, the Bazel-built one too); where the package is not
@@ -39,6 +48,8 @@ installed (Bazel's runfiles), pass ``-p entangle_jax.testing.pytest_plugin``.
 from __future__ import annotations
 
 import os
+import pathlib
+import pickle
 import shutil
 from typing import TYPE_CHECKING
 
@@ -52,6 +63,10 @@ if TYPE_CHECKING:
 MODES = ("fail", "report")
 ENV = "ENTANGLE_JAX_RACES"  # The same as `_race_check.ENV`.
 EXPECTED = "entangle_races_expected"
+BASE_ENV = "ENTANGLE_JAX_RACES_XDIST_DUMP"
+"""Set by an xdist controller for its workers: the run's dump, below which
+each worker dumps to a folder of its own."""
+OUTPUT = "entangle_races"  # The key of a worker's `workeroutput`.
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -69,39 +84,55 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 class _State:
-  """The mode, the dump being watched, and the racing modules compiled
-  outside any test's call."""
+  """The mode, what switched it on, the dump being watched (none on an
+  xdist controller), and the racing modules compiled outside any test's
+  call."""
 
-  def __init__(self, mode: str, watch: _dump_watch.DumpWatch, owned: bool):
+  def __init__(
+    self,
+    mode: str,
+    source: str,
+    watch: _dump_watch.DumpWatch | None,
+    dump: pathlib.Path,
+    owned: bool,
+  ):
     self.mode = mode
+    self.source = source  # "--entangle-races=fail" or "ENTANGLE_JAX_RACES=…"
     self.watch = watch
+    self.dump = dump  # The run's dump (an xdist worker's is below it).
     self.owned = owned  # A dump directory of its own, removed at the end.
     self.unattributed: list = []
     self.expected: list = []  # Racing modules of tests marked EXPECTED.
     self.failed: list = []  # Racing modules that failed their test.
+    # On an xdist controller: what the workers sent.
+    self.results: list = []
+    self.coverages: list = []
+    self.lost: list[str] = []  # Workers that sent nothing.
 
 
 _KEY = pytest.StashKey[_State]()
 
 
-def _mode(config: pytest.Config) -> str | None:
+def _mode(config: pytest.Config) -> tuple[str, str] | None:
+  """The mode and what asked for it (the option or the variable)."""
   mode = config.known_args_namespace.entangle_races
-  if mode is None:
-    mode = os.environ.get(ENV) or None
-    if mode == "off":
-      return None
-    if mode is not None and mode not in MODES:
-      raise pytest.UsageError(
-        f"${ENV} must be one of fail, report, off, not {mode!r}"
-      )
-  return mode
+  if mode is not None:
+    return mode, f"--entangle-races={mode}"
+  mode = os.environ.get(ENV) or None
+  if mode is None or mode == "off":
+    return None
+  if mode not in MODES:
+    raise pytest.UsageError(
+      f"${ENV} must be one of fail, report, off, not {mode!r}"
+    )
+  return mode, f"{ENV}={mode}"
 
 
-def _distributed(config: pytest.Config) -> bool:
-  """Whether pytest-xdist runs this session's tests in workers (this is
-  the controller, or one of the workers)."""
+def _controller(config: pytest.Config) -> bool:
+  """Whether this is the controller of a pytest-xdist run (its workers run
+  the tests)."""
   if os.environ.get("PYTEST_XDIST_WORKER"):
-    return True
+    return False
   workers = getattr(config.known_args_namespace, "numprocesses", None)
   dist = getattr(config.known_args_namespace, "dist", "no")
   return bool(workers) or dist not in (None, "no")
@@ -109,16 +140,10 @@ def _distributed(config: pytest.Config) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config, parser, args) -> None:
-  mode = _mode(early_config)
-  if mode is None:
+  asked = _mode(early_config)
+  if asked is None:
     return
-  if _distributed(early_config):
-    raise pytest.UsageError(
-      "--entangle-races does not work with pytest-xdist (-n): its workers "
-      "would share one dump and check each other's modules. Run without "
-      '-n, or dump (XLA_FLAGS="--xla_dump_to=DIR --xla_dump_hlo_as_text") '
-      "and run python -m entangle_jax.testing DIR."
-    )
+  mode, source = asked
   # Before any conftest imports jax and compiles: XLA reads its flags
   # once, and JAX reads this variable when imported. Only `fail` switches
   # the cache off: `report` changes no outcome (a test may use the cache).
@@ -126,9 +151,27 @@ def pytest_load_initial_conftests(early_config, parser, args) -> None:
     os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
   from entangle_jax.testing._ways_in import dump_watch as _dump_watch
 
-  owned = _dump_watch.requested_dump() is None
-  watch = _dump_watch.DumpWatch(_dump_watch.request_dump())
-  early_config.stash[_KEY] = _State(mode, watch, owned)
+  worker = os.environ.get("PYTEST_XDIST_WORKER")
+  requested = _dump_watch.requested_dump()
+  if _controller(early_config):
+    # The workers (started later, with this environment) dump below it;
+    # the controller compiles no test's module and watches nothing.
+    dump = requested or _dump_watch.new_dump()
+    os.environ[BASE_ENV] = str(dump)
+    state = _State(mode, source, None, dump, owned=requested is None)
+  elif worker:
+    base = os.environ.get(BASE_ENV)
+    dump = pathlib.Path(base) if base else requested or _dump_watch.new_dump()
+    mine = _dump_watch.request_dump(into=dump / worker)
+    watch = _dump_watch.DumpWatch(mine, prune=requested is None)
+    # The controller removes or keeps the run's dump.
+    state = _State(mode, source, watch, dump, owned=False)
+  else:
+    dump = _dump_watch.request_dump()
+    owned = requested is None
+    watch = _dump_watch.DumpWatch(dump, prune=owned)
+    state = _State(mode, source, watch, dump, owned)
+  early_config.stash[_KEY] = state
 
 
 def _state(config: pytest.Config) -> _State | None:
@@ -145,7 +188,7 @@ def pytest_configure(config: pytest.Config) -> None:
   state = _state(config)
   if state is None:
     return
-  if state.mode == "fail":
+  if state.mode == "fail" and state.watch is not None:
     import jax
 
     jax.config.update("jax_enable_compilation_cache", False)
@@ -155,7 +198,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_runtest_makereport(item: pytest.Item, call):
   outcome = yield
   state = _state(item.config)
-  if state is None:
+  if state is None or state.watch is None:
     return
   if call.when == "setup":
     # Compiled before this test's call (collection, conftest, fixtures):
@@ -173,19 +216,24 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     result.test = item.nodeid  # Named wherever the module is reported.
   report = outcome.get_result()
   text = "\n".join(race_text.module_report(r) for r in racy)
+  on = f"({state.source})"
   if item.get_closest_marker(EXPECTED) is not None:
     state.expected += racy
-    report.sections.append(("entangle-jax races (expected)", text))
+    report.sections.append((f"entangle-jax races (expected) {on}", text))
     return
   if state.mode == "fail" and report.passed:
     report.outcome = "failed"
-    report.longrepr = f"the modules this test compiled race:\n{text}"
+    # pytest's one-line summary shows the first line: kept short.
+    report.longrepr = (
+      "the modules this test compiled race:\n"
+      f"(the race check, switched on by {state.source})\n{text}"
+    )
     state.failed += racy  # Shown with the failure: not again at the end.
   elif state.mode == "fail" and report.failed:
     # It failed on its own too: the race check's report goes with that
     # failure, once, saying that the check fails the test as well.
     report.sections.append(
-      ("entangle-jax races (the race check fails this test too)", text)
+      (f"entangle-jax races (the race check fails this test too) {on}", text)
     )
     # pytest's FAILED line shows the crash's message: say it there too.
     crash = getattr(report.longrepr, "reprcrash", None)
@@ -193,7 +241,7 @@ def pytest_runtest_makereport(item: pytest.Item, call):
       crash.message += " (and the race check: the modules it compiled race)"
     state.failed += racy
   else:
-    report.sections.append(("entangle-jax races", text))
+    report.sections.append((f"entangle-jax races {on}", text))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
@@ -201,21 +249,79 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
   if state is None:
     return
   watch = state.watch
-  state.unattributed += [r for r in watch.new_results() if r.races]
-  unproven = state.unattributed or watch.incomplete()
+  if watch is not None:
+    state.unattributed += [r for r in watch.new_results() if r.races]
+    watch.finish()
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # An xdist worker: to the controller.
+      workeroutput[OUTPUT] = pickle.dumps(
+        {
+          "results": watch.results,
+          "coverage": watch.coverage(),
+          "unattributed": state.unattributed,
+          "expected": state.expected,
+          "failed": state.failed,
+        }
+      )
+  run = _run(state)
+  unproven = state.unattributed or run.coverage.incomplete or state.lost
   if unproven and state.mode == "fail" and session.exitstatus == 0:
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
-  state = _state(config)
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+  """An xdist worker is done: the controller takes its results."""
+  state = _state(node.config)
   if state is None:
     return
-  from entangle_jax.testing._report import race_text
+  sent = getattr(node, "workeroutput", {}).get(OUTPUT)
+  if sent is None:
+    state.lost.append(node.gateway.id)
+    return
+  got = pickle.loads(sent)
+  state.results += got["results"]
+  state.coverages.append(got["coverage"])
+  state.expected += got["expected"]
+  state.failed += got["failed"]
+  # Each worker compiles what conftests and collection compile: one
+  # racing module of them per file name, as a run without -n has.
+  named = {(pathlib.Path(r.path).name, r.module) for r in state.unattributed}
+  for result in got["unattributed"]:
+    if (pathlib.Path(result.path).name, result.module) not in named:
+      state.unattributed.append(result)
+    else:
+      state.results.remove(result)
 
-  run = state.watch.run()
+
+def _run(state: _State):
+  """The run so far: the watch's, or on an xdist controller the workers'
+  together."""
+  from entangle_jax.testing._report.findings import Coverage, Run
+
+  if state.watch is not None:
+    return state.watch.run()
+  coverages = state.coverages
+  blind = any(c.blind for c in coverages)
+  coverage = Coverage(
+    blind=blind,
+    replaced=any(c.replaced for c in coverages),
+    cache_hits=sum(c.cache_hits for c in coverages),
+    unchecked=sum(c.unchecked for c in coverages),
+  )
+  return Run(state.results, coverage)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+  state = _state(config)
+  if state is None or hasattr(config, "workeroutput"):
+    return
+  from entangle_jax.testing._report import race_text
+  from entangle_jax.testing._ways_in import dump_watch as _dump_watch
+
+  run = _run(state)
   write = terminalreporter.write_line
-  terminalreporter.section("entangle-jax race check")
+  terminalreporter.section(f"entangle-jax race check ({state.source})")
   shown = {id(r) for r in state.expected + state.failed}
   unshown = [r for r in run.results if id(r) not in shown]
   for report in race_text.module_reports(unshown):
@@ -231,20 +337,35 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
       f"{EXPECTED} (controls that race on purpose): reported with those "
       "tests, not failures."
     )
-  fails = " The run fails." if state.mode == "fail" else ""
+  fails = f" The run fails ({state.source})." if state.mode == "fail" else ""
   if state.unattributed:
     write(
       f"{len(state.unattributed)} module(s) compiled outside any test's "
       f"call (collection, conftest, fixtures) race.{fails}"
     )
+  for worker in state.lost:
+    write(
+      f"pytest-xdist worker {worker} sent no results (it crashed or was "
+      "stopped): the modules its tests compiled are not checked."
+    )
   for note in race_text.run_notes(run):
     write(note)
-  if run.coverage.incomplete:
+  incomplete = run.coverage.incomplete or state.lost
+  if incomplete:
     write(f"Not every compile was checked.{fails}")
   write(race_text.summary(run))
   if not state.owned:
     return
-  if run.racing or run.coverage.incomplete:
-    write(f"The dump is kept at {state.watch.dump}.")
+  if run.racing or incomplete:
+    files, size = _dump_watch.size(state.dump)
+    write(
+      f"The dump is kept at {state.dump} ({files} file(s), "
+      f"{_megabytes(size)}): only the files of modules that raced or could "
+      "not be checked."
+    )
   else:
-    shutil.rmtree(state.watch.dump, ignore_errors=True)
+    shutil.rmtree(state.dump, ignore_errors=True)
+
+
+def _megabytes(size: int) -> str:
+  return f"{size / 1e6:.1f} MB" if size >= 100_000 else f"{size / 1e3:.1f} kB"
