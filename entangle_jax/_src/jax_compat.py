@@ -18,6 +18,14 @@ Experimental (``jax.experimental``), for Taylor-mode AD
 
 * `jet_rules`: the rule table of ``jax.experimental.jet``.
 
+For `entangle_jax.in_program_order` (`entangle_jax._src.program_order`),
+which evaluates a jaxpr again equation by equation:
+
+* `bind_equation` and `equation_subfuns`: ``Primitive.get_bind_params``,
+  which returns ``(subfuns, params)`` up to jax 0.7 and, later, the
+  params alone, with the subfuns under the key ``"subfuns"`` where the
+  primitive has any.
+
 Public extension API that the primitive is built on and that this module
 does not wrap: ``jax.extend.core.Primitive``, ``jax.interpreters.ad``,
 ``jax.interpreters.batching``, ``jax.interpreters.mlir``, ``jax.ffi``.
@@ -33,3 +41,30 @@ register_custom_call_partitioner = _xla_client.register_custom_call_partitioner
 HloSharding = _xla_client.HloSharding
 register_plugin_callbacks = _xla_bridge.register_plugin_callbacks
 jet_rules = _jet.jet_rules
+
+
+def _bind_params(eqn) -> tuple[list, dict, bool]:
+  """``(subfuns, params, subfuns_in_params)`` for re-binding `eqn`."""
+  got = eqn.primitive.get_bind_params(eqn.params)
+  if isinstance(got, tuple):
+    subfuns, params = got
+    return list(subfuns), dict(params), False
+  params = dict(got)
+  return list(params.get("subfuns", ())), params, True
+
+
+def equation_subfuns(eqn) -> list:
+  """The functions a higher-order equation binds with (a custom_vjp call's
+  ``(fun, fwd, bwd)``), as ``lu.WrappedFun`` objects."""
+  return _bind_params(eqn)[0]
+
+
+def bind_equation(eqn, args):
+  """Binds `eqn`'s primitive to `args` with `eqn`'s params, as
+  ``jax.core.eval_jaxpr`` does; returns its outputs as a list."""
+  subfuns, params, in_params = _bind_params(eqn)
+  if in_params:
+    outs = eqn.primitive.bind(*args, **params)
+  else:
+    outs = eqn.primitive.bind(*subfuns, *args, **params)
+  return list(outs) if eqn.primitive.multiple_results else [outs]

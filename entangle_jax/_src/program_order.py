@@ -1,0 +1,964 @@
+"""`in_program_order(f)`: every native call of `f` ordered as the program made
+it, by `entangle` edges added to `f`'s traced program.
+
+`f` is traced to a jaxpr, which is evaluated again equation by equation. Before
+a native call (an ``ffi_call``, a host callback) is bound, its object operand
+is entangled with the results of the earlier calls it conflicts with: a read
+after earlier writes of an object it may touch, a write after earlier reads
+and writes of one. What a target touches is what its declaration says
+(`entangle_jax._src.targets`); a target nothing declares may touch anything.
+Edges that data already implies (the call's operands depend on the earlier
+call's result) are left out, and one ``entangle`` takes all of a call's
+witnesses.
+
+Sub-programs are transformed too: ``jit`` is inlined; ``scan``,
+``while_loop`` and ``cond`` are rebuilt with their public functions, loops
+ordering one iteration's calls after the previous one's (through their
+carries where data already does, else through one int32 order value in the
+carry); ``checkpoint``, ``custom_jvp`` and ``custom_vjp`` (its backward pass
+too) are rebuilt around transformed functions. Any other primitive with a
+native call inside raises.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.extend import core as jex_core
+
+from entangle_jax._src import arrays, jax_compat, primitive
+from entangle_jax._src.entangle import entangle
+from entangle_jax._src.targets import names, sources
+from entangle_jax._src.targets.declaration import Declarations
+from entangle_jax._src.targets.library_kernels import is_library_target
+
+_HOST_CALLBACKS = ("io_callback", "debug_callback", "pure_callback")
+_LOOPS = ("scan", "while")
+_CALLS = ("pjit", "jit", "closed_call", "core_call")
+_REMAT = ("checkpoint", "remat", "remat2")
+
+
+def in_program_order(f: Callable[..., Any]) -> Callable[..., Any]:
+  """Returns `f` with every native call on one object in program order.
+
+  ``jax.jit(in_program_order(step))`` computes what ``jax.jit(step)``
+  computes, but its native calls (``jax.ffi.ffi_call``, ``io_callback``,
+  ``jax.debug.callback``, ``pure_callback``) run in the order in which the
+  Python program made them, as far as they may touch one object:
+
+  * a read runs after every earlier write of an object it may touch;
+  * a write runs after every earlier read and write of such an object;
+  * reads between the same two writes stay free to run concurrently.
+
+  What a call touches is what its target's declaration says
+  (``declare_target``, ``[tool.entangle-jax]``, ...): its mode and its object
+  operand. A target nothing declares is taken to write anything: it is
+  ordered against every other native call. Calls proven to touch different
+  objects (different integer constants, or values a declared
+  ``returns_object`` result hands back for them) are not ordered. JAX's,
+  jaxlib's and XLA's own kernels are left alone.
+
+  The order is made of `entangle` calls on each later call's object operand
+  (operand 0 when none is declared), so it costs what ``entangle`` costs:
+  none where data already orders two calls, one per call otherwise. Inside a
+  ``scan`` or ``while_loop`` body, calls are ordered after the previous
+  iteration's too: through the carry where it already does, else through
+  one more int32 value in the carry.
+
+  Works under ``jit``, eagerly, under ``jax.disable_jit()`` (where calls
+  already run one by one: `f` runs as it is), with ``vmap``, ``grad`` and
+  ``jax.export``. Array arguments (leaves of pytrees) are traced; other
+  leaves are passed to `f` as static values.
+
+  Raises (when the returned function is called):
+    NotImplementedError: `f` has a native call inside a higher-order
+      primitive this transform does not know (the message names it), or a
+      native call with no operand to order.
+  Warns:
+    UserWarning: a native call that is not side-effecting may write, but
+      nothing uses its results, so XLA drops it (the message names its
+      target).
+  """
+  if not callable(f):
+    raise TypeError(f"in_program_order: f must be callable, not {f!r}")
+
+  @functools.wraps(f)
+  def ordered(*args, **kwargs):
+    if jax.config.jax_disable_jit:
+      return f(*args, **kwargs)
+    leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+    dynamic = [arrays.is_array(leaf) for leaf in leaves]
+    for leaf, path in zip(leaves, _paths((args, kwargs)), strict=True):
+      if not arrays.is_array(leaf) and _is_array_like(leaf):
+        raise TypeError(
+          f"in_program_order: argument {path} is an array of a type JAX "
+          f"does not trace ({type(leaf).__name__}); pass a JAX or NumPy "
+          "array of a supported dtype"
+        )
+    out_tree = []
+
+    def flat(*traced):
+      it = iter(traced)
+      full = [next(it) if d else leaf for leaf, d in zip(leaves, dynamic)]
+      a, k = jax.tree_util.tree_unflatten(treedef, full)
+      out = f(*a, **k)
+      out_leaves, out_def = jax.tree_util.tree_flatten(out)
+      out_tree.append(out_def)
+      return out_leaves
+
+    traced = [leaf for leaf, d in zip(leaves, dynamic) if d]
+    closed = jax.make_jaxpr(flat)(*traced)
+    ctx = _Context(sources.current())
+    outs = ctx.run(closed.jaxpr, closed.consts, traced)
+    ctx.warn_dropped(outs)
+    return jax.tree_util.tree_unflatten(out_tree[0], outs)
+
+  return ordered
+
+
+def _paths(tree: Any) -> list[str]:
+  (args, kwargs) = tree
+  found = []
+  for path, _ in jax.tree_util.tree_leaves_with_path(args):
+    found.append("args" + jax.tree_util.keystr(path))
+  for path, _ in jax.tree_util.tree_leaves_with_path(kwargs):
+    found.append("kwargs" + jax.tree_util.keystr(path))
+  return found
+
+
+def _is_array_like(leaf: Any) -> bool:
+  return isinstance(leaf, np.ndarray) or hasattr(leaf, "__jax_array__")
+
+
+# ----------------------------------------------------------------------------
+# What a call touches.
+
+
+@dataclasses.dataclass(frozen=True)
+class _Obj:
+  """The object a call touches: `consts` when its operand is a constant
+  (the integers it holds), else `key` (the id of its root value)."""
+
+  consts: frozenset | None = None
+  key: int | None = None
+
+  def distinct_from(self, other: _Obj) -> bool:
+    if self.consts is not None and other.consts is not None:
+      return not (self.consts & other.consts)
+    return False
+
+
+@dataclasses.dataclass(frozen=True)
+class _Part:
+  mode: str  # "read" or "write"
+  obj: _Obj | None  # None: anything
+  target: str
+
+
+@dataclasses.dataclass
+class _Access:
+  """A native call (or a summary of several, for a loop or a branch)."""
+
+  bit: int
+  parts: tuple[_Part, ...]
+  witnesses: list[Any]
+  deps: int  # The accesses this one is ordered after, itself included.
+  label: str
+  side_effect: bool = True
+  results: tuple[Any, ...] = ()
+
+
+def _conflicts(
+  a: Sequence[_Part], b: Sequence[_Part], decls: Declarations
+) -> bool:
+  return any(_part_conflict(x, y, decls) for x in a for y in b)
+
+
+def _part_conflict(x: _Part, y: _Part, decls: Declarations) -> bool:
+  if x.mode == "read" and y.mode == "read":
+    return False
+  if decls.safe(x.target, y.target) is not None:
+    return False
+  if x.obj is None or y.obj is None:
+    return True
+  return not x.obj.distinct_from(y.obj)
+
+
+_bits = itertools.count()
+
+
+def _new_bit() -> int:
+  return 1 << next(_bits)
+
+
+# ----------------------------------------------------------------------------
+# The interpreter.
+
+
+class _Context:
+  """One program's evaluation: the native calls made so far, and for each
+  value the calls it depends on and the object it names."""
+
+  def __init__(self, decls: Declarations, accesses: list[_Access] = ()):
+    self.decls = decls
+    self.accesses: list[_Access] = list(accesses)
+    self.own: list[_Access] = []  # Made in this context.
+    self.deps: dict[int, int] = {}
+    self.roots: dict[int, _Obj] = {}
+    self.used: set[int] = set()
+    self.keep: list[Any] = []
+
+  # Values ---------------------------------------------------------------
+
+  def dep(self, value: Any) -> int:
+    return self.deps.get(id(value), 0)
+
+  def set_dep(self, value: Any, bits: int) -> None:
+    if bits:
+      self.keep.append(value)
+      self.deps[id(value)] = self.deps.get(id(value), 0) | bits
+
+  def root(self, value: Any) -> _Obj:
+    found = self.roots.get(id(value))
+    if found is not None:
+      return found
+    consts = _constant_ints(value)
+    if consts is not None:
+      return _Obj(consts=consts)
+    self.keep.append(value)
+    return _Obj(key=id(value))
+
+  def set_root(self, value: Any, obj: _Obj) -> None:
+    self.keep.append(value)
+    self.roots[id(value)] = obj
+
+  # Evaluation -----------------------------------------------------------
+
+  def run(self, jaxpr, consts: Sequence[Any], args: Sequence[Any]) -> list:
+    env: dict[Any, Any] = {}
+
+    def read(atom):
+      if isinstance(atom, jex_core.Literal):
+        return atom.val
+      return env[atom]
+
+    for var, value in zip(jaxpr.constvars, consts, strict=True):
+      env[var] = value
+    for var, value in zip(jaxpr.invars, args, strict=True):
+      env[var] = value
+    for eqn in jaxpr.eqns:
+      invals = [read(atom) for atom in eqn.invars]
+      for value in invals:
+        self.used.add(id(value))
+      outs = self.eval_eqn(eqn, invals)
+      for var, value in zip(eqn.outvars, outs, strict=True):
+        if not isinstance(var, jex_core.DropVar):
+          env[var] = value
+    outs = [read(atom) for atom in jaxpr.outvars]
+    for value in outs:
+      self.used.add(id(value))
+    return outs
+
+  def eval_eqn(self, eqn, invals: list) -> list:
+    name = eqn.primitive.name
+    native = _native_call(eqn, self.decls)
+    if native is not None:
+      return self.native(eqn, invals, *native)
+    if name == primitive.entangle_p.name:
+      outs = self.bind(eqn, invals)
+      for value, out in zip(invals, outs):  # Payloads first.
+        self.set_root(out, self.root(value))
+      return outs
+    if not _has_native(eqn, self.decls):
+      return self.bind(eqn, invals)
+    if name in _CALLS:
+      closed = eqn.params.get("jaxpr", eqn.params.get("call_jaxpr"))
+      jaxpr, consts = _open(closed)
+      return self.run(jaxpr, consts, invals)
+    if name == "scan":
+      return self.scan(eqn, invals)
+    if name == "while":
+      return self.while_loop(eqn, invals)
+    if name == "cond":
+      return self.cond(eqn, invals)
+    if name in _REMAT:
+      return self.remat(eqn, invals)
+    if name == "custom_jvp_call":
+      return self.custom_jvp(eqn, invals)
+    if name == "custom_vjp_call":
+      return self.custom_vjp(eqn, invals)
+    raise NotImplementedError(
+      f"in_program_order: the higher-order primitive `{name}` holds a "
+      f"native call ({_first_native(eqn, self.decls)}), and in_program_order "
+      "cannot order calls inside it. Move the native call out of it, or "
+      "order it by hand with entangle_jax.entangle or Resource."
+    )
+
+  def bind(self, eqn, invals: list) -> list:
+    outs = jax_compat.bind_equation(eqn, invals)
+    bits = 0
+    for value in invals:
+      bits |= self.dep(value)
+    for out in outs:
+      self.set_dep(out, bits)
+    return outs
+
+  # Native calls ---------------------------------------------------------
+
+  def witnesses_for(self, parts, bits: int) -> tuple[list, int]:
+    """The values a call of `parts`, whose operands depend on the calls in
+    `bits`, must be entangled with; and the calls they stand for."""
+    needed = [
+      a
+      for a in self.accesses
+      if not (a.bit & bits) and _conflicts(a.parts, parts, self.decls)
+    ]
+    # Leave out a call that another needed call is already ordered after.
+    covered = 0
+    for a in needed:
+      covered |= a.deps & ~a.bit
+    kept = [a for a in needed if not (a.bit & covered)]
+    values, stood = [], 0
+    for a in kept:
+      values += a.witnesses
+      stood |= a.deps
+    return values, stood
+
+  def native(self, eqn, invals, target, parts, object_index, returns) -> list:
+    invals = list(invals)
+    bits = 0
+    for value in invals:
+      bits |= self.dep(value)
+    if object_index is not None:
+      obj = self.root(invals[object_index])
+      parts = tuple(dataclasses.replace(p, obj=obj) for p in parts)
+    values, stood = self.witnesses_for(parts, bits)
+    if values:
+      index = _orderable_operand(invals, object_index)
+      if index is None:
+        raise NotImplementedError(
+          f"in_program_order: the native call `{target}` has no operand with "
+          "elements to order it by, and must run after earlier calls. Give "
+          "it an operand (the handle or token it works on)."
+        )
+      original = invals[index]
+      invals[index] = entangle(original, *values)
+      self.set_root(invals[index], self.root(original))
+      bits |= stood
+    outs = self.bind(eqn, invals)
+    bit = _new_bit()
+    for out in outs:
+      self.set_dep(out, bit | bits)
+    if object_index is not None:
+      obj = self.root(invals[object_index])
+      for r in returns:
+        if r < len(outs):
+          self.set_root(outs[r], obj)
+    witnesses = [w for w in outs if _size(w) > 0][:1]
+    access = _Access(
+      bit,
+      parts,
+      witnesses,
+      bit | bits,
+      target,
+      side_effect=_side_effecting(eqn),
+      results=tuple(outs),
+    )
+    self.keep.extend(outs)
+    self.add(access)
+    return outs
+
+  def add(self, access: _Access) -> None:
+    self.accesses.append(access)
+    self.own.append(access)
+
+  def warn_dropped(self, outs: Sequence[Any]) -> None:
+    for value in outs:
+      self.used.add(id(value))
+    for a in self.own:
+      writes = any(p.mode == "write" for p in a.parts)
+      if writes and not a.side_effect:
+        if not any(id(r) in self.used for r in a.results):
+          warnings.warn(
+            f"in_program_order: the native call `{a.label}` may write, but "
+            "nothing uses its results and it is not side-effecting, so XLA "
+            "drops it. Use its result, or declare it has_side_effect=True.",
+            stacklevel=3,
+          )
+
+  # Summaries of sub-programs ---------------------------------------------
+
+  def summary(self, parts, witnesses, deps_in: int, label: str) -> _Access:
+    bit = _new_bit()
+    access = _Access(bit, tuple(parts), list(witnesses), bit | deps_in, label)
+    self.add(access)
+    return access
+
+  def child(self, accesses=None) -> _Context:
+    ctx = _Context(self.decls, self.accesses if accesses is None else accesses)
+    ctx.roots = dict(self.roots)
+    ctx.deps = dict(self.deps)
+    ctx.keep = self.keep
+    return ctx
+
+  def seed(self, child: _Context, inner: Sequence[Any], outer: Sequence[Any]):
+    """Inner values of a sub-program stand for `outer` ones."""
+    for i, o in zip(inner, outer, strict=True):
+      child.set_dep(i, self.dep(o))
+      child.set_root(i, self.root(o))
+
+  def sub_parts(self, jaxprs) -> tuple[_Part, ...]:
+    """What the native calls of `jaxprs` (and their sub-jaxprs) touch,
+    objects unknown: used to order a sub-program against the outside."""
+    parts = []
+    for jaxpr in jaxprs:
+      for eqn in _all_eqns(jaxpr):
+        found = _native_call(eqn, self.decls)
+        if found is not None:
+          for p in found[1]:
+            parts.append(_Part(p.mode, None, p.target))
+    return tuple(dict.fromkeys(parts))
+
+  def order_token(self, parts, bits: int = 0):
+    """An int32 value ordered after the earlier calls `parts` conflict
+    with."""
+    values, _ = self.witnesses_for(parts, bits)
+    token = jnp.zeros((), jnp.int32)
+    return entangle(token, *values) if values else token
+
+  def exported(self, ctx: _Context) -> list:
+    """Values that come after every call made in child `ctx`."""
+    covered = 0
+    for a in ctx.own:
+      covered |= a.deps & ~a.bit
+    values = []
+    for a in ctx.own:
+      if not (a.bit & covered):
+        values += a.witnesses
+    return values
+
+  # Control flow ---------------------------------------------------------
+
+  def cond(self, eqn, invals) -> list:
+    branches = eqn.params["branches"]
+    index, *ops = invals
+    parts = self.sub_parts([b.jaxpr for b in branches])
+
+    def branch_fn(closed):
+      def fn(*args):
+        ctx = self.child()
+        self.seed(ctx, args, ops)
+        jaxpr, consts = _open(closed)
+        outs = ctx.run(jaxpr, consts, list(args))
+        exported = self.exported(ctx)
+        token = jnp.zeros((), jnp.int32)
+        if exported:
+          token = entangle(token, *exported)
+        return outs, token
+
+      return fn
+
+    fns = [branch_fn(b) for b in branches]
+    if _is_bool(index):
+      outs, token = jax.lax.cond(index, fns[1], fns[0], *ops)
+    else:
+      outs, token = jax.lax.switch(index, fns, *ops)
+    return self.after_sub(parts, list(outs), token, invals, "cond")
+
+  def after_sub(self, parts, outs, token, invals, label) -> list:
+    bits = 0
+    for value in invals:
+      bits |= self.dep(value)
+    access = self.summary(parts, [token], bits, label)
+    for out in outs:
+      self.set_dep(out, bits)
+    self.set_dep(token, access.deps)
+    return outs
+
+  def remat(self, eqn, invals) -> list:
+    params = eqn.params
+    jaxpr = params["jaxpr"]
+    holder = {}
+
+    def fn(*args):
+      ctx = self.child()
+      self.seed(ctx, args, invals)
+      outs = ctx.run(jaxpr, (), list(args))
+      exported = self.exported(ctx)
+      holder["parts"] = tuple(p for a in ctx.own for p in a.parts)
+      token = jnp.zeros((), jnp.int32)
+      return outs, entangle(token, *exported) if exported else token
+
+    kwargs = {"prevent_cse": params.get("prevent_cse", True)}
+    if params.get("policy") is not None:
+      kwargs["policy"] = params["policy"]
+    outs, token = jax.checkpoint(fn, **kwargs)(*invals)
+    return self.after_sub(
+      holder.get("parts", ()), list(outs), token, invals, "checkpoint"
+    )
+
+  def scan(self, eqn, invals) -> list:
+    p = eqn.params
+    n_consts, n_carry = p["num_consts"], p["num_carry"]
+    consts = invals[:n_consts]
+    init = invals[n_consts : n_consts + n_carry]
+    xs = invals[n_consts + n_carry :]
+    jaxpr, jconsts = _open(p["jaxpr"])
+
+    def body(use_token):
+      def fn(carry, x):
+        if use_token:
+          carry, token = carry
+        ctx = self.loop_child(use_token and token)
+        self.seed(ctx, consts, consts)
+        outs = ctx.run(jaxpr, jconsts, [*consts, *carry, *x])
+        new_carry, ys = outs[:n_carry], outs[n_carry:]
+        if use_token:
+          return (new_carry, self.loop_token(ctx, token)), ys
+        return new_carry, ys
+
+      return fn
+
+    def run_loop(use_token, init_token=None):
+      carry = (init, init_token) if use_token else init
+      return jax.lax.scan(
+        body(use_token),
+        carry,
+        xs,
+        length=p["length"],
+        reverse=p["reverse"],
+        unroll=p.get("unroll", 1),
+      )
+
+    def analyse():
+      return self.loop_analysis(
+        lambda ctx, carry_in: ctx.run(
+          jaxpr,
+          jconsts,
+          [*consts, *carry_in, *[_placeholder_x(x) for x in xs]],
+        )[:n_carry],
+        init,
+        consts,
+      )
+
+    return self.loop(analyse, run_loop, invals, "scan", split=n_carry)
+
+  def while_loop(self, eqn, invals) -> list:
+    p = eqn.params
+    nc, nb = p["cond_nconsts"], p["body_nconsts"]
+    cconsts, bconsts, init = invals[:nc], invals[nc : nc + nb], invals[nc + nb :]
+    cjaxpr, cjconsts = _open(p["cond_jaxpr"])
+    bjaxpr, bjconsts = _open(p["body_jaxpr"])
+    cond_native = _has_native_jaxpr(cjaxpr, self.decls)
+
+    def run_loop(use_token, init_token=None):
+      def cond_fn(carry):
+        if use_token:
+          carry, token = carry
+        ctx = self.loop_child(use_token and token)
+        (pred,) = ctx.run(cjaxpr, cjconsts, [*cconsts, *carry])
+        return pred
+
+      def body_fn(carry):
+        if use_token:
+          carry, token = carry
+        ctx = self.loop_child(use_token and token)
+        outs = ctx.run(bjaxpr, bjconsts, [*bconsts, *carry])
+        if use_token:
+          return outs, self.loop_token(ctx, token)
+        return outs
+
+      carry = (list(init), init_token) if use_token else list(init)
+      out = jax.lax.while_loop(cond_fn, body_fn, carry)
+      return out, []
+
+    def analyse():
+      if cond_native:
+        return None  # Calls in the condition: order through the token.
+      return self.loop_analysis(
+        lambda ctx, carry_in: ctx.run(
+          bjaxpr, bjconsts, [*bconsts, *carry_in]
+        ),
+        init,
+        bconsts,
+      )
+
+    return self.loop(
+      analyse,
+      run_loop,
+      invals,
+      "while_loop",
+      split=len(init),
+      extra_jaxprs=[cjaxpr],
+    )
+
+  def loop_child(self, token) -> _Context:
+    if token is False or token is None:
+      return self.child(accesses=[])
+    bit = _new_bit()
+    prev = _Access(bit, (_Part("write", None, "previous"),), [token], bit, "")
+    ctx = self.child(accesses=[prev])
+    ctx.set_dep(token, bit)
+    return ctx
+
+  def loop_token(self, ctx: _Context, token):
+    exported = self.exported(ctx)
+    exported = [
+      w for w in exported if not (ctx.dep(w) == ctx.dep(token) and w is token)
+    ]
+    return entangle(token, *exported) if exported else token
+
+  def loop_analysis(self, run_body, init, consts):
+    """Traces the loop body once with no order value; returns its calls'
+    parts, and whether the carries alone order every iteration's calls
+    after the previous one's and after the calls before the loop."""
+    result = {}
+
+    def probe(*carry_in):
+      ctx = self.child(accesses=[])
+      self.seed(ctx, consts, consts)
+      carry_bits = []
+      for value in carry_in:
+        bit = _new_bit()
+        carry_bits.append(bit)
+        ctx.set_dep(value, bit)
+      carry_out = run_body(ctx, list(carry_in))
+      result["ctx"] = ctx
+      result["carry_bits"] = carry_bits
+      result["out_deps"] = [ctx.dep(v) for v in carry_out]
+      return [jnp.zeros((), jnp.int32)]
+
+    jax.make_jaxpr(probe)(*[_placeholder(v) for v in init])
+    ctx = result["ctx"]
+    own = ctx.own
+    parts = tuple(p for a in own for p in a.parts)
+    if not own:
+      return parts, True, []
+    carry_bits, out_deps = result["carry_bits"], result["out_deps"]
+    for j in own:
+      for a in own:
+        if not _conflicts(a.parts, j.parts, self.decls):
+          continue
+        if not any(
+          (j.deps & cb) and (od & a.bit)
+          for cb, od in zip(carry_bits, out_deps, strict=True)
+        ):
+          return parts, False, []
+      # Before the loop: through the consts, or an initial carry.
+      for p in self.accesses:
+        if not _conflicts(p.parts, j.parts, self.decls):
+          continue
+        if j.deps & p.bit:
+          continue
+        if not any(
+          (j.deps & cb) and (self.dep(v) & p.bit)
+          for cb, v in zip(carry_bits, init, strict=True)
+        ):
+          return parts, False, []
+    # After the loop: the carries must come after every call of the body.
+    whole = 0
+    for od in out_deps:
+      whole |= od
+    if any(not (a.bit & whole) for a in own):
+      return parts, False, []
+    carrying = [k for k, od in enumerate(out_deps) if od & ~_all(carry_bits)]
+    return parts, True, carrying
+
+  def loop(self, analyse, run_loop, invals, label, split, extra_jaxprs=()):
+    analysis = analyse()
+    if analysis is not None:
+      parts, trusted, carrying = analysis
+    else:
+      parts, trusted, carrying = (), False, []
+    if not trusted or analysis is None:
+      # Order through an int32 order value in the carry.
+      every = self.sub_parts(extra_jaxprs) + parts
+      init_token = self.order_token(every or _ANY)
+      carry, ys = run_loop(True, init_token)
+      carry, token = carry
+      outs = list(carry) + list(ys)
+      return self.after_sub(every or _ANY, outs, token, invals, label)
+    carry, ys = run_loop(False)
+    outs = list(carry) + list(ys)
+    bits = 0
+    for value in invals:
+      bits |= self.dep(value)
+    if parts:
+      witnesses = [carry[k] for k in carrying if _size(carry[k]) > 0]
+      access = self.summary(parts, witnesses, bits, label)
+      for k in carrying:
+        self.set_dep(carry[k], access.deps)
+    for out in outs:
+      self.set_dep(out, bits)
+    return outs
+
+  # Custom derivatives ---------------------------------------------------
+
+  def custom_jvp(self, eqn, invals) -> list:
+    params = eqn.params
+    closed = params["call_jaxpr"]
+    num_consts = params["num_consts"]
+    holder = {}
+
+    def primal_fn(*args):
+      ctx = self.child()
+      self.seed(ctx, args, invals)
+      jaxpr, consts = _open(closed)
+      outs = ctx.run(jaxpr, consts, list(args))
+      holder["parts"] = tuple(p for a in ctx.own for p in a.parts)
+      holder["ctx"] = ctx
+      return outs
+
+    def original(*args):
+      return jax_compat.bind_equation(eqn, args)
+
+    fn = jax.custom_jvp(lambda *args: primal_fn(*args))
+
+    @fn.defjvp
+    def _jvp(primals, tangents):
+      tangents = [
+        jnp.zeros_like(p) if type(t).__name__ == "SymbolicZero" else t
+        for p, t in zip(primals, tangents, strict=True)
+      ]
+      rule = jax.make_jaxpr(
+        lambda p, t: jax.jvp(original, tuple(p), tuple(t))
+      )(list(primals), list(tangents))
+      ctx = self.child()
+      outs = ctx.run(rule.jaxpr, rule.consts, [*primals, *tangents])
+      n = len(outs) // 2
+      return outs[:n], outs[n:]
+
+    del num_consts
+    outs = fn(*invals)
+    ctx = holder.get("ctx")
+    if ctx is not None:
+      self.absorb(ctx, outs, invals, "custom_jvp")
+    return list(outs)
+
+  def absorb(self, ctx: _Context, outs, invals, label) -> None:
+    """After a sub-program traced in place (its values are this trace's):
+    its calls become this context's."""
+    for a in ctx.own:
+      self.add(a)
+    self.deps.update(ctx.deps)
+    self.roots.update(ctx.roots)
+    del outs, invals, label
+
+  def custom_vjp(self, eqn, invals) -> list:
+    params = eqn.params
+    closed = params["call_jaxpr"]
+    num_consts = params["num_consts"]
+    _, fwd_fun, bwd_fun = jax_compat.equation_subfuns(eqn)
+    consts_in = invals[:num_consts]
+    n_args = len(invals) - num_consts
+    holder = {}
+
+    def run_primal(*args):
+      ctx = self.child()
+      self.seed(ctx, args, invals)
+      jaxpr, consts = _open(closed)
+      outs = ctx.run(jaxpr, consts, list(args))
+      holder["ctx"] = ctx
+      return outs, ctx
+
+    @jax.custom_vjp
+    def fn(*args):
+      return run_primal(*args)[0]
+
+    def fwd(*args):
+      def flat_fwd(*a):
+        interleaved = [x for v in a for x in (v, True)]
+        return fwd_fun.call_wrapped(*interleaved)
+
+      traced = jax.make_jaxpr(flat_fwd)(*args)
+      ctx = self.child()
+      self.seed(ctx, args, invals)
+      outs = ctx.run(traced.jaxpr, traced.consts, list(args))
+      holder["ctx"] = ctx
+      n_out = len(closed.jaxpr.outvars)
+      exported = self.exported(ctx)
+      token = jnp.zeros((), jnp.int32)
+      token = entangle(token, *exported) if exported else token
+      return outs[:n_out], (outs[n_out:], token)
+
+    def bwd(res, cts):
+      residuals, token = res
+
+      def flat_bwd(r, c):
+        got = bwd_fun.call_wrapped(*r, *c)
+        return [
+          _zeros_for(v, a)
+          for v, a in zip(got, [*consts_in, *invals[num_consts:]], strict=True)
+        ]
+
+      traced = jax.make_jaxpr(flat_bwd)(list(residuals), list(cts))
+      bit = _new_bit()
+      prev = _Access(bit, _ANY, [token], bit, "forward pass")
+      ctx = self.child(accesses=[prev])
+      ctx.set_dep(token, bit)
+      outs = ctx.run(traced.jaxpr, traced.consts, [*residuals, *cts])
+      dropped = [a.label for a in ctx.own if not a.side_effect]
+      del dropped
+      return tuple(outs)
+
+    fn.defvjp(fwd, bwd)
+    del n_args
+    outs = fn(*invals)
+    ctx = holder.get("ctx")
+    if ctx is not None and not isinstance(outs, jax.core.Tracer | jax.Array):
+      pass
+    if ctx is not None:
+      self.absorb(ctx, outs, invals, "custom_vjp")
+    return list(outs)
+
+
+_ANY = (_Part("write", None, "any"),)
+
+
+def _all(bits: Sequence[int]) -> int:
+  total = 0
+  for b in bits:
+    total |= b
+  return total
+
+
+def _zeros_for(value, like):
+  if value is None or type(value).__name__ in ("Zero", "SymbolicZero"):
+    aval = jax.core.get_aval(like)
+    dtype = aval.dtype
+    if not jnp.issubdtype(dtype, jnp.inexact):
+      return np.zeros(aval.shape, jax.dtypes.float0)
+    return jnp.zeros(aval.shape, dtype)
+  return value
+
+
+def _placeholder(value):
+  aval = jax.core.get_aval(value)
+  return jax.ShapeDtypeStruct(aval.shape, aval.dtype)
+
+
+def _placeholder_x(x):
+  aval = jax.core.get_aval(x)
+  return jnp.zeros(aval.shape[1:], aval.dtype)
+
+
+def _open(closed) -> tuple[Any, Sequence[Any]]:
+  if isinstance(closed, jex_core.ClosedJaxpr):
+    return closed.jaxpr, closed.consts
+  return closed, ()
+
+
+def _is_bool(value) -> bool:
+  return jnp.issubdtype(jax.core.get_aval(value).dtype, jnp.bool_)
+
+
+def _size(value) -> int:
+  return int(np.prod(np.shape(value)))
+
+
+def _constant_ints(value) -> frozenset | None:
+  if isinstance(value, jax.core.Tracer):
+    return None
+  try:
+    array = np.asarray(value)
+  except Exception:  # noqa: BLE001  (anything not concrete)
+    return None
+  if array.dtype.kind not in "iu" or array.size > 4096:
+    return None
+  return frozenset(int(v) for v in array.reshape(-1))
+
+
+def _orderable_operand(invals, object_index) -> int | None:
+  candidates = [object_index] if object_index is not None else []
+  candidates += range(len(invals))
+  for index in candidates:
+    if index < len(invals) and _size(invals[index]) > 0:
+      return index
+  return None
+
+
+def _side_effecting(eqn) -> bool:
+  name = eqn.primitive.name
+  if name == "ffi_call":
+    return bool(eqn.params.get("has_side_effect", False))
+  return name != "pure_callback"
+
+
+def _target_name(eqn) -> str | None:
+  params = eqn.params
+  for key in ("target_name", "call_target_name"):
+    if key in params:
+      return str(params[key])
+  return None
+
+
+def _native_call(eqn, decls: Declarations):
+  """``(target, parts, object operand, returns_object)`` for a native call
+  that in_program_order orders, else None."""
+  name = eqn.primitive.name
+  if name == "ffi_call":
+    target = _target_name(eqn)
+    if target is None or is_library_target(target):
+      return None
+    if target == names.ENTANGLE_TARGET:
+      return None
+    declared = decls.for_target(target)
+  elif name in _HOST_CALLBACKS:
+    target = name
+    declared = decls.for_target(names.HOST_CALLBACK_PREFIXES[1] + "callback")
+  else:
+    return None
+  if declared is None:
+    return target, (_Part("write", None, target),), None, ()
+  if declared.mode == "none":
+    return None
+  mode = declared.mode
+  object_index = declared.object
+  if object_index is not None and object_index >= len(eqn.invars):
+    object_index = None
+  obj_marker = None if object_index is None else _Obj()
+  part = _Part(mode, obj_marker, target)
+  return target, (part,), object_index, tuple(declared.returns_object)
+
+
+def _sub_jaxprs(eqn):
+  for value in eqn.params.values():
+    for item in value if isinstance(value, tuple | list) else (value,):
+      if isinstance(item, jex_core.ClosedJaxpr):
+        yield item.jaxpr
+      elif isinstance(item, jex_core.Jaxpr):
+        yield item
+
+
+def _all_eqns(jaxpr):
+  for eqn in jaxpr.eqns:
+    yield eqn
+    for sub in _sub_jaxprs(eqn):
+      yield from _all_eqns(sub)
+
+
+def _has_native_jaxpr(jaxpr, decls) -> bool:
+  return any(_native_call(e, decls) is not None for e in _all_eqns(jaxpr))
+
+
+def _has_native(eqn, decls) -> bool:
+  return any(_has_native_jaxpr(j, decls) for j in _sub_jaxprs(eqn)) or (
+    eqn.primitive.name == "custom_vjp_call"
+  )
+
+
+def _first_native(eqn, decls) -> str:
+  for sub in _sub_jaxprs(eqn):
+    for e in _all_eqns(sub):
+      found = _native_call(e, decls)
+      if found is not None:
+        return found[0]
+  return "a native call"
