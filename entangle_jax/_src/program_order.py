@@ -703,124 +703,120 @@ class _Context:
   # Custom derivatives ---------------------------------------------------
 
   def custom_jvp(self, eqn, invals) -> list:
-    params = eqn.params
-    closed = params["call_jaxpr"]
-    num_consts = params["num_consts"]
+    """Rebuilds the custom_jvp around the transformed primal and the
+    transformed JVP rule (traced from ``jax.jvp`` of the original call).
+    Earlier calls come in as an int32 order value, an argument: a
+    custom_jvp may not close over values being differentiated."""
+    closed = eqn.params["call_jaxpr"]
     holder = {}
-
-    def primal_fn(*args):
-      ctx = self.child()
-      self.seed(ctx, args, invals)
-      jaxpr, consts = _open(closed)
-      outs = ctx.run(jaxpr, consts, list(args))
-      holder["parts"] = tuple(p for a in ctx.own for p in a.parts)
-      holder["ctx"] = ctx
-      return outs
+    token_in = self.order_token(self.sub_parts([closed.jaxpr]) or _ANY)
 
     def original(*args):
       return jax_compat.bind_equation(eqn, args)
 
-    fn = jax.custom_jvp(lambda *args: primal_fn(*args))
+    @jax.custom_jvp
+    def fn(token, *args):
+      ctx = self.loop_child(token)
+      self.seed(ctx, args, invals)
+      jaxpr, consts = _open(closed)
+      outs = ctx.run(jaxpr, consts, list(args))
+      holder["parts"] = _own_parts(ctx)
+      return outs, self.token_after(ctx)
 
     @fn.defjvp
     def _jvp(primals, tangents):
+      token, *primals = primals
       tangents = [
         jnp.zeros_like(p) if type(t).__name__ == "SymbolicZero" else t
-        for p, t in zip(primals, tangents, strict=True)
+        for p, t in zip(primals, tangents[1:], strict=True)
       ]
       rule = jax.make_jaxpr(
         lambda p, t: jax.jvp(original, tuple(p), tuple(t))
       )(list(primals), list(tangents))
-      ctx = self.child()
+      ctx = self.loop_child(token)
+      self.seed(ctx, primals, invals)
       outs = ctx.run(rule.jaxpr, rule.consts, [*primals, *tangents])
       n = len(outs) // 2
-      return outs[:n], outs[n:]
+      zero = np.zeros((), jax.dtypes.float0)
+      return (outs[:n], self.token_after(ctx)), (outs[n:], zero)
 
-    del num_consts
-    outs = fn(*invals)
-    ctx = holder.get("ctx")
-    if ctx is not None:
-      self.absorb(ctx, outs, invals, "custom_jvp")
-    return list(outs)
+    outs, token = fn(token_in, *invals)
+    return self.after_sub(
+      holder.get("parts", ()), list(outs), token, invals, "custom_jvp"
+    )
 
-  def absorb(self, ctx: _Context, outs, invals, label) -> None:
-    """After a sub-program traced in place (its values are this trace's):
-    its calls become this context's."""
-    for a in ctx.own:
-      self.add(a)
-    self.deps.update(ctx.deps)
-    self.roots.update(ctx.roots)
-    del outs, invals, label
+  def token_after(self, ctx: _Context):
+    """An int32 value that comes after every call made in child `ctx`."""
+    exported = self.exported(ctx)
+    token = jnp.zeros((), jnp.int32)
+    return entangle(token, *exported) if exported else token
 
   def custom_vjp(self, eqn, invals) -> list:
-    params = eqn.params
-    closed = params["call_jaxpr"]
-    num_consts = params["num_consts"]
-    _, fwd_fun, bwd_fun = jax_compat.equation_subfuns(eqn)
-    consts_in = invals[:num_consts]
-    n_args = len(invals) - num_consts
+    """Rebuilds the custom_vjp around transformed functions: the primal,
+    the forward pass and the backward pass (traced from ``jax.vjp`` of the
+    original call, so that its rules are the user's), each ordered; the
+    backward pass after the forward pass's calls."""
+    closed = eqn.params["call_jaxpr"]
+    n_out = len(closed.jaxpr.outvars)
     holder = {}
+    token_in = self.order_token(self.sub_parts([closed.jaxpr]) or _ANY)
 
-    def run_primal(*args):
-      ctx = self.child()
+    def original(*args):
+      return jax_compat.bind_equation(eqn, args)
+
+    @jax.custom_vjp
+    def fn(token, *args):
+      ctx = self.loop_child(token)
       self.seed(ctx, args, invals)
       jaxpr, consts = _open(closed)
       outs = ctx.run(jaxpr, consts, list(args))
-      holder["ctx"] = ctx
-      return outs, ctx
+      holder["parts"] = _own_parts(ctx)
+      return outs, self.token_after(ctx)
 
-    @jax.custom_vjp
-    def fn(*args):
-      return run_primal(*args)[0]
+    def fwd(token, *args):
+      def vjp_leaves(*a):
+        outs, pullback = jax.vjp(original, *a)
+        leaves, treedef = jax.tree_util.tree_flatten(pullback)
+        holder["pullback"] = treedef
+        return [*outs, *leaves]
 
-    def fwd(*args):
-      def flat_fwd(*a):
-        interleaved = [x for v in a for x in (v, True)]
-        return fwd_fun.call_wrapped(*interleaved)
-
-      traced = jax.make_jaxpr(flat_fwd)(*args)
-      ctx = self.child()
+      traced = jax.make_jaxpr(vjp_leaves)(*args)
+      ctx = self.loop_child(token)
       self.seed(ctx, args, invals)
       outs = ctx.run(traced.jaxpr, traced.consts, list(args))
-      holder["ctx"] = ctx
-      n_out = len(closed.jaxpr.outvars)
-      exported = self.exported(ctx)
-      token = jnp.zeros((), jnp.int32)
-      token = entangle(token, *exported) if exported else token
-      return outs[:n_out], (outs[n_out:], token)
+      holder["parts"] = _own_parts(ctx)
+      token = self.token_after(ctx)
+      return (outs[:n_out], token), (outs[n_out:], token)
 
     def bwd(res, cts):
       residuals, token = res
+      cts = cts[0]
+      treedef = holder["pullback"]
 
-      def flat_bwd(r, c):
-        got = bwd_fun.call_wrapped(*r, *c)
-        return [
-          _zeros_for(v, a)
-          for v, a in zip(got, [*consts_in, *invals[num_consts:]], strict=True)
-        ]
+      def pull(r, c):
+        return jax.tree_util.tree_unflatten(treedef, r)(c)
 
-      traced = jax.make_jaxpr(flat_bwd)(list(residuals), list(cts))
+      traced = jax.make_jaxpr(pull)(list(residuals), list(cts))
       bit = _new_bit()
       prev = _Access(bit, _ANY, [token], bit, "forward pass")
       ctx = self.child(accesses=[prev])
       ctx.set_dep(token, bit)
-      outs = ctx.run(traced.jaxpr, traced.consts, [*residuals, *cts])
-      dropped = [a.label for a in ctx.own if not a.side_effect]
-      del dropped
-      return tuple(outs)
+      flat_in = jax.tree_util.tree_leaves((list(residuals), list(cts)))
+      outs = ctx.run(traced.jaxpr, traced.consts, flat_in)
+      return (np.zeros((), jax.dtypes.float0), *outs)
 
     fn.defvjp(fwd, bwd)
-    del n_args
-    outs = fn(*invals)
-    ctx = holder.get("ctx")
-    if ctx is not None and not isinstance(outs, jax.core.Tracer | jax.Array):
-      pass
-    if ctx is not None:
-      self.absorb(ctx, outs, invals, "custom_vjp")
-    return list(outs)
+    outs, token = fn(token_in, *invals)
+    return self.after_sub(
+      holder.get("parts", ()), list(outs), token, invals, "custom_vjp"
+    )
 
 
 _ANY = (_Part("write", None, "any"),)
+
+
+def _own_parts(ctx: _Context) -> tuple[_Part, ...]:
+  return tuple(p for a in ctx.own for p in a.parts)
 
 
 def _all(bits: Sequence[int]) -> int:
@@ -832,7 +828,7 @@ def _all(bits: Sequence[int]) -> int:
 
 def _zeros_for(value, like):
   if value is None or type(value).__name__ in ("Zero", "SymbolicZero"):
-    aval = jax.core.get_aval(like)
+    aval = _aval(like)
     dtype = aval.dtype
     if not jnp.issubdtype(dtype, jnp.inexact):
       return np.zeros(aval.shape, jax.dtypes.float0)
@@ -840,13 +836,20 @@ def _zeros_for(value, like):
   return value
 
 
+def _aval(value) -> jax.ShapeDtypeStruct:
+  dtype = getattr(value, "dtype", None)
+  if dtype is None:
+    dtype = jnp.asarray(value).dtype
+  return jax.ShapeDtypeStruct(np.shape(value), dtype)
+
+
 def _placeholder(value):
-  aval = jax.core.get_aval(value)
+  aval = _aval(value)
   return jax.ShapeDtypeStruct(aval.shape, aval.dtype)
 
 
 def _placeholder_x(x):
-  aval = jax.core.get_aval(x)
+  aval = _aval(x)
   return jnp.zeros(aval.shape[1:], aval.dtype)
 
 
@@ -857,7 +860,7 @@ def _open(closed) -> tuple[Any, Sequence[Any]]:
 
 
 def _is_bool(value) -> bool:
-  return jnp.issubdtype(jax.core.get_aval(value).dtype, jnp.bool_)
+  return jnp.issubdtype(_aval(value).dtype, jnp.bool_)
 
 
 def _size(value) -> int:
