@@ -32,6 +32,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 from jax.extend import core as jex_core
 
 from entangle_jax._src import arrays, jax_compat, primitive
@@ -92,7 +93,7 @@ def in_program_order(f: Callable[..., Any]) -> Callable[..., Any]:
 
   @functools.wraps(f)
   def ordered(*args, **kwargs):
-    if jax.config.jax_disable_jit:
+    if jax.config.jax_disable_jit:  # ty: ignore[missing-attribute]
       return f(*args, **kwargs)
     leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
     dynamic = [arrays.is_array(leaf) for leaf in leaves]
@@ -107,14 +108,16 @@ def in_program_order(f: Callable[..., Any]) -> Callable[..., Any]:
 
     def flat(*traced):
       it = iter(traced)
-      full = [next(it) if d else leaf for leaf, d in zip(leaves, dynamic)]
+      full = [
+        next(it) if d else leaf for leaf, d in zip(leaves, dynamic, strict=True)
+      ]
       a, k = jax.tree_util.tree_unflatten(treedef, full)
       out = f(*a, **k)
       out_leaves, out_def = jax.tree_util.tree_flatten(out)
       out_tree.append(out_def)
       return out_leaves
 
-    traced = [leaf for leaf, d in zip(leaves, dynamic) if d]
+    traced = [leaf for leaf, d in zip(leaves, dynamic, strict=True) if d]
     closed = jax.make_jaxpr(flat)(*traced)
     ctx = _Context(sources.current())
     outs = ctx.run(closed.jaxpr, closed.consts, traced)
@@ -207,7 +210,7 @@ class _Context:
   """One program's evaluation: the native calls made so far, and for each
   value the calls it depends on and the object it names."""
 
-  def __init__(self, decls: Declarations, accesses: list[_Access] = ()):
+  def __init__(self, decls: Declarations, accesses: Sequence[_Access] = ()):
     self.decls = decls
     self.accesses: list[_Access] = list(accesses)
     self.own: list[_Access] = []  # Made in this context.
@@ -274,7 +277,7 @@ class _Context:
       return self.native(eqn, invals, *native)
     if name == primitive.entangle_p.name:
       outs = self.bind(eqn, invals)
-      for value, out in zip(invals, outs):  # Payloads first.
+      for value, out in zip(invals, outs, strict=False):  # Payloads first.
         self.set_root(out, self.root(value))
       return outs
     if not _has_native(eqn, self.decls):
@@ -385,14 +388,14 @@ class _Context:
       self.used.add(id(value))
     for a in self.own:
       writes = any(p.mode == "write" for p in a.parts)
-      if writes and not a.side_effect:
-        if not any(id(r) in self.used for r in a.results):
-          warnings.warn(
-            f"in_program_order: the native call `{a.label}` may write, but "
-            "nothing uses its results and it is not side-effecting, so XLA "
-            "drops it. Use its result, or declare it has_side_effect=True.",
-            stacklevel=3,
-          )
+      used = any(id(r) in self.used for r in a.results)
+      if writes and not a.side_effect and not used:
+        warnings.warn(
+          f"in_program_order: the native call `{a.label}` may write, but "
+          "nothing uses its results and it is not side-effecting, so XLA "
+          "drops it. Use its result, or declare it has_side_effect=True.",
+          stacklevel=3,
+        )
 
   # Summaries of sub-programs ---------------------------------------------
 
@@ -554,7 +557,11 @@ class _Context:
   def while_loop(self, eqn, invals) -> list:
     p = eqn.params
     nc, nb = p["cond_nconsts"], p["body_nconsts"]
-    cconsts, bconsts, init = invals[:nc], invals[nc : nc + nb], invals[nc + nb :]
+    cconsts, bconsts, init = (
+      invals[:nc],
+      invals[nc : nc + nb],
+      invals[nc + nb :],
+    )
     cjaxpr, cjconsts = _open(p["cond_jaxpr"])
     bjaxpr, bjconsts = _open(p["body_jaxpr"])
     cond_native = _has_native_jaxpr(cjaxpr, self.decls)
@@ -584,9 +591,7 @@ class _Context:
       if cond_native:
         return None  # Calls in the condition: order through the token.
       return self.loop_analysis(
-        lambda ctx, carry_in: ctx.run(
-          bjaxpr, bjconsts, [*bconsts, *carry_in]
-        ),
+        lambda ctx, carry_in: ctx.run(bjaxpr, bjconsts, [*bconsts, *carry_in]),
         init,
         bconsts,
       )
@@ -730,9 +735,9 @@ class _Context:
         jnp.zeros_like(p) if type(t).__name__ == "SymbolicZero" else t
         for p, t in zip(primals, tangents[1:], strict=True)
       ]
-      rule = jax.make_jaxpr(
-        lambda p, t: jax.jvp(original, tuple(p), tuple(t))
-      )(list(primals), list(tangents))
+      rule = jax.make_jaxpr(lambda p, t: jax.jvp(original, tuple(p), tuple(t)))(
+        list(primals), list(tangents)
+      )
       ctx = self.loop_child(token)
       self.seed(ctx, primals, invals)
       outs = ctx.run(rule.jaxpr, rule.consts, [*primals, *tangents])
@@ -868,11 +873,11 @@ def _size(value) -> int:
 
 
 def _constant_ints(value) -> frozenset | None:
-  if isinstance(value, jax.core.Tracer):
+  if isinstance(value, Tracer):
     return None
   try:
     array = np.asarray(value)
-  except Exception:  # noqa: BLE001  (anything not concrete)
+  except Exception:  # Anything not concrete.
     return None
   if array.dtype.kind not in "iu" or array.size > 4096:
     return None

@@ -1,0 +1,330 @@
+"""`in_program_order`: native calls ordered as the program made them.
+
+Every ordering test has its control: the same program without the
+transform races (``testing.races`` of its compiled module is not empty),
+with it races nowhere.
+"""
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl.testing import absltest
+from jax import export
+
+import entangle_jax
+from entangle_jax import in_program_order, testing
+from entangle_jax._src import native
+from entangle_jax.testing import example_store
+from tests import test_util
+
+ENTANGLE = "entangle_jax_entangle"
+UNDECLARED_WRITE = "program_order_test_write"
+UNDECLARED_READ = "program_order_test_read"
+native.register_handlers(
+  example_store._native,
+  {"write_slot": UNDECLARED_WRITE, "read_slot": UNDECLARED_READ},
+  ["cpu"],
+)
+
+
+def compiled(f, *args):
+  return jax.jit(f).lower(*args).compile()
+
+
+def entangles(c) -> int:
+  return test_util.custom_calls(testing.module_text(c), ENTANGLE)
+
+
+def writes(c) -> int:
+  return test_util.custom_calls(testing.module_text(c), test_util.WRITE)
+
+
+def write_read_write(slot):
+  token = testing.write_slot(slot, 1.0)
+  x = testing.read_slot(token)
+  testing.write_slot(token, 2.0)
+  return x
+
+
+def twelve_hazards(big):
+  reads = []
+  for i in range(12):
+    token = testing.write_slot(i, 1.0)
+    reads.append(testing.read_slot(token, delay_us=1000))
+    testing.write_slot(i, 2.0)
+  return jnp.stack(reads), jnp.sin(big).sum()
+
+
+def undeclared_hazards(big):
+  """The hazards through a binding nothing declares (the store's handlers
+  under other names): every call may touch anything."""
+  write = jax.ffi.ffi_call(
+    UNDECLARED_WRITE, jax.ShapeDtypeStruct((), jnp.int32), has_side_effect=True
+  )
+  read = jax.ffi.ffi_call(
+    UNDECLARED_READ, jax.ShapeDtypeStruct((), jnp.float32)
+  )
+  reads = []
+  for i in range(12):
+    token = write(jnp.int32(i), jnp.float32(1.0))
+    reads.append(read(token, delay_us=np.int64(1000)))
+    write(jnp.int32(i), jnp.float32(2.0))
+  return jnp.stack(reads), jnp.sin(big).sum()
+
+
+def wrong_reads(f, runs=5):
+  big = jnp.ones(1 << 16)
+  run = jax.jit(f)
+  return [int(np.sum(np.asarray(run(big)[0]) != 1.0)) for _ in range(runs)]
+
+
+class ProgramOrderTest(absltest.TestCase):
+  def assert_fixed(self, f, *args):
+    """`f` races; in_program_order(f) does not. Returns its compiled form."""
+    self.assertNotEmpty(testing.races(compiled(f, *args)))
+    fixed = compiled(in_program_order(f), *args)
+    self.assertEqual(testing.races(fixed), [])
+    return fixed
+
+  def test_write_read_write_takes_one_entangle(self):
+    fixed = self.assert_fixed(write_read_write, jnp.int32(0))
+    self.assertEqual(entangles(fixed), 1)
+    self.assertEqual(jax.jit(in_program_order(write_read_write))(0), 1.0)
+
+  def test_twelve_hazards_take_twelve_entangles_and_read_right(self):
+    big = jnp.ones(1 << 16)
+    self.assertLen(testing.races(compiled(twelve_hazards, big)), 24)
+    fixed = self.assert_fixed(twelve_hazards, big)
+    self.assertEqual(entangles(fixed), 12)
+    self.assertEqual(wrong_reads(in_program_order(twelve_hazards)), [0] * 5)
+    if not any(wrong_reads(twelve_hazards)):
+      self.skipTest("this XLA happened to run every read first, unordered")
+
+  def test_undeclared_binding(self):
+    big = jnp.ones(1 << 16)
+    self.assert_fixed(undeclared_hazards, big)
+    self.assertEqual(wrong_reads(in_program_order(undeclared_hazards)), [0] * 5)
+
+  def test_traced_slots_may_be_one(self):
+    def f(a, b):
+      token = testing.write_slot(a, 1.0)
+      x = testing.read_slot(token)
+      testing.write_slot(b, 2.0)
+      return x
+
+    self.assert_fixed(f, jnp.int32(0), jnp.int32(1))
+    self.assertEqual(jax.jit(in_program_order(f))(3, 3), 1.0)
+
+  def test_distinct_constants_need_no_edge(self):
+    def f(big):
+      testing.write_slot(1, 1.0)
+      return testing.read_slot(2), jnp.sin(big).sum()
+
+    c = compiled(in_program_order(f), jnp.ones(4))
+    self.assertEqual(entangles(c), 0)
+
+  def test_scan(self):
+    def f(x):
+      def body(c, _):
+        r = testing.read_slot(2)
+        testing.write_slot(2, r + 1.0)
+        return c, r
+
+      testing.write_slot(2, 0.0)
+      return jax.lax.scan(body, x, None, length=4)[1]
+
+    self.assert_fixed(f, jnp.int32(0))
+    np.testing.assert_array_equal(
+      jax.jit(in_program_order(f))(0), [0.0, 1.0, 2.0, 3.0]
+    )
+
+  def test_scan_carrying_the_token_needs_no_order_value(self):
+    def f(slot):
+      def body(token, _):
+        r = testing.read_slot(token)
+        token = testing.write_slot(token, 5.0)  # after the read: 1 entangle
+        return testing.write_slot(token, r + 1.0), r
+
+      return jax.lax.scan(body, testing.write_slot(slot, 0.0), None, length=3)
+
+    fixed = self.assert_fixed(f, jnp.int32(1))
+    self.assertEqual(entangles(fixed), 1)  # As Resource needs per step.
+    np.testing.assert_array_equal(
+      jax.jit(in_program_order(f))(1)[1], [0.0, 1.0, 2.0]
+    )
+
+  def test_while_loop(self):
+    def f(x):
+      testing.write_slot(3, 0.0)
+
+      def body(c):
+        r = testing.read_slot(3)
+        testing.write_slot(3, r + 1.0)
+        return c + 1
+
+      n = jax.lax.while_loop(lambda c: c < 4, body, x)
+      return testing.read_slot(3), n
+
+    self.assert_fixed(f, jnp.int32(0))
+    self.assertEqual(jax.jit(in_program_order(f))(0)[0], 4.0)
+
+  def test_cond(self):
+    def f(p):
+      testing.write_slot(4, 1.0)
+      x = jax.lax.cond(p, lambda: testing.read_slot(4), lambda: 7.0)
+      testing.write_slot(4, 2.0)
+      return x
+
+    self.assert_fixed(f, True)
+    self.assertEqual(jax.jit(in_program_order(f))(True), 1.0)
+
+  def test_nested_jit_and_checkpoint(self):
+    def f(slot):
+      token = testing.write_slot(slot, 1.0)
+      x = jax.jit(testing.read_slot)(token)
+      testing.write_slot(token, 2.0)
+      return jax.checkpoint(lambda x: x * testing.read_slot(slot))(x)
+
+    self.assert_fixed(f, jnp.int32(5))
+    self.assertEqual(jax.jit(in_program_order(f))(5), 2.0)
+
+  def test_vmap_outside_and_inside(self):
+    slots = jnp.arange(3, dtype=jnp.int32)
+    for f in (
+      jax.vmap(in_program_order(write_read_write)),
+      in_program_order(jax.vmap(write_read_write)),
+    ):
+      c = compiled(f, slots)
+      self.assertEqual(testing.races(c), [])
+      self.assertEqual(entangles(c), 1)
+      np.testing.assert_array_equal(jax.jit(f)(slots), [1.0] * 3)
+
+  def test_grad_of_custom_vjp_writing_in_backward(self):
+    @jax.custom_vjp
+    def double(x):
+      return x * 2
+
+    def backward(_, ct):
+      testing.write_slot(6, ct)  # A native write in the backward pass.
+      return (ct * 2,)
+
+    double.defvjp(lambda x: (x * 2, x), backward)
+
+    def loss(x):
+      testing.write_slot(6, 1.0)
+      return double(x) * testing.read_slot(6)
+
+    plain = compiled(jax.grad(loss), 1.0)
+    self.assertNotEmpty(testing.races(plain))
+    for f in (
+      jax.grad(in_program_order(loss)),
+      in_program_order(jax.grad(loss)),
+    ):
+      c = compiled(f, 1.0)
+      self.assertEqual(testing.races(c), [])
+      self.assertEqual(writes(c), writes(plain))
+      self.assertEqual(jax.jit(f)(1.0), 2.0)
+
+  def test_custom_rules_with_native_calls(self):
+    def loss(x):
+      testing.write_slot(7, 1.0)
+
+      @jax.custom_vjp
+      def write_then_double(x):
+        testing.write_slot(7, 5.0)
+        return x * 2
+
+      write_then_double.defvjp(
+        lambda x: (write_then_double(x), x),
+        lambda _, c: (testing.write_slot(7, c) * 0 + c * 2,),
+      )
+
+      @jax.custom_jvp
+      def scale(x):
+        return x * testing.read_slot(7)
+
+      scale.defjvp(lambda p, t: (scale(p[0]), t[0] * testing.read_slot(7)))
+      return scale(write_then_double(x)) * testing.read_slot(7)
+
+    for f in (loss, jax.grad(loss)):
+      plain = compiled(f, 1.0)
+      self.assertNotEmpty(testing.races(plain))
+      for g in (in_program_order(f),) + (
+        (jax.grad(in_program_order(loss)),) if f is not loss else ()
+      ):
+        c = compiled(g, 1.0)
+        self.assertEqual(testing.races(c), [])
+        self.assertEqual(writes(c), writes(plain))
+
+  def test_export_round_trip(self):
+    f = jax.jit(in_program_order(write_read_write))
+    checks = [
+      *entangle_jax.export_safety_checks(),
+      export.DisabledSafetyCheck.custom_call(test_util.WRITE),
+      export.DisabledSafetyCheck.custom_call(test_util.READ),
+    ]
+    exported = export.export(f, disabled_checks=checks)(
+      jax.ShapeDtypeStruct((), jnp.int32)
+    )
+    restored = export.deserialize(exported.serialize())
+    self.assertEqual(restored.mlir_module().count(f"@{ENTANGLE}("), 1)
+    self.assertEqual(restored.call(jnp.int32(8)), 1.0)
+
+  def test_eager_and_disable_jit(self):
+    f = in_program_order(write_read_write)
+    self.assertEqual(f(jnp.int32(9)), 1.0)
+    with jax.disable_jit():
+      self.assertEqual(f(jnp.int32(9)), 1.0)
+
+  def test_pytrees_and_static_leaves(self):
+    def f(tree, scale):
+      token = testing.write_slot(tree["slot"], tree["value"] * scale)
+      return {"read": testing.read_slot(token), "scale": scale}
+
+    out = jax.jit(in_program_order(f), static_argnums=1)(
+      {"slot": jnp.int32(10), "value": jnp.float32(2.0)}, 3
+    )
+    self.assertEqual(out["read"], 6.0)
+    self.assertEqual(out["scale"], 3)
+
+  def test_not_callable(self):
+    with self.assertRaisesRegex(TypeError, "callable"):
+      in_program_order(3)  # ty: ignore[invalid-argument-type]
+
+  def test_unknown_higher_order_primitive_raises(self):
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((1,), ("x",))
+
+    def f(slots):
+      return jax.shard_map(
+        lambda s: testing.read_slot(testing.write_slot(s, s * 1.0)),
+        mesh=mesh,
+        in_specs=P(),
+        out_specs=P(),
+      )(slots)
+
+    with self.assertRaisesRegex(NotImplementedError, "shard_map"):
+      jax.jit(in_program_order(f)).lower(jnp.arange(1, dtype=jnp.int32))
+
+  def test_dropped_write_warns(self):
+    write = jax.ffi.ffi_call(
+      UNDECLARED_WRITE, jax.ShapeDtypeStruct((), jnp.int32)
+    )
+
+    def f(x):
+      write(jnp.int32(0), x)
+      return x
+
+    with warnings.catch_warnings(record=True) as caught:
+      warnings.simplefilter("always")
+      jax.jit(in_program_order(f)).lower(jnp.float32(1))
+    self.assertTrue(
+      any(UNDECLARED_WRITE in str(w.message) for w in caught), caught
+    )
+
+
+if __name__ == "__main__":
+  absltest.main()
