@@ -21,6 +21,10 @@ Experimental (``jax.experimental``), for Taylor-mode AD
 For `entangle_jax.in_program_order` (`entangle_jax._src.program_order`),
 which evaluates a jaxpr again equation by equation:
 
+* `equation_context`: ``source_info_util.user_context`` and the
+  equation's ``ctx.manager``, as ``jax.core.eval_jaxpr`` enters them, so
+  that what is bound again keeps the user's source lines and named scopes
+  (which the race check reports and selects by);
 * `bind_equation` and `equation_subfuns`: ``Primitive.get_bind_params``,
   which returns ``(subfuns, params)`` up to jax 0.7 and, later, the
   params alone, with the subfuns under the key ``"subfuns"`` where the
@@ -33,6 +37,9 @@ does not wrap: ``jax.extend.core.Primitive``, ``jax.interpreters.ad``,
 
 from __future__ import annotations
 
+import contextlib
+
+from jax._src import source_info_util as _source_info_util
 from jax._src import xla_bridge as _xla_bridge
 from jax._src.lib import xla_client as _xla_client
 from jax.experimental import jet as _jet
@@ -68,3 +75,16 @@ def bind_equation(eqn, args):
   else:
     outs = eqn.primitive.bind(*subfuns, *args, **params)
   return list(outs) if eqn.primitive.multiple_results else [outs]
+
+
+@contextlib.contextmanager
+def equation_context(eqn):
+  """While binding what stands for `eqn`: its source line and named scopes
+  (inside the current ones), and its context (as ``eval_jaxpr`` does)."""
+  info = eqn.source_info
+  name_stack = _source_info_util.current_name_stack() + info.name_stack
+  with (
+    _source_info_util.user_context(info.traceback, name_stack=name_stack),
+    eqn.ctx.manager,
+  ):
+    yield

@@ -261,10 +261,10 @@ class _Context:
       invals = [read(atom) for atom in eqn.invars]
       for value in invals:
         self.used.add(id(value))
-      outs = self.eval_eqn(eqn, invals)
+      with jax_compat.equation_context(eqn):
+        outs = self.eval_eqn(eqn, invals)
       for var, value in zip(eqn.outvars, outs, strict=True):
-        if not isinstance(var, jex_core.DropVar):
-          env[var] = value
+        env[var] = value  # A dropped output's var is never read.
     outs = [read(atom) for atom in jaxpr.outvars]
     for value in outs:
       self.used.add(id(value))

@@ -117,6 +117,24 @@ class PrivateApiTest(absltest.TestCase):
     grad = jax.grad(lambda x: jax_compat.bind_equation(call, [x])[0])(1.0)
     self.assertEqual(grad, 3.0)
 
+  def test_equation_context_keeps_scopes_and_source_lines(self):
+    # source_info_util.user_context(traceback, name_stack=...): what is
+    # bound inside takes the equation's named scope and Python stack.
+    def f(x):
+      with jax.named_scope("kept_scope"):
+        return jnp.sin(x)
+
+    (eqn,) = jax.make_jaxpr(f)(1.0).jaxpr.eqns
+
+    def again(x):
+      with jax_compat.equation_context(eqn):
+        return jax_compat.bind_equation(eqn, [x])[0]
+
+    text = jax.jit(again).lower(1.0).as_text(debug_info=True)
+    self.assertIn("kept_scope", text)
+    self.assertIn("test_equation_context_keeps_scopes_and_source_lines", text)
+    self.assertNotIn('<locals>.again"', text)
+
   def test_sharding_rule_text_is_shardys(self):
     # The rule is built as Shardy's text form; parsing and printing it back
     # must give the same text, factor names included (i..z, then z_1, ...).

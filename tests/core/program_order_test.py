@@ -16,6 +16,7 @@ from jax import export
 import entangle_jax
 from entangle_jax import in_program_order, testing
 from entangle_jax._src import native
+from entangle_jax.demo import _hazard
 from entangle_jax.testing import example_store
 from tests import test_util
 
@@ -101,6 +102,34 @@ class ProgramOrderTest(absltest.TestCase):
     self.assertEqual(wrong_reads(in_program_order(twelve_hazards)), [0] * 5)
     if not any(wrong_reads(twelve_hazards)):
       self.skipTest("this XLA happened to run every read first, unordered")
+
+  def test_demo_hazard_keeps_its_scopes_and_reads_right(self):
+    # The named scopes survive the transform: the race check selects by them.
+    hazard = _hazard.program(_hazard.Ordering.NONE)
+    self.assertFalse(_hazard.orders_read_first(_hazard.compile_hazard(hazard)))
+    fixed = _hazard.compile_hazard(in_program_order(hazard))
+    self.assertTrue(_hazard.orders_read_first(fixed))
+    self.assertEqual(testing.races(fixed), [])
+    self.assertEqual(entangles(fixed), 1)
+    self.assertIsNone(_hazard.runs_until_wrong_of(fixed, 100))
+
+  def test_race_report_names_the_users_line(self):
+    def f(slot, other):
+      token = testing.write_slot(slot, 1.0)
+      testing.write_slot(other, 2.0)  # The line the report names.
+      return token
+
+    self.assertLen(testing.races(compiled(f, jnp.int32(0), jnp.int32(1))), 1)
+    fixed = compiled(in_program_order(f), jnp.int32(0), jnp.int32(1))
+    text = testing.module_text(fixed)
+    # The calls (and the entangle) carry the user's stack, not the
+    # interpreter's: what it binds is bound in the traced equation's context.
+    # (Up to jax 0.8.1 HLO records only the innermost frame.)
+    if test_util.records_full_stack():
+      self.assertIn("test_race_report_names_the_users_line.<locals>.f", text)
+      self.assertNotIn("_Context", text)
+    else:
+      self.assertNotIn("_src/program_order.py", text)
 
   def test_undeclared_binding(self):
     big = jnp.ones(1 << 16)
