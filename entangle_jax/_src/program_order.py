@@ -725,7 +725,7 @@ class _Context:
       self.seed(ctx, args, invals)
       jaxpr, consts = _open(closed)
       outs = ctx.run(jaxpr, consts, list(args))
-      holder["parts"] = _own_parts(ctx)
+      holder["parts"] = holder.get("parts", ()) + _own_parts(ctx)
       return outs, self.token_after(ctx)
 
     @fn.defjvp
@@ -741,6 +741,7 @@ class _Context:
       ctx = self.loop_child(token)
       self.seed(ctx, primals, invals)
       outs = ctx.run(rule.jaxpr, rule.consts, [*primals, *tangents])
+      holder["parts"] = holder.get("parts", ()) + _own_parts(ctx)
       n = len(outs) // 2
       zero = np.zeros((), jax.dtypes.float0)
       return (outs[:n], self.token_after(ctx)), (outs[n:], zero)
@@ -775,7 +776,7 @@ class _Context:
       self.seed(ctx, args, invals)
       jaxpr, consts = _open(closed)
       outs = ctx.run(jaxpr, consts, list(args))
-      holder["parts"] = _own_parts(ctx)
+      holder["parts"] = holder.get("parts", ()) + _own_parts(ctx)
       return outs, self.token_after(ctx)
 
     def fwd(token, *args):
@@ -789,7 +790,7 @@ class _Context:
       ctx = self.loop_child(token)
       self.seed(ctx, args, invals)
       outs = ctx.run(traced.jaxpr, traced.consts, list(args))
-      holder["parts"] = _own_parts(ctx)
+      holder["parts"] = holder.get("parts", ()) + _own_parts(ctx)
       token = self.token_after(ctx)
       return (outs[:n_out], token), (outs[n_out:], token)
 
@@ -958,9 +959,46 @@ def _has_native_jaxpr(jaxpr, decls) -> bool:
 
 
 def _has_native(eqn, decls) -> bool:
-  return any(_has_native_jaxpr(j, decls) for j in _sub_jaxprs(eqn)) or (
-    eqn.primitive.name == "custom_vjp_call"
-  )
+  if any(_has_native_jaxpr(j, decls) for j in _sub_jaxprs(eqn)):
+    return True
+  name = eqn.primitive.name
+  if name in ("custom_jvp_call", "custom_vjp_call"):
+    return _rules_have_native(eqn, decls)
+  return False
+
+
+def _rules_have_native(eqn, decls) -> bool:
+  """Whether the differentiation rules of a custom_jvp or custom_vjp call
+  (its JVP, its forward or backward pass) make a native call: traced as
+  ``jax.jvp`` and ``jax.vjp`` of the call would run them."""
+  avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in eqn.invars]
+  floats = [jnp.issubdtype(a.dtype, jnp.inexact) for a in avals]
+
+  def call(*args):
+    return jax_compat.bind_equation(eqn, args)
+
+  def differentiated(*args):
+    def on_floats(*xs):
+      it = iter(xs)
+      full = [next(it) if f else a for a, f in zip(args, floats, strict=True)]
+      return call(*full)
+
+    xs = [a for a, f in zip(args, floats, strict=True) if f]
+    outs, tangents = jax.jvp(on_floats, xs, [jnp.ones_like(x) for x in xs])
+    outs, pullback = jax.vjp(on_floats, *xs)
+    return tangents, pullback([_ones_cotangent(o) for o in outs])
+
+  try:
+    traced = jax.make_jaxpr(differentiated)(*avals)
+  except Exception:  # Cannot tell: rebuild it, which orders whatever runs.
+    return True
+  return _has_native_jaxpr(traced.jaxpr, decls)
+
+
+def _ones_cotangent(out):
+  if jnp.issubdtype(out.dtype, jnp.inexact):
+    return jnp.ones_like(out)
+  return np.zeros(out.shape, jax.dtypes.float0)
 
 
 def _first_native(eqn, decls) -> str:

@@ -287,6 +287,35 @@ class ProgramOrderTest(absltest.TestCase):
         self.assertEqual(testing.races(c), [])
         self.assertEqual(writes(c), writes(plain))
 
+  def test_native_call_only_in_a_jvp_rule(self):
+    # The primal makes no native call; its JVP rule does, which grad
+    # outside the transform runs: the rule is transformed too.
+    @jax.custom_jvp
+    def scale(x):
+      return x * 3
+
+    scale.defjvp(
+      lambda p, t: (scale(p[0]), t[0] * testing.read_slot(8) + p[0] * 0)
+    )
+
+    def loss(x):
+      testing.write_slot(8, 1.0)
+      y = scale(x)
+      testing.write_slot(8, 2.0)
+      return y
+
+    plain = compiled(jax.grad(loss), 1.0)
+    self.assertNotEmpty(testing.races(plain))
+    c = compiled(jax.grad(in_program_order(loss)), 1.0)
+    self.assertEqual(testing.races(c), [])
+    self.assertEqual(jax.jit(jax.grad(in_program_order(loss)))(1.0), 1.0)
+    # Custom rules without native calls are kept as they are.
+    relu = compiled(
+      in_program_order(lambda x: jax.nn.relu(x).sum()), x := jnp.ones(3)
+    )
+    self.assertEqual(entangles(relu), 0)
+    del x
+
   def test_export_round_trip(self):
     f = jax.jit(in_program_order(write_read_write))
     checks = [
