@@ -294,6 +294,8 @@ class _Context:
       return self.cond(eqn, invals)
     if name in _REMAT:
       return self.remat(eqn, invals)
+    if name == "shard_map":
+      return self.shard_map(eqn, invals)
     if name == "custom_jvp_call":
       return self.custom_jvp(eqn, invals)
     if name == "custom_vjp_call":
@@ -704,6 +706,40 @@ class _Context:
     for out in outs:
       self.set_dep(out, bits)
     return outs
+
+  def shard_map(self, eqn, invals) -> list:
+    """Rebuilds the shard_map around the transformed body: earlier calls
+    come in as a replicated int32 order value, and each device's calls go
+    out as one element of an order value sharded over the manual axes."""
+    p = eqn.params
+    jaxpr, consts = _open(p["jaxpr"])
+    mesh = p["mesh"]
+    manual = frozenset(p.get("manual_axes", mesh.axis_names))
+    axes = tuple(a for a in mesh.axis_names if a in manual)
+    parts = self.sub_parts([jaxpr])
+    token_in = self.order_token(parts or _ANY)
+    holder = {}
+
+    def body(token, *args):
+      ctx = self.loop_child(token)
+      outs = ctx.run(jaxpr, consts, list(args))
+      holder["parts"] = _own_parts(ctx)
+      return (*outs, self.token_after(ctx).reshape((1,)))
+
+    kwargs = {"axis_names": set(manual)}
+    if "check_vma" in p:
+      kwargs["check_vma"] = p["check_vma"]
+    mapped = jax.shard_map(
+      body,
+      mesh=mesh,
+      in_specs=(jax.sharding.PartitionSpec(), *p["in_specs"]),
+      out_specs=(*p["out_specs"], jax.sharding.PartitionSpec(axes)),
+      **kwargs,
+    )
+    *outs, token = mapped(token_in, *invals)
+    return self.after_sub(
+      holder.get("parts", ()), list(outs), token, invals, "shard_map"
+    )
 
   # Custom derivatives ---------------------------------------------------
 

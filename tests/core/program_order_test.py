@@ -58,15 +58,22 @@ def twelve_hazards(big):
   return jnp.stack(reads), jnp.sin(big).sum()
 
 
-def undeclared_hazards(big):
-  """The hazards through a binding nothing declares (the store's handlers
-  under other names): every call may touch anything."""
+def undeclared_calls(shape=()):
+  """The store's write and read through targets nothing declares (its
+  handlers under other names): every call may touch anything."""
   write = jax.ffi.ffi_call(
-    UNDECLARED_WRITE, jax.ShapeDtypeStruct((), jnp.int32), has_side_effect=True
+    UNDECLARED_WRITE,
+    jax.ShapeDtypeStruct(shape, jnp.int32),
+    has_side_effect=True,
   )
   read = jax.ffi.ffi_call(
-    UNDECLARED_READ, jax.ShapeDtypeStruct((), jnp.float32)
+    UNDECLARED_READ, jax.ShapeDtypeStruct(shape, jnp.float32)
   )
+  return write, read
+
+
+def undeclared_hazards(big):
+  write, read = undeclared_calls()
   reads = []
   for i in range(12):
     token = write(jnp.int32(i), jnp.float32(1.0))
@@ -351,21 +358,48 @@ class ProgramOrderTest(absltest.TestCase):
     with self.assertRaisesRegex(TypeError, "callable"):
       in_program_order(3)  # ty: ignore[invalid-argument-type]
 
-  def test_unknown_higher_order_primitive_raises(self):
+  def test_shard_map(self):
+    # Undeclared targets: each device's copy of a call is the device's own
+    # (the example store's built-in declaration says it is shared by all).
+    from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    mesh = jax.make_mesh((1,), ("x",))
+    mesh = jax.make_mesh((2,), ("x",))
+    write, read = undeclared_calls((1,))
 
     def f(slots):
-      return jax.shard_map(
-        lambda s: testing.read_slot(testing.write_slot(s, s * 1.0)),
-        mesh=mesh,
-        in_specs=P(),
-        out_specs=P(),
-      )(slots)
+      def body(s):
+        token = write(s, jnp.ones(s.shape))
+        x = read(token)
+        write(token, jnp.full(s.shape, 2.0))
+        return x
 
-    with self.assertRaisesRegex(NotImplementedError, "shard_map"):
-      jax.jit(in_program_order(f)).lower(jnp.arange(1, dtype=jnp.int32))
+      return jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"))(
+        slots
+      )
+
+    slots = jax.device_put(
+      jnp.arange(11, 13, dtype=jnp.int32), NamedSharding(mesh, P("x"))
+    )
+    fixed = self.assert_fixed(f, slots)
+    # The hand-written one, and one for the order value out of the body.
+    self.assertEqual(entangles(fixed), 2)
+    np.testing.assert_array_equal(jax.jit(in_program_order(f))(slots), [1, 1])
+
+  def test_unknown_higher_order_primitive_raises(self):
+    from jax import custom_batching
+
+    @custom_batching.custom_vmap
+    def write(slot):
+      return testing.write_slot(slot, 1.0)
+
+    write.def_vmap(lambda size, batched, slot: (write(slot), batched[0]))
+
+    def f(slot):
+      return testing.read_slot(write(slot))
+
+    with self.assertRaisesRegex(NotImplementedError, "custom_vmap"):
+      jax.jit(in_program_order(f)).lower(jnp.int32(0))
 
   def test_dropped_write_warns(self):
     write = jax.ffi.ffi_call(
