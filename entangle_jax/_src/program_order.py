@@ -726,15 +726,13 @@ class _Context:
       holder["parts"] = _own_parts(ctx)
       return (*outs, self.token_after(ctx).reshape((1,)))
 
-    kwargs = {"axis_names": set(manual)}
-    if "check_vma" in p:
-      kwargs["check_vma"] = p["check_vma"]
     mapped = jax.shard_map(
       body,
       mesh=mesh,
       in_specs=(jax.sharding.PartitionSpec(), *p["in_specs"]),
       out_specs=(*p["out_specs"], jax.sharding.PartitionSpec(axes)),
-      **kwargs,
+      axis_names=set(manual),
+      check_vma=bool(p.get("check_vma", True)),
     )
     *outs, token = mapped(token_in, *invals)
     return self.after_sub(
