@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import sys
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -177,6 +178,7 @@ class _Access:
   label: str
   side_effect: bool = True
   results: tuple[Any, ...] = ()
+  warned: bool = False
 
 
 def _conflicts(
@@ -333,8 +335,17 @@ class _Context:
     kept = [a for a in needed if not (a.bit & covered)]
     values, stood = [], 0
     for a in kept:
+      if not a.witnesses and not a.warned:
+        a.warned = True
+        warnings.warn(
+          f"in_program_order: the native call `{a.label}` returns no array, "
+          "so later native calls cannot be ordered after it. Give it a "
+          "result (io_callback's result_shape, an ffi_call result).",
+          stacklevel=_stacklevel(),
+        )
       values += a.witnesses
       stood |= a.deps
+    self.used.update(id(v) for v in values)
     return values, stood
 
   def native(self, eqn, invals, target, parts, object_index, returns) -> list:
@@ -346,14 +357,23 @@ class _Context:
       obj = self.root(invals[object_index])
       parts = tuple(dataclasses.replace(p, obj=obj) for p in parts)
     values, stood = self.witnesses_for(parts, bits)
+    index = None
     if values:
       index = _orderable_operand(invals, object_index)
-      if index is None:
+      if index is None and target == "debug_callback":
+        warnings.warn(
+          "in_program_order: a jax.debug.callback with no operand cannot be "
+          "ordered after earlier native calls; it runs when XLA runs it.",
+          stacklevel=_stacklevel(),
+        )
+        values = []
+      elif index is None:
         raise NotImplementedError(
           f"in_program_order: the native call `{target}` has no operand with "
           "elements to order it by, and must run after earlier calls. Give "
           "it an operand (the handle or token it works on)."
         )
+    if values and index is not None:
       original = invals[index]
       invals[index] = entangle(original, *values)
       self.set_root(invals[index], self.root(original))
@@ -396,7 +416,7 @@ class _Context:
           f"in_program_order: the native call `{a.label}` may write, but "
           "nothing uses its results and it is not side-effecting, so XLA "
           "drops it. Use its result, or declare it has_side_effect=True.",
-          stacklevel=3,
+          stacklevel=_stacklevel(),
         )
 
   # Summaries of sub-programs ---------------------------------------------
@@ -412,6 +432,7 @@ class _Context:
     ctx.roots = dict(self.roots)
     ctx.deps = dict(self.deps)
     ctx.keep = self.keep
+    ctx.used = self.used
     return ctx
 
   def seed(self, child: _Context, inner: Sequence[Any], outer: Sequence[Any]):
@@ -448,6 +469,7 @@ class _Context:
     for a in ctx.own:
       if not (a.bit & covered):
         values += a.witnesses
+    self.used.update(id(v) for v in values)
     return values
 
   # Control flow ---------------------------------------------------------
@@ -853,6 +875,18 @@ class _Context:
 
 
 _ANY = (_Part("write", None, "any"),)
+
+
+def _stacklevel() -> int:
+  """The warning's stack level of the first frame outside this module and
+  JAX: the user's line that called the transformed function."""
+  frame, level = sys._getframe(1), 1
+  while frame is not None:
+    name = frame.f_globals.get("__name__", "")
+    if not (name == __name__ or name.startswith(("jax.", "jax._src"))):
+      return level
+    frame, level = frame.f_back, level + 1
+  return 1
 
 
 def _own_parts(ctx: _Context) -> tuple[_Part, ...]:

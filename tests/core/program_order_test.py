@@ -401,6 +401,61 @@ class ProgramOrderTest(absltest.TestCase):
     with self.assertRaisesRegex(NotImplementedError, "custom_vmap"):
       jax.jit(in_program_order(f)).lower(jnp.int32(0))
 
+  def test_host_callbacks(self):
+    from jax.experimental import io_callback
+
+    log = []
+
+    def f(slot):
+      token = testing.write_slot(slot, 1.0)
+      # A host callback may touch anything: ordered after the write, and
+      # the second write after it.
+      seen = io_callback(
+        lambda t: np.float32(log.append(int(t)) or 0),
+        jax.ShapeDtypeStruct((), jnp.float32),
+        token,
+      )
+      testing.write_slot(token, 2.0)
+      return seen
+
+    self.assert_fixed(f, jnp.int32(13))
+    jax.block_until_ready(jax.jit(in_program_order(f))(13))
+    self.assertEqual(log, [13])
+
+  def test_debug_callback_returns_nothing_to_order_after(self):
+    def f(slot):
+      token = testing.write_slot(slot, 1.0)
+      jax.debug.callback(lambda t: None, token)
+      return testing.write_slot(token, 2.0)
+
+    with warnings.catch_warnings(record=True) as caught:
+      warnings.simplefilter("always")
+      jax.jit(in_program_order(f)).lower(jnp.int32(14))
+    messages = [str(w.message) for w in caught]
+    self.assertTrue(any("debug_callback" in m for m in messages), messages)
+    self.assertTrue(
+      all(w.filename == __file__ for w in caught), [w.filename for w in caught]
+    )
+
+  def test_a_later_call_keeps_an_unused_write_alive(self):
+    write = jax.ffi.ffi_call(
+      UNDECLARED_WRITE, jax.ShapeDtypeStruct((), jnp.int32)
+    )
+
+    def f(x):
+      write(jnp.int32(15), x)  # Not side-effecting, its result unused.
+      return testing.read_slot(15)
+
+    def kept(c):
+      return test_util.custom_calls(testing.module_text(c), UNDECLARED_WRITE)
+
+    self.assertEqual(kept(compiled(f, jnp.float32(3))), 0)  # JAX drops it.
+    with warnings.catch_warnings():
+      warnings.simplefilter("error")  # Used by the read's entangle: no warning.
+      fixed = compiled(in_program_order(f), jnp.float32(3))
+    self.assertEqual(kept(fixed), 1)
+    self.assertEqual(jax.jit(in_program_order(f))(jnp.float32(3)), 3.0)
+
   def test_dropped_write_warns(self):
     write = jax.ffi.ffi_call(
       UNDECLARED_WRITE, jax.ShapeDtypeStruct((), jnp.int32)
