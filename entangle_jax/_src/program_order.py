@@ -220,6 +220,7 @@ class _Context:
     self.roots: dict[int, _Obj] = {}
     self.used: set[int] = set()
     self.keep: list[Any] = []
+    self.loop_aval = None
 
   # Values ---------------------------------------------------------------
 
@@ -453,12 +454,12 @@ class _Context:
             parts.append(_Part(p.mode, None, p.target))
     return tuple(dict.fromkeys(parts))
 
-  def order_token(self, parts, bits: int = 0):
-    """An int32 value ordered after the earlier calls `parts` conflict
-    with."""
-    values, _ = self.witnesses_for(parts, bits)
-    token = jnp.zeros((), jnp.int32)
-    return entangle(token, *values) if values else token
+  def order_token(self, parts, aval=None):
+    """A value ordered after the earlier calls `parts` conflict with: an
+    int32 scalar, or of `aval`, which is then the one witness itself when
+    there is one of that type (no entangle)."""
+    values, _ = self.witnesses_for(parts, 0)
+    return _token_of(values, aval)
 
   def exported(self, ctx: _Context) -> list:
     """Values that come after every call made in child `ctx`."""
@@ -639,11 +640,12 @@ class _Context:
     return ctx
 
   def loop_token(self, ctx: _Context, token):
-    exported = self.exported(ctx)
-    exported = [
-      w for w in exported if not (ctx.dep(w) == ctx.dep(token) and w is token)
-    ]
-    return entangle(token, *exported) if exported else token
+    """The order value out of a loop body: after every call of the body
+    (which are all after `token`, the value that came in)."""
+    exported = [w for w in self.exported(ctx) if w is not token]
+    if not exported:
+      return token
+    return _token_of(exported, _aval(token), payload=token)
 
   def loop_analysis(self, run_body, init, consts):
     """Traces the loop body once with no order value; returns its calls'
@@ -663,9 +665,13 @@ class _Context:
       result["ctx"] = ctx
       result["carry_bits"] = carry_bits
       result["out_deps"] = [ctx.dep(v) for v in carry_out]
+      exported = self.exported(ctx)
+      if len(exported) == 1:
+        result["aval"] = _aval(exported[0])
       return [jnp.zeros((), jnp.int32)]
 
     jax.make_jaxpr(probe)(*[_placeholder(v) for v in init])
+    self.loop_aval = result.get("aval")
     ctx = result["ctx"]
     own = ctx.own
     parts = tuple(p for a in own for p in a.parts)
@@ -702,15 +708,19 @@ class _Context:
     return parts, True, carrying
 
   def loop(self, analyse, run_loop, invals, label, split, extra_jaxprs=()):
+    self.loop_aval = None
     analysis = analyse()
+    aval = self.loop_aval
     if analysis is not None:
       parts, trusted, carrying = analysis
     else:
       parts, trusted, carrying = (), False, []
     if not trusted or analysis is None:
-      # Order through an int32 order value in the carry.
+      # Order through an order value in the carry: of the type of the
+      # body's last call's result when one call comes after all others, so
+      # that it is that result (no entangle), else an int32 scalar.
       every = self.sub_parts(extra_jaxprs) + parts
-      init_token = self.order_token(every or _ANY)
+      init_token = self.order_token(every or _ANY, aval)
       carry, ys = run_loop(True, init_token)
       carry, token = carry
       outs = list(carry) + list(ys)
@@ -887,6 +897,20 @@ def _stacklevel() -> int:
       return level
     frame, level = frame.f_back, level + 1
   return 1
+
+
+def _token_of(values: Sequence[Any], aval, payload=None):
+  """A value after all of `values`: the one value itself when it has type
+  `aval`, else `payload` (by default zeros of `aval`, or an int32 scalar)
+  entangled with them."""
+  if aval is not None and len(values) == 1 and _aval(values[0]) == aval:
+    return jax.lax.convert_element_type(values[0], aval.dtype)
+  if payload is None:
+    shape, dtype = (
+      (aval.shape, aval.dtype) if aval is not None else ((), "int32")
+    )
+    payload = jnp.zeros(shape, dtype)
+  return entangle(payload, *values) if values else payload
 
 
 def _own_parts(ctx: _Context) -> tuple[_Part, ...]:

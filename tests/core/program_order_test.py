@@ -171,7 +171,9 @@ class ProgramOrderTest(absltest.TestCase):
       testing.write_slot(2, 0.0)
       return jax.lax.scan(body, x, None, length=4)[1]
 
-    self.assert_fixed(f, jnp.int32(0))
+    # The order value in the carry is the write's result: one entangle
+    # (the read after the last write, before or in the loop) per step.
+    self.assertEqual(entangles(self.assert_fixed(f, jnp.int32(0))), 1)
     np.testing.assert_array_equal(
       jax.jit(in_program_order(f))(0), [0.0, 1.0, 2.0, 3.0]
     )
@@ -203,7 +205,8 @@ class ProgramOrderTest(absltest.TestCase):
       n = jax.lax.while_loop(lambda c: c < 4, body, x)
       return testing.read_slot(3), n
 
-    self.assert_fixed(f, jnp.int32(0))
+    # One in the body, one for the read after the loop.
+    self.assertEqual(entangles(self.assert_fixed(f, jnp.int32(0))), 2)
     self.assertEqual(jax.jit(in_program_order(f))(0)[0], 4.0)
 
   def test_cond(self):
