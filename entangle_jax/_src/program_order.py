@@ -480,21 +480,29 @@ class _Context:
     index, *ops = invals
     parts = self.sub_parts([b.jaxpr for b in branches])
 
-    def branch_fn(closed):
+    def branch_fn(closed, aval=None, found=None):
       def fn(*args):
         ctx = self.child()
         self.seed(ctx, args, ops)
         jaxpr, consts = _open(closed)
         outs = ctx.run(jaxpr, consts, list(args))
         exported = self.exported(ctx)
-        token = jnp.zeros((), jnp.int32)
-        if exported:
-          token = entangle(token, *exported)
-        return outs, token
+        if found is not None:
+          found.append([_aval(e) for e in exported])
+        return outs, _token_of(exported, aval)
 
       return fn
 
-    fns = [branch_fn(b) for b in branches]
+    # The order value out: the branches' one last result where each branch
+    # with calls has one, of one type (no entangle); else an int32 scalar.
+    found = []
+    for b in branches:
+      jax.make_jaxpr(branch_fn(b, found=found))(*ops)
+    kinds = {tuple(f) for f in found if f}
+    aval = None
+    if len(kinds) == 1 and len(next(iter(kinds))) == 1:
+      aval = next(iter(kinds))[0]
+    fns = [branch_fn(b, aval) for b in branches]
     if _is_bool(index):
       outs, token = jax.lax.cond(index, fns[1], fns[0], *ops)
     else:
@@ -502,13 +510,17 @@ class _Context:
     return self.after_sub(parts, list(outs), token, invals, "cond")
 
   def after_sub(self, parts, outs, token, invals, label) -> list:
+    """Registers a sub-program's calls (`parts`) as one call here, which
+    `token` (a value, or a list of values) comes after."""
     bits = 0
     for value in invals:
       bits |= self.dep(value)
-    access = self.summary(parts, [token], bits, label)
+    tokens = list(token) if isinstance(token, list | tuple) else [token]
+    access = self.summary(parts, tokens, bits, label)
     for out in outs:
       self.set_dep(out, bits)
-    self.set_dep(token, access.deps)
+    for t in tokens:
+      self.set_dep(t, access.deps)
     return outs
 
   def remat(self, eqn, invals) -> list:
@@ -520,17 +532,15 @@ class _Context:
       ctx = self.child()
       self.seed(ctx, args, invals)
       outs = ctx.run(jaxpr, (), list(args))
-      exported = self.exported(ctx)
-      holder["parts"] = tuple(p for a in ctx.own for p in a.parts)
-      token = jnp.zeros((), jnp.int32)
-      return outs, entangle(token, *exported) if exported else token
+      holder["parts"] = _own_parts(ctx)
+      return outs, self.exported(ctx)
 
     kwargs = {"prevent_cse": params.get("prevent_cse", True)}
     if params.get("policy") is not None:
       kwargs["policy"] = params["policy"]
-    outs, token = jax.checkpoint(fn, **kwargs)(*invals)
+    outs, exported = jax.checkpoint(fn, **kwargs)(*invals)
     return self.after_sub(
-      holder.get("parts", ()), list(outs), token, invals, "checkpoint"
+      holder.get("parts", ()), list(outs), exported, invals, "checkpoint"
     )
 
   def scan(self, eqn, invals) -> list:

@@ -216,7 +216,8 @@ class ProgramOrderTest(absltest.TestCase):
       testing.write_slot(4, 2.0)
       return x
 
-    self.assert_fixed(f, True)
+    # As by hand: the read after the write, the write after the cond.
+    self.assertEqual(entangles(self.assert_fixed(f, True)), 2)
     self.assertEqual(jax.jit(in_program_order(f))(True), 1.0)
 
   def test_nested_jit_and_checkpoint(self):
@@ -226,7 +227,7 @@ class ProgramOrderTest(absltest.TestCase):
       testing.write_slot(token, 2.0)
       return jax.checkpoint(lambda x: x * testing.read_slot(slot))(x)
 
-    self.assert_fixed(f, jnp.int32(5))
+    self.assertEqual(entangles(self.assert_fixed(f, jnp.int32(5))), 2)
     self.assertEqual(jax.jit(in_program_order(f))(5), 2.0)
 
   def test_vmap_outside_and_inside(self):
