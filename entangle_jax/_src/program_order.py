@@ -148,15 +148,29 @@ def _is_array_like(leaf: Any) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class _Obj:
-  """The object a call touches: `consts` when its operand is a constant
-  (the integers it holds), else `key` (the id of its root value)."""
+  """What names the object a call touches: `consts` when its operand is a
+  constant (the integers it holds), else `key` (the id of its root value)
+  and, for part of that value (``handles[3]``), `elements`: the flat
+  indices into it. `array` and `index` are the constant, and the indices,
+  in the operand's shape, for following further views."""
 
   consts: frozenset | None = None
   key: int | None = None
+  elements: frozenset | None = None
+  array: Any = dataclasses.field(default=None, compare=False)
+  index: Any = dataclasses.field(default=None, compare=False)
 
-  def distinct_from(self, other: _Obj) -> bool:
+  def distinct_from(self, other: _Obj, elements_distinct: bool) -> bool:
     if self.consts is not None and other.consts is not None:
       return not (self.consts & other.consts)
+    if (
+      elements_distinct
+      and self.key is not None
+      and self.key == other.key
+      and self.elements is not None
+      and other.elements is not None
+    ):
+      return not (self.elements & other.elements)
     return False
 
 
@@ -194,7 +208,10 @@ def _part_conflict(x: _Part, y: _Part, decls: Declarations) -> bool:
     return False
   if x.obj is None or y.obj is None:
     return True
-  return not x.obj.distinct_from(y.obj)
+  distinct = decls.distinct_for(decls.for_target(x.target)) and (
+    decls.distinct_for(decls.for_target(y.target))
+  )
+  return not x.obj.distinct_from(y.obj, distinct)
 
 
 _bits = itertools.count()
@@ -236,11 +253,34 @@ class _Context:
     found = self.roots.get(id(value))
     if found is not None:
       return found
-    consts = _constant_ints(value)
-    if consts is not None:
-      return _Obj(consts=consts)
+    array = _constant_array(value)
+    if array is not None:
+      return _Obj(
+        consts=frozenset(int(v) for v in array.reshape(-1)), array=array
+      )
     self.keep.append(value)
     return _Obj(key=id(value))
+
+  def view(self, eqn, operand, out) -> None:
+    """`out`, a view of `operand` (a slice, a reshape, ...), names the
+    objects the elements it holds name."""
+    obj = self.root(operand)
+    if obj.consts is not None and obj.array is not None:
+      array = _apply_view(eqn, obj.array)
+      if array is not None:
+        consts = frozenset(int(v) for v in array.reshape(-1))
+        self.set_root(out, _Obj(consts=consts, array=array))
+      return
+    if obj.key is None:
+      return
+    index = obj.index
+    if index is None:
+      shape = tuple(eqn.invars[0].aval.shape)
+      index = np.arange(int(np.prod(shape))).reshape(shape)
+    index = _apply_view(eqn, index)
+    if index is not None:
+      elements = frozenset(int(v) for v in index.reshape(-1))
+      self.set_root(out, _Obj(key=obj.key, elements=elements, index=index))
 
   def set_root(self, value: Any, obj: _Obj) -> None:
     self.keep.append(value)
@@ -282,6 +322,10 @@ class _Context:
       outs = self.bind(eqn, invals)
       for value, out in zip(invals, outs, strict=False):  # Payloads first.
         self.set_root(out, self.root(value))
+      return outs
+    if name in _VIEWS:
+      outs = self.bind(eqn, invals)
+      self.view(eqn, invals[0], outs[0])
       return outs
     if not _has_native(eqn, self.decls):
       return self.bind(eqn, invals)
@@ -975,7 +1019,9 @@ def _size(value) -> int:
   return int(np.prod(np.shape(value)))
 
 
-def _constant_ints(value) -> frozenset | None:
+def _constant_array(value) -> np.ndarray | None:
+  """`value` as a NumPy array, when it is a known integer array (a
+  literal, a constant of the traced program) of at most 4096 elements."""
   if isinstance(value, Tracer):
     return None
   try:
@@ -984,7 +1030,50 @@ def _constant_ints(value) -> frozenset | None:
     return None
   if array.dtype.kind not in "iu" or array.size > 4096:
     return None
-  return frozenset(int(v) for v in array.reshape(-1))
+  return array
+
+
+_VIEWS = (
+  "slice",
+  "squeeze",
+  "reshape",
+  "convert_element_type",
+  "copy",
+  "copy_p",
+)
+
+
+def _apply_view(eqn, array: np.ndarray) -> np.ndarray | None:
+  """What `eqn` (one of `_VIEWS`) makes of `array`'s elements, or None."""
+  name, params = eqn.primitive.name, eqn.params
+  try:
+    if name == "slice":
+      strides = params.get("strides") or (1,) * array.ndim
+      return array[
+        tuple(
+          slice(a, b, c)
+          for a, b, c in zip(
+            params["start_indices"],
+            params["limit_indices"],
+            strides,
+            strict=True,
+          )
+        )
+      ]
+    if name == "squeeze":
+      return np.squeeze(array, tuple(params["dimensions"]))
+    if name == "reshape":
+      return array.reshape(params["new_sizes"])
+    if name == "convert_element_type":
+      # Only to an integer type that holds every value: a narrowing one
+      # could make two handles one.
+      new = np.dtype(params["new_dtype"])
+      if new.kind not in "iu" or not np.can_cast(array.dtype, new):
+        return None
+      return array.astype(new)
+    return array
+  except Exception:  # A view this does not follow: nothing is claimed.
+    return None
 
 
 def _orderable_operand(invals, object_index) -> int | None:

@@ -23,10 +23,28 @@ from tests import test_util
 ENTANGLE = "entangle_jax_entangle"
 UNDECLARED_WRITE = "program_order_test_write"
 UNDECLARED_READ = "program_order_test_read"
+HANDLE_WRITE = "program_order_test_handle_write"
+HANDLE_READ = "program_order_test_handle_read"
 native.register_handlers(
   example_store._native,
   {"write_slot": UNDECLARED_WRITE, "read_slot": UNDECLARED_READ},
   ["cpu"],
+)
+native.register_handlers(
+  example_store._native,
+  {"write_slot": HANDLE_WRITE, "read_slot": HANDLE_READ},
+  ["cpu"],
+)
+# Handles: the elements of one array of them are distinct objects.
+entangle_jax.declare_target(
+  HANDLE_WRITE,
+  mode="write",
+  object=0,
+  returns_object=[0],
+  distinct_elements=True,
+)
+entangle_jax.declare_target(
+  HANDLE_READ, mode="read", object=0, distinct_elements=True
 )
 
 
@@ -142,6 +160,28 @@ class ProgramOrderTest(absltest.TestCase):
     big = jnp.ones(1 << 16)
     self.assert_fixed(undeclared_hazards, big)
     self.assertEqual(wrong_reads(in_program_order(undeclared_hazards)), [0] * 5)
+
+  def test_distinct_elements_of_a_handle_array(self):
+    write = jax.ffi.ffi_call(
+      HANDLE_WRITE, jax.ShapeDtypeStruct((), jnp.int32), has_side_effect=True
+    )
+    read = jax.ffi.ffi_call(HANDLE_READ, jax.ShapeDtypeStruct((), jnp.float32))
+
+    def f(handles, big):
+      reads = []
+      for i in range(4):
+        h = write(handles[i], jnp.float32(1.0))
+        reads.append(read(h, delay_us=np.int64(1000)))
+        write(h, jnp.float32(2.0))
+      return jnp.stack(reads), jnp.sin(big).sum()
+
+    args = (jnp.arange(20, 24, dtype=jnp.int32), jnp.ones(1 << 16))
+    fixed = self.assert_fixed(f, *args)
+    # One per hazard: handles[i] and handles[j] are different objects.
+    self.assertEqual(entangles(fixed), 4)
+    np.testing.assert_array_equal(
+      jax.jit(in_program_order(f))(*args)[0], [1.0] * 4
+    )
 
   def test_traced_slots_may_be_one(self):
     def f(a, b):
