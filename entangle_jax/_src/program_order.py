@@ -75,19 +75,37 @@ def in_program_order(f: Callable[..., Any]) -> Callable[..., Any]:
   iteration's too: through the carry where it already does, else through
   one more int32 value in the carry.
 
-  Works under ``jit``, eagerly, under ``jax.disable_jit()`` (where calls
-  already run one by one: `f` runs as it is), with ``vmap``, ``grad`` and
-  ``jax.export``. Array arguments (leaves of pytrees) are traced; other
-  leaves are passed to `f` as static values.
+  Works under ``jit``, eagerly, under ``jax.disable_jit()`` (where `f`
+  runs as it is: each call runs before the next starts), with ``vmap`` and
+  ``grad`` on either side, and through ``jax.export``. Inside it, calls in
+  ``jit``, ``scan``, ``while_loop``, ``cond``/``switch``, ``checkpoint``,
+  ``shard_map``, ``custom_jvp`` and ``custom_vjp`` (the JVP rule, forward
+  and backward passes included) are ordered too. Array arguments (leaves of
+  pytrees) are traced; other leaves reach `f` as they are, as static
+  values. `testing.races` of the compiled module is the proof of the result.
 
-  Raises (when the returned function is called):
-    NotImplementedError: `f` has a native call inside a higher-order
-      primitive this transform does not know (the message names it), or a
-      native call with no operand to order.
+  Not ordered: a backward pass's calls after the forward calls that follow
+  its custom_vjp (only after its own forward pass); later calls after a call
+  that returns nothing, such as ``jax.debug.callback`` (this warns).
+
+  Args:
+    f: the function whose native calls to order.
+
+  Returns:
+    A function of `f`'s signature that returns what `f` returns.
+
+  Raises:
+    TypeError: `f` is not callable; or, when called, an argument is an
+      array of a type JAX does not trace (the message names it).
+    NotImplementedError: when called, `f` makes a native call inside a
+      higher-order primitive this transform does not know (the message
+      names it), or a native call with no operand to order it by.
+
   Warns:
-    UserWarning: a native call that is not side-effecting may write, but
-      nothing uses its results, so XLA drops it (the message names its
-      target).
+    UserWarning: a native call that is not side-effecting may write but
+      nothing uses its results, so XLA drops it (the message names the
+      target); or later calls cannot be ordered after a call that returns
+      nothing.
   """
   if not callable(f):
     raise TypeError(f"in_program_order: f must be callable, not {f!r}")
