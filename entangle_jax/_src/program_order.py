@@ -640,13 +640,12 @@ class _Context:
 
     def analyse():
       return self.loop_analysis(
-        lambda ctx, carry_in: ctx.run(
-          jaxpr,
-          jconsts,
-          [*consts, *carry_in, *[_placeholder_x(x) for x in xs]],
+        lambda ctx, carry_in, x_in: ctx.run(
+          jaxpr, jconsts, [*consts, *carry_in, *x_in]
         )[:n_carry],
         init,
         consts,
+        [_placeholder_x(x) for x in xs],
       )
 
     return self.loop(analyse, run_loop, invals, "scan", split=n_carry)
@@ -688,9 +687,12 @@ class _Context:
       if cond_native:
         return None  # Calls in the condition: order through the token.
       return self.loop_analysis(
-        lambda ctx, carry_in: ctx.run(bjaxpr, bjconsts, [*bconsts, *carry_in]),
+        lambda ctx, carry_in, _: ctx.run(
+          bjaxpr, bjconsts, [*bconsts, *carry_in]
+        ),
         init,
         bconsts,
+        [],
       )
 
     return self.loop(
@@ -719,13 +721,14 @@ class _Context:
       return token
     return _token_of(exported, _aval(token), payload=token)
 
-  def loop_analysis(self, run_body, init, consts):
+  def loop_analysis(self, run_body, init, consts, x_avals):
     """Traces the loop body once with no order value; returns its calls'
     parts, and whether the carries alone order every iteration's calls
     after the previous one's and after the calls before the loop."""
     result = {}
 
-    def probe(*carry_in):
+    def probe(*flat_in):
+      carry_in, x_in = flat_in[: len(init)], flat_in[len(init) :]
       ctx = self.child(accesses=[])
       self.seed(ctx, consts, consts)
       carry_bits = []
@@ -733,7 +736,7 @@ class _Context:
         bit = _new_bit()
         carry_bits.append(bit)
         ctx.set_dep(value, bit)
-      carry_out = run_body(ctx, list(carry_in))
+      carry_out = run_body(ctx, list(carry_in), list(x_in))
       result["ctx"] = ctx
       result["carry_bits"] = carry_bits
       result["out_deps"] = [ctx.dep(v) for v in carry_out]
@@ -742,7 +745,7 @@ class _Context:
         result["aval"] = _aval(exported[0])
       return [jnp.zeros((), jnp.int32)]
 
-    jax.make_jaxpr(probe)(*[_placeholder(v) for v in init])
+    jax.make_jaxpr(probe)(*[_placeholder(v) for v in init], *x_avals)
     self.loop_aval = result.get("aval")
     ctx = result["ctx"]
     own = ctx.own
@@ -1020,7 +1023,7 @@ def _placeholder(value):
 
 def _placeholder_x(x):
   aval = _aval(x)
-  return jnp.zeros(aval.shape[1:], aval.dtype)
+  return jax.ShapeDtypeStruct(aval.shape[1:], aval.dtype)
 
 
 def _open(closed) -> tuple[Any, Sequence[Any]]:
@@ -1163,17 +1166,38 @@ def _all_eqns(jaxpr):
       yield from _all_eqns(sub)
 
 
-def _has_native_jaxpr(jaxpr, decls) -> bool:
-  return any(_native_call(e, decls) is not None for e in _all_eqns(jaxpr))
+def _has_native_jaxpr(jaxpr, decls, rules: bool = True) -> bool:
+  """Whether `jaxpr` makes a native call, in a sub-jaxpr or (with `rules`)
+  a custom differentiation rule included."""
+  return any(
+    _native_call(e, decls) is not None
+    or (rules and _custom_rules_native(e, decls))
+    for e in _all_eqns(jaxpr)
+  )
 
 
 def _has_native(eqn, decls) -> bool:
   if any(_has_native_jaxpr(j, decls) for j in _sub_jaxprs(eqn)):
     return True
-  name = eqn.primitive.name
-  if name in ("custom_jvp_call", "custom_vjp_call"):
-    return _rules_have_native(eqn, decls)
-  return False
+  return _custom_rules_native(eqn, decls)
+
+
+_RULES_CACHE: dict[int, tuple[Any, Declarations, bool]] = {}
+
+
+def _custom_rules_native(eqn, decls) -> bool:
+  """`_rules_have_native` for a custom_jvp or custom_vjp call, once per
+  equation (loop bodies are traced more than once); False for others."""
+  if eqn.primitive.name not in ("custom_jvp_call", "custom_vjp_call"):
+    return False
+  found = _RULES_CACHE.get(id(eqn))
+  if found is not None and found[0] is eqn and found[1] == decls:
+    return found[2]
+  if len(_RULES_CACHE) > 1024:
+    _RULES_CACHE.clear()
+  result = _rules_have_native(eqn, decls)
+  _RULES_CACHE[id(eqn)] = (eqn, decls, result)
+  return result
 
 
 def _rules_have_native(eqn, decls) -> bool:
@@ -1201,7 +1225,10 @@ def _rules_have_native(eqn, decls) -> bool:
     traced = jax.make_jaxpr(differentiated)(*avals)
   except Exception:  # Cannot tell: rebuild it, which orders whatever runs.
     return True
-  return _has_native_jaxpr(traced.jaxpr, decls)
+  # First-order: the rules of custom calls that the rules make are not run
+  # by this differentiation (and a rule that calls its own function would
+  # otherwise be traced without end).
+  return _has_native_jaxpr(traced.jaxpr, decls, rules=False)
 
 
 def _ones_cotangent(out):

@@ -233,6 +233,52 @@ class ProgramOrderTest(absltest.TestCase):
       jax.jit(in_program_order(f))(1)[1], [0.0, 1.0, 2.0]
     )
 
+  def test_scan_over_slots(self):
+    # The slots come in as xs: traced, so any two may be one.
+    def f(slots):
+      def body(c, slot):
+        token = testing.write_slot(slot, 1.0)
+        r = testing.read_slot(token, delay_us=100)
+        testing.write_slot(16, 2.0)
+        return c, r
+
+      return jax.lax.scan(body, 0, slots)[1]
+
+    slots = jnp.array([16, 16, 17], jnp.int32)
+    self.assert_fixed(f, slots)
+    np.testing.assert_array_equal(
+      jax.jit(in_program_order(f))(slots), [1.0, 1.0, 1.0]
+    )
+
+  def test_custom_vjp_backward_write_inside_a_loop(self):
+    @jax.custom_vjp
+    def double(x):
+      return x * 2
+
+    def backward(_, ct):
+      testing.write_slot(17, ct)
+      return (ct * 2,)
+
+    double.defvjp(lambda x: (x * 2, None), backward)
+
+    def loss(x):
+      testing.write_slot(17, 1.0)
+
+      def body(c, _):
+        return double(c) * testing.read_slot(17), None
+
+      return jax.lax.scan(body, x, None, length=2)[0]
+
+    plain = compiled(jax.grad(loss), 1.0)
+    self.assertNotEmpty(testing.races(plain))
+    for f in (
+      jax.grad(in_program_order(loss)),
+      in_program_order(jax.grad(loss)),
+    ):
+      c = compiled(f, 1.0)
+      self.assertEqual(testing.races(c), [])
+      self.assertEqual(writes(c), writes(plain))
+
   def test_while_loop(self):
     def f(x):
       testing.write_slot(3, 0.0)
