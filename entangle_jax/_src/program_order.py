@@ -112,18 +112,21 @@ def in_program_order(f: Callable[..., Any]) -> Callable[..., Any]:
 
   @functools.wraps(f)
   def ordered(*args, **kwargs):
-    if jax.config.jax_disable_jit:  # ty: ignore[missing-attribute]
-      return f(*args, **kwargs)
     leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
-    dynamic = [arrays.is_array(leaf) for leaf in leaves]
     for leaf, path in zip(leaves, _paths((args, kwargs)), strict=True):
-      if not arrays.is_array(leaf) and _is_array_like(leaf):
+      if _is_array_like(leaf) and not arrays.is_array(leaf):
         raise TypeError(
           f"in_program_order: argument {path} is an array of a type JAX "
-          f"does not trace ({type(leaf).__name__}); pass a JAX or NumPy "
-          "array of a supported dtype"
+          f"does not trace ({type(leaf).__name__} of dtype "
+          f"{getattr(leaf, 'dtype', '?')}); pass a JAX or NumPy array of a "
+          "supported dtype, or something that is not an array"
         )
-    out_tree = []
+    if jax.config.jax_disable_jit:  # ty: ignore[missing-attribute]
+      return f(*args, **kwargs)  # Each call runs before the next starts.
+    # Arrays are traced; anything else (Python scalars included, as
+    # jit's static arguments arrive) reaches `f` as it is.
+    dynamic = [_is_array_like(leaf) for leaf in leaves]
+    out_tree, static_out = [], {}
 
     def flat(*traced):
       it = iter(traced)
@@ -131,17 +134,26 @@ def in_program_order(f: Callable[..., Any]) -> Callable[..., Any]:
         next(it) if d else leaf for leaf, d in zip(leaves, dynamic, strict=True)
       ]
       a, k = jax.tree_util.tree_unflatten(treedef, full)
-      out = f(*a, **k)
-      out_leaves, out_def = jax.tree_util.tree_flatten(out)
+      out_leaves, out_def = jax.tree_util.tree_flatten(f(*a, **k))
       out_tree.append(out_def)
-      return out_leaves
+      arrays_out = []
+      for index, leaf in enumerate(out_leaves):
+        if _is_array_like(leaf):
+          arrays_out.append(leaf)
+        else:
+          static_out[index] = leaf
+      return arrays_out
 
     traced = [leaf for leaf, d in zip(leaves, dynamic, strict=True) if d]
     closed = jax.make_jaxpr(flat)(*traced)
     ctx = _Context(sources.current())
-    outs = ctx.run(closed.jaxpr, closed.consts, traced)
-    ctx.warn_dropped(outs)
-    return jax.tree_util.tree_unflatten(out_tree[0], outs)
+    outs = iter(ctx.run(closed.jaxpr, closed.consts, traced))
+    result = [
+      static_out[i] if i in static_out else next(outs)
+      for i in range(out_tree[0].num_leaves)
+    ]
+    ctx.warn_dropped(result)
+    return jax.tree_util.tree_unflatten(out_tree[0], result)
 
   return ordered
 
@@ -157,7 +169,10 @@ def _paths(tree: Any) -> list[str]:
 
 
 def _is_array_like(leaf: Any) -> bool:
-  return isinstance(leaf, np.ndarray) or hasattr(leaf, "__jax_array__")
+  """An array (JAX, NumPy, a NumPy scalar, a tracer): what is traced."""
+  return isinstance(leaf, jax.Array | np.ndarray | np.generic) or hasattr(
+    leaf, "__jax_array__"
+  )
 
 
 # ----------------------------------------------------------------------------

@@ -295,6 +295,21 @@ class ProgramOrderTest(absltest.TestCase):
     self.assertEqual(entangles(self.assert_fixed(f, jnp.int32(0))), 2)
     self.assertEqual(jax.jit(in_program_order(f))(0)[0], 4.0)
 
+  def test_while_loop_reading_in_its_condition(self):
+    def f(x):
+      testing.write_slot(18, 0.0)
+
+      def body(c):
+        testing.write_slot(18, c.astype(jnp.float32) + 1.0)
+        return c + 1
+
+      n = jax.lax.while_loop(lambda c: testing.read_slot(18) < 3.0, body, x)
+      testing.write_slot(18, 9.0)
+      return n
+
+    self.assert_fixed(f, jnp.int32(0))
+    self.assertEqual(jax.jit(in_program_order(f))(0), 3)
+
   def test_cond(self):
     def f(p):
       testing.write_slot(4, 1.0)
@@ -434,15 +449,26 @@ class ProgramOrderTest(absltest.TestCase):
       self.assertEqual(f(jnp.int32(9)), 1.0)
 
   def test_pytrees_and_static_leaves(self):
-    def f(tree, scale):
-      token = testing.write_slot(tree["slot"], tree["value"] * scale)
-      return {"read": testing.read_slot(token), "scale": scale}
+    def f(tree, repeat, name):
+      token = tree["slot"]
+      for _ in range(repeat):  # A static Python int, as jit passes it.
+        token = testing.write_slot(token, tree["value"])
+      return {"read": testing.read_slot(token), "name": name}
 
-    out = jax.jit(in_program_order(f), static_argnums=1)(
-      {"slot": jnp.int32(10), "value": jnp.float32(2.0)}, 3
+    tree = {"slot": jnp.int32(10), "value": jnp.float32(2.0)}
+    fn = jax.jit(
+      lambda t, r: in_program_order(f)(t, r, "label")["read"], static_argnums=1
     )
-    self.assertEqual(out["read"], 6.0)
-    self.assertEqual(out["scale"], 3)
+    self.assertEqual(fn(tree, 3), 2.0)
+    eager = in_program_order(f)(tree, 2, "label")  # Non-arrays out as they are.
+    self.assertEqual((eager["read"], eager["name"]), (2.0, "label"))
+
+  def test_an_array_jax_cannot_trace_is_named(self):
+    f = in_program_order(lambda x, y: x)
+    with self.assertRaisesRegex(TypeError, r"argument args\[1\]\['s'\]"):
+      f(1.0, {"s": np.array(["a"])})
+    with jax.disable_jit(), self.assertRaisesRegex(TypeError, "args"):
+      f(1.0, {"s": np.array(["a"])})
 
   def test_not_callable(self):
     with self.assertRaisesRegex(TypeError, "callable"):
