@@ -25,6 +25,8 @@ which evaluates a jaxpr again equation by equation:
   equation's ``ctx.manager``, as ``jax.core.eval_jaxpr`` enters them, so
   that what is bound again keeps the user's source lines and named scopes
   (which the race check reports and selects by);
+* `current_name_stack`: the named scopes in effect, as text (what a
+  ``Resource`` call records its access in);
 * `bind_equation` and `equation_subfuns`: ``Primitive.get_bind_params``,
   which returns ``(subfuns, params)`` up to jax 0.7 and, later, the
   params alone, with the subfuns under the key ``"subfuns"`` where the
@@ -88,3 +90,8 @@ def equation_context(eqn):
     eqn.ctx.manager,
   ):
     yield
+
+
+def current_name_stack() -> str:
+  """The named scopes in effect now, as ``op_name`` will show them."""
+  return str(_source_info_util.current_name_stack())

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import re
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -36,7 +37,7 @@ import numpy as np
 from jax.core import Tracer
 from jax.extend import core as jex_core
 
-from entangle_jax._src import arrays, jax_compat, primitive
+from entangle_jax._src import access_marker, arrays, jax_compat, primitive
 from entangle_jax._src.entangle import entangle
 from entangle_jax._src.targets import names, sources
 from entangle_jax._src.targets.declaration import Declarations
@@ -192,8 +193,16 @@ class _Obj:
   elements: frozenset | None = None
   array: Any = dataclasses.field(default=None, compare=False)
   index: Any = dataclasses.field(default=None, compare=False)
+  resource: str | None = None  # A named Resource's name.
 
   def distinct_from(self, other: _Obj, elements_distinct: bool) -> bool:
+    if (
+      self.resource is not None
+      and other.resource is not None
+      and self.resource != other.resource
+      and not self.same_value(other)
+    ):
+      return True  # As the race check reads Resource names.
     if self.consts is not None and other.consts is not None:
       return not (self.consts & other.consts)
     if (
@@ -205,6 +214,16 @@ class _Obj:
     ):
       return not (self.elements & other.elements)
     return False
+
+  def same_value(self, other: _Obj) -> bool:
+    """Whether both are one value (one token), or overlapping constants."""
+    if self.consts is not None and other.consts is not None:
+      return bool(self.consts & other.consts)
+    if self.key is None or self.key != other.key:
+      return False
+    if self.elements is not None and other.elements is not None:
+      return bool(self.elements & other.elements)
+    return True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -434,6 +453,7 @@ class _Context:
     if object_index is not None:
       obj = self.root(invals[object_index])
       parts = tuple(dataclasses.replace(p, obj=obj) for p in parts)
+    parts = self.in_resource(parts, invals, object_index)
     values, stood = self.witnesses_for(parts, bits)
     index = None
     if values:
@@ -478,6 +498,28 @@ class _Context:
     self.keep.extend(outs)
     self.add(access)
     return outs
+
+  def in_resource(self, parts, invals, object_index):
+    """`parts` as the race check reads a call made through a ``Resource``
+    (its innermost record in the named scopes): the Resource's mode, and a
+    named Resource's calls are on the object of that name."""
+    found = _resource_record(jax_compat.current_name_stack())
+    if found is None:
+      return parts
+    mode, name = found
+    index = 0 if object_index is None else object_index
+    changed = []
+    for p in parts:
+      obj = p.obj
+      if name is not None:
+        base = (
+          obj
+          if obj is not None
+          else (self.root(invals[index]) if index < len(invals) else _Obj())
+        )
+        obj = dataclasses.replace(base, resource=name)
+      changed.append(dataclasses.replace(p, mode=mode, obj=obj))
+    return tuple(changed)
 
   def add(self, access: _Access) -> None:
     self.accesses.append(access)
@@ -975,6 +1017,18 @@ class _Context:
 
 
 _ANY = (_Part("write", None, "any"),)
+
+
+_RECORD = re.compile(r"entangle_jax:(?:read|write)(?::[^/()]*)?")
+
+
+def _resource_record(name_stack: str):
+  """``(mode, name)`` of the innermost ``Resource`` record in a forward
+  pass's named scopes, or None (none, or a backward pass's copy)."""
+  if access_marker.PREFIX not in name_stack or "transpose(" in name_stack:
+    return None
+  found = _RECORD.findall(name_stack)
+  return access_marker.parse_component(found[-1]) if found else None
 
 
 def _stacklevel() -> int:

@@ -135,6 +135,13 @@ class PrivateApiTest(absltest.TestCase):
     self.assertIn("test_equation_context_keeps_scopes_and_source_lines", text)
     self.assertNotIn('<locals>.again"', text)
 
+  def test_current_name_stack_is_the_scopes_in_effect(self):
+    # source_info_util.current_name_stack(): str() joins the scopes by "/".
+    with jax.named_scope("outer"), jax.named_scope("entangle_jax:read:r"):
+      self.assertEqual(
+        jax_compat.current_name_stack(), "outer/entangle_jax:read:r"
+      )
+
   def test_sharding_rule_text_is_shardys(self):
     # The rule is built as Shardy's text form; parsing and printing it back
     # must give the same text, factor names included (i..z, then z_1, ...).

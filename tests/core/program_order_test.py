@@ -183,6 +183,27 @@ class ProgramOrderTest(absltest.TestCase):
       jax.jit(in_program_order(f))(*args)[0], [1.0] * 4
     )
 
+  def test_resource_records_are_read_as_the_race_check_reads_them(self):
+    # Calls made through two named Resources are on two objects, and a
+    # Resource's read only reads, whatever the (undeclared) target: no
+    # edge between them; the plain write after them takes one.
+    write, read = undeclared_calls()
+
+    def f(handles):
+      a = entangle_jax.Resource(handles[0], name="a")
+      b = entangle_jax.Resource(handles[1], name="b")
+      a.write(write, jnp.float32(1.0))
+      b.write(write, jnp.float32(1.0))
+      x, y = a.read(read), b.read(read)
+      z = b.read(read)
+      write(handles[0], jnp.float32(2.0))  # Nothing orders it after reads.
+      return x, y, z
+
+    handles = jnp.array([30, 31], jnp.int32)
+    fixed = self.assert_fixed(f, handles)
+    self.assertEqual(entangles(fixed), 1)
+    self.assertEqual(jax.jit(in_program_order(f))(handles), (1.0, 1.0, 1.0))
+
   def test_traced_slots_may_be_one(self):
     def f(a, b):
       token = testing.write_slot(a, 1.0)
