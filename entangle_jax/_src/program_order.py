@@ -247,6 +247,18 @@ class _Access:
   warned: bool = False
 
 
+def _covers(later: Sequence[_Part], earlier: Sequence[_Part]) -> bool:
+  """Whether every call that conflicts with `earlier` conflicts with
+  `later` (which writes what `earlier` touches, or anything)."""
+  writes = [p for p in later if p.mode == "write"]
+  return all(
+    any(
+      w.obj is None or (w.obj == e.obj and w.target == e.target) for w in writes
+    )
+    for e in earlier
+  )
+
+
 def _conflicts(
   a: Sequence[_Part], b: Sequence[_Part], decls: Declarations
 ) -> bool:
@@ -522,6 +534,15 @@ class _Context:
     return tuple(changed)
 
   def add(self, access: _Access) -> None:
+    if not self.decls.safe_pairs:
+      # An earlier call that this one comes after, on an object this one
+      # writes, need not be looked at again: whatever conflicts with it
+      # conflicts with this one, which comes after it.
+      self.accesses = [
+        a
+        for a in self.accesses
+        if not (a.bit & access.deps and _covers(access.parts, a.parts))
+      ]
     self.accesses.append(access)
     self.own.append(access)
 
