@@ -247,6 +247,27 @@ class _Access:
   warned: bool = False
 
 
+def _constrained(values: list, shardings) -> list:
+  """`values`, each with its sharding (a `jax.sharding.Sharding` of the
+  nested jit's) as a constraint; an unspecified one leaves it alone."""
+  if not shardings:
+    return values
+  return [
+    jax.lax.with_sharding_constraint(v, s) if _auto_sharding(s) else v
+    for v, s in zip(values, shardings, strict=True)
+  ]
+
+
+def _auto_sharding(sharding) -> bool:
+  """A sharding to keep as a constraint: one over a mesh of automatic
+  axes only (with explicit axes the sharding is in the values' types)."""
+  if not isinstance(sharding, jax.sharding.Sharding):
+    return False
+  mesh = getattr(sharding, "mesh", None)
+  types = getattr(mesh, "axis_types", ())
+  return all(t == jax.sharding.AxisType.Auto for t in types)
+
+
 def _covers(later: Sequence[_Part], earlier: Sequence[_Part]) -> bool:
   """Whether every call that conflicts with `earlier` conflicts with
   `later` (which writes what `earlier` touches, or anything)."""
@@ -394,9 +415,12 @@ class _Context:
     if not _has_native(eqn, self.decls):
       return self.bind(eqn, invals)
     if name in _CALLS:
+      # Inlined; the shardings it was given stay as constraints.
       closed = eqn.params.get("jaxpr", eqn.params.get("call_jaxpr"))
       jaxpr, consts = _open(closed)
-      return self.run(jaxpr, consts, invals)
+      invals = _constrained(invals, eqn.params.get("in_shardings"))
+      outs = self.run(jaxpr, consts, invals)
+      return _constrained(outs, eqn.params.get("out_shardings"))
     if name == "scan":
       return self.scan(eqn, invals)
     if name == "while":

@@ -5,6 +5,7 @@ transform races (``testing.races`` of its compiled module is not empty),
 with it races nowhere.
 """
 
+import functools
 import warnings
 
 import jax
@@ -351,6 +352,30 @@ class ProgramOrderTest(absltest.TestCase):
 
     self.assertEqual(entangles(self.assert_fixed(f, jnp.int32(5))), 2)
     self.assertEqual(jax.jit(in_program_order(f))(5), 2.0)
+
+  def test_nested_jit_keeps_its_shardings(self):
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((2,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+    rows = NamedSharding(mesh, P("x"))
+
+    @functools.partial(jax.jit, out_shardings=rows)
+    def inner(slots):
+      return testing.read_slot(slots)  # (XLA rejects a sharded write.)
+
+    def f(slots):
+      return inner(slots) * 2
+
+    # Inlined, the nested jit keeps its output sharding as a constraint.
+    slots = jnp.array([40, 41], jnp.int32)
+    text = jax.jit(in_program_order(f)).lower(slots).as_text()
+    # (sdy.sharding_constraint, or GSPMD's @Sharding custom call.)
+    self.assertRegex(text, "sharding_constraint|@Sharding")
+    testing.write_slot(slots, jnp.ones(2))
+    out = jax.jit(in_program_order(f))(slots)
+    np.testing.assert_array_equal(out, [2.0, 2.0])
+    self.assertTrue(out.sharding.is_equivalent_to(rows, 1))
 
   def test_vmap_outside_and_inside(self):
     slots = jnp.arange(3, dtype=jnp.int32)
