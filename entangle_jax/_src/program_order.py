@@ -1,23 +1,26 @@
 """`in_program_order(f)`: every native call of `f` ordered as the program made
 it, by `entangle` edges added to `f`'s traced program.
 
-`f` is traced to a jaxpr, which is evaluated again equation by equation. Before
-a native call (an ``ffi_call``, a host callback) is bound, its object operand
-is entangled with the results of the earlier calls it conflicts with: a read
-after earlier writes of an object it may touch, a write after earlier reads
-and writes of one. What a target touches is what its declaration says
-(`entangle_jax._src.targets`); a target nothing declares may touch anything.
-Edges that data already implies (the call's operands depend on the earlier
-call's result) are left out, and one ``entangle`` takes all of a call's
-witnesses.
+`f` is traced to a jaxpr, which is evaluated again equation by equation, each
+in its own source line and named scopes. Before a native call (an
+``ffi_call``, a host callback) is bound, its object operand is entangled with
+the results of the earlier calls it conflicts with: a read after earlier
+writes of an object it may touch, a write after earlier reads and writes of
+one. What a call touches is what its target's declaration says
+(`entangle_jax._src.targets`), or the ``Resource`` it was made through
+(`entangle_jax._src.access_marker`); a target nothing declares may touch
+anything. Edges that data already implies (the call's operands depend on the
+earlier call's result) are left out, and one ``entangle`` takes all of a
+call's witnesses.
 
-Sub-programs are transformed too: ``jit`` is inlined; ``scan``,
-``while_loop`` and ``cond`` are rebuilt with their public functions, loops
-ordering one iteration's calls after the previous one's (through their
-carries where data already does, else through one int32 order value in the
-carry); ``checkpoint``, ``custom_jvp`` and ``custom_vjp`` (its backward pass
-too) are rebuilt around transformed functions. Any other primitive with a
-native call inside raises.
+Sub-programs with native calls are transformed too: ``jit`` is inlined;
+``scan``, ``while_loop``, ``cond``, ``checkpoint`` and ``shard_map`` are
+rebuilt with their public functions, loops ordering one iteration's calls
+after the previous one's (through their carries where data already does,
+else through one order value in the carry); ``custom_jvp`` and
+``custom_vjp`` are rebuilt around transformed rules traced from ``jax.jvp``
+and ``jax.vjp`` of the original call. Any other primitive with a native call
+inside raises.
 """
 
 from __future__ import annotations
@@ -1111,16 +1114,6 @@ def _all(bits: Sequence[int]) -> int:
   for b in bits:
     total |= b
   return total
-
-
-def _zeros_for(value, like):
-  if value is None or type(value).__name__ in ("Zero", "SymbolicZero"):
-    aval = _aval(like)
-    dtype = aval.dtype
-    if not jnp.issubdtype(dtype, jnp.inexact):
-      return np.zeros(aval.shape, jax.dtypes.float0)
-    return jnp.zeros(aval.shape, dtype)
-  return value
 
 
 def _aval(value) -> jax.ShapeDtypeStruct:
