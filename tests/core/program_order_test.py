@@ -108,6 +108,12 @@ def wrong_reads(f, runs=5):
 
 
 class ProgramOrderTest(absltest.TestCase):
+  def grad_inside(self, loss, *args):
+    """``jax.grad(in_program_order(loss))`` compiled: it warns that a
+    custom_vjp's backward pass is ordered after its forward pass only."""
+    with self.assertWarnsRegex(UserWarning, "backward pass of a custom_vjp"):
+      return compiled(jax.grad(in_program_order(loss)), *args)
+
   def assert_fixed(self, f, *args):
     """`f` races; in_program_order(f) does not. Returns its compiled form."""
     self.assertNotEmpty(testing.races(compiled(f, *args)))
@@ -293,11 +299,10 @@ class ProgramOrderTest(absltest.TestCase):
 
     plain = compiled(jax.grad(loss), 1.0)
     self.assertNotEmpty(testing.races(plain))
-    for f in (
-      jax.grad(in_program_order(loss)),
-      in_program_order(jax.grad(loss)),
+    for c in (
+      self.grad_inside(loss, 1.0),
+      compiled(in_program_order(jax.grad(loss)), 1.0),
     ):
-      c = compiled(f, 1.0)
       self.assertEqual(testing.races(c), [])
       self.assertEqual(writes(c), writes(plain))
 
@@ -405,14 +410,13 @@ class ProgramOrderTest(absltest.TestCase):
 
     plain = compiled(jax.grad(loss), 1.0)
     self.assertNotEmpty(testing.races(plain))
-    for f in (
-      jax.grad(in_program_order(loss)),
-      in_program_order(jax.grad(loss)),
+    for c in (
+      self.grad_inside(loss, 1.0),
+      compiled(in_program_order(jax.grad(loss)), 1.0),
     ):
-      c = compiled(f, 1.0)
       self.assertEqual(testing.races(c), [])
       self.assertEqual(writes(c), writes(plain))
-      self.assertEqual(jax.jit(f)(1.0), 2.0)
+      self.assertEqual(c(1.0), 2.0)
 
   def test_custom_rules_with_native_calls(self):
     def loss(x):
@@ -438,12 +442,55 @@ class ProgramOrderTest(absltest.TestCase):
     for f in (loss, jax.grad(loss)):
       plain = compiled(f, 1.0)
       self.assertNotEmpty(testing.races(plain))
-      for g in (in_program_order(f),) + (
-        (jax.grad(in_program_order(loss)),) if f is not loss else ()
-      ):
-        c = compiled(g, 1.0)
+      fixed = [compiled(in_program_order(f), 1.0)]
+      if f is not loss:
+        fixed.append(self.grad_inside(loss, 1.0))
+      for c in fixed:
         self.assertEqual(testing.races(c), [])
         self.assertEqual(writes(c), writes(plain))
+
+  def test_custom_vjp_with_static_and_integer_arguments(self):
+    @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+    def scaled(x, n):
+      return x * n
+
+    def backward(n, _, ct):
+      testing.write_slot(19, ct)
+      return (ct * n,)
+
+    scaled.defvjp(lambda x, n: (x * n, None), backward)
+
+    @jax.custom_vjp
+    def times(x, i):
+      return x * i
+
+    times.defvjp(
+      lambda x, i: (x * i, i),
+      lambda i, ct: (testing.write_slot(19, ct) * 0 + ct * i, None),
+    )
+
+    def loss(x):
+      testing.write_slot(19, 1.0)
+      y = scaled(x, 3) + times(x, jnp.int32(2))
+      return y * testing.read_slot(19)
+
+    # Outside grad, the whole backward pass is ordered.
+    f = in_program_order(jax.grad(loss))
+    self.assertEqual(testing.races(compiled(f, 1.0)), [])
+    self.assertEqual(jax.jit(f)(1.0), 5.0)
+    # Inside, each backward pass only after its own forward pass: the two
+    # backward writes of slot 19 race, and it says so.
+    with self.assertWarnsRegex(UserWarning, "backward pass of a custom_vjp"):
+      inside = compiled(jax.grad(in_program_order(loss)), 1.0)
+    self.assertLen(testing.races(inside), 1)
+
+  def test_second_order(self):
+    def loss(x):
+      testing.write_slot(21, 1.0)
+      return jnp.sin(x) * testing.read_slot(21)
+
+    hessian = jax.jit(jax.grad(jax.grad(in_program_order(loss))))(1.0)
+    np.testing.assert_allclose(hessian, -np.sin(1.0), rtol=1e-6)
 
   def test_native_call_only_in_a_jvp_rule(self):
     # The primal makes no native call; its JVP rule does, which grad

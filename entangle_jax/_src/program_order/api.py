@@ -50,9 +50,10 @@ def in_program_order(f: Callable[..., Any]) -> Callable[..., Any]:
   pytrees) are traced; other leaves reach `f` as they are, as static
   values. `testing.races` of the compiled module is the proof of the result.
 
-  Not ordered: a backward pass's calls after the forward calls that follow
-  its custom_vjp (only after its own forward pass); later calls after a call
-  that returns nothing, such as ``jax.debug.callback`` (this warns).
+  Not ordered, and it warns: under ``grad`` applied outside the transform,
+  a custom_vjp's backward pass's calls after anything but its own forward
+  pass (``in_program_order(jax.grad(f))`` orders the whole backward pass);
+  later calls after a call that returns nothing (``jax.debug.callback``).
 
   Args:
     f: the function whose native calls to order.

@@ -812,6 +812,16 @@ class Context:
       ctx.set_dep(token, bit)
       flat_in = jax.tree_util.tree_leaves((list(residuals), list(cts)))
       outs = ctx.run(traced.jaxpr, traced.consts, flat_in)
+      if ctx.own:
+        targets = ", ".join(sorted({a.label for a in ctx.own}))
+        warnings.warn(
+          "in_program_order: the backward pass of a custom_vjp makes native "
+          f"calls ({targets}); differentiated outside in_program_order, they "
+          "are ordered after that custom_vjp's forward pass only, not "
+          "against other backward passes or later forward calls. Order the "
+          "whole backward pass with in_program_order(jax.grad(f)).",
+          stacklevel=_stacklevel(),
+        )
       return (np.zeros((), jax.dtypes.float0), *outs)
 
     fn.defvjp(fwd, bwd)
