@@ -19,6 +19,7 @@ from entangle_jax._src import lowering as _lowering  # noqa: F401  (registers)
 from entangle_jax._src import native as _native
 from entangle_jax._src.entangle import entangle
 from entangle_jax._src.export import export_safety_checks
+from entangle_jax._src.program_order import in_program_order
 from entangle_jax._src.resource import Resource
 from entangle_jax._src.targets.in_code import (
   declare_target,
@@ -35,4 +36,5 @@ __all__ = [
   "declare_target_mode",
   "entangle",
   "export_safety_checks",
+  "in_program_order",
 ]

@@ -18,6 +18,20 @@ Experimental (``jax.experimental``), for Taylor-mode AD
 
 * `jet_rules`: the rule table of ``jax.experimental.jet``.
 
+For `entangle_jax.in_program_order` (`entangle_jax._src.program_order`),
+which evaluates a jaxpr again equation by equation:
+
+* `equation_context`: ``source_info_util.user_context`` and the
+  equation's ``ctx.manager``, as ``jax.core.eval_jaxpr`` enters them, so
+  that what is bound again keeps the user's source lines and named scopes
+  (which the race check reports and selects by);
+* `current_name_stack`: the named scopes in effect, as text (what a
+  ``Resource`` call records its access in);
+* `bind_equation` and `equation_subfuns`: ``Primitive.get_bind_params``,
+  which returns ``(subfuns, params)`` up to jax 0.7 and, later, the
+  params alone, with the subfuns under the key ``"subfuns"`` where the
+  primitive has any.
+
 Public extension API that the primitive is built on and that this module
 does not wrap: ``jax.extend.core.Primitive``, ``jax.interpreters.ad``,
 ``jax.interpreters.batching``, ``jax.interpreters.mlir``, ``jax.ffi``.
@@ -25,6 +39,9 @@ does not wrap: ``jax.extend.core.Primitive``, ``jax.interpreters.ad``,
 
 from __future__ import annotations
 
+import contextlib
+
+from jax._src import source_info_util as _source_info_util
 from jax._src import xla_bridge as _xla_bridge
 from jax._src.lib import xla_client as _xla_client
 from jax.experimental import jet as _jet
@@ -33,3 +50,48 @@ register_custom_call_partitioner = _xla_client.register_custom_call_partitioner
 HloSharding = _xla_client.HloSharding
 register_plugin_callbacks = _xla_bridge.register_plugin_callbacks
 jet_rules = _jet.jet_rules
+
+
+def _bind_params(eqn) -> tuple[list, dict, bool]:
+  """``(subfuns, params, subfuns_in_params)`` for re-binding `eqn`."""
+  got = eqn.primitive.get_bind_params(eqn.params)
+  if isinstance(got, tuple):
+    subfuns, params = got
+    return list(subfuns), dict(params), False
+  params = dict(got)
+  return list(params.get("subfuns", ())), params, True
+
+
+def equation_subfuns(eqn) -> list:
+  """The functions a higher-order equation binds with (a custom_vjp call's
+  ``(fun, fwd, bwd)``), as ``lu.WrappedFun`` objects."""
+  return _bind_params(eqn)[0]
+
+
+def bind_equation(eqn, args):
+  """Binds `eqn`'s primitive to `args` with `eqn`'s params, as
+  ``jax.core.eval_jaxpr`` does; returns its outputs as a list."""
+  subfuns, params, in_params = _bind_params(eqn)
+  if in_params:
+    outs = eqn.primitive.bind(*args, **params)
+  else:
+    outs = eqn.primitive.bind(*subfuns, *args, **params)
+  return list(outs) if eqn.primitive.multiple_results else [outs]
+
+
+@contextlib.contextmanager
+def equation_context(eqn):
+  """While binding what stands for `eqn`: its source line and named scopes
+  (inside the current ones), and its context (as ``eval_jaxpr`` does)."""
+  info = eqn.source_info
+  name_stack = _source_info_util.current_name_stack() + info.name_stack
+  with (
+    _source_info_util.user_context(info.traceback, name_stack=name_stack),
+    eqn.ctx.manager,
+  ):
+    yield
+
+
+def current_name_stack() -> str:
+  """The named scopes in effect now, as ``op_name`` will show them."""
+  return str(_source_info_util.current_name_stack())

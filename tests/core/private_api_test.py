@@ -93,6 +93,55 @@ class PrivateApiTest(absltest.TestCase):
     self.assertIs(jax_compat.jet_rules, jet.jet_rules)
     self.assertIn(primitive.entangle_p, jax_compat.jet_rules)
 
+  def test_bind_equation_evaluates_each_equation_again(self):
+    # Primitive.get_bind_params: (subfuns, params) up to jax 0.7, params
+    # with a "subfuns" key later; jax_compat.bind_equation binds either.
+    # A custom_vjp call has subfuns (fun, fwd, bwd); scan has none.
+    @jax.custom_vjp
+    def double(x):
+      return x * 2
+
+    double.defvjp(lambda x: (x * 2, None), lambda _, ct: (ct * 3,))
+
+    def f(x):
+      return jax.lax.scan(lambda c, _: (double(c), None), x, None, length=2)[0]
+
+    closed = jax.make_jaxpr(f)(1.0)
+    (scan,) = [e for e in closed.jaxpr.eqns if e.primitive.name == "scan"]
+    inner = scan.params["jaxpr"].jaxpr.eqns
+    (call,) = [e for e in inner if e.primitive.name == "custom_vjp_call"]
+    self.assertLen(jax_compat.equation_subfuns(call), 3)
+    self.assertEqual(jax_compat.equation_subfuns(scan), [])
+    self.assertEqual(jax_compat.bind_equation(call, [2.0]), [4.0])
+    # The rules survive re-binding: the backward pass is the user's.
+    grad = jax.grad(lambda x: jax_compat.bind_equation(call, [x])[0])(1.0)
+    self.assertEqual(grad, 3.0)
+
+  def test_equation_context_keeps_scopes_and_source_lines(self):
+    # source_info_util.user_context(traceback, name_stack=...): what is
+    # bound inside takes the equation's named scope and Python stack.
+    def f(x):
+      with jax.named_scope("kept_scope"):
+        return jnp.sin(x)
+
+    (eqn,) = jax.make_jaxpr(f)(1.0).jaxpr.eqns
+
+    def again(x):
+      with jax_compat.equation_context(eqn):
+        return jax_compat.bind_equation(eqn, [x])[0]
+
+    text = jax.jit(again).lower(1.0).as_text(debug_info=True)
+    self.assertIn("kept_scope", text)
+    self.assertIn("test_equation_context_keeps_scopes_and_source_lines", text)
+    self.assertNotIn('<locals>.again"', text)
+
+  def test_current_name_stack_is_the_scopes_in_effect(self):
+    # source_info_util.current_name_stack(): str() joins the scopes by "/".
+    with jax.named_scope("outer"), jax.named_scope("entangle_jax:read:r"):
+      self.assertEqual(
+        jax_compat.current_name_stack(), "outer/entangle_jax:read:r"
+      )
+
   def test_sharding_rule_text_is_shardys(self):
     # The rule is built as Shardy's text form; parsing and printing it back
     # must give the same text, factor names included (i..z, then z_1, ...).

@@ -1,0 +1,33 @@
+"""`in_program_order(f)`: every native call of `f` ordered as the program made
+it, by `entangle` edges added to `f`'s traced program.
+
+`f` is traced to a jaxpr, which is evaluated again equation by equation, each
+in its own source line and named scopes. Before a native call (an
+``ffi_call``, a host callback) is bound, its object operand is entangled with
+the results of the earlier calls it conflicts with: a read after earlier
+writes of an object it may touch, a write after earlier reads and writes of
+one. What a call touches is what its target's declaration says
+(`entangle_jax._src.targets`), or the ``Resource`` it was made through
+(`entangle_jax._src.access_marker`); a target nothing declares may touch
+anything. Edges that data already implies (the call's operands depend on the
+earlier call's result) are left out, and one ``entangle`` takes all of a
+call's witnesses.
+
+Sub-programs with native calls are transformed too: ``jit`` is inlined;
+``scan``, ``while_loop``, ``cond``, ``checkpoint`` and ``shard_map`` are
+rebuilt with their public functions, loops ordering one iteration's calls
+after the previous one's (through their carries where data already does,
+else through one order value in the carry); ``custom_jvp`` and
+``custom_vjp`` are rebuilt around transformed rules traced from ``jax.jvp``
+and ``jax.vjp`` of the original call. Any other primitive with a native call
+inside raises.
+
+Modules: `api` (the transform: arguments in, results out), `interpreter`
+(the evaluation and the rebuilt sub-programs), `natives` (which equations
+are native calls, which sub-programs hold one), `objects` (what a call
+touches, when two conflict).
+"""
+
+from entangle_jax._src.program_order.api import in_program_order
+
+__all__ = ["in_program_order"]

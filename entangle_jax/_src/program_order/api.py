@@ -1,0 +1,142 @@
+"""The public transform: tracing `f`, arguments in, results out."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+from entangle_jax._src import arrays
+from entangle_jax._src.program_order.interpreter import Context
+from entangle_jax._src.targets import sources
+
+
+def in_program_order(f: Callable[..., Any]) -> Callable[..., Any]:
+  """Returns `f` with every native call on one object in program order.
+
+  ``jax.jit(in_program_order(step))`` computes what ``jax.jit(step)``
+  computes, but its native calls (``jax.ffi.ffi_call``, ``io_callback``,
+  ``jax.debug.callback``, ``pure_callback``) run in the order in which the
+  Python program made them, as far as they may touch one object:
+
+  * a read runs after every earlier write of an object it may touch;
+  * a write runs after every earlier read and write of such an object;
+  * reads between the same two writes stay free to run concurrently.
+
+  What a call touches is what its target's declaration says
+  (``declare_target``, ``[tool.entangle-jax]``, ...): its mode and its object
+  operand. A target nothing declares is taken to write anything: it is
+  ordered against every other native call. Calls proven to touch different
+  objects (different integer constants, or values a declared
+  ``returns_object`` result hands back for them) are not ordered. JAX's,
+  jaxlib's and XLA's own kernels are left alone.
+
+  The order is made of `entangle` calls on each later call's object operand
+  (operand 0 when none is declared), so it costs what ``entangle`` costs:
+  none where data already orders two calls, one per call otherwise. Inside a
+  ``scan`` or ``while_loop`` body, calls are ordered after the previous
+  iteration's too: through the carry where it already does, else through
+  one more int32 value in the carry.
+
+  Works under ``jit``, eagerly, under ``jax.disable_jit()`` (where `f`
+  runs as it is: each call runs before the next starts), with ``vmap`` and
+  ``grad`` on either side, and through ``jax.export``. Inside it, calls in
+  ``jit``, ``scan``, ``while_loop``, ``cond``/``switch``, ``checkpoint``,
+  ``shard_map``, ``custom_jvp`` and ``custom_vjp`` (the JVP rule, forward
+  and backward passes included) are ordered too. Array arguments (leaves of
+  pytrees) are traced; other leaves reach `f` as they are, as static
+  values. `testing.races` of the compiled module is the proof of the result.
+
+  Not ordered, and it warns: under ``grad`` applied outside the transform,
+  a custom_vjp's backward pass's calls after anything but its own forward
+  pass (``in_program_order(jax.grad(f))`` orders the whole backward pass);
+  later calls after a call that returns nothing (``jax.debug.callback``).
+
+  Args:
+    f: the function whose native calls to order.
+
+  Returns:
+    A function of `f`'s signature that returns what `f` returns.
+
+  Raises:
+    TypeError: `f` is not callable; or, when called, an argument is an
+      array of a type JAX does not trace (the message names it).
+    NotImplementedError: when called, `f` makes a native call inside a
+      higher-order primitive this transform does not know (the message
+      names it), or a native call with no operand to order it by.
+
+  Warns:
+    UserWarning: a native call that is not side-effecting may write but
+      nothing uses its results, so XLA drops it (the message names the
+      target); or later calls cannot be ordered after a call that returns
+      nothing.
+  """
+  if not callable(f):
+    raise TypeError(f"in_program_order: f must be callable, not {f!r}")
+
+  @functools.wraps(f)
+  def ordered(*args, **kwargs):
+    leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+    for leaf, path in zip(leaves, _paths((args, kwargs)), strict=True):
+      if _is_array_like(leaf) and not arrays.is_array(leaf):
+        raise TypeError(
+          f"in_program_order: argument {path} is an array of a type JAX "
+          f"does not trace ({type(leaf).__name__} of dtype "
+          f"{getattr(leaf, 'dtype', '?')}); pass a JAX or NumPy array of a "
+          "supported dtype, or something that is not an array"
+        )
+    if jax.config.jax_disable_jit:  # ty: ignore[missing-attribute]
+      return f(*args, **kwargs)  # Each call runs before the next starts.
+    # Arrays are traced; anything else (Python scalars included, as
+    # jit's static arguments arrive) reaches `f` as it is.
+    dynamic = [_is_array_like(leaf) for leaf in leaves]
+    out_tree, static_out = [], {}
+
+    def flat(*traced):
+      it = iter(traced)
+      full = [
+        next(it) if d else leaf for leaf, d in zip(leaves, dynamic, strict=True)
+      ]
+      a, k = jax.tree_util.tree_unflatten(treedef, full)
+      out_leaves, out_def = jax.tree_util.tree_flatten(f(*a, **k))
+      out_tree.append(out_def)
+      arrays_out = []
+      for index, leaf in enumerate(out_leaves):
+        if _is_array_like(leaf):
+          arrays_out.append(leaf)
+        else:
+          static_out[index] = leaf
+      return arrays_out
+
+    traced = [leaf for leaf, d in zip(leaves, dynamic, strict=True) if d]
+    closed = jax.make_jaxpr(flat)(*traced)
+    ctx = Context(sources.current())
+    outs = iter(ctx.run(closed.jaxpr, closed.consts, traced))
+    result = [
+      static_out[i] if i in static_out else next(outs)
+      for i in range(out_tree[0].num_leaves)
+    ]
+    ctx.warn_dropped(result)
+    return jax.tree_util.tree_unflatten(out_tree[0], result)
+
+  return ordered
+
+
+def _paths(tree: Any) -> list[str]:
+  (args, kwargs) = tree
+  found = []
+  for path, _ in jax.tree_util.tree_leaves_with_path(args):
+    found.append("args" + jax.tree_util.keystr(path))
+  for path, _ in jax.tree_util.tree_leaves_with_path(kwargs):
+    found.append("kwargs" + jax.tree_util.keystr(path))
+  return found
+
+
+def _is_array_like(leaf: Any) -> bool:
+  """An array (JAX, NumPy, a NumPy scalar, a tracer): what is traced."""
+  return isinstance(leaf, jax.Array | np.ndarray | np.generic) or hasattr(
+    leaf, "__jax_array__"
+  )

@@ -1,0 +1,194 @@
+"""What a native call touches, and when two calls conflict: the objects
+calls name (constants, values, elements of a handle array, named
+``Resource`` objects), the parts of a call, and the calls recorded so far."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from jax.core import Tracer
+
+from entangle_jax._src import access_marker
+from entangle_jax._src.targets.declaration import Declarations
+
+
+@dataclasses.dataclass(frozen=True)
+class Obj:
+  """What names the object a call touches: `consts` when its operand is a
+  constant (the integers it holds), else `key` (the id of its root value)
+  and, for part of that value (``handles[3]``), `elements`: the flat
+  indices into it. `array` and `index` are the constant, and the indices,
+  in the operand's shape, for following further views."""
+
+  consts: frozenset | None = None
+  key: int | None = None
+  elements: frozenset | None = None
+  array: Any = dataclasses.field(default=None, compare=False)
+  index: Any = dataclasses.field(default=None, compare=False)
+  resource: str | None = None  # A named Resource's name.
+
+  def distinct_from(self, other: Obj, elements_distinct: bool) -> bool:
+    if (
+      self.resource is not None
+      and other.resource is not None
+      and self.resource != other.resource
+      and not self.same_value(other)
+    ):
+      return True  # As the race check reads Resource names.
+    if self.consts is not None and other.consts is not None:
+      return not (self.consts & other.consts)
+    if (
+      elements_distinct
+      and self.key is not None
+      and self.key == other.key
+      and self.elements is not None
+      and other.elements is not None
+    ):
+      return not (self.elements & other.elements)
+    return False
+
+  def same_value(self, other: Obj) -> bool:
+    """Whether both are one value (one token), or overlapping constants."""
+    if self.consts is not None and other.consts is not None:
+      return bool(self.consts & other.consts)
+    if self.key is None or self.key != other.key:
+      return False
+    if self.elements is not None and other.elements is not None:
+      return bool(self.elements & other.elements)
+    return True
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+  mode: str  # "read" or "write"
+  obj: Obj | None  # None: anything
+  target: str
+
+
+@dataclasses.dataclass
+class Access:
+  """A native call (or a summary of several, for a loop or a branch)."""
+
+  bit: int
+  parts: tuple[Part, ...]
+  witnesses: list[Any]
+  deps: int  # The accesses this one is ordered after, itself included.
+  label: str
+  side_effect: bool = True
+  results: tuple[Any, ...] = ()
+  warned: bool = False
+
+
+def covers(later: Sequence[Part], earlier: Sequence[Part]) -> bool:
+  """Whether every call that conflicts with `earlier` conflicts with
+  `later` (which writes what `earlier` touches, or anything)."""
+  writes = [p for p in later if p.mode == "write"]
+  return all(
+    any(
+      w.obj is None or (w.obj == e.obj and w.target == e.target) for w in writes
+    )
+    for e in earlier
+  )
+
+
+def conflicts(
+  a: Sequence[Part], b: Sequence[Part], decls: Declarations
+) -> bool:
+  return any(_part_conflict(x, y, decls) for x in a for y in b)
+
+
+def _part_conflict(x: Part, y: Part, decls: Declarations) -> bool:
+  if x.mode == "read" and y.mode == "read":
+    return False
+  if decls.safe(x.target, y.target) is not None:
+    return False
+  if x.obj is None or y.obj is None:
+    return True
+  distinct = decls.distinct_for(decls.for_target(x.target)) and (
+    decls.distinct_for(decls.for_target(y.target))
+  )
+  return not x.obj.distinct_from(y.obj, distinct)
+
+
+_bits = itertools.count()
+
+
+def new_bit() -> int:
+  return 1 << next(_bits)
+
+
+ANY = (Part("write", None, "any"),)
+
+
+_RECORD = re.compile(r"entangle_jax:(?:read|write)(?::[^/()]*)?")
+
+
+def resource_record(name_stack: str):
+  """``(mode, name)`` of the innermost ``Resource`` record in a forward
+  pass's named scopes, or None (none, or a backward pass's copy)."""
+  if access_marker.PREFIX not in name_stack or "transpose(" in name_stack:
+    return None
+  found = _RECORD.findall(name_stack)
+  return access_marker.parse_component(found[-1]) if found else None
+
+
+def constant_array(value) -> np.ndarray | None:
+  """`value` as a NumPy array, when it is a known integer array (a
+  literal, a constant of the traced program) of at most 4096 elements."""
+  if isinstance(value, Tracer):
+    return None
+  try:
+    array = np.asarray(value)
+  except Exception:  # Anything not concrete.
+    return None
+  if array.dtype.kind not in "iu" or array.size > 4096:
+    return None
+  return array
+
+
+VIEWS = (
+  "slice",
+  "squeeze",
+  "reshape",
+  "convert_element_type",
+  "copy",
+  "copy_p",
+)
+
+
+def apply_view(eqn, array: np.ndarray) -> np.ndarray | None:
+  """What `eqn` (one of `VIEWS`) makes of `array`'s elements, or None."""
+  name, params = eqn.primitive.name, eqn.params
+  try:
+    if name == "slice":
+      strides = params.get("strides") or (1,) * array.ndim
+      return array[
+        tuple(
+          slice(a, b, c)
+          for a, b, c in zip(
+            params["start_indices"],
+            params["limit_indices"],
+            strides,
+            strict=True,
+          )
+        )
+      ]
+    if name == "squeeze":
+      return np.squeeze(array, tuple(params["dimensions"]))
+    if name == "reshape":
+      return array.reshape(params["new_sizes"])
+    if name == "convert_element_type":
+      # Only to an integer type that holds every value: a narrowing one
+      # could make two handles one.
+      new = np.dtype(params["new_dtype"])
+      if new.kind not in "iu" or not np.can_cast(array.dtype, new):
+        return None
+      return array.astype(new)
+    return array
+  except Exception:  # A view this does not follow: nothing is claimed.
+    return None

@@ -1,0 +1,686 @@
+"""`in_program_order`: native calls ordered as the program made them.
+
+Every ordering test has its control: the same program without the
+transform races (``testing.races`` of its compiled module is not empty),
+with it races nowhere.
+"""
+
+import functools
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl.testing import absltest
+from jax import export
+
+import entangle_jax
+from entangle_jax import in_program_order, testing
+from entangle_jax._src import native
+from entangle_jax.demo import _hazard
+from entangle_jax.testing import example_store
+from tests import test_util
+
+ENTANGLE = "entangle_jax_entangle"
+UNDECLARED_WRITE = "program_order_test_write"
+UNDECLARED_READ = "program_order_test_read"
+HANDLE_WRITE = "program_order_test_handle_write"
+HANDLE_READ = "program_order_test_handle_read"
+native.register_handlers(
+  example_store._native,
+  {"write_slot": UNDECLARED_WRITE, "read_slot": UNDECLARED_READ},
+  ["cpu"],
+)
+native.register_handlers(
+  example_store._native,
+  {"write_slot": HANDLE_WRITE, "read_slot": HANDLE_READ},
+  ["cpu"],
+)
+# Handles: the elements of one array of them are distinct objects.
+entangle_jax.declare_target(
+  HANDLE_WRITE,
+  mode="write",
+  object=0,
+  returns_object=[0],
+  distinct_elements=True,
+)
+entangle_jax.declare_target(
+  HANDLE_READ, mode="read", object=0, distinct_elements=True
+)
+
+
+def compiled(f, *args):
+  return jax.jit(f).lower(*args).compile()
+
+
+def entangles(c) -> int:
+  return test_util.custom_calls(testing.module_text(c), ENTANGLE)
+
+
+def writes(c) -> int:
+  return test_util.custom_calls(testing.module_text(c), test_util.WRITE)
+
+
+def write_read_write(slot):
+  token = testing.write_slot(slot, 1.0)
+  x = testing.read_slot(token)
+  testing.write_slot(token, 2.0)
+  return x
+
+
+def twelve_hazards(big):
+  reads = []
+  for i in range(12):
+    token = testing.write_slot(i, 1.0)
+    reads.append(testing.read_slot(token, delay_us=1000))
+    testing.write_slot(i, 2.0)
+  return jnp.stack(reads), jnp.sin(big).sum()
+
+
+def undeclared_calls(shape=()):
+  """The store's write and read through targets nothing declares (its
+  handlers under other names): every call may touch anything."""
+  write = jax.ffi.ffi_call(
+    UNDECLARED_WRITE,
+    jax.ShapeDtypeStruct(shape, jnp.int32),
+    has_side_effect=True,
+  )
+  read = jax.ffi.ffi_call(
+    UNDECLARED_READ, jax.ShapeDtypeStruct(shape, jnp.float32)
+  )
+  return write, read
+
+
+def undeclared_hazards(big):
+  write, read = undeclared_calls()
+  reads = []
+  for i in range(12):
+    token = write(jnp.int32(i), jnp.float32(1.0))
+    reads.append(read(token, delay_us=np.int64(1000)))
+    write(jnp.int32(i), jnp.float32(2.0))
+  return jnp.stack(reads), jnp.sin(big).sum()
+
+
+def wrong_reads(f, runs=5):
+  big = jnp.ones(1 << 16)
+  run = jax.jit(f)
+  return [int(np.sum(np.asarray(run(big)[0]) != 1.0)) for _ in range(runs)]
+
+
+class ProgramOrderTest(absltest.TestCase):
+  def grad_inside(self, loss, *args):
+    """``jax.grad(in_program_order(loss))`` compiled: it warns that a
+    custom_vjp's backward pass is ordered after its forward pass only."""
+    with self.assertWarnsRegex(UserWarning, "backward pass of a custom_vjp"):
+      return compiled(jax.grad(in_program_order(loss)), *args)
+
+  def assert_fixed(self, f, *args):
+    """`f` races; in_program_order(f) does not. Returns its compiled form."""
+    self.assertNotEmpty(testing.races(compiled(f, *args)))
+    fixed = compiled(in_program_order(f), *args)
+    self.assertEqual(testing.races(fixed), [])
+    return fixed
+
+  def test_write_read_write_takes_one_entangle(self):
+    fixed = self.assert_fixed(write_read_write, jnp.int32(0))
+    self.assertEqual(entangles(fixed), 1)
+    self.assertEqual(jax.jit(in_program_order(write_read_write))(0), 1.0)
+
+  def test_twelve_hazards_take_twelve_entangles_and_read_right(self):
+    big = jnp.ones(1 << 16)
+    self.assertLen(testing.races(compiled(twelve_hazards, big)), 24)
+    fixed = self.assert_fixed(twelve_hazards, big)
+    self.assertEqual(entangles(fixed), 12)
+    self.assertEqual(wrong_reads(in_program_order(twelve_hazards)), [0] * 5)
+    if not any(wrong_reads(twelve_hazards)):
+      self.skipTest("this XLA happened to run every read first, unordered")
+
+  def test_demo_hazard_keeps_its_scopes_and_reads_right(self):
+    # The named scopes survive the transform: the race check selects by them.
+    hazard = _hazard.program(_hazard.Ordering.NONE)
+    self.assertFalse(_hazard.orders_read_first(_hazard.compile_hazard(hazard)))
+    fixed = _hazard.compile_hazard(in_program_order(hazard))
+    self.assertTrue(_hazard.orders_read_first(fixed))
+    self.assertEqual(testing.races(fixed), [])
+    self.assertEqual(entangles(fixed), 1)
+    self.assertIsNone(_hazard.runs_until_wrong_of(fixed, 100))
+
+  def test_race_report_names_the_users_line(self):
+    def f(slot, other):
+      token = testing.write_slot(slot, 1.0)
+      testing.write_slot(other, 2.0)  # The line the report names.
+      return token
+
+    self.assertLen(testing.races(compiled(f, jnp.int32(0), jnp.int32(1))), 1)
+    fixed = compiled(in_program_order(f), jnp.int32(0), jnp.int32(1))
+    text = testing.module_text(fixed)
+    # The calls (and the entangle) carry the user's stack, not the
+    # interpreter's: what it binds is bound in the traced equation's context.
+    # (Up to jax 0.8.1 HLO records only the innermost frame.)
+    if test_util.records_full_stack():
+      self.assertIn("test_race_report_names_the_users_line.<locals>.f", text)
+      self.assertNotIn("_Context", text)
+    else:
+      self.assertNotIn("_src/program_order.py", text)
+
+  def test_undeclared_binding(self):
+    big = jnp.ones(1 << 16)
+    self.assert_fixed(undeclared_hazards, big)
+    self.assertEqual(wrong_reads(in_program_order(undeclared_hazards)), [0] * 5)
+
+  def test_distinct_elements_of_a_handle_array(self):
+    write = jax.ffi.ffi_call(
+      HANDLE_WRITE, jax.ShapeDtypeStruct((), jnp.int32), has_side_effect=True
+    )
+    read = jax.ffi.ffi_call(HANDLE_READ, jax.ShapeDtypeStruct((), jnp.float32))
+
+    def f(handles, big):
+      reads = []
+      for i in range(4):
+        h = write(handles[i], jnp.float32(1.0))
+        reads.append(read(h, delay_us=np.int64(1000)))
+        write(h, jnp.float32(2.0))
+      return jnp.stack(reads), jnp.sin(big).sum()
+
+    args = (jnp.arange(20, 24, dtype=jnp.int32), jnp.ones(1 << 16))
+    fixed = self.assert_fixed(f, *args)
+    # One per hazard: handles[i] and handles[j] are different objects.
+    self.assertEqual(entangles(fixed), 4)
+    np.testing.assert_array_equal(
+      jax.jit(in_program_order(f))(*args)[0], [1.0] * 4
+    )
+
+  def test_resource_records_are_read_as_the_race_check_reads_them(self):
+    # Calls made through two named Resources are on two objects, and a
+    # Resource's read only reads, whatever the (undeclared) target: no
+    # edge between them; the plain write after them takes one.
+    write, read = undeclared_calls()
+
+    def f(handles):
+      a = entangle_jax.Resource(handles[0], name="a")
+      b = entangle_jax.Resource(handles[1], name="b")
+      a.write(write, jnp.float32(1.0))
+      b.write(write, jnp.float32(1.0))
+      x, y = a.read(read), b.read(read)
+      z = b.read(read)
+      write(handles[0], jnp.float32(2.0))  # Nothing orders it after reads.
+      return x, y, z
+
+    handles = jnp.array([30, 31], jnp.int32)
+    fixed = self.assert_fixed(f, handles)
+    self.assertEqual(entangles(fixed), 1)
+    self.assertEqual(jax.jit(in_program_order(f))(handles), (1.0, 1.0, 1.0))
+
+  def test_traced_slots_may_be_one(self):
+    def f(a, b):
+      token = testing.write_slot(a, 1.0)
+      x = testing.read_slot(token)
+      testing.write_slot(b, 2.0)
+      return x
+
+    self.assert_fixed(f, jnp.int32(0), jnp.int32(1))
+    self.assertEqual(jax.jit(in_program_order(f))(3, 3), 1.0)
+
+  def test_distinct_constants_need_no_edge(self):
+    def f(big):
+      testing.write_slot(1, 1.0)
+      return testing.read_slot(2), jnp.sin(big).sum()
+
+    c = compiled(in_program_order(f), jnp.ones(4))
+    self.assertEqual(entangles(c), 0)
+
+  def test_scan(self):
+    def f(x):
+      def body(c, _):
+        r = testing.read_slot(2)
+        testing.write_slot(2, r + 1.0)
+        return c, r
+
+      testing.write_slot(2, 0.0)
+      return jax.lax.scan(body, x, None, length=4)[1]
+
+    # The order value in the carry is the write's result: one entangle
+    # (the read after the last write, before or in the loop) per step.
+    self.assertEqual(entangles(self.assert_fixed(f, jnp.int32(0))), 1)
+    np.testing.assert_array_equal(
+      jax.jit(in_program_order(f))(0), [0.0, 1.0, 2.0, 3.0]
+    )
+
+  def test_scan_carrying_the_token_needs_no_order_value(self):
+    def f(slot):
+      def body(token, _):
+        r = testing.read_slot(token)
+        token = testing.write_slot(token, 5.0)  # after the read: 1 entangle
+        return testing.write_slot(token, r + 1.0), r
+
+      return jax.lax.scan(body, testing.write_slot(slot, 0.0), None, length=3)
+
+    fixed = self.assert_fixed(f, jnp.int32(1))
+    self.assertEqual(entangles(fixed), 1)  # As Resource needs per step.
+    np.testing.assert_array_equal(
+      jax.jit(in_program_order(f))(1)[1], [0.0, 1.0, 2.0]
+    )
+
+  def test_scan_over_slots(self):
+    # The slots come in as xs: traced, so any two may be one.
+    def f(slots):
+      def body(c, slot):
+        token = testing.write_slot(slot, 1.0)
+        r = testing.read_slot(token, delay_us=100)
+        testing.write_slot(16, 2.0)
+        return c, r
+
+      return jax.lax.scan(body, 0, slots)[1]
+
+    slots = jnp.array([16, 16, 17], jnp.int32)
+    self.assert_fixed(f, slots)
+    np.testing.assert_array_equal(
+      jax.jit(in_program_order(f))(slots), [1.0, 1.0, 1.0]
+    )
+
+  def test_custom_vjp_backward_write_inside_a_loop(self):
+    @jax.custom_vjp
+    def double(x):
+      return x * 2
+
+    def backward(_, ct):
+      testing.write_slot(17, ct)
+      return (ct * 2,)
+
+    double.defvjp(lambda x: (x * 2, None), backward)
+
+    def loss(x):
+      testing.write_slot(17, 1.0)
+
+      def body(c, _):
+        return double(c) * testing.read_slot(17), None
+
+      return jax.lax.scan(body, x, None, length=2)[0]
+
+    plain = compiled(jax.grad(loss), 1.0)
+    self.assertNotEmpty(testing.races(plain))
+    for c in (
+      self.grad_inside(loss, 1.0),
+      compiled(in_program_order(jax.grad(loss)), 1.0),
+    ):
+      self.assertEqual(testing.races(c), [])
+      self.assertEqual(writes(c), writes(plain))
+
+  def test_while_loop(self):
+    def f(x):
+      testing.write_slot(3, 0.0)
+
+      def body(c):
+        r = testing.read_slot(3)
+        testing.write_slot(3, r + 1.0)
+        return c + 1
+
+      n = jax.lax.while_loop(lambda c: c < 4, body, x)
+      return testing.read_slot(3), n
+
+    # One in the body, one for the read after the loop.
+    self.assertEqual(entangles(self.assert_fixed(f, jnp.int32(0))), 2)
+    self.assertEqual(jax.jit(in_program_order(f))(0)[0], 4.0)
+
+  def test_while_loop_reading_in_its_condition(self):
+    def f(x):
+      testing.write_slot(18, 0.0)
+
+      def body(c):
+        testing.write_slot(18, c.astype(jnp.float32) + 1.0)
+        return c + 1
+
+      n = jax.lax.while_loop(lambda c: testing.read_slot(18) < 3.0, body, x)
+      testing.write_slot(18, 9.0)
+      return n
+
+    self.assert_fixed(f, jnp.int32(0))
+    self.assertEqual(jax.jit(in_program_order(f))(0), 3)
+
+  def test_cond(self):
+    def f(p):
+      testing.write_slot(4, 1.0)
+      x = jax.lax.cond(p, lambda: testing.read_slot(4), lambda: 7.0)
+      testing.write_slot(4, 2.0)
+      return x
+
+    # As by hand: the read after the write, the write after the cond.
+    self.assertEqual(entangles(self.assert_fixed(f, True)), 2)
+    self.assertEqual(jax.jit(in_program_order(f))(True), 1.0)
+
+  def test_nested_jit_and_checkpoint(self):
+    def f(slot):
+      token = testing.write_slot(slot, 1.0)
+      x = jax.jit(testing.read_slot)(token)
+      testing.write_slot(token, 2.0)
+      return jax.checkpoint(lambda x: x * testing.read_slot(slot))(x)
+
+    self.assertEqual(entangles(self.assert_fixed(f, jnp.int32(5))), 2)
+    self.assertEqual(jax.jit(in_program_order(f))(5), 2.0)
+
+  def test_nested_jit_keeps_its_shardings(self):
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((2,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+    rows = NamedSharding(mesh, P("x"))
+
+    @functools.partial(jax.jit, out_shardings=rows)
+    def inner(slots):
+      return testing.read_slot(slots)  # (XLA rejects a sharded write.)
+
+    def f(slots):
+      return inner(slots) * 2
+
+    # Inlined, the nested jit keeps its output sharding as a constraint.
+    slots = jnp.array([40, 41], jnp.int32)
+    text = jax.jit(in_program_order(f)).lower(slots).as_text()
+    # (sdy.sharding_constraint, or GSPMD's @Sharding custom call.)
+    self.assertRegex(text, "sharding_constraint|@Sharding")
+    testing.write_slot(slots, jnp.ones(2))
+    out = jax.jit(in_program_order(f))(slots)
+    np.testing.assert_array_equal(out, [2.0, 2.0])
+    self.assertTrue(out.sharding.is_equivalent_to(rows, 1))
+
+  def test_vmap_outside_and_inside(self):
+    slots = jnp.arange(3, dtype=jnp.int32)
+    for f in (
+      jax.vmap(in_program_order(write_read_write)),
+      in_program_order(jax.vmap(write_read_write)),
+    ):
+      c = compiled(f, slots)
+      self.assertEqual(testing.races(c), [])
+      self.assertEqual(entangles(c), 1)
+      np.testing.assert_array_equal(jax.jit(f)(slots), [1.0] * 3)
+
+  def test_grad_of_custom_vjp_writing_in_backward(self):
+    @jax.custom_vjp
+    def double(x):
+      return x * 2
+
+    def backward(_, ct):
+      testing.write_slot(6, ct)  # A native write in the backward pass.
+      return (ct * 2,)
+
+    double.defvjp(lambda x: (x * 2, x), backward)
+
+    def loss(x):
+      testing.write_slot(6, 1.0)
+      return double(x) * testing.read_slot(6)
+
+    plain = compiled(jax.grad(loss), 1.0)
+    self.assertNotEmpty(testing.races(plain))
+    for c in (
+      self.grad_inside(loss, 1.0),
+      compiled(in_program_order(jax.grad(loss)), 1.0),
+    ):
+      self.assertEqual(testing.races(c), [])
+      self.assertEqual(writes(c), writes(plain))
+      self.assertEqual(c(1.0), 2.0)
+
+  def test_custom_rules_with_native_calls(self):
+    def loss(x):
+      testing.write_slot(7, 1.0)
+
+      @jax.custom_vjp
+      def write_then_double(x):
+        testing.write_slot(7, 5.0)
+        return x * 2
+
+      write_then_double.defvjp(
+        lambda x: (write_then_double(x), x),
+        lambda _, c: (testing.write_slot(7, c) * 0 + c * 2,),
+      )
+
+      @jax.custom_jvp
+      def scale(x):
+        return x * testing.read_slot(7)
+
+      scale.defjvp(lambda p, t: (scale(p[0]), t[0] * testing.read_slot(7)))
+      return scale(write_then_double(x)) * testing.read_slot(7)
+
+    for f in (loss, jax.grad(loss)):
+      plain = compiled(f, 1.0)
+      self.assertNotEmpty(testing.races(plain))
+      fixed = [compiled(in_program_order(f), 1.0)]
+      if f is not loss:
+        fixed.append(self.grad_inside(loss, 1.0))
+      for c in fixed:
+        self.assertEqual(testing.races(c), [])
+        self.assertEqual(writes(c), writes(plain))
+
+  def test_custom_vjp_with_static_and_integer_arguments(self):
+    @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+    def scaled(x, n):
+      return x * n
+
+    def backward(n, _, ct):
+      testing.write_slot(19, ct)
+      return (ct * n,)
+
+    scaled.defvjp(lambda x, n: (x * n, None), backward)
+
+    @jax.custom_vjp
+    def times(x, i):
+      return x * i
+
+    times.defvjp(
+      lambda x, i: (x * i, i),
+      lambda i, ct: (testing.write_slot(19, ct) * 0 + ct * i, None),
+    )
+
+    def loss(x):
+      testing.write_slot(19, 1.0)
+      y = scaled(x, 3) + times(x, jnp.int32(2))
+      return y * testing.read_slot(19)
+
+    # Outside grad, the whole backward pass is ordered.
+    f = in_program_order(jax.grad(loss))
+    self.assertEqual(testing.races(compiled(f, 1.0)), [])
+    self.assertEqual(jax.jit(f)(1.0), 5.0)
+    # Inside, each backward pass only after its own forward pass: the two
+    # backward writes of slot 19 race, and it says so.
+    with self.assertWarnsRegex(UserWarning, "backward pass of a custom_vjp"):
+      inside = compiled(jax.grad(in_program_order(loss)), 1.0)
+    self.assertLen(testing.races(inside), 1)
+
+  def test_second_order(self):
+    def loss(x):
+      testing.write_slot(21, 1.0)
+      return jnp.sin(x) * testing.read_slot(21)
+
+    hessian = jax.jit(jax.grad(jax.grad(in_program_order(loss))))(1.0)
+    np.testing.assert_allclose(hessian, -np.sin(1.0), rtol=1e-6)
+
+  def test_native_call_only_in_a_jvp_rule(self):
+    # The primal makes no native call; its JVP rule does, which grad
+    # outside the transform runs: the rule is transformed too.
+    @jax.custom_jvp
+    def scale(x):
+      return x * 3
+
+    scale.defjvp(
+      lambda p, t: (scale(p[0]), t[0] * testing.read_slot(8) + p[0] * 0)
+    )
+
+    def loss(x):
+      testing.write_slot(8, 1.0)
+      y = scale(x)
+      testing.write_slot(8, 2.0)
+      return y
+
+    plain = compiled(jax.grad(loss), 1.0)
+    self.assertNotEmpty(testing.races(plain))
+    c = compiled(jax.grad(in_program_order(loss)), 1.0)
+    self.assertEqual(testing.races(c), [])
+    self.assertEqual(jax.jit(jax.grad(in_program_order(loss)))(1.0), 1.0)
+    # Custom rules without native calls are kept as they are.
+    relu = compiled(
+      in_program_order(lambda x: jax.nn.relu(x).sum()), x := jnp.ones(3)
+    )
+    self.assertEqual(entangles(relu), 0)
+    del x
+
+  def test_export_round_trip(self):
+    f = jax.jit(in_program_order(write_read_write))
+    checks = [
+      *entangle_jax.export_safety_checks(),
+      export.DisabledSafetyCheck.custom_call(test_util.WRITE),
+      export.DisabledSafetyCheck.custom_call(test_util.READ),
+    ]
+    exported = export.export(f, disabled_checks=checks)(
+      jax.ShapeDtypeStruct((), jnp.int32)
+    )
+    restored = export.deserialize(exported.serialize())
+    self.assertEqual(restored.mlir_module().count(f"@{ENTANGLE}("), 1)
+    self.assertEqual(restored.call(jnp.int32(8)), 1.0)
+
+  def test_eager_and_disable_jit(self):
+    f = in_program_order(write_read_write)
+    self.assertEqual(f(jnp.int32(9)), 1.0)
+    with jax.disable_jit():
+      self.assertEqual(f(jnp.int32(9)), 1.0)
+
+  def test_pytrees_and_static_leaves(self):
+    def f(tree, repeat, name):
+      token = tree["slot"]
+      for _ in range(repeat):  # A static Python int, as jit passes it.
+        token = testing.write_slot(token, tree["value"])
+      return {"read": testing.read_slot(token), "name": name}
+
+    tree = {"slot": jnp.int32(10), "value": jnp.float32(2.0)}
+    fn = jax.jit(
+      lambda t, r: in_program_order(f)(t, r, "label")["read"], static_argnums=1
+    )
+    self.assertEqual(fn(tree, 3), 2.0)
+    eager = in_program_order(f)(tree, 2, "label")  # Non-arrays out as they are.
+    self.assertEqual((eager["read"], eager["name"]), (2.0, "label"))
+
+  def test_an_array_jax_cannot_trace_is_named(self):
+    f = in_program_order(lambda x, y: x)
+    with self.assertRaisesRegex(TypeError, r"argument args\[1\]\['s'\]"):
+      f(1.0, {"s": np.array(["a"])})
+    with jax.disable_jit(), self.assertRaisesRegex(TypeError, "args"):
+      f(1.0, {"s": np.array(["a"])})
+
+  def test_not_callable(self):
+    with self.assertRaisesRegex(TypeError, "callable"):
+      in_program_order(3)  # ty: ignore[invalid-argument-type]
+
+  def test_shard_map(self):
+    # Undeclared targets: each device's copy of a call is the device's own
+    # (the example store's built-in declaration says it is shared by all).
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((2,), ("x",))
+    write, read = undeclared_calls((1,))
+
+    def f(slots):
+      def body(s):
+        token = write(s, jnp.ones(s.shape))
+        x = read(token)
+        write(token, jnp.full(s.shape, 2.0))
+        return x
+
+      return jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"))(
+        slots
+      )
+
+    slots = jax.device_put(
+      jnp.arange(11, 13, dtype=jnp.int32), NamedSharding(mesh, P("x"))
+    )
+    fixed = self.assert_fixed(f, slots)
+    # The hand-written one, and one for the order value out of the body.
+    self.assertEqual(entangles(fixed), 2)
+    np.testing.assert_array_equal(jax.jit(in_program_order(f))(slots), [1, 1])
+
+  def test_unknown_higher_order_primitive_raises(self):
+    from jax import custom_batching
+
+    @custom_batching.custom_vmap
+    def write(slot):
+      return testing.write_slot(slot, 1.0)
+
+    write.def_vmap(lambda size, batched, slot: (write(slot), batched[0]))
+
+    def f(slot):
+      return testing.read_slot(write(slot))
+
+    with self.assertRaisesRegex(NotImplementedError, "custom_vmap"):
+      jax.jit(in_program_order(f)).lower(jnp.int32(0))
+
+  def test_host_callbacks(self):
+    from jax.experimental import io_callback
+
+    log = []
+
+    def f(slot):
+      token = testing.write_slot(slot, 1.0)
+      # A host callback may touch anything: ordered after the write, and
+      # the second write after it.
+      seen = io_callback(
+        lambda t: np.float32(log.append(int(t)) or 0),
+        jax.ShapeDtypeStruct((), jnp.float32),
+        token,
+      )
+      testing.write_slot(token, 2.0)
+      return seen
+
+    self.assert_fixed(f, jnp.int32(13))
+    jax.block_until_ready(jax.jit(in_program_order(f))(13))
+    self.assertEqual(log, [13])
+
+  def test_debug_callback_returns_nothing_to_order_after(self):
+    def f(slot):
+      token = testing.write_slot(slot, 1.0)
+      jax.debug.callback(lambda t: None, token)
+      return testing.write_slot(token, 2.0)
+
+    with warnings.catch_warnings(record=True) as caught:
+      warnings.simplefilter("always")
+      jax.jit(in_program_order(f)).lower(jnp.int32(14))
+    messages = [str(w.message) for w in caught]
+    self.assertTrue(any("debug_callback" in m for m in messages), messages)
+    self.assertTrue(
+      all(w.filename == __file__ for w in caught), [w.filename for w in caught]
+    )
+
+  def test_a_later_call_keeps_an_unused_write_alive(self):
+    write = jax.ffi.ffi_call(
+      UNDECLARED_WRITE, jax.ShapeDtypeStruct((), jnp.int32)
+    )
+
+    def f(x):
+      write(jnp.int32(15), x)  # Not side-effecting, its result unused.
+      return testing.read_slot(15)
+
+    def kept(c):
+      return test_util.custom_calls(testing.module_text(c), UNDECLARED_WRITE)
+
+    self.assertEqual(kept(compiled(f, jnp.float32(3))), 0)  # JAX drops it.
+    with warnings.catch_warnings():
+      warnings.simplefilter("error")  # Used by the read's entangle: no warning.
+      fixed = compiled(in_program_order(f), jnp.float32(3))
+    self.assertEqual(kept(fixed), 1)
+    self.assertEqual(jax.jit(in_program_order(f))(jnp.float32(3)), 3.0)
+
+  def test_dropped_write_warns(self):
+    write = jax.ffi.ffi_call(
+      UNDECLARED_WRITE, jax.ShapeDtypeStruct((), jnp.int32)
+    )
+
+    def f(x):
+      write(jnp.int32(0), x)
+      return x
+
+    with warnings.catch_warnings(record=True) as caught:
+      warnings.simplefilter("always")
+      jax.jit(in_program_order(f)).lower(jnp.float32(1))
+    self.assertTrue(
+      any(UNDECLARED_WRITE in str(w.message) for w in caught), caught
+    )
+
+
+if __name__ == "__main__":
+  absltest.main()
