@@ -297,8 +297,7 @@ class PluginTest(absltest.TestCase):
     )
     # Only the racing module's files (all share its module_NNNN. prefix).
     prefixes = {
-      re.match(r"module_\d+\.", p.name).group(0)
-      for p in pathlib.Path(kept[0]).iterdir()
+      p.name.split(".", 1)[0] + "." for p in pathlib.Path(kept[0]).iterdir()
     }
     self.assertEqual(len(prefixes), 1, result.stdout)
     files = [p for p in pathlib.Path(kept[0]).rglob("*") if p.is_file()]

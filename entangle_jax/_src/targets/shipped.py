@@ -69,11 +69,12 @@ class ShippedBinding:
 
   def covers(self, version: str) -> bool:
     """Whether `version` of the distribution is in the range checked."""
-    release = _release(version)
-    return (
-      release is not None
-      and _release(self.first) <= release <= _release(self.last)  # type: ignore[operator]
+    release, first, last = (
+      _release(v) for v in (version, self.first, self.last)
     )
+    if release is None or first is None or last is None:
+      return False
+    return first <= release <= last
 
   def matches(self, target: str) -> bool:
     """Whether `target` is one of this binding's (declared or not)."""
