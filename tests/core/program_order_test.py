@@ -568,8 +568,10 @@ class ProgramOrderTest(absltest.TestCase):
       in_program_order(3)  # ty: ignore[invalid-argument-type]
 
   def test_shard_map(self):
-    # Undeclared targets: each device's copy of a call is the device's own
-    # (the example store's built-in declaration says it is shared by all).
+    # Undeclared targets are shared across devices by default, and nothing
+    # in one module orders two devices' calls: in_program_order orders each
+    # device's own calls, so the pairs left are all across devices (the
+    # control: within one device, without the transform, it races).
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
@@ -590,7 +592,13 @@ class ProgramOrderTest(absltest.TestCase):
     slots = jax.device_put(
       jnp.arange(11, 13, dtype=jnp.int32), NamedSharding(mesh, P("x"))
     )
-    fixed = self.assert_fixed(f, slots)
+    within = [
+      r for r in testing.races(compiled(f, slots)) if not r.across_devices
+    ]
+    self.assertNotEmpty(within)
+    fixed = compiled(in_program_order(f), slots)
+    left = testing.races(fixed)
+    self.assertTrue(all(r.across_devices for r in left), left)
     # The hand-written one, and one for the order value out of the body.
     self.assertEqual(entangles(fixed), 2)
     np.testing.assert_array_equal(jax.jit(in_program_order(f))(slots), [1, 1])
