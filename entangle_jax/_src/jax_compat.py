@@ -95,3 +95,15 @@ def equation_context(eqn):
 def current_name_stack() -> str:
   """The named scopes in effect now, as ``op_name`` will show them."""
   return str(_source_info_util.current_name_stack())
+
+
+def scan_counts(params) -> tuple[int, int]:
+  """How many of a ``scan`` equation's operands are constants and how many
+  the carry. jax up to 0.11 writes ``num_consts``/``num_carry``; jax 0.12
+  writes ``ft_in``, a flat tree (a tuple or a pytree of one) that
+  ``unpack`` splits into its three groups (constants, carry, xs), each
+  iterating over its leaves."""
+  if "num_consts" in params:
+    return params["num_consts"], params["num_carry"]
+  consts, carry, _ = params["ft_in"].unpack()
+  return len(list(consts)), len(list(carry))

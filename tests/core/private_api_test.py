@@ -142,6 +142,22 @@ class PrivateApiTest(absltest.TestCase):
         jax_compat.current_name_stack(), "outer/entangle_jax:read:r"
       )
 
+  def test_scan_counts_reads_this_jaxs_scan_parameters(self):
+    # Two constants, two carries, one xs: whichever way this jax writes a
+    # scan's parameters, the counts come out the same.
+    def f(k, m, xs):
+      def body(c, y):
+        return (c[0] + y * k, c[1] * m), c[0]
+
+      return jax.lax.scan(body, (0.0, 1.0), xs)
+
+    (eqn,) = [
+      e
+      for e in jax.make_jaxpr(f)(2.0, 3.0, jnp.ones(3)).eqns
+      if e.primitive.name == "scan"
+    ]
+    self.assertEqual(jax_compat.scan_counts(eqn.params), (2, 2))
+
   def test_sharding_rule_text_is_shardys(self):
     # The rule is built as Shardy's text form; parsing and printing it back
     # must give the same text, factor names included (i..z, then z_1, ...).

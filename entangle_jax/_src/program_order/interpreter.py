@@ -469,7 +469,7 @@ class Context:
 
   def scan(self, eqn, invals) -> list:
     p = eqn.params
-    n_consts, n_carry = p["num_consts"], p["num_carry"]
+    n_consts, n_carry = jax_compat.scan_counts(p)
     consts = invals[:n_consts]
     init = invals[n_consts : n_consts + n_carry]
     xs = invals[n_consts + n_carry :]
