@@ -2,6 +2,7 @@
 report, by entry and with its reason: a report never calls a module free
 of races when a declaration excused some of its pairs."""
 
+import io
 import json
 import pathlib
 import tempfile
@@ -12,9 +13,16 @@ from entangle_jax import testing
 from entangle_jax._src.targets import table as table_form
 from entangle_jax.testing._report import github, race_json, race_text
 from entangle_jax.testing._report.findings import Run
-from entangle_jax.testing._ways_in import module_files
+from entangle_jax.testing._ways_in import command, module_files
 from tests.hand_written_hlo import hlo_module
-from tests.ways_in.race_check_command_test import run
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+  """The command's exit status, output and errors for `argv`."""
+  out, err = io.StringIO(), io.StringIO()
+  status = command.main(list(argv), out=out, err=err)
+  return status, out.getvalue(), err.getvalue()
+
 
 SAFE = {
   "targets": {
