@@ -722,14 +722,7 @@ class Context:
     def original(*args):
       return jax_compat.bind_equation(eqn, args)
 
-    @jax.custom_jvp
-    def fn(token, *args):
-      ctx = self.loop_child(token)
-      self.seed(ctx, args, invals)
-      jaxpr, consts = _open(closed)
-      outs = ctx.run(jaxpr, consts, list(args))
-      holder["parts"] = holder.get("parts", ()) + _own_parts(ctx)
-      return outs, self.token_after(ctx)
+    fn = jax.custom_jvp(self.ordered_primal(closed, invals, holder))
 
     @fn.defjvp
     def _jvp(primals, tangents):
@@ -754,6 +747,22 @@ class Context:
       holder.get("parts", ()), list(outs), token, invals, "custom_jvp"
     )
 
+  def ordered_primal(self, closed, invals, holder: dict):
+    """The primal function of a rebuilt custom_jvp or custom_vjp:
+    ``(token, *args) -> (outs, token out)``, its calls ordered after
+    `token` and the token out after them; what they touch is added to
+    ``holder["parts"]``."""
+
+    def primal(token, *args):
+      ctx = self.loop_child(token)
+      self.seed(ctx, args, invals)
+      jaxpr, consts = _open(closed)
+      outs = ctx.run(jaxpr, consts, list(args))
+      holder["parts"] = holder.get("parts", ()) + _own_parts(ctx)
+      return outs, self.token_after(ctx)
+
+    return primal
+
   def token_after(self, ctx: Context):
     """An int32 value that comes after every call made in child `ctx`."""
     exported = self.exported(ctx)
@@ -773,14 +782,7 @@ class Context:
     def original(*args):
       return jax_compat.bind_equation(eqn, args)
 
-    @jax.custom_vjp
-    def fn(token, *args):
-      ctx = self.loop_child(token)
-      self.seed(ctx, args, invals)
-      jaxpr, consts = _open(closed)
-      outs = ctx.run(jaxpr, consts, list(args))
-      holder["parts"] = holder.get("parts", ()) + _own_parts(ctx)
-      return outs, self.token_after(ctx)
+    fn = jax.custom_vjp(self.ordered_primal(closed, invals, holder))
 
     def fwd(token, *args):
       def vjp_leaves(*a):
