@@ -3,7 +3,8 @@
 A binding author whose read must run before the next write has several
 tools: none, ``optimization_barrier``, JAX's experimental ``control_dep``
 and ``program_order``, ``io_callback(ordered=True)``, a token threaded by
-hand, and `entangle` or `Resource`. This command measures all of them in
+hand, `entangle`, `Resource`, or `in_program_order` over the unordered
+program. This command measures all of them in
 one run, on the jax installed (`benchmarks.orderings`):
 
 * wrong reads of a wide program that XLA:CPU runs concurrently, and of a
@@ -50,6 +51,7 @@ MUST_ORDER = (
   orderings.THREADED,
   orderings.ENTANGLE,
   orderings.RESOURCE,
+  orderings.IN_PROGRAM_ORDER,
 )
 """Rows that order every read before its write: no wrong read, anywhere,
 and the analysis agrees."""
@@ -64,7 +66,12 @@ MUST_FAIL = (
 reads on the wide program, wherever the installed jax has them. They are
 the controls: without their wrong reads, the zeros of `MUST_ORDER` would
 prove nothing."""
-MUST_TRANSFORM = (orderings.THREADED, orderings.ENTANGLE, orderings.RESOURCE)
+MUST_TRANSFORM = (
+  orderings.THREADED,
+  orderings.ENTANGLE,
+  orderings.RESOURCE,
+  orderings.IN_PROGRAM_ORDER,
+)
 """Rows that work under ``vmap`` and ``jax.export``."""
 REFUSES_TRANSFORMS = (orderings.CALLBACK,)
 """Rows that ``vmap`` and serialization refuse (ordered host callbacks)."""

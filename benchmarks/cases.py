@@ -20,6 +20,16 @@ IMPLS = (OURS, PEER, BARRIER, BASELINE, NOISE)
 COMPILE_IMPLS = (OURS, BARRIER, BASELINE)
 
 SCAN_STEPS = 100_000
+# The in_program_order part: the hazard scan under in_program_order against
+# the same scan written with Resource (timed twice: its noise floor), in one
+# process, alternating, each round the fastest of a few calls.
+PO_RESOURCE = "Resource"
+PO_ORDERED = "in_program_order"
+PO_RESOURCE_AGAIN = "Resource (again)"
+PO_PROGRAMS = (PO_RESOURCE, PO_ORDERED, PO_RESOURCE_AGAIN)
+PO_STEPS = 10_000
+PO_ROUNDS = 30
+QUICK_PO_ROUNDS = 10
 COMPILE_SIZES = (1, 10, 100, 1000, 2000)
 QUICK_COMPILE_SIZES = (1, 10, 100)
 # The order analysis: Resource programs of this many write-then-read pairs

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from benchmarks import stats, timing
-from benchmarks.orderings import Ordering
+from benchmarks.orderings import Hazard, Ordering
 
 STEPS = 10_000
 QUICK_STEPS = 1000
@@ -62,19 +62,25 @@ class Costs:
   rounds: int
 
 
-def scan_program(ordering: Ordering, steps: int):
-  """``(jitted program, args)``: `steps` hazards in a scan."""
+def hazard_scan(hazard: Hazard, steps: int):
+  """``program(slot)``, not jitted: `steps` hazards in a scan, each
+  step's second write's token the next step's slot, the reads summed."""
 
   def step(carry, _):
     token, total = carry
-    x, token = ordering.hazard(token, 0)
+    x, token = hazard(token, 0)
     return (token, total + x), None
 
   def program(slot):
     carry = (slot, jnp.float32(0.0))
     return jax.lax.scan(step, carry, None, length=steps)[0]
 
-  return jax.jit(program), (jnp.int32(0),)
+  return program
+
+
+def scan_program(ordering: Ordering, steps: int):
+  """``(jitted program, args)``: `steps` hazards in a scan."""
+  return jax.jit(hazard_scan(ordering.hazard, steps)), (jnp.int32(0),)
 
 
 def steps_of(ordering: Ordering, steps: int) -> int:

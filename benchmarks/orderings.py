@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from benchmarks import host_store
-from entangle_jax import Resource, testing
+from entangle_jax import Resource, in_program_order, testing
 from entangle_jax.demo import _hazard
 
 EXPECTED = _hazard.EXPECTED
@@ -41,6 +41,7 @@ CALLBACK_UNORDERED = "io_callback_unordered"
 THREADED = "threaded"
 ENTANGLE = "entangle"
 RESOURCE = "resource"
+IN_PROGRAM_ORDER = "in_program_order"
 
 Hazard = Callable[[Any, int], tuple[jax.Array, jax.Array]]
 """``hazard(slot, delay_us) -> (read result, second write's token)``."""
@@ -177,6 +178,13 @@ def resource_hazard(slot, delay_us):
   return x, res.token
 
 
+def in_program_order_hazard(slot, delay_us):
+  """The unordered hazard under ``in_program_order``, which adds the
+  entangle call the store's declarations call for (the second write after
+  the read of its slot)."""
+  return in_program_order(native_hazard())(slot, delay_us)
+
+
 def _scoped(name: str, fn):
   """`fn`, called inside ``jax.named_scope(name)``."""
 
@@ -221,5 +229,6 @@ ORDERINGS = (
   Ordering(THREADED, "hand-threaded token", native_hazard(threaded_token)),
   Ordering(ENTANGLE, "entangle", demo_ordering(_hazard.Ordering.ENTANGLE)),
   Ordering(RESOURCE, "Resource", resource_hazard),
+  Ordering(IN_PROGRAM_ORDER, "in_program_order", in_program_order_hazard),
 )
 """Every ordering, in the order of the table."""

@@ -23,6 +23,9 @@ from benchmarks.cases import (
   OURS,
   OURS_AGAIN,
   PEER,
+  PO_ORDERED,
+  PO_RESOURCE,
+  PO_RESOURCE_AGAIN,
   STRUCTURE,
 )
 from benchmarks.comparisons import comparisons
@@ -216,6 +219,47 @@ def handler_lines(handlers: dict[str, list[float]]) -> list[str]:
   return lines
 
 
+def program_order_lines(found: dict) -> list[str]:
+  """The hazard scan under in_program_order against Resource, in one
+  process: each program's ns a step and loop-body entangle calls, then
+  the ratio, paired round by round, with its verdict."""
+  ns = found["ns"]
+  ordered, resource = ns[PO_ORDERED], ns[PO_RESOURCE]
+  noise = stats.relative_noise(ns[PO_RESOURCE_AGAIN], resource)
+  verdict = stats.compare(
+    stats.paired(ordered, resource), noise * statistics.median(resource)
+  )
+  per_round = stats.ratios(ordered, resource)
+  rlo, rhi = stats.bootstrap_ci(per_round)
+  lines = [
+    "| program | ns a scan step, median (IQR) | entangle calls in the loop "
+    "body |",
+    _rule(3),
+  ]
+  for name, values in ns.items():
+    s = stats.spread(values)
+    cells = [
+      f"{s.median:.0f} ({s.q1:.0f}…{s.q3:.0f})",
+      str(found["loop_entangles"][name]),
+    ]
+    lines.append(_row(name, cells))
+  lo, hi = verdict.ci
+  conclusion = (
+    stats.PARITY
+    if verdict.conclusion == stats.PARITY
+    else f"in_program_order {verdict.conclusion}"
+  )
+  lines += [
+    "",
+    f"in_program_order over Resource: {statistics.median(per_round):.2f}x "
+    f"(95% CI {rlo:.2f}…{rhi:.2f}), {verdict.median_difference:+.0f} ns a "
+    f"step (95% CI {lo:+.0f}…{hi:+.0f}; noise threshold "
+    f"±{verdict.threshold:.0f}, from Resource against itself, {noise:.1%}): "
+    f"{conclusion}.",
+  ]
+  return lines
+
+
 def structure_table(structure: dict[str, dict]) -> list[str]:
   impls = [i for i in IMPLS if i in structure]
   lines = [_row("compiled HLO", impls), _rule(len(impls) + 1)]
@@ -348,6 +392,37 @@ SECTIONS: tuple[Callable[[dict], list[str]], ...] = (
 def markdown(results: dict) -> str:
   """The README-ready report of one run: its sections, in order."""
   return "\n\n".join("\n".join(make(results)) for make in SECTIONS) + "\n"
+
+
+_PROGRAM_ORDER_PROSE = """\
+The hazard as the step of a `lax.scan` (write, read, write; the second
+write's token the next step's slot): written with `Resource`, and
+unordered under `jax.jit(in_program_order(program))`. One process, the
+three programs alternating round by round (`Resource` compiled and timed
+twice: its noise floor); a round's value is the fastest of 3 calls.
+Medians over rounds (interquartile range), and the entangle calls in each
+compiled loop body:"""
+
+
+def program_order_markdown(results: dict) -> str:
+  """The report of the in_program_order part (``--only-program-order``,
+  or ``program_order.md`` of a full run)."""
+  meta = results["meta"]
+  found = results["program_order"]
+  quick = " (--quick)" if meta["quick"] else ""
+  rounds = len(found["ns"][PO_RESOURCE])
+  summary = (
+    f"{meta['date']}; {meta['machine']}; {meta['versions']}; {rounds} "
+    f"alternating rounds; scans of {found['steps']} steps; load average "
+    f"{meta['load_start']} at the start, {meta['load_end']} at the end; "
+    f"the run took {meta['wall_min']:.1f} min{quick}."
+  )
+  return (
+    "\n\n".join(
+      [summary, _PROGRAM_ORDER_PROSE, "\n".join(program_order_lines(found))]
+    )
+    + "\n"
+  )
 
 
 def analysis_markdown(results: dict) -> str:

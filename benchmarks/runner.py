@@ -24,6 +24,7 @@ takes about half a minute to compile.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import pathlib
@@ -45,9 +46,13 @@ class Workers:
 
   def __init__(self, quick: bool, peer_path: str):
     self.quick = quick
-    self.peer = peer.python()
     self.peer_path = peer_path
     self.native = peer.native_extension()
+
+  @functools.cached_property
+  def peer(self) -> pathlib.Path:
+    """The peer venv's Python, made the first time a part needs it."""
+    return peer.python()
 
   def run(self, impl: str, part: str) -> dict:
     command = [sys.executable, "-m", "benchmarks.worker"]
@@ -128,6 +133,11 @@ def main(argv: list[str] | None = None) -> int:
   )
   parser.add_argument("--out", type=pathlib.Path, default=ROOT / "bench-out")
   parser.add_argument(
+    "--only-program-order",
+    action="store_true",
+    help="run only in_program_order against Resource (program_order.md)",
+  )
+  parser.add_argument(
     "--only-analysis",
     action="store_true",
     help="run only the order analysis's part (its rounds: --compile-rounds)",
@@ -147,6 +157,12 @@ def main(argv: list[str] | None = None) -> int:
 
   if args.only_analysis:
     return _only_analysis(args, compile_rounds, log, load_start, start)
+  if args.only_program_order:
+    with peer.isolated_path() as peer_path:
+      log("program_order: in_program_order against Resource, in one process")
+      found = Workers(args.quick, peer_path).run(OURS, "program_order")
+    _write_program_order(args, found, load_start, start)
+    return 0
   with peer.isolated_path() as peer_path:
     workers = Workers(args.quick, peer_path)
     structure = {}
@@ -160,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     compiles = workers.alternate(COMPILE_IMPLS, "compile", compile_rounds, log)
     analysis = workers.alternate([OURS], "analysis", compile_rounds, log)
     dumps = workers.alternate([OURS], "dump_check", compile_rounds, log)
+    log("program_order: in_program_order against Resource, in one process")
+    program_order = workers.run(OURS, "program_order")
 
   results = {
     "meta": {
@@ -193,7 +211,34 @@ def main(argv: list[str] | None = None) -> int:
   chart.chart(results, args.out / "results.png")
   print(text)
   print(f"wrote {args.out}/results.md, results.json, results.png")
+  _write_program_order(args, program_order, load_start, start)
   return 0
+
+
+def _write_program_order(args, found: dict, load_start: str, start: float):
+  """Writes the in_program_order part's report, program_order.md (and its
+  rounds, program_order.json)."""
+  ours = found["versions"]
+  results = {
+    "meta": {
+      "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+      "machine": f"{platform.machine()}, {_cpu_model()}, "
+      f"{os.cpu_count()} cores",
+      "versions": f"entangle-jax {ours['entangle-jax']}, jax {ours['jax']}, "
+      f"jaxlib {ours['jaxlib']}, Python {ours['python']}",
+      "quick": args.quick,
+      "load_start": load_start,
+      "load_end": _load(),
+      "wall_min": (time.monotonic() - start) / 60,
+    },
+    "program_order": found,
+  }
+  args.out.mkdir(parents=True, exist_ok=True)
+  text = report.program_order_markdown(results)
+  (args.out / "program_order.md").write_text(text)
+  (args.out / "program_order.json").write_text(json.dumps(results, indent=1))
+  print(text)
+  print(f"wrote {args.out}/program_order.md, program_order.json")
 
 
 def _only_analysis(args, rounds: int, log, load_start: str, start: float):

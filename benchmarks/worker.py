@@ -13,7 +13,9 @@ to measure:
 * ``handlers``: this checkout's handler against the peer's compiled
   handler, in one process, behind identical custom calls;
 * ``analysis``: the order analysis of a compiled module of thousands of
-  native calls, against XLA's compile time of that module.
+  native calls, against XLA's compile time of that module;
+* ``program_order``: the hazard scan under ``in_program_order`` against
+  the same scan written with ``Resource``, in one process.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ PARTS = {
   "handlers": "handler_time",
   "analysis": "analysis_time",
   "dump_check": "dump_check_time",
+  "program_order": "program_order_time",
 }
 _CPU_DEVICES = {"structure": 8}
 

@@ -18,7 +18,7 @@ import entangle_jax
 from entangle_jax import in_program_order, testing
 from entangle_jax._src import native
 from entangle_jax.demo import _hazard
-from entangle_jax.testing import example_store
+from entangle_jax.testing import _hlo, example_store
 from tests import test_util
 
 ENTANGLE = "entangle_jax_entangle"
@@ -59,6 +59,21 @@ def entangles(c) -> int:
 
 def writes(c) -> int:
   return test_util.custom_calls(testing.module_text(c), test_util.WRITE)
+
+
+def loop_entangles(c) -> int:
+  """Entangle calls in the bodies of the compiled module's while loops:
+  the calls each iteration makes."""
+  module = _hlo.parse(testing.module_text(c))
+  bodies = {
+    i.body
+    for found in module.computations.values()
+    for i in found
+    if i.opcode == "while" and i.body
+  }
+  return sum(
+    1 for b in bodies for i in module.computations[b] if i.target == ENTANGLE
+  )
 
 
 def write_read_write(slot):
@@ -245,6 +260,55 @@ class ProgramOrderTest(absltest.TestCase):
     np.testing.assert_array_equal(
       jax.jit(in_program_order(f))(0), [0.0, 1.0, 2.0, 3.0]
     )
+
+  def test_a_scan_step_takes_as_many_entangles_as_with_resource(self):
+    # The benchmark's scan program: each step a hazard, the second write's
+    # token the next step's slot. Written with Resource, and unordered under
+    # in_program_order: as many entangle calls in the loop body (one per
+    # step), and none outside it. With two reads between the writes too.
+    def scan_of(hazard):
+      def program(slot):
+        def step(token, _):
+          x, token = hazard(token)
+          return token, x
+
+        return jax.lax.scan(step, slot, None, length=50)
+
+      return program
+
+    def unordered(reads):
+      def hazard(token):
+        token = testing.write_slot(token, 1.0)
+        x = sum(testing.read_slot(token) for _ in range(reads))
+        return x, testing.write_slot(token, 2.0)
+
+      return hazard
+
+    def with_resource(reads):
+      def hazard(token):
+        res = entangle_jax.Resource(token)
+        res.write(testing.write_slot, 1.0)
+        x = sum(res.read(testing.read_slot) for _ in range(reads))
+        res.write(testing.write_slot, 2.0)
+        return x, res.token
+
+      return hazard
+
+    slot = jnp.int32(22)
+    for reads in (1, 2):
+      racy = compiled(scan_of(unordered(reads)), slot)
+      # The control: unordered, it races, and the loop body has none.
+      self.assertNotEmpty(testing.races(racy))
+      self.assertEqual(loop_entangles(racy), 0)
+      resource = compiled(scan_of(with_resource(reads)), slot)
+      fixed = compiled(in_program_order(scan_of(unordered(reads))), slot)
+      self.assertEqual(testing.races(resource), [])
+      self.assertEqual(testing.races(fixed), [])
+      self.assertEqual(loop_entangles(resource), 1)
+      self.assertEqual(loop_entangles(fixed), loop_entangles(resource))
+      self.assertEqual(entangles(fixed), entangles(resource))
+      run = jax.jit(in_program_order(scan_of(unordered(reads))))
+      np.testing.assert_array_equal(run(slot)[1], [float(reads)] * 50)
 
   def test_scan_carrying_the_token_needs_no_order_value(self):
     def f(slot):

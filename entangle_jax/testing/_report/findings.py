@@ -2,6 +2,8 @@
 works it out again.
 
 * `Cause`: why a pair is reported and what fixes it; `cause_of` picks it.
+  `program_order_fix`: how ``in_program_order`` fixes a group's pairs,
+  when it does.
 * `Findings` (`findings_of`): the pairs of one module grouped by cause,
   real hazards first, each `Group` with its entries (pairs of the same
   two targets on the same two user lines), its undeclared targets; and
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from collections.abc import Sequence
 
 from entangle_jax._src.targets import shipped
@@ -218,6 +221,67 @@ def _order_fix(race: Race) -> str:
   return fix
 
 
+_JITTED = re.compile(r"jit\(([^()/]+)\)(?:/|$)")
+
+
+def _jitted_function(op: Op) -> str | None:
+  """The name of the function ``jax.jit`` made the op's module from: the
+  first component of its ``op_name`` (``jit(step)/...``), or None when
+  the op was not traced under ``jax.jit`` (pmap, a hand-written module)."""
+  found = _JITTED.match(op.user_scope)
+  return found.group(1) if found else None
+
+
+def program_order_fix(races: Sequence[Race], cause: Cause) -> str | None:
+  """How ``in_program_order`` fixes every pair of `races` (one cause's),
+  when it does: both calls of each pair declared, on one device, made by
+  the one function ``jax.jit`` compiled into the module, the earlier call
+  returning an array to order the later one after. None otherwise: pairs
+  across devices (nothing in one module orders devices), two Resources on
+  one handle (in_program_order, as the race check, reads their names as
+  two objects), calls nothing declares (declare them first), an earlier
+  call that returns nothing (``jax.debug.callback``: nothing can wait for
+  it), a module not made by ``jax.jit``."""
+  if cause.rank == 0 or not races:
+    return None
+  names = set()
+  for race in races:
+    first, second = race.first, race.second
+    if race.across_devices:
+      return None
+    if first.declaration is None or second.declaration is None:
+      return None
+    result = first.instruction
+    if result.dims is None or result.zero_sized:  # No array to wait for.
+      return None
+    names |= {_jitted_function(first), _jitted_function(second)}
+  if len(names) != 1 or None in names:
+    return None
+  (name,) = names
+  fix = (
+    f"Or order every native call of `{name}`, the function jitted into "
+    "this module, as its program makes them: "
+    f"`jax.jit(entangle_jax.in_program_order({name}))` in place of "
+    f"`jax.jit({name})`, which adds the entangle calls these declarations "
+    "call for."
+  )
+  if any(
+    marker in op.user_scope
+    for race in races
+    for op in (race.first, race.second)
+    for marker in ("jvp(", "transpose(")
+  ):
+    fix += (
+      " These calls are differentiated: if what you jit is a gradient "
+      f"(`jax.jit(jax.grad({name}))` makes a module named for `{name}` "
+      "too), wrap the gradient whole, `jax.jit(entangle_jax.in_program_order"
+      f"(jax.grad({name})))`; `jax.grad(entangle_jax.in_program_order"
+      f"({name}))` orders a custom_vjp's backward pass only after its own "
+      "forward pass."
+    )
+  return fix
+
+
 @dataclasses.dataclass(frozen=True)
 class Entry:
   """Pairs of the same two targets on the same two lines of the user's
@@ -243,6 +307,17 @@ class Group:
   notes: tuple[str, ...] = ()
   """What the shipped declarations say of its undeclared targets: an
   installed binding at a version they do not cover."""
+  program_order: str | None = None
+  """How ``entangle_jax.in_program_order`` fixes every pair of the group,
+  when it does (`program_order_fix`); None when it would not."""
+
+  @property
+  def fix(self) -> str:
+    """The cause's fix, then how in_program_order fixes it (when it
+    does): what every emitter shows."""
+    if self.program_order is None:
+      return self.cause.fix
+    return f"{self.cause.fix} {self.program_order}"
 
   @property
   def count(self) -> int:
@@ -324,6 +399,7 @@ def findings_of(
         entries,
         undeclared,
         tuple(dict.fromkeys(n for n in notes if n)),
+        program_order_fix(members[cause], cause),
       )
     )
   applied = _declarations_of([*races, *(item.race for item in left_out)])

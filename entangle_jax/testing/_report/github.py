@@ -57,7 +57,7 @@ def annotations(run: Run) -> Iterator[str]:
         message = (
           f"{here.label()} ({here.access_text}) may run before or after "
           f"{other.label()} ({other.access_text}){count}: "
-          f"{group.cause.headline}. Fix: {group.cause.fix} "
+          f"{group.cause.headline}. Fix: {group.fix} "
           f"Module {result.module} ({result.path})."
         )
         yield (

@@ -23,8 +23,8 @@ def _op(op: Op) -> dict[str, Any]:
 
 
 def _module(result: ModuleResult) -> dict[str, Any]:
-  cause = {
-    id(race): group.cause
+  group_of = {
+    id(race): group
     for group in result.findings.groups
     for entry in group.entries
     for race in entry.races
@@ -40,8 +40,11 @@ def _module(result: ModuleResult) -> dict[str, Any]:
         "first": _op(race.first),
         "second": _op(race.second),
         "across_devices": race.across_devices,
-        "cause": cause[id(race)].headline,
-        "fix": cause[id(race)].fix,
+        "cause": group_of[id(race)].cause.headline,
+        "fix": group_of[id(race)].fix,
+        # How in_program_order fixes it, when it does (else null); also
+        # the end of "fix".
+        "in_program_order": group_of[id(race)].program_order,
       }
       for race in result.races
     ],

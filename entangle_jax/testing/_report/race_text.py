@@ -140,7 +140,7 @@ def findings_lines(
         f"  ... and {more} more pair{'s' * (more != 1)} like these "
         "(all are in the list races() returns)"
       )
-    lines.append(_once(FIX_LINE, group.cause.fix, said))
+    lines.append(_once(FIX_LINE, group.fix, said))
     if group.undeclared:
       lines.append(
         "  Undeclared targets in these pairs: " + ", ".join(group.undeclared)

@@ -1,0 +1,213 @@
+"""A report whose calls are declared says how `in_program_order` fixes
+them; followed literally, the fix leaves no race and every read right.
+Where in_program_order would not fix a pair, the report does not suggest
+it, and each such claim is shown: the transform leaves that race."""
+
+import re
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl.testing import absltest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import entangle_jax
+from entangle_jax import testing
+from entangle_jax._src import native
+from entangle_jax.testing import example_store
+from entangle_jax.testing._report import findings, github, race_json
+from tests.test_util import compiled
+
+UNDECLARED_WRITE = "program_order_fix_test_write"
+native.register_handlers(
+  example_store._native,
+  {"write_slot": UNDECLARED_WRITE, "read_slot": "program_order_fix_test_read"},
+  ["cpu"],
+)
+
+_SUGGESTED = re.compile(
+  r"`(jax\.jit\(entangle_jax\.in_program_order\(.+?\)\))`"
+)
+
+
+def step(big):
+  """Twelve hazards, each on its own slot, beside a large array: XLA:CPU
+  runs it concurrently, and a second write can overtake its slow read."""
+  reads = []
+  for i in range(12):
+    token = testing.write_slot(i + 40, 1.0)
+    reads.append(testing.read_slot(token, delay_us=1000))
+    testing.write_slot(token, 2.0)
+  return jnp.stack(reads), jnp.sin(big).sum()
+
+
+def wrong_reads(fn, runs=5) -> list[int]:
+  big = jnp.ones(1 << 16)
+  return [int(np.sum(np.asarray(fn(big)[0]) != 1.0)) for _ in range(runs)]
+
+
+def result_of(c) -> findings.ModuleResult:
+  races = testing.races(c)
+  return findings.ModuleResult("module.txt", "jit_f", "cpu", 36, list(races))
+
+
+def suggestions(c) -> list[str]:
+  """What each emitter suggests of in_program_order, for compiled `c`."""
+  result = result_of(c)
+  run = findings.Run([result])
+  text = testing.format_races(result.races)
+  found = [_SUGGESTED.findall(text)]
+  for race in race_json.as_json(run, 1)["modules"][0]["races"]:
+    found.append(_SUGGESTED.findall(race["in_program_order"] or ""))
+    found.append(_SUGGESTED.findall(race["fix"]))
+  found += [_SUGGESTED.findall(a) for a in github.annotations(run)]
+  return [s for each in found for s in each]
+
+
+class ReportToFixTest(absltest.TestCase):
+  def test_the_suggested_fix_followed_literally(self):
+    big = jnp.ones(1 << 16)
+    racy = compiled(step, big)
+    self.assertLen(testing.races(racy), 12)
+    found = suggestions(racy)
+    # Text, JSON (its own field and the fix) and GitHub all say it.
+    self.assertNotEmpty(found)
+    self.assertEqual(
+      set(found), {"jax.jit(entangle_jax.in_program_order(step))"}
+    )
+    fixed = eval(
+      found[0], {"jax": jax, "entangle_jax": entangle_jax, "step": step}
+    )
+    self.assertEqual(testing.races(fixed.lower(big).compile()), [])
+    self.assertEqual(wrong_reads(fixed), [0] * 5)
+    if not any(wrong_reads(jax.jit(step))):
+      self.skipTest("this XLA happened to run every read first, unordered")
+
+  def test_a_gradient_is_wrapped_whole(self):
+    @jax.custom_vjp
+    def scaled(x):
+      return x * 3
+
+    @jax.custom_vjp
+    def times(x):
+      return x * 2
+
+    scaled.defvjp(
+      lambda x: (x * 3, None),
+      lambda _, ct: (testing.write_slot(52, ct) * 0 + ct * 3,),
+    )
+    times.defvjp(
+      lambda x: (x * 2, None),
+      lambda _, ct: (testing.write_slot(52, ct) * 0 + ct * 2,),
+    )
+
+    def loss(x):
+      testing.write_slot(52, 1.0)
+      return (scaled(x) + times(x)) * testing.read_slot(52)
+
+    racy = compiled(jax.grad(loss), 1.0)
+    self.assertNotEmpty(testing.races(racy))
+    text = testing.format_races(testing.races(racy))
+    whole = "jax.jit(entangle_jax.in_program_order(jax.grad(loss)))"
+    self.assertIn(f"`{whole}`", text)
+    fixed = eval(
+      whole, {"jax": jax, "entangle_jax": entangle_jax, "loss": loss}
+    )
+    self.assertEqual(testing.races(fixed.lower(1.0).compile()), [])
+    self.assertEqual(fixed(1.0), 5.0)
+    # The control: the other way round, the two backward writes race.
+    with self.assertWarnsRegex(UserWarning, "backward pass of a custom_vjp"):
+      inside = compiled(jax.grad(entangle_jax.in_program_order(loss)), 1.0)
+    self.assertLen(testing.races(inside), 1)
+
+  def test_not_suggested_across_devices(self):
+    mesh = jax.make_mesh((2,), ("x",))
+
+    def f(slots):
+      def body(s):
+        token = testing.write_slot(s, jnp.ones(s.shape))
+        return testing.read_slot(token)
+
+      return jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"))(
+        slots
+      )
+
+    slots = jax.device_put(
+      jnp.arange(44, 46, dtype=jnp.int32), NamedSharding(mesh, P("x"))
+    )
+    racy = compiled(f, slots)
+    across = [r for r in testing.races(racy) if r.across_devices]
+    self.assertNotEmpty(across)
+    self.assertEqual(suggestions(racy), [])
+    # In-program order cannot order two devices' calls: they stay.
+    left = testing.races(compiled(entangle_jax.in_program_order(f), slots))
+    self.assertNotEmpty([r for r in left if r.across_devices])
+
+  def test_not_suggested_after_a_call_that_returns_nothing(self):
+    def f(slot):
+      token = testing.write_slot(slot, 1.0)
+      jax.debug.callback(lambda t: None, token)
+      return testing.write_slot(token, 2.0)
+
+    racy = compiled(f, jnp.int32(46))
+    self.assertNotEmpty(testing.races(racy))
+    self.assertEqual(suggestions(racy), [])
+    # Nothing can wait for a call with no result: the race stays.
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")
+      fixed = compiled(entangle_jax.in_program_order(f), jnp.int32(46))
+    self.assertNotEmpty(testing.races(fixed))
+
+  def test_host_callbacks_are_declared_and_ordered(self):
+    from jax.experimental import io_callback
+
+    def with_callback(slot):
+      # A host callback may touch anything (its built-in declaration).
+      seen = io_callback(
+        lambda t: np.float32(0), jax.ShapeDtypeStruct((), jnp.float32), slot
+      )
+      testing.write_slot(slot, 2.0)
+      return seen
+
+    racy = compiled(with_callback, jnp.int32(47))
+    self.assertNotEmpty(testing.races(racy))
+    (found, *_) = suggestions(racy)
+    namespace = {"jax": jax, "entangle_jax": entangle_jax}
+    fixed = eval(found, {**namespace, "with_callback": with_callback})
+    self.assertEqual(testing.races(fixed.lower(jnp.int32(47)).compile()), [])
+
+  def test_not_suggested_for_undeclared_calls_or_two_resources(self):
+    write = jax.ffi.ffi_call(
+      UNDECLARED_WRITE,
+      jax.ShapeDtypeStruct((), jnp.int32),
+      has_side_effect=True,
+    )
+
+    def undeclared(slot):
+      token = write(slot, jnp.float32(1.0))
+      x = testing.read_slot(token)
+      write(token, jnp.float32(2.0))
+      return x
+
+    racy = compiled(undeclared, jnp.int32(47))
+    self.assertNotEmpty(testing.races(racy))
+    self.assertEqual(suggestions(racy), [])  # Declare it first.
+
+    def two_names(slot):
+      # One handle under two names: in_program_order, as the race check,
+      # reads them as two objects.
+      a = entangle_jax.Resource(slot, name="a")
+      b = entangle_jax.Resource(slot, name="b")
+      x = a.read(testing.read_slot)
+      b.write(testing.write_slot, 2.0)
+      return x
+
+    racy = compiled(two_names, jnp.int32(48))
+    self.assertNotEmpty(testing.races(racy))
+    self.assertEqual(suggestions(racy), [])
+
+
+if __name__ == "__main__":
+  absltest.main()
