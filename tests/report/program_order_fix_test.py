@@ -85,6 +85,29 @@ class ReportToFixTest(absltest.TestCase):
     if not any(wrong_reads(jax.jit(step))):
       self.skipTest("this XLA happened to run every read first, unordered")
 
+  def test_every_cause_of_a_stale_token(self):
+    # Proving order's report: a write on a stale token against a Resource's
+    # calls, one of them on a handle that may be the same ("may be one
+    # object"). Every group suggests it, and it fixes every pair.
+    def stale_step(token):
+      res = entangle_jax.Resource(token, name="slots")
+      res.write(testing.write_slot, 1.0)
+      x = res.read(testing.read_slot)
+      y = res.read(lambda t: testing.read_slot(t + 1))
+      res.write(testing.write_slot, 2.0)
+      testing.write_slot(token, 3.0)  # a stale token, outside the Resource
+      return x, y, res.token
+
+    racy = compiled(stale_step, jnp.int32(50))
+    groups = findings.findings_of(testing.races(racy)).groups
+    self.assertEqual([g.cause.rank for g in groups], [1, 1, 5])
+    self.assertNotIn(None, [g.program_order for g in groups])
+    (found, *_) = set(suggestions(racy))
+    namespace = {"jax": jax, "entangle_jax": entangle_jax}
+    fixed = eval(found, {**namespace, "stale_step": stale_step})
+    self.assertEqual(testing.races(fixed.lower(jnp.int32(50)).compile()), [])
+    self.assertEqual(fixed(jnp.int32(50))[0], 1.0)
+
   def test_a_gradient_is_wrapped_whole(self):
     @jax.custom_vjp
     def scaled(x):

@@ -26,6 +26,9 @@ try:
     OURS,
     OURS_AGAIN,
     PEER,
+    PO_ORDERED,
+    PO_RESOURCE,
+    PO_RESOURCE_AGAIN,
     SCAN_STEPS,
     STRUCTURE,
   )
@@ -295,6 +298,59 @@ class PerformancePageTablesTest(absltest.TestCase):
       "paste bench-out/results.md between the bench-results markers",
     )
     # The control: a report with one metric less does not pass for it.
+    self.assertNotEqual(_skeleton(recorded), _skeleton(_without_a_row(made)))
+
+
+def _program_order(ordered_extra_ns: float) -> dict:
+  """A made-up run of the program_order part: both Resource copies alike,
+  in_program_order slower by a fixed amount; every round's jitter shared."""
+  ns = {
+    PO_RESOURCE: [500.0 * f for f in JITTER],
+    PO_ORDERED: [500.0 * f + ordered_extra_ns for f in JITTER],
+    PO_RESOURCE_AGAIN: [501.0 * f for f in JITTER],
+  }
+  entangles = {PO_RESOURCE: 1, PO_ORDERED: 1, PO_RESOURCE_AGAIN: 1}
+  return {"ns": ns, "loop_entangles": entangles, "steps": 10_000}
+
+
+def _program_order_results(ordered_extra_ns: float = 0.0) -> dict:
+  return {
+    "meta": {
+      "date": "2026-01-01 00:00 UTC",
+      "machine": "x86_64, a CPU, 2 cores",
+      "versions": "made up",
+      "quick": False,
+      "load_start": "0.1/0.1/0.1",
+      "load_end": "0.1/0.1/0.1",
+      "wall_min": 0.5,
+    },
+    "program_order": _program_order(ordered_extra_ns),
+  }
+
+
+class ProgramOrderReportTest(absltest.TestCase):
+  def test_parity_and_a_real_difference(self):
+    same = bench_report.program_order_lines(_program_order(0.0))[-1]
+    self.assertIn("in_program_order over Resource: 1.00x", same)
+    self.assertTrue(same.endswith(": parity within noise."), same)
+    # The control: 100 ns a step more, far above Resource against itself.
+    slower = bench_report.program_order_lines(_program_order(100.0))[-1]
+    self.assertTrue(slower.endswith(": in_program_order higher."), slower)
+
+  def test_page_block_is_what_the_report_makes(self):
+    page = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
+    begin = "<!-- bench-program-order:begin -->\n"
+    end = "<!-- bench-program-order:end -->"
+    recorded = page[page.index(begin) + len(begin) : page.index(end)]
+    made = bench_report.program_order_markdown(_program_order_results())
+    self.assertEqual(
+      _skeleton(recorded),
+      _skeleton(made),
+      "docs/performance.md's in_program_order block is not what the "
+      "benchmark makes now: rerun `python -m benchmarks "
+      "--only-program-order` and paste bench-out/program_order.md between "
+      "the bench-program-order markers",
+    )
     self.assertNotEqual(_skeleton(recorded), _skeleton(_without_a_row(made)))
 
 

@@ -15,6 +15,7 @@ from absl.testing import absltest
 from tally_jax import Tally, _ffi, tokens
 from tally_jax._declarations import TABLE
 
+from entangle_jax import in_program_order
 from entangle_jax.testing import (
   assert_happens_before,
   declarations_in_effect,
@@ -146,6 +147,12 @@ class CompiledOrderTest(absltest.TestCase):
     )
 
   @RACES_ON_PURPOSE
+  def test_in_program_order_orders_the_unordered_calls(self):
+    # A user's one-line fix, for calls made without Tally: the declarations
+    # say what each call touches, and in_program_order adds one entangle
+    # per hazard, as Tally does.
+    self.assertEqual(races(compiled(in_program_order(unordered))), [])
+
   def test_control_a_stale_token_races(self):
     self.assertLen(races(compiled(with_stale_token)), HAZARDS)
 
@@ -211,6 +218,9 @@ class RuntimeOrderTest(absltest.TestCase):
 
   def test_tokens_read_right(self):
     self.assertEqual(wrong_reads(with_tokens), 0)
+
+  def test_in_program_order_reads_right(self):
+    self.assertEqual(wrong_reads(in_program_order(unordered)), 0)
 
   @RACES_ON_PURPOSE
   def test_control_unordered_reads_go_wrong(self):
