@@ -54,16 +54,20 @@ def result_of(c) -> findings.ModuleResult:
 
 
 def suggestions(c) -> list[str]:
-  """What each emitter suggests of in_program_order, for compiled `c`."""
+  """The in_program_order line each emitter suggests first (each group's
+  fix, each pair's in JSON, each annotation), for compiled `c`."""
   result = result_of(c)
   run = findings.Run([result])
-  text = testing.format_races(result.races)
-  found = [_SUGGESTED.findall(text)]
+  texts = [
+    line
+    for line in testing.format_races(result.races).splitlines()
+    if line.startswith("  Fix:")
+  ]
   for race in race_json.as_json(run, 1)["modules"][0]["races"]:
-    found.append(_SUGGESTED.findall(race["in_program_order"] or ""))
-    found.append(_SUGGESTED.findall(race["fix"]))
-  found += [_SUGGESTED.findall(a) for a in github.annotations(run)]
-  return [s for each in found for s in each]
+    texts += [race["in_program_order"] or "", race["fix"]]
+  texts += list(github.annotations(run))
+  found = (_SUGGESTED.search(text) for text in texts)
+  return [f.group(1) for f in found if f]
 
 
 class ReportToFixTest(absltest.TestCase):
@@ -73,7 +77,15 @@ class ReportToFixTest(absltest.TestCase):
     self.assertLen(testing.races(racy), 12)
     found = suggestions(racy)
     # Text, JSON (its own field and the fix) and GitHub all say it.
-    self.assertNotEmpty(found)
+    result = result_of(racy)
+    line = "`jax.jit(entangle_jax.in_program_order(step))`"
+    self.assertIn(line, testing.format_races(result.races))
+    (json_race, *_) = race_json.as_json(findings.Run([result]), 1)["modules"][
+      0
+    ]["races"]
+    self.assertIn(line, json_race["in_program_order"])
+    self.assertIn(line, json_race["fix"])
+    self.assertIn(line, next(github.annotations(findings.Run([result]))))
     self.assertEqual(
       set(found), {"jax.jit(entangle_jax.in_program_order(step))"}
     )

@@ -263,7 +263,9 @@ def program_order_fix(races: Sequence[Race], cause: Cause) -> str | None:
     "this module, as its program makes them: "
     f"`jax.jit(entangle_jax.in_program_order({name}))` in place of "
     f"`jax.jit({name})`, which adds the entangle calls these declarations "
-    "call for."
+    "call for. Wrap what you pass to jax.jit: a gradient's module is named "
+    f"for its function too, and `jax.jit(jax.grad({name}))` becomes "
+    f"`jax.jit(entangle_jax.in_program_order(jax.grad({name})))`."
   )
   if any(
     marker in op.user_scope
@@ -272,10 +274,8 @@ def program_order_fix(races: Sequence[Race], cause: Cause) -> str | None:
     for marker in ("jvp(", "transpose(")
   ):
     fix += (
-      " These calls are differentiated: if what you jit is a gradient "
-      f"(`jax.jit(jax.grad({name}))` makes a module named for `{name}` "
-      "too), wrap the gradient whole, `jax.jit(entangle_jax.in_program_order"
-      f"(jax.grad({name})))`; `jax.grad(entangle_jax.in_program_order"
+      " These calls are differentiated: wrap the gradient, not the "
+      f"function it differentiates; `jax.grad(entangle_jax.in_program_order"
       f"({name}))` orders a custom_vjp's backward pass only after its own "
       "forward pass."
     )
