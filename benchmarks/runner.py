@@ -215,30 +215,31 @@ def main(argv: list[str] | None = None) -> int:
   return 0
 
 
+def _meta(args, ours: dict, prefix: str, load_start: str, start: float):
+  """The run's description for a report of one part: when, where, what
+  ran (`ours`: a worker's versions) and the load."""
+  return {
+    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    "machine": f"{platform.machine()}, {_cpu_model()}, {os.cpu_count()} cores",
+    "versions": f"{prefix}entangle-jax {ours['entangle-jax']}, jax "
+    f"{ours['jax']}, jaxlib {ours['jaxlib']}, Python {ours['python']}",
+    "quick": args.quick,
+    "load_start": load_start,
+    "load_end": _load(),
+    "wall_min": (time.monotonic() - start) / 60,
+  }
+
+
 def _write_program_order(args, found: dict, load_start: str, start: float):
   """Writes the in_program_order part's report, program_order.md (and its
   rounds, program_order.json)."""
-  ours = found["versions"]
   results = {
-    "meta": {
-      "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-      "machine": f"{platform.machine()}, {_cpu_model()}, "
-      f"{os.cpu_count()} cores",
-      "versions": f"entangle-jax {ours['entangle-jax']}, jax {ours['jax']}, "
-      f"jaxlib {ours['jaxlib']}, Python {ours['python']}",
-      "quick": args.quick,
-      "load_start": load_start,
-      "load_end": _load(),
-      "wall_min": (time.monotonic() - start) / 60,
-    },
+    "meta": _meta(args, found["versions"], "", load_start, start),
     "program_order": found,
   }
-  args.out.mkdir(parents=True, exist_ok=True)
-  text = report.program_order_markdown(results)
-  (args.out / "program_order.md").write_text(text)
-  (args.out / "program_order.json").write_text(json.dumps(results, indent=1))
-  print(text)
-  print(f"wrote {args.out}/program_order.md, program_order.json")
+  _write_report(
+    args.out, "program_order", results, report.program_order_markdown
+  )
 
 
 def _only_analysis(args, rounds: int, log, load_start: str, start: float):
@@ -247,26 +248,22 @@ def _only_analysis(args, rounds: int, log, load_start: str, start: float):
     workers = Workers(args.quick, peer_path)
     found = workers.alternate([OURS], "analysis", rounds, log)[OURS]
     dumps = workers.alternate([OURS], "dump_check", rounds, log)[OURS]
-  ours = found[0]["versions"]
   results = {
-    "meta": {
-      "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-      "machine": f"{platform.machine()}, {_cpu_model()}, "
-      f"{os.cpu_count()} cores",
-      "versions": f"this checkout: entangle-jax {ours['entangle-jax']}, "
-      f"jax {ours['jax']}, jaxlib {ours['jaxlib']}, Python {ours['python']}",
-      "quick": args.quick,
-      "load_start": load_start,
-      "load_end": _load(),
-      "wall_min": (time.monotonic() - start) / 60,
-    },
+    "meta": _meta(
+      args, found[0]["versions"], "this checkout: ", load_start, start
+    ),
     "analysis": [r["analysis_s"] for r in found],
     "dump_check": [r["dump_check_s"] for r in dumps],
   }
-  args.out.mkdir(parents=True, exist_ok=True)
-  text = report.analysis_markdown(results)
-  (args.out / "analysis.md").write_text(text)
-  (args.out / "analysis.json").write_text(json.dumps(results, indent=1))
-  print(text)
-  print(f"wrote {args.out}/analysis.md, analysis.json")
+  _write_report(args.out, "analysis", results, report.analysis_markdown)
   return 0
+
+
+def _write_report(out: pathlib.Path, name: str, results: dict, markdown):
+  """Writes `name`.md (`markdown(results)`) and `name`.json to `out`."""
+  out.mkdir(parents=True, exist_ok=True)
+  text = markdown(results)
+  (out / f"{name}.md").write_text(text)
+  (out / f"{name}.json").write_text(json.dumps(results, indent=1))
+  print(text)
+  print(f"wrote {out}/{name}.md, {name}.json")

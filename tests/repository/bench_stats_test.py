@@ -284,21 +284,41 @@ def _skeleton(report: str) -> list[str]:
   return kept
 
 
+def _page_block(marker: str) -> str:
+  """What docs/performance.md holds between `marker`'s begin and end."""
+  page = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
+  begin, end = f"<!-- {marker}:begin -->\n", f"<!-- {marker}:end -->"
+  return page[page.index(begin) + len(begin) : page.index(end)]
+
+
 class PerformancePageTablesTest(absltest.TestCase):
-  def test_page_tables_are_what_the_report_makes(self):
-    page = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
-    begin, end = "<!-- bench-results:begin -->\n", "<!-- bench-results:end -->"
-    recorded = page[page.index(begin) + len(begin) : page.index(end)]
-    made = bench_report.markdown(_results())
+  def assert_page_block(self, marker: str, made: str, rerun: str) -> None:
+    """docs/performance.md's `marker` block has the rows, columns and
+    prose lines of `made`, a report made now; a report with a row less
+    does not pass for it (the control)."""
+    recorded = _page_block(marker)
     self.assertEqual(
       _skeleton(recorded),
       _skeleton(made),
-      "docs/performance.md's tables do not have the rows and columns "
-      "the benchmark's report makes now: rerun `python -m benchmarks` and "
-      "paste bench-out/results.md between the bench-results markers",
+      f"docs/performance.md's {marker} block does not have the rows and "
+      f"columns the benchmark's report makes now: {rerun} and paste its "
+      f"report between the {marker} markers",
     )
-    # The control: a report with one metric less does not pass for it.
     self.assertNotEqual(_skeleton(recorded), _skeleton(_without_a_row(made)))
+
+  def test_page_tables_are_what_the_report_makes(self):
+    made = bench_report.markdown(_results())
+    self.assert_page_block(
+      "bench-results", made, "rerun `python -m benchmarks` (results.md)"
+    )
+
+  def test_program_order_block_is_what_the_report_makes(self):
+    made = bench_report.program_order_markdown(_program_order_results())
+    self.assert_page_block(
+      "bench-program-order",
+      made,
+      "rerun `python -m benchmarks --only-program-order` (program_order.md)",
+    )
 
 
 def _program_order(ordered_extra_ns: float) -> dict:
@@ -314,18 +334,10 @@ def _program_order(ordered_extra_ns: float) -> dict:
 
 
 def _program_order_results(ordered_extra_ns: float = 0.0) -> dict:
-  return {
-    "meta": {
-      "date": "2026-01-01 00:00 UTC",
-      "machine": "x86_64, a CPU, 2 cores",
-      "versions": "made up",
-      "quick": False,
-      "load_start": "0.1/0.1/0.1",
-      "load_end": "0.1/0.1/0.1",
-      "wall_min": 0.5,
-    },
-    "program_order": _program_order(ordered_extra_ns),
-  }
+  meta = dict(_results()["meta"])
+  for key in ("timing_rounds", "compile_rounds", "steps"):
+    del meta[key]
+  return {"meta": meta, "program_order": _program_order(ordered_extra_ns)}
 
 
 class ProgramOrderReportTest(absltest.TestCase):
@@ -336,22 +348,6 @@ class ProgramOrderReportTest(absltest.TestCase):
     # The control: 100 ns a step more, far above Resource against itself.
     slower = bench_report.program_order_lines(_program_order(100.0))[-1]
     self.assertTrue(slower.endswith(": in_program_order higher."), slower)
-
-  def test_page_block_is_what_the_report_makes(self):
-    page = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
-    begin = "<!-- bench-program-order:begin -->\n"
-    end = "<!-- bench-program-order:end -->"
-    recorded = page[page.index(begin) + len(begin) : page.index(end)]
-    made = bench_report.program_order_markdown(_program_order_results())
-    self.assertEqual(
-      _skeleton(recorded),
-      _skeleton(made),
-      "docs/performance.md's in_program_order block is not what the "
-      "benchmark makes now: rerun `python -m benchmarks "
-      "--only-program-order` and paste bench-out/program_order.md between "
-      "the bench-program-order markers",
-    )
-    self.assertNotEqual(_skeleton(recorded), _skeleton(_without_a_row(made)))
 
 
 def _without_a_row(report: str) -> str:
