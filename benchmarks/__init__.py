@@ -9,8 +9,9 @@ each with one concern:
   rounds (`rounds`) and writes the results; `peer`: entangle-jax 0.1.1's
   venv;
 * `worker`: one subprocess, one part (`parts`: call_time, compile_time,
-  hlo_structure, handler_time) around the programs in `programs`, timed
-  with `timing`;
+  hlo_structure, handler_time, analysis_time, dump_check_time,
+  program_order_time) around the programs in `programs`, timed with
+  `timing`;
 * `stats`, `comparisons`: spreads over rounds and noise-aware verdicts;
 * `report`, `chart`: the Markdown tables and the PNG.
 
