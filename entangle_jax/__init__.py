@@ -52,10 +52,17 @@ _NEED_JAX = {
 _extension = _native.load()
 
 
+_registered = False
+
+
 def _register() -> None:
+  global _registered
+  if _registered:
+    return
   from entangle_jax._src import lowering  # noqa: F401  (registers)
 
   _native.register(_extension)
+  _registered = True
 
 
 _when_imported.call_when_imported("jax", _register)
@@ -75,6 +82,8 @@ def __getattr__(name: str) -> Any:
   # PEP 562: the names that need JAX import it when first used.
   if name in _NEED_JAX:
     value = getattr(importlib.import_module(_NEED_JAX[name]), name)
+    # Registered already, unless another finder ahead of ours loaded JAX.
+    _register()
     globals()[name] = value
     return value
   raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
