@@ -1,14 +1,12 @@
 """Loads entangle's extension and registers its FFI handler with XLA; and
 how any of the package's extensions is loaded and registered (the example
-store's too)."""
+store's too). Loading imports no JAX; registering does."""
 
 from __future__ import annotations
 
 import importlib
 import types
 from collections.abc import Iterable, Mapping
-
-import jax
 
 from entangle_jax._src.targets.names import ENTANGLE_TARGET
 
@@ -44,6 +42,8 @@ def register_handlers(
 ) -> None:
   """Registers every handler of `extension`'s `registrations()` table as
   the target `targets` names for it, on each of `platforms`."""
+  import jax
+
   platforms = tuple(platforms)
   for name, handler in extension.registrations().items():
     for platform in platforms:

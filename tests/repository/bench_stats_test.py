@@ -196,16 +196,19 @@ class DumpCheckTableTest(absltest.TestCase):
     rounds = [_dump_round(check) for check in (0.2, 0.3, 0.25)]
     header, _, row = bench_report.dump_check_table(rounds)
     self.assertIn("check / compile", header)
+    self.assertIn("command / compile", header)
+    # The command: the check plus a 0.5 s start.
     self.assertEqual(
       row,
       "| small programs | 300 | 200 | 10 (10…10) | 0.25 (0.2…0.3) "
-      "| 0.025 (0.020…0.030) |",
+      "| 0.025 (0.020…0.030) | 0.75 (0.7…0.8) | 0.075 (0.070…0.080) |",
     )
-    # The control: a slower check is a larger share.
-    slower = [_dump_round(check) for check in (2.0, 3.0, 2.5)]
-    self.assertIn(
-      "| 0.250 (0.200…0.300) |", bench_report.dump_check_table(slower)[2]
-    )
+    # The control: a slower check is a larger share, of both.
+    slower = bench_report.dump_check_table(
+      [_dump_round(check) for check in (2.0, 3.0, 2.5)]
+    )[2]
+    self.assertIn("| 0.250 (0.200…0.300) |", slower)
+    self.assertIn("| 0.300 (0.250…0.350) |", slower)
 
 
 def _results() -> dict:
@@ -244,12 +247,14 @@ def _results() -> dict:
 
 
 def _dump_round(check_s: float) -> dict[str, float]:
-  """A made-up round of the dump_check part: 300 modules compiled in 10 s."""
+  """A made-up round of the dump_check part: 300 modules compiled in 10 s,
+  the command taking 0.5 s more than the check."""
   return {
     "modules": 300,
     "native_modules": 200,
     "compile": 10.0,
     "check": check_s,
+    "command": check_s + 0.5,
   }
 
 

@@ -92,10 +92,11 @@ def installed() -> bool:
 
 
 def pytest_run(
-  root: pathlib.Path, *args: str, **env: str
+  root: pathlib.Path, *args: str, quiet: bool = True, **env: str
 ) -> subprocess.CompletedProcess:
   """pytest on `root`: the plugin through its entry point where installed,
-  else named with ``-p``."""
+  else named with ``-p``; ``-q`` unless not `quiet` (``-p no:terminal``
+  takes that option away)."""
   load = [] if installed() else ["-p", PLUGIN]
   return subprocess.run(
     [
@@ -105,7 +106,7 @@ def pytest_run(
       *load,
       "-p",
       "no:cacheprovider",
-      "-q",
+      *(["-q"] if quiet else []),
       *args,
     ],
     capture_output=True,
@@ -307,6 +308,29 @@ class PluginTest(absltest.TestCase):
     )
     self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
     self.assertNotIn("The dump is kept", result.stdout)
+
+  def test_nothing_is_left_in_the_temp_dir_however_the_run_ends(self):
+    def run(root: pathlib.Path, *args: str, rc: int) -> tuple[str, list[str]]:
+      """stderr, and what the run left in a temp dir of its own."""
+      tmp = pathlib.Path(tempfile.mkdtemp())
+      result = pytest_run(root, *args, quiet=False, TMPDIR=str(tmp))
+      self.assertEqual(result.returncode, rc, result.stdout + result.stderr)
+      left = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*"))
+      return result.stderr, left
+
+    fixed = project(**{"test_fixed.py": FIXED})
+    # A usage error, after the plugin made its dump: nothing left.
+    _, left = run(fixed, "--entangle-races=fail", "--no-such-option", rc=4)
+    self.assertEqual(left, [])
+    # No terminal reporter, hence no summary: nothing raced, nothing left.
+    no_summary = ("-p", "no:terminal", "--entangle-races=report")
+    _, left = run(fixed, *no_summary, rc=0)
+    self.assertEqual(left, [])
+    # A race: its files are kept, and stderr says where.
+    stderr, left = run(project(**{"test_racy.py": RACY}), *no_summary, rc=0)
+    (kept,) = re.findall(r"The dump is kept at (\S+) \(", stderr)
+    self.assertEqual({p.split("/")[0] for p in left}, {pathlib.Path(kept).name})
+    self.assertTrue(any(p.endswith("after_optimizations.txt") for p in left))
 
   def test_control_without_the_option_nothing_changes(self):
     racy = project(**{"test_racy.py": RACY})

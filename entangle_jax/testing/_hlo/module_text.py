@@ -1,12 +1,19 @@
-"""What the analysis takes: a compiled module, and how it gets its text."""
+"""What the analysis takes: a compiled module, and how it gets its text.
+
+Text needs no JAX: this module imports it only when handed something
+other than text (which, if JAX is not loaded yet, cannot be a JAX
+object), so reading HLO text, as ``python -m entangle_jax.testing DUMP``
+does, never loads it.
+"""
 
 from __future__ import annotations
 
+import sys
 import weakref
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
-import jax
-from jax import export
+if TYPE_CHECKING:
+  import jax
 
 # Each Compiled's text, printed once: as_text() prints the module anew on
 # every call (tens of milliseconds for thousands of instructions), and
@@ -16,9 +23,14 @@ _TEXTS: weakref.WeakKeyDictionary[jax.stages.Compiled, str | None] = (
   weakref.WeakKeyDictionary()
 )
 
-CompiledModule: TypeAlias = jax.stages.Compiled | jax.stages.Lowered | str
+CompiledModule: TypeAlias = "jax.stages.Compiled | jax.stages.Lowered | str"
 """A ``jax.stages.Compiled`` (``jax.jit(f).lower(*args).compile()``), a
 ``jax.stages.Lowered`` (compiled when analysed) or the optimized HLO text."""
+
+_NOT_A_MODULE = (
+  "expected a jax.stages.Compiled (jax.jit(f).lower(*args).compile()), "
+  "a jax.stages.Lowered or HLO text, got {}{}"
+)
 
 
 def module_text(compiled: CompiledModule) -> str:
@@ -34,6 +46,11 @@ def module_text(compiled: CompiledModule) -> str:
   """
   if isinstance(compiled, str):
     return compiled
+  if "jax" not in sys.modules:  # Then no object can be a JAX one.
+    raise TypeError(_NOT_A_MODULE.format(type(compiled).__name__, ""))
+  import jax
+  from jax import export
+
   if isinstance(compiled, jax.stages.Lowered):
     compiled = compiled.compile()
   if not isinstance(compiled, jax.stages.Compiled):
@@ -43,10 +60,7 @@ def module_text(compiled: CompiledModule) -> str:
       if isinstance(compiled, export.Exported)
       else ""
     )
-    raise TypeError(
-      "expected a jax.stages.Compiled (jax.jit(f).lower(*args).compile()), "
-      f"a jax.stages.Lowered or HLO text, got {type(compiled).__name__}{hint}"
-    )
+    raise TypeError(_NOT_A_MODULE.format(type(compiled).__name__, hint))
   if compiled not in _TEXTS:
     _TEXTS[compiled] = compiled.as_text()
   text = _TEXTS[compiled]

@@ -37,8 +37,11 @@ In a dump directory the plugin made, the files of a module checked free
 of races are deleted once checked: what stays is what raced or could not
 be checked. The directory is removed at the end when nothing raced and
 every compile was checked; otherwise it is kept, and the summary names it
-and its size. A dump ``XLA_FLAGS`` asked for is the user's: nothing in it
-is deleted.
+and its size. However the run ends, short of the process being killed: a
+run stopped by a usage error or an internal error, or one without the
+terminal reporter (``-p no:terminal``), removes it too, or names it on
+stderr when it keeps it. A dump ``XLA_FLAGS`` asked for is the user's:
+nothing in it is deleted.
 
 pytest loads the plugin through the package's ``pytest11`` entry point
 (every wheel has it, the Bazel-built one too); where the package is not
@@ -51,6 +54,7 @@ import os
 import pathlib
 import pickle
 import shutil
+import sys
 from typing import TYPE_CHECKING
 
 import pytest
@@ -108,6 +112,7 @@ class _State:
     self.results: list = []
     self.coverages: list = []
     self.lost: list[str] = []  # Workers that sent nothing.
+    self.told = False  # Whether the summary said where the dump is kept.
 
 
 _KEY = pytest.StashKey[_State]()
@@ -172,6 +177,9 @@ def pytest_load_initial_conftests(early_config, parser, args) -> None:
     watch = _dump_watch.DumpWatch(dump, prune=owned)
     state = _State(mode, source, watch, dump, owned)
   early_config.stash[_KEY] = state
+  if state.owned:
+    # Runs however the run ends, even where no session or summary does.
+    early_config.add_cleanup(lambda: _close_dump(state))
 
 
 def _state(config: pytest.Config) -> _State | None:
@@ -317,7 +325,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
   if state is None or hasattr(config, "workeroutput"):
     return
   from entangle_jax.testing._report import race_text
-  from entangle_jax.testing._ways_in import dump_watch as _dump_watch
 
   run = _run(state)
   write = terminalreporter.write_line
@@ -354,17 +361,38 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
   if incomplete:
     write(f"Not every compile was checked.{fails}")
   write(race_text.summary(run))
-  if not state.owned:
+  if state.owned and _keep(state):
+    write(_kept(state))
+    state.told = True
+
+
+def _keep(state: _State) -> bool:
+  """Whether the run's dump has something to show: a racing module, or a
+  compile that was not checked."""
+  run = _run(state)
+  return bool(run.racing or run.coverage.incomplete or state.lost)
+
+
+def _kept(state: _State) -> str:
+  from entangle_jax.testing._ways_in import dump_watch as _dump_watch
+
+  files, size = _dump_watch.size(state.dump)
+  return (
+    f"The dump is kept at {state.dump} ({files} file(s), "
+    f"{_megabytes(size)}): only the files of modules that raced or could "
+    "not be checked."
+  )
+
+
+def _close_dump(state: _State) -> None:
+  """The end of a run's own dump: removed when it has nothing to show,
+  else kept, and named on stderr if the summary did not name it."""
+  if not state.dump.is_dir():
     return
-  if run.racing or incomplete:
-    files, size = _dump_watch.size(state.dump)
-    write(
-      f"The dump is kept at {state.dump} ({files} file(s), "
-      f"{_megabytes(size)}): only the files of modules that raced or could "
-      "not be checked."
-    )
-  else:
+  if not _keep(state):
     shutil.rmtree(state.dump, ignore_errors=True)
+  elif not state.told:
+    print(f"entangle-jax race check: {_kept(state)}", file=sys.stderr)
 
 
 def _megabytes(size: int) -> str:
