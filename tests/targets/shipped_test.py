@@ -347,7 +347,7 @@ class KlujaxProgramTest(absltest.TestCase):
   def test_stateless_solves_and_dot(self):
     import jax
 
-    klujax = importlib.import_module("klujax")  # Optional: not in the locks.
+    klujax = importlib.import_module("klujax")  # Not under Bazel.
 
     ai = self.ai
 
@@ -366,7 +366,7 @@ class KlujaxProgramTest(absltest.TestCase):
   def test_two_solves_on_one_numeric_handle_race(self):
     import jax
 
-    klujax = importlib.import_module("klujax")  # Optional: not in the locks.
+    klujax = importlib.import_module("klujax")  # Not under Bazel.
 
     jnp = self.jnp
     symbolic = klujax.analyze(self.ai, self.ai, 5)
@@ -410,7 +410,7 @@ class JaxFinufftProgramTest(absltest.TestCase):
     import jax
     import jax.numpy as jnp
 
-    finufft = importlib.import_module("jax_finufft")  # Not in the locks.
+    finufft = importlib.import_module("jax_finufft")  # Not under Bazel.
     nufft1, nufft2, nufft3 = finufft.nufft1, finufft.nufft2, finufft.nufft3
 
     if not shipped.BINDINGS[1].covers(_version("jax-finufft")):

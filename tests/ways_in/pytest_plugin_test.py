@@ -194,7 +194,7 @@ class PluginTest(absltest.TestCase):
     self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
 
   @absltest.skipUnless(
-    XDIST, "pytest-xdist is not installed here (it is not in the locks)"
+    XDIST, "pytest-xdist is not installed here (real-libraries group)"
   )
   def test_xdist_workers_check_their_own_tests_and_the_controller_sums_up(
     self,
@@ -227,7 +227,7 @@ class PluginTest(absltest.TestCase):
     self.assertNotIn("does not work with pytest-xdist", spread.stderr)
 
   @absltest.skipUnless(
-    XDIST, "pytest-xdist is not installed here (it is not in the locks)"
+    XDIST, "pytest-xdist is not installed here (real-libraries group)"
   )
   def test_xdist_from_addopts_switched_on_by_the_environment(self):
     root = project(
