@@ -11,7 +11,6 @@ import importlib.util
 import io
 import json
 import pathlib
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -299,32 +298,6 @@ PLUGIN_SUITE = textwrap.dedent(
 )
 
 
-def plugin_run(root: pathlib.Path) -> subprocess.CompletedProcess:
-  """``pytest --entangle-races=report`` on `root`, in a child that sees
-  what this process sees (a pretended version included)."""
-  plugin = "entangle_jax.testing.pytest_plugin"
-  found = importlib.metadata.entry_points(group="pytest11")
-  # Named with -p where its entry point is not installed (Bazel's runfiles).
-  load = [] if any(e.value == plugin for e in found) else ["-p", plugin]
-  return subprocess.run(
-    [
-      sys.executable,
-      "-m",
-      "pytest",
-      *load,
-      "-p",
-      "no:cacheprovider",
-      "-q",
-      "--entangle-races=report",
-    ],
-    capture_output=True,
-    text=True,
-    timeout=300,
-    env=test_util.child_env(),
-    cwd=root,
-  )
-
-
 def _have(module: str) -> bool:
   return importlib.util.find_spec(module) is not None
 
@@ -394,7 +367,7 @@ class KlujaxProgramTest(absltest.TestCase):
     root = scratch(self)
     (root / "test_solves.py").write_text(PLUGIN_SUITE)
     with installed("klujax", "0.4.0"):
-      run = plugin_run(root)
+      run = test_util.pytest_run(root, "--entangle-races=report")
     self.assertEqual(run.returncode, 0, run.stdout[-3000:])
     summary = run.stdout.split("entangle-jax race check", 1)[1]
     self.assertIn("1 with races", summary)
