@@ -7,7 +7,9 @@ before the first test (tests/conftest.py, or the Bazel test environment)
 holds for all.
 """
 
+import importlib.metadata
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -118,6 +120,42 @@ def assert_same_tree(test, actual, expected, leaves_equal) -> None:
 def child_env() -> dict[str, str]:
   """The environment for a child Python that imports what this one does."""
   return dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+
+
+PYTEST_PLUGIN = "entangle_jax.testing.pytest_plugin"
+
+
+def pytest_plugin_installed() -> bool:
+  """Whether the package's pytest11 entry point is installed (pip and uv
+  install it; Bazel's runfiles have no entry points)."""
+  found = importlib.metadata.entry_points(group="pytest11")
+  return any(e.value == PYTEST_PLUGIN for e in found)
+
+
+def pytest_run(
+  root: pathlib.Path | str, *args: str, quiet: bool = True, **env: str
+) -> subprocess.CompletedProcess:
+  """pytest on `root`: the plugin through its entry point where installed,
+  else named with ``-p``; ``-q`` unless not `quiet` (``-p no:terminal``
+  takes that option away)."""
+  load = [] if pytest_plugin_installed() else ["-p", PYTEST_PLUGIN]
+  return subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "pytest",
+      *load,
+      "-p",
+      "no:cacheprovider",
+      *(["-q"] if quiet else []),
+      *args,
+    ],
+    capture_output=True,
+    text=True,
+    timeout=300,
+    env=dict(child_env(), **env),
+    cwd=root,
+  )
 
 
 def run_python(source: str, *args: str, timeout: float):

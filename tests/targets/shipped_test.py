@@ -8,15 +8,20 @@ import contextlib
 import importlib
 import importlib.metadata
 import importlib.util
+import io
+import json
 import pathlib
 import sys
 import tempfile
+import textwrap
 from collections.abc import Generator
 
 from absl.testing import absltest
 
 from entangle_jax import testing
 from entangle_jax._src.targets import shipped, sources
+from entangle_jax.testing._ways_in import command
+from tests import test_util
 from tests.hand_written_hlo import hlo_module
 from tests.temp_project import project
 from tools import rule_docs
@@ -183,6 +188,69 @@ class AppliesAtCoveredVersionsTest(absltest.TestCase):
     self.assertIn("mpi4jax 0.8.0 is installed", rendered)
 
 
+def scratch(test: absltest.TestCase) -> pathlib.Path:
+  """A folder removed when `test` ends."""
+  folder = tempfile.TemporaryDirectory()
+  test.addCleanup(folder.cleanup)
+  return pathlib.Path(folder.name)
+
+
+def note(version: str) -> str:
+  """The start of the note for klujax installed at `version`."""
+  return (
+    f"klujax {version} is installed; entangle-jax's declarations cover "
+    "0.5.0\N{EN DASH}0.5.2"
+  )
+
+
+class VersionNoteTest(absltest.TestCase):
+  """The note on a binding installed at a version the table does not
+  cover is data of the findings (`Run.version_notes`), in every format."""
+
+  def check(self, text: str, *argv: str) -> tuple[int, str]:
+    """The command on one module file holding `text`: status, stdout."""
+    folder = scratch(self)
+    module = folder / "module_0001.jit_program.cpu_after_optimizations.txt"
+    module.write_text(text)
+    out, err = io.StringIO(), io.StringIO()
+    status = command.main([str(module), *argv], out=out, err=err)
+    return status, out.getvalue()
+
+  def every_format(self, text: str) -> tuple[list[str], list[str], list[str]]:
+    """The command's lines in text, its JSON's version notes, and its
+    GitHub warnings, for a module holding `text`; each exits 1."""
+    answers = [self.check(text, "--format", f) for f in command.FORMATS]
+    self.assertEqual([status for status, _ in answers], [1, 1, 1])
+    (_, lines), (_, as_json), (_, annotations) = answers
+    return (
+      lines.splitlines(),
+      json.loads(as_json)["version_notes"],
+      [a for a in annotations.splitlines() if a.startswith("::warning")],
+    )
+
+  def test_the_command_says_it_in_every_format(self):
+    with installed("klujax", "0.4.0"):
+      lines, notes, warnings = self.every_format(STATELESS)
+    (said,) = notes
+    self.assertTrue(said.startswith(note("0.4.0")), said)
+    # Text: the run's notes, just before the summary (once more than the
+    # module's own report, which says it with its undeclared targets).
+    self.assertEqual(lines[-2], said)
+    self.assertEqual(lines.count(said), 1)
+    self.assertEqual(lines.count(f"  {said}"), 1)
+    (warning,) = warnings
+    self.assertIn("title=entangle-jax declarations not applied::", warning)
+    self.assertTrue(warning.endswith(f"::{said}"), warning)
+
+  def test_the_control_pairs_of_other_targets_have_no_note(self):
+    # The same uncovered klujax installed, but the pairs are of targets
+    # that are not klujax's: they race as before, and nothing is noted.
+    with installed("klujax", "0.4.0"):
+      lines, notes, warnings = self.every_format(calls("my_solve", "my_dot"))
+    self.assertEqual((notes, warnings), ([], []))
+    self.assertFalse([line for line in lines if "klujax" in line])
+
+
 class PrecedenceTest(absltest.TestCase):
   def test_an_entry_point_beats_the_table_and_pyproject_beats_both(self):
     where = tempfile.TemporaryDirectory()
@@ -212,6 +280,24 @@ class PrecedenceTest(absltest.TestCase):
       self.assertEqual(testing.races(STATELESS), [])  # The control.
 
 
+PLUGIN_SUITE = textwrap.dedent(
+  """
+  import jax
+  import jax.numpy as jnp
+  import klujax
+
+
+  def test_solves():
+    ai = jnp.arange(5, dtype=jnp.int32)
+
+    def program(ax, b):
+      return klujax.solve(ai, ai, ax, b), klujax.dot(ai, ai, ax, b)
+
+    jax.jit(program)(jnp.ones(5), jnp.ones(5))
+  """
+)
+
+
 def _have(module: str) -> bool:
   return importlib.util.find_spec(module) is not None
 
@@ -234,7 +320,7 @@ class KlujaxProgramTest(absltest.TestCase):
   def test_stateless_solves_and_dot(self):
     import jax
 
-    klujax = importlib.import_module("klujax")  # Optional: not in the locks.
+    klujax = importlib.import_module("klujax")  # Not under Bazel.
 
     ai = self.ai
 
@@ -253,7 +339,7 @@ class KlujaxProgramTest(absltest.TestCase):
   def test_two_solves_on_one_numeric_handle_race(self):
     import jax
 
-    klujax = importlib.import_module("klujax")  # Optional: not in the locks.
+    klujax = importlib.import_module("klujax")  # Not under Bazel.
 
     jnp = self.jnp
     symbolic = klujax.analyze(self.ai, self.ai, 5)
@@ -273,6 +359,20 @@ class KlujaxProgramTest(absltest.TestCase):
     with installed("klujax", "0.4.0"):
       self.assertLen(testing.races(compiled), 1)  # The control.
 
+  def test_the_plugins_summary_notes_an_uncovered_version(self):
+    # Stateless calls, with an uncovered klujax in front of the installed
+    # one: today's race, and the note in the run's summary. (At the
+    # installed version they give 0 pairs, test_stateless_solves_and_dot;
+    # races of other targets get no note, VersionNoteTest: the controls.)
+    root = scratch(self)
+    (root / "test_solves.py").write_text(PLUGIN_SUITE)
+    with installed("klujax", "0.4.0"):
+      run = test_util.pytest_run(root, "--entangle-races=report")
+    self.assertEqual(run.returncode, 0, run.stdout[-3000:])
+    summary = run.stdout.split("entangle-jax race check", 1)[1]
+    self.assertIn("1 with races", summary)
+    self.assertIn(note("0.4.0"), summary)
+
 
 @absltest.skipUnless(
   _have("jax_finufft"),
@@ -283,7 +383,7 @@ class JaxFinufftProgramTest(absltest.TestCase):
     import jax
     import jax.numpy as jnp
 
-    finufft = importlib.import_module("jax_finufft")  # Not in the locks.
+    finufft = importlib.import_module("jax_finufft")  # Not under Bazel.
     nufft1, nufft2, nufft3 = finufft.nufft1, finufft.nufft2, finufft.nufft3
 
     if not shipped.BINDINGS[1].covers(_version("jax-finufft")):

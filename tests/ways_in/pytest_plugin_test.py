@@ -5,8 +5,6 @@ import importlib.metadata
 import importlib.util
 import pathlib
 import re
-import subprocess
-import sys
 import tempfile
 import textwrap
 
@@ -80,41 +78,7 @@ def test_export():
 def _unused():""",
 )
 
-PLUGIN = "entangle_jax.testing.pytest_plugin"
 XDIST = importlib.util.find_spec("xdist") is not None
-
-
-def installed() -> bool:
-  """Whether the package's pytest11 entry point is installed (pip and uv
-  install it; Bazel's runfiles have no entry points)."""
-  found = importlib.metadata.entry_points(group="pytest11")
-  return any(e.value == PLUGIN for e in found)
-
-
-def pytest_run(
-  root: pathlib.Path, *args: str, quiet: bool = True, **env: str
-) -> subprocess.CompletedProcess:
-  """pytest on `root`: the plugin through its entry point where installed,
-  else named with ``-p``; ``-q`` unless not `quiet` (``-p no:terminal``
-  takes that option away)."""
-  load = [] if installed() else ["-p", PLUGIN]
-  return subprocess.run(
-    [
-      sys.executable,
-      "-m",
-      "pytest",
-      *load,
-      "-p",
-      "no:cacheprovider",
-      *(["-q"] if quiet else []),
-      *args,
-    ],
-    capture_output=True,
-    text=True,
-    timeout=300,
-    env=dict(test_util.child_env(), **env),
-    cwd=root,
-  )
 
 
 def project(**files: str) -> pathlib.Path:
@@ -127,7 +91,7 @@ def project(**files: str) -> pathlib.Path:
 class PluginTest(absltest.TestCase):
   def test_fail_fails_a_racy_test_and_passes_its_fixed_twin(self):
     racy = project(**{"test_racy.py": RACY})
-    result = pytest_run(racy, "--entangle-races=fail")
+    result = test_util.pytest_run(racy, "--entangle-races=fail")
     self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
     self.assertIn("the modules this test compiled race", result.stdout)
     self.assertIn("1 failed", result.stdout)
@@ -140,13 +104,13 @@ class PluginTest(absltest.TestCase):
     if test_util.records_full_stack():
       self.assertIn("test_racy.py:10", result.stdout)
     fixed = project(**{"test_fixed.py": FIXED})
-    result = pytest_run(fixed, "--entangle-races=fail")
+    result = test_util.pytest_run(fixed, "--entangle-races=fail")
     self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
     self.assertIn("0 with races, 0 pairs.", result.stdout)
 
   def test_report_passes_and_summarises(self):
     racy = project(**{"test_racy.py": RACY})
-    result = pytest_run(racy, "--entangle-races=report")
+    result = test_util.pytest_run(racy, "--entangle-races=report")
     self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
     self.assertIn("1 passed", result.stdout)
     self.assertIn("entangle-jax race check", result.stdout)
@@ -162,7 +126,7 @@ class PluginTest(absltest.TestCase):
       "  assert False\n"
     )
     root = project(**{"test_racy.py": failing})
-    result = pytest_run(root, "--entangle-races=fail")
+    result = test_util.pytest_run(root, "--entangle-races=fail")
     self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
     before_summary = result.stdout.split("short test summary info")[0]
     self.assertIn("the race check fails this test too", before_summary)
@@ -181,7 +145,7 @@ class PluginTest(absltest.TestCase):
       "@pytest.mark.entangle_races_expected\ndef test_step():",
     ).replace("import jax\n", "import jax\nimport pytest\n", 1)
     root = project(**{"test_control.py": marked})
-    result = pytest_run(
+    result = test_util.pytest_run(
       root, "--entangle-races=fail", "--strict-markers", "-rA"
     )
     self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
@@ -191,11 +155,11 @@ class PluginTest(absltest.TestCase):
     # Still counted: the summary's module count holds it.
     self.assertIn("1 with races, 1 pair.", result.stdout)
     # The marker is known when the check is off too (--strict-markers).
-    result = pytest_run(root, "--strict-markers")
+    result = test_util.pytest_run(root, "--strict-markers")
     self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
 
   @absltest.skipUnless(
-    XDIST, "pytest-xdist is not installed here (it is not in the locks)"
+    XDIST, "pytest-xdist is not installed here (real-libraries group)"
   )
   def test_xdist_workers_check_their_own_tests_and_the_controller_sums_up(
     self,
@@ -207,8 +171,8 @@ class PluginTest(absltest.TestCase):
       "test_d.py": FIXED.replace("step", "step_d"),
     }
     root = project(**files)
-    serial = pytest_run(root, "--entangle-races=fail", "-n", "0")
-    spread = pytest_run(root, "--entangle-races=fail", "-n", "2")
+    serial = test_util.pytest_run(root, "--entangle-races=fail", "-n", "0")
+    spread = test_util.pytest_run(root, "--entangle-races=fail", "-n", "2")
     for result in (serial, spread):
       out = result.stdout + result.stderr
       self.assertEqual(result.returncode, 1, out)
@@ -228,7 +192,7 @@ class PluginTest(absltest.TestCase):
     self.assertNotIn("does not work with pytest-xdist", spread.stderr)
 
   @absltest.skipUnless(
-    XDIST, "pytest-xdist is not installed here (it is not in the locks)"
+    XDIST, "pytest-xdist is not installed here (real-libraries group)"
   )
   def test_xdist_from_addopts_switched_on_by_the_environment(self):
     root = project(
@@ -238,13 +202,13 @@ class PluginTest(absltest.TestCase):
         "test_c.py": FIXED,
       }
     )
-    result = pytest_run(root, ENTANGLE_JAX_RACES="report")
+    result = test_util.pytest_run(root, ENTANGLE_JAX_RACES="report")
     self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
     self.assertIn("race check (ENTANGLE_JAX_RACES=report)", result.stdout)
     self.assertIn("1 with races, 1 pair.", result.stdout)
     self.assertIn(", compiled by test_a.py::test_step", result.stdout)
     # Control: nothing raced, and the dump is removed.
-    result = pytest_run(
+    result = test_util.pytest_run(
       project(
         **{"pytest.ini": "[pytest]\naddopts = -n 2\n", "test_c.py": FIXED}
       ),
@@ -270,12 +234,12 @@ class PluginTest(absltest.TestCase):
       )
       return project(**{"test_cache.py": test})
 
-    result = pytest_run(uses_cache(), "--entangle-races=report")
+    result = test_util.pytest_run(uses_cache(), "--entangle-races=report")
     self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
     self.assertIn("1 passed", result.stdout)
     # Control: `fail` switches the cache off, and the test's assertion
     # finds its cache empty.
-    result = pytest_run(uses_cache(), "--entangle-races=fail")
+    result = test_util.pytest_run(uses_cache(), "--entangle-races=fail")
     self.assertIn("assert []", result.stdout)
 
   def test_a_conftest_that_replaces_xla_flags_is_named(self):
@@ -284,12 +248,12 @@ class PluginTest(absltest.TestCase):
       'os.environ["XLA_FLAGS"] = "--xla_cpu_enable_fast_math=false"\n'
     )
     root = project(**{"conftest.py": conftest, "test_racy.py": RACY})
-    result = pytest_run(root, "--entangle-races=fail")
+    result = test_util.pytest_run(root, "--entangle-races=fail")
     self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
     self.assertIn("XLA_FLAGS no longer asks for the dump", result.stdout)
 
   def test_the_dump_is_kept_only_when_it_has_something_to_show(self):
-    result = pytest_run(
+    result = test_util.pytest_run(
       project(**{"test_racy.py": RACY}), "--entangle-races=report"
     )
     (kept,) = re.findall(
@@ -303,7 +267,7 @@ class PluginTest(absltest.TestCase):
     self.assertEqual(len(prefixes), 1, result.stdout)
     files = [p for p in pathlib.Path(kept[0]).rglob("*") if p.is_file()]
     self.assertEqual(int(kept[1]), len(files), result.stdout)
-    result = pytest_run(
+    result = test_util.pytest_run(
       project(**{"test_fixed.py": FIXED}), "--entangle-races=fail"
     )
     self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
@@ -313,7 +277,7 @@ class PluginTest(absltest.TestCase):
     def run(root: pathlib.Path, *args: str, rc: int) -> tuple[str, list[str]]:
       """stderr, and what the run left in a temp dir of its own."""
       tmp = pathlib.Path(tempfile.mkdtemp())
-      result = pytest_run(root, *args, quiet=False, TMPDIR=str(tmp))
+      result = test_util.pytest_run(root, *args, quiet=False, TMPDIR=str(tmp))
       self.assertEqual(result.returncode, rc, result.stdout + result.stderr)
       left = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*"))
       return result.stderr, left
@@ -334,13 +298,13 @@ class PluginTest(absltest.TestCase):
 
   def test_control_without_the_option_nothing_changes(self):
     racy = project(**{"test_racy.py": RACY})
-    result = pytest_run(racy)
+    result = test_util.pytest_run(racy)
     self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
     self.assertNotIn("entangle-jax race check", result.stdout)
 
   def test_pmap_shard_map_and_export_switched_on_by_the_environment(self):
     root = project(**{"test_transformed.py": TRANSFORMED})
-    result = pytest_run(
+    result = test_util.pytest_run(
       root, ENTANGLE_JAX_RACES="fail", JAX_NUM_CPU_DEVICES="2"
     )
     self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
@@ -357,7 +321,7 @@ class PluginTest(absltest.TestCase):
     root = project(
       **{"conftest.py": conftest, "test_plain.py": "def test_x():\n  pass\n"}
     )
-    result = pytest_run(root, "--entangle-races=fail")
+    result = test_util.pytest_run(root, "--entangle-races=fail")
     # Compiled outside any test's call: checked at the end, and the run
     # fails.
     self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
@@ -375,9 +339,9 @@ class PluginTest(absltest.TestCase):
       '  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)',
     )
     root = project(**{"test_cached.py": cached})
-    first = pytest_run(root, "--entangle-races=report")
+    first = test_util.pytest_run(root, "--entangle-races=report")
     self.assertIn("1 with races", first.stdout, first.stdout + first.stderr)
-    again = pytest_run(root, "--entangle-races=fail")
+    again = test_util.pytest_run(root, "--entangle-races=fail")
     self.assertIn("came from JAX's persistent compilation cache", again.stdout)
     if "left no module to check" in again.stdout:
       # Not seen, so not passed either.

@@ -22,8 +22,8 @@ from absl.testing import absltest
 
 from entangle_jax.testing._ways_in import command as _check
 from tests import test_util
+from tests.test_util import pytest_run
 from tests.third_party_binding.build import build
-from tests.ways_in.pytest_plugin_test import pytest_run
 
 HAZARDS = textwrap.dedent(
   """

@@ -360,6 +360,11 @@ class Findings:
     """How many pairs declared safe pairs left out."""
     return sum(s.count for s in self.left_out)
 
+  @property
+  def notes(self) -> tuple[str, ...]:
+    """Its groups' notes (`Group.notes`), each once."""
+    return tuple(dict.fromkeys(n for g in self.groups for n in g.notes))
+
 
 def safe_counts(left_out: Sequence[LeftOut]) -> tuple[SafeCount, ...]:
   """`left_out` counted by the safe pair that left each out."""
@@ -520,6 +525,16 @@ class Run:
   def left_out(self) -> int:
     """Pairs that declared safe pairs left out, in all modules."""
     return sum(len(r.left_out) for r in self.results)
+
+  @property
+  def version_notes(self) -> tuple[str, ...]:
+    """For the undeclared targets of its racing modules' pairs: each
+    shipped binding installed at a version entangle-jax's declarations do
+    not cover, as a line ("klujax X.Y is installed; entangle-jax's
+    declarations cover A-B, ..."), each once, in the order first met."""
+    return tuple(
+      dict.fromkeys(n for r in self.racing for n in r.findings.notes)
+    )
 
   @property
   def other_platforms(self) -> list[ModuleResult]:

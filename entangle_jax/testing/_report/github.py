@@ -9,7 +9,9 @@ shows on the run, not on a line). GitHub reads ``PATH`` relative to the
 workspace: paths are shown as the text report shows them (relative to the
 working directory when under it). Pairs that declared ``safe_pairs`` left
 out get one ``::notice`` per module and entry, without a file: taken on
-trust, they are said, not failed.
+trust, they are said, not failed. A shipped binding installed at a version
+entangle-jax's declarations do not cover, whose calls are in the pairs,
+gets one ``::warning`` without a file (`Run.version_notes`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from entangle_jax.testing._report.findings import Run
 
 TITLE = "entangle-jax race"
 SAFE_TITLE = "entangle-jax pairs left out as safe"
+VERSION_TITLE = "entangle-jax declarations not applied"
 _LOCATION = re.compile(r"^(?P<file>.+):(?P<line>\d+)$")
 
 
@@ -45,7 +48,8 @@ def _place(op: Op) -> str:
 
 def annotations(run: Run) -> Iterator[str]:
   """The annotation lines for every racing module of `run`, every entry
-  (pairs of the same two targets on the same two lines are one)."""
+  (pairs of the same two targets on the same two lines are one), then the
+  safe pairs' notices and the version warnings."""
   for result in run.racing:
     for group in result.findings.groups:
       for entry in group.entries:
@@ -76,3 +80,7 @@ def annotations(run: Run) -> Iterator[str]:
         f"::notice title={_escape_property(SAFE_TITLE)}::"
         f"{_escape_data(message)}"
       )
+  for note in run.version_notes:
+    yield (
+      f"::warning title={_escape_property(VERSION_TITLE)}::{_escape_data(note)}"
+    )

@@ -74,5 +74,8 @@ def as_json(run: Run, status: int) -> dict[str, Any]:
     "summary": race_text.summary(run),
     "safe_pairs_left_out": run.left_out,
     "platform_note": race_text.platform_note(run),
+    # Shipped bindings installed at versions their declarations do not
+    # cover, whose undeclared calls are in the pairs.
+    "version_notes": list(run.version_notes),
     "modules": [_module(r) for r in run.results],
   }

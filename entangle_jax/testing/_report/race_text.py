@@ -100,8 +100,8 @@ def findings_lines(
   """The lines of a report of `findings` (at least one pair, reported or
   left out as safe). With a `said` set, a fix or a list of applied
   declarations already in it is written "as above" (a suite's modules
-  often race for one reason), and what is written in full is added to
-  it."""
+  often race for one reason), a group's note already in it is left out,
+  and what is written in full is added to it."""
   causes = findings.groups
   count = findings.count
   reasons = f", for {len(causes)} reasons" if len(causes) > 1 else ""
@@ -145,7 +145,12 @@ def findings_lines(
       lines.append(
         "  Undeclared targets in these pairs: " + ", ".join(group.undeclared)
       )
-      lines += [f"  {n}" for n in group.notes]
+      for note in group.notes:
+        # Once per report: a run's report repeats it with its notes.
+        if said is None or note not in said:
+          lines.append(f"  {note}")
+          if said is not None:
+            said.add(note)
   lines += left_out_lines(findings)
   if findings.applied:
     lines.append(_once(APPLIED_LINE, "; ".join(findings.applied) + ".", said))
@@ -300,9 +305,15 @@ def coverage_notes(coverage: Coverage) -> list[str]:
 
 
 def run_notes(run: Run) -> list[str]:
-  """The run's coverage notes, then its platform note."""
+  """The run's coverage notes, its notes on shipped bindings installed at
+  versions their declarations do not cover (`Run.version_notes`), then its
+  platform note."""
   platform = platform_note(run)
-  return [*coverage_notes(run.coverage), *([platform] if platform else [])]
+  return [
+    *coverage_notes(run.coverage),
+    *run.version_notes,
+    *([platform] if platform else []),
+  ]
 
 
 def render(run: Run, shown_per_group: int | None) -> str:
