@@ -308,7 +308,17 @@ def _have(module: str) -> bool:
 class KlujaxProgramTest(absltest.TestCase):
   def setUp(self):
     super().setUp()
+    import jax
     import jax.numpy as jnp
+
+    # klujax's first import turns on jax_enable_x64 for the whole process
+    # (its handles are 64-bit): on for these tests, then put back, so that
+    # the tests after them run as they would alone.
+    self.addCleanup(
+      jax.config.update, "jax_enable_x64", jax.config.jax_enable_x64
+    )
+    importlib.import_module("klujax")
+    jax.config.update("jax_enable_x64", True)
 
     self.jnp = jnp
     self.ai = jnp.arange(5, dtype=jnp.int32)
