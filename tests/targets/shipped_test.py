@@ -315,7 +315,7 @@ class KlujaxProgramTest(absltest.TestCase):
     # (its handles are 64-bit): on for these tests, then put back, so that
     # the tests after them run as they would alone.
     self.addCleanup(
-      jax.config.update, "jax_enable_x64", jax.config.jax_enable_x64
+      jax.config.update, "jax_enable_x64", jax.config.read("jax_enable_x64")
     )
     importlib.import_module("klujax")
     jax.config.update("jax_enable_x64", True)
