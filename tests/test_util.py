@@ -59,6 +59,21 @@ def identity(payload, *witnesses):
   return payload
 
 
+def sharded_entangle(mesh: jax.sharding.Mesh):
+  """``entangle(x, w)`` jitted with `x` split over `mesh`'s axis ``"x"``
+  and `w` on every device; returns it with those two shardings."""
+  from entangle_jax import entangle
+
+  sharded = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("x"))
+  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  fn = jax.jit(
+    lambda x, w: entangle(x, w),
+    in_shardings=(sharded, replicated),
+    out_shardings=sharded,
+  )
+  return fn, sharded, replicated
+
+
 def compiled(fn, *args) -> jax.stages.Compiled:
   """`fn` jitted and compiled for `args`."""
   return jax.jit(fn).lower(*args).compile()

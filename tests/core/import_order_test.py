@@ -10,11 +10,8 @@ import jax
 import jax.numpy as jnp
 from absl.testing import absltest
 from jax import export
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 
 import entangle_jax
-from entangle_jax import entangle
 from tests import test_util
 
 # In a fresh interpreter: `prelude`, whether it loaded JAX, then JAX, then
@@ -52,14 +49,7 @@ class ImportBeforeJaxTest(absltest.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    mesh = jax.make_mesh((8,), ("x",))
-    sharded = NamedSharding(mesh, P("x"))
-    replicated = NamedSharding(mesh, P())
-    fn = jax.jit(
-      lambda x, w: entangle(x, w),
-      in_shardings=(sharded, replicated),
-      out_shardings=sharded,
-    )
+    fn, _, _ = test_util.sharded_entangle(jax.make_mesh((8,), ("x",)))
     exported = export.export(
       fn, disabled_checks=entangle_jax.export_safety_checks()
     )(jnp.zeros(16), jnp.zeros(3))

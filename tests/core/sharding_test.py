@@ -239,14 +239,7 @@ class ShardedExportTest(absltest.TestCase):
     self.assertTrue(out.sharding.is_equivalent_to(payload.sharding, 1))
 
   def test_attached_mesh_export_round_trip(self):
-    mesh = mesh_1d()
-    sharded = NamedSharding(mesh, P("x"))
-    replicated = NamedSharding(mesh, P())
-    fn = jax.jit(
-      lambda x, w: entangle(x, w),
-      in_shardings=(sharded, replicated),
-      out_shardings=sharded,
-    )
+    fn, sharded, replicated = test_util.sharded_entangle(mesh_1d())
     x = jax.device_put(jnp.arange(16.0), sharded)
     w = jax.device_put(jnp.ones(3), replicated)
     exported = self.export(fn, x, w)
