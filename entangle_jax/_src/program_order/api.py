@@ -114,7 +114,7 @@ def in_program_order(f: Callable[..., Any]) -> Callable[..., Any]:
     traced = [leaf for leaf, d in zip(leaves, dynamic, strict=True) if d]
     closed = jax.make_jaxpr(flat)(*traced)
     ctx = Context(sources.current())
-    outs = iter(ctx.run(closed.jaxpr, closed.consts, traced))
+    outs = iter(ctx.link(ctx.run(closed.jaxpr, closed.consts, traced)))
     result = [
       static_out[i] if i in static_out else next(outs)
       for i in range(out_tree[0].num_leaves)
