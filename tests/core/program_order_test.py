@@ -6,6 +6,7 @@ with it races nowhere.
 """
 
 import functools
+import itertools
 import warnings
 
 import jax
@@ -198,7 +199,7 @@ def ran(c, slot, *args):
   testing.reset_slots()
   value = np.asarray(c(*args)).tolist()
   log = [r for r in testing.call_log() if r.slots == (slot,)]
-  apart = all(a.end < b.start for a, b in zip(log, log[1:], strict=False))
+  apart = all(a.end < b.start for a, b in itertools.pairwise(log))
   slots = float(testing.slot_values()[slot])
   return value, slots, [r.kind for r in log] if apart else None
 

@@ -908,7 +908,9 @@ class Context:
     if self.chain is None:
       return outs
     floats = [
-      i for i, o in enumerate(outs) if jnp.issubdtype(_aval(o).dtype, jnp.inexact)
+      i
+      for i, o in enumerate(outs)
+      if jnp.issubdtype(_aval(o).dtype, jnp.inexact)
     ]
     if not floats:
       return outs
