@@ -125,31 +125,27 @@ REVERSE_SLOT = 30
 COUNT_SLOT = 31
 
 
-@jax.custom_vjp
-def doubled(x):
-  return x * 2
+def scaled_by(k, backward):
+  """``x * k``, a custom_vjp whose backward pass is ``backward(ct)``."""
+
+  @jax.custom_vjp
+  def scaled(x):
+    return x * k
+
+  scaled.defvjp(lambda x: (x * k, None), lambda _, ct: (backward(ct),))
+  return scaled
 
 
-doubled.defvjp(
-  lambda x: (x * 2, None),
-  # The backward pass writes ten times its cotangent.
-  lambda _, ct: (
-    testing.write_slot(REVERSE_SLOT, ct * 10, delay_us=1000) * 0 + ct * 2,
+# The backward pass writes ten times its cotangent.
+doubled = scaled_by(
+  2,
+  lambda ct: (
+    testing.write_slot(REVERSE_SLOT, ct * 10, delay_us=1000) * 0 + ct * 2
   ),
 )
-
-
-@jax.custom_vjp
-def tripled(x):
-  return x * 3
-
-
-tripled.defvjp(
-  lambda x: (x * 3, None),
-  # The backward pass scales its cotangent by what the slot holds.
-  lambda _, ct: (
-    ct * testing.read_slot(jnp.int32(REVERSE_SLOT), delay_us=1000),
-  ),
+# The backward pass scales its cotangent by what the slot holds.
+tripled = scaled_by(
+  3, lambda ct: ct * testing.read_slot(jnp.int32(REVERSE_SLOT), delay_us=1000)
 )
 
 
@@ -166,19 +162,14 @@ def backward_read_and_write(x):
 REVERSE_PASS = (10.0, 50.0, ["write", "write", "read", "write"])
 
 
-@jax.custom_vjp
-def counted(x):
-  return x * 2
-
-
-def _count(_, ct):
+def _count(ct):
   """Adds 1 to the slot, a read and a write: each backward pass counts."""
   seen = testing.read_slot(jnp.int32(COUNT_SLOT), delay_us=500)
   token = testing.write_slot(COUNT_SLOT, seen + 1.0, delay_us=500)
-  return (ct * 2 + token * 0,)
+  return ct * 2 + token * 0
 
 
-counted.defvjp(lambda x: (x * 2, None), _count)
+counted = scaled_by(2, _count)
 
 
 def counted_after(inner):

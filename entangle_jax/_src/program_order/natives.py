@@ -96,22 +96,29 @@ def has_native(eqn, decls) -> bool:
   return _custom_rules_native(eqn, decls)
 
 
-_RULES_CACHE: dict[int, tuple[Any, Declarations, bool]] = {}
+_RULES_CACHE: dict[int, tuple[Any, Declarations, Any]] = {}
+_BACKWARD_CACHE: dict[int, tuple[Any, Declarations, Any]] = {}
+
+
+def _once(cache: dict, compute, eqn, decls):
+  """``compute(eqn, decls)``, once per equation and declarations (loop
+  bodies are traced more than once)."""
+  found = cache.get(id(eqn))
+  if found is not None and found[0] is eqn and found[1] == decls:
+    return found[2]
+  if len(cache) > 1024:
+    cache.clear()
+  result = compute(eqn, decls)
+  cache[id(eqn)] = (eqn, decls, result)
+  return result
 
 
 def _custom_rules_native(eqn, decls) -> bool:
   """`_rules_have_native` for a custom_jvp or custom_vjp call, once per
-  equation (loop bodies are traced more than once); False for others."""
+  equation; False for others."""
   if eqn.primitive.name not in ("custom_jvp_call", "custom_vjp_call"):
     return False
-  found = _RULES_CACHE.get(id(eqn))
-  if found is not None and found[0] is eqn and found[1] == decls:
-    return found[2]
-  if len(_RULES_CACHE) > 1024:
-    _RULES_CACHE.clear()
-  result = _rules_have_native(eqn, decls)
-  _RULES_CACHE[id(eqn)] = (eqn, decls, result)
-  return result
+  return _once(_RULES_CACHE, _rules_have_native, eqn, decls)
 
 
 def _rules_have_native(eqn, decls) -> bool:
@@ -145,9 +152,6 @@ def _rules_have_native(eqn, decls) -> bool:
   return has_native_jaxpr(traced.jaxpr, decls, rules=False)
 
 
-_BACKWARD_CACHE: dict[int, tuple[Any, Declarations, tuple[Part, ...]]] = {}
-
-
 def backward_parts(eqn, decls: Declarations) -> tuple[Part, ...]:
   """What the native calls of a custom_vjp call's backward pass touch
   (objects unknown; traced as ``jax.vjp`` of the call would run it, once
@@ -155,14 +159,7 @@ def backward_parts(eqn, decls: Declarations) -> tuple[Part, ...]:
   for any other equation."""
   if eqn.primitive.name != "custom_vjp_call":
     return ()
-  found = _BACKWARD_CACHE.get(id(eqn))
-  if found is not None and found[0] is eqn and found[1] == decls:
-    return found[2]
-  if len(_BACKWARD_CACHE) > 1024:
-    _BACKWARD_CACHE.clear()
-  result = _backward_parts(eqn, decls)
-  _BACKWARD_CACHE[id(eqn)] = (eqn, decls, result)
-  return result
+  return _once(_BACKWARD_CACHE, _backward_parts, eqn, decls)
 
 
 def _backward_parts(eqn, decls) -> tuple[Part, ...]:
