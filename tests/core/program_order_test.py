@@ -6,6 +6,7 @@ with it races nowhere.
 """
 
 import functools
+import itertools
 import warnings
 
 import jax
@@ -70,6 +71,10 @@ def writes(c) -> int:
   return test_util.custom_calls(testing.module_text(c), test_util.WRITE)
 
 
+def reads(c) -> int:
+  return test_util.custom_calls(testing.module_text(c), test_util.READ)
+
+
 def write_read_write(slot):
   token = testing.write_slot(slot, 1.0)
   x = testing.read_slot(token)
@@ -116,11 +121,85 @@ def wrong_reads(f, runs=5):
   return [int(np.sum(np.asarray(run(big)[0]) != 1.0)) for _ in range(runs)]
 
 
+REVERSE_SLOT = 30
+COUNT_SLOT = 31
+
+
+def scaled_by(k, backward):
+  """``x * k``, a custom_vjp whose backward pass is ``backward(ct)``."""
+
+  @jax.custom_vjp
+  def scaled(x):
+    return x * k
+
+  scaled.defvjp(lambda x: (x * k, None), lambda _, ct: (backward(ct),))
+  return scaled
+
+
+# The backward pass writes ten times its cotangent.
+doubled = scaled_by(
+  2,
+  lambda ct: (
+    testing.write_slot(REVERSE_SLOT, ct * 10, delay_us=1000) * 0 + ct * 2
+  ),
+)
+# The backward pass scales its cotangent by what the slot holds.
+tripled = scaled_by(
+  3, lambda ct: ct * testing.read_slot(jnp.int32(REVERSE_SLOT), delay_us=1000)
+)
+
+
+def backward_read_and_write(x):
+  """Under grad, in program order: the forward writes of 1 and 5, then
+  `tripled`'s backward read (of 5: the gradient is 10), then `doubled`'s
+  backward write (of 50)."""
+  testing.write_slot(REVERSE_SLOT, 1.0)
+  y = tripled(doubled(x))
+  testing.write_slot(REVERSE_SLOT, 5.0, delay_us=2000)
+  return y
+
+
+REVERSE_PASS = (10.0, 50.0, ["write", "write", "read", "write"])
+
+
+def _count(ct):
+  """Adds 1 to the slot, a read and a write: each backward pass counts."""
+  seen = testing.read_slot(jnp.int32(COUNT_SLOT), delay_us=500)
+  token = testing.write_slot(COUNT_SLOT, seen + 1.0, delay_us=500)
+  return ct * 2 + token * 0
+
+
+counted = scaled_by(2, _count)
+
+
+def counted_after(inner):
+  """`inner`'s backward passes count after the later forward write of 10."""
+
+  def loss(x):
+    testing.write_slot(COUNT_SLOT, 0.0)
+    y = inner(x)
+    testing.write_slot(COUNT_SLOT, 10.0, delay_us=2000)
+    return y
+
+  return loss
+
+
+def ran(c, slot, *args):
+  """``c(*args)`` of compiled `c`, the slot after it, and the kinds of the
+  calls on the slot, in the order they ran (None when two overlapped)."""
+  testing.reset_slots()
+  value = np.asarray(c(*args)).tolist()
+  log = [r for r in testing.call_log() if r.slots == (slot,)]
+  apart = all(a.end < b.start for a, b in itertools.pairwise(log))
+  slots = float(testing.slot_values()[slot])
+  return value, slots, [r.kind for r in log] if apart else None
+
+
 class ProgramOrderTest(absltest.TestCase):
   def grad_inside(self, loss, *args):
-    """``jax.grad(in_program_order(loss))`` compiled: it warns that a
-    custom_vjp's backward pass is ordered after its forward pass only."""
-    with self.assertWarnsRegex(UserWarning, "backward pass of a custom_vjp"):
+    """``jax.grad(in_program_order(loss))`` compiled, warning nothing."""
+    with warnings.catch_warnings():
+      warnings.simplefilter("error")
       return compiled(jax.grad(in_program_order(loss)), *args)
 
   def assert_fixed(self, f, *args):
@@ -479,6 +558,78 @@ class ProgramOrderTest(absltest.TestCase):
       self.assertEqual(writes(c), writes(plain))
       self.assertEqual(c(1.0), 2.0)
 
+  def test_backward_passes_run_in_reverse_program_order(self):
+    plain = jax.grad(backward_read_and_write)
+    racy = compiled(plain, 1.0)
+    self.assertNotEmpty(testing.races(racy))
+    for f in (
+      jax.grad(in_program_order(backward_read_and_write)),
+      in_program_order(plain),
+    ):
+      with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fixed = compiled(f, 1.0)
+      self.assertEqual(testing.races(fixed), [])
+      self.assertEqual(writes(fixed), writes(racy))
+      self.assertEqual(reads(fixed), reads(racy))
+      for _ in range(3):
+        self.assertEqual(ran(fixed, REVERSE_SLOT, 1.0), REVERSE_PASS)
+    if ran(racy, REVERSE_SLOT, 1.0) == REVERSE_PASS:
+      self.skipTest("this XLA happened to run the calls in order, unordered")
+
+  def test_backward_passes_in_scan_cond_and_checkpoint(self):
+    # Each backward pass adds 1 after the later forward write of 10.
+    cases = {
+      "scan": (
+        lambda x: jax.lax.scan(
+          lambda c, _: (counted(c), None), x, None, length=4
+        )[0],
+        4,
+      ),
+      "cond": (
+        lambda x: counted(
+          jax.lax.cond(x > 0, lambda v: counted(counted(v)), lambda v: v * 4, x)
+        ),
+        3,
+      ),
+      "checkpoint": (
+        lambda x: counted(jax.checkpoint(lambda v: counted(counted(v)))(x)),
+        3,
+      ),
+    }
+    wrong = 0
+    for name, (inner, n) in cases.items():
+      with self.subTest(name):
+        loss = counted_after(inner)
+        racy = compiled(jax.grad(loss), 1.0)
+        self.assertNotEmpty(testing.races(racy))
+        fixed = self.grad_inside(loss, 1.0)
+        self.assertEqual(testing.races(fixed), [])
+        self.assertEqual(writes(fixed), writes(racy))
+        value, count, _ = ran(fixed, COUNT_SLOT, 1.0)
+        self.assertEqual((value, count), (2.0**n, 10.0 + n))
+        wrong += ran(racy, COUNT_SLOT, 1.0)[1] != 10.0 + n
+    if not wrong:
+      self.skipTest("this XLA happened to count after the write, unordered")
+
+  def test_backward_passes_under_vmap(self):
+    xs = jnp.ones(3)
+
+    def summed(f):
+      return lambda x: jax.vmap(f)(x).sum()
+
+    racy = compiled(jax.grad(summed(backward_read_and_write)), xs)
+    self.assertNotEmpty(testing.races(racy))
+    for f in (
+      jax.vmap(jax.grad(in_program_order(backward_read_and_write))),
+      jax.grad(in_program_order(summed(backward_read_and_write))),
+      jax.grad(summed(in_program_order(backward_read_and_write))),
+    ):
+      fixed = compiled(f, xs)
+      self.assertEqual(testing.races(fixed), [])
+      value, slot, _ = ran(fixed, REVERSE_SLOT, xs)
+      self.assertEqual((value, slot), ([10.0] * 3, 50.0))
+
   def test_custom_rules_with_native_calls(self):
     def loss(x):
       testing.write_slot(7, 1.0)
@@ -535,15 +686,14 @@ class ProgramOrderTest(absltest.TestCase):
       y = scaled(x, 3) + times(x, jnp.int32(2))
       return y * testing.read_slot(19)
 
-    # Outside grad, the whole backward pass is ordered.
-    f = in_program_order(jax.grad(loss))
-    self.assertEqual(testing.races(compiled(f, 1.0)), [])
-    self.assertEqual(jax.jit(f)(1.0), 5.0)
-    # Inside, each backward pass only after its own forward pass: the two
-    # backward writes of slot 19 race, and it says so.
-    with self.assertWarnsRegex(UserWarning, "backward pass of a custom_vjp"):
-      inside = compiled(jax.grad(in_program_order(loss)), 1.0)
-    self.assertLen(testing.races(inside), 1)
+    # Without the transform, the two backward writes of slot 19 race.
+    self.assertNotEmpty(testing.races(compiled(jax.grad(loss), 1.0)))
+    for f in (
+      in_program_order(jax.grad(loss)),
+      jax.grad(in_program_order(loss)),
+    ):
+      self.assertEqual(testing.races(compiled(f, 1.0)), [])
+      self.assertEqual(jax.jit(f)(1.0), 5.0)
 
   def test_second_order(self):
     def loss(x):
@@ -663,6 +813,56 @@ class ProgramOrderTest(absltest.TestCase):
     # The hand-written one, and one for the order value out of the body.
     self.assertEqual(entangles(fixed), 2)
     np.testing.assert_array_equal(jax.jit(in_program_order(f))(slots), [1, 1])
+
+  def test_backward_passes_in_shard_map(self):
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((2,), ("x",))
+    sharding = NamedSharding(mesh, P("x"))
+
+    @jax.custom_vjp
+    def counted_on(x, slot):
+      return x * 2
+
+    def count_on(slot, ct):
+      seen = testing.read_slot(slot, delay_us=500)
+      token = testing.write_slot(slot, seen + 1.0, delay_us=500)
+      return (ct * 2 + token * 0, None)
+
+    counted_on.defvjp(lambda x, slot: (x * 2, slot), count_on)
+
+    def per_device(fn):
+      return jax.shard_map(
+        fn, mesh=mesh, in_specs=(P("x"), P("x")), out_specs=P("x")
+      )
+
+    def loss(x, slots):
+      # Each device's slot: 0, then 10; three backward passes count after.
+      zero = jnp.zeros((1,))
+      x = per_device(lambda v, s: v + testing.write_slot(s, zero) * 0)(x, slots)
+      y = per_device(lambda v, s: counted_on(counted_on(v, s), s))(x, slots)
+      y = per_device(lambda v, s: counted_on(v, s))(y, slots)
+      ten = jnp.full((1,), 10.0)
+      y = per_device(
+        lambda v, s: v + testing.write_slot(s, ten, delay_us=2000) * 0
+      )(y, slots)
+      return y.sum()
+
+    args = (
+      jax.device_put(jnp.ones(2), sharding),
+      jax.device_put(jnp.arange(40, 42, dtype=jnp.int32), sharding),
+    )
+
+    def within(c):  # Nothing in one module orders two devices' calls.
+      return [r for r in testing.races(c) if not r.across_devices]
+
+    self.assertNotEmpty(within(compiled(jax.grad(loss), *args)))
+    fixed = self.grad_inside(loss, *args)
+    self.assertEqual(within(fixed), [])
+    testing.reset_slots()
+    np.testing.assert_array_equal(fixed(*args), [8.0, 8.0])
+    np.testing.assert_array_equal(testing.slot_values()[40:42], [13.0] * 2)
 
   def test_unknown_higher_order_primitive_raises(self):
     from jax import custom_batching

@@ -50,10 +50,15 @@ def in_program_order(f: Callable[..., Any]) -> Callable[..., Any]:
   pytrees) are traced; other leaves reach `f` as they are, as static
   values. `testing.races` of the compiled module is the proof of the result.
 
-  Not ordered, and it warns: under ``grad`` applied outside the transform,
-  a custom_vjp's backward pass's calls after anything but its own forward
-  pass (``in_program_order(jax.grad(f))`` orders the whole backward pass);
-  later calls after a call that returns nothing (``jax.debug.callback``).
+  Under ``grad`` on either side, a custom_vjp's backward pass runs after
+  every call of the forward program and after the backward passes of
+  custom_vjps called later (backward passes run in reverse program order).
+  With ``grad`` outside, this is carried by one more float32 value threaded
+  through each custom_vjp whose backward pass makes native calls and tied
+  to the results by a custom identity; nothing is added without one.
+
+  Not ordered, and it warns: later calls after a call that returns nothing
+  (``jax.debug.callback``).
 
   Args:
     f: the function whose native calls to order.
@@ -114,7 +119,7 @@ def in_program_order(f: Callable[..., Any]) -> Callable[..., Any]:
     traced = [leaf for leaf, d in zip(leaves, dynamic, strict=True) if d]
     closed = jax.make_jaxpr(flat)(*traced)
     ctx = Context(sources.current())
-    outs = iter(ctx.run(closed.jaxpr, closed.consts, traced))
+    outs = iter(ctx.link(ctx.run(closed.jaxpr, closed.consts, traced)))
     result = [
       static_out[i] if i in static_out else next(outs)
       for i in range(out_tree[0].num_leaves)

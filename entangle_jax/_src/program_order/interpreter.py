@@ -19,6 +19,8 @@ from entangle_jax._src import jax_compat, primitive
 from entangle_jax._src.entangle import entangle
 from entangle_jax._src.program_order.natives import (
   all_eqns,
+  backward_in,
+  backward_parts,
   first_native,
   has_native,
   has_native_jaxpr,
@@ -83,6 +85,11 @@ class Context:
     self.used: set[int] = set()
     self.keep: list[Any] = []
     self.loop_aval = None
+    # The backward chain: a float32 scalar threaded through every rebuilt
+    # custom_vjp whose backward pass makes native calls (None until one
+    # does). Its cotangent orders those backward passes (`link`).
+    self.chain: Any = None
+    self.backward: list[Part] = []  # What those backward passes touch.
 
   # Values ---------------------------------------------------------------
 
@@ -358,6 +365,7 @@ class Context:
     ctx.deps = dict(self.deps)
     ctx.keep = self.keep
     ctx.used = self.used
+    ctx.backward = self.backward
     return ctx
 
   def seed(self, child: Context, inner: Sequence[Any], outer: Sequence[Any]):
@@ -403,17 +411,20 @@ class Context:
     branches = eqn.params["branches"]
     index, *ops = invals
     parts = self.sub_parts([b.jaxpr for b in branches])
+    chained = backward_in([b.jaxpr for b in branches], self.decls)
+    chain = self.take_chain() if chained else None
 
     def branch_fn(closed, aval=None, found=None):
       def fn(*args):
         ctx = self.child()
+        ctx.chain = chain
         self.seed(ctx, args, ops)
         jaxpr, consts = _open(closed)
         outs = ctx.run(jaxpr, consts, list(args))
         exported = self.exported(ctx)
         if found is not None:
           found.append([_aval(e) for e in exported])
-        return outs, _token_of(exported, aval)
+        return outs, _token_of(exported, aval), ctx.chain
 
       return fn
 
@@ -428,9 +439,11 @@ class Context:
       aval = next(iter(kinds))[0]
     fns = [branch_fn(b, aval) for b in branches]
     if _is_bool(index):
-      outs, token = jax.lax.cond(index, fns[1], fns[0], *ops)
+      outs, token, chain = jax.lax.cond(index, fns[1], fns[0], *ops)
     else:
-      outs, token = jax.lax.switch(index, fns, *ops)
+      outs, token, chain = jax.lax.switch(index, fns, *ops)
+    if chained:
+      self.chain = chain
     return self.after_sub(parts, list(outs), token, invals, "cond")
 
   def after_sub(self, parts, outs, token, invals, label) -> list:
@@ -451,18 +464,23 @@ class Context:
     params = eqn.params
     jaxpr = params["jaxpr"]
     holder = {}
+    chained = backward_in([jaxpr], self.decls)
 
-    def fn(*args):
+    def fn(chain, *args):
       ctx = self.child()
+      ctx.chain = chain
       self.seed(ctx, args, invals)
       outs = ctx.run(jaxpr, (), list(args))
       holder["parts"] = _own_parts(ctx)
-      return outs, self.exported(ctx)
+      return outs, self.exported(ctx), ctx.chain
 
     kwargs = {"prevent_cse": params.get("prevent_cse", True)}
     if params.get("policy") is not None:
       kwargs["policy"] = params["policy"]
-    outs, exported = jax.checkpoint(fn, **kwargs)(*invals)
+    chain = self.take_chain() if chained else None
+    outs, exported, chain = jax.checkpoint(fn, **kwargs)(chain, *invals)
+    if chained:
+      self.chain = chain
     return self.after_sub(
       holder.get("parts", ()), list(outs), exported, invals, "checkpoint"
     )
@@ -474,31 +492,40 @@ class Context:
     init = invals[n_consts : n_consts + n_carry]
     xs = invals[n_consts + n_carry :]
     jaxpr, jconsts = _open(p["jaxpr"])
+    chained = backward_in([jaxpr], self.decls)
 
     def body(use_token):
       def fn(carry, x):
+        carry, chain = carry
         if use_token:
           carry, token = carry
         ctx = self.loop_child(use_token and token)
+        ctx.chain = chain
         self.seed(ctx, consts, consts)
         outs = ctx.run(jaxpr, jconsts, [*consts, *carry, *x])
         new_carry, ys = outs[:n_carry], outs[n_carry:]
         if use_token:
-          return (new_carry, self.loop_token(ctx, token)), ys
-        return new_carry, ys
+          new_carry = (new_carry, self.loop_token(ctx, token))
+        return (new_carry, ctx.chain), ys
 
       return fn
 
     def run_loop(use_token, init_token=None):
       carry = (init, init_token) if use_token else init
-      return jax.lax.scan(
+      # The backward chain goes through the loop's carry when its body
+      # calls a custom_vjp whose backward pass makes native calls.
+      chain = self.take_chain() if chained else None
+      (carry, chain), ys = jax.lax.scan(
         body(use_token),
-        carry,
+        (carry, chain),
         xs,
         length=p["length"],
         reverse=p["reverse"],
         unroll=p.get("unroll", 1),
       )
+      if chained:
+        self.chain = chain
+      return carry, ys
 
     def analyse():
       return self.loop_analysis(
@@ -688,22 +715,41 @@ class Context:
     parts = self.sub_parts([jaxpr])
     token_in = self.order_token(parts or ANY)
     holder = {}
+    # The backward chain comes in replicated and goes out as one element
+    # a device, summed: its cotangent reaches every device's backward
+    # passes, and what they hand on is summed over the devices.
+    chained = backward_in([jaxpr], self.decls)
+    chain_in = [self.take_chain()] if chained else []
+    spec = jax.sharding.PartitionSpec
 
     def body(token, *args):
+      chain, args = args[: len(chain_in)], args[len(chain_in) :]
       ctx = self.loop_child(token)
+      if chained:
+        ctx.chain = chain[0]
       outs = ctx.run(jaxpr, consts, list(args))
       holder["parts"] = _own_parts(ctx)
-      return (*outs, self.token_after(ctx).reshape((1,)))
+      chain_out = [ctx.chain.reshape((1,))] if chained else []
+      return (*outs, self.token_after(ctx).reshape((1,)), *chain_out)
 
     mapped = jax.shard_map(
       body,
       mesh=mesh,
-      in_specs=(jax.sharding.PartitionSpec(), *p["in_specs"]),
-      out_specs=(*p["out_specs"], jax.sharding.PartitionSpec(axes)),
+      in_specs=(spec(), *[spec()] * len(chain_in), *p["in_specs"]),
+      out_specs=(
+        *p["out_specs"],
+        spec(axes),
+        *[spec(axes)] * len(chain_in),
+      ),
       axis_names=set(manual),
       check_vma=bool(p.get("check_vma", True)),
     )
-    *outs, token = mapped(token_in, *invals)
+    results = mapped(token_in, *chain_in, *invals)
+    if chained:
+      *outs, token, chain = results
+      self.chain = chain.sum()
+    else:
+      *outs, token = results
     return self.after_sub(
       holder.get("parts", ()), list(outs), token, invals, "shard_map"
     )
@@ -773,18 +819,31 @@ class Context:
     """Rebuilds the custom_vjp around transformed functions: the primal,
     the forward pass and the backward pass (traced from ``jax.vjp`` of the
     original call, so that its rules are the user's), each ordered; the
-    backward pass after the forward pass's calls."""
+    backward pass after the forward pass's calls. When the backward pass
+    makes native calls, the custom_vjp also takes and returns the backward
+    chain (`link`): its backward pass runs after the chain's cotangent and
+    hands the cotangent on after its own calls."""
     closed = eqn.params["call_jaxpr"]
     n_out = len(closed.jaxpr.outvars)
     holder = {}
     token_in = self.order_token(self.sub_parts([closed.jaxpr]) or ANY)
+    backward = backward_parts(eqn, self.decls)
+    if backward:
+      self.backward.extend(backward)
+      chain_in = self.take_chain()
 
     def original(*args):
       return jax_compat.bind_equation(eqn, args)
 
-    fn = jax.custom_vjp(self.ordered_primal(closed, invals, holder))
+    ordered = self.ordered_primal(closed, invals, holder)
 
-    def fwd(token, *args):
+    def primal(token, chain, *args):
+      outs, token = ordered(token, *args)
+      return outs, token, chain
+
+    fn = jax.custom_vjp(primal)
+
+    def fwd(token, chain, *args):
       def vjp_leaves(*a):
         outs, pullback = jax.vjp(original, *a)
         leaves, treedef = jax.tree_util.tree_flatten(pullback)
@@ -797,40 +856,85 @@ class Context:
       outs = ctx.run(traced.jaxpr, traced.consts, list(args))
       holder["parts"] = holder.get("parts", ()) + _own_parts(ctx)
       token = self.token_after(ctx)
-      return (outs[:n_out], token), (outs[n_out:], token)
+      return (outs[:n_out], token, chain), (outs[n_out:], token)
 
     def bwd(res, cts):
       residuals, token = res
-      cts = cts[0]
+      cts, _, chain_ct = cts
       treedef = holder["pullback"]
 
       def pull(r, c):
         return jax.tree_util.tree_unflatten(treedef, r)(c)
 
       traced = jax.make_jaxpr(pull)(list(residuals), list(cts))
-      bit = new_bit()
-      prev = Access(bit, ANY, [token], bit, "forward pass")
-      ctx = self.child(accesses=[prev])
-      ctx.set_dep(token, bit)
+      before = [(token, "forward pass")]
+      if backward:
+        before.append((chain_ct, "later calls"))
+      prevs = []
+      for value, label in before:
+        bit = new_bit()
+        prevs.append(Access(bit, ANY, [value], bit, label))
+      ctx = self.child(accesses=prevs)
+      for value, prev in zip(before, prevs, strict=True):
+        ctx.set_dep(value[0], prev.bit)
       flat_in = jax.tree_util.tree_leaves((list(residuals), list(cts)))
       outs = ctx.run(traced.jaxpr, traced.consts, flat_in)
-      if ctx.own:
-        targets = ", ".join(sorted({a.label for a in ctx.own}))
-        warnings.warn(
-          "in_program_order: the backward pass of a custom_vjp makes native "
-          f"calls ({targets}); differentiated outside in_program_order, they "
-          "are ordered after that custom_vjp's forward pass only, not "
-          "against other backward passes or later forward calls. Order the "
-          "whole backward pass with in_program_order(jax.grad(f)).",
-          stacklevel=_stacklevel(),
-        )
-      return (np.zeros((), jax.dtypes.float0), *outs)
+      exported = self.exported(ctx)
+      chain_ct = entangle(chain_ct, *exported) if exported else chain_ct
+      return (np.zeros((), jax.dtypes.float0), chain_ct, *outs)
 
     fn.defvjp(fwd, bwd)
-    outs, token = fn(token_in, *invals)
+    chain = chain_in if backward else jnp.zeros((), jnp.float32)
+    outs, token, chain = fn(token_in, chain, *invals)
+    if backward:
+      self.chain = chain
     return self.after_sub(
       holder.get("parts", ()), list(outs), token, invals, "custom_vjp"
     )
+
+  def take_chain(self):
+    """The backward chain here, started (a float32 zero) if it was not."""
+    if self.chain is None:
+      self.chain = jnp.zeros((), jnp.float32)
+    return self.chain
+
+  def link(self, outs: list) -> list:
+    """Ties the backward chain to the program's results, when there is
+    one: a custom identity on the floating-point results whose backward
+    pass starts the chain's cotangent after every forward call the backward
+    passes may conflict with. Under ``grad`` the backward passes then run
+    after the whole forward program, and (each handing the cotangent on)
+    in reverse program order."""
+    if self.chain is None:
+      return outs
+    floats = [
+      i
+      for i, o in enumerate(outs)
+      if jnp.issubdtype(_aval(o).dtype, jnp.inexact)
+    ]
+    if not floats:
+      return outs
+    token = self.order_token(tuple(dict.fromkeys(self.backward)))
+
+    @jax.custom_vjp
+    def tie(chain, token, *xs):
+      del chain, token
+      return list(xs)
+
+    def tie_fwd(chain, token, *xs):
+      del chain
+      return list(xs), token
+
+    def tie_bwd(token, cts):
+      start = entangle(jnp.zeros((), jnp.float32), token)
+      return (start, np.zeros(np.shape(token), jax.dtypes.float0), *cts)
+
+    tie.defvjp(tie_fwd, tie_bwd)
+    tied = tie(self.chain, token, *[outs[i] for i in floats])
+    outs = list(outs)
+    for i, value in zip(floats, tied, strict=True):
+      outs[i] = value
+    return outs
 
 
 def _stacklevel() -> int:

@@ -96,22 +96,29 @@ def has_native(eqn, decls) -> bool:
   return _custom_rules_native(eqn, decls)
 
 
-_RULES_CACHE: dict[int, tuple[Any, Declarations, bool]] = {}
+_RULES_CACHE: dict[int, tuple[Any, Declarations, Any]] = {}
+_BACKWARD_CACHE: dict[int, tuple[Any, Declarations, Any]] = {}
+
+
+def _once(cache: dict, compute, eqn, decls):
+  """``compute(eqn, decls)``, once per equation and declarations (loop
+  bodies are traced more than once)."""
+  found = cache.get(id(eqn))
+  if found is not None and found[0] is eqn and found[1] == decls:
+    return found[2]
+  if len(cache) > 1024:
+    cache.clear()
+  result = compute(eqn, decls)
+  cache[id(eqn)] = (eqn, decls, result)
+  return result
 
 
 def _custom_rules_native(eqn, decls) -> bool:
   """`_rules_have_native` for a custom_jvp or custom_vjp call, once per
-  equation (loop bodies are traced more than once); False for others."""
+  equation; False for others."""
   if eqn.primitive.name not in ("custom_jvp_call", "custom_vjp_call"):
     return False
-  found = _RULES_CACHE.get(id(eqn))
-  if found is not None and found[0] is eqn and found[1] == decls:
-    return found[2]
-  if len(_RULES_CACHE) > 1024:
-    _RULES_CACHE.clear()
-  result = _rules_have_native(eqn, decls)
-  _RULES_CACHE[id(eqn)] = (eqn, decls, result)
-  return result
+  return _once(_RULES_CACHE, _rules_have_native, eqn, decls)
 
 
 def _rules_have_native(eqn, decls) -> bool:
@@ -143,6 +150,60 @@ def _rules_have_native(eqn, decls) -> bool:
   # by this differentiation (and a rule that calls its own function would
   # otherwise be traced without end).
   return has_native_jaxpr(traced.jaxpr, decls, rules=False)
+
+
+def backward_parts(eqn, decls: Declarations) -> tuple[Part, ...]:
+  """What the native calls of a custom_vjp call's backward pass touch
+  (objects unknown; traced as ``jax.vjp`` of the call would run it, once
+  per equation); () for a custom_vjp whose backward pass makes none, and
+  for any other equation."""
+  if eqn.primitive.name != "custom_vjp_call":
+    return ()
+  return _once(_BACKWARD_CACHE, _backward_parts, eqn, decls)
+
+
+def _backward_parts(eqn, decls) -> tuple[Part, ...]:
+  avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in eqn.invars]
+  holder = {}
+
+  def forward(*args):
+    outs, pullback = jax.vjp(lambda *a: jax_compat.bind_equation(eqn, a), *args)
+    leaves, holder["treedef"] = jax.tree_util.tree_flatten(pullback)
+    holder["outs"] = [jax.ShapeDtypeStruct(o.shape, o.dtype) for o in outs]
+    return leaves
+
+  def backward(leaves, float_cts):
+    it = iter(float_cts)
+    cts = [
+      next(it) if _inexact(o) else np.zeros(o.shape, jax.dtypes.float0)
+      for o in holder["outs"]
+    ]
+    return jax.tree_util.tree_unflatten(holder["treedef"], leaves)(cts)
+
+  try:
+    leaves = jax.eval_shape(forward, *avals)
+    floats = [o for o in holder["outs"] if _inexact(o)]
+    traced = jax.make_jaxpr(backward)(leaves, floats)
+  except Exception:  # Cannot tell: as if it could touch anything.
+    return (Part("write", None, "custom_vjp backward pass"),)
+  parts = []
+  for e in all_eqns(traced.jaxpr):
+    found = native_call(e, decls)
+    if found is not None:
+      parts += [Part(p.mode, None, p.target) for p in found[1]]
+  return tuple(dict.fromkeys(parts))
+
+
+def backward_in(jaxprs, decls: Declarations) -> bool:
+  """Whether `jaxprs` (or their sub-jaxprs) call a custom_vjp whose
+  backward pass makes a native call."""
+  return any(
+    backward_parts(e, decls) for jaxpr in jaxprs for e in all_eqns(jaxpr)
+  )
+
+
+def _inexact(aval) -> bool:
+  return bool(jnp.issubdtype(aval.dtype, jnp.inexact))
 
 
 def _ones_cotangent(out):

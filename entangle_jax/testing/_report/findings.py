@@ -258,7 +258,7 @@ def program_order_fix(races: Sequence[Race], cause: Cause) -> str | None:
   if len(names) != 1 or None in names:
     return None
   (name,) = names
-  fix = (
+  return (
     f"Or order every native call of `{name}`, the function jitted into "
     "this module, as its program makes them: "
     f"`jax.jit(entangle_jax.in_program_order({name}))` in place of "
@@ -267,19 +267,6 @@ def program_order_fix(races: Sequence[Race], cause: Cause) -> str | None:
     f"for its function too, and `jax.jit(jax.grad({name}))` becomes "
     f"`jax.jit(entangle_jax.in_program_order(jax.grad({name})))`."
   )
-  if any(
-    marker in op.user_scope
-    for race in races
-    for op in (race.first, race.second)
-    for marker in ("jvp(", "transpose(")
-  ):
-    fix += (
-      " These calls are differentiated: wrap the gradient, not the "
-      f"function it differentiates; `jax.grad(entangle_jax.in_program_order"
-      f"({name}))` orders a custom_vjp's backward pass only after its own "
-      "forward pass."
-    )
-  return fix
 
 
 @dataclasses.dataclass(frozen=True)
