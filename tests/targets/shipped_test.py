@@ -1,6 +1,7 @@
 """The declarations entangle-jax ships for klujax, jax-finufft and mpi4jax:
 the table, applying only at a covered installed version, precedence, and
-(where the library is installed) real programs, each with its control."""
+real programs, each with its control: klujax's and jax-finufft's where the
+library is installed, mpi4jax's through stored modules (data/README.md)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import importlib.util
 import io
 import json
 import pathlib
+import re
 import sys
 import tempfile
 import textwrap
@@ -186,6 +188,111 @@ class AppliesAtCoveredVersionsTest(absltest.TestCase):
       rendered = testing.format_races(testing.races(text))
     self.assertIn("Undeclared targets", rendered)  # The control.
     self.assertIn("mpi4jax 0.8.0 is installed", rendered)
+
+
+DATA = pathlib.Path(__file__).parent / "data"
+MPI4JAX_MODULES = (
+  "mpi4jax_rank0_of_1.txt",
+  "mpi4jax_rank0_of_2.txt",
+  "mpi4jax_rank1_of_2.txt",
+)
+"""A real mpi4jax 0.9.1 program's optimized HLO under one MPI process and
+each rank's under two (made as data/README.md says)."""
+MPI4JAX_TARGETS = (
+  "mpi_allreduce_ffi",
+  "mpi_bcast_ffi",
+  "mpi_sendrecv_ffi",
+  "mpi_barrier_ffi",
+)
+MPI4JAX_CALLS = 5
+"""The program's calls: allreduce, bcast, sendrecv, barrier, allreduce."""
+MPI4JAX_DATA_ORDERED = 1
+"""Pairs of them ordered by data alone: sendrecv sends the first
+allreduce's result. Each other pair is ordered only by mpi4jax's token."""
+
+
+def mpi4jax_module(name: str) -> str:
+  return (DATA / name).read_text()
+
+
+def without_token_order(test: absltest.TestCase, text: str) -> str:
+  """`text` with each mpi4jax call taking the entry computation's token
+  parameter instead of the token the call before it returned: the order
+  mpi4jax threads is gone, the calls and their data stay."""
+  (entry_token,) = re.findall(r"(%[\w.]+) = token\[\] parameter\(", text)
+  cut, count = re.subn(
+    r'(custom-call\((?:[^()]*, )?)%[\w.]+(\), custom_call_target="mpi_)',
+    rf"\g<1>{entry_token}\g<2>",
+    text,
+  )
+  test.assertEqual(count, MPI4JAX_CALLS)
+  return cut
+
+
+def mpi4jax_sources(text: str) -> list[str | None]:
+  """The source of the declaration that decided each mpi4jax call."""
+  analysis = testing.OrderAnalysis(text)
+  ops = [op for t in MPI4JAX_TARGETS for op in analysis.select_ops(t)]
+  assert len(ops) == MPI4JAX_CALLS, ops
+  return [op.declaration.source if op.declaration else None for op in ops]
+
+
+class Mpi4jaxModuleTest(absltest.TestCase):
+  """mpi4jax is installed by no CI lane: its declarations are checked on
+  the stored module of a real program (data/README.md)."""
+
+  def test_its_calls_stay_at_0_pairs_named_by_the_table(self):
+    for name in MPI4JAX_MODULES:
+      text = mpi4jax_module(name)
+      with installed("mpi4jax", "0.9.1"):
+        found = testing.races(text)
+        sources = mpi4jax_sources(text)
+      self.assertEqual(found, [], name)
+      for source in sources:
+        self.assertIsNotNone(source, name)
+        self.assertStartsWith(source, "shipped: mpi4jax 0.9.1 (", name)
+      self.assertIn(
+        "Declarations applied: `mpi_*_ffi` (write; from shipped: mpi4jax 0.9.1",
+        testing.format_races(found),
+        name,
+      )
+
+  def test_the_control_at_an_uncovered_version(self):
+    # Today's answer: mpi4jax's token orders its calls, so still 0 pairs,
+    # but no call is declared and the report names no shipped source.
+    for name in MPI4JAX_MODULES:
+      text = mpi4jax_module(name)
+      with installed("mpi4jax", "0.8.0"):
+        found = testing.races(text)
+        sources = mpi4jax_sources(text)
+      self.assertEqual(found, [], name)
+      self.assertEqual(sources, [None] * MPI4JAX_CALLS, name)
+      self.assertNotIn("shipped:", testing.format_races(found), name)
+
+  def test_the_control_without_the_token_order(self):
+    # The same calls with the token order cut: each pair not ordered by
+    # data races, declared (every call writes the process's MPI state) at
+    # the covered version, and undeclared with the version note at another.
+    pairs = MPI4JAX_CALLS * (MPI4JAX_CALLS - 1) // 2 - MPI4JAX_DATA_ORDERED
+    for name in MPI4JAX_MODULES:
+      text = without_token_order(self, mpi4jax_module(name))
+      with installed("mpi4jax", "0.9.1"):
+        found = testing.races(text)
+      self.assertLen(found, pairs, name)
+      for race in found:
+        for op in (race.first, race.second):
+          assert op.declaration is not None, name
+          self.assertStartsWith(op.declaration.source, "shipped: mpi4jax")
+      self.assertNotIn("Undeclared targets", testing.format_races(found))
+      with installed("mpi4jax", "0.8.0"):
+        found = testing.races(text)
+        rendered = testing.format_races(found)
+      self.assertLen(found, pairs, name)
+      self.assertIn("Undeclared targets", rendered)
+      self.assertIn(
+        "mpi4jax 0.8.0 is installed; entangle-jax's declarations cover 0.9.1",
+        rendered,
+      )
 
 
 def scratch(test: absltest.TestCase) -> pathlib.Path:
