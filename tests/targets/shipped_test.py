@@ -237,18 +237,23 @@ def mpi4jax_sources(text: str) -> list[str | None]:
   return [op.declaration.source if op.declaration else None for op in ops]
 
 
+def stored_modules_at(version: str):
+  """Each stored mpi4jax module's name, races and per-call declaration
+  sources, with mpi4jax `version` installed."""
+  for name in MPI4JAX_MODULES:
+    text = mpi4jax_module(name)
+    with installed("mpi4jax", version):
+      yield name, testing.races(text), mpi4jax_sources(text)
+
+
 class Mpi4jaxModuleTest(absltest.TestCase):
   """mpi4jax is installed by no CI lane: its declarations are checked on
   the stored module of a real program (data/README.md)."""
 
   def test_its_calls_stay_at_0_pairs_named_by_the_table(self):
-    for name in MPI4JAX_MODULES:
-      text = mpi4jax_module(name)
-      with installed("mpi4jax", "0.9.1"):
-        found = testing.races(text)
-        sources = mpi4jax_sources(text)
+    for name, found, decided_by in stored_modules_at("0.9.1"):
       self.assertEqual(found, [], name)
-      for source in sources:
+      for source in decided_by:
         self.assertIsNotNone(source, name)
         self.assertStartsWith(source, "shipped: mpi4jax 0.9.1 (", name)
       self.assertIn(
@@ -260,13 +265,9 @@ class Mpi4jaxModuleTest(absltest.TestCase):
   def test_the_control_at_an_uncovered_version(self):
     # Today's answer: mpi4jax's token orders its calls, so still 0 pairs,
     # but no call is declared and the report names no shipped source.
-    for name in MPI4JAX_MODULES:
-      text = mpi4jax_module(name)
-      with installed("mpi4jax", "0.8.0"):
-        found = testing.races(text)
-        sources = mpi4jax_sources(text)
+    for name, found, decided_by in stored_modules_at("0.8.0"):
       self.assertEqual(found, [], name)
-      self.assertEqual(sources, [None] * MPI4JAX_CALLS, name)
+      self.assertEqual(decided_by, [None] * MPI4JAX_CALLS, name)
       self.assertNotIn("shipped:", testing.format_races(found), name)
 
   def test_the_control_without_the_token_order(self):
