@@ -20,8 +20,13 @@ _HEAD = re.compile(r"(ROOT\s+)?%?([\w.\-]+)\s*=\s*")
 _OPCODE = re.compile(r"\s*([a-z][a-z0-9\-]*)\(")
 _PAREN = re.compile(r"[()]")
 _COMMENT = re.compile(r"/\*.*?\*/")
-_OPERAND = re.compile(r"%([\w.\-]+)")
-_BARE_OPERAND = re.compile(r"\s*([\w.\-]+)\s*")
+# An operand: its name, and the tuple elements it takes (``%t#1#0``, as
+# XLA's dumps write them from jaxlib 0.11 on: `compact_operands`).
+_OPERAND = re.compile(r"%([\w.\-]+(?:#\d+)*)")
+_BARE_OPERAND = re.compile(r"\s*([\w.\-]+(?:#\d+)*)\s*")
+# What may stand between two operands: a comma, then the next operand's
+# shape (``f32[2,3]{1,0}``), if the text writes shapes.
+_BETWEEN = re.compile(r"\s*,[^%#]*")
 _ARRAY_DIMS = re.compile(r"\b[a-z]+[0-9a-z]*\[([^\]]*)\]")
 # Opcodes whose parenthesised text is a literal or an index, not operands.
 _NO_OPERANDS = frozenset({"constant", "parameter", "iota"})
@@ -235,7 +240,7 @@ def _operand_names(text: str, number: int, line: str) -> tuple[str, ...]:
   if "/*" in text:  # XLA writes /*index=5*/ into long operand lists.
     text = _COMMENT.sub("", text)
   if "%" in text:
-    return tuple(_OPERAND.findall(text))
+    return _percent_operands(text, number, line)
   names = []
   for part in text.split(","):
     if not part.strip():
@@ -244,4 +249,30 @@ def _operand_names(text: str, number: int, line: str) -> tuple[str, ...]:
     if bare is None:
       raise line_error(number, line, f"cannot read operand {part.strip()!r}")
     names.append(bare.group(1))
+  return tuple(names)
+
+
+def _percent_operands(text: str, number: int, line: str) -> tuple[str, ...]:
+  """The ``%name`` operands of `text`, refusing any part of it that is
+  neither an operand, a comma, nor a shape before an operand: nothing
+  that follows a name (``#x``, ``:1``) is passed over in silence."""
+  names = []
+  end = 0
+  for found in _OPERAND.finditer(text):
+    between = text[end : found.start()]
+    ok = (
+      "#" not in between and "%" not in between
+      if not names
+      else _BETWEEN.fullmatch(between) is not None
+    )
+    if not ok:
+      raise line_error(
+        number, line, f"cannot read the operands at {between.strip()!r}"
+      )
+    names.append(found.group(1))
+    end = found.end()
+  if text[end:].strip():
+    raise line_error(
+      number, line, f"cannot read the operands at {text[end:].strip()!r}"
+    )
   return tuple(names)

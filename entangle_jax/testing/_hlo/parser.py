@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from entangle_jax.testing._hlo import depth_first
+from entangle_jax.testing._hlo import compact_operands, depth_first
 from entangle_jax.testing._hlo.attributes import Stack, mask_strings, unescape
 from entangle_jax.testing._hlo.instruction import (
   Instruction,
@@ -63,13 +63,19 @@ def parse(text: str) -> Module:
     TypeError: `text` is not a str.
     ValueError: the text is not a scheduled module (its ``HloModule`` line
       lacks ``is_scheduled=true``), a line cannot be read, an operand or a
-      called computation is not defined, a name is defined twice, a
-      computation is not closed, there is no ENTRY computation, or a
-      computation calls itself. The message names the line.
+      called computation is not defined, a compact operand (``%t#k``,
+      `compact_operands`) takes an element its tuple does not have, a
+      name is defined twice, a computation is not closed, there is no
+      ENTRY computation, or a computation calls itself. The message
+      names the line.
   """
   if not isinstance(text, str):
     raise TypeError(f"expected HLO text (a str), got {type(text).__name__}")
   lines = text.splitlines()
+
+  def error(instruction: Instruction, why: str) -> ValueError:
+    return line_error(instruction.line, lines[instruction.line - 1], why)
+
   computations: dict[str, list[Instruction]] = {}
   tables: dict[str, dict[int, str]] = {}
   reader = InstructionReader(_StackFrames(tables).stack)
@@ -85,6 +91,7 @@ def parse(text: str) -> Module:
       continue
     if current is not None:
       if line == "}":
+        computations[name] = compact_operands.expand(current, error)
         current = None
       elif line:
         current.append(reader.read(line, number, name))
