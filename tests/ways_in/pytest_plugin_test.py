@@ -80,6 +80,51 @@ def _unused():""",
 
 XDIST = importlib.util.find_spec("xdist") is not None
 
+# A loop that carries the token, then a read and a write after it that
+# nothing orders: from jaxlib 0.11 on, XLA's dumps pass the loop's token
+# on as a compact tuple element (%while.N#1).
+LOOP = textwrap.dedent(
+  """
+  import jax
+  import jax.numpy as jnp
+  from entangle_jax.testing import read_slot, write_slot
+
+
+  def loop(slot):
+    def body(i, carry):
+      token, total = carry
+      token = write_slot(token, total + 1.0)
+      return token, total + read_slot(token)
+
+    token, total = jax.lax.fori_loop(0, 3, body, (slot, jnp.float32(0)))
+    value = read_slot(token)
+    write_slot(token, 5.0)
+    return total + value
+
+
+  def test_loop():
+    jax.jit(loop)(jnp.int32(0)).block_until_ready()
+
+
+  def test_plain():
+    assert 1 + 1 == 2
+  """
+)
+
+# A declaration that does not fit the example store's read (its result is
+# a float, not the handle): no module with that call can be checked.
+MISFIT = textwrap.dedent(
+  """
+  [project]
+  name = "user-project"
+
+  [tool.entangle-jax.targets."entangle_jax_read_slot"]
+  mode = "read"
+  object = 0
+  returns_object = [0]
+  """
+)
+
 
 def project(**files: str) -> pathlib.Path:
   root = pathlib.Path(tempfile.mkdtemp())
@@ -295,6 +340,54 @@ class PluginTest(absltest.TestCase):
     (kept,) = re.findall(r"The dump is kept at (\S+) \(", stderr)
     self.assertEqual({p.split("/")[0] for p in left}, {pathlib.Path(kept).name})
     self.assertTrue(any(p.endswith("after_optimizations.txt") for p in left))
+
+  def test_a_loop_that_carries_the_token_is_checked(self):
+    root = project(**{"test_loop.py": LOOP})
+    result = test_util.pytest_run(root, "--entangle-races=report")
+    out = result.stdout + result.stderr
+    self.assertEqual(result.returncode, 0, out)
+    self.assertIn("2 passed", result.stdout)
+    self.assertIn("1 with races, 1 pair.", result.stdout)
+    self.assertNotIn("INTERNALERROR", out)
+    self.assertNotIn("Not checked", out)
+    result = test_util.pytest_run(root, "--entangle-races=fail")
+    self.assertEqual(result.returncode, 1, out)
+    self.assertIn("1 failed, 1 passed", result.stdout)
+
+  def test_a_module_it_cannot_check_never_stops_the_run(self):
+    root = project(
+      **{"pyproject.toml": MISFIT, "test_loop.py": LOOP, "test_racy.py": RACY}
+    )
+    for mode, status in (("fail", 1), ("report", 0)):
+      with self.subTest(mode):
+        result = test_util.pytest_run(root, f"--entangle-races={mode}")
+        out = result.stdout + result.stderr
+        self.assertEqual(result.returncode, status, out)
+        self.assertNotIn("INTERNALERROR", out)
+        # Every test's outcome is its own.
+        self.assertIn("3 passed", result.stdout)
+        # Each module named, with the test that compiled it and the reason.
+        for test in ("test_loop.py::test_loop", "test_racy.py::test_step"):
+          self.assertRegex(
+            result.stdout,
+            rf"== jit_\w+ \(\S+\), compiled by {test}\nNot checked: "
+            r"\S+pyproject.toml: target 'entangle_jax_read_slot': "
+            r"returns_object = \[0\] names result 0",
+          )
+        fails = " The run fails" if mode == "fail" else ""
+        self.assertIn(
+          "2 module(s) could not be checked (each named above, with the "
+          f"reason): not proven free of races.{fails}",
+          result.stdout,
+        )
+        self.assertIn("2 modules could not be checked", result.stdout)
+    # Control: without the misfit declaration, the same files are checked.
+    (root / "pyproject.toml").unlink()
+    result = test_util.pytest_run(root, "--entangle-races=report")
+    self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+    self.assertIn("2 with races, 2 pairs.", result.stdout)
+    self.assertNotIn("Not checked", result.stdout)
+    self.assertNotIn("module(s) could not be checked", result.stdout)
 
   def test_control_without_the_option_nothing_changes(self):
     racy = project(**{"test_racy.py": RACY})

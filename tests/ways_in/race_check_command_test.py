@@ -174,9 +174,9 @@ class DumpTest(absltest.TestCase):
     cut = self.root / "cut" / module.name
     cut.parent.mkdir(exist_ok=True)
     cut.write_text(text[: text.index("custom-call")].rsplit("\n", 1)[0])
-    status, _, err = run(str(cut))
+    status, out, _ = run(str(cut))
     self.assertEqual(status, 2)
-    self.assertIn("cut short", err)
+    self.assertIn("Not checked: the module text is cut short", out)
     # Control: the whole module of a program without native calls is an
     # answer (no race).
     plain = next(
@@ -303,16 +303,16 @@ class CannotAnswerTest(absltest.TestCase):
       self.assertIn("no optimized module", err)
       bad = pathlib.Path(empty) / "m.cpu_after_optimizations.txt"
       bad.write_text("HloModule m\n\nENTRY %main {\n}\n")
-      status, _, err = run(empty)
+      status, out, _ = run(empty)
       self.assertEqual(status, 2)
-      self.assertIn("is_scheduled=true", err)
+      self.assertIn("is_scheduled=true", out)
       bad.write_text(
         "HloModule m, is_scheduled=true\n\n"
         "ENTRY %main {\n  %x = custom-call(\n}\n"
       )
-      status, _, err = run(str(bad))
+      status, out, _ = run(str(bad))
       self.assertEqual(status, 2)
-      self.assertIn(str(bad), err)
+      self.assertIn(f"== m ({bad})\nNot checked: HLO text, line 4", out)
     status, out, err = run("--json", "/no/such/dump")
     self.assertEqual(status, 2)
     self.assertIn("no such file or directory", err)
@@ -320,6 +320,96 @@ class CannotAnswerTest(absltest.TestCase):
     self.assertEqual(run()[0], 2)
     status, out, _ = run("--json")  # No path: JSON too.
     self.assertEqual((status, json.loads(out)["status"]), (2, 2))
+
+
+class OneModuleNeverStopsTheRunTest(absltest.TestCase):
+  """A module the check cannot answer for is named with its reason; every
+  other module is checked and reported, and the status is 2."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.root, cls.racy, cls.fixed = dumps()
+    cls.dump = pathlib.Path(tempfile.mkdtemp())
+    for module in [*cls.racy.glob(module_files.OPTIMIZED)]:
+      (cls.dump / module.name).write_text(module.read_text())
+    # A module it cannot read, as the parser met jax 0.11's compact tuple
+    # elements before it knew them: an operand syntax it refuses.
+    cls.broken = cls.dump / "module_9999.jit_broken.cpu_after_optimizations.txt"
+    cls.broken.write_text(
+      hlo_module(
+        "%p = (s32[], s32[]) parameter(0)\n"
+        '%w = s32[] custom-call(%p#1@2), custom_call_target="W", '
+        "custom_call_has_side_effect=true"
+      )
+    )
+
+  def test_text(self):
+    status, out, _ = run(str(self.dump))
+    self.assertEqual(status, 2)
+    self.assertIn(
+      f"== rules ({self.broken})\nNot checked: HLO text, line 5: cannot read "
+      "the operands at '@2'",
+      out,
+    )
+    # The racing module is reported all the same, and the summary says
+    # what could not be checked.
+    self.assertIn("== jit_step", out)
+    self.assertIn("1 pair of calls may conflict", out)
+    self.assertRegex(
+      out,
+      r"1 with races, 1 pair\. 1 module could not be checked \(see above\): "
+      "not proven free of races",
+    )
+    # Control: without the broken module, the same dump exits 1.
+    self.broken.rename(self.broken.with_suffix(".off"))
+    try:
+      status, out, _ = run(str(self.dump))
+      self.assertEqual(status, 1)
+      self.assertNotIn("Not checked", out)
+    finally:
+      self.broken.with_suffix(".off").rename(self.broken)
+
+  def test_json_and_github(self):
+    status, out, _ = run("--format", "json", str(self.dump))
+    answer = json.loads(out)
+    self.assertEqual((status, answer["status"]), (2, 2))
+    by_path = {m["path"]: m for m in answer["modules"]}
+    self.assertIn(
+      "cannot read the operands", by_path[str(self.broken)]["unchecked"]
+    )
+    racing = [m for m in answer["modules"] if m["races"]]
+    self.assertLen(racing, 1)
+    self.assertIsNone(racing[0]["unchecked"])
+    status, out, _ = run("--format", "github", str(self.dump))
+    self.assertEqual(status, 2)
+    (unchecked,) = [
+      line for line in out.splitlines() if "module not checked" in line
+    ]
+    self.assertTrue(unchecked.startswith("::error title="), unchecked)
+    self.assertIn("jit_broken", unchecked)
+    self.assertIn("cannot read the operands", unchecked)
+    self.assertLen([x for x in out.splitlines() if "race::" in x], 1)
+
+  def test_a_bug_in_the_check_is_a_module_not_checked(self):
+    # Whatever the analysis raises for one module, the others are checked.
+    original = module_files.OrderAnalysis
+
+    def broken(text, **kwargs):
+      if "jit_step" in text.split("\n", 1)[0]:
+        raise KeyError("boom")
+      return original(text, **kwargs)
+
+    module_files.OrderAnalysis = broken
+    try:
+      results = module_files.check([str(self.dump)])
+    finally:
+      module_files.OrderAnalysis = original
+    (step,) = [r for r in results if r.module == "jit_step"]
+    self.assertIn("KeyError: 'boom'", step.unchecked)
+    self.assertIn("a bug in entangle-jax", step.unchecked)
+    self.assertEqual(step.races, [])
+    self.assertLen([r for r in results if r.unchecked], 2)
 
 
 class ManyPairsTest(absltest.TestCase):

@@ -53,9 +53,28 @@ RACY = PROGRAM_TEST.format(token="t")
 FIXED = PROGRAM_TEST.format(token="entangle(t, x)")
 
 
-def run_test_file(program: str, **env: str) -> subprocess.CompletedProcess:
+# A declaration that does not fit the example store's read (its result is
+# a float, not the handle): a module with that call cannot be checked.
+MISFIT = textwrap.dedent(
+  """
+  [project]
+  name = "user-project"
+
+  [tool.entangle-jax.targets."entangle_jax_read_slot"]
+  mode = "read"
+  object = 0
+  returns_object = [0]
+  """
+)
+
+
+def run_test_file(
+  program: str, pyproject: str | None = None, **env: str
+) -> subprocess.CompletedProcess:
   root = pathlib.Path(tempfile.mkdtemp())
   (root / "step_test.py").write_text(program)
+  if pyproject is not None:
+    (root / "pyproject.toml").write_text(pyproject)
   return subprocess.run(
     [sys.executable, "step_test.py"],
     capture_output=True,
@@ -76,6 +95,21 @@ class WholeRunTest(absltest.TestCase):
     self.assertIn("1 with races, 1 pair.", result.stderr)
     if test_util.records_full_stack():
       self.assertIn("step_test.py:11", result.stderr)
+
+  def test_a_module_it_cannot_check_fails_the_run_naming_it(self):
+    result = run_test_file(FIXED, MISFIT)
+    self.assertEqual(result.returncode, 1, result.stderr)
+    self.assertIn("OK", result.stderr)  # The test itself passed.
+    self.assertRegex(
+      result.stderr,
+      r"== jit_step \(\S+\)\nNot checked: \S+pyproject.toml: target "
+      "'entangle_jax_read_slot': returns_object",
+    )
+    self.assertIn("1 module could not be checked", result.stderr)
+    # Control: the same run without the misfit declaration passes.
+    result = run_test_file(FIXED)
+    self.assertEqual(result.returncode, 0, result.stderr)
+    self.assertNotIn("Not checked", result.stderr)
 
   def test_report_mode_from_the_environment_keeps_the_exit_status(self):
     result = run_test_file(RACY, ENTANGLE_JAX_RACES="report")

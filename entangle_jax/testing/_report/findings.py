@@ -456,6 +456,10 @@ class ModuleResult:
   declared: tuple[str, ...] = ()
   """The declarations applied to its native calls, as reports write them:
   what decided its answer, shown on a report without races too."""
+  unchecked: str | None = None
+  """Why the check could not answer for it (its file could not be read,
+  or its text parsed, or a declaration does not fit it); None when it was
+  checked. An unchecked module is never counted free of races."""
 
   @functools.cached_property
   def findings(self) -> Findings:
@@ -464,9 +468,9 @@ class ModuleResult:
 
   @property
   def reported(self) -> bool:
-    """Whether a report shows it: it races, or safe pairs left out pairs
-    of it."""
-    return bool(self.races or self.left_out)
+    """Whether a report shows it: it races, safe pairs left out pairs of
+    it, or it could not be checked."""
+    return bool(self.races or self.left_out or self.unchecked)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -499,6 +503,17 @@ class Run:
   def racing(self) -> list[ModuleResult]:
     """The modules with races, in the order they were checked."""
     return [r for r in self.results if r.races]
+
+  @property
+  def unchecked(self) -> list[ModuleResult]:
+    """The modules the check could not answer for, in the order met."""
+    return [r for r in self.results if r.unchecked]
+
+  @property
+  def status(self) -> int:
+    """The exit status the command gives the run, as ruff's: 2 when a
+    module could not be checked, else 1 when one races, else 0."""
+    return 2 if self.unchecked else 1 if self.racing else 0
 
   @property
   def with_native_calls(self) -> int:

@@ -9,9 +9,11 @@ shows on the run, not on a line). GitHub reads ``PATH`` relative to the
 workspace: paths are shown as the text report shows them (relative to the
 working directory when under it). Pairs that declared ``safe_pairs`` left
 out get one ``::notice`` per module and entry, without a file: taken on
-trust, they are said, not failed. A shipped binding installed at a version
-entangle-jax's declarations do not cover, whose calls are in the pairs,
-gets one ``::warning`` without a file (`Run.version_notes`).
+trust, they are said, not failed. A module the check could not answer
+for gets one ``::error`` without a file, with the reason. A shipped
+binding installed at a version entangle-jax's declarations do not cover,
+whose calls are in the pairs, gets one ``::warning`` without a file
+(`Run.version_notes`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from entangle_jax.testing._report.findings import Run
 TITLE = "entangle-jax race"
 SAFE_TITLE = "entangle-jax pairs left out as safe"
 VERSION_TITLE = "entangle-jax declarations not applied"
+UNCHECKED_TITLE = "entangle-jax module not checked"
 _LOCATION = re.compile(r"^(?P<file>.+):(?P<line>\d+)$")
 
 
@@ -68,6 +71,15 @@ def annotations(run: Run) -> Iterator[str]:
           f"::error {_place(here)}title={_escape_property(TITLE)}::"
           f"{_escape_data(message)}"
         )
+  for result in run.unchecked:
+    message = (
+      f"Module {result.module} ({result.path}) could not be checked: "
+      f"{result.unchecked}"
+    )
+    yield (
+      f"::error title={_escape_property(UNCHECKED_TITLE)}::"
+      f"{_escape_data(message)}"
+    )
   for result in run.results:
     for safe in result.findings.left_out:
       count = safe.count

@@ -35,6 +35,8 @@ def _module(result: ModuleResult) -> dict[str, Any]:
     "platform": result.platform,
     "native_calls": result.native_calls,
     "test": result.test,
+    # Why the check could not answer for the module; null when it did.
+    "unchecked": result.unchecked,
     "races": [  # In the order the analysis found them.
       {
         "first": _op(race.first),

@@ -196,6 +196,10 @@ def empty_witness_note(entangles: Sequence[Op]) -> str:
   return "\n".join(lines)
 
 
+NOT_CHECKED = "Not checked"
+"""How a report begins the reason a module could not be checked."""
+
+
 def module_report(
   result: ModuleResult,
   shown_per_group: int | None = SHOWN_PER_GROUP,
@@ -203,7 +207,9 @@ def module_report(
 ) -> str:
   """One module's part of a report: its name and file, its grouped pairs
   (`findings_lines`, with `said`)."""
-  if result.reported:
+  if result.unchecked:
+    lines = [f"{NOT_CHECKED}: {result.unchecked}"]
+  elif result.reported:
     lines = findings_lines(result.findings, shown_per_group, said)
   else:
     lines = [NO_RACES]
@@ -218,9 +224,10 @@ def module_reports(
   results: Sequence[ModuleResult],
   shown_per_group: int | None = SHOWN_PER_GROUP,
 ) -> list[str]:
-  """The reports of the modules among `results` that race or where
-  declared safe pairs left pairs out, each fix and each list of applied
-  declarations written in full the first time only."""
+  """The reports of the modules among `results` that race, where
+  declared safe pairs left pairs out, or that could not be checked, each
+  fix and each list of applied declarations written in full the first
+  time only."""
   said: set[str] = set()
   return [
     module_report(r, shown_per_group, said) for r in results if r.reported
@@ -229,8 +236,10 @@ def module_reports(
 
 def summary(run: Run) -> str:
   """One line: modules checked, with native calls, with races, pairs,
-  and the pairs declared safe pairs left out (when some were)."""
-  checked = len(run.results)
+  the pairs declared safe pairs left out (when some were), and the
+  modules that could not be checked (when some could not)."""
+  unchecked = len(run.unchecked)
+  checked = len(run.results) - unchecked
   excused = run.left_out
   safe = (
     f"; {excused} more pair{'s' * (excused != 1)} left out as safe by "
@@ -238,10 +247,16 @@ def summary(run: Run) -> str:
     if excused
     else ""
   )
+  not_checked = (
+    f" {unchecked} module{'s' * (unchecked != 1)} could not be checked "
+    "(see above): not proven free of races."
+    if unchecked
+    else ""
+  )
   return (
     f"Checked {checked} module{'s' * (checked != 1)} "
     f"({run.with_native_calls} with native calls): {len(run.racing)} with "
-    f"races, {run.pairs} pair{'s' * (run.pairs != 1)}{safe}."
+    f"races, {run.pairs} pair{'s' * (run.pairs != 1)}{safe}.{not_checked}"
   )
 
 

@@ -12,7 +12,10 @@ the findings are written as text (the default), JSON (``--format json``,
 or ``--json``) or GitHub workflow-command annotations (``--format
 github``). Exit status, as ruff and mypy use it: 0 when no module races, 1
 when one does, 2 when the check cannot answer (no such path, nothing
-optimized to read, text it cannot parse), with the reason.
+optimized to read), with the reason, or could not answer for a module (a
+file it cannot read, text it cannot parse): then every other module is
+still checked and reported, the module is named with its reason, and the
+status is 2 whatever the others found.
 """
 
 from __future__ import annotations
@@ -142,7 +145,7 @@ def main(
     print(f"error: {error}", file=err)
     return 2
   run = Run(results)
-  status = 1 if run.racing else 0
+  status = run.status
   if args.format == "json":
     answer = race_json.as_json(run, status)
     answer["declarations"] = {"pyproject": pyproject, "said": said}

@@ -129,11 +129,8 @@ class DumpWatch:
     return sorted(self.dump.rglob(module_files.OPTIMIZED))
 
   def new_results(self) -> list[ModuleResult]:
-    """Checks the modules dumped since the last call.
-
-    Raises:
-      module_files.CannotAnswer: a module cannot be read or parsed.
-    """
+    """Checks the modules dumped since the last call (a module that
+    cannot be checked is among them, with its reason)."""
     found = [p for p in self._files() if p not in self._seen]
     self._seen.update(found)
     if not found:
@@ -159,11 +156,14 @@ class DumpWatch:
   def finish(self) -> None:
     """Deletes the files of the modules checked free of races (a pruning
     watch's step after each check, and its last, for the files XLA wrote
-    after the check); never one a racing module shares its prefix with."""
+    after the check); never one a racing or unchecked module shares its
+    prefix with."""
     if not self.prune or not self.dump.is_dir():
       return
     racing = {
-      module_prefix(pathlib.Path(r.path)) for r in self.results if r.races
+      module_prefix(pathlib.Path(r.path))
+      for r in self.results
+      if r.races or r.unchecked
     }
     clean = {module_prefix(pathlib.Path(r.path)) for r in self.results}
     self._delete(clean - racing)

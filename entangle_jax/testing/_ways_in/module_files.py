@@ -23,7 +23,9 @@ PROGRESS_EVERY = 100
 
 
 class CannotAnswer(Exception):
-  """The check cannot answer; the message says why (exit status 2)."""
+  """The check cannot answer at all (no such path, nothing to read); the
+  message says why (exit status 2). One module it cannot answer for is a
+  `ModuleResult` with its reason instead."""
 
 
 def optimized_modules(paths: Sequence[str]) -> list[pathlib.Path]:
@@ -54,35 +56,36 @@ def optimized_modules(paths: Sequence[str]) -> list[pathlib.Path]:
 def check_module(
   path: pathlib.Path, declarations: Declarations
 ) -> ModuleResult:
-  """The races of the module in file `path`.
-
-  Raises:
-    CannotAnswer: the file cannot be read or parsed (the message names it).
-  """
+  """The races of the module in file `path`; a module the check cannot
+  answer for (its file cannot be read, its text is not an optimized
+  module or is cut short, a declaration does not fit it) comes back with
+  the reason in `ModuleResult.unchecked`, so that one
+  module never stops the check of the others (the reason does not repeat
+  the path, which the result holds)."""
+  name_in_path = path.name
+  platform = _PLATFORM.search(path.name)
+  result = ModuleResult(
+    str(path), name_in_path, platform.group(1) if platform else None, 0, []
+  )
   try:
     text = path.read_text()
   except (OSError, UnicodeDecodeError) as error:
-    raise CannotAnswer(f"{path}: cannot read it: {error}") from None
+    result.unchecked = f"cannot read it: {error}"
+    return result
   name = _MODULE_NAME.search(text[:2000])
-  platform = _PLATFORM.search(path.name)
-  result = ModuleResult(
-    str(path),
-    name.group(1) if name else path.name,
-    platform.group(1) if platform else None,
-    0,
-    [],
-  )
+  result.module = name.group(1) if name else name_in_path
   if "custom-call" not in text:  # No native call: nothing to race.
     try:
       parser.check_header(text)
     except ValueError as error:
-      raise CannotAnswer(f"{path}: {error}") from None
+      result.unchecked = str(error)
+      return result
     if "\nENTRY " not in text or not text.rstrip().endswith("}"):
       # A file cut short (a dump interrupted, a copy gone wrong) may have
       # lost the calls that race: no answer rather than "no race".
-      raise CannotAnswer(
-        f"{path}: the module text is cut short (no ENTRY computation, or "
-        "its last computation never closes)"
+      result.unchecked = (
+        "the module text is cut short (no ENTRY computation, or its last "
+        "computation never closes)"
       )
     return result
   try:
@@ -93,7 +96,15 @@ def check_module(
       result.races, result.left_out = list(races), list(races.left_out)
       result.declared = races.declared
   except ValueError as error:
-    raise CannotAnswer(f"{path}: {error}") from None
+    result.native_calls, result.races, result.left_out = 0, [], []
+    result.unchecked = str(error)
+  except Exception as error:  # A bug of ours must not stop the user's run.
+    result.native_calls, result.races, result.left_out = 0, [], []
+    result.unchecked = (
+      f"the race check failed on it ({type(error).__name__}: "
+      f"{error}); this is a bug in entangle-jax, please report it with "
+      "the module file"
+    )
   return result
 
 
@@ -104,10 +115,12 @@ def check(
 ) -> list[ModuleResult]:
   """Checks every optimized module under `paths`, with `declarations`
   (those in effect, `sources.current`, by default); reports progress on
-  `progress` for many modules.
+  `progress` for many modules. A module that cannot be checked is in the
+  list with its reason (`ModuleResult.unchecked`); the others are checked
+  all the same.
 
   Raises:
-    CannotAnswer: see `optimized_modules` and `check_module`.
+    CannotAnswer: see `optimized_modules`.
   """
   files = optimized_modules(paths)
   declarations = sources.current() if declarations is None else declarations

@@ -13,6 +13,11 @@ conftest is imported) and checked with the race check
 * ``report``: no outcome changes; the run ends with a summary (modules
   checked, modules with races, the grouped pairs).
 
+A module the check cannot answer for (text it cannot parse, say) never
+stops the run: every test's outcome is reported as usual, the module is
+named with its reason (with the test that compiled it, and in the
+summary), and a ``fail`` run fails for it.
+
 A test marked ``@pytest.mark.entangle_races_expected`` races on purpose
 (the control of an ordering test): its racing modules are reported, and
 counted apart in the summary, but never fail it.
@@ -210,14 +215,27 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     return
   if call.when == "setup":
     # Compiled before this test's call (collection, conftest, fixtures):
-    # no test's own.
+    # no test's own. (An unchecked one is in the results, and the summary.)
     state.unattributed += [r for r in state.watch.new_results() if r.races]
     return
   if call.when != "call":
     return
   from entangle_jax.testing._report import race_text
 
-  racy = [r for r in state.watch.new_results() if r.races]
+  results = state.watch.new_results()
+  for result in results:
+    if result.unchecked:
+      # Named with the test; the outcome stays the test's own, and the
+      # summary names the module again (a `fail` run fails for it).
+      result.test = item.nodeid
+      outcome.get_result().sections.append(
+        (
+          f"entangle-jax: a module this test compiled was not checked "
+          f"({state.source})",
+          race_text.module_report(result),
+        )
+      )
+  racy = [r for r in results if r.races]
   if not racy:
     return
   for result in racy:
@@ -272,7 +290,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
         }
       )
   run = _run(state)
-  unproven = state.unattributed or run.coverage.incomplete or state.lost
+  unproven = (
+    state.unattributed or run.coverage.incomplete or state.lost or run.unchecked
+  )
   if unproven and state.mode == "fail" and session.exitstatus == 0:
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -355,6 +375,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
       f"pytest-xdist worker {worker} sent no results (it crashed or was "
       "stopped): the modules its tests compiled are not checked."
     )
+  if run.unchecked:
+    write(
+      f"{len(run.unchecked)} module(s) could not be checked (each named "
+      f"above, with the reason): not proven free of races.{fails}"
+    )
   for note in race_text.run_notes(run):
     write(note)
   incomplete = run.coverage.incomplete or state.lost
@@ -367,10 +392,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
 
 
 def _keep(state: _State) -> bool:
-  """Whether the run's dump has something to show: a racing module, or a
-  compile that was not checked."""
+  """Whether the run's dump has something to show: a racing module, a
+  module that could not be checked, or a compile that was not checked."""
   run = _run(state)
-  return bool(run.racing or run.coverage.incomplete or state.lost)
+  return bool(
+    run.racing or run.unchecked or run.coverage.incomplete or state.lost
+  )
 
 
 def _kept(state: _State) -> str:

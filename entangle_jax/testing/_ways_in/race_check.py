@@ -20,7 +20,6 @@ from typing import TextIO
 from entangle_jax.testing._report import race_text
 from entangle_jax.testing._report.findings import ModuleResult
 from entangle_jax.testing._ways_in import dump_watch as _dump_watch
-from entangle_jax.testing._ways_in.module_files import CannotAnswer
 
 ENV = "ENTANGLE_JAX_RACES"
 """The environment variable that picks the mode when the code does not:
@@ -57,8 +56,10 @@ class race_check:  # A context manager named as a function, like contextlib's.
   checked as ``python -m entangle_jax.testing`` checks a dump (the
   project's declarations applied), and the report goes to `stream`.
 
-  * ``mode="fail"`` (the default): races, or compiles the check could
-    not see, raise `RaceCheckError`. A block left by ``SystemExit`` with
+  * ``mode="fail"`` (the default): races, modules the check could not
+    answer for (each named with its reason; every other module is still
+    checked), or compiles the check could not see, raise
+    `RaceCheckError`. A block left by ``SystemExit`` with
     status 0 (``absltest.main()``) exits with status 1 instead; any other
     exception passes through, after the report.
   * ``mode="report"``: only the report.
@@ -104,14 +105,10 @@ class race_check:  # A context manager named as a function, like contextlib's.
     if watch is None:
       return False
     self._watch = None
-    problems = []
-    try:
-      watch.new_results()
-    except CannotAnswer as error:
-      problems.append(f"cannot check a module: {error}")
+    watch.new_results()
     run = watch.run()
     self.results = list(run.results)
-    problems += race_text.module_reports(run.results)
+    problems = race_text.module_reports(run.results)
     if run.coverage.incomplete:
       problems.append("Not every compile was checked (see below).")
     report = "\n".join(
