@@ -14,10 +14,10 @@ from entangle_jax._src.targets import sources
 from entangle_jax._src.targets.declaration import Declarations
 from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
 from entangle_jax.testing._hlo import parser
+from entangle_jax.testing._report import platforms
 from entangle_jax.testing._report.findings import ModuleResult
 
 OPTIMIZED = "*after_optimizations.txt"
-_PLATFORM = re.compile(r"\.(\w+?)_after_optimizations\.txt$")
 _MODULE_NAME = re.compile(r"HloModule\s+([^\s,]+)")
 PROGRESS_EVERY = 100
 
@@ -64,11 +64,10 @@ def check_module(
   except (OSError, UnicodeDecodeError) as error:
     raise CannotAnswer(f"{path}: cannot read it: {error}") from None
   name = _MODULE_NAME.search(text[:2000])
-  platform = _PLATFORM.search(path.name)
   result = ModuleResult(
     str(path),
     name.group(1) if name else path.name,
-    platform.group(1) if platform else None,
+    platforms.of_file_name(path.name),
     0,
     [],
   )
