@@ -17,7 +17,12 @@ import entangle_jax
 from entangle_jax import testing
 from entangle_jax._src import native
 from entangle_jax.testing import example_store
-from entangle_jax.testing._report import findings, github, race_json
+from entangle_jax.testing._report import (
+  findings,
+  github,
+  platforms,
+  race_json,
+)
 from tests.test_util import compiled
 
 UNDECLARED_WRITE = "program_order_fix_test_write"
@@ -50,7 +55,9 @@ def wrong_reads(fn, runs=5) -> list[int]:
 
 def result_of(c) -> findings.ModuleResult:
   races = testing.races(c)
-  return findings.ModuleResult("module.txt", "jit_f", "cpu", 36, list(races))
+  return findings.ModuleResult(
+    "module.txt", "jit_f", platforms.CPU, 36, list(races)
+  )
 
 
 def suggestions(c) -> list[str]:

@@ -212,12 +212,14 @@ class DumpTest(absltest.TestCase):
     self.assertIn("1 with races, 1 pair.", twice)
 
   def test_another_platform_is_said_to_be_assumed(self):
+    # A platform the check knows no runtime of (GPU modules have their own
+    # note: tests/ways_in/gpu_modules_test.py).
     (module,) = self.racy.glob("*jit_step*cpu_after_optimizations.txt")
-    other = self.root / module.name.replace("cpu_after", "gpu_after")
+    other = self.root / module.name.replace("cpu_after", "tpu_after")
     other.write_text(module.read_text())
     status, out, _ = run(str(other))
     self.assertEqual(status, 1)
-    self.assertIn("for gpu: the rules describe XLA:CPU's runtime", out)
+    self.assertIn("for tpu: the rules describe XLA:CPU's runtime", out)
     # Control: a CPU module needs no such note.
     self.assertNotIn("rules describe", run(str(module))[1])
 

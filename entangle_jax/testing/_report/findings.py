@@ -29,6 +29,11 @@ from entangle_jax._src.targets import shipped
 from entangle_jax._src.targets.declaration import SafePair
 from entangle_jax.testing._analysis.ops import Op, Race
 from entangle_jax.testing._analysis.order_analysis import LeftOut
+from entangle_jax.testing._report.platforms import (
+  CPU_RUNTIME,
+  GPU_RUNTIME,
+  Platform,
+)
 
 ORDER_FIX = (
   "make the later call consume a value computed from the earlier call's "
@@ -54,8 +59,9 @@ ANY_RESOURCE_NOTE = (
   "table in pyproject.toml)."
 )
 
-KNOWN_PLATFORMS = ("cpu",)
-"""Platforms whose runtime the rules describe (XLA:CPU's)."""
+KNOWN_RUNTIMES = (CPU_RUNTIME, GPU_RUNTIME)
+"""The runtimes whose model the rules describe: XLA:CPU's, and XLA:GPU's
+(docs/finding_races.md, "What the check can and cannot see")."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -444,9 +450,10 @@ class ModuleResult:
 
   path: str
   module: str
-  platform: str | None
-  """From the file's name (``cpu``); None when it names none (a module
-  XLA loaded from JAX's persistent compilation cache)."""
+  platform: Platform | None
+  """From the file's name (`platforms.of_file_name`: ``cpu``, CUDA
+  ``sm_90a``, ...); None when it names none (a module XLA loaded from JAX's
+  persistent compilation cache)."""
   native_calls: int
   races: list[Race]
   test: str | None = None
@@ -539,6 +546,20 @@ class Run:
     )
 
   @property
+  def gpu_modules(self) -> list[ModuleResult]:
+    """Modules for a GPU (XLA:GPU runs them)."""
+    return [
+      r
+      for r in self.results
+      if r.platform is not None and r.platform.runtime == GPU_RUNTIME
+    ]
+
+  @property
   def other_platforms(self) -> list[ModuleResult]:
-    """Modules for platforms whose runtime the rules do not describe."""
-    return [r for r in self.results if r.platform not in KNOWN_PLATFORMS]
+    """Modules for platforms whose runtime the rules do not describe, or
+    whose file names none."""
+    return [
+      r
+      for r in self.results
+      if r.platform is None or r.platform.runtime not in KNOWN_RUNTIMES
+    ]

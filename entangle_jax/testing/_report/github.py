@@ -13,7 +13,9 @@ trust, they are said, not failed. A module the check could not answer
 for gets one ``::error`` without a file, with the reason. A shipped
 binding installed at a version entangle-jax's declarations do not cover,
 whose calls are in the pairs, gets one ``::warning`` without a file
-(`Run.version_notes`).
+(`Run.version_notes`). Modules for a platform other than CPU get the text
+report's platform note as a ``::notice`` without a file: it names the GPU
+(``CUDA sm_90a``) and the runtime model the check applied.
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ import re
 from collections.abc import Iterator
 
 from entangle_jax.testing._analysis.ops import Op
+from entangle_jax.testing._report import race_text
 from entangle_jax.testing._report.findings import Run
 
 TITLE = "entangle-jax race"
 SAFE_TITLE = "entangle-jax pairs left out as safe"
 VERSION_TITLE = "entangle-jax declarations not applied"
 UNCHECKED_TITLE = "entangle-jax module not checked"
+PLATFORM_TITLE = "entangle-jax runtime model"
 _LOCATION = re.compile(r"^(?P<file>.+):(?P<line>\d+)$")
 
 
@@ -95,4 +99,9 @@ def annotations(run: Run) -> Iterator[str]:
   for note in run.version_notes:
     yield (
       f"::warning title={_escape_property(VERSION_TITLE)}::{_escape_data(note)}"
+    )
+  platform = race_text.platform_note(run)
+  for note in platform.splitlines() if platform else ():
+    yield (
+      f"::notice title={_escape_property(PLATFORM_TITLE)}::{_escape_data(note)}"
     )

@@ -29,10 +29,17 @@ def _module(result: ModuleResult) -> dict[str, Any]:
     for entry in group.entries
     for race in entry.races
   }
+  platform = result.platform
   return {
     "path": result.path,
     "module": result.module,
-    "platform": result.platform,
+    # As reports name it ("cpu", "CUDA sm_90a"; null when the file names
+    # none), as the file name writes it ("sm_9.0a_gpu"), and the runtime
+    # whose model the check applied ("XLA:GPU"; null for a platform it
+    # does not know).
+    "platform": str(platform) if platform else None,
+    "platform_in_file_name": platform.written if platform else None,
+    "runtime": platform.runtime if platform else None,
     "native_calls": result.native_calls,
     "test": result.test,
     # Why the check could not answer for the module; null when it did.

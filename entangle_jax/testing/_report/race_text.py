@@ -260,26 +260,44 @@ def summary(run: Run) -> str:
   )
 
 
+GPU_MODEL = (
+  "XLA:GPU runs a module's thunks in order on one stream by default, but "
+  "the order of calls with no data dependency between them is its "
+  "scheduler's choice, and concurrent command buffers (CUDA graphs), "
+  "stream annotations and async wrappers run such calls at once: there "
+  'too, "not ordered" is a race, and the check reports it as on CPU.'
+)
+"""What the check assumes of a GPU module (docs/finding_races.md, "What
+the check can and cannot see", cites XLA's sources)."""
+
+OTHER_MODEL = (
+  "the rules describe XLA:CPU's runtime (a call starts once its operands "
+  "are written); there the check assumes the same, and a module without "
+  "races is not proven race-free on that platform."
+)
+
+
+def _modules_for(results: Sequence[ModuleResult]) -> str:
+  """``N module(s) for`` the platforms of `results`, as reports name them."""
+  count = len(results)
+  unnamed = (
+    f"a platform {'its file does' if count == 1 else 'their files do'} not "
+    "name (XLA names none for a module it loaded from JAX's persistent "
+    "compilation cache)"
+  )
+  names = sorted({str(r.platform) if r.platform else unnamed for r in results})
+  return f"{count} module{'s' * (count != 1)} for {', '.join(names)}"
+
+
 def platform_note(run: Run) -> str | None:
-  """What the check assumed of modules for platforms other than CPU."""
-  others = run.other_platforms
-  if not others:
-    return None
-  names = sorted(
-    {
-      r.platform
-      or "a platform their files do not name (XLA names none for a module "
-      "it loaded from JAX's persistent compilation cache)"
-      for r in others
-    }
-  )
-  count = len(others)
-  return (
-    f"Note: {count} module{'s' * (count != 1)} for {', '.join(names)}: "
-    "the rules describe XLA:CPU's runtime (a call starts once its operands "
-    "are written); there the check assumes the same, and a module without "
-    "races is not proven race-free on that platform."
-  )
+  """What the check assumed of modules for platforms other than CPU: the
+  model of XLA:GPU for GPU modules, XLA:CPU's for any other (a line each)."""
+  notes = []
+  if gpu := run.gpu_modules:
+    notes.append(f"Note: {_modules_for(gpu)}: {GPU_MODEL}")
+  if others := run.other_platforms:
+    notes.append(f"Note: {_modules_for(others)}: {OTHER_MODEL}")
+  return "\n".join(notes) or None
 
 
 BLIND_TEXT = (

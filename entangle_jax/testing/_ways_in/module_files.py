@@ -14,10 +14,10 @@ from entangle_jax._src.targets import sources
 from entangle_jax._src.targets.declaration import Declarations
 from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
 from entangle_jax.testing._hlo import parser
+from entangle_jax.testing._report import platforms
 from entangle_jax.testing._report.findings import ModuleResult
 
 OPTIMIZED = "*after_optimizations.txt"
-_PLATFORM = re.compile(r"\.(\w+?)_after_optimizations\.txt$")
 _MODULE_NAME = re.compile(r"HloModule\s+([^\s,]+)")
 PROGRESS_EVERY = 100
 
@@ -63,9 +63,8 @@ def check_module(
   module never stops the check of the others (the reason does not repeat
   the path, which the result holds)."""
   name_in_path = path.name
-  platform = _PLATFORM.search(path.name)
   result = ModuleResult(
-    str(path), name_in_path, platform.group(1) if platform else None, 0, []
+    str(path), name_in_path, platforms.of_file_name(path.name), 0, []
   )
   try:
     text = path.read_text()

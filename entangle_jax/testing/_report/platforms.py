@@ -1,0 +1,80 @@
+"""The platform a dumped module was compiled for, from the name XLA gave
+its file, and which runtime runs it.
+
+XLA names an optimized module's dump file after the device it compiled
+for: ``module_0001.jit_f.cpu_after_optimizations.txt`` on CPU,
+``...sm_9.0a_gpu_after_optimizations.txt`` on CUDA (compute capability 9.0a,
+written ``sm_90a`` by CUDA), ``...gfx942_gpu_after_optimizations.txt`` on
+ROCm. A module XLA loaded from JAX's persistent compilation cache is dumped
+as ``...after_optimizations.txt``, with no platform.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+CPU_RUNTIME = "XLA:CPU"
+GPU_RUNTIME = "XLA:GPU"
+
+_SUFFIX = r"_after_optimizations\.txt$"
+# The compute capability as XLA writes it, major.minor and a feature letter
+# ("9.0a"); CUDA writes it without the dot ("sm_90a").
+_CUDA = re.compile(
+  r"\.(?P<written>sm_(?P<capability>\d[\d.]*[a-z]*)_gpu)" + _SUFFIX
+)
+# ROCm's architecture name ("gfx942", "gfx90a"), target features
+# (":sramecc+:xnack-") kept as written.
+_ROCM = re.compile(
+  r"\.(?P<written>(?P<device>gfx[0-9a-z]+[^.]*?)_gpu)" + _SUFFIX
+)
+# Any other platform: the part of the name between the last dot and the
+# suffix, as written.
+_OTHER = re.compile(r"\.(?P<written>[^.]+?)" + _SUFFIX)
+
+
+@dataclasses.dataclass(frozen=True)
+class Platform:
+  """The platform a module was compiled for, as its file names it."""
+
+  written: str
+  """As in the file name: ``cpu``, ``sm_9.0a_gpu``, ``gfx942_gpu``."""
+  vendor: str | None = None
+  """``CUDA`` or ``ROCm`` for a GPU whose maker the name says; else None."""
+  device: str | None = None
+  """The GPU's architecture as its maker writes it: ``sm_90a`` (CUDA),
+  ``gfx942`` (ROCm); else None."""
+
+  @property
+  def runtime(self) -> str | None:
+    """The XLA runtime that runs the module (`CPU_RUNTIME`,
+    `GPU_RUNTIME`), or None for a platform the check does not know."""
+    if self.written == "cpu":
+      return CPU_RUNTIME
+    if self.vendor is not None or self.written == "gpu":
+      return GPU_RUNTIME
+    return None
+
+  def __str__(self) -> str:
+    """How reports name it: ``cpu``, ``CUDA sm_90a``, ``ROCm gfx942``; any
+    other as written."""
+    if self.vendor is not None and self.device is not None:
+      return f"{self.vendor} {self.device}"
+    return self.written
+
+
+CPU = Platform("cpu")
+
+
+def of_file_name(name: str) -> Platform | None:
+  """The platform of the optimized module dumped in a file called `name`;
+  None when the name gives none (a module loaded from JAX's persistent
+  compilation cache, or a file named otherwise)."""
+  if found := _CUDA.search(name):
+    capability = found["capability"].replace(".", "")
+    return Platform(found["written"], "CUDA", f"sm_{capability}")
+  if found := _ROCM.search(name):
+    return Platform(found["written"], "ROCm", found["device"])
+  if found := _OTHER.search(name):
+    return CPU if found["written"] == "cpu" else Platform(found["written"])
+  return None
