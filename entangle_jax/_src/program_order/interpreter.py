@@ -603,13 +603,16 @@ class Context:
         [],
       )
 
+    # With calls in the condition there is no analysis of the body: what
+    # the loop touches is then the condition's calls and the body's, so
+    # that calls after the loop are ordered after the body's writes too.
     return self.loop(
       analyse,
       run_loop,
       invals,
       "while_loop",
       split=len(init),
-      extra_jaxprs=[cjaxpr],
+      extra_jaxprs=[cjaxpr, bjaxpr] if cond_native else [cjaxpr],
     )
 
   def loop_child(self, token) -> Context:
