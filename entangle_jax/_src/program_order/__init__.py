@@ -2,8 +2,14 @@
 it, by `entangle` edges added to `f`'s traced program.
 
 `f` is traced to a jaxpr, which is evaluated again equation by equation, each
-in its own source line and named scopes. Before a native call (an
-``ffi_call``, a host callback) is bound, its object operand is entangled with
+in its own source line and named scopes. A native call is an ``ffi_call``, a
+host callback that may have effects (``pure_callback`` is declared pure: it
+is not one, for the race check either), or any other first-order primitive
+whose lowering emits custom calls that are not JAX's and XLA's own kernels
+(a binding's own primitive: klujax, jax-finufft, mpi4jax): such an equation
+is lowered alone, once per primitive, params and input types, and its
+custom calls read, with the inputs their operands are (`lowered`). Before
+a native call is bound, its object operand is entangled with
 the results of the earlier calls it conflicts with: a read after earlier
 writes of an object it may touch, a write after earlier reads and writes of
 one. What a call touches is what its target's declaration says
@@ -22,10 +28,17 @@ else through one order value in the carry); ``custom_jvp`` and
 and ``jax.vjp`` of the original call. Any other primitive with a native call
 inside raises.
 
+Where the input that names a custom call's object cannot be read from the
+lowering (the lowering computes that operand), the call is ordered against
+every other native call. A primitive that cannot be lowered alone warns,
+naming it, and is ordered as a call that may write anything; a call with no
+input to entangle raises, naming it.
+
 Modules: `api` (the transform: arguments in, results out), `interpreter`
 (the evaluation and the rebuilt sub-programs), `natives` (which equations
-are native calls, which sub-programs hold one), `objects` (what a call
-touches, when two conflict).
+are native calls, which sub-programs hold one), `lowered` (what a
+first-order equation lowers to), `objects` (what a call touches, when two
+conflict).
 """
 
 from entangle_jax._src.program_order.api import in_program_order

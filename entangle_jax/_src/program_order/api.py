@@ -18,9 +18,13 @@ def in_program_order(f: Callable[..., Any]) -> Callable[..., Any]:
   """Returns `f` with every native call on one object in program order.
 
   ``jax.jit(in_program_order(step))`` computes what ``jax.jit(step)``
-  computes, but its native calls (``jax.ffi.ffi_call``, ``io_callback``,
-  ``jax.debug.callback``, ``pure_callback``) run in the order in which the
-  Python program made them, as far as they may touch one object:
+  computes, but its native calls run in the order in which the Python
+  program made them, as far as they may touch one object. A native call is
+  a ``jax.ffi.ffi_call``, an ``io_callback`` or ``jax.debug.callback``, or
+  a binding's own primitive whose lowering emits custom calls (klujax's,
+  jax-finufft's, mpi4jax's): every first-order primitive that is not
+  JAX's own is lowered alone to see. ``pure_callback`` is not one: its user
+  declares it pure, and the race check does not look at it either.
 
   * a read runs after every earlier write of an object it may touch;
   * a write runs after every earlier read and write of such an object;
@@ -58,7 +62,10 @@ def in_program_order(f: Callable[..., Any]) -> Callable[..., Any]:
   to the results by a custom identity; nothing is added without one.
 
   Not ordered, and it warns: later calls after a call that returns nothing
-  (``jax.debug.callback``).
+  (``jax.debug.callback``). A primitive that cannot be lowered alone warns,
+  naming it, and is ordered as a call that may write anything; a call
+  whose object operand its lowering computes is ordered against every
+  other native call.
 
   Args:
     f: the function whose native calls to order.
@@ -71,13 +78,15 @@ def in_program_order(f: Callable[..., Any]) -> Callable[..., Any]:
       array of a type JAX does not trace (the message names it).
     NotImplementedError: when called, `f` makes a native call inside a
       higher-order primitive this transform does not know (the message
-      names it), or a native call with no operand to order it by.
+      names it), or a native call with no operand to order it by (the
+      message names its target and primitive).
 
   Warns:
     UserWarning: a native call that is not side-effecting may write but
       nothing uses its results, so XLA drops it (the message names the
       target); or later calls cannot be ordered after a call that returns
-      nothing.
+      nothing; or a primitive could not be lowered alone to see whether it
+      makes a native call (the message names it).
   """
   if not callable(f):
     raise TypeError(f"in_program_order: f must be callable, not {f!r}")

@@ -18,6 +18,7 @@ from jax.extend import core as jex_core
 from entangle_jax._src import jax_compat, primitive
 from entangle_jax._src.entangle import entangle
 from entangle_jax._src.program_order.natives import (
+  NativeCall,
   all_eqns,
   backward_in,
   backward_parts,
@@ -25,7 +26,6 @@ from entangle_jax._src.program_order.natives import (
   has_native,
   has_native_jaxpr,
   native_call,
-  side_effecting,
 )
 from entangle_jax._src.program_order.objects import (
   ANY,
@@ -40,6 +40,7 @@ from entangle_jax._src.program_order.objects import (
   new_bit,
   resource_record,
 )
+from entangle_jax._src.targets import names
 from entangle_jax._src.targets.declaration import Declarations
 
 _LOOPS = ("scan", "while")
@@ -169,7 +170,7 @@ class Context:
     name = eqn.primitive.name
     native = native_call(eqn, self.decls)
     if native is not None:
-      return self.native(eqn, invals, *native)
+      return self.native(eqn, invals, native)
     if name == primitive.entangle_p.name:
       outs = self.bind(eqn, invals)
       for value, out in zip(invals, outs, strict=False):  # Payloads first.
@@ -248,54 +249,72 @@ class Context:
     self.used.update(id(v) for v in values)
     return values, stood
 
-  def native(self, eqn, invals, target, parts, object_index, returns) -> list:
+  def native(self, eqn, invals, call: NativeCall) -> list:
     invals = list(invals)
+    target = call.label
     bits = 0
     for value in invals:
       bits |= self.dep(value)
-    if object_index is not None:
-      obj = self.root(invals[object_index])
-      parts = tuple(dataclasses.replace(p, obj=obj) for p in parts)
+    parts = tuple(
+      p if k is None else dataclasses.replace(p, obj=self.root(invals[k]))
+      for p, k in zip(call.parts, call.objects, strict=True)
+    )
+    object_index = next((k for k in call.objects if k is not None), None)
     parts = self.in_resource(parts, invals, object_index)
     values, stood = self.witnesses_for(parts, bits)
-    index = None
+    indices: list[int] = []
     if values:
-      index = _orderable_operand(invals, object_index)
-      if index is None and target == "debug_callback":
+      indices = _order_operands(invals, call, object_index)
+      if not indices and eqn.primitive.name == "debug_callback":
         warnings.warn(
           "in_program_order: a jax.debug.callback with no operand cannot be "
           "ordered after earlier native calls; it runs when XLA runs it.",
           stacklevel=_stacklevel(),
         )
         values = []
-      elif index is None:
+      elif not indices:
+        if eqn.primitive.name != "ffi_call":
+          names.UNORDERABLE_PRIMITIVES.setdefault(
+            eqn.primitive.name, f"`{target}` has no operand to order it by"
+          )
         raise NotImplementedError(
-          f"in_program_order: the native call `{target}` has no operand with "
-          "elements to order it by, and must run after earlier calls. Give "
-          "it an operand (the handle or token it works on)."
+          f"in_program_order: the native call `{target}` (primitive "
+          f"`{eqn.primitive.name}`) has no operand with elements to order "
+          "it by, and must run after earlier calls. Give it an operand (the "
+          "handle or token it works on), or order it by hand with "
+          "entangle_jax.entangle or Resource."
         )
-    if values and index is not None:
-      original = invals[index]
-      invals[index] = entangle(original, *values)
-      self.set_root(invals[index], self.root(original))
+    if values and indices:
+      originals = [invals[k] for k in indices]
+      tied = entangle(tuple(originals), *values)
+      for k, original, new in zip(indices, originals, tied, strict=True):
+        invals[k] = new
+        self.set_root(new, self.root(original))
       bits |= stood
     outs = self.bind(eqn, invals)
     bit = new_bit()
     for out in outs:
       self.set_dep(out, bit | bits)
-    if object_index is not None:
-      obj = self.root(invals[object_index])
-      for r in returns:
+    for k, back in zip(call.objects, call.returns, strict=True):
+      if k is None:
+        continue
+      obj = self.root(invals[k])
+      for r in back:
         if r < len(outs):
           self.set_root(outs[r], obj)
-    witnesses = [w for w in outs if _size(w) > 0][:1]
+    if call.witnesses is None:
+      witnesses = [w for w in outs if _size(w) > 0][:1]
+    elif call.returns_nothing:
+      witnesses = []  # A call nothing can wait for: warned when needed.
+    else:
+      witnesses = [outs[i] for i in call.witnesses if _size(outs[i]) > 0]
     access = Access(
       bit,
       parts,
       witnesses,
       bit | bits,
       target,
-      side_effect=side_effecting(eqn),
+      side_effect=call.side_effect,
       results=tuple(outs),
     )
     self.keep.extend(outs)
@@ -382,7 +401,7 @@ class Context:
       for eqn in all_eqns(jaxpr):
         found = native_call(eqn, self.decls)
         if found is not None:
-          for p in found[1]:
+          for p in found.parts:
             parts.append(Part(p.mode, None, p.target))
     return tuple(dict.fromkeys(parts))
 
@@ -584,13 +603,16 @@ class Context:
         [],
       )
 
+    # With calls in the condition there is no analysis of the body: what
+    # the loop touches is then the condition's calls and the body's, so
+    # that calls after the loop are ordered after the body's writes too.
     return self.loop(
       analyse,
       run_loop,
       invals,
       "while_loop",
       split=len(init),
-      extra_jaxprs=[cjaxpr],
+      extra_jaxprs=[cjaxpr, bjaxpr] if cond_native else [cjaxpr],
     )
 
   def loop_child(self, token) -> Context:
@@ -1005,10 +1027,17 @@ def _size(value) -> int:
   return int(np.prod(np.shape(value)))
 
 
-def _orderable_operand(invals, object_index) -> int | None:
+def _order_operands(invals, call: NativeCall, object_index) -> list[int]:
+  """The operands to entangle so that `call` runs after its witnesses:
+  those its lowering says every call depends on, else the first with
+  elements (its object operand first); [] when none can."""
+  if call.order is None:
+    return []
+  if call.order:
+    return [k for k in call.order if _size(invals[k]) > 0]
   candidates = [object_index] if object_index is not None else []
   candidates += range(len(invals))
   for index in candidates:
     if index < len(invals) and _size(invals[index]) > 0:
-      return index
-  return None
+      return [index]
+  return []

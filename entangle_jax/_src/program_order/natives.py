@@ -4,6 +4,9 @@ such calls."""
 
 from __future__ import annotations
 
+import dataclasses
+import sys
+import warnings
 from typing import Any
 
 import jax
@@ -11,20 +14,45 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jex_core
 
-from entangle_jax._src import jax_compat
-from entangle_jax._src.program_order.objects import Obj, Part
+from entangle_jax._src import jax_compat, primitive
+from entangle_jax._src.program_order import lowered
+from entangle_jax._src.program_order.objects import Part
 from entangle_jax._src.targets import names
 from entangle_jax._src.targets.declaration import Declarations
 from entangle_jax._src.targets.library_kernels import is_library_target
 
-_HOST_CALLBACKS = ("io_callback", "debug_callback", "pure_callback")
+
+@dataclasses.dataclass(frozen=True)
+class NativeCall:
+  """A native call (or the native calls of one equation) that
+  in_program_order orders: what it touches and through which of the
+  equation's inputs and outputs."""
+
+  label: str
+  """The target (or targets, or the primitive) for messages."""
+  parts: tuple[Part, ...]
+  """What it touches, objects not yet known (None)."""
+  objects: tuple[int | None, ...]
+  """Per part, the input that names its object; None: anything."""
+  returns: tuple[tuple[int, ...], ...]
+  """Per part, the outputs that hand its object back."""
+  order: tuple[int, ...] | None
+  """The inputs to entangle so that every call comes after earlier ones
+  (() : the first input with elements, object first; None: none can)."""
+  witnesses: tuple[int, ...] | None
+  """The outputs that come after every call (None: the first output with
+  elements)."""
+  side_effect: bool
+  returns_nothing: bool = False
+  """A call of it reaches no output: nothing can wait for it."""
 
 
 def side_effecting(eqn) -> bool:
+  """Whether an ffi_call or host-callback equation is side-effecting."""
   name = eqn.primitive.name
   if name == "ffi_call":
     return bool(eqn.params.get("has_side_effect", False))
-  return name != "pure_callback"
+  return name != names.PURE_CALLBACK_PRIMITIVE
 
 
 def _target_name(eqn) -> str | None:
@@ -35,9 +63,45 @@ def _target_name(eqn) -> str | None:
   return None
 
 
-def native_call(eqn, decls: Declarations):
-  """``(target, parts, object operand, returns_object)`` for a native call
-  that in_program_order orders, else None."""
+def _one(
+  target: str, declared, eqn, side_effect: bool, label: str | None = None
+) -> NativeCall | None:
+  """A call of `target` whose operands are `eqn`'s inputs, one to one."""
+  label = target if label is None else label
+  if declared is None:
+    return NativeCall(
+      label,
+      (Part("write", None, target),),
+      (None,),
+      ((),),
+      (),
+      None,
+      side_effect,
+    )
+  if declared.mode == "none":
+    return None
+  obj = declared.object
+  if obj is not None and obj >= len(eqn.invars):
+    obj = None
+  returns = tuple(declared.returns_object) if obj is not None else ()
+  return NativeCall(
+    label,
+    (Part(declared.mode, None, target),),
+    (obj,),
+    (returns,),
+    (),
+    None,
+    side_effect,
+  )
+
+
+def native_call(eqn, decls: Declarations) -> NativeCall | None:
+  """The native call `eqn` makes, for in_program_order to order, else None:
+  an ``ffi_call`` (by its target), a host callback that may have effects
+  (``pure_callback`` is declared pure by its user: neither this nor the
+  race check orders it), or any other first-order primitive whose
+  lowering emits custom calls that are not JAX's and XLA's own kernels
+  (`lowered`)."""
   name = eqn.primitive.name
   if name == "ffi_call":
     target = _target_name(eqn)
@@ -45,26 +109,137 @@ def native_call(eqn, decls: Declarations):
       return None
     if target == names.ENTANGLE_TARGET:
       return None
+    return _one(target, decls.for_target(target), eqn, side_effecting(eqn))
+  if name == names.PURE_CALLBACK_PRIMITIVE:
+    return None
+  if name in names.HOST_CALLBACK_PRIMITIVES:
+    target = names.host_callback_target(
+      name,
+      jax.default_backend(),
+      bool(eqn.params.get("partitioned", False)),
+    )
+    return _one(
+      target, decls.for_target(target), eqn, True, f"{name} ({target})"
+    )
+  if name == primitive.entangle_p.name or any(True for _ in sub_jaxprs(eqn)):
+    return None
+  if lowered.is_jax_primitive(eqn.primitive):
+    return None
+  return _from_lowering(eqn, decls)
+
+
+def _from_lowering(eqn, decls: Declarations) -> NativeCall | None:
+  found = lowered.lower(eqn)
+  if found.error is not None:
+    _warn_once(
+      eqn.primitive,
+      f"in_program_order: cannot tell whether the primitive "
+      f"`{eqn.primitive.name}` makes a native call: lowered alone, it "
+      f"failed ({found.error}). It is ordered as a native call that may "
+      "write anything. Declare nothing for it; to order it yourself, use "
+      "entangle_jax.entangle or Resource.",
+    )
+    return NativeCall(
+      eqn.primitive.name,
+      (Part("write", None, eqn.primitive.name),),
+      (None,),
+      ((),),
+      (),
+      None,
+      bool(eqn.effects),
+    )
+  parts, objects, returns, calls = [], [], [], []
+  for call in found.calls:
+    target = call.target
+    if target == names.ENTANGLE_TARGET or is_library_target(target):
+      continue
+    if names.is_host_callback(target) and not call.side_effect:
+      continue  # A pure_callback, as the race check reads it.
     declared = decls.for_target(target)
-  elif name in _HOST_CALLBACKS:
-    target = name
-    declared = decls.for_target(names.HOST_CALLBACK_PREFIXES[1] + "callback")
-  else:
+    if declared is not None and declared.mode == "none":
+      continue
+    mode = "write" if declared is None else declared.mode
+    obj = None
+    back: tuple[int, ...] = ()
+    if declared is not None and declared.object is not None:
+      if declared.object < len(call.operands):
+        obj = call.operands[declared.object]
+      if obj is not None:
+        back = tuple(
+          o
+          for r in declared.returns_object
+          if r < len(call.results)
+          for o in call.results[r]
+        )
+    parts.append(Part(mode, None, target))
+    objects.append(obj)
+    returns.append(back)
+    calls.append(call)
+  if not calls:
     return None
-  if declared is None:
-    return target, (Part("write", None, target),), None, ()
-  if declared.mode == "none":
-    return None
-  mode = declared.mode
-  object_index = declared.object
-  if object_index is not None and object_index >= len(eqn.invars):
-    object_index = None
-  obj_marker = None if object_index is None else Obj()
-  part = Part(mode, obj_marker, target)
-  return target, (part,), object_index, tuple(declared.returns_object)
+  sizes = [_size(v.aval) for v in eqn.invars]
+  # Entangle inputs that every call depends on: its object input first.
+  order: list[int] = []
+  orderable = True
+  for call, obj in zip(calls, objects, strict=True):
+    if any(k in call.inputs for k in order):
+      continue
+    candidates = ([obj] if obj is not None else []) + sorted(call.inputs)
+    pick = next((k for k in candidates if sizes[k] > 0), None)
+    if pick is None:
+      orderable = False  # A call that depends on no input with elements.
+      break
+    order.append(pick)
+  out_sizes = [_size(v.aval) for v in eqn.outvars]
+  witnesses: list[int] = []
+  nothing = False
+  for call in calls:
+    if any(o in call.outputs for o in witnesses):
+      continue
+    pick = next((o for o in sorted(call.outputs) if out_sizes[o] > 0), None)
+    if pick is None:
+      nothing = True
+    else:
+      witnesses.append(pick)
+  label = ", ".join(dict.fromkeys(c.target for c in calls))
+  return NativeCall(
+    label,
+    tuple(parts),
+    tuple(objects),
+    tuple(returns),
+    tuple(order) if orderable else None,
+    tuple(witnesses),
+    any(c.side_effect for c in calls) or bool(eqn.effects),
+    nothing,
+  )
 
 
-def _sub_jaxprs(eqn):
+def _size(aval) -> int:
+  return int(np.prod(getattr(aval, "shape", ()), dtype=np.int64))
+
+
+_WARNED: set[Any] = set()
+
+
+def _warn_once(key, message: str) -> None:
+  if key in _WARNED:
+    return
+  _WARNED.add(key)
+  warnings.warn(message, stacklevel=_stacklevel())
+
+
+def _stacklevel() -> int:
+  """The first frame outside entangle_jax's transform and JAX."""
+  frame, level = sys._getframe(1), 1
+  while frame is not None:
+    name = frame.f_globals.get("__name__", "")
+    if not name.startswith(("entangle_jax._src.program_order", "jax.")):
+      return level
+    frame, level = frame.f_back, level + 1
+  return 1
+
+
+def sub_jaxprs(eqn):
   for value in eqn.params.values():
     for item in value if isinstance(value, tuple | list) else (value,):
       if isinstance(item, jex_core.ClosedJaxpr):
@@ -76,7 +251,7 @@ def _sub_jaxprs(eqn):
 def all_eqns(jaxpr):
   for eqn in jaxpr.eqns:
     yield eqn
-    for sub in _sub_jaxprs(eqn):
+    for sub in sub_jaxprs(eqn):
       yield from all_eqns(sub)
 
 
@@ -91,7 +266,7 @@ def has_native_jaxpr(jaxpr, decls, rules: bool = True) -> bool:
 
 
 def has_native(eqn, decls) -> bool:
-  if any(has_native_jaxpr(j, decls) for j in _sub_jaxprs(eqn)):
+  if any(has_native_jaxpr(j, decls) for j in sub_jaxprs(eqn)):
     return True
   return _custom_rules_native(eqn, decls)
 
@@ -190,7 +365,7 @@ def _backward_parts(eqn, decls) -> tuple[Part, ...]:
   for e in all_eqns(traced.jaxpr):
     found = native_call(e, decls)
     if found is not None:
-      parts += [Part(p.mode, None, p.target) for p in found[1]]
+      parts += [Part(p.mode, None, p.target) for p in found.parts]
   return tuple(dict.fromkeys(parts))
 
 
@@ -213,9 +388,9 @@ def _ones_cotangent(out):
 
 
 def first_native(eqn, decls) -> str:
-  for sub in _sub_jaxprs(eqn):
+  for sub in sub_jaxprs(eqn):
     for e in all_eqns(sub):
       found = native_call(e, decls)
       if found is not None:
-        return found[0]
+        return found.label
   return "a native call"

@@ -3,16 +3,59 @@ and JAX's host callbacks. Plain data: importing it loads no extension."""
 
 from __future__ import annotations
 
+import fnmatch
+
 ENTANGLE_TARGET = "entangle_jax_entangle"
 """The custom-call target name of entangle's no-op handler."""
 
-HOST_CALLBACK_PREFIXES = ("xla_python_", "xla_ffi_python_")
-"""Targets of JAX's host callbacks. ``io_callback``, ``jax.debug.callback``
-and ``pure_callback`` all call one of these (``xla_ffi_python_cpu_callback``
-on CPU with jax 0.6.2 to 0.12); only ``pure_callback``'s call is not marked
-``custom_call_has_side_effect=true``."""
+HOST_CALLBACK_PATTERNS = (
+  "xla_python_*_callback",
+  "xla_ffi_python_*_callback",
+  "xla_ffi_partitioned_python_*_callback",
+  "xla_buffer_python_*_callback",
+)
+"""The targets of JAX's host callbacks, as globs. ``io_callback``,
+``jax.debug.callback`` and ``pure_callback`` call
+``xla_ffi_python_{cpu,gpu}_callback`` (jax 0.6.2 to 0.12), or
+``xla_ffi_partitioned_python_{cpu,gpu}_callback`` when JAX calls them on
+each shard (``partitioned``); ``jax.experimental.buffer_callback`` calls
+``xla_buffer_python_{cpu,gpu}_callback``; older jaxlib called
+``xla_python_{cpu,gpu}_callback``. Only ``pure_callback``'s call is not
+marked ``custom_call_has_side_effect=true``."""
+
+HOST_CALLBACK_PRIMITIVES = ("io_callback", "debug_callback", "buffer_callback")
+"""The jaxpr primitives of the host callbacks that may have effects: each
+lowers to one call of a `HOST_CALLBACK_PATTERNS` target."""
+
+PURE_CALLBACK_PRIMITIVE = "pure_callback"
+"""``jax.pure_callback``'s primitive. Its user declares it pure: XLA may run
+it at any time, merge identical ones and drop unused ones. Neither the race
+check nor ``in_program_order`` treats it as a native call."""
 
 
 def is_host_callback(target: str) -> bool:
-  """Whether `target` is the target of JAX's host callbacks."""
-  return target.startswith(HOST_CALLBACK_PREFIXES)
+  """Whether `target` is the target of one of JAX's host callbacks."""
+  return any(fnmatch.fnmatchcase(target, p) for p in HOST_CALLBACK_PATTERNS)
+
+
+def host_callback_target(
+  primitive: str, platform: str, partitioned: bool = False
+) -> str:
+  """The target a host callback's `primitive` (one of
+  `HOST_CALLBACK_PRIMITIVES`, or ``pure_callback``) lowers to on
+  `platform` (``jax.default_backend()``: ``cpu``, ``gpu``, ``cuda``,
+  ``rocm``), as jax 0.6.2 to 0.12 name it."""
+  device = "gpu" if platform in ("gpu", "cuda", "rocm") else "cpu"
+  if primitive == "buffer_callback":
+    return f"xla_buffer_python_{device}_callback"
+  partition = "_partitioned" if partitioned else ""
+  return f"xla_ffi{partition}_python_{device}_callback"
+
+
+UNORDERABLE_PRIMITIVES: dict[str, str] = {}
+"""Primitives (their names, as the last component of an op's ``op_name``
+shows them) whose calls ``in_program_order`` met in this process and could
+not order, with why: it raised, naming them. A primitive of a binding of
+its own whose custom call takes no input of the primitive (an operand its
+lowering makes) is one. The race report does not suggest
+``in_program_order`` for a pair with such a call."""

@@ -61,7 +61,7 @@ BUILT_IN = merged(
     Declarations(
       targets=tuple(
         TargetDeclaration(pattern, "write", devices="shared", source=_HOST)
-        for pattern in (f"{p}*" for p in names.HOST_CALLBACK_PREFIXES)
+        for pattern in names.HOST_CALLBACK_PATTERNS
       ),
     ),
     table.from_table(example_store.DECLARATIONS, _STORE),

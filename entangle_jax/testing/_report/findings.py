@@ -25,6 +25,7 @@ import functools
 import re
 from collections.abc import Sequence
 
+from entangle_jax._src.targets import names as target_names
 from entangle_jax._src.targets import shipped
 from entangle_jax._src.targets.declaration import SafePair
 from entangle_jax.testing._analysis.ops import Op, Race
@@ -238,6 +239,11 @@ def _jitted_function(op: Op) -> str | None:
   return found.group(1) if found else None
 
 
+def _primitive(op: Op) -> str:
+  """The primitive that made `op`: the last component of its ``op_name``."""
+  return op.instruction.op_name.rsplit("/", 1)[-1]
+
+
 def program_order_fix(races: Sequence[Race], cause: Cause) -> str | None:
   """How ``in_program_order`` fixes every pair of `races` (one cause's),
   when it does: both calls of each pair declared, on one device, made by
@@ -247,7 +253,11 @@ def program_order_fix(races: Sequence[Race], cause: Cause) -> str | None:
   one handle (in_program_order, as the race check, reads their names as
   two objects), calls nothing declares (declare them first), an earlier
   call that returns nothing (``jax.debug.callback``: nothing can wait for
-  it), a module not made by ``jax.jit``."""
+  it), a module not made by ``jax.jit``, a later call with no operand
+  (nothing to entangle it by: the transform raises, naming it), or a call
+  of a primitive the transform has raised for in this process
+  (`target_names.UNORDERABLE_PRIMITIVES`: one whose custom call takes no
+  input of the primitive)."""
   if cause.rank == 0 or not races:
     return None
   names = set()
@@ -256,6 +266,13 @@ def program_order_fix(races: Sequence[Race], cause: Cause) -> str | None:
     if race.across_devices:
       return None
     if first.declaration is None or second.declaration is None:
+      return None
+    if not second.instruction.operands:  # Nothing to entangle.
+      return None
+    if any(
+      _primitive(op) in target_names.UNORDERABLE_PRIMITIVES
+      for op in (first, second)
+    ):
       return None
     result = first.instruction
     if result.dims is None or result.zero_sized:  # No array to wait for.
