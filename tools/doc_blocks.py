@@ -195,6 +195,17 @@ def output_matches(shown: str, printed: str) -> bool:
   return re.fullmatch(pattern, printed) is not None
 
 
+@contextlib.contextmanager
+def _restored_x64(value: bool):
+  """Puts ``jax_enable_x64`` back to `value` on leaving."""
+  import jax
+
+  try:
+    yield
+  finally:
+    jax.config.update("jax_enable_x64", value)
+
+
 class PageRun:
   """Runs one page's blocks in order; the results say what did not match."""
 
@@ -212,7 +223,14 @@ class PageRun:
 
     printed = io.StringIO()
     blocks = parse(self.path.read_text(encoding="utf-8"), self.name)
-    with tempfile.TemporaryDirectory() as folder, contextlib.chdir(folder):
+    # A page may switch 64-bit types on, as klujax's users do: pages are
+    # independent, so the next one starts with the setting as it was.
+    x64 = jax.config.read("jax_enable_x64")
+    with (
+      tempfile.TemporaryDirectory() as folder,
+      contextlib.chdir(folder),
+      _restored_x64(x64),
+    ):
       for block in blocks:
         if block.kind in (PYTHON, GRAPH):
           self._python(block, printed)
