@@ -1,34 +1,45 @@
-"""The JSON emitter: everything a report says, every pair included, from
-the findings (`entangle_jax.testing._report.findings`)."""
+"""The JSON emitter: everything a report says, every pair included, each
+object's raw value too, from the findings records."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from entangle_jax.testing._analysis.ops import Op
-from entangle_jax.testing._report import race_text
-from entangle_jax.testing._report.findings import ModuleResult, Run
+from entangle_jax.testing._emitters.options import Options
+from entangle_jax.testing._emitters.sentences import platform_note, summary
+from entangle_jax.testing._findings.records import (
+  CallSite,
+  ModuleResult,
+  Pair,
+  Run,
+)
 
 
-def _op(op: Op) -> dict[str, Any]:
+def _call(site: CallSite) -> dict[str, Any]:
   return {
-    "instruction": op.name,
-    "target": op.target,
-    "access": op.access_text,
-    "scope": op.user_scope,
-    "location": op.location,
-    "binding_location": op.binding_location,
-    "backward": op.backward,
+    "instruction": site.instruction,
+    "target": site.target,
+    "access": site.access,
+    # Each object as the report labels it (stable within the module) and
+    # as the module holds it (a constant handle's value changes each run).
+    "objects": [{"label": o.label, "raw": o.raw} for o in site.objects],
+    "scope": site.scope,
+    "location": site.location,
+    "path": site.path,
+    "line": site.line,
+    "binding_location": site.binding_location,
+    "backward": site.backward,
   }
+
+
+def _pair(pair: Pair) -> dict[str, Any]:
+  return {"first": _call(pair.first), "second": _call(pair.second)}
 
 
 def _module(result: ModuleResult) -> dict[str, Any]:
-  group_of = {
-    id(race): group
-    for group in result.findings.groups
-    for entry in group.entries
-    for race in entry.races
-  }
+  findings = result.findings
+  group_of = findings.group_of()
   platform = result.platform
   return {
     "path": result.path,
@@ -46,16 +57,17 @@ def _module(result: ModuleResult) -> dict[str, Any]:
     "unchecked": result.unchecked,
     "races": [  # In the order the analysis found them.
       {
-        "first": _op(race.first),
-        "second": _op(race.second),
-        "across_devices": race.across_devices,
-        "cause": group_of[id(race)].cause.headline,
-        "fix": group_of[id(race)].fix,
+        **_pair(pair),
+        "across_devices": pair.across_devices,
+        "code": group_of[id(pair)].cause.code,
+        "cause": group_of[id(pair)].cause.headline,
+        "fix": group_of[id(pair)].fix,
+        "fix_steps": list(group_of[id(pair)].steps),
         # How in_program_order fixes it, when it does (else null); also
-        # the end of "fix".
-        "in_program_order": group_of[id(race)].program_order,
+        # the last of "fix_steps".
+        "in_program_order": group_of[id(pair)].program_order,
       }
-      for race in result.races
+      for pair in findings.pairs
     ],
     # What declared safe pairs left out, by entry: taken at their word.
     "safe_pairs_left_out": [
@@ -65,26 +77,33 @@ def _module(result: ModuleResult) -> dict[str, Any]:
         "reason": s.pair.reason,
         "source": s.pair.source,
         "count": s.count,
-        "pairs": [
-          {"first": _op(race.first), "second": _op(race.second)}
-          for race in s.races
-        ],
+        "pairs": [_pair(p) for p in s.pairs],
       }
-      for s in result.findings.left_out
+      for s in findings.left_out
     ],
     "declarations_applied": list(result.declared),
   }
 
 
-def as_json(run: Run, status: int) -> dict[str, Any]:
-  """The command's ``--format json`` answer for `run`, with exit `status`."""
+def as_json(run: Run) -> dict[str, Any]:
+  """The ``--format json`` answer for `run`, as a dict."""
+  said = run.declarations
   return {
-    "status": status,
-    "summary": race_text.summary(run),
+    "status": run.status,
+    "summary": summary(run),
     "safe_pairs_left_out": run.left_out,
-    "platform_note": race_text.platform_note(run),
+    "platform_note": platform_note(run),
     # Shipped bindings installed at versions their declarations do not
     # cover, whose undeclared calls are in the pairs.
     "version_notes": list(run.version_notes),
+    "declarations": None
+    if said is None
+    else {"pyproject": said.pyproject, "said": said.said},
     "modules": [_module(r) for r in run.results],
   }
+
+
+def render(run: Run, options: Options | None = None) -> str:
+  """`as_json` as text (`options` change nothing: JSON holds it all)."""
+  del options
+  return json.dumps(as_json(run), indent=1)

@@ -1,11 +1,9 @@
-"""Stage 4, findings in, words and pictures out.
+"""Stage 4, findings: what the check found, as plain records.
 
-`findings` computes, once, what the check found: each race's cause, its
-group and fix, the declarations applied, per-module results and the run
-summary, as data. Emitters render it: `race_text` (text, what every way
-in prints), `race_json` (``--format json``), `github` (``--format
-github``: workflow-command annotations on the user's line). `platforms`
-reads a module's platform from its dump file's name (``CUDA sm_90a``) and
-says which runtime's model the check applied. The order graph
-(`order_graph`) is drawn in DOT or Mermaid (`graph_formats`).
+`records` holds them (calls, pairs, causes with stable codes, findings,
+module results, the run), `causes` the table of causes and their codes,
+and `from_analysis`, the one module that reads the analysis's `Op` and
+`Race` and the user's source lines, builds them. `platforms` reads a
+module's platform from its dump file's name (``CUDA sm_90a``) and says
+which runtime's model the check applied.
 """

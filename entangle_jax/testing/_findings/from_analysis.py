@@ -1,84 +1,54 @@
-"""What the race check found, as data: every emitter reads this, none
-works it out again.
+"""The findings of an analysis: the one module that reads `Op`, `Race` and
+the user's source lines, and turns them into plain records
+(`entangle_jax.testing._findings.records`) that every emitter reads.
 
-* `Cause`: why a pair is reported and what fixes it; `cause_of` picks it.
-  `program_order_fix`: how ``in_program_order`` fixes a group's pairs,
-  when it does.
-* `Findings` (`findings_of`): the pairs of one module grouped by cause,
-  real hazards first, each `Group` with its entries (pairs of the same
-  two targets on the same two user lines), its undeclared targets; and
-  the declarations that decided the answer.
-* `ModuleResult`: one checked module file and its findings.
-* `Coverage`: what a watched run could not see (compiles never dumped,
-  cache hits that left no module).
-* `Run`: the modules of one run and its coverage; the summary every way
-  in prints.
-
-The text (`race_text`), JSON (`race_json`) and GitHub annotation
-(`github`) emitters render these.
+* `cause_of`: why a pair is reported (a `Cause` with its stable code,
+  `causes.CAUSES`) and what fixes it; `program_order_fix`: how
+  ``in_program_order`` fixes a group's pairs, when it does.
+* `findings_of`: the pairs of one module grouped by cause, real hazards
+  first, each `Group` with its findings (pairs of the same two targets on
+  the same two user lines), its undeclared targets; and the declarations
+  that decided the answer.
+* `module_result`: one checked module file and its findings.
+* `call_site` / `pairs_of`: calls and pairs as records, each object named
+  by a label that is stable within the module (`ObjectLabels`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from entangle_jax._src.targets import shipped
-from entangle_jax._src.targets.declaration import SafePair
+from entangle_jax.testing._analysis import source_lines
 from entangle_jax.testing._analysis.ops import Op, Race
 from entangle_jax.testing._analysis.order_analysis import LeftOut
-from entangle_jax.testing._report.platforms import (
-  CPU_RUNTIME,
-  GPU_RUNTIME,
-  Platform,
+from entangle_jax.testing._findings import causes
+from entangle_jax.testing._findings.platforms import Platform
+from entangle_jax.testing._findings.records import (
+  CallSite,
+  Cause,
+  Finding,
+  Findings,
+  Group,
+  ModuleResult,
+  ObjectSeen,
+  Pair,
+  SafeCount,
 )
-
-ORDER_FIX = (
-  "make the later call consume a value computed from the earlier call's "
-  "result, e.g. pass it `token = entangle(token, r)` with `r` a result of "
-  "the earlier call."
-)
-
-TABLE_FIRST = (
-  "these calls are made by a binding you did not write, so declare what "
-  "its targets do in your project's pyproject.toml: a "
-  '[tool.entangle-jax.targets."TARGET"] table with mode = "read", "write" '
-  'or "none" and object = the operand that names its object (see Finding '
-  "races). Then "
-)
-
-ANY_RESOURCE_NOTE = (
-  'A call on "any resource" is one made outside Resource or by a Resource '
-  "without a name, and one that writes any resource is one the analysis "
-  "knows nothing about: give each Resource a name "
-  "(Resource(token, name=...)), and declare what your targets do "
-  '(entangle_jax.testing.declare_target(target, mode="read", object=0), '
-  'mode="none" for a call that keeps no state, or a [tool.entangle-jax] '
-  "table in pyproject.toml)."
-)
-
-KNOWN_RUNTIMES = (CPU_RUNTIME, GPU_RUNTIME)
-"""The runtimes whose model the rules describe: XLA:CPU's, and XLA:GPU's
-(docs/finding_races.md, "What the check can and cannot see")."""
+from entangle_jax.testing._order.access import Access
+from entangle_jax.testing._order.objects import ObjectRef
 
 
-@dataclasses.dataclass(frozen=True)
-class Cause:
-  """Why a group of pairs is reported, and what to do about it."""
-
-  rank: int
-  """Groups are shown in rank order: real hazards first."""
-  headline: str
-  fix: str
+def _cause(code: str, headline: str, *steps: str) -> Cause:
+  return Cause(code, causes.BY_CODE[code].rank, headline, steps)
 
 
 def cause_of(race: Race) -> Cause:
   """The most likely reason `race` is reported."""
   if race.across_devices:
-    return Cause(
-      2,
+    return _cause(
+      "EJ003",
       "on another device: calls of this SPMD module on two devices, on "
       "targets declared shared across devices, which nothing in one "
       "module orders",
@@ -99,22 +69,24 @@ def cause_of(race: Race) -> Cause:
     ):
       if x.resource and y.resource and x.resource != y.resource:
         one, two = sorted((x.resource, y.resource))
-        return Cause(
-          0,
+        return _cause(
+          "EJ001",
           f"one object under two names, {one!r} and {two!r}: "
           "two Resources were built on one handle",
           "share one Resource for the handle: make every call on it "
           "through that Resource, or pass its current token (res.token) to "
-          "the code that makes the other calls. Two Resources never order "
-          "each other's calls, whatever their names (the same name only "
-          "hides the race from this report).",
+          "the code that makes the other calls.",
+          "Two Resources never order each other's calls, whatever their "
+          "names (the same name only hides the race from this report).",
         )
-      return Cause(
-        1, "the same object, and nothing orders them", _order_fix(race)
+      return _cause(
+        "EJ002",
+        "the same object, and nothing orders them",
+        *_order_fix(race),
       )
   if race.first.backward or race.second.backward:
-    return Cause(
-      2,
+    return _cause(
+      "EJ004",
       "a backward-pass call (a custom_vjp backward rule, under "
       "transpose(...)) is not covered by the forward call's Resource",
       "make the native calls of the backward rule through a Resource "
@@ -130,13 +102,10 @@ def cause_of(race: Race) -> Cause:
       op.binding_location is not None and op.declaration is None
       for op in (race.first, race.second)
     )
-    return Cause(
-      3,
-      "a call the analysis knows nothing about",
-      (TABLE_FIRST + ANY_RESOURCE_NOTE[0].lower() + ANY_RESOURCE_NOTE[1:])
-      if from_binding
-      else ANY_RESOURCE_NOTE,
-    )
+    steps = (causes.DECLARE_STEP, causes.ANY_RESOURCE_NOTE)
+    if from_binding:
+      steps = (causes.TABLE_FIRST, *steps)
+    return _cause("EJ005", "a call the analysis knows nothing about", *steps)
   for x, y in pairs:
     if (
       x.object is not None
@@ -151,8 +120,8 @@ def cause_of(race: Race) -> Cause:
         if in_resource
         else ""
       )
-      return Cause(
-        4,
+      return _cause(
+        "EJ006",
         "may be one object: different elements of one array of handles, "
         "which nothing declares distinct",
         "if distinct elements of that array hold distinct handles, say "
@@ -160,12 +129,12 @@ def cause_of(race: Race) -> Cause:
         "of pyproject.toml (or for the target: declare_target(target, "
         f"object=0, distinct_elements=True)){names}.",
       )
-  return Cause(
-    5,
+  return _cause(
+    "EJ007",
     "may be one object: nothing says their handles differ",
     "if they touch different objects, give their Resources different "
     "names, or declare what the targets touch (declare_target(target, "
-    "object=..., ...)); otherwise " + ORDER_FIX,
+    "object=..., ...)); otherwise " + causes.ORDER_FIX,
   )
 
 
@@ -191,43 +160,63 @@ def _object_operand(op: Op) -> int | None:
   return 0 if op.scope != op.user_scope else None
 
 
-def _order_fix(race: Race) -> str:
+def _order_fix(race: Race) -> tuple[str, ...]:
   """The fix for two calls on one object, in the order the program made
-  them (`race.first` first), naming what the later call must consume."""
+  them (`race.first` first), naming what the later call must consume: the
+  Python argument that carries the object where its declaration names it,
+  else the operand."""
   first, second = race.first, race.second
+  declaration = second.declaration
+  argument = declaration.argument if declaration is not None else None
   operand = _object_operand(second)
-  into = (
-    f"the later call's operand {operand}"
-    if operand is not None
-    else "an operand of the later call"
-  )
   fix = (
     f"the later call (`{_name(second)}`) must run after the earlier one "
     f"(`{_name(first)}`, listed first), as the program made them: "
   )
   returned = _handed_back(first)
-  if returned is not None:
-    fix += (
-      f"pass as {into} the object the earlier call hands back (its result "
-      f"{returned}) in place of the handle it was given, or that handle "
-      "entangled with it (`handle = entangle(handle, r)` with `r` that "
-      "result)."
-    )
+  if argument is not None:
+    into = f"argument {argument}"
+    if returned is not None:
+      fix += (
+        f"pass as {into} the object the earlier call hands back (its "
+        f"result {returned}), or the handle entangled with it."
+      )
+    else:
+      fix += (
+        f"pass as {into} the array that holds the handle, entangled with "
+        "a result of the earlier call (`entangle(handle, r)`: `handle` an "
+        "array, `r` that result)."
+      )
   else:
-    fix += (
-      f"make {into} consume a value computed from the earlier call's "
-      "result (`handle = entangle(handle, r)` with `r` a result of the "
-      "earlier call, then pass `handle` to the later call)."
+    into = (
+      f"the later call's operand {operand}"
+      if operand is not None
+      else "an operand of the later call"
     )
+    if returned is not None:
+      fix += (
+        f"pass as {into} the object the earlier call hands back (its "
+        f"result {returned}) in place of the handle it was given, or that "
+        "handle entangled with it (`handle = entangle(handle, r)` with `r` "
+        "that result)."
+      )
+    else:
+      fix += (
+        f"make {into} consume a value computed from the earlier call's "
+        "result (`handle = entangle(handle, r)` with `r` a result of the "
+        "earlier call, then pass `handle` to the later call)."
+      )
+  steps = [fix]
   if any(op.scope != op.user_scope for op in (first, second)):
-    fix += (
-      " Where one of them is made through a Resource, make the other "
+    steps.append(
+      "Where one of them is made through a Resource, make the other "
       "through it too (res.read / res.write), or pass it res.token."
     )
-  return fix
+  return tuple(steps)
 
 
 _JITTED = re.compile(r"jit\(([^()/]+)\)(?:/|$)")
+_GRADIENT = re.compile(r"(?:^|/|\()(?:jvp|transpose)\(")
 
 
 def _jitted_function(op: Op) -> str | None:
@@ -238,7 +227,16 @@ def _jitted_function(op: Op) -> str | None:
   return found.group(1) if found else None
 
 
-def program_order_fix(races: Sequence[Race], cause: Cause) -> str | None:
+def from_gradient(ops: Iterable[Op]) -> bool:
+  """Whether `ops` came from a gradient: JAX wraps the scopes of a
+  gradient's ops in ``jvp(...)`` (forward) and ``transpose(...)``
+  (backward)."""
+  return any(_GRADIENT.search(op.user_scope) for op in ops)
+
+
+def program_order_fix(
+  races: Sequence[Race], cause: Cause, gradient: bool = False
+) -> str | None:
   """How ``in_program_order`` fixes every pair of `races` (one cause's),
   when it does: both calls of each pair declared, on one device, made by
   the one function ``jax.jit`` compiled into the module, the earlier call
@@ -247,7 +245,8 @@ def program_order_fix(races: Sequence[Race], cause: Cause) -> str | None:
   one handle (in_program_order, as the race check, reads their names as
   two objects), calls nothing declares (declare them first), an earlier
   call that returns nothing (``jax.debug.callback``: nothing can wait for
-  it), a module not made by ``jax.jit``."""
+  it), a module not made by ``jax.jit``. With `gradient` (the module came
+  from a gradient), it says how to wrap one."""
   if cause.rank == 0 or not races:
     return None
   names = set()
@@ -264,115 +263,117 @@ def program_order_fix(races: Sequence[Race], cause: Cause) -> str | None:
   if len(names) != 1 or None in names:
     return None
   (name,) = names
-  return (
+  fix = (
     f"Or order every native call of `{name}`, the function jitted into "
     "this module, as its program makes them: "
     f"`jax.jit(entangle_jax.in_program_order({name}))` in place of "
     f"`jax.jit({name})`, which adds the entangle calls these declarations "
-    "call for. Wrap what you pass to jax.jit: a gradient's module is named "
-    f"for its function too, and `jax.jit(jax.grad({name}))` becomes "
-    f"`jax.jit(entangle_jax.in_program_order(jax.grad({name})))`."
+    "call for."
+  )
+  if gradient:
+    fix += (
+      " Wrap what you pass to jax.jit: a gradient's module is named for "
+      f"its function too, and `jax.jit(jax.grad({name}))` becomes "
+      f"`jax.jit(entangle_jax.in_program_order(jax.grad({name})))`."
+    )
+  return fix
+
+
+class ObjectLabels:
+  """Labels for the objects of one module, stable from run to run: an
+  argument or value keeps its name; a handle baked into the module as a
+  constant (its value a new address each run) is ``handle #N (a
+  constant)``, numbered in the order the report meets them."""
+
+  def __init__(self):
+    self._constants: dict[object, int] = {}
+
+  def label(self, ref: ObjectRef) -> str:
+    if ref.root[0] != "constant":
+      return f"object {ref}"
+    number = self._constants.setdefault(ref.root, len(self._constants) + 1)
+    element = "" if ref.element is None else f"[{ref.element}]"
+    return f"handle #{number}{element} (a constant)"
+
+
+def _access_text(access: Access, labels: ObjectLabels) -> tuple[str, str]:
+  """What one access says, and the label of its object ('' for none)."""
+  verb = "reads" if access.mode == "read" else "writes"
+  if access.resource is None and access.object is None:
+    return f"{verb} any resource", ""
+  parts = [] if access.resource is None else [repr(access.resource)]
+  label = ""
+  if access.object is not None:
+    label = labels.label(access.object)
+    parts.append(label)
+  return f"{verb} {', '.join(parts)}", label
+
+
+def call_site(op: Op, labels: ObjectLabels | None = None) -> CallSite:
+  """`op` as a record, its objects named by `labels` (the module's)."""
+  labels = labels or ObjectLabels()
+  texts, objects = [], []
+  for access in op.accesses:
+    text, label = _access_text(access, labels)
+    texts.append(text)
+    if access.object is not None:
+      objects.append(ObjectSeen(label, str(access.object)))
+  user, binding = source_lines.lines(op.instruction.stack)
+  return CallSite(
+    instruction=op.name,
+    target=op.target,
+    opcode=op.instruction.opcode,
+    access="; ".join(texts),
+    objects=tuple(dict.fromkeys(objects)),
+    scope=op.user_scope,
+    path=None if user is None else source_lines.shown_file(user[0]),
+    line=None if user is None else user[1],
+    binding_path=None
+    if binding is None
+    else source_lines.shown_file(binding[0]),
+    binding_line=None if binding is None else binding[1],
+    backward=op.backward,
   )
 
 
-@dataclasses.dataclass(frozen=True)
-class Entry:
-  """Pairs of the same two targets on the same two lines of the user's
-  code (a loop over handles, say): one entry, shown once with a count."""
+class _Sites:
+  """Each op's record, made once (a module's million pairs share a few
+  hundred calls), with one module's labels."""
 
-  races: tuple[Race, ...]
+  def __init__(self):
+    self.labels = ObjectLabels()
+    self._made: dict[Op, CallSite] = {}
 
-  @property
-  def race(self) -> Race:
-    """The pair shown for the entry."""
-    return self.races[0]
+  def __call__(self, op: Op) -> CallSite:
+    site = self._made.get(op)
+    if site is None:
+      site = self._made[op] = call_site(op, self.labels)
+    return site
 
-
-@dataclasses.dataclass(frozen=True)
-class Group:
-  """The pairs reported for one cause."""
-
-  cause: Cause
-  entries: tuple[Entry, ...]
-  undeclared: tuple[str, ...]
-  """Targets of its calls that nothing declares and no Resource marks:
-  each may write anything, until declared."""
-  notes: tuple[str, ...] = ()
-  """What the shipped declarations say of its undeclared targets: an
-  installed binding at a version they do not cover."""
-  program_order: str | None = None
-  """How ``entangle_jax.in_program_order`` fixes every pair of the group,
-  when it does (`program_order_fix`); None when it would not."""
-
-  @property
-  def fix(self) -> str:
-    """The cause's fix, then how in_program_order fixes it (when it
-    does): what every emitter shows."""
-    if self.program_order is None:
-      return self.cause.fix
-    return f"{self.cause.fix} {self.program_order}"
-
-  @property
-  def count(self) -> int:
-    """How many pairs the group holds."""
-    return sum(len(e.races) for e in self.entries)
+  def pair(self, race: Race) -> Pair:
+    return Pair(self(race.first), self(race.second), race.across_devices)
 
 
-@dataclasses.dataclass(frozen=True)
-class SafeCount:
-  """Pairs one ``safe_pairs`` entry left out of a report."""
-
-  pair: SafePair
-  races: tuple[Race, ...]
-
-  @property
-  def count(self) -> int:
-    return len(self.races)
-
-  def __str__(self) -> str:
-    p = self.pair
-    return f"`{p.first}` / `{p.second}` ({p.reason}; from {p.source})"
+def pairs_of(races: Sequence[Race]) -> tuple[Pair, ...]:
+  """`races` as records, with one set of labels."""
+  sites = _Sites()
+  return tuple(sites.pair(race) for race in races)
 
 
-@dataclasses.dataclass(frozen=True)
-class Findings:
-  """The pairs of one list of races, grouped by cause."""
-
-  count: int
-  groups: tuple[Group, ...]
-  """Real hazards first (`Cause.rank`)."""
-  applied: tuple[str, ...]
-  """The declarations of the calls in the pairs (those left out as safe
-  included), as written in reports."""
-  left_out: tuple[SafeCount, ...] = ()
-  """The pairs declared safe pairs left out, by entry, in the order of
-  the entries that first left one out."""
-
-  @property
-  def left_out_count(self) -> int:
-    """How many pairs declared safe pairs left out."""
-    return sum(s.count for s in self.left_out)
-
-  @property
-  def notes(self) -> tuple[str, ...]:
-    """Its groups' notes (`Group.notes`), each once."""
-    return tuple(dict.fromkeys(n for g in self.groups for n in g.notes))
-
-
-def safe_counts(left_out: Sequence[LeftOut]) -> tuple[SafeCount, ...]:
-  """`left_out` counted by the safe pair that left each out."""
-  by_pair: dict[SafePair, list[Race]] = {}
-  for item in left_out:
-    by_pair.setdefault(item.pair, []).append(item.race)
-  return tuple(SafeCount(p, tuple(r)) for p, r in by_pair.items())
+def call_sites(ops: Sequence[Op]) -> tuple[CallSite, ...]:
+  """`ops` as records, with one set of labels."""
+  sites = _Sites()
+  return tuple(sites(op) for op in ops)
 
 
 def findings_of(
   races: Sequence[Race], left_out: Sequence[LeftOut] = ()
 ) -> Findings:
-  """`races` grouped by cause, each group's entries and undeclared
+  """`races` grouped by cause, each group's findings and undeclared
   targets, the declarations applied, and what declared safe pairs left
   out (`left_out`: from ``races``' answer or `safe_pairs_left_out`)."""
+  sites = _Sites()
+  pairs = {id(race): sites.pair(race) for race in races}
   members: dict[Cause, list[Race]] = {}
   causes_by_kind: dict[tuple, Cause] = {}
   for race in races:
@@ -383,25 +384,44 @@ def findings_of(
     if cause is None:
       cause = causes_by_kind[kind] = cause_of(race)
     members.setdefault(cause, []).append(race)
+  gradient = from_gradient(
+    {op for race in races for op in (race.first, race.second)}
+  )
   groups = []
   for cause in sorted(members, key=lambda c: c.rank):
     alike: dict[tuple, list[Race]] = {}
     for race in members[cause]:
       alike.setdefault(_where(race), []).append(race)
-    entries = tuple(Entry(tuple(same)) for same in alike.values())
     undeclared = _undeclared(members[cause])
     notes = (shipped.note_for(t) for t in undeclared)
+    program_order = program_order_fix(members[cause], cause, gradient)
+    steps = (
+      cause.steps if program_order is None else (*cause.steps, program_order)
+    )
+    entries = tuple(
+      Finding(tuple(pairs[id(r)] for r in same), cause, steps)
+      for same in alike.values()
+    )
     groups.append(
       Group(
         cause,
         entries,
         undeclared,
         tuple(dict.fromkeys(n for n in notes if n)),
-        program_order_fix(members[cause], cause),
+        program_order,
       )
     )
   applied = _declarations_of([*races, *(item.race for item in left_out)])
-  return Findings(len(races), tuple(groups), applied, safe_counts(left_out))
+  by_safe: dict = {}
+  for item in left_out:
+    by_safe.setdefault(item.pair, []).append(sites.pair(item.race))
+  return Findings(
+    tuple(pairs[id(race)] for race in races),
+    tuple(groups),
+    applied,
+    tuple(SafeCount(p, tuple(r)) for p, r in by_safe.items()),
+    gradient,
+  )
 
 
 def _where(race: Race) -> tuple:
@@ -444,122 +464,22 @@ def _declarations_of(races: Sequence[Race]) -> tuple[str, ...]:
   return tuple(str(d) for d in dict.fromkeys(d for d in found if d is not None))
 
 
-@dataclasses.dataclass
-class ModuleResult:
-  """What the check found in one module file."""
-
-  path: str
-  module: str
-  platform: Platform | None
-  """From the file's name (`platforms.of_file_name`: ``cpu``, CUDA
-  ``sm_90a``, ...); None when it names none (a module XLA loaded from JAX's
-  persistent compilation cache)."""
-  native_calls: int
-  races: list[Race]
-  test: str | None = None
-  """The test that compiled it (a pytest node id), when a way in knows."""
-  left_out: list[LeftOut] = dataclasses.field(default_factory=list)
-  """The pairs declared safe pairs left out of `races`."""
-  declared: tuple[str, ...] = ()
-  """The declarations applied to its native calls, as reports write them:
-  what decided its answer, shown on a report without races too."""
-  unchecked: str | None = None
-  """Why the check could not answer for it (its file could not be read,
-  or its text parsed, or a declaration does not fit it); None when it was
-  checked. An unchecked module is never counted free of races."""
-
-  @functools.cached_property
-  def findings(self) -> Findings:
-    """Its races, grouped (`findings_of`), and what safe pairs left out."""
-    return findings_of(self.races, self.left_out)
-
-  @property
-  def reported(self) -> bool:
-    """Whether a report shows it: it races, safe pairs left out pairs of
-    it, or it could not be checked."""
-    return bool(self.races or self.left_out or self.unchecked)
-
-
-@dataclasses.dataclass(frozen=True)
-class Coverage:
-  """What a watched run could not see."""
-
-  blind: bool = False
-  """XLA compiled modules but dumped none."""
-  replaced: bool = False
-  """When blind: because ``XLA_FLAGS`` no longer asks for the dump."""
-  cache_hits: int = 0
-  """Compiles JAX served from its persistent compilation cache."""
-  unchecked: int = 0
-  """Cache hits that left no module to check."""
-
-  @property
-  def incomplete(self) -> bool:
-    """Whether some compile went unchecked."""
-    return self.blind or self.unchecked > 0
-
-
-@dataclasses.dataclass(frozen=True)
-class Run:
-  """The modules one run checked, and what it could not see."""
-
-  results: Sequence[ModuleResult]
-  coverage: Coverage = Coverage()
-
-  @property
-  def racing(self) -> list[ModuleResult]:
-    """The modules with races, in the order they were checked."""
-    return [r for r in self.results if r.races]
-
-  @property
-  def unchecked(self) -> list[ModuleResult]:
-    """The modules the check could not answer for, in the order met."""
-    return [r for r in self.results if r.unchecked]
-
-  @property
-  def status(self) -> int:
-    """The exit status the command gives the run, as ruff's: 2 when a
-    module could not be checked, else 1 when one races, else 0."""
-    return 2 if self.unchecked else 1 if self.racing else 0
-
-  @property
-  def with_native_calls(self) -> int:
-    return sum(1 for r in self.results if r.native_calls)
-
-  @property
-  def pairs(self) -> int:
-    return sum(len(r.races) for r in self.results)
-
-  @property
-  def left_out(self) -> int:
-    """Pairs that declared safe pairs left out, in all modules."""
-    return sum(len(r.left_out) for r in self.results)
-
-  @property
-  def version_notes(self) -> tuple[str, ...]:
-    """For the undeclared targets of its racing modules' pairs: each
-    shipped binding installed at a version entangle-jax's declarations do
-    not cover, as a line ("klujax X.Y is installed; entangle-jax's
-    declarations cover A-B, ..."), each once, in the order first met."""
-    return tuple(
-      dict.fromkeys(n for r in self.racing for n in r.findings.notes)
-    )
-
-  @property
-  def gpu_modules(self) -> list[ModuleResult]:
-    """Modules for a GPU (XLA:GPU runs them)."""
-    return [
-      r
-      for r in self.results
-      if r.platform is not None and r.platform.runtime == GPU_RUNTIME
-    ]
-
-  @property
-  def other_platforms(self) -> list[ModuleResult]:
-    """Modules for platforms whose runtime the rules do not describe, or
-    whose file names none."""
-    return [
-      r
-      for r in self.results
-      if r.platform is None or r.platform.runtime not in KNOWN_RUNTIMES
-    ]
+def module_result(
+  path: str,
+  module: str,
+  platform: Platform | None,
+  native_calls: int = 0,
+  races: Sequence[Race] = (),
+  left_out: Sequence[LeftOut] = (),
+  declared: tuple[str, ...] = (),
+) -> ModuleResult:
+  """One checked module's result, its races made records
+  (`findings_of`)."""
+  return ModuleResult(
+    path,
+    module,
+    platform,
+    native_calls,
+    findings_of(races, left_out),
+    declared=declared,
+  )
