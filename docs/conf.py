@@ -59,7 +59,7 @@ nitpick_ignore_regex = [
   # per-module result (race_check.results): none has a page to link to.
   ("py:class", r"entangle_jax\._src\.entangle\.T"),
   ("py:class", r"entangle_jax\.testing\._hlo\.instruction\.Instruction"),
-  ("py:class", r"entangle_jax\.testing\._report\.findings\.ModuleResult"),
+  ("py:class", r"entangle_jax\.testing\._findings\.records\.ModuleResult"),
 ]
 
 html_theme = "sphinx_book_theme"

@@ -9,7 +9,7 @@ import unittest
 import xml.etree.ElementTree as ET
 
 from entangle_jax import testing
-from entangle_jax.testing._report import order_graph as order_graph_module
+from entangle_jax.testing._ways_in import order_graph as order_graph_module
 
 # CI sets this so that a missing Graphviz fails instead of skipping.
 REQUIRE_GRAPHVIZ = os.environ.get("ENTANGLE_JAX_REQUIRE_GRAPHVIZ") == "1"

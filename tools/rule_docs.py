@@ -5,7 +5,8 @@ the rule table (`entangle_jax.testing._order.rules.markdown`), the library
 kernels (`entangle_jax._src.targets.library_kernels.markdown`) and the
 declaration keys (`entangle_jax._src.targets.table.markdown`); on
 docs/finding_races.md the shipped declarations
-(`entangle_jax._src.targets.shipped.markdown`).
+(`entangle_jax._src.targets.shipped.markdown`) and the causes a report
+gives, with their codes (`entangle_jax.testing._findings.causes.markdown`).
 ``python tools/rule_docs.py`` rewrites every block; ``--check`` only
 compares, exiting 1 when one differs. The tests of each table run the
 comparison (`block_text`).
@@ -20,6 +21,7 @@ from collections.abc import Callable
 
 from entangle_jax._src.targets import library_kernels as _library_kernels
 from entangle_jax._src.targets import shipped, table
+from entangle_jax.testing._findings import causes
 from entangle_jax.testing._order import rules
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -40,11 +42,16 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "entangle_jax/_src/targets/shipped.py",
     shipped.markdown,
   ),
+  "causes": (
+    "entangle_jax/testing/_findings/causes.py",
+    causes.markdown,
+  ),
 }
 """Block name: (the source named in its opening marker, its generator)."""
 
 PAGES: dict[str, pathlib.Path] = {
   "shipped declarations": ROOT / "docs" / "finding_races.md",
+  "causes": ROOT / "docs" / "finding_races.md",
 }
 """The blocks on a page other than `PAGE`, and their page."""
 

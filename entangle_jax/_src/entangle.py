@@ -38,7 +38,11 @@ def entangle(payload: T, *witnesses: Any) -> T:
     returned and no operation is emitted.
 
   Raises:
-    TypeError: a leaf of ``payload`` or of a witness is not an array of a
+    TypeError: ``payload`` has no array leaves (``None``, ``{}``, an
+      object registered as a pytree with none, such as a handle wrapper
+      whose handle is not a leaf): nothing could carry the order, so the
+      message names its type and asks for the array that holds the handle.
+      Or a leaf of ``payload`` or of a witness is not an array of a
       dtype JAX supports (a string, object or datetime array, a Python int
       too large for its dtype, a NumPy masked array, ...); the message names
       the leaf's path.
@@ -65,6 +69,15 @@ def entangle(payload: T, *witnesses: Any) -> T:
   # Checked even when there is nothing to order, so that whether a bad leaf
   # raises does not depend on the witnesses.
   physical, originals, treedef, names = _flatten(payload, "payload")
+  if not physical:
+    raise TypeError(
+      f"entangle: the payload, {type(payload).__qualname__} "
+      f"{_short_repr(payload)}, has no array leaves, so nothing can carry "
+      "the order: entangle would return it unchanged and order nothing. "
+      "Entangle the array that holds the handle or token (an object that "
+      "wraps a handle often takes the array in its place), and pass the "
+      "result on."
+    )
   if not witness_leaves:
     return payload
   _check_devices(physical + witness_leaves, names + witness_names)

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from entangle_jax._src.targets.declaration import (
   Declarations,
+  PythonArgument,
   SafePair,
   TargetDeclaration,
 )
@@ -69,10 +70,10 @@ from entangle_jax.testing._analysis.source_lines import mark_library
 from entangle_jax.testing._hlo.module_text import module_text
 from entangle_jax.testing._order.access import Access
 from entangle_jax.testing._order.objects import ObjectRef
-from entangle_jax.testing._report.order_graph import order_graph
-from entangle_jax.testing._report.race_text import format_races
+from entangle_jax.testing._ways_in.order_graph import order_graph
 from entangle_jax.testing._ways_in.queries import (
   assert_happens_before,
+  format_races,
   happens_before,
   races,
 )
@@ -112,6 +113,7 @@ __all__ = [
   "ObjectRef",
   "Op",
   "OrderAnalysis",
+  "PythonArgument",
   "Race",
   "RaceCheckError",
   "Races",

@@ -241,6 +241,15 @@ class ManyLeavesTest(parameterized.TestCase):
     assert_same_tree(self, out, payload, np.array_equal)
 
 
+class _Leafless:
+  """A handle wrapper whose pytree has no leaves."""
+
+
+jax.tree_util.register_pytree_node(
+  _Leafless, lambda x: ((), None), lambda _, __: _Leafless()
+)
+
+
 class ErrorsTest(parameterized.TestCase):
   @parameterized.named_parameters(
     ("payload_string", ({"a": [1, "s"]}, 1.0), r"payload\['a'\]\[1\]"),
@@ -273,6 +282,26 @@ class ErrorsTest(parameterized.TestCase):
     self.assertIs(entangle(payload := [jnp.ones(2)], *witnesses), payload)
     with self.assertRaisesRegex(TypeError, r"payload\['h'\] .* got str"):
       entangle({"h": "handle"}, *witnesses)
+
+  @parameterized.named_parameters(
+    ("none", None, "NoneType"),
+    ("empty_dict", {}, "dict"),
+    ("empty_tuple", (), "tuple"),
+    ("nested_empty", {"a": [], "b": ()}, "dict"),
+    ("leafless_pytree", None, "_Leafless"),
+  )
+  def test_a_payload_without_array_leaves_is_named(self, payload, kind):
+    # A handle wrapper registered as a pytree of no leaves (klujax's
+    # KLUNumeric is one) would come back unchanged and order nothing.
+    if kind == "_Leafless":
+      payload = _Leafless()
+    for witnesses in ((jnp.ones(2),), ()):
+      with self.assertRaisesRegex(
+        TypeError, rf"the payload, {kind} .*has no array leaves"
+      ):
+        entangle(payload, *witnesses)
+    # Control: one array leaf is enough.
+    self.assertEqual(entangle([jnp.ones(2)], 1.0)[0].shape, (2,))
 
   def test_error_also_under_jit(self):
     with self.assertRaisesRegex(TypeError, r"witnesses\[0\]"):

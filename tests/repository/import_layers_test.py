@@ -1,15 +1,17 @@
-"""The package's modules import one another without a cycle, and the
-race check's stages only look down.
+"""The package's modules import one another without a cycle, and the race
+check's stages only look down.
 
 ``entangle_jax.testing`` is a pipeline of stages, each a folder that
-imports only the stages before it (docs/development.md, "Internals"):
-text in (``_hlo``), order (``_order``), the facade (``_analysis``),
-findings and their emitters (``_report``), and the ways in
-(``_ways_in``). Above them sit only the public face, the entry-point
-shims and the example store. Of the core package the stages read only
-what a native target does (``_src.targets``) and how ``Resource``
-records its accesses (``_src.access_marker``), which load no extension;
-the core never imports ``entangle_jax.testing``."""
+imports only the stages before it (docs/development.md, "Internals"): text
+in (``_hlo``), order (``_order``), the facade (``_analysis``), findings as
+plain records (``_findings``), the emitters that write them
+(``_emitters``), and the ways in (``_ways_in``). No emitter reads the HLO,
+order or analysis stages: emitters see records only, and among the
+findings only ``from_analysis`` reads the analysis. Above them sit only
+the public face, the entry-point shims and the example store. Of the core
+package the stages read only what a native target does (``_src.targets``)
+and how ``Resource`` records its accesses (``_src.access_marker``), which
+load no extension; the core never imports ``entangle_jax.testing``."""
 
 import ast
 import pathlib
@@ -24,9 +26,24 @@ PACKAGE = ROOT / "entangle_jax"
 TESTING = "entangle_jax.testing"
 STAGES = tuple(
   f"{TESTING}.{name}"
-  for name in ("_hlo", "_order", "_analysis", "_report", "_ways_in")
+  for name in (
+    "_hlo",
+    "_order",
+    "_analysis",
+    "_findings",
+    "_emitters",
+    "_ways_in",
+  )
 )
 """The stages, in pipeline order."""
+
+EMITTERS = f"{TESTING}._emitters"
+BEHIND_THE_RECORDS = tuple(
+  f"{TESTING}.{name}" for name in ("_hlo", "_order", "_analysis")
+)
+"""The stages no emitter may import: it reads the findings' records."""
+BUILDER = f"{TESTING}._findings.from_analysis"
+"""The one module of the findings stage that reads the analysis."""
 
 TOP = frozenset(
   f"{TESTING}{name}"
@@ -97,6 +114,13 @@ def imported_anywhere(
   return _names((n for n in ast.walk(tree) if id(n) not in skipped), modules)
 
 
+def behind_the_records(imports: set[str]) -> list[str]:
+  """The modules among `imports` that no emitter may import."""
+  return sorted(
+    i for i in imports if any(within(i, s) for s in BEHIND_THE_RECORDS)
+  )
+
+
 def cycle(graph: dict[str, set[str]]) -> list[str]:
   """A cycle of `graph` as the modules along it, or [] if there is none."""
   state: dict[str, int] = {}
@@ -158,6 +182,37 @@ class ImportLayersTest(absltest.TestCase):
             name.startswith(LIGHT_CORE), f"{module} imports {name}"
           )
 
+  def test_no_emitter_reads_behind_the_records(self):
+    emitters = [m for m in self.anywhere if within(m, EMITTERS)]
+    self.assertIn(f"{EMITTERS}.sarif", emitters)
+    for module in emitters:
+      self.assertEqual(behind_the_records(self.anywhere[module]), [], module)
+
+  def test_only_the_builder_of_the_findings_reads_the_analysis(self):
+    findings = f"{TESTING}._findings"
+    readers = sorted(
+      m
+      for m, imports in self.anywhere.items()
+      if within(m, findings) and behind_the_records(imports)
+    )
+    self.assertEqual(readers, [BUILDER])
+
+  def test_an_emitter_reading_the_analysis_is_found(self):
+    # The control: an emitter that imports the analysis (even inside a
+    # function) breaks the rule above; one that reads records does not.
+    folder = pathlib.Path(tempfile.mkdtemp())
+    modules = module_names()
+    bad, good = folder / "bad.py", folder / "good.py"
+    bad.write_text(
+      "def f():\n  from entangle_jax.testing._analysis import ops\n"
+    )
+    good.write_text("from entangle_jax.testing._findings import records\n")
+    self.assertEqual(
+      behind_the_records(imported_anywhere(bad, modules)),
+      [f"{TESTING}._analysis.ops"],
+    )
+    self.assertEqual(behind_the_records(imported_anywhere(good, modules)), [])
+
   def test_the_core_never_imports_testing(self):
     for module, imports in self.anywhere.items():
       if within(module, TESTING) or within(module, "entangle_jax.demo"):
@@ -177,9 +232,10 @@ class ImportLayersTest(absltest.TestCase):
   def test_a_stage_importing_a_later_one_is_found(self):
     # The control: the stage rule does catch an upward import.
     self.assertEqual(stage_of(f"{TESTING}._order.rules"), 1)
-    self.assertEqual(stage_of(f"{TESTING}._ways_in.command"), 4)
+    self.assertEqual(stage_of(f"{TESTING}._ways_in.command"), 5)
     self.assertIsNone(stage_of(f"{TESTING}._orderly"))
-    self.assertEqual(stage_of(f"{TESTING}._report.race_text"), 3)
+    self.assertEqual(stage_of(f"{TESTING}._findings.records"), 3)
+    self.assertEqual(stage_of(f"{TESTING}._emitters.text"), 4)
 
   def test_a_deferred_import_counts_and_a_type_checking_one_does_not(self):
     # The control for the stage rules: what `imported_anywhere` sees.
@@ -189,12 +245,12 @@ class ImportLayersTest(absltest.TestCase):
       "if TYPE_CHECKING:\n"
       "  from entangle_jax.testing._ways_in import plugin\n"
       "def f():\n"
-      "  from entangle_jax.testing._report import race_text\n"
+      "  from entangle_jax.testing._emitters import text\n"
     )
     modules = module_names()
     self.assertEqual(
       imported_anywhere(source, modules),
-      {"entangle_jax.testing._report.race_text"},
+      {"entangle_jax.testing._emitters.text"},
     )
     self.assertEqual(imported(source, modules), set())
 

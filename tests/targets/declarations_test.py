@@ -89,6 +89,32 @@ class PyprojectTest(absltest.TestCase):
       table_form.from_table({}, "x").for_target("tp_set")
     )  # The control.
 
+  def test_the_argument_that_carries_the_object(self):
+    table = {
+      "targets": {
+        "lsolve_*": {
+          "mode": "write",
+          "object": 1,
+          "argument": {"function": "lsolve.solve", "position": 0, "name": "n"},
+        }
+      }
+    }
+    (declared,) = table_form.from_table(table, "pyproject.toml").targets
+    self.assertEqual(
+      declared.argument, testing.PythonArgument("lsolve.solve", 0, "n")
+    )
+    self.assertEqual(str(declared.argument), "0 (`n`) of `lsolve.solve`")
+    # Code takes the same, as a mapping or the record.
+    made = in_code.declare_target(
+      "lib_query_arg", object=0, argument={"function": "q", "position": 2}
+    )
+    in_code.forget("lib_query_arg")
+    self.assertEqual(made.argument, testing.PythonArgument("q", 2))
+    # Control: without the key, none.
+    del table["targets"]["lsolve_*"]["argument"]
+    (declared,) = table_form.from_table(table, "pyproject.toml").targets
+    self.assertIsNone(declared.argument)
+
   def test_a_target_that_touches_nothing_shared(self):
     text = calls("tp_create", "tp_create_2", side_effect=True)
     self.assertLen(testing.races(text), 1)
@@ -207,6 +233,25 @@ class BadTablesTest(parameterized.TestCase):
       "needs an object",
     ),
     ('[tool.entangle-jax.targets.t]\ndevices = "all"\n', "devices must be"),
+    (
+      "[tool.entangle-jax.targets.t]\nobject = 0\nargument = 0\n",
+      "argument must be a table",
+    ),
+    (
+      "[tool.entangle-jax.targets.t]\nobject = 0\n"
+      'argument = { function = "f" }\n',
+      r"missing \['position'\]",
+    ),
+    (
+      "[tool.entangle-jax.targets.t]\nobject = 0\n"
+      'argument = { function = "f", position = -1 }\n',
+      "argument.position must be",
+    ),
+    (
+      '[tool.entangle-jax.targets.t]\nargument = { function = "f", '
+      "position = 0 }\n",
+      "argument needs an object operand",
+    ),
     ("[tool.entangle-jax.targets.t]\nobj = 0\n", r"unknown keys \['obj'\]"),
     ('[[tool.entangle-jax.safe_pairs]]\nfirst = "a"\n', "safe_pairs\\[0\\]"),
     ("[tool.entangle-jax\n", "not valid TOML"),

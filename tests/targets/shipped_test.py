@@ -22,6 +22,7 @@ from absl.testing import absltest
 
 from entangle_jax import testing
 from entangle_jax._src.targets import shipped, sources
+from entangle_jax._src.targets.declaration import PythonArgument
 from entangle_jax.testing._ways_in import command
 from tests import test_util
 from tests.hand_written_hlo import hlo_module
@@ -133,6 +134,44 @@ class TableTest(absltest.TestCase):
       t for t in entry.targets if t.pattern == "solve_with_numeric_f64"
     )
     self.assertEqual((solve.mode, solve.object), ("write", 1))
+    # What its user holds: klujax.solve_with_numeric(numeric, b, symbolic).
+    self.assertEqual(
+      solve.argument,
+      PythonArgument("klujax.solve_with_numeric", 0, "numeric"),
+    )
+
+  def test_each_klujax_argument_is_the_functions_own(self):
+    # Read from the installed klujax.py's source (importing klujax turns
+    # on jax_enable_x64 for the whole process): the parameter at each
+    # position.
+    import ast
+
+    spec = importlib.util.find_spec("klujax")
+    if spec is None or spec.origin is None:
+      self.skipTest("klujax is not installed (pip install klujax==0.5.2)")
+    tree = ast.parse(pathlib.Path(spec.origin).read_text())
+    parameters = {
+      node.name: [a.arg for a in node.args.args]
+      for node in tree.body
+      if isinstance(node, ast.FunctionDef)
+    }
+    entry = next(b for b in shipped.BINDINGS if b.distribution == "klujax")
+    named = [t for t in entry.targets if t.argument is not None]
+    self.assertLen(named, 14)  # 7 targets, f64 and c128.
+    for target in named:
+      argument = target.argument
+      assert argument is not None
+      function = argument.function.split(".", 1)[1]
+      self.assertEqual(
+        parameters[function][argument.position], argument.name, target.pattern
+      )
+
+  def test_the_klujax_fix_names_the_argument(self):
+    with installed("klujax", "0.5.2"):
+      rendered = testing.format_races(testing.races(SHARED_NUMERIC))
+    self.assertIn(
+      "argument 0 (`numeric`) of `klujax.solve_with_numeric`", rendered
+    )
 
   def test_versions(self):
     klu = shipped.BINDINGS[0]
@@ -326,14 +365,26 @@ class VersionNoteTest(absltest.TestCase):
 
   def every_format(self, text: str) -> tuple[list[str], list[str], list[str]]:
     """The command's lines in text, its JSON's version notes, and its
-    GitHub warnings, for a module holding `text`; each exits 1."""
-    answers = [self.check(text, "--format", f) for f in command.FORMATS]
-    self.assertEqual([status for status, _ in answers], [1, 1, 1])
-    (_, lines), (_, as_json), (_, annotations) = answers
+    GitHub warnings, for a module holding `text`; each format exits 1, and
+    SARIF says the notes as warnings too."""
+    answers = {f: self.check(text, "--format", f) for f in command.FORMATS}
+    self.assertEqual({status for status, _ in answers.values()}, {1})
+    notes = json.loads(answers["json"][1])["version_notes"]
+    (run,) = json.loads(answers["sarif"][1])["runs"]
+    warned = [
+      n["message"]["text"]
+      for n in run["invocations"][0].get("toolExecutionNotifications", [])
+      if n["level"] == "warning"
+    ]
+    self.assertEqual(warned, notes)
     return (
-      lines.splitlines(),
-      json.loads(as_json)["version_notes"],
-      [a for a in annotations.splitlines() if a.startswith("::warning")],
+      answers["text"][1].splitlines(),
+      notes,
+      [
+        a
+        for a in answers["github"][1].splitlines()
+        if a.startswith("::warning")
+      ],
     )
 
   def test_the_command_says_it_in_every_format(self):

@@ -3,6 +3,7 @@ each case a pytest run of its own on a small test file."""
 
 import importlib.metadata
 import importlib.util
+import json
 import pathlib
 import re
 import tempfile
@@ -235,6 +236,48 @@ class PluginTest(absltest.TestCase):
     folders = {p.parent.name for p in pathlib.Path(kept).rglob("*.txt")}
     self.assertLessEqual(folders, {"gw0", "gw1"}, spread.stdout)
     self.assertNotIn("does not work with pytest-xdist", spread.stderr)
+
+  def test_entangle_format_github_and_a_format_it_does_not_know(self):
+    racy = project(**{"test_racy.py": RACY})
+    result = test_util.pytest_run(
+      racy, "--entangle-races=report", "--entangle-format=github"
+    )
+    self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+    (line,) = [x for x in result.stdout.splitlines() if x.startswith("::")]
+    self.assertTrue(line.startswith("::error "), line)
+    self.assertIn("EJ002", line)
+    self.assertIn("1 with races, 1 pair.", result.stdout)  # Text too.
+    # Control: a format the table does not hold is a usage error.
+    result = test_util.pytest_run(
+      racy, "--entangle-races=report", "--entangle-format=yaml"
+    )
+    self.assertEqual(result.returncode, 4, result.stdout + result.stderr)
+    self.assertIn("must be one of text, json, github, sarif", result.stderr)
+
+  @absltest.skipUnless(
+    XDIST, "pytest-xdist is not installed here (real-libraries group)"
+  )
+  def test_xdist_workers_send_records_and_the_controller_writes_sarif(self):
+    root = project(**{"test_a.py": RACY, "test_c.py": FIXED})
+    out = root / "races.sarif"
+    result = test_util.pytest_run(
+      root,
+      "--entangle-races=report",
+      "-n",
+      "2",
+      "--entangle-format=sarif",
+      f"--entangle-output={out}",
+    )
+    self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+    self.assertIn(f"The sarif report is written to {out}.", result.stdout)
+    (run,) = json.loads(out.read_text())["runs"]
+    (finding,) = run["results"]
+    self.assertEqual(finding["ruleId"], "EJ002")
+    if test_util.records_full_stack():
+      (location,) = finding["locations"]
+      region = location["physicalLocation"]["region"]
+      later = RACY.splitlines().index("  write_slot(t, 2.0)") + 1
+      self.assertEqual(region["startLine"], later)
 
   @absltest.skipUnless(
     XDIST, "pytest-xdist is not installed here (real-libraries group)"

@@ -146,6 +146,30 @@ class DumpTest(absltest.TestCase):
       self.assertIn("racy_program.py:9", message)  # The other call's.
     self.assertIn("1 with races, 1 pair.", err)  # The summary, apart.
 
+  def test_sarif_puts_the_rule_on_the_users_line(self):
+    status, out, err = run("--format", "sarif", str(self.racy))
+    self.assertEqual(status, 1, err)
+    log = json.loads(out)
+    self.assertEqual(log["version"], "2.1.0")
+    (only,) = log["runs"]
+    (result,) = only["results"]  # One pair, one finding.
+    self.assertEqual(result["ruleId"], "EJ002")
+    rules = only["tool"]["driver"]["rules"]
+    self.assertEqual(rules[result["ruleIndex"]]["id"], "EJ002")
+    self.assertIn("1 with races, 1 pair.", err)  # The summary, apart.
+    if records_full_stack():  # Older jax records only the store's frame.
+      (location,) = result["locations"]
+      physical = location["physicalLocation"]
+      self.assertEqual(physical["region"]["startLine"], 10)
+      uri = physical["artifactLocation"]["uri"]
+      self.assertTrue(uri.endswith("racy_program.py"), uri)
+      (other,) = result["relatedLocations"]
+      self.assertEqual(other["physicalLocation"]["region"]["startLine"], 9)
+    # Control: a clean dump has no result, and exits 0.
+    status, out, _ = run("--format", "sarif", str(self.fixed))
+    self.assertEqual(status, 0)
+    self.assertEqual(json.loads(out)["runs"][0]["results"], [])
+
   def test_github_says_nothing_of_a_clean_dump(self):
     # The control: no race, no annotation.
     status, out, err = run("--format", "github", str(self.fixed))

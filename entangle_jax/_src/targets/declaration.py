@@ -23,6 +23,27 @@ DEVICES: tuple[Devices, ...] = ("per-device", "shared")
 
 
 @dataclasses.dataclass(frozen=True)
+class PythonArgument:
+  """The argument of a binding's Python function that carries a call's
+  object: what its user holds, where the HLO knows only an operand.
+
+  Attributes:
+    function: the function users call, as they write it
+      (``"klujax.solve_with_numeric"``).
+    position: the argument's position (0 for the first).
+    name: its parameter name (``"numeric"``), if known.
+  """
+
+  function: str
+  position: int
+  name: str | None = None
+
+  def __str__(self) -> str:
+    name = f" (`{self.name}`)" if self.name else ""
+    return f"{self.position}{name} of `{self.function}`"
+
+
+@dataclasses.dataclass(frozen=True)
 class TargetDeclaration:
   """What calls to the targets `pattern` matches do.
 
@@ -46,6 +67,9 @@ class TargetDeclaration:
       an entry point).
     mode_only: it says only the mode (a ``read_targets`` entry): the other
       fields come from the next declaration of the target, if any.
+    argument: the argument of the binding's Python function that carries
+      the object (`PythonArgument`), for fix texts to name what the user
+      holds rather than the operand; None: fix texts name the operand.
 
   Raises:
     TypeError, ValueError: a field of the wrong type or value.
@@ -59,6 +83,7 @@ class TargetDeclaration:
   devices: Devices = "shared"
   source: str = "code"
   mode_only: bool = False
+  argument: PythonArgument | None = None
 
   def __post_init__(self):
     _check_target(self)
@@ -217,6 +242,23 @@ def _check_target(d: TargetDeclaration) -> None:
     raise ValueError(
       f"{where}: devices must be one of {DEVICES}, not {d.devices!r}"
     )
+  if d.argument is not None:
+    a = d.argument
+    if not isinstance(a, PythonArgument):
+      raise TypeError(
+        f"{where}: argument must be a table of function, position and "
+        f"name, not {a!r}"
+      )
+    if not isinstance(a.function, str) or not a.function.strip():
+      raise ValueError(f"{where}: argument.function must be a non-empty str")
+    if not _is_index(a.position):
+      raise ValueError(
+        f"{where}: argument.position must be an int >= 0, not {a.position!r}"
+      )
+    if a.name is not None and (not isinstance(a.name, str) or not a.name):
+      raise ValueError(f"{where}: argument.name must be a non-empty str")
+    if d.object is None:
+      raise ValueError(f"{where}: argument needs an object operand")
 
 
 def _is_index(value: object) -> bool:

@@ -5,11 +5,12 @@ registration; a project's ``pyproject.toml`` table overrides them."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from entangle_jax._src.targets.declaration import (
   TARGET_MODES,
   Devices,
+  PythonArgument,
   TargetDeclaration,
   TargetMode,
 )
@@ -27,6 +28,7 @@ def declare_target(
   returns_object: Iterable[int] = (),
   distinct_elements: bool | None = None,
   devices: Devices = "shared",
+  argument: PythonArgument | Mapping[str, object] | None = None,
   replace: bool = True,
 ) -> TargetDeclaration:
   """Declares, for this process, what calls to the targets `pattern`
@@ -34,7 +36,9 @@ def declare_target(
 
   For a binding that registers its own FFI targets: call it next to the
   registration. The arguments are the keys of a ``[tool.entangle-jax]``
-  target table (`TargetDeclaration` says what each means), and a project's
+  target table (`TargetDeclaration` says what each means; `argument` is a
+  `PythonArgument` or a mapping of its fields, ``{"function":
+  "mylib.count", "position": 0, "name": "counter"}``), and a project's
   ``pyproject.toml`` overrides them. Declaring a pattern again replaces its
   declaration; with ``replace=False`` an earlier code declaration of it
   is kept instead (a library declaring its own targets as it loads, below
@@ -52,6 +56,7 @@ def declare_target(
       "returns_object": returns_object,
       "distinct_elements": distinct_elements,
       "devices": devices,
+      "argument": argument,
     },
     "code",
   )

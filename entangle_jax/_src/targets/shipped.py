@@ -25,6 +25,7 @@ import re
 
 from entangle_jax._src.targets.declaration import (
   Declarations,
+  PythonArgument,
   TargetDeclaration,
   TargetMode,
   merged,
@@ -43,6 +44,9 @@ class ShippedTarget:
   reason: str
   object: int | None = None
   returns_object: tuple[int, ...] = ()
+  argument: PythonArgument | None = None
+  """The argument of the binding's Python function that carries the
+  object, read from its Python source."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +96,7 @@ class ShippedBinding:
           t.mode,
           object=t.object,
           returns_object=t.returns_object,
+          argument=t.argument,
           source=(
             f"shipped: {self.distribution} {self.versions} "
             f"({self.repository} {t.read})"
@@ -131,6 +136,14 @@ _KLU_REFACTOR = (
 )
 
 
+def _klu_argument(function: str, position: int, name: str) -> PythonArgument:
+  """The argument of klujax's function that carries the handle (klujax.py,
+  0.5.2: ``solve_with_numeric(numeric, b, symbolic)``,
+  ``refactor(Ai, Aj, Ax, numeric, symbolic)``, ...); a ``KLUNumeric`` or
+  ``KLUSymbolic`` there, or the handle array."""
+  return PythonArgument(f"klujax.{function}", position, name)
+
+
 def _klu_targets() -> tuple[ShippedTarget, ...]:
   found = []
   for kind in ("f64", "c128"):
@@ -148,6 +161,7 @@ def _klu_targets() -> tuple[ShippedTarget, ...]:
         f"{_KLU} solve_with_symbol_impl",
         _KLU_READ_SYMBOLIC + " (symbolic handle: operand 4)",
         object=4,
+        argument=_klu_argument("solve_with_symbol", 4, "symbolic"),
       ),
       ShippedTarget(
         f"tsolve_with_symbol_{kind}",
@@ -155,6 +169,7 @@ def _klu_targets() -> tuple[ShippedTarget, ...]:
         f"{_KLU} tsolve_with_symbol_impl",
         _KLU_READ_SYMBOLIC + " (symbolic handle: operand 4)",
         object=4,
+        argument=_klu_argument("tsolve_with_symbol", 4, "symbolic"),
       ),
       ShippedTarget(
         f"factor_{kind}",
@@ -163,6 +178,7 @@ def _klu_targets() -> tuple[ShippedTarget, ...]:
         "klu_factor reads the Symbolic object (operand 3) and returns new "
         "Numeric objects, one per batch element",
         object=3,
+        argument=_klu_argument("factor", 3, "symbolic"),
       ),
       ShippedTarget(
         f"refactor_{kind}",
@@ -171,6 +187,7 @@ def _klu_targets() -> tuple[ShippedTarget, ...]:
         _KLU_REFACTOR.format(result=0) + " (numeric handles: operand 4)",
         object=4,
         returns_object=(0,),
+        argument=_klu_argument("refactor", 3, "numeric"),
       ),
       ShippedTarget(
         f"refactor_and_solve_{kind}",
@@ -180,6 +197,7 @@ def _klu_targets() -> tuple[ShippedTarget, ...]:
         + ", then klu_solve uses its workspace (numeric handles: operand 5)",
         object=5,
         returns_object=(1,),
+        argument=_klu_argument("refactor_and_solve", 4, "numeric"),
       ),
       ShippedTarget(
         f"solve_with_numeric_{kind}",
@@ -187,6 +205,7 @@ def _klu_targets() -> tuple[ShippedTarget, ...]:
         f"{_KLU} solve_with_numeric_impl",
         _KLU_SOLVE + " (operands: symbolic 0, numeric 1, b 2)",
         object=1,
+        argument=_klu_argument("solve_with_numeric", 0, "numeric"),
       ),
       ShippedTarget(
         f"tsolve_with_numeric_{kind}",
@@ -195,6 +214,7 @@ def _klu_targets() -> tuple[ShippedTarget, ...]:
         "klu_tsolve, like klu_solve, works in Numeric->Xwork (operands: "
         "symbolic 0, numeric 1, b 2)",
         object=1,
+        argument=_klu_argument("tsolve_with_numeric", 0, "numeric"),
       ),
     ]
   found.append(

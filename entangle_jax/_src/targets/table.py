@@ -13,6 +13,7 @@ The table, in full (`markdown` lists a target's keys)::
   returns_object = [0]      # results that hand back that object
   distinct_elements = true  # distinct elements of one array: distinct objects
   devices = "per-device"    # each device its own object (default "shared")
+  argument = { function = "mylib.count", position = 0, name = "counter" }
 
   [[tool.entangle-jax.safe_pairs]]
   first = "tp_log_*"
@@ -32,6 +33,7 @@ from typing import Any
 
 from entangle_jax._src.targets.declaration import (
   Declarations,
+  PythonArgument,
   SafePair,
   TargetDeclaration,
 )
@@ -194,6 +196,15 @@ KEYS: tuple[Key, ...] = tuple(
       'the devices of an SPMD module may conflict; `"per-device"`: each '
       "device has its own object (a call nothing declares is shared)",
     ),
+    (
+      "argument",
+      "none",
+      "the argument of the binding's Python function that carries the "
+      "object, as a table: `function` (as users write it), `position` "
+      "(0 for the first) and, optionally, `name`; fix texts then name it "
+      '("argument 0 (`numeric`) of `klujax.solve_with_numeric`") rather '
+      "than the operand. Needs `object`",
+    ),
   ]
 )
 """Every key of a target's table, in the order the docs list them. A new
@@ -234,7 +245,32 @@ def target_from_keys(
     keys.get("distinct_elements"),
     keys.get("devices", "shared"),
     source,
+    argument=_argument(keys.get("argument"), where),
   )
+
+
+ARGUMENT_KEYS = frozenset({"function", "position", "name"})
+
+
+def _argument(value: object, where: str) -> PythonArgument | None:
+  """The `PythonArgument` an ``argument`` table (or one already made)
+  gives; None for none."""
+  if value is None or isinstance(value, PythonArgument):
+    return value
+  if not isinstance(value, Mapping):
+    raise TypeError(
+      f"{where}: argument must be a table of function, position and name, "
+      f"not {value!r}"
+    )
+  unknown = set(value) - ARGUMENT_KEYS
+  missing = {"function", "position"} - set(value)
+  if unknown or missing:
+    raise ValueError(
+      f"{where}: argument takes function, position and (optionally) name"
+      + (f"; unknown {sorted(unknown)}" if unknown else "")
+      + (f"; missing {sorted(missing)}" if missing else "")
+    )
+  return PythonArgument(value["function"], value["position"], value.get("name"))
 
 
 def markdown() -> str:

@@ -195,7 +195,13 @@ def shown(frame: Frame, cwd: str | None = None) -> str:
   ``WORKSPACE``): run from above the project, a relative path would read
   like an absolute one cut short, so it is absolute."""
   file, line = frame
-  return f"{_short_path(file, cwd or os.getcwd())}:{line}"
+  return f"{shown_file(file, cwd)}:{line}"
+
+
+def shown_file(file: str, cwd: str | None = None) -> str:
+  """`file` as `shown` writes it (relative to `cwd` when that is shorter
+  and unambiguous), without the line."""
+  return _short_path(file, cwd or os.getcwd())
 
 
 @functools.lru_cache(maxsize=1024)

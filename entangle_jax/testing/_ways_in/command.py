@@ -1,21 +1,24 @@
-"""``python -m entangle_jax.testing PATH...``: the race check over compiled
-modules, as a command.
+"""``python -m entangle_jax.testing PATH...``: the race check over
+compiled modules, as a command.
 
 PATH is an XLA dump directory (``XLA_FLAGS="--xla_dump_to=DIR
 --xla_dump_hlo_as_text"``) or a module's text file. Every optimized module
 (``*after_optimizations.txt``) is checked with ``races``, the project's
 declarations applied (`entangle_jax.testing.declarations_in_effect`: the
 ``[tool.entangle-jax]`` table of the nearest ``pyproject.toml`` from the
-working directory, or of the one ``--project PATH`` names; the answer
-says which it read, or that it found none), and
-the findings are written as text (the default), JSON (``--format json``,
-or ``--json``) or GitHub workflow-command annotations (``--format
-github``). Exit status, as ruff and mypy use it: 0 when no module races, 1
-when one does, 2 when the check cannot answer (no such path, nothing
-optimized to read), with the reason, or could not answer for a module (a
-file it cannot read, text it cannot parse): then every other module is
-still checked and reported, the module is named with its reason, and the
-status is 2 whatever the others found.
+working directory, or of the one ``--project PATH`` names; the answer says
+which it read, or that it found none), and the findings are written in the
+format ``--format`` names (the table of formats,
+`entangle_jax.testing._emitters.formats`): text (the default), JSON
+(``json``, or ``--json``), GitHub workflow-command annotations
+(``github``) or SARIF 2.1.0 for GitHub code scanning (``sarif``). Every
+format but text goes to stdout alone, the summary line and where the
+declarations came from to stderr. Exit status, as ruff and mypy use it: 0
+when no module races, 1 when one does, 2 when the check cannot answer (no
+such path, nothing optimized to read), with the reason, or could not
+answer for a module (a file it cannot read, text it cannot parse): then
+every other module is still checked and reported, the module is named with
+its reason, and the status is 2 whatever the others found.
 """
 
 from __future__ import annotations
@@ -30,11 +33,12 @@ from typing import TextIO
 
 from entangle_jax._src.targets import sources, table
 from entangle_jax._src.targets.declaration import Declarations
-from entangle_jax.testing._report import github, race_json, race_text
-from entangle_jax.testing._report.findings import Run
+from entangle_jax.testing._emitters import formats, sentences
+from entangle_jax.testing._emitters.options import Options
+from entangle_jax.testing._findings.records import DeclarationsRead, Run
 from entangle_jax.testing._ways_in.module_files import CannotAnswer, check
 
-FORMATS = ("text", "json", "github")
+FORMATS = formats.NAMES
 
 
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -50,8 +54,8 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     "--format",
     choices=FORMATS,
     default=None,
-    help="text (the default), json, or github (workflow-command annotations "
-    "on the user's lines)",
+    help="; ".join(f"{f.name}: {f.help}" for f in formats.FORMATS.values())
+    + " (text by default)",
   )
   parser.add_argument(
     "--json", action="store_true", help="print JSON (--format json)"
@@ -144,20 +148,13 @@ def main(
       print(file=out)
     print(f"error: {error}", file=err)
     return 2
-  run = Run(results)
-  status = run.status
-  if args.format == "json":
-    answer = race_json.as_json(run, status)
-    answer["declarations"] = {"pyproject": pyproject, "said": said}
-    json.dump(answer, out, indent=1)
-    print(file=out)
-  elif args.format == "github":
-    for line in github.annotations(run):
-      print(line, file=out)
-    print(race_text.summary(run), file=err)
+  run = Run(results, declarations=DeclarationsRead(said, pyproject))
+  shown = None if args.all else Options().shown_per_group
+  chosen = formats.FORMATS[args.format]
+  body = formats.render(args.format, run, Options(shown))
+  if body:  # GitHub annotations for a run without races: none.
+    print(body, file=out)
+  if not chosen.for_people:
+    print(sentences.summary(run), file=err)
     print(said, file=err)
-  else:
-    shown = None if args.all else race_text.SHOWN_PER_GROUP
-    print(said, file=out)
-    print(race_text.render(run, shown), file=out)
-  return status
+  return run.status

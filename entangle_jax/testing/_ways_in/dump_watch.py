@@ -18,7 +18,7 @@ import shlex
 import shutil
 import tempfile
 
-from entangle_jax.testing._report.findings import Coverage, ModuleResult, Run
+from entangle_jax.testing._findings.records import Coverage, ModuleResult, Run
 from entangle_jax.testing._ways_in import module_files
 
 _DUMP_FLAG = re.compile(r"--xla_dump_to=(\S+)")

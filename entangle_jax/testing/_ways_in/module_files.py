@@ -13,9 +13,10 @@ from typing import TextIO
 from entangle_jax._src.targets import sources
 from entangle_jax._src.targets.declaration import Declarations
 from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
+from entangle_jax.testing._findings import platforms
+from entangle_jax.testing._findings.from_analysis import module_result
+from entangle_jax.testing._findings.records import ModuleResult
 from entangle_jax.testing._hlo import parser
-from entangle_jax.testing._report import platforms
-from entangle_jax.testing._report.findings import ModuleResult
 
 OPTIMIZED = "*after_optimizations.txt"
 _MODULE_NAME = re.compile(r"HloModule\s+([^\s,]+)")
@@ -64,7 +65,7 @@ def check_module(
   the path, which the result holds)."""
   name_in_path = path.name
   result = ModuleResult(
-    str(path), name_in_path, platforms.of_file_name(path.name), 0, []
+    str(path), name_in_path, platforms.of_file_name(path.name), 0
   )
   try:
     text = path.read_text()
@@ -89,16 +90,22 @@ def check_module(
     return result
   try:
     analysis = OrderAnalysis(text, declarations=declarations)
-    result.native_calls = len(analysis.user_native_calls())
-    if result.native_calls:
+    native_calls = len(analysis.user_native_calls())
+    if native_calls:
       races = analysis.races()
-      result.races, result.left_out = list(races), list(races.left_out)
-      result.declared = races.declared
+      return module_result(
+        result.path,
+        result.module,
+        result.platform,
+        native_calls,
+        races,
+        races.left_out,
+        races.declared,
+      )
+    result.native_calls = native_calls
   except ValueError as error:
-    result.native_calls, result.races, result.left_out = 0, [], []
     result.unchecked = str(error)
   except Exception as error:  # A bug of ours must not stop the user's run.
-    result.native_calls, result.races, result.left_out = 0, [], []
     result.unchecked = (
       f"the race check failed on it ({type(error).__name__}: "
       f"{error}); this is a bug in entangle-jax, please report it with "

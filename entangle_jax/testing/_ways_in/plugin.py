@@ -32,11 +32,18 @@ plugin could set the dump flag (jax used by another plugin), or a
 ``conftest.py`` replaced ``XLA_FLAGS`` instead of adding to it, nothing can
 be seen: the run says so, and a ``fail`` run fails.
 
+``--entangle-format=json|github|sarif`` (the command's formats; ``text``
+by default) writes the run's report in that format: into the file
+``--entangle-output=PATH`` names, else into the terminal summary (GitHub
+Actions reads annotations from any line of the job's output), after the
+text summary line. A failing test's own report is always text.
+
 Under pytest-xdist (``-n``) each worker dumps to a folder of its own (its
 ``PYTEST_XDIST_WORKER`` name below the run's dump) and checks the modules
 its tests compile, so ``fail`` fails the test in its worker; each worker
-hands its results to the controller (``workeroutput``), which prints the
-one summary of the run.
+hands its results to the controller (``workeroutput``) as the findings'
+plain records (no HLO), and the controller writes the one report of the
+run.
 
 In a dump directory the plugin made, the files of a module checked free
 of races are deleted once checked: what stays is what raced or could not
@@ -76,6 +83,7 @@ BASE_ENV = "ENTANGLE_JAX_RACES_XDIST_DUMP"
 """Set by an xdist controller for its workers: the run's dump, below which
 each worker dumps to a folder of its own."""
 OUTPUT = "entangle_races"  # The key of a worker's `workeroutput`.
+TEXT = "text"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -88,6 +96,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
       "check every module XLA compiles for native calls that may conflict "
       "and that nothing orders: 'fail' fails the test that compiled it, "
       "'report' only summarises at the end"
+    ),
+  )
+  group.addoption(
+    "--entangle-format",
+    default=TEXT,
+    metavar="FORMAT",
+    help=(
+      "the format of the race check's report on the run: text (the "
+      "default) or one of the other formats python -m entangle_jax.testing "
+      "--format takes (json, github, sarif); a failing test's report stays "
+      "text"
+    ),
+  )
+  group.addoption(
+    "--entangle-output",
+    default=None,
+    metavar="PATH",
+    help=(
+      "write the report in --entangle-format's format to PATH (the "
+      "terminal summary says where) rather than into the terminal summary"
     ),
   )
 
@@ -154,6 +182,14 @@ def pytest_load_initial_conftests(early_config, parser, args) -> None:
   if asked is None:
     return
   mode, source = asked
+  from entangle_jax.testing._emitters import formats
+
+  try:
+    formats.check_name(
+      early_config.known_args_namespace.entangle_format, "--entangle-format"
+    )
+  except ValueError as error:
+    raise pytest.UsageError(str(error)) from None
   # Before any conftest imports jax and compiles: XLA reads its flags
   # once, and JAX reads this variable when imported. Only `fail` switches
   # the cache off: `report` changes no outcome (a test may use the cache).
@@ -220,7 +256,7 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     return
   if call.when != "call":
     return
-  from entangle_jax.testing._report import race_text
+  from entangle_jax.testing._emitters import text as _text
 
   results = state.watch.new_results()
   for result in results:
@@ -232,7 +268,7 @@ def pytest_runtest_makereport(item: pytest.Item, call):
         (
           f"entangle-jax: a module this test compiled was not checked "
           f"({state.source})",
-          race_text.module_report(result),
+          _text.module_report(result),
         )
       )
   racy = [r for r in results if r.races]
@@ -241,7 +277,7 @@ def pytest_runtest_makereport(item: pytest.Item, call):
   for result in racy:
     result.test = item.nodeid  # Named wherever the module is reported.
   report = outcome.get_result()
-  text = "\n".join(race_text.module_report(r) for r in racy)
+  text = "\n".join(_text.module_report(r) for r in racy)
   on = f"({state.source})"
   if item.get_closest_marker(EXPECTED) is not None:
     state.expected += racy
@@ -325,67 +361,76 @@ def pytest_testnodedown(node, error) -> None:
 def _run(state: _State):
   """The run so far: the watch's, or on an xdist controller the workers'
   together."""
-  from entangle_jax.testing._report.findings import Coverage, Run
+  from entangle_jax.testing._findings.records import Coverage, Run
 
   if state.watch is not None:
     return state.watch.run()
-  coverages = state.coverages
-  blind = any(c.blind for c in coverages)
-  coverage = Coverage(
-    blind=blind,
-    replaced=any(c.replaced for c in coverages),
-    cache_hits=sum(c.cache_hits for c in coverages),
-    unchecked=sum(c.unchecked for c in coverages),
-  )
-  return Run(state.results, coverage)
+  return Run(state.results, Coverage.joined(state.coverages))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
   state = _state(config)
   if state is None or hasattr(config, "workeroutput"):
     return
-  from entangle_jax.testing._report import race_text
+  from entangle_jax.testing._emitters import formats
+  from entangle_jax.testing._emitters.options import Options
 
   run = _run(state)
   write = terminalreporter.write_line
   terminalreporter.section(f"entangle-jax race check ({state.source})")
   shown = {id(r) for r in state.expected + state.failed}
-  unshown = [r for r in run.results if id(r) not in shown]
-  for report in race_text.module_reports(unshown):
-    write(report)
+  notes = []
   if state.failed:
-    write(
+    notes.append(
       f"{len(state.failed)} racing module(s) failed the tests that "
       "compiled them (their reports are with those failures)."
     )
   if state.expected:
-    write(
+    notes.append(
       f"{len(state.expected)} racing module(s) compiled by tests marked "
       f"{EXPECTED} (controls that race on purpose): reported with those "
       "tests, not failures."
     )
   fails = f" The run fails ({state.source})." if state.mode == "fail" else ""
   if state.unattributed:
-    write(
+    notes.append(
       f"{len(state.unattributed)} module(s) compiled outside any test's "
       f"call (collection, conftest, fixtures) race.{fails}"
     )
   for worker in state.lost:
-    write(
+    notes.append(
       f"pytest-xdist worker {worker} sent no results (it crashed or was "
       "stopped): the modules its tests compiled are not checked."
     )
   if run.unchecked:
-    write(
+    notes.append(
       f"{len(run.unchecked)} module(s) could not be checked (each named "
       f"above, with the reason): not proven free of races.{fails}"
     )
-  for note in race_text.run_notes(run):
-    write(note)
-  incomplete = run.coverage.incomplete or state.lost
-  if incomplete:
-    write(f"Not every compile was checked.{fails}")
-  write(race_text.summary(run))
+  if state.lost and not run.coverage.incomplete:
+    # The text report says so of the coverage it holds; a lost worker's
+    # is not in it.
+    notes.append("Not every compile was checked.")
+  if (run.coverage.incomplete or state.lost) and fails:
+    notes.append(f"Some compiles were not checked.{fails}")
+  options = Options(
+    shown_elsewhere=frozenset(
+      k for k, r in enumerate(run.results) if id(r) in shown
+    ),
+    notes=tuple(notes),
+  )
+  for line in formats.render(TEXT, run, options).splitlines():
+    write(line)
+  chosen = config.getoption("entangle_format", TEXT)
+  if chosen != TEXT:
+    report = formats.render(chosen, run, options)
+    output = config.getoption("entangle_output", None)
+    if output:
+      pathlib.Path(output).write_text(report + "\n")
+      write(f"The {chosen} report is written to {output}.")
+    else:
+      for line in report.splitlines():
+        write(line)
   if state.owned and _keep(state):
     write(_kept(state))
     state.told = True

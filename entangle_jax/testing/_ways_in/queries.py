@@ -7,12 +7,19 @@ build one yourself to ask many questions of one module.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
-from entangle_jax.testing._analysis.order_analysis import OrderAnalysis, Races
+from entangle_jax.testing._analysis.ops import Race
+from entangle_jax.testing._analysis.order_analysis import (
+  LeftOut,
+  OrderAnalysis,
+  Races,
+)
 from entangle_jax.testing._analysis.selectors import Selector
+from entangle_jax.testing._emitters import text
+from entangle_jax.testing._emitters.options import SHOWN_PER_GROUP
+from entangle_jax.testing._findings import from_analysis
 from entangle_jax.testing._hlo.module_text import CompiledModule
-from entangle_jax.testing._report import race_text
 
 
 def happens_before(
@@ -73,7 +80,7 @@ def assert_happens_before(
   unordered = analysis.unordered(before, after)
   if unordered:
     count = len(unordered)
-    message = race_text.format_races(
+    message = format_races(
       unordered,
       heading=f"{before!r} does not happen before {after!r}: {count} "
       f"pair{'s' * (count != 1)} not ordered",
@@ -89,7 +96,7 @@ def assert_happens_before(
       )
     empty = analysis.empty_witness_entangles()
     if empty:
-      message += "\n" + race_text.empty_witness_note(empty)
+      message += "\n" + text.empty_witness_note(from_analysis.call_sites(empty))
     raise AssertionError(message)
 
 
@@ -133,3 +140,62 @@ def races(
       be read (`OrderAnalysis`), or a selector is empty or matches nothing.
   """
   return OrderAnalysis(compiled, all_ops=all_ops).races(among)
+
+
+def format_races(
+  races: Sequence[Race],
+  heading: str | None = None,
+  *,
+  shown_per_group: int | None = SHOWN_PER_GROUP,
+  left_out: Sequence[LeftOut] | None = None,
+) -> str:
+  """Renders pairs grouped by their likely cause, each group with its fix.
+
+  Args:
+    races: pairs from `races` (shown with what each call accesses, grouped
+      by cause, real hazards first, each cause with its stable code), or
+      from `OrderAnalysis.unordered` (given a `heading`).
+    heading: first line; by default it counts the races. With a heading,
+      each pair reads "``first`` is not ordered before ``second``".
+    shown_per_group: how many entries of each group to show (None: all);
+      the rest are counted. Pairs of the same two targets on the same two
+      lines of the user's code are one entry, with their count.
+    left_out: the pairs declared safe pairs left out
+      (`OrderAnalysis.safe_pairs_left_out`), counted by entry; by default
+      those `races` came with (``races()`` answers a `Races` list that
+      holds them). A report never says "No races" when there are some;
+      where there are none, a `Races` list without a pair is rendered
+      with the declarations applied to its calls.
+
+  Raises:
+    TypeError: an element of `races` is not a `Race` (a tuple of names
+      says too little to render), or `shown_per_group` is not an int or
+      None.
+    ValueError: `shown_per_group` is below 1.
+  """
+  if shown_per_group is not None and (
+    isinstance(shown_per_group, bool) or not isinstance(shown_per_group, int)
+  ):
+    raise TypeError(
+      "format_races: shown_per_group must be an int or None, not "
+      f"{type(shown_per_group).__name__}"
+    )
+  if shown_per_group is not None and shown_per_group < 1:
+    raise ValueError(
+      f"format_races: shown_per_group must be at least 1, not {shown_per_group}"
+    )
+  for index, race in enumerate(races):
+    if not isinstance(race, Race):
+      raise TypeError(
+        f"format_races: races[{index}] is {type(race).__name__} {race!r}, "
+        "not a Race: pass what races() or OrderAnalysis.unordered() returned"
+      )
+  if left_out is None:
+    left_out = getattr(races, "left_out", ())
+  if heading is not None:
+    return text.unordered_lines(heading, from_analysis.pairs_of(races))
+  return text.pairs_report(
+    from_analysis.findings_of(races, left_out),
+    getattr(races, "declared", ()),
+    shown_per_group,
+  )

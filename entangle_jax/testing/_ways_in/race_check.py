@@ -17,8 +17,8 @@ import sys
 from types import TracebackType
 from typing import TextIO
 
-from entangle_jax.testing._report import race_text
-from entangle_jax.testing._report.findings import ModuleResult
+from entangle_jax.testing._emitters import formats, sentences
+from entangle_jax.testing._findings.records import ModuleResult
 from entangle_jax.testing._ways_in import dump_watch as _dump_watch
 
 ENV = "ENTANGLE_JAX_RACES"
@@ -81,11 +81,19 @@ class race_check:  # A context manager named as a function, like contextlib's.
     results: after the block, what the check found in each module.
 
   Raises:
-    ValueError: `mode` (or ``ENTANGLE_JAX_RACES``) is not a mode.
+    ValueError: `mode` (or ``ENTANGLE_JAX_RACES``) is not a mode, or
+      `format` not a format.
   """
 
-  def __init__(self, mode: str | None = None, *, stream: TextIO | None = None):
+  def __init__(
+    self,
+    mode: str | None = None,
+    *,
+    stream: TextIO | None = None,
+    format: str = "text",
+  ):
     self.mode = _mode(mode)
+    self.format = formats.check_name(format, "race_check").name
     self._stream = stream
     self._watch: _dump_watch.DumpWatch | None = None
     self.results: list[ModuleResult] = []
@@ -108,14 +116,15 @@ class race_check:  # A context manager named as a function, like contextlib's.
     watch.new_results()
     run = watch.run()
     self.results = list(run.results)
-    problems = race_text.module_reports(run.results)
-    if run.coverage.incomplete:
-      problems.append("Not every compile was checked (see below).")
-    report = "\n".join(
-      [*problems, *race_text.run_notes(run), race_text.summary(run)]
-    )
+    # As before: a module reported (racing, not checked, or with pairs
+    # left out as safe) or a compile not seen fails the block.
+    problems = run.coverage.incomplete or any(r.reported for r in run.results)
+    report = formats.render("text", run)
+    shown = report
+    if self.format != "text":
+      shown = f"{formats.render(self.format, run)}\n{sentences.summary(run)}"
     stream = self._stream or sys.stderr
-    print(f"entangle-jax race check ({watch.dump}):\n{report}", file=stream)
+    print(f"entangle-jax race check ({watch.dump}):\n{shown}", file=stream)
     if self.mode != "fail" or not problems:
       return False
     if exc_type is None:

@@ -17,12 +17,8 @@ import entangle_jax
 from entangle_jax import testing
 from entangle_jax._src import native
 from entangle_jax.testing import example_store
-from entangle_jax.testing._report import (
-  findings,
-  github,
-  platforms,
-  race_json,
-)
+from entangle_jax.testing._emitters import github, json_report, sarif
+from entangle_jax.testing._findings import from_analysis, platforms, records
 from tests.test_util import compiled
 
 UNDECLARED_WRITE = "program_order_fix_test_write"
@@ -53,26 +49,27 @@ def wrong_reads(fn, runs=5) -> list[int]:
   return [int(np.sum(np.asarray(fn(big)[0]) != 1.0)) for _ in range(runs)]
 
 
-def result_of(c) -> findings.ModuleResult:
-  races = testing.races(c)
-  return findings.ModuleResult(
-    "module.txt", "jit_f", platforms.CPU, 36, list(races)
+def result_of(c) -> records.ModuleResult:
+  return from_analysis.module_result(
+    "module.txt", "jit_f", platforms.CPU, 36, testing.races(c)
   )
 
 
 def suggestions(c) -> list[str]:
   """The in_program_order line each emitter suggests first (each group's
-  fix, each pair's in JSON, each annotation), for compiled `c`."""
+  fix, each pair's in JSON, each SARIF result), for compiled `c`."""
   result = result_of(c)
-  run = findings.Run([result])
+  run = records.Run([result])
   texts = [
     line
-    for line in testing.format_races(result.races).splitlines()
+    for line in testing.format_races(testing.races(c)).splitlines()
     if line.startswith("  Fix:")
   ]
-  for race in race_json.as_json(run, 1)["modules"][0]["races"]:
+  for race in json_report.as_json(run)["modules"][0]["races"]:
     texts += [race["in_program_order"] or "", race["fix"]]
-  texts += list(github.annotations(run))
+  texts += [
+    r["message"]["text"] for r in sarif.as_sarif(run)["runs"][0]["results"]
+  ]
   found = (_SUGGESTED.search(text) for text in texts)
   return [f.group(1) for f in found if f]
 
@@ -86,13 +83,20 @@ class ReportToFixTest(absltest.TestCase):
     # Text, JSON (its own field and the fix) and GitHub all say it.
     result = result_of(racy)
     line = "`jax.jit(entangle_jax.in_program_order(step))`"
-    self.assertIn(line, testing.format_races(result.races))
-    (json_race, *_) = race_json.as_json(findings.Run([result]), 1)["modules"][
-      0
-    ]["races"]
+    self.assertIn(line, testing.format_races(testing.races(racy)))
+    # No gradient in this module: no word of wrapping one (the control of
+    # test_a_gradient_is_wrapped_whole).
+    self.assertNotIn("gradient", testing.format_races(testing.races(racy)))
+    (json_race, *_) = json_report.as_json(records.Run([result]))["modules"][0][
+      "races"
+    ]
     self.assertIn(line, json_race["in_program_order"])
     self.assertIn(line, json_race["fix"])
-    self.assertIn(line, next(github.annotations(findings.Run([result]))))
+    # An annotation is one line: the cause and its fix's first step only.
+    annotation = next(github.annotations(records.Run([result])))
+    self.assertNotIn(line, annotation)
+    self.assertIn("Fix: the later call", annotation)
+    self.assertIn(line, sarif.render(records.Run([result])))
     self.assertEqual(
       set(found), {"jax.jit(entangle_jax.in_program_order(step))"}
     )
@@ -118,7 +122,7 @@ class ReportToFixTest(absltest.TestCase):
       return x, y, res.token
 
     racy = compiled(stale_step, jnp.int32(50))
-    groups = findings.findings_of(testing.races(racy)).groups
+    groups = from_analysis.findings_of(testing.races(racy)).groups
     self.assertEqual([g.cause.rank for g in groups], [1, 1, 5])
     self.assertNotIn(None, [g.program_order for g in groups])
     (found, *_) = set(suggestions(racy))
@@ -154,6 +158,7 @@ class ReportToFixTest(absltest.TestCase):
     text = testing.format_races(testing.races(racy))
     whole = "jax.jit(entangle_jax.in_program_order(jax.grad(loss)))"
     self.assertIn(f"`{whole}`", text)
+    self.assertIn("a gradient's module is named for its function too", text)
     fixed = eval(
       whole, {"jax": jax, "entangle_jax": entangle_jax, "loss": loss}
     )

@@ -29,15 +29,15 @@ from entangle_jax.testing._analysis import selectors as _selectors
 from entangle_jax.testing._analysis.ops import Op
 from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
 from entangle_jax.testing._analysis.selectors import Selector
-from entangle_jax.testing._hlo.module_text import CompiledModule
-from entangle_jax.testing._order import rules
-from entangle_jax.testing._report.graph_formats import (
+from entangle_jax.testing._emitters.graph_formats import (
   Cluster,
   Graph,
   Node,
   to_dot,
   to_mermaid,
 )
+from entangle_jax.testing._hlo.module_text import CompiledModule
+from entangle_jax.testing._order import rules
 
 Format = Literal["dot", "mermaid"]
 FORMATS: tuple[str, ...] = ("dot", "mermaid")

@@ -16,8 +16,9 @@ from entangle_jax import Resource, testing
 from entangle_jax.testing import example_store, read_slot, write_slot
 from entangle_jax.testing._analysis.ops import Race
 from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
+from entangle_jax.testing._findings import causes
+from entangle_jax.testing._findings import from_analysis as findings
 from entangle_jax.testing._order import access
-from entangle_jax.testing._report import findings
 from tests.hand_written_hlo import hlo_module
 from tests.test_util import READ, WRITE, compiled
 
@@ -92,6 +93,38 @@ def _stale_read(slot):
 def _fixed_read(slot):
   token = write_slot(slot, 1.0)
   return read_slot(token), token  # the fix: write_slot's result 0
+
+
+class ArgumentTest(absltest.TestCase):
+  def test_the_fix_names_the_python_argument_where_declared(self):
+    from entangle_jax._src.targets import table
+
+    declared = {
+      "targets": {
+        **_DECLARATIONS["targets"],
+        "blitz_render": {
+          "mode": "read",
+          "object": 0,
+          "argument": {
+            "function": "blitz.render",
+            "position": 1,
+            "name": "scene",
+          },
+        },
+      }
+    }
+    text = _renderer("ffi_call.4", "ffi_call.5", "p")
+    (race,) = OrderAnalysis(
+      text, declarations=table.from_table(declared, "test")
+    ).races()
+    fix = findings.cause_of(race).fix
+    self.assertIn("pass as argument 1 (`scene`) of `blitz.render` the", fix)
+    self.assertNotIn("operand", fix)
+    # Control: without the key, the fix names the operand.
+    (race,) = _races(text)
+    fix = findings.cause_of(race).fix
+    self.assertIn("the later call's operand 0", fix)
+    self.assertNotIn("argument", fix)
 
 
 class CompiledFixTest(absltest.TestCase):
@@ -173,7 +206,8 @@ class NotYourBindingTest(absltest.TestCase):
     )
     cause = findings.cause_of(race)
     self.assertEqual(cause.headline, "a call the analysis knows nothing about")
-    self.assertTrue(cause.fix.startswith(findings.TABLE_FIRST), cause.fix)
+    self.assertEqual(cause.code, "EJ005")
+    self.assertEqual(cause.steps[0], causes.TABLE_FIRST)
     self.assertIn("[tool.entangle-jax.targets.", cause.fix)
 
   def test_control_the_users_own_calls_lead_with_resource(self):
@@ -182,7 +216,10 @@ class NotYourBindingTest(absltest.TestCase):
       _undeclared(self.race.second, (self.user,)),
     )
     cause = findings.cause_of(race)
-    self.assertEqual(cause.fix, findings.ANY_RESOURCE_NOTE)
+    self.assertEqual(cause.code, "EJ005")
+    self.assertEqual(
+      cause.steps, (causes.DECLARE_STEP, causes.ANY_RESOURCE_NOTE)
+    )
 
 
 if __name__ == "__main__":

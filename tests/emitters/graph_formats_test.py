@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from absl.testing import absltest
 
 from entangle_jax import testing
-from entangle_jax.testing._report import graph_formats
+from entangle_jax.testing._emitters import graph_formats
 from tests.graph_reading import (
   CHAIN_HLO,
   mermaid_shapes,

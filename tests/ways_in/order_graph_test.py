@@ -11,8 +11,8 @@ from absl.testing import absltest, parameterized
 from entangle_jax import entangle, testing
 from entangle_jax.demo import _hazard
 from entangle_jax.demo._hazard import Ordering
-from entangle_jax.testing._report import graph_formats
-from entangle_jax.testing._report import order_graph as order_graph_module
+from entangle_jax.testing._emitters import graph_formats
+from entangle_jax.testing._ways_in import order_graph as order_graph_module
 from tests import test_util  # sets up 8 CPU devices
 from tests.graph_reading import (
   CHAIN_HLO,

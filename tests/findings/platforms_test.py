@@ -6,8 +6,8 @@ import re
 
 from absl.testing import absltest, parameterized
 
-from entangle_jax.testing._report import platforms
-from entangle_jax.testing._report.platforms import (
+from entangle_jax.testing._findings import platforms
+from entangle_jax.testing._findings.platforms import (
   CPU_RUNTIME,
   GPU_RUNTIME,
   of_file_name,

@@ -11,8 +11,10 @@ from absl.testing import absltest
 
 from entangle_jax import testing
 from entangle_jax._src.targets import table as table_form
-from entangle_jax.testing._report import github, race_json, race_text
-from entangle_jax.testing._report.findings import Run
+from entangle_jax.testing._emitters import github, json_report, sentences
+from entangle_jax.testing._emitters import text as race_text
+from entangle_jax.testing._emitters.options import Options
+from entangle_jax.testing._findings.records import Run
 from entangle_jax.testing._ways_in import command, module_files
 from tests.hand_written_hlo import hlo_module
 
@@ -126,7 +128,7 @@ class CommandTest(absltest.TestCase):
     result = module_files.check_module(path, declarations())
     self.assertEqual(result.races, [])
     run_ = Run([result])
-    text = race_text.render(run_, None)
+    text = race_text.render(run_, Options(None))
     self.assertIn(f"  1 x {LINE}", text)
     self.assertNotIn("No races", text)
     self.assertTrue(
@@ -136,7 +138,7 @@ class CommandTest(absltest.TestCase):
       ),
       text,
     )
-    found = json.loads(json.dumps(race_json.as_json(run_, 0)))
+    found = json.loads(json.dumps(json_report.as_json(run_)))
     self.assertEqual(found["safe_pairs_left_out"], 1)
     (entry,) = found["modules"][0]["safe_pairs_left_out"]
     self.assertEqual(
@@ -153,10 +155,10 @@ class CommandTest(absltest.TestCase):
     # Control: without the safe pair, a race, and nothing left out.
     result = module_files.check_module(path, declarations(False))
     self.assertLen(result.races, 1)
-    found = race_json.as_json(Run([result]), 1)
+    found = json_report.as_json(Run([result]))
     self.assertEqual(found["safe_pairs_left_out"], 0)
     self.assertEqual(found["modules"][0]["safe_pairs_left_out"], [])
-    self.assertTrue(race_text.summary(Run([result])).endswith("1 pair."))
+    self.assertTrue(sentences.summary(Run([result])).endswith("1 pair."))
 
   def test_github_notes_them_without_failing(self):
     path = self.module(ALL_SAFE)

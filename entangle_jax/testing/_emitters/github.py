@@ -1,0 +1,118 @@
+"""The GitHub emitter: one workflow-command annotation per finding, on the
+user's line of the pair's second call, so that a pull request shows the
+race where the code made it.
+
+Each line reads ``::error file=PATH,line=N,title=TITLE::MESSAGE``, and the
+message is one line: the cause's code, the two calls, the cause, and the
+first step of its fix (the whole fix is in the text report). A finding
+whose calls recorded no user line is annotated without a file (it shows
+on the run, not on a line). GitHub reads ``PATH`` relative to the
+workspace: paths are the ones the records hold (relative to the working
+directory when under it). Pairs that declared ``safe_pairs`` left out get
+one ``::notice`` per module and entry, without a file: taken on trust,
+they are said, not failed. A module the check could not answer for gets
+one ``::error`` without a file, with the reason. A shipped binding
+installed at a version entangle-jax's declarations do not cover, whose
+calls are in the pairs, gets one ``::warning`` without a file
+(`Run.version_notes`). Modules for a platform other than CPU get the
+platform note as a ``::notice`` without a file: it names the GPU (``CUDA
+sm_90a``) and the runtime model the check applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from entangle_jax.testing._emitters.options import Options
+from entangle_jax.testing._emitters.sentences import platform_note
+from entangle_jax.testing._findings.records import CallSite, Run
+
+TITLE = "entangle-jax race"
+SAFE_TITLE = "entangle-jax pairs left out as safe"
+VERSION_TITLE = "entangle-jax declarations not applied"
+UNCHECKED_TITLE = "entangle-jax module not checked"
+PLATFORM_TITLE = "entangle-jax runtime model"
+
+
+def _escape_data(text: str) -> str:
+  # The workflow-command syntax: %, CR and LF are escaped in a message.
+  return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+  # ... and also : and , in a property's value.
+  return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def _place(site: CallSite) -> str:
+  """``file=...,line=...,`` for the call's user line, or nothing."""
+  if site.path is None or site.line is None:
+    return ""
+  return f"file={_escape_property(site.path)},line={site.line},"
+
+
+def _call(site: CallSite) -> str:
+  where = f" at {site.location}" if site.location else ""
+  return f"`{site.name}`{where} ({site.access})"
+
+
+def annotations(run: Run) -> Iterator[str]:
+  """The annotation lines for every racing module of `run`, every finding
+  (pairs of the same two targets on the same two lines are one), then the
+  modules not checked, the safe pairs' notices, the version warnings and
+  the platform notes."""
+  for result in run.racing:
+    for group in result.findings.groups:
+      for entry in group.entries:
+        pair = entry.pair
+        here = pair.second if pair.second.location else pair.first
+        other = pair.first if here is pair.second else pair.second
+        times = len(entry.pairs)
+        count = f" ({times} pairs on these lines)" if times > 1 else ""
+        message = (
+          f"{entry.code}: {_call(here)} may run before or after "
+          f"{_call(other)}{count}: {group.cause.headline}. Fix: "
+          f"{entry.steps[0]}"
+        )
+        yield (
+          f"::error {_place(here)}title={_escape_property(TITLE)}::"
+          f"{_escape_data(message)}"
+        )
+  for result in run.unchecked:
+    message = (
+      f"Module {result.module} ({result.path}) could not be checked: "
+      f"{result.unchecked}"
+    )
+    yield (
+      f"::error title={_escape_property(UNCHECKED_TITLE)}::"
+      f"{_escape_data(message)}"
+    )
+  for result in run.results:
+    for safe in result.findings.left_out:
+      count = safe.count
+      p = safe.pair
+      message = (
+        f"{count} pair{'s' * (count != 1)} of calls that may conflict and "
+        f"run in either order left out as safe by `{p.first}` / "
+        f"`{p.second}` ({p.reason}; from {p.source}). Module "
+        f"{result.module} ({result.path})."
+      )
+      yield (
+        f"::notice title={_escape_property(SAFE_TITLE)}::"
+        f"{_escape_data(message)}"
+      )
+  for note in run.version_notes:
+    yield (
+      f"::warning title={_escape_property(VERSION_TITLE)}::{_escape_data(note)}"
+    )
+  platform = platform_note(run)
+  for note in platform.splitlines() if platform else ():
+    yield (
+      f"::notice title={_escape_property(PLATFORM_TITLE)}::{_escape_data(note)}"
+    )
+
+
+def render(run: Run, options: Options | None = None) -> str:
+  """The annotations, a line each (`options` change nothing)."""
+  del options
+  return "\n".join(annotations(run))

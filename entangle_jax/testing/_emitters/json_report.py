@@ -1,0 +1,109 @@
+"""The JSON emitter: everything a report says, every pair included, each
+object's raw value too, from the findings records."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from entangle_jax.testing._emitters.options import Options
+from entangle_jax.testing._emitters.sentences import platform_note, summary
+from entangle_jax.testing._findings.records import (
+  CallSite,
+  ModuleResult,
+  Pair,
+  Run,
+)
+
+
+def _call(site: CallSite) -> dict[str, Any]:
+  return {
+    "instruction": site.instruction,
+    "target": site.target,
+    "access": site.access,
+    # Each object as the report labels it (stable within the module) and
+    # as the module holds it (a constant handle's value changes each run).
+    "objects": [{"label": o.label, "raw": o.raw} for o in site.objects],
+    "scope": site.scope,
+    "location": site.location,
+    "path": site.path,
+    "line": site.line,
+    "binding_location": site.binding_location,
+    "backward": site.backward,
+  }
+
+
+def _pair(pair: Pair) -> dict[str, Any]:
+  return {"first": _call(pair.first), "second": _call(pair.second)}
+
+
+def _module(result: ModuleResult) -> dict[str, Any]:
+  findings = result.findings
+  group_of = findings.group_of()
+  platform = result.platform
+  return {
+    "path": result.path,
+    "module": result.module,
+    # As reports name it ("cpu", "CUDA sm_90a"; null when the file names
+    # none), as the file name writes it ("sm_9.0a_gpu"), and the runtime
+    # whose model the check applied ("XLA:GPU"; null for a platform it
+    # does not know).
+    "platform": str(platform) if platform else None,
+    "platform_in_file_name": platform.written if platform else None,
+    "runtime": platform.runtime if platform else None,
+    "native_calls": result.native_calls,
+    "test": result.test,
+    # Why the check could not answer for the module; null when it did.
+    "unchecked": result.unchecked,
+    "races": [  # In the order the analysis found them.
+      {
+        **_pair(pair),
+        "across_devices": pair.across_devices,
+        "code": group_of[id(pair)].cause.code,
+        "cause": group_of[id(pair)].cause.headline,
+        "fix": group_of[id(pair)].fix,
+        "fix_steps": list(group_of[id(pair)].steps),
+        # How in_program_order fixes it, when it does (else null); also
+        # the last of "fix_steps".
+        "in_program_order": group_of[id(pair)].program_order,
+      }
+      for pair in findings.pairs
+    ],
+    # What declared safe pairs left out, by entry: taken at their word.
+    "safe_pairs_left_out": [
+      {
+        "first": s.pair.first,
+        "second": s.pair.second,
+        "reason": s.pair.reason,
+        "source": s.pair.source,
+        "count": s.count,
+        "pairs": [_pair(p) for p in s.pairs],
+      }
+      for s in findings.left_out
+    ],
+    "declarations_applied": list(result.declared),
+  }
+
+
+def as_json(run: Run) -> dict[str, Any]:
+  """The ``--format json`` answer for `run`, as a dict."""
+  said = run.declarations
+  return {
+    "status": run.status,
+    "summary": summary(run),
+    "safe_pairs_left_out": run.left_out,
+    "platform_note": platform_note(run),
+    # Shipped bindings installed at versions their declarations do not
+    # cover, whose undeclared calls are in the pairs.
+    "version_notes": list(run.version_notes),
+    "declarations": None
+    if said is None
+    else {"pyproject": said.pyproject, "said": said.said},
+    "modules": [_module(r) for r in run.results],
+  }
+
+
+def render(run: Run, options: Options | None = None) -> str:
+  """`as_json` as text (`options` change nothing: JSON holds it all)."""
+  del options
+  return json.dumps(as_json(run), indent=1)

@@ -1,0 +1,186 @@
+"""The SARIF emitter: a SARIF 2.1.0 log for GitHub code scanning (and any
+other SARIF reader).
+
+One run, its tool's driver listing every cause as a rule (`causes.CAUSES`:
+``id`` the stable code, ``name``, a short description); one result per
+finding (pairs of the same two targets on the same two user lines), with
+``ruleId`` its cause's code, level ``error``, a message that says the two
+calls, the cause and the whole fix, and as its location the user's file
+and line of the pair's second call (``artifactLocation.uri``, relative to
+the source root ``%SRCROOT%`` when the path is relative, a ``file:`` URI
+when absolute; ``region.startLine``), the other call as a related
+location. A finding whose calls recorded no user line points at the
+module file, line 1. ``partialFingerprints`` holds a hash of the code,
+targets, files and lines, so that an upload does not duplicate alerts.
+
+What is no finding goes into the invocation's notifications: a module the
+check could not answer for (an error, and ``executionSuccessful`` false),
+pairs declared safe pairs left out, shipped bindings at versions their
+declarations do not cover, and the platform notes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import pathlib
+import urllib.parse
+from typing import Any
+
+from entangle_jax.testing._emitters.options import Options
+from entangle_jax.testing._emitters.sentences import platform_note
+from entangle_jax.testing._findings.causes import CAUSES
+from entangle_jax.testing._findings.records import CallSite, Finding, Run
+
+SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+VERSION = "2.1.0"
+SOURCE_ROOT = "%SRCROOT%"
+RULE_INDEX = {kind.code: index for index, kind in enumerate(CAUSES)}
+
+
+def _tool_version() -> str | None:
+  try:
+    return importlib.metadata.version("entangle-jax")
+  except importlib.metadata.PackageNotFoundError:
+    return None
+
+
+def _uri(path: str) -> dict[str, str]:
+  """An ``artifactLocation`` for `path`."""
+  if os.path.isabs(path):
+    return {"uri": pathlib.Path(path).as_uri()}
+  posix = pathlib.PurePath(path).as_posix()
+  return {"uri": urllib.parse.quote(posix), "uriBaseId": SOURCE_ROOT}
+
+
+def _location(path: str, line: int, text: str | None = None) -> dict:
+  found: dict[str, Any] = {
+    "physicalLocation": {
+      "artifactLocation": _uri(path),
+      "region": {"startLine": line},
+    }
+  }
+  if text is not None:
+    found["message"] = {"text": text}
+  return found
+
+
+def _call(site: CallSite) -> str:
+  where = f" at {site.location}" if site.location else ""
+  return f"`{site.name}`{where} ({site.access})"
+
+
+def _result(entry: Finding, module: str, module_path: str) -> dict:
+  pair = entry.pair
+  here = pair.second if pair.second.location else pair.first
+  other = pair.first if here is pair.second else pair.second
+  times = len(entry.pairs)
+  count = f" ({times} pairs on these lines)" if times > 1 else ""
+  devices = ", on another device," if pair.across_devices else ""
+  message = (
+    f"{_call(here)} may run before or after{devices} {_call(other)}"
+    f"{count}: {entry.cause.headline}. Fix: {entry.fix} Module {module} "
+    f"({module_path})."
+  )
+  if here.path is not None and here.line is not None:
+    locations = [_location(here.path, here.line)]
+  else:
+    locations = [_location(module_path, 1)]
+  related = []
+  if other.path is not None and other.line is not None and other is not here:
+    related.append(
+      {"id": 1, **_location(other.path, other.line, f"`{other.name}`")}
+    )
+  key = "|".join(
+    str(part)
+    for site in (here, other)
+    for part in (site.name, site.path, site.line, site.scope)
+  )
+  fingerprint = hashlib.sha256(f"{entry.code}|{key}".encode()).hexdigest()
+  result: dict[str, Any] = {
+    "ruleId": entry.code,
+    "ruleIndex": RULE_INDEX[entry.code],
+    "level": "error",
+    "message": {"text": message},
+    "locations": locations,
+    "partialFingerprints": {"entangleJaxFinding/v1": fingerprint},
+  }
+  if related:
+    result["relatedLocations"] = related
+  return result
+
+
+def _notification(level: str, text: str) -> dict:
+  return {"level": level, "message": {"text": text}}
+
+
+def as_sarif(run: Run) -> dict[str, Any]:
+  """The SARIF log of `run`, as a dict."""
+  rules = [
+    {
+      "id": kind.code,
+      "name": kind.name,
+      "shortDescription": {"text": kind.summary},
+      "defaultConfiguration": {"level": "error"},
+    }
+    for kind in CAUSES
+  ]
+  driver: dict[str, Any] = {
+    "name": "entangle-jax",
+    "rules": rules,
+  }
+  version = _tool_version()
+  if version is not None:
+    driver["version"] = version
+  results = [
+    _result(entry, result.module, result.path)
+    for result in run.racing
+    for group in result.findings.groups
+    for entry in group.entries
+  ]
+  notes = [
+    _notification(
+      "error",
+      f"Module {r.module} ({r.path}) could not be checked: {r.unchecked}",
+    )
+    for r in run.unchecked
+  ]
+  for result in run.results:
+    for safe in result.findings.left_out:
+      p = safe.pair
+      notes.append(
+        _notification(
+          "note",
+          f"{safe.count} pair(s) left out as safe by `{p.first}` / "
+          f"`{p.second}` ({p.reason}; from {p.source}). Module "
+          f"{result.module} ({result.path}).",
+        )
+      )
+  notes += [_notification("warning", n) for n in run.version_notes]
+  platform = platform_note(run)
+  notes += [
+    _notification("note", n)
+    for n in (platform.splitlines() if platform else ())
+  ]
+  invocation: dict[str, Any] = {"executionSuccessful": not run.unchecked}
+  if notes:
+    invocation["toolExecutionNotifications"] = notes
+  return {
+    "$schema": SCHEMA,
+    "version": VERSION,
+    "runs": [
+      {
+        "tool": {"driver": driver},
+        "invocations": [invocation],
+        "results": results,
+      }
+    ],
+  }
+
+
+def render(run: Run, options: Options | None = None) -> str:
+  """`as_sarif` as text (`options` change nothing: the log holds it all)."""
+  del options
+  return json.dumps(as_sarif(run), indent=1)

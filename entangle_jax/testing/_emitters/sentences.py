@@ -1,0 +1,123 @@
+"""The sentences every emitter says of a run as a whole: the summary
+line, what was assumed of a platform, what a watched run could not see."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from entangle_jax.testing._findings.records import Coverage, ModuleResult, Run
+
+
+def summary(run: Run) -> str:
+  """One line: modules checked, with native calls, with races, pairs,
+  the pairs declared safe pairs left out (when some were), and the
+  modules that could not be checked (when some could not)."""
+  unchecked = len(run.unchecked)
+  checked = len(run.results) - unchecked
+  excused = run.left_out
+  safe = (
+    f"; {excused} more pair{'s' * (excused != 1)} left out as safe by "
+    "declared safe_pairs"
+    if excused
+    else ""
+  )
+  not_checked = (
+    f" {unchecked} module{'s' * (unchecked != 1)} could not be checked "
+    "(see above): not proven free of races."
+    if unchecked
+    else ""
+  )
+  return (
+    f"Checked {checked} module{'s' * (checked != 1)} "
+    f"({run.with_native_calls} with native calls): {len(run.racing)} with "
+    f"races, {run.pairs} pair{'s' * (run.pairs != 1)}{safe}.{not_checked}"
+  )
+
+
+GPU_MODEL = (
+  "XLA:GPU runs a module's thunks in order on one stream by default, but "
+  "the order of calls with no data dependency between them is its "
+  "scheduler's choice, and concurrent command buffers (CUDA graphs), "
+  "stream annotations and async wrappers run such calls at once: there "
+  'too, "not ordered" is a race, and the check reports it as on CPU.'
+)
+"""What the check assumes of a GPU module (docs/finding_races.md, "What
+the check can and cannot see", cites XLA's sources)."""
+
+OTHER_MODEL = (
+  "the rules describe XLA:CPU's runtime (a call starts once its operands "
+  "are written); there the check assumes the same, and a module without "
+  "races is not proven race-free on that platform."
+)
+
+
+def _modules_for(results: Sequence[ModuleResult]) -> str:
+  """``N module(s) for`` the platforms of `results`, as reports name them."""
+  count = len(results)
+  unnamed = (
+    f"a platform {'its file does' if count == 1 else 'their files do'} not "
+    "name (XLA names none for a module it loaded from JAX's persistent "
+    "compilation cache)"
+  )
+  names = sorted({str(r.platform) if r.platform else unnamed for r in results})
+  return f"{count} module{'s' * (count != 1)} for {', '.join(names)}"
+
+
+def platform_note(run: Run) -> str | None:
+  """What the check assumed of modules for platforms other than CPU: the
+  model of XLA:GPU for GPU modules, XLA:CPU's for any other (a line each)."""
+  notes = []
+  if gpu := run.gpu_modules:
+    notes.append(f"Note: {_modules_for(gpu)}: {GPU_MODEL}")
+  if others := run.other_platforms:
+    notes.append(f"Note: {_modules_for(others)}: {OTHER_MODEL}")
+  return "\n".join(notes) or None
+
+
+BLIND_TEXT = (
+  "XLA compiled modules but dumped none: its backend started before "
+  "the race check asked for a dump (XLA reads XLA_FLAGS once). Start the "
+  "check before anything uses jax, or run with "
+  'XLA_FLAGS="--xla_dump_to=DIR --xla_dump_hlo_as_text" and '
+  "python -m entangle_jax.testing DIR."
+)
+
+REPLACED_TEXT = (
+  "XLA compiled modules but dumped none: XLA_FLAGS no longer asks for "
+  "the dump (something replaced it, as os.environ['XLA_FLAGS'] = ... in "
+  "a conftest.py does). Add your flags to XLA_FLAGS instead of replacing "
+  "it."
+)
+
+
+def coverage_notes(coverage: Coverage) -> list[str]:
+  """What the results alone do not say: compiles not seen, cache hits."""
+  notes = []
+  if coverage.blind:
+    notes.append(REPLACED_TEXT if coverage.replaced else BLIND_TEXT)
+  hits, unchecked = coverage.cache_hits, coverage.unchecked
+  if hits and not unchecked:
+    notes.append(
+      f"{hits} compile(s) came from JAX's persistent compilation cache; "
+      "the modules XLA dumped as it loaded them were checked."
+    )
+  elif hits:
+    notes.append(
+      f"{hits} compile(s) came from JAX's persistent compilation cache; "
+      f"{unchecked} of them left no module to check (this XLA dumps "
+      "nothing for a module it loads from the cache): not proven free of "
+      "races. Switch the cache off to check them."
+    )
+  return notes
+
+
+def run_notes(run: Run) -> list[str]:
+  """The run's coverage notes, its notes on shipped bindings installed at
+  versions their declarations do not cover (`Run.version_notes`), then its
+  platform note."""
+  platform = platform_note(run)
+  return [
+    *coverage_notes(run.coverage),
+    *run.version_notes,
+    *([platform] if platform else []),
+  ]

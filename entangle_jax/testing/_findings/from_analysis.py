@@ -1,0 +1,502 @@
+"""The findings of an analysis: the one module that reads `Op`, `Race` and
+the user's source lines, and turns them into plain records
+(`entangle_jax.testing._findings.records`) that every emitter reads.
+
+* `cause_of`: why a pair is reported (a `Cause` with its stable code,
+  `causes.CAUSES`) and what fixes it; `program_order_fix`: how
+  ``in_program_order`` fixes a group's pairs, when it does.
+* `findings_of`: the pairs of one module grouped by cause, real hazards
+  first, each `Group` with its findings (pairs of the same two targets on
+  the same two user lines), its undeclared targets; and the declarations
+  that decided the answer.
+* `module_result`: one checked module file and its findings.
+* `call_site` / `pairs_of`: calls and pairs as records, each object named
+  by a label that is stable within the module (`ObjectLabels`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+from entangle_jax._src.targets import names as target_names
+from entangle_jax._src.targets import shipped
+from entangle_jax.testing._analysis import source_lines
+from entangle_jax.testing._analysis.ops import Op, Race
+from entangle_jax.testing._analysis.order_analysis import LeftOut
+from entangle_jax.testing._findings import causes
+from entangle_jax.testing._findings.platforms import Platform
+from entangle_jax.testing._findings.records import (
+  CallSite,
+  Cause,
+  Finding,
+  Findings,
+  Group,
+  ModuleResult,
+  ObjectSeen,
+  Pair,
+  SafeCount,
+)
+from entangle_jax.testing._order.access import Access
+from entangle_jax.testing._order.objects import ObjectRef
+
+
+def _cause(code: str, headline: str, *steps: str) -> Cause:
+  return Cause(code, causes.BY_CODE[code].rank, headline, steps)
+
+
+def cause_of(race: Race) -> Cause:
+  """The most likely reason `race` is reported."""
+  if race.across_devices:
+    return _cause(
+      "EJ003",
+      "on another device: calls of this SPMD module on two devices, on "
+      "targets declared shared across devices, which nothing in one "
+      "module orders",
+      "give each device its own object (a handle per shard, and "
+      "`distinct_elements = true`), declare the targets `devices = "
+      '"per-device"` if each device has its own state, or order the '
+      "devices' calls outside this module.",
+    )
+  pairs = [
+    (x, y)
+    for x in race.first.accesses
+    for y in race.second.accesses
+    if "write" in (x.mode, y.mode)
+  ]
+  for x, y in pairs:
+    if (
+      x.object is not None and y.object is not None and x.object.same(y.object)
+    ):
+      if x.resource and y.resource and x.resource != y.resource:
+        one, two = sorted((x.resource, y.resource))
+        return _cause(
+          "EJ001",
+          f"one object under two names, {one!r} and {two!r}: "
+          "two Resources were built on one handle",
+          "share one Resource for the handle: make every call on it "
+          "through that Resource, or pass its current token (res.token) to "
+          "the code that makes the other calls.",
+          "Two Resources never order each other's calls, whatever their "
+          "names (the same name only hides the race from this report).",
+        )
+      return _cause(
+        "EJ002",
+        "the same object, and nothing orders them",
+        *_order_fix(race),
+      )
+  if race.first.backward or race.second.backward:
+    return _cause(
+      "EJ004",
+      "a backward-pass call (a custom_vjp backward rule, under "
+      "transpose(...)) is not covered by the forward call's Resource",
+      "make the native calls of the backward rule through a Resource "
+      "(res.read / res.write on the token the forward pass saved), so "
+      "that they are ordered with the forward pass's calls.",
+    )
+  if any(
+    (x.resource is None and x.object is None)
+    or (y.resource is None and y.object is None)
+    for x, y in pairs
+  ):
+    from_binding = any(
+      op.binding_location is not None and op.declaration is None
+      for op in (race.first, race.second)
+    )
+    steps = (causes.DECLARE_STEP, causes.ANY_RESOURCE_NOTE)
+    if from_binding:
+      steps = (causes.TABLE_FIRST, *steps)
+    return _cause("EJ005", "a call the analysis knows nothing about", *steps)
+  for x, y in pairs:
+    if (
+      x.object is not None
+      and y.object is not None
+      and (x.object.may_differ_by_element(y.object))
+    ):
+      in_resource = any(
+        op.scope != op.user_scope for op in (race.first, race.second)
+      )
+      names = (
+        "; or give each Resource its own name (Resource(token, name=...))"
+        if in_resource
+        else ""
+      )
+      return _cause(
+        "EJ006",
+        "may be one object: different elements of one array of handles, "
+        "which nothing declares distinct",
+        "if distinct elements of that array hold distinct handles, say "
+        "so: `distinct_elements = true` in the [tool.entangle-jax] table "
+        "of pyproject.toml (or for the target: declare_target(target, "
+        f"object=0, distinct_elements=True)){names}.",
+      )
+  return _cause(
+    "EJ007",
+    "may be one object: nothing says their handles differ",
+    "if they touch different objects, give their Resources different "
+    "names, or declare what the targets touch (declare_target(target, "
+    "object=..., ...)); otherwise " + causes.ORDER_FIX,
+  )
+
+
+def _name(op: Op) -> str:
+  return op.target or op.instruction.opcode
+
+
+def _handed_back(op: Op) -> int | None:
+  """The result of `op` that hands back the object it touched, if its
+  declaration says so."""
+  declaration = op.declaration
+  if declaration is not None and declaration.returns_object:
+    return declaration.returns_object[0]
+  return None
+
+
+def _object_operand(op: Op) -> int | None:
+  """The operand of `op` that names its object: declared, or a Resource's
+  token (operand 0)."""
+  declaration = op.declaration
+  if declaration is not None and declaration.object is not None:
+    return declaration.object
+  return 0 if op.scope != op.user_scope else None
+
+
+def _order_fix(race: Race) -> tuple[str, ...]:
+  """The fix for two calls on one object, in the order the program made
+  them (`race.first` first), naming what the later call must consume: the
+  Python argument that carries the object where its declaration names it,
+  else the operand."""
+  first, second = race.first, race.second
+  declaration = second.declaration
+  argument = declaration.argument if declaration is not None else None
+  operand = _object_operand(second)
+  fix = (
+    f"the later call (`{_name(second)}`) must run after the earlier one "
+    f"(`{_name(first)}`, listed first), as the program made them: "
+  )
+  returned = _handed_back(first)
+  if argument is not None:
+    into = f"argument {argument}"
+    if returned is not None:
+      fix += (
+        f"pass as {into} the object the earlier call hands back (its "
+        f"result {returned}), or the handle entangled with it."
+      )
+    else:
+      fix += (
+        f"pass as {into} the array that holds the handle, entangled with "
+        "a result of the earlier call (`entangle(handle, r)`: `handle` an "
+        "array, `r` that result)."
+      )
+  else:
+    into = (
+      f"the later call's operand {operand}"
+      if operand is not None
+      else "an operand of the later call"
+    )
+    if returned is not None:
+      fix += (
+        f"pass as {into} the object the earlier call hands back (its "
+        f"result {returned}) in place of the handle it was given, or that "
+        "handle entangled with it (`handle = entangle(handle, r)` with `r` "
+        "that result)."
+      )
+    else:
+      fix += (
+        f"make {into} consume a value computed from the earlier call's "
+        "result (`handle = entangle(handle, r)` with `r` a result of the "
+        "earlier call, then pass `handle` to the later call)."
+      )
+  steps = [fix]
+  if any(op.scope != op.user_scope for op in (first, second)):
+    steps.append(
+      "Where one of them is made through a Resource, make the other "
+      "through it too (res.read / res.write), or pass it res.token."
+    )
+  return tuple(steps)
+
+
+_JITTED = re.compile(r"jit\(([^()/]+)\)(?:/|$)")
+_GRADIENT = re.compile(r"(?:^|/|\()(?:jvp|transpose)\(")
+
+
+def _jitted_function(op: Op) -> str | None:
+  """The name of the function ``jax.jit`` made the op's module from: the
+  first component of its ``op_name`` (``jit(step)/...``), or None when
+  the op was not traced under ``jax.jit`` (pmap, a hand-written module)."""
+  found = _JITTED.match(op.user_scope)
+  return found.group(1) if found else None
+
+
+def from_gradient(ops: Iterable[Op]) -> bool:
+  """Whether `ops` came from a gradient: JAX wraps the scopes of a
+  gradient's ops in ``jvp(...)`` (forward) and ``transpose(...)``
+  (backward)."""
+  return any(_GRADIENT.search(op.user_scope) for op in ops)
+
+
+def _primitive(op: Op) -> str:
+  """The primitive that made `op`: the last component of its ``op_name``."""
+  return op.instruction.op_name.rsplit("/", 1)[-1]
+
+
+def program_order_fix(
+  races: Sequence[Race], cause: Cause, gradient: bool = False
+) -> str | None:
+  """How ``in_program_order`` fixes every pair of `races` (one cause's),
+  when it does: both calls of each pair declared, on one device, made by
+  the one function ``jax.jit`` compiled into the module, the earlier call
+  returning an array to order the later one after. None otherwise: pairs
+  across devices (nothing in one module orders devices), two Resources on
+  one handle (in_program_order, as the race check, reads their names as
+  two objects), calls nothing declares (declare them first), an earlier
+  call that returns nothing (``jax.debug.callback``: nothing can wait for
+  it), a module not made by ``jax.jit``, a later call with no operand
+  (nothing to entangle it by: the transform raises, naming it), or a call
+  of a primitive the transform has raised for in this process
+  (`target_names.UNORDERABLE_PRIMITIVES`: one whose custom call takes no
+  input of the primitive). With `gradient` (the module came from a
+  gradient), it says how to wrap one."""
+  if cause.rank == 0 or not races:
+    return None
+  names = set()
+  for race in races:
+    first, second = race.first, race.second
+    if race.across_devices:
+      return None
+    if first.declaration is None or second.declaration is None:
+      return None
+    if not second.instruction.operands:  # Nothing to entangle.
+      return None
+    if any(
+      _primitive(op) in target_names.UNORDERABLE_PRIMITIVES
+      for op in (first, second)
+    ):
+      return None
+    result = first.instruction
+    if result.dims is None or result.zero_sized:  # No array to wait for.
+      return None
+    names |= {_jitted_function(first), _jitted_function(second)}
+  if len(names) != 1 or None in names:
+    return None
+  (name,) = names
+  fix = (
+    f"Or order every native call of `{name}`, the function jitted into "
+    "this module, as its program makes them: "
+    f"`jax.jit(entangle_jax.in_program_order({name}))` in place of "
+    f"`jax.jit({name})`, which adds the entangle calls these declarations "
+    "call for."
+  )
+  if gradient:
+    fix += (
+      " Wrap what you pass to jax.jit: a gradient's module is named for "
+      f"its function too, and `jax.jit(jax.grad({name}))` becomes "
+      f"`jax.jit(entangle_jax.in_program_order(jax.grad({name})))`."
+    )
+  return fix
+
+
+class ObjectLabels:
+  """Labels for the objects of one module, stable from run to run: an
+  argument or value keeps its name; a handle baked into the module as a
+  constant (its value a new address each run) is ``handle #N (a
+  constant)``, numbered in the order the report meets them."""
+
+  def __init__(self):
+    self._constants: dict[object, int] = {}
+
+  def label(self, ref: ObjectRef) -> str:
+    if ref.root[0] != "constant":
+      return f"object {ref}"
+    number = self._constants.setdefault(ref.root, len(self._constants) + 1)
+    element = "" if ref.element is None else f"[{ref.element}]"
+    return f"handle #{number}{element} (a constant)"
+
+
+def _access_text(access: Access, labels: ObjectLabels) -> tuple[str, str]:
+  """What one access says, and the label of its object ('' for none)."""
+  verb = "reads" if access.mode == "read" else "writes"
+  if access.resource is None and access.object is None:
+    return f"{verb} any resource", ""
+  parts = [] if access.resource is None else [repr(access.resource)]
+  label = ""
+  if access.object is not None:
+    label = labels.label(access.object)
+    parts.append(label)
+  return f"{verb} {', '.join(parts)}", label
+
+
+def call_site(op: Op, labels: ObjectLabels | None = None) -> CallSite:
+  """`op` as a record, its objects named by `labels` (the module's)."""
+  labels = labels or ObjectLabels()
+  texts, objects = [], []
+  for access in op.accesses:
+    text, label = _access_text(access, labels)
+    texts.append(text)
+    if access.object is not None:
+      objects.append(ObjectSeen(label, str(access.object)))
+  user, binding = source_lines.lines(op.instruction.stack)
+  return CallSite(
+    instruction=op.name,
+    target=op.target,
+    opcode=op.instruction.opcode,
+    access="; ".join(texts),
+    objects=tuple(dict.fromkeys(objects)),
+    scope=op.user_scope,
+    path=None if user is None else source_lines.shown_file(user[0]),
+    line=None if user is None else user[1],
+    binding_path=None
+    if binding is None
+    else source_lines.shown_file(binding[0]),
+    binding_line=None if binding is None else binding[1],
+    backward=op.backward,
+  )
+
+
+class _Sites:
+  """Each op's record, made once (a module's million pairs share a few
+  hundred calls), with one module's labels."""
+
+  def __init__(self):
+    self.labels = ObjectLabels()
+    self._made: dict[Op, CallSite] = {}
+
+  def __call__(self, op: Op) -> CallSite:
+    site = self._made.get(op)
+    if site is None:
+      site = self._made[op] = call_site(op, self.labels)
+    return site
+
+  def pair(self, race: Race) -> Pair:
+    return Pair(self(race.first), self(race.second), race.across_devices)
+
+
+def pairs_of(races: Sequence[Race]) -> tuple[Pair, ...]:
+  """`races` as records, with one set of labels."""
+  sites = _Sites()
+  return tuple(sites.pair(race) for race in races)
+
+
+def call_sites(ops: Sequence[Op]) -> tuple[CallSite, ...]:
+  """`ops` as records, with one set of labels."""
+  sites = _Sites()
+  return tuple(sites(op) for op in ops)
+
+
+def findings_of(
+  races: Sequence[Race], left_out: Sequence[LeftOut] = ()
+) -> Findings:
+  """`races` grouped by cause, each group's findings and undeclared
+  targets, the declarations applied, and what declared safe pairs left
+  out (`left_out`: from ``races``' answer or `safe_pairs_left_out`)."""
+  sites = _Sites()
+  pairs = {id(race): sites.pair(race) for race in races}
+  members: dict[Cause, list[Race]] = {}
+  causes_by_kind: dict[tuple, Cause] = {}
+  for race in races:
+    # A cause depends only on this much of a pair: work it out once per
+    # kind of pair, not once for each of a million pairs.
+    kind = (_kind(race.first), _kind(race.second), race.across_devices)
+    cause = causes_by_kind.get(kind)
+    if cause is None:
+      cause = causes_by_kind[kind] = cause_of(race)
+    members.setdefault(cause, []).append(race)
+  gradient = from_gradient(
+    {op for race in races for op in (race.first, race.second)}
+  )
+  groups = []
+  for cause in sorted(members, key=lambda c: c.rank):
+    alike: dict[tuple, list[Race]] = {}
+    for race in members[cause]:
+      alike.setdefault(_where(race), []).append(race)
+    undeclared = _undeclared(members[cause])
+    notes = (shipped.note_for(t) for t in undeclared)
+    program_order = program_order_fix(members[cause], cause, gradient)
+    steps = (
+      cause.steps if program_order is None else (*cause.steps, program_order)
+    )
+    entries = tuple(
+      Finding(tuple(pairs[id(r)] for r in same), cause, steps)
+      for same in alike.values()
+    )
+    groups.append(
+      Group(
+        cause,
+        entries,
+        undeclared,
+        tuple(dict.fromkeys(n for n in notes if n)),
+        program_order,
+      )
+    )
+  applied = _declarations_of([*races, *(item.race for item in left_out)])
+  by_safe: dict = {}
+  for item in left_out:
+    by_safe.setdefault(item.pair, []).append(sites.pair(item.race))
+  return Findings(
+    tuple(pairs[id(race)] for race in races),
+    tuple(groups),
+    applied,
+    tuple(SafeCount(p, tuple(r)) for p, r in by_safe.items()),
+    gradient,
+  )
+
+
+def _where(race: Race) -> tuple:
+  """The two targets and the two user lines of `race`, unordered."""
+  ends = sorted(
+    (op.target or "", op.location or "") for op in (race.first, race.second)
+  )
+  return (*ends, race.across_devices)
+
+
+def _kind(op: Op) -> tuple:
+  """What `cause_of` reads of `op`."""
+  return (
+    op.accesses,
+    op.backward,
+    op.scope != op.user_scope,
+    op.target,
+    op.declaration,
+    op.binding_location is not None,
+  )
+
+
+def _undeclared(races: Sequence[Race]) -> tuple[str, ...]:
+  return tuple(
+    sorted(
+      {
+        op.target
+        for race in races
+        for op in (race.first, race.second)
+        if op.target
+        and op.declaration is None
+        and any(a.resource is None and a.object is None for a in op.accesses)
+      }
+    )
+  )
+
+
+def _declarations_of(races: Sequence[Race]) -> tuple[str, ...]:
+  found = (op.declaration for race in races for op in (race.first, race.second))
+  return tuple(str(d) for d in dict.fromkeys(d for d in found if d is not None))
+
+
+def module_result(
+  path: str,
+  module: str,
+  platform: Platform | None,
+  native_calls: int = 0,
+  races: Sequence[Race] = (),
+  left_out: Sequence[LeftOut] = (),
+  declared: tuple[str, ...] = (),
+) -> ModuleResult:
+  """One checked module's result, its races made records
+  (`findings_of`)."""
+  return ModuleResult(
+    path,
+    module,
+    platform,
+    native_calls,
+    findings_of(races, left_out),
+    declared=declared,
+  )
