@@ -24,6 +24,15 @@ Proving order on the module XLA runs:
 * ``order_graph(compiled, among=None, format="dot")``: the whole picture, as
   Graphviz DOT or Mermaid text.
 
+Seeing what did happen, at run time:
+
+* ``sanitize()``: a context manager that records every call of the FFI
+  targets registered after it started (``pytest --entangle-sanitize`` does
+  it for each test); its ``Seen`` holds the calls (``SanitizedCall``), the
+  races (``SanitizerRace``: calls on one ``SanitizedObject`` that overlapped
+  or ran out of program order) and the ``Contradiction``s of the
+  declarations.
+
 A tiny mutable native resource, for reproducing ordering hazards
 (`entangle_jax.testing.example_store`, whose names are reachable here too):
 
@@ -71,6 +80,9 @@ from entangle_jax.testing._order.access import Access
 from entangle_jax.testing._order.objects import ObjectRef
 from entangle_jax.testing._report.order_graph import order_graph
 from entangle_jax.testing._report.race_text import format_races
+from entangle_jax.testing._sanitize.calls import SanitizedCall, SanitizedObject
+from entangle_jax.testing._sanitize.checks import Contradiction, SanitizerRace
+from entangle_jax.testing._sanitize.session import Seen, sanitize
 from entangle_jax.testing._ways_in.queries import (
   assert_happens_before,
   happens_before,
@@ -94,6 +106,7 @@ _EXAMPLE_STORE_NAMES = frozenset(
   {
     "NUM_SLOTS",
     "CallRecord",
+    "Contradiction",
     "call_log",
     "has_cuda_device",
     "read_slot",
@@ -107,6 +120,7 @@ __all__ = [
   "NUM_SLOTS",
   "Access",
   "CallRecord",
+  "Contradiction",
   "Declarations",
   "LeftOut",
   "ObjectRef",
@@ -116,6 +130,10 @@ __all__ = [
   "RaceCheckError",
   "Races",
   "SafePair",
+  "SanitizedCall",
+  "SanitizedObject",
+  "SanitizerRace",
+  "Seen",
   "TargetDeclaration",
   "assert_happens_before",
   "call_log",
@@ -134,6 +152,7 @@ __all__ = [
   "races",
   "read_slot",
   "reset_slots",
+  "sanitize",
   "slot_values",
   "write_slot",
 ]
