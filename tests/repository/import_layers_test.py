@@ -4,12 +4,13 @@ race check's stages only look down.
 ``entangle_jax.testing`` is a pipeline of stages, each a folder that
 imports only the stages before it (docs/development.md, "Internals"):
 text in (``_hlo``), order (``_order``), the facade (``_analysis``),
-findings and their emitters (``_report``), and the ways in
-(``_ways_in``). Above them sit only the public face, the entry-point
-shims and the example store. Of the core package the stages read only
-what a native target does (``_src.targets``) and how ``Resource``
-records its accesses (``_src.access_marker``), which load no extension;
-the core never imports ``entangle_jax.testing``."""
+findings and their emitters (``_report``), the run-time sanitizer
+(``_sanitize``), and the ways in (``_ways_in``). Above them sit only
+the public face, the entry-point shims and the example store. Of the
+core package the stages read only what a native target does
+(``_src.targets``) and how ``Resource`` records its accesses
+(``_src.access_marker``), which load no extension; the core never
+imports ``entangle_jax.testing``."""
 
 import ast
 import pathlib
@@ -24,7 +25,14 @@ PACKAGE = ROOT / "entangle_jax"
 TESTING = "entangle_jax.testing"
 STAGES = tuple(
   f"{TESTING}.{name}"
-  for name in ("_hlo", "_order", "_analysis", "_report", "_ways_in")
+  for name in (
+    "_hlo",
+    "_order",
+    "_analysis",
+    "_report",
+    "_sanitize",
+    "_ways_in",
+  )
 )
 """The stages, in pipeline order."""
 
@@ -177,7 +185,8 @@ class ImportLayersTest(absltest.TestCase):
   def test_a_stage_importing_a_later_one_is_found(self):
     # The control: the stage rule does catch an upward import.
     self.assertEqual(stage_of(f"{TESTING}._order.rules"), 1)
-    self.assertEqual(stage_of(f"{TESTING}._ways_in.command"), 4)
+    self.assertEqual(stage_of(f"{TESTING}._sanitize.session"), 4)
+    self.assertEqual(stage_of(f"{TESTING}._ways_in.command"), 5)
     self.assertIsNone(stage_of(f"{TESTING}._orderly"))
     self.assertEqual(stage_of(f"{TESTING}._report.race_text"), 3)
 

@@ -13,6 +13,7 @@ are and listed in `not_wrapped`.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import sys
 import threading
 import types
@@ -63,14 +64,14 @@ _native: types.ModuleType | None = None
 
 
 def native() -> types.ModuleType:
-  """The trampolines' extension (loaded on first use)."""
+  """The trampolines' extension (loaded on first use).
+
+  Raises:
+    ImportError: the extension was not built (rebuild the package).
+  """
   global _native
   if _native is None:
-    from entangle_jax._src import native as core_native
-
-    _native = core_native.load_extension(
-      "entangle_jax.testing", "_sanitize_ffi"
-    )
+    _native = importlib.import_module("entangle_jax.testing._sanitize_ffi")
   return _native
 
 
