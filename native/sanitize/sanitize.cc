@@ -27,16 +27,19 @@ std::atomic<int> next_binding{0};
 std::atomic<bool> recording{false};
 
 // Per-thread logs: a thread appends to its own, with no lock; Drain reads
-// what each has published (count, with release/acquire ordering).
+// what each has published (count, with release/acquire ordering) and hands
+// the space back (consumed). Each log is a ring of up to a million records
+// between two drains, its chunks allocated as it first fills them.
 constexpr int64_t kChunk = 4096;
-constexpr int64_t kMaxChunks = 256;  // about a million calls per thread
+constexpr int64_t kMaxChunks = 256;
+constexpr int64_t kCapacity = kChunk * kMaxChunks;
 
 struct ThreadLog {
   int64_t thread = 0;
   std::atomic<int64_t> count{0};
   std::array<std::atomic<Record*>, kMaxChunks> chunks{};
+  std::atomic<int64_t> consumed{0};  // what Drain has read
   std::atomic<int64_t> dropped{0};
-  int64_t read = 0;  // Drain's position, under registry_mutex
 };
 
 std::mutex registry_mutex;
@@ -61,11 +64,11 @@ ThreadLog* MyLog() {
 void Append(const Record& record) {
   ThreadLog* log = MyLog();
   const int64_t n = log->count.load(std::memory_order_relaxed);
-  const int64_t chunk = n / kChunk;
-  if (chunk >= kMaxChunks) {
+  if (n - log->consumed.load(std::memory_order_acquire) >= kCapacity) {
     log->dropped.fetch_add(1, std::memory_order_relaxed);
     return;
   }
+  const int64_t chunk = (n % kCapacity) / kChunk;
   Record* records = log->chunks[chunk].load(std::memory_order_relaxed);
   if (records == nullptr) {
     records = new Record[kChunk];
@@ -298,12 +301,13 @@ std::vector<ThreadRecord> Drain(int64_t* dropped) {
   std::lock_guard<std::mutex> lock(registry_mutex);
   for (ThreadLog* log : Registry()) {
     const int64_t count = log->count.load(std::memory_order_acquire);
-    for (int64_t n = log->read; n < count; ++n) {
-      const Record* records =
-          log->chunks[n / kChunk].load(std::memory_order_acquire);
+    for (int64_t n = log->consumed.load(std::memory_order_relaxed);
+         n < count; ++n) {
+      const Record* records = log->chunks[(n % kCapacity) / kChunk].load(
+          std::memory_order_acquire);
       out.push_back(ThreadRecord{log->thread, records[n % kChunk]});
     }
-    log->read = count;
+    log->consumed.store(count, std::memory_order_release);
     *dropped += log->dropped.exchange(0, std::memory_order_relaxed);
   }
   return out;
