@@ -30,8 +30,8 @@ Seeing what did happen, at run time:
   targets registered after it started (``pytest --entangle-sanitize`` does
   it for each test); its ``Seen`` holds the calls (``SanitizedCall``), the
   races (``SanitizerRace``: calls on one ``SanitizedObject`` that overlapped
-  or ran out of program order) and the ``Contradiction``s of the
-  declarations.
+  or ran out of program order, each call at its ``CallSite``) and the
+  contradictions of the declarations (``Contradiction``).
 
 A tiny mutable native resource, for reproducing ordering hazards
 (`entangle_jax.testing.example_store`, whose names are reachable here too):
@@ -83,6 +83,7 @@ from entangle_jax.testing._report.race_text import format_races
 from entangle_jax.testing._sanitize.calls import SanitizedCall, SanitizedObject
 from entangle_jax.testing._sanitize.checks import Contradiction, SanitizerRace
 from entangle_jax.testing._sanitize.session import Seen, sanitize
+from entangle_jax.testing._sanitize.sites import CallSite, SanitizedModule
 from entangle_jax.testing._ways_in.queries import (
   assert_happens_before,
   happens_before,
@@ -120,6 +121,7 @@ __all__ = [
   "NUM_SLOTS",
   "Access",
   "CallRecord",
+  "CallSite",
   "Contradiction",
   "Declarations",
   "LeftOut",
@@ -131,6 +133,7 @@ __all__ = [
   "Races",
   "SafePair",
   "SanitizedCall",
+  "SanitizedModule",
   "SanitizedObject",
   "SanitizerRace",
   "Seen",

@@ -252,9 +252,9 @@ class ChecksTest(absltest.TestCase):
     self.assertEqual(race.object.value, 2)
 
   def test_out_of_order_in_one_execution(self):
-    module = sites.CompiledModule("jit_f", 0, "Host")
+    module = sites.SanitizedModule("jit_f", 0, "Host")
     first, second = (
-      sites.Site(k, module, k, "w", in_loop=False, in_branch=False)
+      sites.CallSite(k, module, k, "w", in_loop=False, in_branch=False)
       for k in (0, 1)
     )
     a = _call("w", 20, 30, ((0, (7,)),), site=first)

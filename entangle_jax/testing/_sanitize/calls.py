@@ -69,7 +69,7 @@ class SanitizedCall:
   start_ns: int
   end_ns: int
   run_id: int
-  site: _sites.Site | None
+  site: _sites.CallSite | None
   operands: tuple[tuple[int, tuple[int, ...]], ...]
   failed: bool = False
   truncated: bool = False

@@ -180,7 +180,7 @@ class _Static:
       return None
     return analysis, x, y
 
-  def _analyse(self, module: sites.CompiledModule):
+  def _analyse(self, module: sites.SanitizedModule):
     from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
 
     text = module.text()

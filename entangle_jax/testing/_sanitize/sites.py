@@ -4,7 +4,7 @@ While the sanitizer runs, every module JAX compiles passes through
 `annotate` first: each custom call to a wrapped target gets one more FFI
 attribute, ``entangle_jax_sanitize_site = N`` (an int64, unique in the
 process), which the trampoline reads and strips before the original
-handler sees the call. `Site` says where ``N`` is: its module, and its
+handler sees the call. `CallSite` says where ``N`` is: its module, and its
 position among the module's native calls in program order (the order the
 program made them: the lowered module's, callees in place of their calls).
 
@@ -32,13 +32,13 @@ _BRANCHES = ("stablehlo.case", "stablehlo.if")
 
 
 @dataclasses.dataclass(eq=False)
-class CompiledModule:
+class SanitizedModule:
   """A module compiled while the sanitizer ran."""
 
   name: str
   serial: int
   platform: str
-  sites: list[Site] = dataclasses.field(default_factory=list)
+  sites: list[CallSite] = dataclasses.field(default_factory=list)
   not_observed: set[str] = dataclasses.field(default_factory=set)
   """Typed FFI targets it calls that run unwrapped (registered before the
   sanitizer started)."""
@@ -59,7 +59,7 @@ class CompiledModule:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class Site:
+class CallSite:
   """Where a call is in its program.
 
   Attributes:
@@ -74,7 +74,7 @@ class Site:
   """
 
   number: int
-  module: CompiledModule
+  module: SanitizedModule
   position: int
   target: str
   in_loop: bool
@@ -87,16 +87,16 @@ class Site:
 _numbers = itertools.count()
 _serials = itertools.count()
 _lock = threading.Lock()
-_sites: dict[int, Site] = {}
-_modules: list[CompiledModule] = []
+_sites: dict[int, CallSite] = {}
+_modules: list[SanitizedModule] = []
 
 
-def site(number: int) -> Site | None:
+def site(number: int) -> CallSite | None:
   """The site of attribute value `number`, if this process made it."""
   return _sites.get(number)
 
 
-def modules_since(serial: int) -> list[CompiledModule]:
+def modules_since(serial: int) -> list[SanitizedModule]:
   """The modules compiled (under the hook) from compile `serial` on."""
   return [m for m in _modules if m.serial >= serial]
 
@@ -129,7 +129,7 @@ def _make_compile(original):
   return compile_or_get_cached
 
 
-def annotate(computation: Any, platform: str) -> CompiledModule | None:
+def annotate(computation: Any, platform: str) -> SanitizedModule | None:
   """Adds the site attribute to each wrapped call of `computation` (an
   MLIR module, edited in place); the module's record, or None when it
   calls no native target at all."""
@@ -137,7 +137,7 @@ def annotate(computation: Any, platform: str) -> CompiledModule | None:
   with computation.context:
     name = ir.StringAttr(computation.operation.attributes["sym_name"]).value
     with _lock:
-      module = CompiledModule(name, len(_modules), platform)
+      module = SanitizedModule(name, len(_modules), platform)
     functions = {}
     for op in computation.body.operations:
       op = op.operation
@@ -158,7 +158,7 @@ def annotate(computation: Any, platform: str) -> CompiledModule | None:
 
 
 class _Walker:
-  def __init__(self, ir, computation, functions, module: CompiledModule):
+  def __init__(self, ir, computation, functions, module: SanitizedModule):
     self.ir = ir
     self.computation = computation
     self.functions = functions
@@ -226,7 +226,7 @@ class _Walker:
     )
     attributes[key] = ir.DictAttr.get(entries)
     self.module.sites.append(
-      Site(
+      CallSite(
         number,
         self.module,
         len(self.module.sites),
