@@ -172,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         structure[impl] = workers.run(impl, "structure")
     log("handlers: this checkout's and the peer's, in one process")
     handlers = workers.run(OURS, "handlers")["handler_ns"]
+    log("sanitizer: a native call unsanitized, wrapped, and recording")
+    sanitizer = workers.run(OURS, "sanitizer")["sanitizer_ns"]
     timings = workers.alternate(IMPLS, "timing", timing_rounds, log)
     compiles = workers.alternate(COMPILE_IMPLS, "compile", compile_rounds, log)
     analysis = workers.alternate([OURS], "analysis", compile_rounds, log)
@@ -201,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     },
     "structure": structure,
     "handlers": handlers,
+    "sanitizer": sanitizer,
     "analysis": [r["analysis_s"] for r in analysis[OURS]],
     "dump_check": [r["dump_check_s"] for r in dumps[OURS]],
   }

@@ -44,6 +44,7 @@ PARTS = {
   "analysis": "analysis_time",
   "dump_check": "dump_check_time",
   "program_order": "program_order_time",
+  "sanitizer": "sanitizer_time",
 }
 _CPU_DEVICES = {"structure": 8}
 

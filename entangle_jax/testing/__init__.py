@@ -24,6 +24,15 @@ Proving order on the module XLA runs:
 * ``order_graph(compiled, among=None, format="dot")``: the whole picture, as
   Graphviz DOT or Mermaid text.
 
+Seeing what did happen, at run time:
+
+* ``sanitize()``: a context manager that records every call of the FFI
+  targets registered after it started (``pytest --entangle-sanitize`` does
+  it for each test); its ``Seen`` holds the calls (``SanitizedCall``), the
+  races (``SanitizerRace``: calls on one ``SanitizedObject`` that overlapped
+  or ran out of program order, each call at its ``CallSite``) and the
+  contradictions of the declarations (``Contradiction``).
+
 A tiny mutable native resource, for reproducing ordering hazards
 (`entangle_jax.testing.example_store`, whose names are reachable here too):
 
@@ -70,6 +79,10 @@ from entangle_jax.testing._analysis.source_lines import mark_library
 from entangle_jax.testing._hlo.module_text import module_text
 from entangle_jax.testing._order.access import Access
 from entangle_jax.testing._order.objects import ObjectRef
+from entangle_jax.testing._sanitize.calls import SanitizedCall, SanitizedObject
+from entangle_jax.testing._sanitize.checks import Contradiction, SanitizerRace
+from entangle_jax.testing._sanitize.session import Seen, sanitize
+from entangle_jax.testing._sanitize.sites import CallSite, SanitizedModule
 from entangle_jax.testing._ways_in.order_graph import order_graph
 from entangle_jax.testing._ways_in.queries import (
   assert_happens_before,
@@ -95,6 +108,7 @@ _EXAMPLE_STORE_NAMES = frozenset(
   {
     "NUM_SLOTS",
     "CallRecord",
+    "Contradiction",
     "call_log",
     "has_cuda_device",
     "read_slot",
@@ -108,6 +122,8 @@ __all__ = [
   "NUM_SLOTS",
   "Access",
   "CallRecord",
+  "CallSite",
+  "Contradiction",
   "Declarations",
   "LeftOut",
   "ObjectRef",
@@ -118,6 +134,11 @@ __all__ = [
   "RaceCheckError",
   "Races",
   "SafePair",
+  "SanitizedCall",
+  "SanitizedModule",
+  "SanitizedObject",
+  "SanitizerRace",
+  "Seen",
   "TargetDeclaration",
   "assert_happens_before",
   "call_log",
@@ -136,6 +157,7 @@ __all__ = [
   "races",
   "read_slot",
   "reset_slots",
+  "sanitize",
   "slot_values",
   "write_slot",
 ]

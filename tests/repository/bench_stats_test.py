@@ -241,6 +241,11 @@ def _results() -> dict:
       if impl != NOISE
     },
     "handlers": {name: JITTER for name in (OURS, PEER, OURS_AGAIN)},
+    "sanitizer": {
+      "unsanitized": [x * 80 for x in JITTER],
+      "wrapped, recording off": [x * 90 for x in JITTER],
+      "wrapped, recording": [x * 170 for x in JITTER],
+    },
     "analysis": [_analysis_round(factor) for factor in (1.0, 1.1, 0.9)],
     "dump_check": [_dump_round(check) for check in (0.2, 0.3, 0.25)],
   }

@@ -5,7 +5,8 @@ check's stages only look down.
 imports only the stages before it (docs/development.md, "Internals"): text
 in (``_hlo``), order (``_order``), the facade (``_analysis``), findings as
 plain records (``_findings``), the emitters that write them
-(``_emitters``), and the ways in (``_ways_in``). No emitter reads the HLO,
+(``_emitters``), the run-time sanitizer (``_sanitize``), and the ways
+in (``_ways_in``). No emitter reads the HLO,
 order or analysis stages: emitters see records only, and among the
 findings only ``from_analysis`` reads the analysis. Above them sit only
 the public face, the entry-point shims and the example store. Of the core
@@ -32,6 +33,7 @@ STAGES = tuple(
     "_analysis",
     "_findings",
     "_emitters",
+    "_sanitize",
     "_ways_in",
   )
 )
@@ -232,7 +234,8 @@ class ImportLayersTest(absltest.TestCase):
   def test_a_stage_importing_a_later_one_is_found(self):
     # The control: the stage rule does catch an upward import.
     self.assertEqual(stage_of(f"{TESTING}._order.rules"), 1)
-    self.assertEqual(stage_of(f"{TESTING}._ways_in.command"), 5)
+    self.assertEqual(stage_of(f"{TESTING}._sanitize.session"), 5)
+    self.assertEqual(stage_of(f"{TESTING}._ways_in.command"), 6)
     self.assertIsNone(stage_of(f"{TESTING}._orderly"))
     self.assertEqual(stage_of(f"{TESTING}._findings.records"), 3)
     self.assertEqual(stage_of(f"{TESTING}._emitters.text"), 4)

@@ -118,6 +118,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
       "terminal summary says where) rather than into the terminal summary"
     ),
   )
+  group.addoption(
+    "--entangle-sanitize",
+    action="store_true",
+    default=False,
+    help=(
+      "record every native call of each test (entangle_jax.testing."
+      "sanitize) and fail a test in which calls on one object raced"
+    ),
+  )
 
 
 class _State:
@@ -234,6 +243,10 @@ def pytest_configure(config: pytest.Config) -> None:
     f"{EXPECTED}: this test races on purpose (a control); the race check "
     "reports its racing modules but does not fail it",
   )
+  if config.getoption("entangle_sanitize", False):
+    from entangle_jax.testing._sanitize import pytest_hooks
+
+    pytest_hooks.register(config)
   state = _state(config)
   if state is None:
     return

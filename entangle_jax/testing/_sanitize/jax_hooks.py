@@ -1,0 +1,54 @@
+"""Every private JAX name the sanitizer uses, in one place, each guarded by
+tests/sanitize/jax_hooks_test.py.
+
+Two functions are replaced while the sanitizer runs, and put back after:
+``jaxlib.xla_client.register_custom_call_target``, which
+``jax.ffi.register_ffi_target`` (and the older direct route) calls with
+each handler; and ``jax._src.compiler.compile_or_get_cached``, which every
+``jit`` compile passes through with its StableHLO module.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+from typing import Any
+
+REGISTER = "register_custom_call_target"
+COMPILE = "compile_or_get_cached"
+
+
+def registration_module() -> types.ModuleType:
+  """The module whose `REGISTER` every FFI registration calls."""
+  from jax._src.lib import xla_client
+
+  return xla_client
+
+
+def compiler_module() -> types.ModuleType:
+  """The module whose `COMPILE` every compile of a jitted module calls
+  (``compile_or_get_cached(backend, module, ...)``)."""
+  from jax._src import compiler
+
+  return compiler
+
+
+def mlir_ir() -> types.ModuleType:
+  """JAX's MLIR Python bindings (``ir``), to edit a module before it is
+  compiled."""
+  from jax._src.lib.mlir import ir
+
+  return ir
+
+
+def replace(
+  module: types.ModuleType, name: str, make: Callable[[Any], Any]
+) -> Callable[[], None]:
+  """Sets ``module.name`` to ``make(original)``; returns the undo."""
+  original = getattr(module, name)
+  setattr(module, name, make(original))
+
+  def undo() -> None:
+    setattr(module, name, original)
+
+  return undo

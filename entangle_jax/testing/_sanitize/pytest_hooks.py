@@ -1,0 +1,54 @@
+"""``pytest --entangle-sanitize``: each test's call runs under `sanitize`.
+
+`register` (from the plugin's ``pytest_configure``) starts the sanitizer
+before any test module is imported, so that the FFI targets a test suite's
+libraries register at import are wrapped, then registers `SanitizePlugin`.
+A test in which a race was seen fails, with the sanitizer's report, unless
+it is marked ``entangle_races_expected`` (a control that races on purpose);
+contradictions of the declarations are reported with the test's output and
+fail it too. Under pytest-xdist each worker does the same for its tests.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from entangle_jax.testing._sanitize import session
+
+EXPECTED = "entangle_races_expected"
+_SEEN = pytest.StashKey[session.Seen]()
+
+
+def register(config: pytest.Config) -> None:
+  """Starts the sanitizer and adds the per-test hooks to `config`."""
+  session.start()
+  config.pluginmanager.register(SanitizePlugin(), "entangle-sanitize")
+
+
+class SanitizePlugin:
+  """The per-test hooks of ``--entangle-sanitize``."""
+
+  @pytest.hookimpl(hookwrapper=True)
+  def pytest_runtest_call(self, item: pytest.Item):
+    with session.sanitize() as seen:
+      yield
+    item.stash[_SEEN] = seen
+
+  @pytest.hookimpl(hookwrapper=True)
+  def pytest_runtest_makereport(self, item: pytest.Item, call):
+    outcome = yield
+    if call.when != "call":
+      return
+    seen = item.stash.get(_SEEN, None)
+    if seen is None:
+      return
+    report = outcome.get_result()
+    text = session.format_seen(seen)
+    report.sections.append(("entangle-jax sanitizer", text))
+    expected = item.get_closest_marker(EXPECTED) is not None
+    if (seen.races or seen.contradictions) and not expected and report.passed:
+      report.outcome = "failed"
+      report.longrepr = (
+        f"entangle-jax sanitizer: {len(seen.races)} races and "
+        f"{len(seen.contradictions)} contradictions seen in this test\n" + text
+      )

@@ -1,0 +1,278 @@
+"""`sanitize`: run code with every wrapped native call recorded, and
+`Seen`, what the run showed."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import re
+import sys
+import threading
+from collections.abc import Generator
+from typing import IO, Any
+
+from entangle_jax._src.targets import sources
+from entangle_jax._src.targets.declaration import Declarations
+from entangle_jax.testing._sanitize import checks, sites, wrapping
+from entangle_jax.testing._sanitize.calls import SanitizedCall, from_records
+from entangle_jax.testing._sanitize.checks import Contradiction, SanitizerRace
+
+_SITE = re.compile(sites.SITE_ATTRIBUTE + r"\s*=\s*(\d+)")
+_lock = threading.Lock()
+_active = False
+_undo_compile: Any = None
+
+
+def start() -> None:
+  """Wraps every FFI target registered from now on, and gives each call
+  of a module compiled from now on its place (recording stays off until
+  `sanitize`). The pytest plugin calls it once, before tests import their
+  libraries; `sanitize` calls it too."""
+  global _undo_compile
+  with _lock:
+    wrapping.install()
+    if _undo_compile is None:
+      _undo_compile = sites.install()
+
+
+def stop() -> None:
+  """Registrations and compiles go to XLA unchanged again (trampolines
+  registered so far stay, forwarding)."""
+  global _undo_compile
+  with _lock:
+    wrapping.uninstall()
+    if _undo_compile is not None:
+      _undo_compile()
+      _undo_compile = None
+
+
+@dataclasses.dataclass
+class Seen:
+  """What a sanitized run showed, filled in when `sanitize` exits.
+
+  Attributes:
+    calls: every recorded call, in order of start.
+    races: the calls on one object, one a write, that overlapped in time
+      or ran out of their program's order (`SanitizerRace`).
+    contradictions: calls declared distinct that named one object
+      (`Contradiction`).
+    not_observed: targets that modules compiled in the run call but that
+      run unwrapped: registered before the sanitizer started (start it
+      before importing the library), or through the untyped API.
+    unknown_places: how many calls have no known place in their program
+      (their module was compiled before the run, or taken from a cache):
+      none of those can be found out of order.
+    dropped: calls a full per-thread log could not hold.
+  """
+
+  calls: list[SanitizedCall] = dataclasses.field(default_factory=list)
+  races: list[SanitizerRace] = dataclasses.field(default_factory=list)
+  contradictions: list[Contradiction] = dataclasses.field(default_factory=list)
+  not_observed: list[str] = dataclasses.field(default_factory=list)
+  unknown_places: int = 0
+  dropped: int = 0
+  declarations: Declarations | None = None
+  _static: Any = dataclasses.field(default=None, repr=False)
+
+  def static_finding(self, race: SanitizerRace) -> str | None:
+    """What the static check says of `race`'s two calls, when both have a
+    place in one module."""
+    if self._static is None:
+      return None
+    return self._static.finding(race.first, race.second)
+
+  def report(self, file: IO[str] | None = None) -> str:
+    """Prints each race and contradiction (both targets, the object,
+    threads, times and places, and the static check's finding for the
+    pair), and what was not observed; returns the text."""
+    text = format_seen(self)
+    print(text, file=file if file is not None else sys.stdout)
+    return text
+
+
+@contextlib.contextmanager
+def sanitize(*, clear_caches: bool = True) -> Generator[Seen]:
+  """Records every call of a wrapped FFI target while the block runs.
+
+  Targets registered (``jax.ffi.register_ffi_target``) after the sanitizer
+  started are wrapped; import a library inside the block, or after
+  `start`, for its calls to be seen. JAX's in-memory compile caches are
+  cleared on entry (`clear_caches`), so that every module the block runs
+  is compiled with its calls' places.
+
+  Yields:
+    A `Seen`, filled in on exit (after pending effects have run).
+
+  Raises:
+    RuntimeError: a sanitizer is active already (they do not nest).
+  """
+  global _active
+  import jax
+
+  with _lock:
+    if _active:
+      raise RuntimeError("entangle_jax.testing.sanitize: already active")
+    _active = True
+  try:
+    start()
+    native = wrapping.native()
+    jax.effects_barrier()
+    native.drain()  # Calls of earlier runs.
+    if clear_caches:
+      jax.clear_caches()
+    first_module = sites.next_serial()
+    seen = Seen()
+    native.set_recording(True)
+    try:
+      yield seen
+    finally:
+      try:
+        jax.effects_barrier()
+      finally:
+        native.set_recording(False)
+      records, dropped = native.drain()
+      _fill(seen, from_records(records), dropped, first_module)
+  finally:
+    with _lock:
+      _active = False
+
+
+def _fill(
+  seen: Seen, calls: list[SanitizedCall], dropped: int, first: int
+) -> None:
+  declarations = sources.current()
+  seen.declarations = declarations
+  seen.calls = calls
+  seen.dropped = dropped
+  seen.unknown_places = sum(c.site is None for c in calls)
+  seen.not_observed = sorted(
+    {t for m in sites.modules_since(first) for t in m.not_observed}
+    | {f"{n.name} ({n.reason})" for n in wrapping.not_wrapped()}
+  )
+  found = checks.touched(calls, declarations)
+  seen.races = checks.races(found)
+  static = _Static(declarations)
+  seen._static = static
+  seen.contradictions = checks.contradictions(
+    found, declarations, static.distinct
+  )
+
+
+class _Static:
+  """The static check on the modules the calls ran in, built on demand."""
+
+  def __init__(self, declarations: Declarations):
+    self.declarations = declarations
+    self.analyses: dict[int, Any] = {}
+
+  def _ops(self, a: SanitizedCall, b: SanitizedCall):
+    if a.site is None or b.site is None or a.site.module is not b.site.module:
+      return None
+    module = a.site.module
+    if module.serial not in self.analyses:
+      self.analyses[module.serial] = self._analyse(module)
+    built = self.analyses[module.serial]
+    if built is None:
+      return None
+    analysis, ops = built
+    x, y = ops.get(a.site.number), ops.get(b.site.number)
+    if x is None or y is None:
+      return None
+    return analysis, x, y
+
+  def _analyse(self, module: sites.SanitizedModule):
+    from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
+
+    text = module.text()
+    if text is None:
+      return None
+    try:
+      analysis = OrderAnalysis(text, declarations=self.declarations)
+    except ValueError:
+      return None
+    lines = text.splitlines()
+    ops = {}
+    for op in analysis.user_native_calls():
+      line = op.instruction.line
+      if 0 < line <= len(lines):
+        match = _SITE.search(lines[line - 1])
+        if match:
+          ops[int(match.group(1))] = op
+    return analysis, ops
+
+  def distinct(self, a: SanitizedCall, b: SanitizedCall) -> bool:
+    found = self._ops(a, b)
+    if found is None:
+      return False
+    analysis, x, y = found
+    dx, dy = x.declaration, y.declaration
+    if dx is None or dy is None:
+      return False
+    distinct = self.declarations.distinct_for
+    if not (distinct(dx) and distinct(dy)):
+      return False
+    return not analysis.conflict(x, y)
+
+  def finding(self, a: SanitizedCall, b: SanitizedCall) -> str | None:
+    found = self._ops(a, b)
+    if found is None:
+      return None
+    analysis, x, y = found
+    if analysis.is_race(x, y):
+      return "the static check reports them as may race, and they did"
+    if not analysis.conflict(x, y):
+      return (
+        "the static check finds no conflict between them (the declarations "
+        "say they touch different objects or never conflict)"
+      )
+    return "the static check finds them ordered, yet they raced"
+
+
+def _time(call: SanitizedCall, origin: int) -> str:
+  start = (call.start_ns - origin) / 1e3
+  end = (call.end_ns - origin) / 1e3
+  return f"{start:.1f}-{end:.1f} us"
+
+
+def _call_line(call: SanitizedCall, origin: int) -> str:
+  return (
+    f"    {call.target} on {call.platform}, thread {call.thread}, "
+    f"{_time(call, origin)}, {call.place}"
+  )
+
+
+def format_seen(seen: Seen) -> str:
+  """`Seen.report`'s text."""
+  origin = min((c.start_ns for c in seen.calls), default=0)
+  lines = [
+    f"entangle_jax sanitizer: {len(seen.calls)} calls, {len(seen.races)} "
+    f"races, {len(seen.contradictions)} contradictions"
+  ]
+  for race in seen.races:
+    lines.append(f"  race ({race.kind}) on {race.object}:")
+    lines.append(_call_line(race.first, origin))
+    lines.append(_call_line(race.second, origin))
+    if race.kind == checks.OUT_OF_ORDER:
+      lines.append("    the second returned before the first began")
+    finding = seen.static_finding(race)
+    if finding is not None:
+      lines.append(f"    {finding}")
+  for c in seen.contradictions:
+    lines.append(f"  contradiction on {c.object}: {c.declaration}")
+    lines.append(_call_line(c.first, origin))
+    if c.second is not c.first:
+      lines.append(_call_line(c.second, origin))
+  if seen.not_observed:
+    lines.append(
+      "  not observed (registered before the sanitizer started, or not "
+      "wrappable): " + ", ".join(seen.not_observed)
+    )
+  if seen.unknown_places:
+    lines.append(
+      f"  {seen.unknown_places} calls have no known place in their program "
+      "(compiled before the sanitizer started, or taken from a cache): "
+      "their order was not checked"
+    )
+  if seen.dropped:
+    lines.append(f"  {seen.dropped} calls were not recorded (a log was full)")
+  return "\n".join(lines)

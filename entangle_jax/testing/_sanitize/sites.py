@@ -1,0 +1,266 @@
+"""Each wrapped call's place in its program.
+
+While the sanitizer runs, every module JAX compiles passes through
+`annotate` first: each custom call to a wrapped target gets one more FFI
+attribute, ``entangle_jax_sanitize_site = N`` (an int64, unique in the
+process), which the trampoline reads and strips before the original
+handler sees the call. `CallSite` says where ``N`` is: its module, and its
+position among the module's native calls in program order (the order the
+program made them: the lowered module's, callees in place of their calls).
+
+A private function called from several places is copied once per call
+(XLA inlines them anyway), so each call site has a place of its own. Two
+calls that were identical (XLA would merge them, as common
+subexpressions) differ by their site, so while sanitizing XLA keeps both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import threading
+import weakref
+from typing import Any
+
+from entangle_jax.testing._sanitize import jax_hooks, wrapping
+
+SITE_ATTRIBUTE = "entangle_jax_sanitize_site"
+TYPED_FFI = 4
+"""``api_version`` of a typed FFI custom call in StableHLO."""
+_LOOPS = ("stablehlo.while",)
+_BRANCHES = ("stablehlo.case", "stablehlo.if")
+
+
+@dataclasses.dataclass(eq=False)
+class SanitizedModule:
+  """A module compiled while the sanitizer ran."""
+
+  name: str
+  serial: int
+  platform: str
+  sites: list[CallSite] = dataclasses.field(default_factory=list)
+  not_observed: set[str] = dataclasses.field(default_factory=set)
+  """Typed FFI targets it calls that run unwrapped (registered before the
+  sanitizer started)."""
+  executable: Any = None
+
+  def text(self) -> str | None:
+    """The optimized HLO text, while the executable is alive."""
+    executable = self.executable() if self.executable is not None else None
+    if executable is None:
+      return None
+    try:
+      return executable.hlo_modules()[0].to_string()
+    except Exception:
+      return None
+
+  def __str__(self) -> str:
+    return f"{self.name} (compile {self.serial})"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CallSite:
+  """Where a call is in its program.
+
+  Attributes:
+    number: the attribute's value.
+    module: the module.
+    position: the call's place among the module's native calls, in
+      program order (0 first).
+    target: the target called.
+    in_loop: the call is in a loop body (it may run many times in one
+      execution).
+    in_branch: the call is in a branch (it may not run at all).
+  """
+
+  number: int
+  module: SanitizedModule
+  position: int
+  target: str
+  in_loop: bool
+  in_branch: bool
+
+  def __str__(self) -> str:
+    return f"{self.module.name} native call #{self.position}"
+
+
+_numbers = itertools.count()
+_serials = itertools.count()
+_lock = threading.Lock()
+_sites: dict[int, CallSite] = {}
+_modules: list[SanitizedModule] = []
+
+
+def site(number: int) -> CallSite | None:
+  """The site of attribute value `number`, if this process made it."""
+  return _sites.get(number)
+
+
+def modules_since(serial: int) -> list[SanitizedModule]:
+  """The modules compiled (under the hook) from compile `serial` on."""
+  return [m for m in _modules if m.serial >= serial]
+
+
+def next_serial() -> int:
+  """The serial the next compiled module will have."""
+  with _lock:
+    return len(_modules)
+
+
+def install() -> Any:
+  """Puts the compile hook in place; returns the undo."""
+  return jax_hooks.replace(
+    jax_hooks.compiler_module(), jax_hooks.COMPILE, _make_compile
+  )
+
+
+def _make_compile(original):
+  def compile_or_get_cached(backend, computation, *args, **kwargs):
+    platform = wrapping.xla_platform(getattr(backend, "platform", "cpu"))
+    module = annotate(computation, platform)
+    executable = original(backend, computation, *args, **kwargs)
+    if module is not None:
+      try:
+        module.executable = weakref.ref(executable)
+      except TypeError:
+        module.executable = lambda: executable
+    return executable
+
+  return compile_or_get_cached
+
+
+def annotate(computation: Any, platform: str) -> SanitizedModule | None:
+  """Adds the site attribute to each wrapped call of `computation` (an
+  MLIR module, edited in place); the module's record, or None when it
+  calls no native target at all."""
+  ir = jax_hooks.mlir_ir()
+  with computation.context:
+    name = ir.StringAttr(computation.operation.attributes["sym_name"]).value
+    with _lock:
+      module = SanitizedModule(name, len(_modules), platform)
+    functions = {}
+    for op in computation.body.operations:
+      op = op.operation
+      if op.name == "func.func":
+        functions[ir.StringAttr(op.attributes["sym_name"]).value] = op
+    main = functions.get("main")
+    if main is None:
+      return None
+    walker = _Walker(ir, computation, functions, module)
+    walker.function(main, in_loop=False, in_branch=False)
+    if not module.sites and not module.not_observed:
+      return None
+    with _lock:
+      _modules.append(module)
+      for s in module.sites:
+        _sites[s.number] = s
+    return module
+
+
+class _Walker:
+  def __init__(self, ir, computation, functions, module: SanitizedModule):
+    self.ir = ir
+    self.computation = computation
+    self.functions = functions
+    self.module = module
+    self.visited: set[str] = set()
+    self.copies = itertools.count()
+
+  def function(self, func, *, in_loop: bool, in_branch: bool) -> None:
+    self.visited.add(self.ir.StringAttr(func.attributes["sym_name"]).value)
+    for region in func.regions:
+      self.region(region, in_loop=in_loop, in_branch=in_branch)
+
+  def region(self, region, *, in_loop: bool, in_branch: bool) -> None:
+    for block in region.blocks:
+      for op in block.operations:
+        self.op(op.operation, in_loop=in_loop, in_branch=in_branch)
+
+  def op(self, op, *, in_loop: bool, in_branch: bool) -> None:
+    if op.name == "stablehlo.custom_call":
+      self.custom_call(op, in_loop=in_loop, in_branch=in_branch)
+      return
+    if op.name == "func.call":
+      self.call(op, in_loop=in_loop, in_branch=in_branch)
+      return
+    loop = in_loop or op.name in _LOOPS
+    branch = in_branch or op.name in _BRANCHES
+    for region in op.regions:
+      self.region(region, in_loop=loop, in_branch=branch)
+
+  def call(self, op, *, in_loop: bool, in_branch: bool) -> None:
+    ir = self.ir
+    callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+    func = self.functions.get(callee)
+    if func is None:
+      return
+    if callee in self.visited:
+      # Each call site its own copy, so each call has its own place.
+      copy_name = f"{callee}__sanitized_{next(self.copies)}"
+      func = func.clone(ip=ir.InsertionPoint(self.computation.body))
+      func.attributes["sym_name"] = ir.StringAttr.get(copy_name)
+      op.attributes["callee"] = ir.FlatSymbolRefAttr.get(copy_name)
+      self.functions[copy_name] = func
+    self.function(func, in_loop=in_loop, in_branch=in_branch)
+
+  def custom_call(self, op, *, in_loop: bool, in_branch: bool) -> None:
+    ir = self.ir
+    attributes = op.attributes
+    target = ir.StringAttr(attributes["call_target_name"]).value
+    key = _typed_ffi_config(ir, attributes)
+    if key is None:
+      return  # The untyped custom-call API: no FFI handler to wrap.
+    if wrapping.wrapped(target, self.module.platform) is None:
+      if target != wrapping.ENTANGLE_TARGET:
+        self.module.not_observed.add(target)
+      return
+    number = next(_numbers)
+    entries = {}
+    if key in attributes:
+      config = ir.DictAttr(attributes[key])
+      for k in range(len(config)):
+        entry = config[k]
+        entries[entry.name] = entry.attr
+    entries[SITE_ATTRIBUTE] = ir.IntegerAttr.get(
+      ir.IntegerType.get_signless(64), number
+    )
+    attributes[key] = ir.DictAttr.get(entries)
+    self.module.sites.append(
+      CallSite(
+        number,
+        self.module,
+        len(self.module.sites),
+        target,
+        in_loop,
+        in_branch,
+      )
+    )
+
+
+def _as_dict(ir, attribute):
+  """`attribute` as a DictAttr, or None when it is not one."""
+  try:
+    return ir.DictAttr(attribute)
+  except (ValueError, TypeError):
+    return None
+
+
+def _typed_ffi_config(ir, attributes) -> str | None:
+  """The attribute that holds a typed FFI call's attributes (JAX writes
+  ``mhlo.backend_config`` with ``api_version = 1``; StableHLO's own form is
+  ``backend_config`` with ``api_version = 4``), or None for an untyped
+  custom call."""
+  if (
+    "mhlo.backend_config" in attributes
+    and _as_dict(ir, attributes["mhlo.backend_config"]) is not None
+  ):
+    return "mhlo.backend_config"
+  if (
+    "api_version" in attributes
+    and ir.IntegerAttr(attributes["api_version"]).value == TYPED_FFI
+  ) and (
+    "backend_config" not in attributes
+    or _as_dict(ir, attributes["backend_config"]) is not None
+  ):
+    return "backend_config"
+  return None

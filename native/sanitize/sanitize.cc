@@ -1,0 +1,316 @@
+#include "sanitize.h"
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstring>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+namespace entangle_jax::sanitize {
+namespace {
+
+// What one trampoline forwards to.
+struct Binding {
+  std::atomic<XLA_FFI_Handler*> original{nullptr};
+  int32_t object_operand = -1;
+  bool host = false;  // operand data is host memory (readable here)
+};
+
+std::array<Binding, kMaxWrapped> bindings;
+std::atomic<int> next_binding{0};
+std::atomic<bool> recording{false};
+
+// Per-thread logs: a thread appends to its own, with no lock; Drain reads
+// what each has published (count, with release/acquire ordering) and hands
+// the space back (consumed). Each log is a ring of up to a million records
+// between two drains, its chunks allocated as it first fills them.
+constexpr int64_t kChunk = 4096;
+constexpr int64_t kMaxChunks = 256;
+constexpr int64_t kCapacity = kChunk * kMaxChunks;
+
+struct ThreadLog {
+  int64_t thread = 0;
+  std::atomic<int64_t> count{0};
+  std::array<std::atomic<Record*>, kMaxChunks> chunks{};
+  std::atomic<int64_t> consumed{0};  // what Drain has read
+  std::atomic<int64_t> dropped{0};
+};
+
+std::mutex registry_mutex;
+// Never freed: a thread's log outlives it, so that Drain still reads it.
+std::vector<ThreadLog*>& Registry() {
+  static auto* registry = new std::vector<ThreadLog*>();
+  return *registry;
+}
+
+ThreadLog* MyLog() {
+  thread_local ThreadLog* log = nullptr;
+  if (log == nullptr) {
+    auto* made = new ThreadLog();
+    made->thread = static_cast<int64_t>(syscall(SYS_gettid));
+    std::lock_guard<std::mutex> lock(registry_mutex);
+    Registry().push_back(made);
+    log = made;
+  }
+  return log;
+}
+
+void Append(const Record& record) {
+  ThreadLog* log = MyLog();
+  const int64_t n = log->count.load(std::memory_order_relaxed);
+  if (n - log->consumed.load(std::memory_order_acquire) >= kCapacity) {
+    log->dropped.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  const int64_t chunk = (n % kCapacity) / kChunk;
+  Record* records = log->chunks[chunk].load(std::memory_order_relaxed);
+  if (records == nullptr) {
+    records = new Record[kChunk];
+    log->chunks[chunk].store(records, std::memory_order_release);
+  }
+  records[n % kChunk] = record;
+  log->count.store(n + 1, std::memory_order_release);
+}
+
+bool IsSiteName(const XLA_FFI_ByteSpan* name) {
+  constexpr size_t kLength = sizeof(kSiteAttribute) - 1;
+  return name != nullptr && name->len == kLength &&
+         std::memcmp(name->ptr, kSiteAttribute, kLength) == 0;
+}
+
+bool IsMetadataQuery(const XLA_FFI_CallFrame* frame) {
+  for (const XLA_FFI_Extension_Base* e = frame->extension_start; e != nullptr;
+       e = e->next) {
+    if (e->type == XLA_FFI_Extension_Metadata) return true;
+  }
+  return false;
+}
+
+constexpr size_t kMaxFrameBytes = 1024;
+constexpr int64_t kMaxAttrs = 64;
+
+// Calls `original` with `frame` minus the site attribute, and returns the
+// site (-1 when the call has none) through `site`. The frame is copied with
+// the size XLA gives it (a newer XLA may append fields), and what the
+// handler writes into the copy (its future) is copied back.
+XLA_FFI_Error* Forward(XLA_FFI_Handler* original, XLA_FFI_CallFrame* frame,
+                       int64_t* site) {
+  *site = -1;
+  const XLA_FFI_Attrs& attrs = frame->attrs;
+  int64_t found = -1;
+  for (int64_t i = 0; i < attrs.size; ++i) {
+    if (IsSiteName(attrs.names[i])) {
+      found = i;
+      break;
+    }
+  }
+  if (found < 0 || attrs.size > kMaxAttrs ||
+      frame->struct_size > kMaxFrameBytes) {
+    return original(frame);
+  }
+  if (attrs.types[found] == XLA_FFI_AttrType_SCALAR) {
+    const auto* scalar = static_cast<const XLA_FFI_Scalar*>(attrs.attrs[found]);
+    if (scalar->dtype == XLA_FFI_DataType_S64) {
+      *site = *static_cast<const int64_t*>(scalar->value);
+    }
+  }
+  // The attributes stay sorted by name with one taken out.
+  std::array<XLA_FFI_AttrType, kMaxAttrs> types;
+  std::array<XLA_FFI_ByteSpan*, kMaxAttrs> names;
+  std::array<void*, kMaxAttrs> values;
+  int64_t kept = 0;
+  for (int64_t i = 0; i < attrs.size; ++i) {
+    if (i == found) continue;
+    types[kept] = attrs.types[i];
+    names[kept] = attrs.names[i];
+    values[kept] = attrs.attrs[i];
+    ++kept;
+  }
+  alignas(std::max_align_t) unsigned char bytes[kMaxFrameBytes];
+  const size_t size = frame->struct_size;
+  std::memcpy(bytes, frame, size);
+  auto* copy = reinterpret_cast<XLA_FFI_CallFrame*>(bytes);
+  copy->attrs.size = kept;
+  copy->attrs.types = types.data();
+  copy->attrs.names = names.data();
+  copy->attrs.attrs = values.data();
+  XLA_FFI_Error* error = original(copy);
+  const XLA_FFI_Attrs original_attrs = frame->attrs;
+  std::memcpy(frame, bytes, size);
+  frame->attrs = original_attrs;
+  return error;
+}
+
+bool IsInteger(XLA_FFI_DataType dtype) {
+  switch (dtype) {
+    case XLA_FFI_DataType_S8:
+    case XLA_FFI_DataType_S16:
+    case XLA_FFI_DataType_S32:
+    case XLA_FFI_DataType_S64:
+    case XLA_FFI_DataType_U8:
+    case XLA_FFI_DataType_U16:
+    case XLA_FFI_DataType_U32:
+    case XLA_FFI_DataType_U64:
+      return true;
+    default:
+      return false;
+  }
+}
+
+int64_t Element(const void* data, XLA_FFI_DataType dtype, int64_t i) {
+  switch (dtype) {
+    case XLA_FFI_DataType_S8:
+      return static_cast<const int8_t*>(data)[i];
+    case XLA_FFI_DataType_S16:
+      return static_cast<const int16_t*>(data)[i];
+    case XLA_FFI_DataType_S32:
+      return static_cast<const int32_t*>(data)[i];
+    case XLA_FFI_DataType_U8:
+      return static_cast<const uint8_t*>(data)[i];
+    case XLA_FFI_DataType_U16:
+      return static_cast<const uint16_t*>(data)[i];
+    case XLA_FFI_DataType_U32:
+      return static_cast<const uint32_t*>(data)[i];
+    default:  // S64, U64 (as its bits)
+      return static_cast<const int64_t*>(data)[i];
+  }
+}
+
+// The object operand's values and every small integer operand's, in
+// operand order, as many as a record holds.
+void RecordValues(const Binding& binding, const XLA_FFI_CallFrame* frame,
+                  Record* record) {
+  record->n_values = 0;
+  record->truncated = 0;
+  if (!binding.host) return;
+  const XLA_FFI_Args& args = frame->args;
+  for (int64_t i = 0; i < args.size; ++i) {
+    if (args.types[i] != XLA_FFI_ArgType_BUFFER) continue;
+    const auto* buffer = static_cast<const XLA_FFI_Buffer*>(args.args[i]);
+    if (!IsInteger(buffer->dtype) || buffer->data == nullptr) continue;
+    int64_t elements = 1;
+    for (int64_t d = 0; d < buffer->rank; ++d) elements *= buffer->dims[d];
+    if (elements > kSmallOperand && i != binding.object_operand) continue;
+    for (int64_t k = 0; k < elements; ++k) {
+      if (record->n_values == kMaxValues) {
+        record->truncated = 1;
+        return;
+      }
+      record->operand[record->n_values] = static_cast<uint8_t>(i);
+      record->values[record->n_values] =
+          Element(buffer->data, buffer->dtype, k);
+      ++record->n_values;
+    }
+  }
+}
+
+int64_t RunIdOf(const XLA_FFI_CallFrame* frame) {
+  const XLA_FFI_Api* api = frame->api;
+  if (api == nullptr ||
+      api->struct_size < XLA_FFI_STRUCT_SIZE(XLA_FFI_Api, XLA_FFI_RunId_Get) ||
+      api->XLA_FFI_RunId_Get == nullptr) {
+    return 0;
+  }
+  XLA_FFI_RunId_Get_Args args;
+  args.struct_size = XLA_FFI_RunId_Get_Args_STRUCT_SIZE;
+  args.extension_start = nullptr;
+  args.ctx = frame->ctx;
+  args.run_id = 0;
+  XLA_FFI_Error* error = api->XLA_FFI_RunId_Get(&args);
+  if (error != nullptr) {
+    XLA_FFI_Error_Destroy_Args destroy;
+    destroy.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE;
+    destroy.extension_start = nullptr;
+    destroy.error = error;
+    api->XLA_FFI_Error_Destroy(&destroy);
+    return 0;
+  }
+  return args.run_id;
+}
+
+XLA_FFI_Error* Run(int index, XLA_FFI_CallFrame* frame) {
+  const Binding& binding = bindings[index];
+  XLA_FFI_Handler* original = binding.original.load(std::memory_order_acquire);
+  int64_t site;
+  if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE ||
+      !recording.load(std::memory_order_relaxed) || IsMetadataQuery(frame)) {
+    return Forward(original, frame, &site);
+  }
+  Record record;
+  record.start_ns = NowNs();
+  record.wrapped = index;
+  record.run_id = RunIdOf(frame);
+  RecordValues(binding, frame, &record);
+  XLA_FFI_Error* error = Forward(original, frame, &site);
+  record.end_ns = NowNs();
+  record.site = site;
+  record.failed = error != nullptr;
+  Append(record);
+  return error;
+}
+
+template <int I>
+XLA_FFI_Error* Trampoline(XLA_FFI_CallFrame* frame) {
+  return Run(I, frame);
+}
+
+template <size_t... I>
+constexpr std::array<XLA_FFI_Handler*, sizeof...(I)> Trampolines(
+    std::index_sequence<I...>) {
+  return {&Trampoline<static_cast<int>(I)>...};
+}
+
+constexpr std::array<XLA_FFI_Handler*, kMaxWrapped> kTrampolines =
+    Trampolines(std::make_index_sequence<kMaxWrapped>{});
+
+}  // namespace
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+XLA_FFI_Handler* Wrap(XLA_FFI_Handler* original, int32_t object_operand,
+                      bool host, int32_t* index) {
+  const int i = next_binding.fetch_add(1);
+  if (i >= kMaxWrapped) {
+    next_binding.store(kMaxWrapped);
+    return nullptr;
+  }
+  bindings[i].object_operand = object_operand;
+  bindings[i].host = host;
+  bindings[i].original.store(original, std::memory_order_release);
+  *index = i;
+  return kTrampolines[i];
+}
+
+void SetRecording(bool on) {
+  recording.store(on, std::memory_order_seq_cst);
+}
+
+std::vector<ThreadRecord> Drain(int64_t* dropped) {
+  std::vector<ThreadRecord> out;
+  *dropped = 0;
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  for (ThreadLog* log : Registry()) {
+    const int64_t count = log->count.load(std::memory_order_acquire);
+    for (int64_t n = log->consumed.load(std::memory_order_relaxed);
+         n < count; ++n) {
+      const Record* records = log->chunks[(n % kCapacity) / kChunk].load(
+          std::memory_order_acquire);
+      out.push_back(ThreadRecord{log->thread, records[n % kChunk]});
+    }
+    log->consumed.store(count, std::memory_order_release);
+    *dropped += log->dropped.exchange(0, std::memory_order_relaxed);
+  }
+  return out;
+}
+
+}  // namespace entangle_jax::sanitize

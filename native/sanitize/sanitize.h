@@ -1,0 +1,71 @@
+// The run-time sanitizer's recording trampolines (entangle_jax.testing.
+// sanitize): each wraps one FFI handler that a library registers while the
+// sanitizer is active, records every call it executes into a per-thread log,
+// and calls the original handler with the same call frame, at every stage.
+//
+// Written against the XLA FFI C API only (xla/ffi/api/c_api.h): the call
+// frame's arguments, attributes and the RunId query.
+#ifndef ENTANGLE_JAX_NATIVE_SANITIZE_SANITIZE_H_
+#define ENTANGLE_JAX_NATIVE_SANITIZE_SANITIZE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "xla/ffi/api/c_api.h"
+
+namespace entangle_jax::sanitize {
+
+// How many handlers (stages of targets) one process can wrap.
+inline constexpr int kMaxWrapped = 1024;
+
+// The most operand values one record holds.
+inline constexpr int kMaxValues = 16;
+
+// Integer operands of at most this many elements are recorded whole.
+inline constexpr int64_t kSmallOperand = 8;
+
+// The attribute the sanitizer adds to each custom call it lowers (the call's
+// place in its program), stripped before the original handler sees the call.
+inline constexpr char kSiteAttribute[] = "entangle_jax_sanitize_site";
+
+// One executed call, as the trampoline saw it.
+struct Record {
+  int64_t start_ns;  // steady clock, when the trampoline was entered
+  int64_t end_ns;    // when the original handler returned
+  int64_t site;      // the site attribute's value; -1 when absent
+  int64_t run_id;    // XLA's RunId of the execution; 0 when unknown
+  int32_t wrapped;   // which wrapped handler (Wrap's return value)
+  int32_t failed;    // the handler returned an error
+  int32_t n_values;
+  int32_t truncated;  // some operand values did not fit
+  uint8_t operand[kMaxValues];
+  int64_t values[kMaxValues];
+};
+
+// A record and the thread that made it.
+struct ThreadRecord {
+  int64_t thread;  // the OS thread id
+  Record record;
+};
+
+// Binds the next free trampoline to `original`. `object_operand` (-1: none)
+// is an operand recorded (up to kMaxValues elements) whatever its size;
+// integer operands of at most kSmallOperand elements are recorded anyway.
+// `host`: the operands are host memory (on CPU), so their values are read;
+// else no values are recorded. Returns the trampoline and its index, or
+// nullptr when all are in use.
+XLA_FFI_Handler* Wrap(XLA_FFI_Handler* original, int32_t object_operand,
+                      bool host, int32_t* index);
+
+// Starts or stops recording (the trampolines stay registered either way).
+void SetRecording(bool on);
+
+// The records made since the last Drain, in no particular order.
+std::vector<ThreadRecord> Drain(int64_t* dropped);
+
+// The steady clock the records use, in nanoseconds.
+int64_t NowNs();
+
+}  // namespace entangle_jax::sanitize
+
+#endif  // ENTANGLE_JAX_NATIVE_SANITIZE_SANITIZE_H_

@@ -1,0 +1,66 @@
+"""The private JAX names the sanitizer uses (`entangle_jax.testing.
+_sanitize.jax_hooks`) are there, take what it passes, and are called
+the way it relies on; and with the sanitizer never started, nothing of
+it is in place."""
+
+import inspect
+
+from absl.testing import absltest
+
+from entangle_jax.testing._sanitize import jax_hooks, sites
+from tests import test_util
+
+
+class JaxHooksTest(absltest.TestCase):
+  def test_registration_takes_name_handler_platform_and_api_version(self):
+    register = getattr(jax_hooks.registration_module(), jax_hooks.REGISTER)
+    names = list(inspect.signature(register).parameters)
+    self.assertEqual(names[:4], ["name", "fn", "platform", "api_version"])
+    # jax.ffi.register_ffi_target reaches it through the module attribute.
+    import jax._src.ffi as ffi
+
+    source = inspect.getsource(ffi.register_ffi_target)
+    self.assertIn(f"xla_client.{jax_hooks.REGISTER}(", source)
+
+  def test_compile_takes_the_backend_and_the_module_first(self):
+    compile_ = getattr(jax_hooks.compiler_module(), jax_hooks.COMPILE)
+    names = list(inspect.signature(compile_).parameters)
+    self.assertEqual(names[:2], ["backend", "computation"])
+    from jax._src.interpreters import pxla
+
+    self.assertIn(f"compiler.{jax_hooks.COMPILE}(", inspect.getsource(pxla))
+
+  def test_the_mlir_bindings_edit_a_module(self):
+    import jax
+    import jax.numpy as jnp
+
+    ir = jax_hooks.mlir_ir()
+    for name in ("DictAttr", "IntegerAttr", "StringAttr", "InsertionPoint"):
+      self.assertTrue(hasattr(ir, name), name)
+    self.assertTrue(hasattr(ir.Operation, "clone"))
+    module = jax.jit(jnp.sin).lower(1.0).compiler_ir("stablehlo")
+    # No native call: nothing to annotate, and the control that a module
+    # is walked (main is found) without error.
+    self.assertIsNone(sites.annotate(module, "Host"))
+
+  def test_nothing_is_in_place_when_it_never_started(self):
+    run = test_util.run_python(
+      "import jax\n"
+      "from entangle_jax.testing import example_store\n"
+      "from entangle_jax.testing._sanitize import jax_hooks, wrapping\n"
+      "from jax._src.lib import xla_client\n"
+      "from jax._src import compiler\n"
+      "f = getattr(xla_client, jax_hooks.REGISTER)\n"
+      "c = getattr(compiler, jax_hooks.COMPILE)\n"
+      "print(f.__module__, c.__module__, "
+      "wrapping.wrapped(example_store.WRITE_SLOT_TARGET, 'Host'))\n",
+      timeout=120,
+    )
+    self.assertEqual(run.returncode, 0, run.stderr[-3000:])
+    self.assertEqual(
+      run.stdout.split(), ["jaxlib.xla_client", "jax._src.compiler", "None"]
+    )
+
+
+if __name__ == "__main__":
+  absltest.main()
