@@ -17,6 +17,7 @@ from jax.extend import core as jex_core
 
 from entangle_jax._src import jax_compat, primitive
 from entangle_jax._src.entangle import entangle
+from entangle_jax._src.program_order.dependence import kept_deps
 from entangle_jax._src.program_order.natives import (
   NativeCall,
   all_eqns,
@@ -91,6 +92,7 @@ class Context:
     # does). Its cotangent orders those backward passes (`link`).
     self.chain: Any = None
     self.backward: list[Part] = []  # What those backward passes touch.
+    self.prev_bit = 0  # In a loop body: the call the order value stands for.
 
   # Values ---------------------------------------------------------------
 
@@ -172,9 +174,13 @@ class Context:
     if native is not None:
       return self.native(eqn, invals, native)
     if name == primitive.entangle_p.name:
-      outs = self.bind(eqn, invals)
+      outs = jax_compat.bind_equation(eqn, invals)
+      bits = 0
+      for value in invals:
+        bits |= self.dep(value)
       for value, out in zip(invals, outs, strict=False):  # Payloads first.
         self.set_root(out, self.root(value))
+        self.set_dep(out, bits)
       return outs
     if name in VIEWS:
       outs = self.bind(eqn, invals)
@@ -211,11 +217,12 @@ class Context:
     )
 
   def bind(self, eqn, invals: list) -> list:
+    """Binds `eqn`'s primitive; its results depend on the calls that XLA
+    must compute them after (`kept_deps`), never on mere data flow."""
     outs = jax_compat.bind_equation(eqn, invals)
-    bits = 0
-    for value in invals:
-      bits |= self.dep(value)
-    for out in outs:
+    for out, bits in zip(
+      outs, kept_deps(eqn, [self.dep(v) for v in invals]), strict=True
+    ):
       self.set_dep(out, bits)
     return outs
 
@@ -409,8 +416,10 @@ class Context:
     """A value ordered after the earlier calls `parts` conflict with: an
     int32 scalar, or of `aval`, which is then the one witness itself when
     there is one of that type (no entangle)."""
-    values, _ = self.witnesses_for(parts, 0)
-    return _token_of(values, aval)
+    values, stood = self.witnesses_for(parts, 0)
+    token = _token_of(values, aval)
+    self.set_dep(token, stood)
+    return token
 
   def exported(self, ctx: Context) -> list:
     """Values that come after every call made in child `ctx`."""
@@ -433,6 +442,8 @@ class Context:
     chained = backward_in([b.jaxpr for b in branches], self.decls)
     chain = self.take_chain() if chained else None
 
+    follows = []  # Per branch traced, the calls its order value follows.
+
     def branch_fn(closed, aval=None, found=None):
       def fn(*args):
         ctx = self.child()
@@ -443,6 +454,8 @@ class Context:
         exported = self.exported(ctx)
         if found is not None:
           found.append([_aval(e) for e in exported])
+        else:
+          follows.append(_deps_of(ctx, exported))
         return outs, _token_of(exported, aval), ctx.chain
 
       return fn
@@ -463,18 +476,19 @@ class Context:
       outs, token, chain = jax.lax.switch(index, fns, *ops)
     if chained:
       self.chain = chain
-    return self.after_sub(parts, list(outs), token, invals, "cond")
+    return self.after_sub(
+      parts, list(outs), token, invals, "cond", _common(follows)
+    )
 
-  def after_sub(self, parts, outs, token, invals, label) -> list:
+  def after_sub(self, parts, outs, token, invals, label, deps=0) -> list:
     """Registers a sub-program's calls (`parts`) as one call here, which
-    `token` (a value, or a list of values) comes after."""
-    bits = 0
-    for value in invals:
-      bits |= self.dep(value)
+    `token` (a value, or a list of values) comes after; as do the calls in
+    `deps`, which every branch's `token` is an entangle after. The other
+    results depend on nothing (`dependence`): XLA may pass a value through
+    a loop or a branch, and drop the rest."""
+    del invals
     tokens = list(token) if isinstance(token, list | tuple) else [token]
-    access = self.summary(parts, tokens, bits, label)
-    for out in outs:
-      self.set_dep(out, bits)
+    access = self.summary(parts, tokens, deps, label)
     for t in tokens:
       self.set_dep(t, access.deps)
     return outs
@@ -491,7 +505,9 @@ class Context:
       self.seed(ctx, args, invals)
       outs = ctx.run(jaxpr, (), list(args))
       holder["parts"] = _own_parts(ctx)
-      return outs, self.exported(ctx), ctx.chain
+      exported = self.exported(ctx)
+      holder["deps"] = _common([ctx.dep(e) for e in exported])
+      return outs, exported, ctx.chain
 
     kwargs = {"prevent_cse": params.get("prevent_cse", True)}
     if params.get("policy") is not None:
@@ -501,7 +517,12 @@ class Context:
     if chained:
       self.chain = chain
     return self.after_sub(
-      holder.get("parts", ()), list(outs), exported, invals, "checkpoint"
+      holder.get("parts", ()),
+      list(outs),
+      exported,
+      invals,
+      "checkpoint",
+      holder.get("deps", 0),
     )
 
   def scan(self, eqn, invals) -> list:
@@ -518,7 +539,7 @@ class Context:
         carry, chain = carry
         if use_token:
           carry, token = carry
-        ctx = self.loop_child(use_token and token)
+        ctx = self.loop_child(use_token and token, token_deps)
         ctx.chain = chain
         self.seed(ctx, consts, consts)
         outs = ctx.run(jaxpr, jconsts, [*consts, *carry, *x])
@@ -529,7 +550,11 @@ class Context:
 
       return fn
 
+    token_deps = 0
+
     def run_loop(use_token, init_token=None):
+      nonlocal token_deps
+      token_deps = self.dep(init_token) if use_token else 0
       carry = (init, init_token) if use_token else init
       # The backward chain goes through the loop's carry when its body
       # calls a custom_vjp whose backward pass makes native calls.
@@ -571,17 +596,19 @@ class Context:
     cond_native = has_native_jaxpr(cjaxpr, self.decls)
 
     def run_loop(use_token, init_token=None):
+      token_deps = self.dep(init_token) if use_token else 0
+
       def cond_fn(carry):
         if use_token:
           carry, token = carry
-        ctx = self.loop_child(use_token and token)
+        ctx = self.loop_child(use_token and token, token_deps)
         (pred,) = ctx.run(cjaxpr, cjconsts, [*cconsts, *carry])
         return pred
 
       def body_fn(carry):
         if use_token:
           carry, token = carry
-        ctx = self.loop_child(use_token and token)
+        ctx = self.loop_child(use_token and token, token_deps)
         outs = ctx.run(bjaxpr, bjconsts, [*bconsts, *carry])
         if use_token:
           return outs, self.loop_token(ctx, token)
@@ -615,22 +642,28 @@ class Context:
       extra_jaxprs=[cjaxpr, bjaxpr] if cond_native else [cjaxpr],
     )
 
-  def loop_child(self, token) -> Context:
+  def loop_child(self, token, deps: int = 0) -> Context:
+    """A child context whose calls all come after `token`, which comes
+    after the calls in `deps`."""
     if token is False or token is None:
       return self.child(accesses=[])
     bit = new_bit()
     prev = Access(bit, (Part("write", None, "previous"),), [token], bit, "")
     ctx = self.child(accesses=[prev])
-    ctx.set_dep(token, bit)
+    ctx.set_dep(token, bit | deps)
+    ctx.prev_bit = bit
     return ctx
 
   def loop_token(self, ctx: Context, token):
     """The order value out of a loop body: after every call of the body
-    (which are all after `token`, the value that came in)."""
+    and after `token`, the value that came in (so that the loop's last
+    one comes after the first)."""
     exported = [w for w in self.exported(ctx) if w is not token]
     if not exported:
       return token
-    return _token_of(exported, _aval(token), payload=token)
+    if _deps_of(ctx, exported) & ctx.prev_bit:
+      return _token_of(exported, _aval(token), payload=token)
+    return entangle(token, *exported)
 
   def loop_analysis(self, run_body, init, consts, x_avals):
     """Traces the loop body once with no order value; returns its calls'
@@ -710,19 +743,18 @@ class Context:
       carry, ys = run_loop(True, init_token)
       carry, token = carry
       outs = list(carry) + list(ys)
-      return self.after_sub(every or ANY, outs, token, invals, label)
+      # Each body's order value comes after the one that came in
+      # (`loop_token`): the last after the first, and what it follows.
+      return self.after_sub(
+        every or ANY, outs, token, invals, label, self.dep(init_token)
+      )
     carry, ys = run_loop(False)
     outs = list(carry) + list(ys)
-    bits = 0
-    for value in invals:
-      bits |= self.dep(value)
     if parts:
       witnesses = [carry[k] for k in carrying if _size(carry[k]) > 0]
-      access = self.summary(parts, witnesses, bits, label)
+      access = self.summary(parts, witnesses, 0, label)
       for k in carrying:
         self.set_dep(carry[k], access.deps)
-    for out in outs:
-      self.set_dep(out, bits)
     return outs
 
   def shard_map(self, eqn, invals) -> list:
@@ -983,6 +1015,24 @@ def _token_of(values: Sequence[Any], aval, payload=None):
     )
     payload = jnp.zeros(shape, dtype)
   return entangle(payload, *values) if values else payload
+
+
+def _deps_of(ctx: Context, values: Sequence[Any]) -> int:
+  """The calls an entangle after all of `values` comes after (in `ctx`)."""
+  bits = 0
+  for v in values:
+    bits |= ctx.dep(v)
+  return bits
+
+
+def _common(deps: Sequence[int]) -> int:
+  """The calls in every one of `deps` (none when empty)."""
+  if not deps:
+    return 0
+  bits = deps[0]
+  for d in deps[1:]:
+    bits &= d
+  return bits
 
 
 def _own_parts(ctx: Context) -> tuple[Part, ...]:
