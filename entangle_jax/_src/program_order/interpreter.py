@@ -13,6 +13,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.ad_checkpoint import checkpoint_name
 from jax.extend import core as jex_core
 
 from entangle_jax._src import jax_compat, primitive
@@ -93,8 +94,26 @@ class Context:
     self.chain: Any = None
     self.backward: list[Part] = []  # What those backward passes touch.
     self.prev_bit = 0  # In a loop body: the call the order value stands for.
+    # Native results by what computes them (`_key`), for a checkpoint that
+    # JAX's differentiation recomputes (`remat`): it takes the result saved
+    # here, since a native call made again would see a later state.
+    self.keys: dict[int, Any] = {}
+    self.saved: dict[Any, Any] = {}
+    self.top = True  # Not inside a function traced again (a loop body ...).
+    self.saving = False  # In a rebuilt checkpoint: native results saved.
+    self.recompute = False  # In a checkpoint's recomputation.
+    self.pending: list[Any] = []  # The keys of the equation's results.
 
   # Values ---------------------------------------------------------------
+
+  def key(self, value: Any) -> Any:
+    """What computes `value`: an equation and the keys of its inputs, or
+    the value itself."""
+    found = self.keys.get(id(value))
+    if found is not None:
+      return found
+    self.keep.append(value)
+    return ("value", id(value))
 
   def dep(self, value: Any) -> int:
     return self.deps.get(id(value), 0)
@@ -159,10 +178,24 @@ class Context:
       invals = [read(atom) for atom in eqn.invars]
       for value in invals:
         self.used.add(id(value))
+      in_keys = tuple(
+        _literal_key(atom)
+        if isinstance(atom, jex_core.Literal)
+        else self.key(value)
+        for atom, value in zip(eqn.invars, invals, strict=True)
+      )
+      params = _params_key(eqn.params)
+      self.pending = [
+        (eqn.primitive.name, params, in_keys, j)
+        for j in range(len(eqn.outvars))
+      ]
       with jax_compat.equation_context(eqn):
         outs = self.eval_eqn(eqn, invals)
-      for var, value in zip(eqn.outvars, outs, strict=True):
+      for var, value, key in zip(eqn.outvars, outs, self.pending, strict=True):
         env[var] = value  # A dropped output's var is never read.
+        if id(value) not in self.keys:
+          self.keys[id(value)] = key
+          self.keep.append(value)
     outs = [read(atom) for atom in jaxpr.outvars]
     for value in outs:
       self.used.add(id(value))
@@ -257,6 +290,11 @@ class Context:
     return values, stood
 
   def native(self, eqn, invals, call: NativeCall) -> list:
+    keys = list(self.pending)
+    if self.recompute:
+      found = [self.saved.get(k) for k in keys]
+      if found and all(v is not None for v in found):
+        return found  # The result the call made before, not made again.
     invals = list(invals)
     target = call.label
     bits = 0
@@ -299,6 +337,12 @@ class Context:
         self.set_root(new, self.root(original))
       bits |= stood
     outs = self.bind(eqn, invals)
+    if self.saving:
+      # Saved by the rebuilt checkpoint's policy: never made again.
+      outs = [checkpoint_name(o, _SAVED) for o in outs]
+    if self.top and not self.recompute:
+      for k, out in zip(keys, outs, strict=True):
+        self.saved.setdefault(k, out)
     bit = new_bit()
     for out in outs:
       self.set_dep(out, bit | bits)
@@ -392,6 +436,11 @@ class Context:
     ctx.keep = self.keep
     ctx.used = self.used
     ctx.backward = self.backward
+    ctx.keys = self.keys
+    ctx.saved = self.saved
+    ctx.top = False
+    ctx.saving = self.saving
+    ctx.recompute = self.recompute
     return ctx
 
   def seed(self, child: Context, inner: Sequence[Any], outer: Sequence[Any]):
@@ -399,6 +448,8 @@ class Context:
     for i, o in zip(inner, outer, strict=True):
       child.set_dep(i, self.dep(o))
       child.set_root(i, self.root(o))
+      if i is not o:
+        child.keys[id(i)] = self.key(o)
 
   def sub_parts(self, jaxprs) -> tuple[Part, ...]:
     """What the native calls of `jaxprs` (and their sub-jaxprs) touch,
@@ -494,13 +545,22 @@ class Context:
     return outs
 
   def remat(self, eqn, invals) -> list:
+    """Rebuilds a checkpoint around its transformed body. Its native
+    calls' results are saved (a policy that saves them by name), never
+    made again under differentiation: a call made again would see a later
+    state. A checkpoint that JAX's differentiation made to recompute
+    forward values (``differentiated``, in a differentiated program
+    transformed whole) takes the results of the calls made before."""
     params = eqn.params
     jaxpr = params["jaxpr"]
     holder = {}
     chained = backward_in([jaxpr], self.decls)
+    recompute = bool(params.get("differentiated", False))
 
     def fn(chain, *args):
       ctx = self.child()
+      ctx.saving = not recompute
+      ctx.recompute = ctx.recompute or recompute
       ctx.chain = chain
       self.seed(ctx, args, invals)
       outs = ctx.run(jaxpr, (), list(args))
@@ -510,8 +570,12 @@ class Context:
       return outs, exported, ctx.chain
 
     kwargs = {"prevent_cse": params.get("prevent_cse", True)}
+    saving = jax.checkpoint_policies.save_only_these_names(_SAVED)
     if params.get("policy") is not None:
-      kwargs["policy"] = params["policy"]
+      saving = jax.checkpoint_policies.save_from_both_policies(
+        params["policy"], saving
+      )
+    kwargs["policy"] = saving
     chain = self.take_chain() if chained else None
     outs, exported, chain = jax.checkpoint(fn, **kwargs)(chain, *invals)
     if chained:
@@ -1015,6 +1079,25 @@ def _token_of(values: Sequence[Any], aval, payload=None):
     )
     payload = jnp.zeros(shape, dtype)
   return entangle(payload, *values) if values else payload
+
+
+_SAVED = "entangle_jax_native_result"
+
+
+def _literal_key(atom) -> Any:
+  return ("literal", str(atom.aval), repr(atom.val))
+
+
+def _params_key(params) -> tuple:
+  """`params` as a key: a value that cannot be hashed by its identity."""
+  items = []
+  for name, value in sorted(params.items()):
+    try:
+      hash(value)
+    except TypeError:
+      value = ("id", id(value))
+    items.append((name, value))
+  return tuple(items)
 
 
 def _deps_of(ctx: Context, values: Sequence[Any]) -> int:
