@@ -28,6 +28,7 @@ from entangle_jax._src.program_order.natives import (
   has_native,
   has_native_jaxpr,
   native_call,
+  rule_parts,
 )
 from entangle_jax._src.program_order.objects import (
   ANY,
@@ -880,8 +881,10 @@ class Context:
     Earlier calls come in as an int32 order value, an argument: a
     custom_jvp may not close over values being differentiated."""
     closed = eqn.params["call_jaxpr"]
-    holder = {}
-    token_in = self.order_token(self.sub_parts([closed.jaxpr]) or ANY)
+    # The JVP rule runs in the primal's place: ordered as its calls are.
+    parts = self.sub_parts([closed.jaxpr]) + rule_parts(eqn, self.decls)
+    holder = {"parts": parts}
+    token_in = self.order_token(parts or ANY)
 
     def original(*args):
       return jax_compat.bind_equation(eqn, args)
@@ -943,8 +946,10 @@ class Context:
     hands the cotangent on after its own calls."""
     closed = eqn.params["call_jaxpr"]
     n_out = len(closed.jaxpr.outvars)
-    holder = {}
-    token_in = self.order_token(self.sub_parts([closed.jaxpr]) or ANY)
+    # The forward pass runs in the primal's place: ordered as its calls are.
+    parts = self.sub_parts([closed.jaxpr]) + rule_parts(eqn, self.decls)
+    holder = {"parts": parts}
+    token_in = self.order_token(parts or ANY)
     backward = backward_parts(eqn, self.decls)
     if backward:
       self.backward.extend(backward)
