@@ -101,8 +101,14 @@ def jaxpr_deps(closed, in_deps: Sequence[int]) -> list[int]:
 
 
 def _size(var) -> int:
-  shape = getattr(getattr(var, "aval", None), "shape", ())
-  try:
-    return int(np.prod(shape, dtype=np.int64))
-  except TypeError:  # A symbolic dimension: not empty.
-    return 1
+  return shape_size(getattr(getattr(var, "aval", None), "shape", ()))
+
+
+def shape_size(shape) -> int:
+  """The number of elements of `shape`, a symbolic dimension (``jax.export``)
+  counted as 1: JAX takes each to be at least 1, so such a value has
+  elements."""
+  size = 1
+  for d in shape:
+    size *= int(d) if isinstance(d, int | np.integer) else 1
+  return size

@@ -18,7 +18,7 @@ from jax.extend import core as jex_core
 
 from entangle_jax._src import jax_compat, primitive
 from entangle_jax._src.entangle import entangle
-from entangle_jax._src.program_order.dependence import kept_deps
+from entangle_jax._src.program_order.dependence import kept_deps, shape_size
 from entangle_jax._src.program_order.natives import (
   NativeCall,
   all_eqns,
@@ -151,6 +151,8 @@ class Context:
     index = obj.index
     if index is None:
       shape = tuple(eqn.invars[0].aval.shape)
+      if not all(isinstance(d, int | np.integer) for d in shape):
+        return  # Symbolic: its elements are not followed.
       index = np.arange(int(np.prod(shape))).reshape(shape)
     index = apply_view(eqn, index)
     if index is not None:
@@ -1162,7 +1164,7 @@ def _is_bool(value) -> bool:
 
 
 def _size(value) -> int:
-  return int(np.prod(np.shape(value)))
+  return shape_size(np.shape(value))
 
 
 def _order_operands(invals, call: NativeCall, object_index) -> list[int]:

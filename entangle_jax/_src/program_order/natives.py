@@ -16,6 +16,7 @@ from jax.extend import core as jex_core
 
 from entangle_jax._src import jax_compat, primitive
 from entangle_jax._src.program_order import lowered
+from entangle_jax._src.program_order.dependence import shape_size
 from entangle_jax._src.program_order.objects import Part
 from entangle_jax._src.targets import names
 from entangle_jax._src.targets.declaration import Declarations
@@ -215,7 +216,7 @@ def _from_lowering(eqn, decls: Declarations) -> NativeCall | None:
 
 
 def _size(aval) -> int:
-  return int(np.prod(getattr(aval, "shape", ()), dtype=np.int64))
+  return shape_size(getattr(aval, "shape", ()))
 
 
 _WARNED: set[Any] = set()
