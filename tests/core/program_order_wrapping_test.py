@@ -1,6 +1,9 @@
 """`in_program_order` around what JAX hands it: ``jax.export`` with
 symbolic shapes (issue 51, case 6: the transform's sizes called ``int()``
-on a symbolic dimension and raised ``InconclusiveDimensionOperation``).
+on a symbolic dimension and raised ``InconclusiveDimensionOperation``),
+and ``jax.pmap`` (case 7: ``functools.wraps`` copied pmap's own ``lower``
+onto the wrapper, so ``jax.jit(in_program_order(jax.pmap(f))).lower()``
+lowered the unordered program: 1 race there, none in what ran).
 
 Each test has its control: the same program without the transform races.
 """
@@ -52,6 +55,19 @@ class WrappingTest(absltest.TestCase):
     run = test_util.compiled(restored.call, *args)
     self.assertEqual(testing.races(run), [])
     np.testing.assert_array_equal(run(*args), [1.0] * 3)
+
+  def test_pmap_lowers_the_ordered_function(self):
+    wrapped = in_program_order(jax.pmap(write_read_write))
+    self.assertNotIn("lower", vars(wrapped))
+    args = (jnp.arange(1, dtype=jnp.int32) + 7, jnp.ones(1))
+    racy = jax.jit(jax.pmap(write_read_write)).lower(*args).compile()
+    self.assertNotEmpty(testing.races(racy))  # The control.
+    lowered = jax.jit(wrapped).lower(*args)
+    fixed = lowered.compile()
+    self.assertEqual(testing.races(fixed), [])
+    self.assertGreater(entangles(testing.module_text(fixed)), 0)
+    np.testing.assert_array_equal(fixed(*args), [1.0])
+    np.testing.assert_array_equal(jax.jit(wrapped)(*args), [1.0])
 
 
 if __name__ == "__main__":

@@ -95,7 +95,9 @@ def in_program_order(f: Callable[..., Any]) -> Callable[..., Any]:
   if not callable(f):
     raise TypeError(f"in_program_order: f must be callable, not {f!r}")
 
-  @functools.wraps(f)
+  # Name and docstring only: `f`'s attributes (a pmap's or jit's own
+  # ``lower``, ``trace``) would lower `f`, not the ordered function.
+  @functools.wraps(f, updated=())
   def ordered(*args, **kwargs):
     leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
     for leaf, path in zip(leaves, _paths((args, kwargs)), strict=True):
