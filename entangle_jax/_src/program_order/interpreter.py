@@ -148,6 +148,14 @@ class Context:
       return
     if obj.key is None:
       return
+    dims = (
+      eqn.params.get("dimensions") if eqn.primitive.name == "reshape" else None
+    )
+    if dims is not None and tuple(dims) != tuple(range(len(dims))):
+      # A transposed read of a value (``jnp.ravel(order="F")``): XLA makes
+      # it a transpose, whose elements the race check does not follow, so
+      # neither does this: the view may be any object.
+      return
     index = obj.index
     if index is None:
       shape = tuple(eqn.invars[0].aval.shape)
