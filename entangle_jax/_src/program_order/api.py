@@ -61,6 +61,10 @@ def in_program_order(f: Callable[..., Any]) -> Callable[..., Any]:
   through each custom_vjp whose backward pass makes native calls and tied
   to the results by a custom identity; nothing is added without one.
 
+  Under ``checkpoint``, a native call's result is saved and the call never
+  made again in the backward pass (it would see a later state), with
+  ``grad`` on either side.
+
   Not ordered, and it warns: later calls after a call that returns nothing
   (``jax.debug.callback``). A primitive that cannot be lowered alone warns,
   naming it, and is ordered as a call that may write anything; a call
@@ -91,7 +95,9 @@ def in_program_order(f: Callable[..., Any]) -> Callable[..., Any]:
   if not callable(f):
     raise TypeError(f"in_program_order: f must be callable, not {f!r}")
 
-  @functools.wraps(f)
+  # Name and docstring only: `f`'s attributes (a pmap's or jit's own
+  # ``lower``, ``trace``) would lower `f`, not the ordered function.
+  @functools.wraps(f, updated=())
   def ordered(*args, **kwargs):
     leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
     for leaf, path in zip(leaves, _paths((args, kwargs)), strict=True):

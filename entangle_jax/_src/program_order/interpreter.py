@@ -13,10 +13,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.ad_checkpoint import checkpoint_name
 from jax.extend import core as jex_core
 
 from entangle_jax._src import jax_compat, primitive
 from entangle_jax._src.entangle import entangle
+from entangle_jax._src.program_order.dependence import kept_deps, shape_size
 from entangle_jax._src.program_order.natives import (
   NativeCall,
   all_eqns,
@@ -26,6 +28,7 @@ from entangle_jax._src.program_order.natives import (
   has_native,
   has_native_jaxpr,
   native_call,
+  rule_parts,
 )
 from entangle_jax._src.program_order.objects import (
   ANY,
@@ -91,8 +94,27 @@ class Context:
     # does). Its cotangent orders those backward passes (`link`).
     self.chain: Any = None
     self.backward: list[Part] = []  # What those backward passes touch.
+    self.prev_bit = 0  # In a loop body: the call the order value stands for.
+    # Native results by what computes them (`_key`), for a checkpoint that
+    # JAX's differentiation recomputes (`remat`): it takes the result saved
+    # here, since a native call made again would see a later state.
+    self.keys: dict[int, Any] = {}
+    self.saved: dict[Any, Any] = {}
+    self.top = True  # Not inside a function traced again (a loop body ...).
+    self.saving = False  # In a rebuilt checkpoint: native results saved.
+    self.recompute = False  # In a checkpoint's recomputation.
+    self.pending: list[Any] = []  # The keys of the equation's results.
 
   # Values ---------------------------------------------------------------
+
+  def key(self, value: Any) -> Any:
+    """What computes `value`: an equation and the keys of its inputs, or
+    the value itself."""
+    found = self.keys.get(id(value))
+    if found is not None:
+      return found
+    self.keep.append(value)
+    return ("value", id(value))
 
   def dep(self, value: Any) -> int:
     return self.deps.get(id(value), 0)
@@ -126,9 +148,19 @@ class Context:
       return
     if obj.key is None:
       return
+    dims = (
+      eqn.params.get("dimensions") if eqn.primitive.name == "reshape" else None
+    )
+    if dims is not None and tuple(dims) != tuple(range(len(dims))):
+      # A transposed read of a value (``jnp.ravel(order="F")``): XLA makes
+      # it a transpose, whose elements the race check does not follow, so
+      # neither does this: the view may be any object.
+      return
     index = obj.index
     if index is None:
       shape = tuple(eqn.invars[0].aval.shape)
+      if not all(isinstance(d, int | np.integer) for d in shape):
+        return  # Symbolic: its elements are not followed.
       index = np.arange(int(np.prod(shape))).reshape(shape)
     index = apply_view(eqn, index)
     if index is not None:
@@ -157,10 +189,24 @@ class Context:
       invals = [read(atom) for atom in eqn.invars]
       for value in invals:
         self.used.add(id(value))
+      in_keys = tuple(
+        _literal_key(atom)
+        if isinstance(atom, jex_core.Literal)
+        else self.key(value)
+        for atom, value in zip(eqn.invars, invals, strict=True)
+      )
+      params = _params_key(eqn.params)
+      self.pending = [
+        (eqn.primitive.name, params, in_keys, j)
+        for j in range(len(eqn.outvars))
+      ]
       with jax_compat.equation_context(eqn):
         outs = self.eval_eqn(eqn, invals)
-      for var, value in zip(eqn.outvars, outs, strict=True):
+      for var, value, key in zip(eqn.outvars, outs, self.pending, strict=True):
         env[var] = value  # A dropped output's var is never read.
+        if id(value) not in self.keys:
+          self.keys[id(value)] = key
+          self.keep.append(value)
     outs = [read(atom) for atom in jaxpr.outvars]
     for value in outs:
       self.used.add(id(value))
@@ -172,9 +218,13 @@ class Context:
     if native is not None:
       return self.native(eqn, invals, native)
     if name == primitive.entangle_p.name:
-      outs = self.bind(eqn, invals)
+      outs = jax_compat.bind_equation(eqn, invals)
+      bits = 0
+      for value in invals:
+        bits |= self.dep(value)
       for value, out in zip(invals, outs, strict=False):  # Payloads first.
         self.set_root(out, self.root(value))
+        self.set_dep(out, bits)
       return outs
     if name in VIEWS:
       outs = self.bind(eqn, invals)
@@ -211,11 +261,12 @@ class Context:
     )
 
   def bind(self, eqn, invals: list) -> list:
+    """Binds `eqn`'s primitive; its results depend on the calls that XLA
+    must compute them after (`kept_deps`), never on mere data flow."""
     outs = jax_compat.bind_equation(eqn, invals)
-    bits = 0
-    for value in invals:
-      bits |= self.dep(value)
-    for out in outs:
+    for out, bits in zip(
+      outs, kept_deps(eqn, [self.dep(v) for v in invals]), strict=True
+    ):
       self.set_dep(out, bits)
     return outs
 
@@ -250,6 +301,11 @@ class Context:
     return values, stood
 
   def native(self, eqn, invals, call: NativeCall) -> list:
+    keys = list(self.pending)
+    if self.recompute:
+      found = [self.saved.get(k) for k in keys]
+      if found and all(v is not None for v in found):
+        return found  # The result the call made before, not made again.
     invals = list(invals)
     target = call.label
     bits = 0
@@ -292,6 +348,12 @@ class Context:
         self.set_root(new, self.root(original))
       bits |= stood
     outs = self.bind(eqn, invals)
+    if self.saving:
+      # Saved by the rebuilt checkpoint's policy: never made again.
+      outs = [checkpoint_name(o, _SAVED) for o in outs]
+    if self.top and not self.recompute:
+      for k, out in zip(keys, outs, strict=True):
+        self.saved.setdefault(k, out)
     bit = new_bit()
     for out in outs:
       self.set_dep(out, bit | bits)
@@ -385,6 +447,11 @@ class Context:
     ctx.keep = self.keep
     ctx.used = self.used
     ctx.backward = self.backward
+    ctx.keys = self.keys
+    ctx.saved = self.saved
+    ctx.top = False
+    ctx.saving = self.saving
+    ctx.recompute = self.recompute
     return ctx
 
   def seed(self, child: Context, inner: Sequence[Any], outer: Sequence[Any]):
@@ -392,6 +459,8 @@ class Context:
     for i, o in zip(inner, outer, strict=True):
       child.set_dep(i, self.dep(o))
       child.set_root(i, self.root(o))
+      if i is not o:
+        child.keys[id(i)] = self.key(o)
 
   def sub_parts(self, jaxprs) -> tuple[Part, ...]:
     """What the native calls of `jaxprs` (and their sub-jaxprs) touch,
@@ -409,8 +478,10 @@ class Context:
     """A value ordered after the earlier calls `parts` conflict with: an
     int32 scalar, or of `aval`, which is then the one witness itself when
     there is one of that type (no entangle)."""
-    values, _ = self.witnesses_for(parts, 0)
-    return _token_of(values, aval)
+    values, stood = self.witnesses_for(parts, 0)
+    token = _token_of(values, aval)
+    self.set_dep(token, stood)
+    return token
 
   def exported(self, ctx: Context) -> list:
     """Values that come after every call made in child `ctx`."""
@@ -433,6 +504,8 @@ class Context:
     chained = backward_in([b.jaxpr for b in branches], self.decls)
     chain = self.take_chain() if chained else None
 
+    follows = []  # Per branch traced, the calls its order value follows.
+
     def branch_fn(closed, aval=None, found=None):
       def fn(*args):
         ctx = self.child()
@@ -443,6 +516,8 @@ class Context:
         exported = self.exported(ctx)
         if found is not None:
           found.append([_aval(e) for e in exported])
+        else:
+          follows.append(_deps_of(ctx, exported))
         return outs, _token_of(exported, aval), ctx.chain
 
       return fn
@@ -463,45 +538,66 @@ class Context:
       outs, token, chain = jax.lax.switch(index, fns, *ops)
     if chained:
       self.chain = chain
-    return self.after_sub(parts, list(outs), token, invals, "cond")
+    return self.after_sub(
+      parts, list(outs), token, invals, "cond", _common(follows)
+    )
 
-  def after_sub(self, parts, outs, token, invals, label) -> list:
+  def after_sub(self, parts, outs, token, invals, label, deps=0) -> list:
     """Registers a sub-program's calls (`parts`) as one call here, which
-    `token` (a value, or a list of values) comes after."""
-    bits = 0
-    for value in invals:
-      bits |= self.dep(value)
+    `token` (a value, or a list of values) comes after; as do the calls in
+    `deps`, which every branch's `token` is an entangle after. The other
+    results depend on nothing (`dependence`): XLA may pass a value through
+    a loop or a branch, and drop the rest."""
+    del invals
     tokens = list(token) if isinstance(token, list | tuple) else [token]
-    access = self.summary(parts, tokens, bits, label)
-    for out in outs:
-      self.set_dep(out, bits)
+    access = self.summary(parts, tokens, deps, label)
     for t in tokens:
       self.set_dep(t, access.deps)
     return outs
 
   def remat(self, eqn, invals) -> list:
+    """Rebuilds a checkpoint around its transformed body. Its native
+    calls' results are saved (a policy that saves them by name), never
+    made again under differentiation: a call made again would see a later
+    state. A checkpoint that JAX's differentiation made to recompute
+    forward values (``differentiated``, in a differentiated program
+    transformed whole) takes the results of the calls made before."""
     params = eqn.params
     jaxpr = params["jaxpr"]
     holder = {}
     chained = backward_in([jaxpr], self.decls)
+    recompute = bool(params.get("differentiated", False))
 
     def fn(chain, *args):
       ctx = self.child()
+      ctx.saving = not recompute
+      ctx.recompute = ctx.recompute or recompute
       ctx.chain = chain
       self.seed(ctx, args, invals)
       outs = ctx.run(jaxpr, (), list(args))
       holder["parts"] = _own_parts(ctx)
-      return outs, self.exported(ctx), ctx.chain
+      exported = self.exported(ctx)
+      holder["deps"] = _common([ctx.dep(e) for e in exported])
+      return outs, exported, ctx.chain
 
     kwargs = {"prevent_cse": params.get("prevent_cse", True)}
+    saving = jax.checkpoint_policies.save_only_these_names(_SAVED)
     if params.get("policy") is not None:
-      kwargs["policy"] = params["policy"]
+      saving = jax.checkpoint_policies.save_from_both_policies(
+        params["policy"], saving
+      )
+    kwargs["policy"] = saving
     chain = self.take_chain() if chained else None
     outs, exported, chain = jax.checkpoint(fn, **kwargs)(chain, *invals)
     if chained:
       self.chain = chain
     return self.after_sub(
-      holder.get("parts", ()), list(outs), exported, invals, "checkpoint"
+      holder.get("parts", ()),
+      list(outs),
+      exported,
+      invals,
+      "checkpoint",
+      holder.get("deps", 0),
     )
 
   def scan(self, eqn, invals) -> list:
@@ -518,7 +614,7 @@ class Context:
         carry, chain = carry
         if use_token:
           carry, token = carry
-        ctx = self.loop_child(use_token and token)
+        ctx = self.loop_child(use_token and token, token_deps)
         ctx.chain = chain
         self.seed(ctx, consts, consts)
         outs = ctx.run(jaxpr, jconsts, [*consts, *carry, *x])
@@ -529,7 +625,11 @@ class Context:
 
       return fn
 
+    token_deps = 0
+
     def run_loop(use_token, init_token=None):
+      nonlocal token_deps
+      token_deps = self.dep(init_token) if use_token else 0
       carry = (init, init_token) if use_token else init
       # The backward chain goes through the loop's carry when its body
       # calls a custom_vjp whose backward pass makes native calls.
@@ -571,17 +671,19 @@ class Context:
     cond_native = has_native_jaxpr(cjaxpr, self.decls)
 
     def run_loop(use_token, init_token=None):
+      token_deps = self.dep(init_token) if use_token else 0
+
       def cond_fn(carry):
         if use_token:
           carry, token = carry
-        ctx = self.loop_child(use_token and token)
+        ctx = self.loop_child(use_token and token, token_deps)
         (pred,) = ctx.run(cjaxpr, cjconsts, [*cconsts, *carry])
         return pred
 
       def body_fn(carry):
         if use_token:
           carry, token = carry
-        ctx = self.loop_child(use_token and token)
+        ctx = self.loop_child(use_token and token, token_deps)
         outs = ctx.run(bjaxpr, bjconsts, [*bconsts, *carry])
         if use_token:
           return outs, self.loop_token(ctx, token)
@@ -615,22 +717,28 @@ class Context:
       extra_jaxprs=[cjaxpr, bjaxpr] if cond_native else [cjaxpr],
     )
 
-  def loop_child(self, token) -> Context:
+  def loop_child(self, token, deps: int = 0) -> Context:
+    """A child context whose calls all come after `token`, which comes
+    after the calls in `deps`."""
     if token is False or token is None:
       return self.child(accesses=[])
     bit = new_bit()
     prev = Access(bit, (Part("write", None, "previous"),), [token], bit, "")
     ctx = self.child(accesses=[prev])
-    ctx.set_dep(token, bit)
+    ctx.set_dep(token, bit | deps)
+    ctx.prev_bit = bit
     return ctx
 
   def loop_token(self, ctx: Context, token):
     """The order value out of a loop body: after every call of the body
-    (which are all after `token`, the value that came in)."""
+    and after `token`, the value that came in (so that the loop's last
+    one comes after the first)."""
     exported = [w for w in self.exported(ctx) if w is not token]
     if not exported:
       return token
-    return _token_of(exported, _aval(token), payload=token)
+    if _deps_of(ctx, exported) & ctx.prev_bit:
+      return _token_of(exported, _aval(token), payload=token)
+    return entangle(token, *exported)
 
   def loop_analysis(self, run_body, init, consts, x_avals):
     """Traces the loop body once with no order value; returns its calls'
@@ -710,19 +818,18 @@ class Context:
       carry, ys = run_loop(True, init_token)
       carry, token = carry
       outs = list(carry) + list(ys)
-      return self.after_sub(every or ANY, outs, token, invals, label)
+      # Each body's order value comes after the one that came in
+      # (`loop_token`): the last after the first, and what it follows.
+      return self.after_sub(
+        every or ANY, outs, token, invals, label, self.dep(init_token)
+      )
     carry, ys = run_loop(False)
     outs = list(carry) + list(ys)
-    bits = 0
-    for value in invals:
-      bits |= self.dep(value)
     if parts:
       witnesses = [carry[k] for k in carrying if _size(carry[k]) > 0]
-      access = self.summary(parts, witnesses, bits, label)
+      access = self.summary(parts, witnesses, 0, label)
       for k in carrying:
         self.set_dep(carry[k], access.deps)
-    for out in outs:
-      self.set_dep(out, bits)
     return outs
 
   def shard_map(self, eqn, invals) -> list:
@@ -784,8 +891,10 @@ class Context:
     Earlier calls come in as an int32 order value, an argument: a
     custom_jvp may not close over values being differentiated."""
     closed = eqn.params["call_jaxpr"]
-    holder = {}
-    token_in = self.order_token(self.sub_parts([closed.jaxpr]) or ANY)
+    # The JVP rule runs in the primal's place: ordered as its calls are.
+    parts = self.sub_parts([closed.jaxpr]) + rule_parts(eqn, self.decls)
+    holder = {"parts": parts}
+    token_in = self.order_token(parts or ANY)
 
     def original(*args):
       return jax_compat.bind_equation(eqn, args)
@@ -847,8 +956,10 @@ class Context:
     hands the cotangent on after its own calls."""
     closed = eqn.params["call_jaxpr"]
     n_out = len(closed.jaxpr.outvars)
-    holder = {}
-    token_in = self.order_token(self.sub_parts([closed.jaxpr]) or ANY)
+    # The forward pass runs in the primal's place: ordered as its calls are.
+    parts = self.sub_parts([closed.jaxpr]) + rule_parts(eqn, self.decls)
+    holder = {"parts": parts}
+    token_in = self.order_token(parts or ANY)
     backward = backward_parts(eqn, self.decls)
     if backward:
       self.backward.extend(backward)
@@ -985,6 +1096,43 @@ def _token_of(values: Sequence[Any], aval, payload=None):
   return entangle(payload, *values) if values else payload
 
 
+_SAVED = "entangle_jax_native_result"
+
+
+def _literal_key(atom) -> Any:
+  return ("literal", str(atom.aval), repr(atom.val))
+
+
+def _params_key(params) -> tuple:
+  """`params` as a key: a value that cannot be hashed by its identity."""
+  items = []
+  for name, value in sorted(params.items()):
+    try:
+      hash(value)
+    except TypeError:
+      value = ("id", id(value))
+    items.append((name, value))
+  return tuple(items)
+
+
+def _deps_of(ctx: Context, values: Sequence[Any]) -> int:
+  """The calls an entangle after all of `values` comes after (in `ctx`)."""
+  bits = 0
+  for v in values:
+    bits |= ctx.dep(v)
+  return bits
+
+
+def _common(deps: Sequence[int]) -> int:
+  """The calls in every one of `deps` (none when empty)."""
+  if not deps:
+    return 0
+  bits = deps[0]
+  for d in deps[1:]:
+    bits &= d
+  return bits
+
+
 def _own_parts(ctx: Context) -> tuple[Part, ...]:
   return tuple(p for a in ctx.own for p in a.parts)
 
@@ -1024,7 +1172,7 @@ def _is_bool(value) -> bool:
 
 
 def _size(value) -> int:
-  return int(np.prod(np.shape(value)))
+  return shape_size(np.shape(value))
 
 
 def _order_operands(invals, call: NativeCall, object_index) -> list[int]:

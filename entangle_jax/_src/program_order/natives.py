@@ -16,6 +16,7 @@ from jax.extend import core as jex_core
 
 from entangle_jax._src import jax_compat, primitive
 from entangle_jax._src.program_order import lowered
+from entangle_jax._src.program_order.dependence import shape_size
 from entangle_jax._src.program_order.objects import Part
 from entangle_jax._src.targets import names
 from entangle_jax._src.targets.declaration import Declarations
@@ -215,7 +216,7 @@ def _from_lowering(eqn, decls: Declarations) -> NativeCall | None:
 
 
 def _size(aval) -> int:
-  return int(np.prod(getattr(aval, "shape", ()), dtype=np.int64))
+  return shape_size(getattr(aval, "shape", ()))
 
 
 _WARNED: set[Any] = set()
@@ -361,6 +362,53 @@ def _backward_parts(eqn, decls) -> tuple[Part, ...]:
     traced = jax.make_jaxpr(backward)(leaves, floats)
   except Exception:  # Cannot tell: as if it could touch anything.
     return (Part("write", None, "custom_vjp backward pass"),)
+  parts = []
+  for e in all_eqns(traced.jaxpr):
+    found = native_call(e, decls)
+    if found is not None:
+      parts += [Part(p.mode, None, p.target) for p in found.parts]
+  return tuple(dict.fromkeys(parts))
+
+
+_RULE_PARTS_CACHE: dict[int, tuple[Any, Declarations, Any]] = {}
+
+
+def rule_parts(eqn, decls: Declarations) -> tuple[Part, ...]:
+  """What the native calls of a custom_jvp call's JVP rule, or of a
+  custom_vjp call's forward pass, touch (objects unknown; traced as
+  ``jax.jvp`` and ``jax.vjp`` of the call would run them, once per
+  equation): they run in the primal's place under differentiation, so
+  they are ordered as the primal's calls are. () for other equations."""
+  if eqn.primitive.name not in ("custom_jvp_call", "custom_vjp_call"):
+    return ()
+  return _once(_RULE_PARTS_CACHE, _rule_parts, eqn, decls)
+
+
+def _rule_parts(eqn, decls) -> tuple[Part, ...]:
+  avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in eqn.invars]
+  floats = [jnp.issubdtype(a.dtype, jnp.inexact) for a in avals]
+
+  def call(*args):
+    return jax_compat.bind_equation(eqn, args)
+
+  def on_floats(args, xs):
+    it = iter(xs)
+    full = [next(it) if f else a for a, f in zip(args, floats, strict=True)]
+    return call(*full)
+
+  def rule(*args):
+    xs = [a for a, f in zip(args, floats, strict=True) if f]
+    if eqn.primitive.name == "custom_jvp_call":
+      return jax.jvp(
+        lambda *x: on_floats(args, x), xs, [jnp.ones_like(x) for x in xs]
+      )
+    outs, pullback = jax.vjp(lambda *x: on_floats(args, x), *xs)
+    return outs, jax.tree_util.tree_leaves(pullback)
+
+  try:
+    traced = jax.make_jaxpr(rule)(*avals)
+  except Exception:  # Cannot tell: as if it could touch anything.
+    return (Part("write", None, "custom rule"),)
   parts = []
   for e in all_eqns(traced.jaxpr):
     found = native_call(e, decls)

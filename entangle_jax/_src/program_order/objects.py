@@ -181,6 +181,11 @@ def apply_view(eqn, array: np.ndarray) -> np.ndarray | None:
     if name == "squeeze":
       return np.squeeze(array, tuple(params["dimensions"]))
     if name == "reshape":
+      # `dimensions`: the order in which the operand's elements are read
+      # (``jnp.ravel(order="F")``), a transpose before the reshape.
+      dimensions = params.get("dimensions")
+      if dimensions is not None:
+        array = np.transpose(array, tuple(dimensions))
       return array.reshape(params["new_sizes"])
     if name == "convert_element_type":
       # Only to an integer type that holds every value: a narrowing one

@@ -9,6 +9,7 @@ import re
 from entangle_jax._src.targets.declaration import TargetDeclaration
 from entangle_jax.testing import _hlo
 from entangle_jax.testing._analysis import source_lines as _source_lines
+from entangle_jax.testing._hlo.attributes import Stack
 from entangle_jax.testing._order import access
 
 
@@ -131,9 +132,40 @@ def program_position(op: Op) -> int | None:
 
 def in_program_order(a: Op, b: Op) -> tuple[Op, Op]:
   """`a` and `b`, the call the program made first first; as given when
-  their names do not say."""
+  neither their stacks nor their names say.
+
+  In one computation, XLA's numbers say (`program_position`). Across
+  computations they do not: XLA numbers a loop body's or a branch's
+  instructions before its caller's, so a read made before a loop has a
+  higher number than a write in its body. There the Python stacks say,
+  where they share outer frames (`stack_order`)."""
+  if a.computation != b.computation:
+    order = stack_order(a.instruction.stack, b.instruction.stack)
+    if order is not None:
+      return (a, b) if order < 0 else (b, a)
   x, y = program_position(a), program_position(b)
   return (b, a) if x is not None and y is not None and y < x else (a, b)
+
+
+def stack_order(a: Stack, b: Stack) -> int | None:
+  """-1 when stack `a` (innermost frame first) was made before `b`, 1 when
+  after, None when they do not say: below their common outer frames, at
+  the first frames that differ, the earlier line of one file came first
+  (the later call made inside a ``while_loop`` or ``scan`` it called at
+  a later line). Without a common outer frame (XLA before jax 0.8.2 kept
+  the innermost frame only), or at different files, they do not say."""
+  outer_a, outer_b = a[::-1], b[::-1]
+  common = 0
+  for x, y in zip(outer_a, outer_b, strict=False):
+    if x != y:
+      break
+    common += 1
+  if common == 0 or common >= min(len(outer_a), len(outer_b)):
+    return None
+  (file_a, line_a), (file_b, line_b) = outer_a[common], outer_b[common]
+  if file_a != file_b or line_a == line_b:
+    return None
+  return -1 if line_a < line_b else 1
 
 
 class Race(tuple[str, str]):
