@@ -12,7 +12,7 @@ import unittest
 from absl.testing import absltest
 
 try:
-  from benchmarks import comparisons, stats
+  from benchmarks import comparisons, stats, suite_cost
   from benchmarks import report as bench_report
   from benchmarks.cases import (
     ANALYSIS_PAIRS,
@@ -364,6 +364,39 @@ def _without_a_row(report: str) -> str:
   lines = report.splitlines(keepends=True)
   first_row = next(i for i, line in enumerate(lines) if line.startswith("|---"))
   return "".join(lines[: first_row + 1] + lines[first_row + 2 :])
+
+
+class SuiteCostTest(absltest.TestCase):
+  """The parts of ``python -m benchmarks.suite_cost`` that need no suite."""
+
+  def test_outcomes_are_read_from_pytests_last_summary_line(self):
+    output = (
+      "FAILED tests.py::test_a - TypeError: in x\n"
+      "Checked 623 modules (97 with native calls): 0 with races, 0 pairs.\n"
+      "13 failed, 61 passed, 1 error, 2 errors, 39 warnings in 35.59s\n"
+    )
+    self.assertEqual(
+      suite_cost.outcomes(output), {"failed": 13, "passed": 61, "errors": 3}
+    )
+    self.assertEqual(suite_cost.outcomes("no tests ran in 0.01s"), {})
+
+  def test_only_the_checked_run_switches_the_check_on(self):
+    plain = suite_cost.command("py", ["t.py"], 2, checked=False)
+    checked = suite_cost.command("py", ["t.py"], 2, checked=True)
+    self.assertEqual(checked, [*plain, "--entangle-races=fail"])
+    self.assertIn("-n", plain)
+    self.assertNotIn("--entangle-races=fail", plain)
+
+  def test_a_row_gives_the_paired_ratios(self):
+    def run(wall, cpu):
+      return suite_cost.Run(wall, cpu, 1, {}, None)
+
+    row = suite_cost.ratio_row(
+      "-n 0", [run(10, 8), run(20, 8)], [run(11, 9), run(24, 10)]
+    )
+    # Wall ratios 1.1 and 1.2 (median 1.15), CPU 1.125 and 1.25.
+    self.assertIn("**1.15x**", row)
+    self.assertIn("| 1.19x (", row)
 
 
 if __name__ == "__main__":

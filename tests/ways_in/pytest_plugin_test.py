@@ -355,6 +355,15 @@ class PluginTest(absltest.TestCase):
     self.assertEqual(len(prefixes), 1, result.stdout)
     files = [p for p in pathlib.Path(kept[0]).rglob("*") if p.is_file()]
     self.assertEqual(int(kept[1]), len(files), result.stdout)
+    # XLA wrote the optimized module, with the metadata the check reads,
+    # and not the reports the plugin's dump asks it to leave out.
+    (optimized,) = [
+      p for p in files if p.name.endswith("after_optimizations.txt")
+    ]
+    self.assertIn("op_name=", optimized.read_text())
+    names = [p.name for p in files]
+    self.assertTrue(any("-buffer-assignment.txt" in n for n in names), names)
+    self.assertFalse(any("-live-range" in n for n in names), names)
     result = test_util.pytest_run(
       project(**{"test_fixed.py": FIXED}), "--entangle-races=fail"
     )

@@ -23,6 +23,7 @@ from entangle_jax.testing._ways_in import module_files
 
 _DUMP_FLAG = re.compile(r"--xla_dump_to=(\S+)")
 _MODULE_PREFIX = re.compile(r"module_\d+\.")
+_OPTIMIZED_END = module_files.OPTIMIZED.removeprefix("*")
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 """The duration JAX records for each module it hands to XLA: compiled, or
 loaded from the persistent cache (which also records a cache hit)."""
@@ -80,6 +81,17 @@ def new_dump(prefix: str = "entangle-races-") -> pathlib.Path:
   return pathlib.Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
 
 
+LEAN_FLAGS = ("--xla_dump_buffer_assignment_analysis=false",)
+"""What makes XLA write less for each module of a dump that only the check
+reads: of the four buffer-assignment reports XLA writes beside each
+optimized module, the two that flag governs (``-buffer-assignment-values``
+and ``-live-range``). The rest of what XLA writes for a module (the module
+before optimization, LLVM IR and object files, the compile's inputs, the
+other two reports) no flag of XLA's turns off without turning off the
+optimized module too. Never ``--xla_dump_disable_metadata``: the check reads
+the metadata."""
+
+
 def request_dump(
   prefix: str = "entangle-races-", into: pathlib.Path | None = None
 ) -> pathlib.Path:
@@ -88,10 +100,14 @@ def request_dump(
   With `into`, there (any dump ``XLA_FLAGS`` asked for is replaced: a
   pytest-xdist worker's dump of its own). Otherwise a dump ``XLA_FLAGS``
   already asks for is kept (text added if it lacks it), else a new
-  directory goes in (`new_dump`).
+  directory goes in (`new_dump`). When ``XLA_FLAGS`` asked for no dump,
+  the dump is the check's alone, and XLA is also asked to leave out what
+  the check does not read (`LEAN_FLAGS`, each unless ``XLA_FLAGS`` sets it
+  already); a dump the user asked for gets everything XLA writes.
   """
   flags = os.environ.get("XLA_FLAGS", "")
   dump = requested_dump()
+  lean = dump is None
   if into is not None:
     into.mkdir(parents=True, exist_ok=True)
     flags = _DUMP_FLAG.sub("", flags)
@@ -102,8 +118,32 @@ def request_dump(
     flags = f"{flags} --xla_dump_to={shlex.quote(str(dump))}"
   if "--xla_dump_hlo_as_text" not in flags:
     flags += " --xla_dump_hlo_as_text"
+  if lean:
+    for flag in LEAN_FLAGS:
+      if flag.split("=")[0] not in flags:
+        flags += f" {flag}"
   os.environ["XLA_FLAGS"] = flags.strip()
   return dump
+
+
+def optimized_files(folder: pathlib.Path) -> list[pathlib.Path]:
+  """The optimized modules' files under `folder` (what
+  ``folder.rglob(module_files.OPTIMIZED)`` finds), in one walk of
+  `os.scandir` that reads each folder once: a watch looks after every
+  test, and a dump it does not prune keeps every module's dozen files."""
+  found = []
+  pending = [str(folder)]
+  while pending:
+    try:
+      with os.scandir(pending.pop()) as entries:
+        for entry in entries:
+          if entry.is_dir(follow_symlinks=False):
+            pending.append(entry.path)
+          elif entry.name.endswith(_OPTIMIZED_END):
+            found.append(pathlib.Path(entry.path))
+    except OSError:  # Gone, or unreadable: as rglob, nothing there.
+      continue
+  return found
 
 
 class DumpWatch:
@@ -124,9 +164,14 @@ class DumpWatch:
     self._seen = set(self._files())
     self._start = dict(_counts)
     self.results: list[ModuleResult] = []
+    # The prefixes of the modules checked so far, racing or clean, and how
+    # many results they cover: kept up as results come, not recomputed.
+    self._racing: set[tuple[pathlib.Path, str]] = set()
+    self._clean: set[tuple[pathlib.Path, str]] = set()
+    self._sorted = 0
 
   def _files(self) -> list[pathlib.Path]:
-    return sorted(self.dump.rglob(module_files.OPTIMIZED))
+    return sorted(optimized_files(self.dump))
 
   def new_results(self) -> list[ModuleResult]:
     """Checks the modules dumped since the last call (a module that
@@ -145,13 +190,18 @@ class DumpWatch:
     a ``module_NNNN.`` prefix)."""
     for folder in {f for f, _ in prefixes}:
       names = {p for f, p in prefixes if f == folder}
-      for path in folder.iterdir():
-        prefix = _MODULE_PREFIX.match(path.name)
+      try:
+        with os.scandir(folder) as listing:
+          entries = list(listing)
+      except OSError:
+        continue
+      for entry in entries:
+        prefix = _MODULE_PREFIX.match(entry.name)
         if prefix and prefix.group(0) in names:
-          if path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
+          if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
           else:
-            path.unlink(missing_ok=True)
+            pathlib.Path(entry.path).unlink(missing_ok=True)
 
   def finish(self) -> None:
     """Deletes the files of the modules checked free of races (a pruning
@@ -160,13 +210,11 @@ class DumpWatch:
     prefix with."""
     if not self.prune or not self.dump.is_dir():
       return
-    racing = {
-      module_prefix(pathlib.Path(r.path))
-      for r in self.results
-      if r.races or r.unchecked
-    }
-    clean = {module_prefix(pathlib.Path(r.path)) for r in self.results}
-    self._delete(clean - racing)
+    for result in self.results[self._sorted :]:
+      sort = self._racing if result.races or result.unchecked else self._clean
+      sort.add(module_prefix(pathlib.Path(result.path)))
+    self._sorted = len(self.results)
+    self._delete(self._clean - self._racing)
 
   def compiles(self) -> int:
     """Modules JAX handed to XLA since the watch began, cache hits
