@@ -9,7 +9,7 @@ from unittest import mock
 
 from absl.testing import absltest
 
-from entangle_jax.testing._report.findings import ModuleResult
+from entangle_jax.testing._findings.records import Findings, ModuleResult
 from entangle_jax.testing._ways_in import dump_watch as _dump_watch
 from entangle_jax.testing._ways_in import module_files
 
@@ -86,7 +86,7 @@ def module(folder: pathlib.Path, n: int, *extra: str) -> pathlib.Path:
 def result(path: pathlib.Path, races: bool) -> ModuleResult:
   # A race's content does not matter to the pruning, only that there is one.
   return ModuleResult(
-    str(path), "jit_f", "cpu", 2, [mock.sentinel.race] * races
+    str(path), "jit_f", None, 2, Findings(pairs=(mock.sentinel.race,) * races)
   )
 
 
