@@ -34,14 +34,17 @@ def entangle(payload: T, *witnesses: Any) -> T:
     ``payload``'s tree with the same shapes, dtypes, weak types and values;
     its leaves are JAX arrays (a NumPy or Python scalar leaf comes back as
     the JAX array it converts to, which is why the annotation ``T`` is exact
-    for trees of JAX arrays). With no witness leaves, ``payload`` itself is
-    returned and no operation is emitted.
+    for trees of JAX arrays). With no witnesses, ``payload`` itself is
+    returned and no operation is emitted; witnesses none of which has an
+    array leaf raise (one with none beside one with arrays is passed by).
 
   Raises:
-    TypeError: ``payload`` has no array leaves (``None``, ``{}``, an
-      object registered as a pytree with none, such as a handle wrapper
-      whose handle is not a leaf): nothing could carry the order, so the
-      message names its type and asks for the array that holds the handle.
+    TypeError: ``payload`` or a witness has no array leaves (``None``,
+      ``{}``, an object registered as a pytree with none, such as a handle
+      wrapper whose handle is not a leaf): nothing could carry the order, so the
+      message names its type and asks for the array that holds the
+      handle, or what the earlier call returned. (For the witnesses: when
+      none of them has an array leaf.)
       Or a leaf of ``payload`` or of a witness is not an array of a
       dtype JAX supports (a string, object or datetime array, a Python int
       too large for its dtype, a NumPy masked array, ...); the message names
@@ -66,6 +69,16 @@ def entangle(payload: T, *witnesses: Any) -> T:
     leaves, _, _, names = _flatten(witness, f"witnesses[{index}]")
     witness_leaves += leaves
     witness_names += names
+  if witnesses and not witness_leaves:
+    given = ", ".join(
+      f"{type(w).__qualname__} {_short_repr(w)}" for w in witnesses
+    )
+    raise TypeError(
+      f"entangle: the witnesses ({given}) have no array leaves, so the "
+      "result could not wait for them: entangle would order nothing. Pass "
+      "what the earlier call returned (an array), not a value with no "
+      "arrays (None, {}, or an object registered as a pytree with none)."
+    )
   # Checked even when there is nothing to order, so that whether a bad leaf
   # raises does not depend on the witnesses.
   physical, originals, treedef, names = _flatten(payload, "payload")

@@ -120,9 +120,12 @@ class ValuesTest(parameterized.TestCase):
   def test_no_witnesses_returns_payload_itself(self):
     payload = {"x": jnp.ones(3)}
     self.assertIs(entangle(payload), payload)
-    self.assertIs(entangle(payload, (), {}, [None]), payload)
-    text = lowered_text(lambda x: entangle(x, ()), jnp.ones(3))
+    text = lowered_text(lambda x: entangle(x), jnp.ones(3))
     self.assertNotIn(ENTANGLE_TARGET, text)
+    # A leafless witness beside one with arrays is passed by: the arrays
+    # order the result.
+    text = lowered_text(lambda x, w: entangle(x, (), w), jnp.ones(3), 1.0)
+    self.assertIn(ENTANGLE_TARGET, text)
 
 
 class LoweringTest(parameterized.TestCase):
@@ -277,11 +280,32 @@ class ErrorsTest(parameterized.TestCase):
     with self.assertRaisesRegex(TypeError, path):
       entangle(*args)
 
-  @parameterized.parameters((), ((),), ([None],))
-  def test_payload_is_checked_without_witness_leaves(self, *witnesses):
-    self.assertIs(entangle(payload := [jnp.ones(2)], *witnesses), payload)
+  def test_payload_is_checked_without_witnesses(self):
+    self.assertIs(entangle(payload := [jnp.ones(2)]), payload)
     with self.assertRaisesRegex(TypeError, r"payload\['h'\] .* got str"):
-      entangle({"h": "handle"}, *witnesses)
+      entangle({"h": "handle"})
+
+  @parameterized.named_parameters(
+    ("none", None, "NoneType"),
+    ("empty_tuple", (), "tuple"),
+    ("list_of_none", [None], "list"),
+    ("empty_dict", {}, "dict"),
+    ("leafless_pytree", None, "_Leafless"),
+  )
+  def test_witnesses_without_array_leaves_are_named(self, witness, kind):
+    # What jax.debug.callback returns (None), or a handle wrapper with no
+    # leaves, would order nothing after it without a word.
+    if kind == "_Leafless":
+      witness = _Leafless()
+    for call in (entangle, lambda p, *w: jax.jit(entangle)(p, *w)):
+      with self.assertRaisesRegex(
+        TypeError, rf"the witnesses \({kind} .*\) have no array leaves"
+      ):
+        call(jnp.ones(2), witness)
+      with self.assertRaisesRegex(TypeError, "have no array leaves"):
+        call(jnp.ones(2), witness, {})
+    # Control: an array beside it orders the result.
+    self.assertEqual(entangle(jnp.ones(2), witness, jnp.ones(1)).shape, (2,))
 
   @parameterized.named_parameters(
     ("none", None, "NoneType"),
