@@ -130,21 +130,36 @@ def program_position(op: Op) -> int | None:
   return int(found.group(1)) if found else None
 
 
-def in_program_order(a: Op, b: Op) -> tuple[Op, Op]:
-  """`a` and `b`, the call the program made first first; as given when
-  neither their stacks nor their names say.
+_EXPORTED = re.compile(r"(?:^|/)call_exported(?:/|$)")
 
-  In one computation, XLA's numbers say (`program_position`). Across
-  computations they do not: XLA numbers a loop body's or a branch's
-  instructions before its caller's, so a read made before a loop has a
-  higher number than a write in its body. There the Python stacks say,
-  where they share outer frames (`stack_order`)."""
-  if a.computation != b.computation:
-    order = stack_order(a.instruction.stack, b.instruction.stack)
-    if order is not None:
-      return (a, b) if order < 0 else (b, a)
+
+def in_program_order(a: Op, b: Op) -> tuple[Op, Op, bool]:
+  """`a` and `b`, the call the program made first first, and whether that
+  order is known; as given, and not known, when neither their stacks nor
+  their names say, or when they disagree.
+
+  XLA's numbers (`program_position`) follow the order JAX lowered the
+  program in, mostly: a loop body's or a branch's instructions are
+  numbered before their caller's, and a body XLA inlined or a module
+  deserialized from ``jax.export`` is numbered anew. The Python stacks
+  (`stack_order`) say where the calls share outer frames and part at
+  different lines of one file. Across computations the stacks decide;
+  in one computation both must agree (a Python loop makes later calls
+  at earlier lines, which the numbers get right)."""
+  by_stack = stack_order(a.instruction.stack, b.instruction.stack)
   x, y = program_position(a), program_position(b)
-  return (b, a) if x is not None and y is not None and y < x else (a, b)
+  by_number = None if x is None or y is None or x == y else (-1 if x < y else 1)
+  if any(_EXPORTED.search(op.instruction.op_name) for op in (a, b)):
+    by_number = None  # Numbered anew on deserializing: not the program's.
+  if a.computation != b.computation:
+    order = by_stack if by_stack is not None else None
+  elif by_stack is None or by_number is None:
+    order = by_number if by_number is not None else by_stack
+  else:
+    order = by_number if by_number == by_stack else None
+  if order is None:
+    return a, b, False
+  return (a, b, True) if order < 0 else (b, a, True)
 
 
 def stack_order(a: Stack, b: Stack) -> int | None:
@@ -153,7 +168,10 @@ def stack_order(a: Stack, b: Stack) -> int | None:
   the first frames that differ, the earlier line of one file came first
   (the later call made inside a ``while_loop`` or ``scan`` it called at
   a later line). Without a common outer frame (XLA before jax 0.8.2 kept
-  the innermost frame only), or at different files, they do not say."""
+  the innermost frame only), at different files, or in library code
+  (JAX's, a binding's: there the two frames may be two functions called
+  from one line, whose lines say nothing of which ran first), they do not
+  say."""
   outer_a, outer_b = a[::-1], b[::-1]
   common = 0
   for x, y in zip(outer_a, outer_b, strict=False):
@@ -163,7 +181,7 @@ def stack_order(a: Stack, b: Stack) -> int | None:
   if common == 0 or common >= min(len(outer_a), len(outer_b)):
     return None
   (file_a, line_a), (file_b, line_b) = outer_a[common], outer_b[common]
-  if file_a != file_b or line_a == line_b:
+  if file_a != file_b or line_a == line_b or _source_lines.is_library(file_a):
     return None
   return -1 if line_a < line_b else 1
 
@@ -184,15 +202,28 @@ class Race(tuple[str, str]):
   target declared shared across devices); ``first`` may then be
   ``second``, the same call on two devices."""
 
+  order_known: bool
+  """Whether ``first`` is known to be the call the program made first
+  (`in_program_order`); when not, the two are in no particular order."""
+
   def __new__(
-    cls, first: Op, second: Op, *, across_devices: bool = False
+    cls,
+    first: Op,
+    second: Op,
+    *,
+    across_devices: bool = False,
+    order_known: bool = True,
   ) -> Race:
     race = super().__new__(cls, (first.name, second.name))
     race.first = first
     race.second = second
     race.across_devices = across_devices
+    race.order_known = order_known
     return race
 
   def __getnewargs_ex__(self) -> tuple[tuple[Op, Op], dict[str, bool]]:
     # Pickled whole (a pytest-xdist worker hands its results over so).
-    return (self.first, self.second), {"across_devices": self.across_devices}
+    return (self.first, self.second), {
+      "across_devices": self.across_devices,
+      "order_known": self.order_known,
+    }

@@ -412,7 +412,10 @@ class OrderAnalysis:
     pairs = order.races(sites, [op.accesses for op in ops])
     # Each pair in the order the program made its calls, whatever order
     # XLA scheduled them in: a report's "first" is the earlier call.
-    found = [Race(*in_program_order(ops[a], ops[b])) for a, b in pairs]
+    found = []
+    for a, b in pairs:
+      first, second, known = in_program_order(ops[a], ops[b])
+      found.append(Race(first, second, order_known=known))
     if self.module.devices > 1:
       found += self._across_devices(ops, set(pairs))
     return ops, found

@@ -134,6 +134,12 @@ def _find(name: str):
 _INSTALLED = frozenset({"site-packages", "dist-packages"})
 
 
+def is_library(path: str) -> bool:
+  """Whether `path` is library code (JAX's, entangle-jax's, an installed
+  binding's, a package marked with `mark_library`), not the user's."""
+  return _is_library(path)
+
+
 @functools.lru_cache(maxsize=4096)
 def _is_library(path: str) -> bool:
   absolute = os.path.abspath(path)

@@ -170,6 +170,17 @@ def _order_fix(race: Race) -> tuple[str, ...]:
   declaration = second.declaration
   argument = declaration.argument if declaration is not None else None
   operand = _object_operand(second)
+  if not race.order_known:
+    # Which came first is not known: name no call as the later one.
+    return (
+      f"one of these calls (`{_name(first)}`, `{_name(second)}`) must run "
+      "after the other, in the order your program makes them; the module "
+      "does not say which came first (XLA's instruction numbers and the "
+      "Python lines disagree, or neither says). Make the later one consume "
+      "a value computed from the earlier one's result (`handle = "
+      "entangle(handle, r)` with `r` a result of the earlier call, then "
+      "pass `handle` to the later call).",
+    )
   fix = (
     f"the later call (`{_name(second)}`) must run after the earlier one "
     f"(`{_name(first)}`, listed first), as the program made them: "
@@ -217,15 +228,25 @@ def _order_fix(race: Race) -> tuple[str, ...]:
 
 
 _JITTED = re.compile(r"jit\(([^()/]+)\)(?:/|$)")
+# Scopes whose jitted function is not one the user can wrap: a module
+# deserialized from jax.export (in_program_order cannot see inside it), and
+# pmap, which JAX traces as a shard_map of its own `_fun`.
+_NOT_THE_USERS = re.compile(
+  r"(?:^|/)call_exported(?:/|$)|^jit\(_fun\)/shard_map"
+)
 _GRADIENT = re.compile(r"(?:^|/|\()(?:jvp|transpose)\(")
 
 
 def _jitted_function(op: Op) -> str | None:
   """The name of the function ``jax.jit`` made the op's module from: the
   first component of its ``op_name`` (``jit(step)/...``), or None when
-  the op was not traced under ``jax.jit`` (pmap, a hand-written module)."""
+  the op was not traced under ``jax.jit`` (a hand-written module), or
+  its function is not the user's (pmap's, or one calling a module
+  deserialized from ``jax.export``)."""
   found = _JITTED.match(op.user_scope)
-  return found.group(1) if found else None
+  if found is None or _NOT_THE_USERS.search(op.user_scope):
+    return None
+  return found.group(1)
 
 
 def from_gradient(ops: Iterable[Op]) -> bool:
