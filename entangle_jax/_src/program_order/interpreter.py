@@ -1,6 +1,8 @@
 """The evaluation of a jaxpr that adds the order: `Context` runs each
 equation again, entangling native calls with the earlier calls they
-conflict with, and rebuilds the sub-programs that hold native calls."""
+conflict with. Every other equation goes to its primitive's rule
+(`rules.registry`), which rebuilds a sub-program that holds native calls
+with what `Context` shares: child contexts, order values, summaries."""
 
 from __future__ import annotations
 

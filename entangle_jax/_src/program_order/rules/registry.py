@@ -53,7 +53,17 @@ RULES: dict[str, Rule] = {}
 """Primitive name: its rule."""
 
 FAMILIES: dict[str, Family] = {}
-"""Family name: the family, in the order the families registered."""
+"""Family name: the family."""
+
+ORDER = (
+  "first order",
+  "maps and sharding",
+  "loops",
+  "conditionals",
+  "checkpoint",
+  "custom derivatives",
+)
+"""The order `supported` lists the families in (any other one last)."""
 
 
 def family(name: str, summary: str, module: str) -> Family:
@@ -88,10 +98,14 @@ def rule_for(name: str) -> Rule | None:
 
 
 def supported() -> list[tuple[Family, tuple[str, ...]]]:
-  """Each family, in registration order, with its primitives' names."""
+  """Each family (in `ORDER`) with its primitives' names."""
+  families = sorted(
+    FAMILIES.values(),
+    key=lambda f: ORDER.index(f.name) if f.name in ORDER else len(ORDER),
+  )
   return [
     (f, tuple(r.primitive for r in RULES.values() if r.family is f))
-    for f in FAMILIES.values()
+    for f in families
   ]
 
 
@@ -103,6 +117,6 @@ def markdown() -> str:
   ]
   for f, primitives in supported():
     names = ", ".join(f"`{p}`" for p in primitives)
-    module = f"`{f.module}`"
+    module = f"`rules/{f.module}.py`"
     lines.append(f"| {f.name} ({module}) | {names} | {f.summary} |")
   return "\n".join(lines) + "\n"
