@@ -6,7 +6,9 @@ kernels (`entangle_jax._src.targets.library_kernels.markdown`) and the
 declaration keys (`entangle_jax._src.targets.table.markdown`); on
 docs/finding_races.md the shipped declarations
 (`entangle_jax._src.targets.shipped.markdown`) and the causes a report
-gives, with their codes (`entangle_jax.testing._findings.causes.markdown`).
+gives, with their codes (`entangle_jax.testing._findings.causes.markdown`);
+on docs/fixing_races.md the primitives `in_program_order` orders inside
+(`entangle_jax._src.program_order.rules.registry.markdown`).
 ``python tools/rule_docs.py`` rewrites every block; ``--check`` only
 compares, exiting 1 when one differs. The tests of each table run the
 comparison (`block_text`).
@@ -19,6 +21,7 @@ import pathlib
 import sys
 from collections.abc import Callable
 
+from entangle_jax._src.program_order.rules import registry
 from entangle_jax._src.targets import library_kernels as _library_kernels
 from entangle_jax._src.targets import shipped, table
 from entangle_jax.testing._findings import causes
@@ -46,12 +49,17 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "entangle_jax/testing/_findings/causes.py",
     causes.markdown,
   ),
+  "supported primitives": (
+    "entangle_jax/_src/program_order/rules/registry.py",
+    registry.markdown,
+  ),
 }
 """Block name: (the source named in its opening marker, its generator)."""
 
 PAGES: dict[str, pathlib.Path] = {
   "shipped declarations": ROOT / "docs" / "finding_races.md",
   "causes": ROOT / "docs" / "finding_races.md",
+  "supported primitives": ROOT / "docs" / "fixing_races.md",
 }
 """The blocks on a page other than `PAGE`, and their page."""
 

@@ -19,14 +19,12 @@ anything. Edges that data already implies (the call's operands depend on the
 earlier call's result) are left out, and one ``entangle`` takes all of a
 call's witnesses.
 
-Sub-programs with native calls are transformed too: ``jit`` is inlined;
-``scan``, ``while_loop``, ``cond``, ``checkpoint`` and ``shard_map`` are
-rebuilt with their public functions, loops ordering one iteration's calls
-after the previous one's (through their carries where data already does,
-else through one order value in the carry); ``custom_jvp`` and
-``custom_vjp`` are rebuilt around transformed rules traced from ``jax.jvp``
-and ``jax.vjp`` of the original call. Any other primitive with a native call
-inside raises.
+Sub-programs with native calls are transformed too, each primitive by its
+rule in `rules` (one module per family: nested calls inlined, loops,
+conditionals, checkpoint, shard_map and custom derivatives rebuilt with
+their public functions); `rules.registry.supported` lists them, and
+docs/fixing_races.md shows that list. Any other primitive with a native
+call inside raises.
 
 Where the input that names a custom call's object cannot be read from the
 lowering (the lowering computes that operand), the call is ordered against
@@ -35,10 +33,13 @@ naming it, and is ordered as a call that may write anything; a call with no
 input to entangle raises, naming it.
 
 Modules: `api` (the transform: arguments in, results out), `interpreter`
-(the evaluation and the rebuilt sub-programs), `natives` (which equations
+(the evaluation: native calls ordered, what the rules share), `rules` (the
+ordering rule of each primitive, by family, and their registry), `values`
+(helpers the interpreter and the rules share), `natives` (which equations
 are native calls, which sub-programs hold one), `lowered` (what a
 first-order equation lowers to), `objects` (what a call touches, when two
-conflict).
+conflict), `dependence` (which results XLA must compute after which
+calls).
 """
 
 from entangle_jax._src.program_order.api import in_program_order

@@ -48,9 +48,9 @@ def in_program_order(f: Callable[..., Any]) -> Callable[..., Any]:
   Works under ``jit``, eagerly, under ``jax.disable_jit()`` (where `f`
   runs as it is: each call runs before the next starts), with ``vmap`` and
   ``grad`` on either side, and through ``jax.export``. Inside it, calls in
-  ``jit``, ``scan``, ``while_loop``, ``cond``/``switch``, ``checkpoint``,
-  ``shard_map``, ``custom_jvp`` and ``custom_vjp`` (the JVP rule, forward
-  and backward passes included) are ordered too. Array arguments (leaves of
+  the higher-order primitives that have an ordering rule are ordered too
+  (the list: "What it orders inside" on docs/fixing_races.md, generated
+  from ``entangle_jax._src.program_order.rules``). Array arguments (leaves of
   pytrees) are traced; other leaves reach `f` as they are, as static
   values. `testing.races` of the compiled module is the proof of the result.
 

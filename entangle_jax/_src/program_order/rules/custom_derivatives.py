@@ -1,0 +1,180 @@
+"""Custom derivatives: ``custom_jvp_call`` and ``custom_vjp_call``,
+rebuilt around the transformed primal and rules traced from ``jax.jvp`` and
+``jax.vjp`` of the original call; backward passes through the backward
+chain (`Context.link`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from entangle_jax._src import jax_compat
+from entangle_jax._src.entangle import entangle
+from entangle_jax._src.program_order.natives import (
+  backward_parts,
+  rule_parts,
+)
+from entangle_jax._src.program_order.objects import (
+  ANY,
+  Access,
+  new_bit,
+)
+from entangle_jax._src.program_order.rules.registry import family, register
+from entangle_jax._src.program_order.values import (
+  open_jaxpr,
+  own_parts,
+)
+
+if TYPE_CHECKING:
+  from entangle_jax._src.program_order.interpreter import Context
+
+CUSTOM_DERIVATIVES = family(
+  "custom derivatives",
+  "rebuilt with `jax.custom_jvp` and `jax.custom_vjp` around the ordered "
+  "primal and the rules traced from `jax.jvp` and `jax.vjp` of the call; the "
+  "JVP rule and forward pass are ordered as the primal, a backward pass after "
+  "the forward program and the backward passes of later calls",
+  __name__.rsplit(".", 1)[-1],
+)
+
+
+@register(CUSTOM_DERIVATIVES, ("custom_jvp_call",))
+def custom_jvp(ctx: Context, eqn, invals) -> list:
+  """Rebuilds the custom_jvp around the transformed primal and the
+  transformed JVP rule (traced from ``jax.jvp`` of the original call).
+  Earlier calls come in as an int32 order value, an argument: a
+  custom_jvp may not close over values being differentiated."""
+  closed = eqn.params["call_jaxpr"]
+  # The JVP rule runs in the primal's place: ordered as its calls are.
+  parts = ctx.sub_parts([closed.jaxpr]) + rule_parts(eqn, ctx.decls)
+  holder = {"parts": parts}
+  token_in = ctx.order_token(parts or ANY)
+
+  def original(*args):
+    return jax_compat.bind_equation(eqn, args)
+
+  fn = jax.custom_jvp(ordered_primal(ctx, closed, invals, holder))
+
+  @fn.defjvp
+  def _jvp(primals, tangents):
+    token, *primals = primals
+    tangents = [
+      jnp.zeros_like(p) if type(t).__name__ == "SymbolicZero" else t
+      for p, t in zip(primals, tangents[1:], strict=True)
+    ]
+    rule = jax.make_jaxpr(lambda p, t: jax.jvp(original, tuple(p), tuple(t)))(
+      list(primals), list(tangents)
+    )
+    inner = ctx.loop_child(token)
+    ctx.seed(inner, primals, invals)
+    outs = inner.run(rule.jaxpr, rule.consts, [*primals, *tangents])
+    holder["parts"] = holder.get("parts", ()) + own_parts(inner)
+    n = len(outs) // 2
+    zero = np.zeros((), jax.dtypes.float0)
+    return (outs[:n], ctx.token_after(inner)), (outs[n:], zero)
+
+  outs, token = fn(token_in, *invals)
+  return ctx.after_sub(
+    holder.get("parts", ()), list(outs), token, invals, "custom_jvp"
+  )
+
+
+def ordered_primal(ctx: Context, closed, invals, holder: dict):
+  """The primal function of a rebuilt custom_jvp or custom_vjp:
+  ``(token, *args) -> (outs, token out)``, its calls ordered after
+  `token` and the token out after them; what they touch is added to
+  ``holder["parts"]``."""
+
+  def primal(token, *args):
+    inner = ctx.loop_child(token)
+    ctx.seed(inner, args, invals)
+    jaxpr, consts = open_jaxpr(closed)
+    outs = inner.run(jaxpr, consts, list(args))
+    holder["parts"] = holder.get("parts", ()) + own_parts(inner)
+    return outs, ctx.token_after(inner)
+
+  return primal
+
+
+@register(CUSTOM_DERIVATIVES, ("custom_vjp_call",))
+def custom_vjp(ctx: Context, eqn, invals) -> list:
+  """Rebuilds the custom_vjp around transformed functions: the primal,
+  the forward pass and the backward pass (traced from ``jax.vjp`` of the
+  original call, so that its rules are the user's), each ordered; the
+  backward pass after the forward pass's calls. When the backward pass
+  makes native calls, the custom_vjp also takes and returns the backward
+  chain (`link`): its backward pass runs after the chain's cotangent and
+  hands the cotangent on after its own calls."""
+  closed = eqn.params["call_jaxpr"]
+  n_out = len(closed.jaxpr.outvars)
+  # The forward pass runs in the primal's place: ordered as its calls are.
+  parts = ctx.sub_parts([closed.jaxpr]) + rule_parts(eqn, ctx.decls)
+  holder = {"parts": parts}
+  token_in = ctx.order_token(parts or ANY)
+  backward = backward_parts(eqn, ctx.decls)
+  if backward:
+    ctx.backward.extend(backward)
+    chain_in = ctx.take_chain()
+
+  def original(*args):
+    return jax_compat.bind_equation(eqn, args)
+
+  ordered = ordered_primal(ctx, closed, invals, holder)
+
+  def primal(token, chain, *args):
+    outs, token = ordered(token, *args)
+    return outs, token, chain
+
+  fn = jax.custom_vjp(primal)
+
+  def fwd(token, chain, *args):
+    def vjp_leaves(*a):
+      outs, pullback = jax.vjp(original, *a)
+      leaves, treedef = jax.tree_util.tree_flatten(pullback)
+      holder["pullback"] = treedef
+      return [*outs, *leaves]
+
+    traced = jax.make_jaxpr(vjp_leaves)(*args)
+    inner = ctx.loop_child(token)
+    ctx.seed(inner, args, invals)
+    outs = inner.run(traced.jaxpr, traced.consts, list(args))
+    holder["parts"] = holder.get("parts", ()) + own_parts(inner)
+    token = ctx.token_after(inner)
+    return (outs[:n_out], token, chain), (outs[n_out:], token)
+
+  def bwd(res, cts):
+    residuals, token = res
+    cts, _, chain_ct = cts
+    treedef = holder["pullback"]
+
+    def pull(r, c):
+      return jax.tree_util.tree_unflatten(treedef, r)(c)
+
+    traced = jax.make_jaxpr(pull)(list(residuals), list(cts))
+    before = [(token, "forward pass")]
+    if backward:
+      before.append((chain_ct, "later calls"))
+    prevs = []
+    for value, label in before:
+      bit = new_bit()
+      prevs.append(Access(bit, ANY, [value], bit, label))
+    inner = ctx.child(accesses=prevs)
+    for value, prev in zip(before, prevs, strict=True):
+      inner.set_dep(value[0], prev.bit)
+    flat_in = jax.tree_util.tree_leaves((list(residuals), list(cts)))
+    outs = inner.run(traced.jaxpr, traced.consts, flat_in)
+    exported = ctx.exported(inner)
+    chain_ct = entangle(chain_ct, *exported) if exported else chain_ct
+    return (np.zeros((), jax.dtypes.float0), chain_ct, *outs)
+
+  fn.defvjp(fwd, bwd)
+  chain = chain_in if backward else jnp.zeros((), jnp.float32)
+  outs, token, chain = fn(token_in, chain, *invals)
+  if backward:
+    ctx.chain = chain
+  return ctx.after_sub(
+    holder.get("parts", ()), list(outs), token, invals, "custom_vjp"
+  )

@@ -1,0 +1,277 @@
+"""Loops: ``scan`` and ``while``, rebuilt with their public functions,
+each iteration's calls ordered after the previous one's: through the carry
+where data already orders them, else through one more order value in the
+carry."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import jax
+import jax.numpy as jnp
+
+from entangle_jax._src import jax_compat
+from entangle_jax._src.entangle import entangle
+from entangle_jax._src.program_order.natives import (
+  backward_in,
+  has_native_jaxpr,
+)
+from entangle_jax._src.program_order.objects import (
+  ANY,
+  conflicts,
+  new_bit,
+)
+from entangle_jax._src.program_order.rules.registry import family, register
+from entangle_jax._src.program_order.values import (
+  all_bits,
+  aval_of,
+  deps_of,
+  open_jaxpr,
+  placeholder,
+  placeholder_x,
+  size,
+  token_of,
+)
+
+if TYPE_CHECKING:
+  from entangle_jax._src.program_order.interpreter import Context
+
+LOOPS = family(
+  "loops",
+  "rebuilt with `jax.lax.scan` and `jax.lax.while_loop`; each iteration's "
+  "calls come after the previous one's, through the carry where data "
+  "already orders them, else through one more order value in the carry",
+  __name__.rsplit(".", 1)[-1],
+)
+
+
+@register(LOOPS, ("scan",))
+def scan(ctx: Context, eqn, invals) -> list:
+  p = eqn.params
+  n_consts, n_carry = jax_compat.scan_counts(p)
+  consts = invals[:n_consts]
+  init = invals[n_consts : n_consts + n_carry]
+  xs = invals[n_consts + n_carry :]
+  jaxpr, jconsts = open_jaxpr(p["jaxpr"])
+  chained = backward_in([jaxpr], ctx.decls)
+
+  def body(use_token):
+    def fn(carry, x):
+      carry, chain = carry
+      if use_token:
+        carry, token = carry
+      inner = ctx.loop_child(use_token and token, token_deps)
+      inner.chain = chain
+      ctx.seed(inner, consts, consts)
+      outs = inner.run(jaxpr, jconsts, [*consts, *carry, *x])
+      new_carry, ys = outs[:n_carry], outs[n_carry:]
+      if use_token:
+        new_carry = (new_carry, loop_token(ctx, inner, token))
+      return (new_carry, inner.chain), ys
+
+    return fn
+
+  token_deps = 0
+
+  def run_loop(use_token, init_token=None):
+    nonlocal token_deps
+    token_deps = ctx.dep(init_token) if use_token else 0
+    carry = (init, init_token) if use_token else init
+    # The backward chain goes through the loop's carry when its body
+    # calls a custom_vjp whose backward pass makes native calls.
+    chain = ctx.take_chain() if chained else None
+    (carry, chain), ys = jax.lax.scan(
+      body(use_token),
+      (carry, chain),
+      xs,
+      length=p["length"],
+      reverse=p["reverse"],
+      unroll=p.get("unroll", 1),
+    )
+    if chained:
+      ctx.chain = chain
+    return carry, ys
+
+  def analyse():
+    return loop_analysis(
+      ctx,
+      lambda inner, carry_in, x_in: inner.run(
+        jaxpr, jconsts, [*consts, *carry_in, *x_in]
+      )[:n_carry],
+      init,
+      consts,
+      [placeholder_x(x) for x in xs],
+    )
+
+  return loop(ctx, analyse, run_loop, invals, "scan", split=n_carry)
+
+
+@register(LOOPS, ("while",))
+def while_loop(ctx: Context, eqn, invals) -> list:
+  p = eqn.params
+  nc, nb = p["cond_nconsts"], p["body_nconsts"]
+  cconsts, bconsts, init = (
+    invals[:nc],
+    invals[nc : nc + nb],
+    invals[nc + nb :],
+  )
+  cjaxpr, cjconsts = open_jaxpr(p["cond_jaxpr"])
+  bjaxpr, bjconsts = open_jaxpr(p["body_jaxpr"])
+  cond_native = has_native_jaxpr(cjaxpr, ctx.decls)
+
+  def run_loop(use_token, init_token=None):
+    token_deps = ctx.dep(init_token) if use_token else 0
+
+    def cond_fn(carry):
+      if use_token:
+        carry, token = carry
+      inner = ctx.loop_child(use_token and token, token_deps)
+      (pred,) = inner.run(cjaxpr, cjconsts, [*cconsts, *carry])
+      return pred
+
+    def body_fn(carry):
+      if use_token:
+        carry, token = carry
+      inner = ctx.loop_child(use_token and token, token_deps)
+      outs = inner.run(bjaxpr, bjconsts, [*bconsts, *carry])
+      if use_token:
+        return outs, loop_token(ctx, inner, token)
+      return outs
+
+    carry = (list(init), init_token) if use_token else list(init)
+    out = jax.lax.while_loop(cond_fn, body_fn, carry)
+    return out, []
+
+  def analyse():
+    if cond_native:
+      return None  # Calls in the condition: order through the token.
+    return loop_analysis(
+      ctx,
+      lambda inner, carry_in, _: inner.run(
+        bjaxpr, bjconsts, [*bconsts, *carry_in]
+      ),
+      init,
+      bconsts,
+      [],
+    )
+
+  # With calls in the condition there is no analysis of the body: what
+  # the loop touches is then the condition's calls and the body's, so
+  # that calls after the loop are ordered after the body's writes too.
+  return loop(
+    ctx,
+    analyse,
+    run_loop,
+    invals,
+    "while_loop",
+    split=len(init),
+    extra_jaxprs=[cjaxpr, bjaxpr] if cond_native else [cjaxpr],
+  )
+
+
+def loop_token(ctx: Context, inner: Context, token):
+  """The order value out of a loop body: after every call of the body
+  and after `token`, the value that came in (so that the loop's last
+  one comes after the first)."""
+  exported = [w for w in ctx.exported(inner) if w is not token]
+  if not exported:
+    return token
+  if deps_of(inner, exported) & inner.prev_bit:
+    return token_of(exported, aval_of(token), payload=token)
+  return entangle(token, *exported)
+
+
+def loop_analysis(ctx: Context, run_body, init, consts, x_avals):
+  """Traces the loop body once with no order value; returns its calls'
+  parts, and whether the carries alone order every iteration's calls
+  after the previous one's and after the calls before the loop."""
+  result = {}
+
+  def probe(*flat_in):
+    carry_in, x_in = flat_in[: len(init)], flat_in[len(init) :]
+    inner = ctx.child(accesses=[])
+    ctx.seed(inner, consts, consts)
+    carry_bits = []
+    for value in carry_in:
+      bit = new_bit()
+      carry_bits.append(bit)
+      inner.set_dep(value, bit)
+    carry_out = run_body(inner, list(carry_in), list(x_in))
+    result["inner"] = inner
+    result["carry_bits"] = carry_bits
+    result["out_deps"] = [inner.dep(v) for v in carry_out]
+    exported = ctx.exported(inner)
+    if len(exported) == 1:
+      result["aval"] = aval_of(exported[0])
+    return [jnp.zeros((), jnp.int32)]
+
+  jax.make_jaxpr(probe)(*[placeholder(v) for v in init], *x_avals)
+  ctx.loop_aval = result.get("aval")
+  inner = result["inner"]
+  own = inner.own
+  parts = tuple(p for a in own for p in a.parts)
+  if not own:
+    return parts, True, []
+  carry_bits, out_deps = result["carry_bits"], result["out_deps"]
+  for j in own:
+    for a in own:
+      if not conflicts(a.parts, j.parts, ctx.decls):
+        continue
+      if not any(
+        (j.deps & cb) and (od & a.bit)
+        for cb, od in zip(carry_bits, out_deps, strict=True)
+      ):
+        return parts, False, []
+    # Before the loop: through the consts, or an initial carry.
+    for p in ctx.accesses:
+      if not conflicts(p.parts, j.parts, ctx.decls):
+        continue
+      if j.deps & p.bit:
+        continue
+      if not any(
+        (j.deps & cb) and (ctx.dep(v) & p.bit)
+        for cb, v in zip(carry_bits, init, strict=True)
+      ):
+        return parts, False, []
+  # After the loop: the carries must come after every call of the body.
+  whole = 0
+  for od in out_deps:
+    whole |= od
+  if any(not (a.bit & whole) for a in own):
+    return parts, False, []
+  carrying = [k for k, od in enumerate(out_deps) if od & ~all_bits(carry_bits)]
+  return parts, True, carrying
+
+
+def loop(
+  ctx: Context, analyse, run_loop, invals, label, split, extra_jaxprs=()
+):
+  ctx.loop_aval = None
+  analysis = analyse()
+  aval = ctx.loop_aval
+  if analysis is not None:
+    parts, trusted, carrying = analysis
+  else:
+    parts, trusted, carrying = (), False, []
+  if not trusted or analysis is None:
+    # Order through an order value in the carry: of the type of the
+    # body's last call's result when one call comes after all others, so
+    # that it is that result (no entangle), else an int32 scalar.
+    every = ctx.sub_parts(extra_jaxprs) + parts
+    init_token = ctx.order_token(every or ANY, aval)
+    carry, ys = run_loop(True, init_token)
+    carry, token = carry
+    outs = list(carry) + list(ys)
+    # Each body's order value comes after the one that came in
+    # (`loop_token`): the last after the first, and what it follows.
+    return ctx.after_sub(
+      every or ANY, outs, token, invals, label, ctx.dep(init_token)
+    )
+  carry, ys = run_loop(False)
+  outs = list(carry) + list(ys)
+  if parts:
+    witnesses = [carry[k] for k in carrying if size(carry[k]) > 0]
+    access = ctx.summary(parts, witnesses, 0, label)
+    for k in carrying:
+      ctx.set_dep(carry[k], access.deps)
+  return outs

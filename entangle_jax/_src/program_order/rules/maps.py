@@ -1,0 +1,117 @@
+"""Maps and sharding: nested calls (``jit``, ``pjit``, ``closed_call``,
+``core_call``), inlined with their shardings kept as constraints; and
+``shard_map``, rebuilt around its transformed body."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import jax
+
+from entangle_jax._src.program_order.natives import (
+  backward_in,
+)
+from entangle_jax._src.program_order.objects import (
+  ANY,
+)
+from entangle_jax._src.program_order.rules.registry import family, register
+from entangle_jax._src.program_order.values import (
+  open_jaxpr,
+  own_parts,
+)
+
+if TYPE_CHECKING:
+  from entangle_jax._src.program_order.interpreter import Context
+
+MAPS = family(
+  "maps and sharding",
+  "a nested call is inlined, its shardings kept as constraints; "
+  "`shard_map` is rebuilt with `jax.shard_map`, earlier calls coming in as "
+  "a replicated order value and each device's calls going out as one "
+  "element of a sharded one",
+  __name__.rsplit(".", 1)[-1],
+)
+
+
+@register(MAPS, ("pjit", "jit", "closed_call", "core_call"))
+def call(ctx: Context, eqn, invals) -> list:
+  """Inlined; the shardings it was given stay as constraints."""
+  closed = eqn.params.get("jaxpr", eqn.params.get("call_jaxpr"))
+  jaxpr, consts = open_jaxpr(closed)
+  invals = _constrained(invals, eqn.params.get("in_shardings"))
+  outs = ctx.run(jaxpr, consts, invals)
+  return _constrained(outs, eqn.params.get("out_shardings"))
+
+
+@register(MAPS, ("shard_map",))
+def shard_map(ctx: Context, eqn, invals) -> list:
+  """Rebuilds the shard_map around the transformed body: earlier calls
+  come in as a replicated int32 order value, and each device's calls go
+  out as one element of an order value sharded over the manual axes."""
+  p = eqn.params
+  jaxpr, consts = open_jaxpr(p["jaxpr"])
+  mesh = p["mesh"]
+  manual = frozenset(p.get("manual_axes", mesh.axis_names))
+  axes = tuple(a for a in mesh.axis_names if a in manual)
+  parts = ctx.sub_parts([jaxpr])
+  token_in = ctx.order_token(parts or ANY)
+  holder = {}
+  # The backward chain comes in replicated and goes out as one element
+  # a device, summed: its cotangent reaches every device's backward
+  # passes, and what they hand on is summed over the devices.
+  chained = backward_in([jaxpr], ctx.decls)
+  chain_in = [ctx.take_chain()] if chained else []
+  spec = jax.sharding.PartitionSpec
+
+  def body(token, *args):
+    chain, args = args[: len(chain_in)], args[len(chain_in) :]
+    inner = ctx.loop_child(token)
+    if chained:
+      inner.chain = chain[0]
+    outs = inner.run(jaxpr, consts, list(args))
+    holder["parts"] = own_parts(inner)
+    chain_out = [inner.chain.reshape((1,))] if chained else []
+    return (*outs, ctx.token_after(inner).reshape((1,)), *chain_out)
+
+  mapped = jax.shard_map(
+    body,
+    mesh=mesh,
+    in_specs=(spec(), *[spec()] * len(chain_in), *p["in_specs"]),
+    out_specs=(
+      *p["out_specs"],
+      spec(axes),
+      *[spec(axes)] * len(chain_in),
+    ),
+    axis_names=set(manual),
+    check_vma=bool(p.get("check_vma", True)),
+  )
+  results = mapped(token_in, *chain_in, *invals)
+  if chained:
+    *outs, token, chain = results
+    ctx.chain = chain.sum()
+  else:
+    *outs, token = results
+  return ctx.after_sub(
+    holder.get("parts", ()), list(outs), token, invals, "shard_map"
+  )
+
+
+def _constrained(values: list, shardings) -> list:
+  """`values`, each with its sharding (a `jax.sharding.Sharding` of the
+  nested jit's) as a constraint; an unspecified one leaves it alone."""
+  if not shardings:
+    return values
+  return [
+    jax.lax.with_sharding_constraint(v, s) if _auto_sharding(s) else v
+    for v, s in zip(values, shardings, strict=True)
+  ]
+
+
+def _auto_sharding(sharding) -> bool:
+  """A sharding to keep as a constraint: one over a mesh of automatic
+  axes only (with explicit axes the sharding is in the values' types)."""
+  if not isinstance(sharding, jax.sharding.Sharding):
+    return False
+  mesh = getattr(sharding, "mesh", None)
+  types = getattr(mesh, "axis_types", ())
+  return all(t == jax.sharding.AxisType.Auto for t in types)

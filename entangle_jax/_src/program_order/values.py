@@ -1,0 +1,97 @@
+"""Small helpers that the interpreter (`interpreter.Context`) and the
+ordering rules of each primitive family (`rules`) share: order values,
+abstract values, jaxprs opened, sets of calls as bits."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.extend import core as jex_core
+
+from entangle_jax._src.entangle import entangle
+from entangle_jax._src.program_order.dependence import shape_size
+from entangle_jax._src.program_order.objects import Part
+
+if TYPE_CHECKING:
+  from entangle_jax._src.program_order.interpreter import Context
+
+SAVED = "entangle_jax_native_result"
+"""The name a native call's result is saved by under a rebuilt checkpoint."""
+
+
+def token_of(values: Sequence[Any], aval, payload=None):
+  """A value after all of `values`: the one value itself when it has type
+  `aval`, else `payload` (by default zeros of `aval`, or an int32 scalar)
+  entangled with them."""
+  if aval is not None and len(values) == 1 and aval_of(values[0]) == aval:
+    return jax.lax.convert_element_type(values[0], aval.dtype)
+  if payload is None:
+    shape, dtype = (
+      (aval.shape, aval.dtype) if aval is not None else ((), "int32")
+    )
+    payload = jnp.zeros(shape, dtype)
+  return entangle(payload, *values) if values else payload
+
+
+def deps_of(ctx: Context, values: Sequence[Any]) -> int:
+  """The calls an entangle after all of `values` comes after (in `ctx`)."""
+  bits = 0
+  for v in values:
+    bits |= ctx.dep(v)
+  return bits
+
+
+def common(deps: Sequence[int]) -> int:
+  """The calls in every one of `deps` (none when empty)."""
+  if not deps:
+    return 0
+  bits = deps[0]
+  for d in deps[1:]:
+    bits &= d
+  return bits
+
+
+def own_parts(ctx: Context) -> tuple[Part, ...]:
+  return tuple(p for a in ctx.own for p in a.parts)
+
+
+def all_bits(bits: Sequence[int]) -> int:
+  total = 0
+  for b in bits:
+    total |= b
+  return total
+
+
+def aval_of(value) -> jax.ShapeDtypeStruct:
+  dtype = getattr(value, "dtype", None)
+  if dtype is None:
+    dtype = jnp.asarray(value).dtype
+  return jax.ShapeDtypeStruct(np.shape(value), dtype)
+
+
+def placeholder(value):
+  aval = aval_of(value)
+  return jax.ShapeDtypeStruct(aval.shape, aval.dtype)
+
+
+def placeholder_x(x):
+  aval = aval_of(x)
+  return jax.ShapeDtypeStruct(aval.shape[1:], aval.dtype)
+
+
+def open_jaxpr(closed) -> tuple[Any, Sequence[Any]]:
+  if isinstance(closed, jex_core.ClosedJaxpr):
+    return closed.jaxpr, closed.consts
+  return closed, ()
+
+
+def is_bool(value) -> bool:
+  return jnp.issubdtype(aval_of(value).dtype, jnp.bool_)
+
+
+def size(value) -> int:
+  return shape_size(np.shape(value))

@@ -1,0 +1,82 @@
+"""The registry of `in_program_order`'s ordering rules (issue 52, item 2):
+one module per family, `eval_eqn` a lookup in it, and the list of what is
+supported generated from it onto docs/fixing_races.md."""
+
+import jax
+import jax.numpy as jnp
+from absl.testing import absltest
+
+from entangle_jax import in_program_order
+from entangle_jax._src.program_order.interpreter import Context
+from entangle_jax._src.program_order.rules import registry
+from entangle_jax._src.targets import sources
+from tools import rule_docs
+
+
+class RegistryTest(absltest.TestCase):
+  def test_each_family_has_its_module_and_primitives(self):
+    found = {f.name: (f.module, p) for f, p in registry.supported()}
+    self.assertEqual(list(found), list(registry.ORDER))
+    self.assertEqual(found["loops"], ("loops", ("scan", "while")))
+    self.assertEqual(found["conditionals"], ("conditionals", ("cond",)))
+    self.assertIn("custom_vjp_call", found["custom derivatives"][1])
+    self.assertIn("custom_jvp_call", found["custom derivatives"][1])
+    self.assertIn("checkpoint", found["checkpoint"][1])
+    self.assertIn("shard_map", found["maps and sharding"][1])
+    self.assertIn("pjit", found["maps and sharding"][1])
+    self.assertIn("entangle", found["first order"][1])
+
+  def test_only_first_order_rules_apply_everywhere(self):
+    for name, rule in registry.RULES.items():
+      self.assertEqual(
+        rule.higher_order, rule.family.name != "first order", name
+      )
+
+  def test_a_primitive_is_registered_once(self):
+    with self.assertRaisesRegex(ValueError, "two ordering rules"):
+      registry.register(registry.FAMILIES["loops"], ("scan",))(
+        lambda *a: list(a)
+      )
+
+  def test_eval_eqn_applies_the_registered_rule(self):
+    jaxpr = jax.make_jaxpr(lambda x: jnp.reshape(x, (2, 2)))(jnp.ones(4))
+    (eqn,) = jaxpr.eqns
+    seen = []
+    rule = registry.RULES["reshape"]
+
+    def spy(ctx, e, invals):
+      seen.append(e.primitive.name)
+      return rule.apply(ctx, e, invals)
+
+    registry.RULES["reshape"] = registry.Rule(
+      "reshape", rule.family, spy, higher_order=False
+    )
+    try:
+      ctx = Context(sources.current())
+      (out,) = ctx.eval_eqn(eqn, [jnp.ones(4)])
+    finally:
+      registry.RULES["reshape"] = rule
+    self.assertEqual(seen, ["reshape"])
+    self.assertEqual(out.shape, (2, 2))
+
+  def test_a_program_without_native_calls_is_unchanged(self):
+    f = in_program_order(
+      lambda x: jax.lax.scan(lambda c, y: (c + y, c), 0.0, x)
+    )
+    carry, ys = f(jnp.arange(3.0))
+    self.assertEqual(float(carry), 3.0)
+    self.assertEqual(ys.tolist(), [0.0, 0.0, 1.0])
+
+  def test_the_page_shows_the_registry(self):
+    page = rule_docs.PAGES["supported primitives"]
+    if not page.is_file():
+      self.skipTest("the docs are not in this tree")
+    self.assertEqual(
+      rule_docs.block_text(page.read_text(), "supported primitives"),
+      registry.markdown(),
+      f"run {rule_docs.COMMAND} to rewrite the page's table",
+    )
+
+
+if __name__ == "__main__":
+  absltest.main()
