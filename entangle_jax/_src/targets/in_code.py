@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from entangle_jax._src.targets.declaration import (
   TARGET_MODES,
@@ -28,7 +29,7 @@ def declare_target(
   returns_object: Iterable[int] = (),
   distinct_elements: bool | None = None,
   devices: Devices = "shared",
-  argument: PythonArgument | Mapping[str, object] | None = None,
+  argument: PythonArgument | Mapping[str, Any] | None = None,
   replace: bool = True,
 ) -> TargetDeclaration:
   """Declares, for this process, what calls to the targets `pattern`
