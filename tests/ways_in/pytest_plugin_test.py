@@ -204,6 +204,45 @@ class PluginTest(absltest.TestCase):
     result = test_util.pytest_run(root, "--strict-markers")
     self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
 
+  def test_a_control_is_no_error_in_github_sarif_or_json(self):
+    marked = RACY.replace(
+      "def test_step():",
+      "@pytest.mark.entangle_races_expected\ndef test_step():",
+    ).replace("import jax\n", "import jax\nimport pytest\n", 1)
+    root = project(**{"test_control.py": marked})
+    written = {}
+    for kind in ("github", "sarif", "json"):
+      out = root / f"races.{kind}"
+      result = test_util.pytest_run(
+        root,
+        "--entangle-races=fail",
+        f"--entangle-format={kind}",
+        f"--entangle-output={out}",
+      )
+      self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+      written[kind] = out.read_text()
+    (line,) = written["github"].splitlines()
+    self.assertTrue(line.startswith("::notice "), line)
+    self.assertIn("expected", line)
+    (finding,) = json.loads(written["sarif"])["runs"][0]["results"]
+    self.assertEqual(finding["suppressions"][0]["kind"], "inSource")
+    answer = json.loads(written["json"])
+    self.assertEqual(answer["status"], 0)
+    self.assertEqual(
+      [m["expected"] for m in answer["modules"] if m["races"]], [True]
+    )
+    # Control: the same test unmarked is an error, unsuppressed, status 1.
+    root = project(**{"test_racy.py": RACY})
+    out = root / "races.sarif"
+    test_util.pytest_run(
+      root,
+      "--entangle-races=report",
+      "--entangle-format=sarif",
+      f"--entangle-output={out}",
+    )
+    (finding,) = json.loads(out.read_text())["runs"][0]["results"]
+    self.assertNotIn("suppressions", finding)
+
   @absltest.skipUnless(
     XDIST, "pytest-xdist is not installed here (real-libraries group)"
   )

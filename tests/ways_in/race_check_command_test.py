@@ -397,6 +397,17 @@ class OneModuleNeverStopsTheRunTest(absltest.TestCase):
     finally:
       self.broken.with_suffix(".off").rename(self.broken)
 
+  def test_an_empty_file_is_named_as_one(self):
+    empty = self.dump / "module_9998.jit_empty.cpu_after_optimizations.txt"
+    empty.write_text("")
+    try:
+      status, out, _ = run(str(self.dump))
+    finally:
+      empty.unlink()
+    self.assertEqual(status, 2)
+    self.assertIn("Not checked: the file is empty", out)
+    self.assertNotIn("Pass jax.jit(f)", out)
+
   def test_json_and_github(self):
     status, out, _ = run("--format", "json", str(self.dump))
     answer = json.loads(out)

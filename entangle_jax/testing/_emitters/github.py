@@ -30,6 +30,7 @@ from entangle_jax.testing._findings.records import CallSite, Run
 TITLE = "entangle-jax race"
 SAFE_TITLE = "entangle-jax pairs left out as safe"
 VERSION_TITLE = "entangle-jax declarations not applied"
+EXPECTED_TITLE = "entangle-jax race (expected: a control)"
 UNCHECKED_TITLE = "entangle-jax module not checked"
 PLATFORM_TITLE = "entangle-jax runtime model"
 
@@ -74,8 +75,12 @@ def annotations(run: Run) -> Iterator[str]:
           f"{_call(other)}{count}: {group.cause.headline}. Fix: "
           f"{entry.steps[0]}"
         )
+        # A control that races on purpose is a notice, not an error.
+        kind, title = (
+          ("notice", EXPECTED_TITLE) if result.expected else ("error", TITLE)
+        )
         yield (
-          f"::error {_place(here)}title={_escape_property(TITLE)}::"
+          f"::{kind} {_place(here)}title={_escape_property(title)}::"
           f"{_escape_data(message)}"
         )
   for result in run.unchecked:

@@ -53,6 +53,8 @@ def _module(result: ModuleResult) -> dict[str, Any]:
     "runtime": platform.runtime if platform else None,
     "native_calls": result.native_calls,
     "test": result.test,
+    # Compiled by a test marked as racing on purpose (a control).
+    "expected": result.expected,
     # Why the check could not answer for the module; null when it did.
     "unchecked": result.unchecked,
     "races": [  # In the order the analysis found them.

@@ -112,6 +112,21 @@ def _result(entry: Finding, module: str, module_path: str) -> dict:
   return result
 
 
+def _expected(result: dict[str, Any], expected: bool) -> dict[str, Any]:
+  """`result`, suppressed in source when its module's test races on
+  purpose (a control marked ``entangle_races_expected``): code scanning
+  then shows no alert for it."""
+  if expected:
+    result["suppressions"] = [
+      {
+        "kind": "inSource",
+        "justification": "a control that races on purpose (marked "
+        "entangle_races_expected)",
+      }
+    ]
+  return result
+
+
 def _notification(level: str, text: str) -> dict:
   return {"level": level, "message": {"text": text}}
 
@@ -135,7 +150,7 @@ def as_sarif(run: Run) -> dict[str, Any]:
   if version is not None:
     driver["version"] = version
   results = [
-    _result(entry, result.module, result.path)
+    _expected(_result(entry, result.module, result.path), result.expected)
     for result in run.racing
     for group in result.findings.groups
     for entry in group.entries

@@ -260,6 +260,10 @@ class ModuleResult:
   declared: tuple[str, ...] = ()
   """The declarations applied to its native calls, as reports write them:
   what decided its answer, shown on a report without races too."""
+  expected: bool = False
+  """Compiled by a test marked as racing on purpose (a control, the
+  pytest plugin's ``entangle_races_expected``): its races are reported,
+  not counted as errors."""
   unchecked: str | None = None
   """Why the check could not answer for it (its file could not be read,
   or its text parsed, or a declaration does not fit it); None when it was
@@ -339,8 +343,11 @@ class Run:
   @property
   def status(self) -> int:
     """The exit status the command gives the run, as ruff's: 2 when a
-    module could not be checked, else 1 when one races, else 0."""
-    return 2 if self.unchecked else 1 if self.racing else 0
+    module could not be checked, else 1 when one races (not on purpose:
+    `ModuleResult.expected`), else 0."""
+    if self.unchecked:
+      return 2
+    return 1 if any(not r.expected for r in self.racing) else 0
 
   @property
   def with_native_calls(self) -> int:

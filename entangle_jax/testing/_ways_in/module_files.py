@@ -74,6 +74,12 @@ def check_module(
     return result
   name = _MODULE_NAME.search(text[:2000])
   result.module = name.group(1) if name else name_in_path
+  if not text.strip():
+    result.unchecked = (
+      "the file is empty: XLA did not finish writing it (a process stopped "
+      "while dumping), or it is not a module"
+    )
+    return result
   if "custom-call" not in text:  # No native call: nothing to race.
     try:
       parser.check_header(text)
