@@ -32,7 +32,7 @@ import re
 
 from entangle_jax._src.targets.declaration import Declarations
 from entangle_jax._src.targets.names import ENTANGLE_TARGET
-from entangle_jax.testing._hlo import Instruction, Module
+from entangle_jax.testing._hlo import Instruction, Module, compact_operands
 from entangle_jax.testing._order import access, rules
 from entangle_jax.testing._order.dataflow import Dataflow
 from entangle_jax.testing._order.edges import Computation, Path
@@ -641,20 +641,8 @@ def _constant_value(i: Instruction) -> object:
 def result_shapes(shape: str) -> list[str]:
   """The results of an instruction of shape `shape`: each element of a
   tuple shape, or the one array."""
-  shape = shape.strip()
-  if not shape.startswith("(") or not shape.endswith(")"):
-    return [shape]
-  inner, parts, depth, start = shape[1:-1], [], 0, 0
-  for n, c in enumerate(inner):
-    if c in "([{":
-      depth += 1
-    elif c in ")]}":
-      depth -= 1
-    elif c == "," and depth == 0:
-      parts.append(inner[start:n].strip())
-      start = n + 1
-  last = inner[start:].strip()
-  return [*parts, last] if last or parts else parts
+  elements = compact_operands.tuple_elements(shape)
+  return [shape.strip()] if elements is None else elements
 
 
 _LAYOUT_TEXT = re.compile(r"(?<=\])\{[^}]*\}")
