@@ -135,8 +135,9 @@ _EXPORTED = re.compile(r"(?:^|/)call_exported(?:/|$)")
 
 def in_program_order(a: Op, b: Op) -> tuple[Op, Op, bool]:
   """`a` and `b`, the call the program made first first, and whether that
-  order is known; as given, and not known, when neither their stacks nor
-  their names say, or when they disagree.
+  order is known; as given when neither their stacks nor their names say
+  (known, as the text's order, unless the module was deserialized from
+  ``jax.export``), and as given but not known when they disagree.
 
   XLA's numbers (`program_position`) follow the order JAX lowered the
   program in, mostly: a loop body's or a branch's instructions are
@@ -149,16 +150,22 @@ def in_program_order(a: Op, b: Op) -> tuple[Op, Op, bool]:
   by_stack = stack_order(a.instruction.stack, b.instruction.stack)
   x, y = program_position(a), program_position(b)
   by_number = None if x is None or y is None or x == y else (-1 if x < y else 1)
-  if any(_EXPORTED.search(op.instruction.op_name) for op in (a, b)):
+  exported = any(_EXPORTED.search(op.instruction.op_name) for op in (a, b))
+  if exported:
     by_number = None  # Numbered anew on deserializing: not the program's.
+  disagree = False
   if a.computation != b.computation:
-    order = by_stack if by_stack is not None else None
+    order = by_stack if by_stack is not None else by_number
   elif by_stack is None or by_number is None:
     order = by_number if by_number is not None else by_stack
   else:
-    order = by_number if by_number == by_stack else None
+    disagree = by_number != by_stack
+    order = None if disagree else by_number
   if order is None:
-    return a, b, False
+    # Nothing says: the analysis's order (the text's, for a hand-written
+    # module without numbers) stands, unless XLA's numbers and the lines
+    # disagree or the numbers were discarded.
+    return a, b, not (disagree or exported)
   return (a, b, True) if order < 0 else (b, a, True)
 
 
