@@ -14,6 +14,7 @@ from entangle_jax.testing import Declarations, TargetDeclaration
 from entangle_jax.testing._order import rules
 from entangle_jax.testing._order.rules import (
   Callees,
+  DeviceValue,
   Forwards,
   Identity,
   Parameters,
@@ -95,6 +96,55 @@ _BROADCAST_SLICES = hlo_module(
   "%s1 = s32[1]{0} slice(%b), slice={[1:2]}\n"
   f"{write('one', 's0')}\n{write('two', 's1')}"
 )
+
+
+# Which values differ by device (rules 22 on): one write, declared shared
+# by the devices, of a handle in an SPMD module of 8 devices races across
+# them unless the handle is built to be another object on each.
+_SHARED = Declarations(
+  targets=(TargetDeclaration(_W, "write", 0, devices="shared"),)
+)
+_PARTITIONS = "num_partitions=8"
+_REPLICAS = "replica_count=8"
+
+
+def spmd(entry: str, header: str = _PARTITIONS, **computations: str) -> str:
+  """A module of 8 devices, split as `header` says."""
+  return hlo_module(entry, **computations).replace(
+    "HloModule rules, is_scheduled=true",
+    f"HloModule rules, is_scheduled=true, {header}",
+  )
+
+
+def per_device(text: str) -> bool:
+  """Whether the shared write's handle is another object on each device."""
+  return not testing.OrderAnalysis(text, declarations=_SHARED).races()
+
+
+_DEVICE_HANDLE = (
+  "%h = s32[] parameter(0)\n%id = u32[] partition-id()\n"
+  "%c = s32[] convert(%id)\n%s = s32[] add(%h, %c)\n" + write("one", "s")
+)
+"""The handle ``h + partition-id``."""
+_PICKED = (
+  "%h = s32[] parameter(0)\n%id = u32[] partition-id()\n"
+  "%c = s32[] convert(%id)\n%i = s32[8]{0} iota(), iota_dimension=0\n"
+  "%d = s32[1]{0} dynamic-slice(%i, %c), dynamic_slice_sizes={1}\n"
+  "%r = s32[] reshape(%d)\n%s = s32[] add(%h, %r)\n" + write("one", "s")
+)
+"""The handle ``h + iota(8)[partition-id]``."""
+_MASKED = (
+  "%h = s32[] parameter(0)\n%id = u32[] partition-id()\n"
+  "%m = u32[] constant(7)\n%k = u32[] and(%id, %m)\n"
+  "%c = s32[] convert(%k)\n%s = s32[] add(%h, %c)\n" + write("one", "s")
+)
+"""The handle ``h + (partition-id & 7)``, JAX's ``axis_index``."""
+_ALIKE = (
+  "%h = s32[] parameter(0)\n%z = s32[] constant(0)\n"
+  "%g = s32[] maximum(%h, %z)\n%id = u32[] partition-id()\n"
+  "%c = s32[] convert(%id)\n%s = s32[] add(%g, %c)\n" + write("one", "s")
+)
+"""The handle ``max(h, 0) + partition-id``."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -372,6 +422,83 @@ CASES: dict[int, RuleCase] = {
     _BROADCAST_SLICES.replace(_BROADCAST, "%b = s32[2]{0} parameter(1)"),
     declared_race(_DISTINCT),
   ),
+  # partition-id is another number on each partition; not where the
+  # devices are replicas, which share partition 0.
+  22: RuleCase(
+    spmd(_DEVICE_HANDLE),
+    spmd(_DEVICE_HANDLE, _REPLICAS),
+    per_device,
+  ),
+  # replica-id is another number on each replica; not where the devices
+  # are the partitions of one replica.
+  23: RuleCase(
+    spmd(_DEVICE_HANDLE.replace("partition-id", "replica-id"), _REPLICAS),
+    spmd(_DEVICE_HANDLE.replace("partition-id", "replica-id")),
+    per_device,
+  ),
+  # Element k of an iota, picked by partition-id, differs by device; of a
+  # broadcast constant, which holds no numbering, it does not.
+  24: RuleCase(
+    spmd(_PICKED),
+    spmd(
+      _PICKED.replace(
+        "%i = s32[8]{0} iota(), iota_dimension=0",
+        "%z = s32[] constant(0)\n%i = s32[8]{0} broadcast(%z), dimensions={}",
+      )
+    ),
+    per_device,
+  ),
+  # A widening convert keeps the device numbers; a narrowing one may fold
+  # them together.
+  25: RuleCase(
+    spmd(_DEVICE_HANDLE),
+    spmd(
+      _DEVICE_HANDLE.replace(
+        "%c = s32[] convert(%id)",
+        "%n = s8[] convert(%id)\n%c = s32[] convert(%n)",
+      )
+    ),
+    per_device,
+  ),
+  # h + partition-id differs by device; a rule 6 op in the add's place
+  # proves nothing.
+  26: RuleCase(
+    spmd(_DEVICE_HANDLE.replace("add(%h, %c)", "xor(%h, %c)")),
+    spmd(_DEVICE_HANDLE.replace("add(%h, %c)", "remainder(%h, %c)")),
+    per_device,
+  ),
+  # A mask of the low three bits keeps 8 devices apart; of two, it folds
+  # them together.
+  27: RuleCase(
+    spmd(_MASKED),
+    spmd(_MASKED.replace("constant(7)", "constant(3)")),
+    per_device,
+  ),
+  # partition-id times a shard's size (2) differs by device; times 0 not.
+  28: RuleCase(
+    spmd(_MASKED.replace("and(%id, %m)", "multiply(%id, %m)")),
+    spmd(
+      _MASKED.replace("and(%id, %m)", "multiply(%id, %m)").replace(
+        "constant(7)", "constant(0)"
+      )
+    ),
+    per_device,
+  ),
+  # Picking from an iota of a slot per device differs by device; from one
+  # of 4 slots, devices may pick alike.
+  29: RuleCase(
+    spmd(_PICKED),
+    spmd(_PICKED.replace("s32[8]{0} iota()", "s32[4]{0} iota()")),
+    per_device,
+  ),
+  # The maximum of two values alike everywhere is alike everywhere, so
+  # offsetting the device's number by it keeps them apart; a rule 6 op in
+  # its place proves nothing.
+  30: RuleCase(
+    spmd(_ALIKE),
+    spmd(_ALIKE.replace("maximum(%h, %z)", "remainder(%h, %z)")),
+    per_device,
+  ),
 }
 
 
@@ -488,7 +615,11 @@ class IdentityColumnTest(absltest.TestCase):
       if rule.number < 18:
         continue
       with self.subTest(rule=rule.number):
-        self.assertIsNot(rule.identity, default.identity)
+        if rule.number < 22:
+          self.assertIsNot(rule.identity, default.identity)
+        else:  # Which values differ by device.
+          self.assertIs(rule.identity, default.identity)
+          self.assertIsNot(rule.device_value, default.device_value)
         self.assertEqual(
           (rule.reads, rule.forwards, rule.parameters, rule.callees),
           (
@@ -503,6 +634,81 @@ class IdentityColumnTest(absltest.TestCase):
   def test_every_identity_has_a_rule(self):
     used = {rule.identity for rule in rules.HLO_RULES}
     self.assertEqual(used, set(Identity))
+
+
+_THROUGH = spmd(
+  "%h = s32[] parameter(0)\n%hv = s32[2]{0} broadcast(%h), dimensions={}\n"
+  "%hs = s32[1]{0} slice(%hv), slice={[0:1]}\n%hr = s32[] reshape(%hs)\n"
+  "%id = u32[] partition-id()\n%b = u32[] bitcast(%id)\n"
+  "%cp = u32[] copy(%b)\n%c = s32[] convert(%cp)\n"
+  "%f = s32[] call(%hr, %c), to_apply=%offset\n%z = s32[] constant(0)\n"
+  "%s = s32[] add(%f, %z)\n" + write("one", "s"),
+  offset="%x = s32[] parameter(0)\n%y = s32[] parameter(1)\n"
+  "ROOT %a = s32[] add(%x, %y)",
+)
+"""A device's number passed through every row that passes one on."""
+_DEVICE_COLUMN: dict[str, str] = {
+  "partition-id": _THROUGH,
+  "parameter": _THROUGH,
+  "broadcast": _THROUGH,
+  "slice": _THROUGH,
+  "reshape": _THROUGH,
+  "bitcast": _THROUGH,
+  "copy": _THROUGH,
+  "convert": _THROUGH,
+  "call": _THROUGH,
+  "add": _THROUGH,
+  "fusion": _THROUGH.replace(
+    "call(%hr, %c), to_apply=%offset",
+    "fusion(%hr, %c), kind=kLoop, calls=%offset",
+  ),
+  "constant": spmd(_DEVICE_HANDLE.replace("parameter(0)", "constant(5)")),
+  "replica-id": CASES[23].positive,
+  "iota": CASES[24].positive,
+  "dynamic-slice": CASES[24].positive,
+  "and": CASES[27].positive,
+  "multiply": CASES[28].positive,
+  "maximum": CASES[30].positive,
+}
+"""For an opcode of each row with a device value, a module whose handle
+differs by device through it."""
+
+
+class DeviceColumnTest(parameterized.TestCase):
+  """`_DeviceValues` reads a construct's device value from its rule, not
+  from its opcode: each row's case, and its control, the same module with
+  that row given rule 6's device value."""
+
+  @parameterized.named_parameters(
+    (opcode.replace("-", "_"), opcode) for opcode in _DEVICE_COLUMN
+  )
+  def test_device_value_is_the_rules_column(self, opcode):
+    text = _DEVICE_COLUMN[opcode]
+    self.assertTrue(per_device(text))
+    row = rules.rule_for(opcode)
+    plain = dataclasses.replace(row, device_value=DeviceValue.UNKNOWN)
+    real = rules.rule_for
+
+    def patched(name: str) -> rules.HloRule:
+      return plain if name == opcode else real(name)
+
+    # (Another module name: parsed modules are cached by their text.)
+    renamed = text.replace("HloModule rules", "HloModule patched")
+    with mock.patch.object(rules, "rule_for", patched):
+      self.assertFalse(per_device(renamed))
+
+  def test_every_row_with_a_device_value_has_a_case(self):
+    rows = {
+      rule.number
+      for rule in rules.HLO_RULES
+      if rule.device_value is not DeviceValue.UNKNOWN
+    }
+    covered = {rules.rule_for(opcode).number for opcode in _DEVICE_COLUMN}
+    self.assertEqual(covered, rows)
+
+  def test_every_device_value_has_a_rule(self):
+    used = {rule.device_value for rule in rules.HLO_RULES}
+    self.assertEqual(used, set(DeviceValue))
 
 
 class RuleTableTest(absltest.TestCase):

@@ -44,6 +44,7 @@ from entangle_jax.testing._order.objects import ObjectRef, Root
 _Found = tuple[Root, int | None]
 
 Identity = rules.Identity
+DeviceValue = rules.DeviceValue
 
 
 class ObjectFinder:
@@ -443,11 +444,16 @@ _SAME = "same"  # the same on every device
 _INDEX = "index"  # the same on every device; 1-D, element k one-to-one in k
 _DEVICE = "device"  # each element a one-to-one function of the device
 _UNIFORM = (_ONE, _SAME, _INDEX)
-_OFFSETS = frozenset({"add", "subtract", "xor"})
 _ELEMENTWISE = frozenset(
-  {"multiply", "and", "or", "maximum", "minimum", "negate", "not"}
+  {
+    DeviceValue.OFFSET,
+    DeviceValue.MASK,
+    DeviceValue.SCALE,
+    DeviceValue.ELEMENTWISE,
+  }
 )
-_MOVES = frozenset({"bitcast", "copy", "reshape"})
+"""What makes a value alike on every device of operands alike on every
+device, where nothing else does (rule 30)."""
 _INT_WIDTH = re.compile(r"[su](\d+)\[")
 
 
@@ -461,7 +467,9 @@ class _DeviceValues:
   (JAX's ``axis_index``), scaled by a constant that keeps them apart, or
   used to pick element k of an ``iota`` (plus
   a value alike everywhere) by a ``dynamic-slice`` (a replicated array
-  split over the devices). Anything else: unknown (None)."""
+  split over the devices). Anything else: unknown (None). What each
+  construct does is its rule's `DeviceValue` (rules 22 on, and the
+  column of rules 8-21), which `_find` dispatches on."""
 
   def __init__(self, module: Module, dataflow: Dataflow, finder: ObjectFinder):
     self._module = module
@@ -484,30 +492,31 @@ class _DeviceValues:
     def operand(k: int) -> str | None:
       return self.of(name, i.operands[k])
 
-    opcode = i.opcode
-    if opcode == "partition-id":
+    # What the construct does to a device value: its rule's column.
+    value = rules.rule_for(i.opcode).device_value
+    if value is DeviceValue.PARTITION_NUMBER:  # Rule 22.
       return _DEVICE if self._module.partitions == devices else None
-    if opcode == "replica-id":
+    if value is DeviceValue.REPLICA_NUMBER:  # Rule 23.
       return _DEVICE if self._module.partitions == 1 else None
-    if opcode == "constant":
+    if value is DeviceValue.CONSTANT:  # Rule 19.
       return _ONE if i.dims is not None and math.prod(i.dims) == 1 else _SAME
-    if opcode == "iota":
+    if value is DeviceValue.INDEX:  # Rule 24.
       return _INDEX if i.dims is not None and len(i.dims) == 1 else _SAME
-    if opcode == "parameter" and i.parameter_number is not None:
-      return self._parameter(name, i)
+    if value is DeviceValue.PARAMETER and i.parameter_number is not None:
+      return self._parameter(name, i)  # Rule 9.
     if not i.operands:
       return None
-    if opcode in _MOVES or opcode == "convert":
+    if value is DeviceValue.PASSES_ON:  # Rules 12, 18, 25.
       found = operand(0)
       if found in (_DEVICE, _INDEX) and not _keeps_every_value(
         computation.instructions[computation.index[i.operands[0]]], i
       ):
         return None
       return found
-    if opcode in ("broadcast", "slice"):
+    if value is DeviceValue.UNIFORM_OF_INDEX:  # Rules 20, 21.
       found = operand(0)
       return _SAME if found == _INDEX else found
-    if opcode in _OFFSETS and len(i.operands) == 2:
+    if value is DeviceValue.OFFSET and len(i.operands) == 2:  # Rule 26.
       a, b = operand(0), operand(1)
       if _DEVICE in (a, b):
         return _DEVICE if {a, b} - {_DEVICE} <= set(_UNIFORM) else None
@@ -516,19 +525,19 @@ class _DeviceValues:
           return _INDEX
         return _ONE if a == b == _ONE else _SAME
       return None
-    if opcode == "and" and len(i.operands) == 2:
+    if value is DeviceValue.MASK and len(i.operands) == 2:  # Rule 27.
       a, b = operand(0), operand(1)
       if _DEVICE in (a, b):
         mask = i.operands[1 if a == _DEVICE else 0]
         held = computation.instructions[computation.index[mask]]
         return _DEVICE if self._keeps_devices(held) else None
-    if opcode == "multiply" and len(i.operands) == 2:
+    if value is DeviceValue.SCALE and len(i.operands) == 2:  # Rule 28.
       a, b = operand(0), operand(1)
       if _DEVICE in (a, b):
         factor = i.operands[1 if a == _DEVICE else 0]
         held = computation.instructions[computation.index[factor]]
         return _DEVICE if self._scales_apart(held) else None
-    if opcode == "dynamic-slice":
+    if value is DeviceValue.PICK:  # Rule 29.
       array, *starts = (operand(k) for k in range(len(i.operands)))
       size = i.dims
       if (
@@ -542,13 +551,12 @@ class _DeviceValues:
           return _DEVICE
       found = [array, *starts]
       return _SAME if all(f in _UNIFORM for f in found) else None
-    if opcode in _ELEMENTWISE or opcode in _OFFSETS or opcode == "and":
+    if value in _ELEMENTWISE:  # Rules 26-28 otherwise, and 30.
       found = [operand(k) for k in range(len(i.operands))]
       if all(f == _ONE for f in found):
         return _ONE
       return _SAME if all(f in _UNIFORM for f in found) else None
-    identity = rules.rule_for(opcode).identity
-    if identity is Identity.CALLEE_ROOT and i.callees:  # A fusion, a call.
+    if value is DeviceValue.CALLEE_ROOT and i.callees:  # Rules 8, 15.
       callee = self._dataflow.computation(i.callees[0])
       root = callee.instructions[callee.root]
       return self.of(callee.name, root.name)

@@ -9,10 +9,12 @@ of its operands, which elements of its result are operand elements passed
 on unchanged, which operand each called computation's parameter is, how
 the ops of its called computations relate, how the order graph frames
 them, and how object identity follows a value back through it (its
-`Identity`, which `identity.ObjectFinder` dispatches on). `rule_for` finds
-the construct's rule; an opcode no rule names gets rule 6, the
-conservative default. Rules 18 on read and forward exactly as rule 6 and
-differ from it only in their identity.
+`Identity`, which `identity.ObjectFinder` dispatches on), and what it does
+to a value that may differ by device in an SPMD module (its `DeviceValue`,
+which `identity._DeviceValues` dispatches on). `rule_for` finds the
+construct's rule; an opcode no rule names gets rule 6, the conservative
+default. Rules 18 on read and forward exactly as rule 6 and differ from it
+only in their identity (18-21) or their device value (22 on).
 
 Adding a construct is adding an `HloRule` to `HLO_RULES` and a case with
 its control to the rule table's test (``docs/development.md``, "Adding an
@@ -83,6 +85,49 @@ class Identity(enum.Enum):
   BROADCAST_ONE = "each element holds the one element it broadcasts"
 
 
+class DeviceValue(enum.Enum):
+  """What an instruction does to values that may differ by device, in an
+  SPMD module (`identity._DeviceValues`): whether its result is alike on
+  every device, or built to hold another value on each."""
+
+  UNKNOWN = "unknown: it may be alike or differ on each device"
+  PARTITION_NUMBER = (
+    "each device's own number, where the partitions are all the devices"
+  )
+  REPLICA_NUMBER = (
+    "each device's own number, where the replicas are all the devices"
+  )
+  CONSTANT = "alike on every device"
+  INDEX = "alike on every device (a 1-D one numbers its elements)"
+  PARAMETER = (
+    "an entry parameter is alike on every device when replicated or one "
+    "element; a callee's is what every caller passes"
+  )
+  PASSES_ON = (
+    "its operand's, where integers are no narrower and the elements keep "
+    "their order"
+  )
+  UNIFORM_OF_INDEX = "its operand's, a numbering becoming merely alike"
+  OFFSET = (
+    "a device's number offset by a value alike everywhere is a device's "
+    "number; values alike everywhere give one alike everywhere"
+  )
+  MASK = (
+    "a device's number masked by a constant that keeps every device's "
+    "low bits (`axis_index`) is a device's number"
+  )
+  SCALE = (
+    "a device's number times a constant that keeps them apart (not zero, "
+    "no product wrapping) is a device's number"
+  )
+  PICK = (
+    "one element of a numbering picked by a device's number (a "
+    "replicated array split over the devices) is a device's number"
+  )
+  ELEMENTWISE = "alike on every device when its operands are"
+  CALLEE_ROOT = "what its computation's root is, parameters as passed"
+
+
 class Framing(enum.Enum):
   """Where an instruction's work begins and ends (rule 3)."""
 
@@ -111,6 +156,7 @@ class HloRule(Rule):
   callees: Callees = Callees.OVERLAP
   framing: Framing = Framing.SELF
   identity: Identity = Identity.NEW_VALUE
+  device_value: DeviceValue = DeviceValue.UNKNOWN
 
 
 GENERAL_RULES: tuple[Rule, ...] = (
@@ -197,6 +243,7 @@ HLO_RULES: tuple[HloRule, ...] = (
     "operand the fusion passed for it.",
     opcodes=("fusion",),
     identity=Identity.CALLEE_ROOT,
+    device_value=DeviceValue.CALLEE_ROOT,
   ),
   HloRule(
     9,
@@ -209,6 +256,7 @@ HLO_RULES: tuple[HloRule, ...] = (
     opcodes=("parameter",),
     reads=Reads.PASSES_ON,
     identity=Identity.PARAMETER,
+    device_value=DeviceValue.PARAMETER,
   ),
   HloRule(
     10,
@@ -244,6 +292,7 @@ HLO_RULES: tuple[HloRule, ...] = (
     opcodes=("bitcast",),
     reads=Reads.PASSES_ON,
     identity=Identity.SAME_BYTES,
+    device_value=DeviceValue.PASSES_ON,
   ),
   HloRule(
     13,
@@ -294,6 +343,7 @@ HLO_RULES: tuple[HloRule, ...] = (
     forwards=Forwards.ROOTS,
     parameters=Parameters.SAME,
     identity=Identity.CALLEE_ROOT,
+    device_value=DeviceValue.CALLEE_ROOT,
   ),
   HloRule(
     16,
@@ -330,6 +380,7 @@ HLO_RULES: tuple[HloRule, ...] = (
     "is the element of the operand at the same row-major position.",
     opcodes=("copy", "reshape"),
     identity=Identity.PASSES_ON,
+    device_value=DeviceValue.PASSES_ON,
   ),
   HloRule(
     19,
@@ -341,6 +392,7 @@ HLO_RULES: tuple[HloRule, ...] = (
     "text, which names one object when equal and proves nothing when not.",
     opcodes=("constant",),
     identity=Identity.CONSTANT,
+    device_value=DeviceValue.CONSTANT,
   ),
   HloRule(
     20,
@@ -351,6 +403,7 @@ HLO_RULES: tuple[HloRule, ...] = (
     "also inside a fusion; a larger slice is a value of its own.",
     opcodes=("slice",),
     identity=Identity.STATIC_ELEMENT,
+    device_value=DeviceValue.UNIFORM_OF_INDEX,
   ),
   HloRule(
     21,
@@ -361,6 +414,99 @@ HLO_RULES: tuple[HloRule, ...] = (
     "`distinct_elements` declares: its elements are one object.",
     opcodes=("broadcast",),
     identity=Identity.BROADCAST_ONE,
+    device_value=DeviceValue.UNIFORM_OF_INDEX,
+  ),
+  # Which values differ by device: rules 22 on read, forward and follow
+  # identity as rule 6 does; they differ from it only in what they do to a
+  # value that may differ by device (`DeviceValue`), which tells a handle
+  # built to be another object on each device of an SPMD module.
+  HloRule(
+    22,
+    "A partition-id numbers the devices",
+    "A `partition-id` reads nothing and orders as rule 6 says. Where the "
+    "module's partitions are all its devices, it is another number on each "
+    "device; with several replicas, devices share numbers.",
+    opcodes=("partition-id",),
+    device_value=DeviceValue.PARTITION_NUMBER,
+  ),
+  HloRule(
+    23,
+    "A replica-id numbers the devices",
+    "A `replica-id` reads nothing and orders as rule 6 says. Where the "
+    "module's replicas are all its devices (one partition), it is another "
+    "number on each device; the partitions of one replica share it.",
+    opcodes=("replica-id",),
+    device_value=DeviceValue.REPLICA_NUMBER,
+  ),
+  HloRule(
+    24,
+    "An iota is alike on every device",
+    "An `iota` reads nothing and orders as rule 6 says. Every device holds "
+    "the same one; a 1-D one holds element k's own number at k, so picking "
+    "element k by a device's number (rule 29) gives another on each.",
+    opcodes=("iota",),
+    device_value=DeviceValue.INDEX,
+  ),
+  HloRule(
+    25,
+    "A convert passes a device's number on",
+    "A `convert` orders as rule 6 says. Of a device's number (or a "
+    "numbering) it is that number, where the integer type is no narrower "
+    "and the elements keep their order; `copy`, `reshape` (rule 18) and "
+    "`bitcast` (rule 12) do the same.",
+    opcodes=("convert",),
+    device_value=DeviceValue.PASSES_ON,
+  ),
+  HloRule(
+    26,
+    "An offset keeps the devices apart",
+    "An `add`, a `subtract` or an `xor` of two operands orders as rule 6 "
+    "says. A device's number offset by a value alike on every device is "
+    "another on each device (a handle `h + axis_index`); of two values "
+    "alike on every device, the result is too.",
+    opcodes=("add", "subtract", "xor"),
+    device_value=DeviceValue.OFFSET,
+  ),
+  HloRule(
+    27,
+    "A mask that keeps the low bits keeps the devices apart",
+    "An `and` orders as rule 6 says. A device's number masked by a "
+    "constant whose low bits are all set, as many as the numbers need "
+    "(JAX's `axis_index`), is that number; a narrower mask folds devices "
+    "together. Of values alike on every device, the result is too.",
+    opcodes=("and",),
+    device_value=DeviceValue.MASK,
+  ),
+  HloRule(
+    28,
+    "A scale that keeps the devices apart",
+    "A `multiply` orders as rule 6 says. A device's number times a "
+    "constant that is not zero and small enough that no product wraps (a "
+    "shard's size: a split `iota` starts at `partition-id * n`) is another "
+    "number on each device. Of values alike on every device, the result "
+    "is too.",
+    opcodes=("multiply",),
+    device_value=DeviceValue.SCALE,
+  ),
+  HloRule(
+    29,
+    "A dynamic-slice picks a device's element",
+    "A `dynamic-slice` reads all its operands, as rule 6 says. One element "
+    "of a 1-D numbering (an `iota`, plus a value alike on every device) "
+    "with at least one element per device, picked at a device's number, "
+    "is another on each device: a replicated array split over the "
+    "devices. Any slice of values alike on every device is alike too.",
+    opcodes=("dynamic-slice",),
+    device_value=DeviceValue.PICK,
+  ),
+  HloRule(
+    30,
+    "Elementwise arithmetic of alike values is alike",
+    "An `or`, a `maximum`, a `minimum`, a `negate` or a `not` orders as "
+    "rule 6 says. Of operands alike on every device its result is alike "
+    "too; of a device's number, unknown.",
+    opcodes=("or", "maximum", "minimum", "negate", "not"),
+    device_value=DeviceValue.ELEMENTWISE,
   ),
 )
 
@@ -440,5 +586,12 @@ def markdown() -> str:
     opcodes = ""
     if isinstance(rule, HloRule) and rule.opcodes:
       opcodes = " (" + ", ".join(f"`{o}`" for o in rule.opcodes) + ")"
-    lines.append(f"{rule.number}. **{rule.title}**{opcodes}. {rule.text}")
+    device = ""
+    if isinstance(rule, HloRule) and rule.device_value is not (
+      DeviceValue.UNKNOWN
+    ):
+      device = f" Across devices: {rule.device_value.value}."
+    lines.append(
+      f"{rule.number}. **{rule.title}**{opcodes}. {rule.text}{device}"
+    )
   return "\n".join(lines) + "\n"
