@@ -30,6 +30,28 @@ class JaxHooksTest(absltest.TestCase):
 
     self.assertIn(f"compiler.{jax_hooks.COMPILE}(", inspect.getsource(pxla))
 
+  def test_compile_takes_the_host_callbacks_and_callbacks_name_them(self):
+    compile_ = getattr(jax_hooks.compiler_module(), jax_hooks.COMPILE)
+    names = list(inspect.signature(compile_).parameters)
+    name, position = jax_hooks.COMPILE_HOST_CALLBACKS
+    # After the backend and the module.
+    self.assertEqual(names[2 + position], name)
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import io_callback
+
+    def f(x):
+      return io_callback(lambda v: v, jax.ShapeDtypeStruct((), jnp.float32), x)
+
+    lowered = jax.jit(f).lower(jnp.float32(1.0))
+    module = lowered.compiler_ir("stablehlo")
+    # Each callback's custom call names its callable by index.
+    annotated = sites.annotate(module, "Host", [lambda *a: a])
+    self.assertIsNotNone(annotated)
+    assert annotated is not None
+    self.assertEqual(list(annotated.callbacks), [0])
+    self.assertEqual(annotated.callbacks[0].host_callback, "?")
+
   def test_the_mlir_bindings_edit_a_module(self):
     import jax
     import jax.numpy as jnp

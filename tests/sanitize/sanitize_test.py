@@ -149,6 +149,63 @@ CONTRADICTION = _PRELUDE + textwrap.dedent(
   """
 )
 
+HOST_CALLBACKS = _PRELUDE + textwrap.dedent(
+  """
+  import time
+  from jax.experimental import io_callback
+
+  store = {}
+
+  def write(x):
+    time.sleep(0.005)
+    store["v"] = x
+    return x
+
+  def read(x):
+    return np.float32(store.get("v", -1.0))
+
+  def show(x):
+    pass
+
+  def program(ordering):
+    def run(x):
+      shape = jax.ShapeDtypeStruct((), jnp.float32)
+      ordered = ordering == "ordered"
+      a = io_callback(write, shape, x, ordered=ordered)
+      if ordering == "entangle":
+        x = entangle(x, a)
+      b = io_callback(read, shape, x, ordered=ordered)
+      if ordering == "none":
+        jax.debug.callback(show, x)
+      return a + b
+    return run
+
+  out = {}
+  for ordering in ("none", "ordered", "entangle"):
+    with testing.sanitize() as seen:
+      f = jax.jit(program(ordering))
+      for _ in range(3):
+        f(jnp.float32(1.0)).block_until_ready()
+    out[ordering] = {
+      "calls": [
+        [c.target, c.function, c.platform, c.thread, c.start_ns, c.end_ns,
+         c.site.position if c.site else None, c.place]
+        for c in seen.calls
+      ],
+      "kinds": sorted({r.kind for r in seen.races}),
+      "races": len(seen.races),
+      "objects": sorted({str(r.object) for r in seen.races}),
+      "functions": sorted(
+        {f for r in seen.races for f in (r.first.function, r.second.function)}
+      ),
+      "not_observed": seen.not_observed,
+      "unknown": seen.unknown_places,
+      "report": seen.report(file=sys.stderr),
+    }
+  print(json.dumps(out))
+  """
+)
+
 
 def run_json(test: absltest.TestCase, source: str, *args: str) -> dict:
   run = test_util.run_python(source, *args, timeout=300)
@@ -197,6 +254,59 @@ class KlujaxTest(absltest.TestCase):
     for run in ("unfixed", "fixed"):
       self.assertEqual(out[run]["calls"], 0)
       self.assertIn("solve_with_numeric_f64", out[run]["not_observed"])
+
+
+class HostCallbackTest(absltest.TestCase):
+  def test_callbacks_are_recorded_and_unordered_ones_race(self):
+
+    out = run_json(self, HOST_CALLBACKS)
+    none = out["none"]
+    for ordering in ("none", "ordered", "entangle"):
+      with self.subTest(ordering):
+        run = out[ordering]
+        # jaxlib registered the callback targets long before: recorded
+        # all the same, and not listed as not observed.
+        self.assertEqual(run["not_observed"], [])
+        self.assertEqual(run["unknown"], 0)
+        calls = run["calls"]
+        self.assertEqual(len(calls), 9 if ordering == "none" else 6)
+        for target, _, platform, thread, start, end, position, place in calls:
+          self.assertEqual(target, "xla_ffi_python_cpu_callback")
+          self.assertEqual(platform, "Host")
+          self.assertGreater(thread, 0)
+          self.assertLessEqual(start, end)
+          self.assertIsNotNone(position)
+          self.assertIn("(host callback)", place)
+        functions = [c[1] for c in calls]
+        self.assertEqual(functions.count("write"), 3)
+        self.assertEqual(functions.count("read"), 3)
+        # The write sleeps 5 ms: its record spans it.
+        writes = [c for c in calls if c[1] == "write"]
+        self.assertTrue(all(c[5] - c[4] >= 5_000_000 for c in writes))
+    self.assertEqual([c[1] for c in none["calls"]].count("show"), 3)
+    self.assertGreater(none["races"], 0, none["report"])
+    self.assertEqual(
+      none["objects"], ["Python state (host callbacks may touch anything)"]
+    )
+    self.assertIn("show", none["functions"])
+    self.assertIn("host callback show", none["report"])
+    self.assertEqual(out["ordered"]["races"], 0, out["ordered"]["report"])
+    self.assertEqual(out["entangle"]["races"], 0, out["entangle"]["report"])
+
+  def test_records_use_the_native_clock(self):
+    import time
+
+    from entangle_jax.testing._sanitize import wrapping
+
+    try:
+      native = wrapping.native()
+    except ImportError:
+      self.skipTest("the sanitizer's extension is not built")
+    before = time.monotonic_ns()
+    now = native.now_ns()
+    after = time.monotonic_ns()
+    self.assertLessEqual(before, now)
+    self.assertLessEqual(now, after)
 
 
 class ContradictionTest(absltest.TestCase):

@@ -7,6 +7,11 @@ names none; a ``"none"`` target touches nothing. A target nobody declared
 touches the value of every integer operand of up to 8 elements, and writes
 them. An object is a value within the family (the top-level package) that
 registered the target: a klujax handle is never an example store slot.
+
+A host callback (``io_callback``, ``pure_callback``, ``jax.debug.callback``)
+declares nothing: like an undeclared call it may write anything, and
+anything it touches is Python state, one object for every host callback
+(`HOST`): any two host callbacks conflict.
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ from entangle_jax._src.targets.declaration import (
 )
 from entangle_jax.testing._sanitize import sites as _sites
 from entangle_jax.testing._sanitize import wrapping
+
+HOST_FAMILY = "host callbacks"
+"""The family of the one object every host callback touches."""
 
 SMALL_OPERAND = 8
 """Integer operands of at most this many elements are recorded whole."""
@@ -37,6 +45,8 @@ class SanitizedObject:
   value: int | None
 
   def __str__(self) -> str:
+    if self.family == HOST_FAMILY:
+      return "Python state (host callbacks may touch anything)"
     if self.value is None:
       return f"{self.family} (the whole library)"
     shown = self.value if -(2**31) <= self.value < 2**31 else hex(self.value)
@@ -58,8 +68,10 @@ class SanitizedCall:
     site: its place in the program; None where it cannot be known (a
       module compiled before the sanitizer started, or taken from a cache).
     operands: (operand index, values) of the integer operands recorded.
-    failed: the handler returned an error.
+    failed: the handler returned an error (a host callback: raised).
     truncated: some operand values did not fit in the record.
+    function: for a host callback, its Python function's name (``"?"``
+      where it could not be found); None for a native call.
   """
 
   target: str
@@ -73,6 +85,14 @@ class SanitizedCall:
   operands: tuple[tuple[int, tuple[int, ...]], ...]
   failed: bool = False
   truncated: bool = False
+  function: str | None = None
+
+  @property
+  def label(self) -> str:
+    """The target, and for a host callback its Python function."""
+    if self.function is None:
+      return self.target
+    return f"host callback {self.function} ({self.target})"
 
   @property
   def place(self) -> str:
@@ -86,7 +106,7 @@ class SanitizedCall:
     return next((v for i, v in self.operands if i == operand), None)
 
   def __str__(self) -> str:
-    return f"{self.target} ({self.place}, thread {self.thread})"
+    return f"{self.label} ({self.place}, thread {self.thread})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +122,8 @@ class Touch:
 
 def touches(call: SanitizedCall, declarations: Declarations) -> Touch:
   """The objects `call` touches, and how."""
+  if call.family == HOST_FAMILY:
+    return Touch("write", (SanitizedObject(HOST_FAMILY, None),), None)
   declaration = declarations.for_target(call.target)
   if declaration is None:
     values = [v for _, vs in call.operands for v in vs]
@@ -169,3 +191,24 @@ def from_records(records: list[tuple]) -> list[SanitizedCall]:
     )
   found.sort(key=lambda c: (c.start_ns, c.end_ns))
   return found
+
+
+def from_callbacks(records: list[tuple]) -> list[SanitizedCall]:
+  """`SanitizedCall` records from `callbacks.drain`'s tuples."""
+  return [
+    SanitizedCall(
+      site.target,
+      site.module.platform,
+      HOST_FAMILY,
+      thread,
+      start,
+      end,
+      run_id,
+      site,
+      (),
+      failed,
+      False,
+      site.host_callback or "?",
+    )
+    for site, thread, start, end, run_id, failed in records
+  ]

@@ -5,7 +5,8 @@ Two functions are replaced while the sanitizer runs, and put back after:
 ``jaxlib.xla_client.register_custom_call_target``, which
 ``jax.ffi.register_ffi_target`` (and the older direct route) calls with
 each handler; and ``jax._src.compiler.compile_or_get_cached``, which every
-``jit`` compile passes through with its StableHLO module.
+``jit`` compile passes through with its StableHLO module and its host
+callbacks' Python callables (``host_callbacks``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ from typing import Any
 
 REGISTER = "register_custom_call_target"
 COMPILE = "compile_or_get_cached"
+COMPILE_HOST_CALLBACKS = ("host_callbacks", 2)
+"""`COMPILE`'s argument with the Python callables of the module's host
+callbacks (each callback's custom call names one by its ``index``
+attribute), and its position after the backend and the module."""
 
 
 def registration_module() -> types.ModuleType:

@@ -13,8 +13,12 @@ from typing import IO, Any
 
 from entangle_jax._src.targets import sources
 from entangle_jax._src.targets.declaration import Declarations
-from entangle_jax.testing._sanitize import checks, sites, wrapping
-from entangle_jax.testing._sanitize.calls import SanitizedCall, from_records
+from entangle_jax.testing._sanitize import callbacks, checks, sites, wrapping
+from entangle_jax.testing._sanitize.calls import (
+  SanitizedCall,
+  from_callbacks,
+  from_records,
+)
 from entangle_jax.testing._sanitize.checks import Contradiction, SanitizerRace
 
 _SITE = re.compile(sites.SITE_ATTRIBUTE + r"\s*=\s*(\d+)")
@@ -95,7 +99,9 @@ def sanitize(*, clear_caches: bool = True) -> Generator[Seen]:
   """Records every call of a wrapped FFI target while the block runs.
 
   Targets registered (``jax.ffi.register_ffi_target``) after the sanitizer
-  started are wrapped; import a library inside the block, or after
+  started are wrapped, and the host callbacks (``io_callback``,
+  ``pure_callback``, ``jax.debug.callback``) of every module compiled
+  after it started are recorded; import a library inside the block, or after
   `start`, for its calls to be seen. JAX's in-memory compile caches are
   cleared on entry (`clear_caches`), so that every module the block runs
   is compiled with its calls' places.
@@ -118,11 +124,13 @@ def sanitize(*, clear_caches: bool = True) -> Generator[Seen]:
     native = wrapping.native()
     jax.effects_barrier()
     native.drain()  # Calls of earlier runs.
+    callbacks.drain()
     if clear_caches:
       jax.clear_caches()
     first_module = sites.next_serial()
     seen = Seen()
     native.set_recording(True)
+    callbacks.set_recording(True)
     try:
       yield seen
     finally:
@@ -130,8 +138,11 @@ def sanitize(*, clear_caches: bool = True) -> Generator[Seen]:
         jax.effects_barrier()
       finally:
         native.set_recording(False)
+        callbacks.set_recording(False)
       records, dropped = native.drain()
-      _fill(seen, from_records(records), dropped, first_module)
+      calls = from_records(records) + from_callbacks(callbacks.drain())
+      calls.sort(key=lambda c: (c.start_ns, c.end_ns))
+      _fill(seen, calls, dropped, first_module)
   finally:
     with _lock:
       _active = False
@@ -236,7 +247,7 @@ def _time(call: SanitizedCall, origin: int) -> str:
 
 def _call_line(call: SanitizedCall, origin: int) -> str:
   return (
-    f"    {call.target} on {call.platform}, thread {call.thread}, "
+    f"    {call.label} on {call.platform}, thread {call.thread}, "
     f"{_time(call, origin)}, {call.place}"
   )
 

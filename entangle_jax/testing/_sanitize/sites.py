@@ -22,7 +22,8 @@ import threading
 import weakref
 from typing import Any
 
-from entangle_jax.testing._sanitize import jax_hooks, wrapping
+from entangle_jax._src.targets.names import is_host_callback
+from entangle_jax.testing._sanitize import callbacks, jax_hooks, wrapping
 
 SITE_ATTRIBUTE = "entangle_jax_sanitize_site"
 TYPED_FFI = 4
@@ -42,6 +43,9 @@ class SanitizedModule:
   not_observed: set[str] = dataclasses.field(default_factory=set)
   """Typed FFI targets it calls that run unwrapped (registered before the
   sanitizer started)."""
+  callbacks: dict[int, CallSite] = dataclasses.field(default_factory=dict)
+  """Its host callbacks' places, by their index in the callbacks XLA is
+  given with the module."""
   executable: Any = None
 
   def text(self) -> str | None:
@@ -71,6 +75,8 @@ class CallSite:
     in_loop: the call is in a loop body (it may run many times in one
       execution).
     in_branch: the call is in a branch (it may not run at all).
+    host_callback: for a host callback, its Python function's name (or
+      ``"?"`` where it could not be found); None for a native call.
   """
 
   number: int
@@ -79,8 +85,11 @@ class CallSite:
   target: str
   in_loop: bool
   in_branch: bool
+  host_callback: str | None = None
 
   def __str__(self) -> str:
+    if self.host_callback is not None:
+      return f"{self.module.name} native call #{self.position} (host callback)"
     return f"{self.module.name} native call #{self.position}"
 
 
@@ -117,7 +126,13 @@ def install() -> Any:
 def _make_compile(original):
   def compile_or_get_cached(backend, computation, *args, **kwargs):
     platform = wrapping.xla_platform(getattr(backend, "platform", "cpu"))
-    module = annotate(computation, platform)
+    given = _host_callbacks(args, kwargs)
+    module = annotate(computation, platform, given)
+    if module is not None and module.callbacks and given is not None:
+      recorded = list(given)
+      for index, site in module.callbacks.items():
+        recorded[index] = callbacks.recorder(recorded[index], site)
+      args, kwargs = _with_host_callbacks(args, kwargs, recorded)
     executable = original(backend, computation, *args, **kwargs)
     if module is not None:
       try:
@@ -129,10 +144,35 @@ def _make_compile(original):
   return compile_or_get_cached
 
 
-def annotate(computation: Any, platform: str) -> SanitizedModule | None:
+_HOST_CALLBACKS = jax_hooks.COMPILE_HOST_CALLBACKS
+
+
+def _host_callbacks(args: tuple, kwargs: dict) -> list | None:
+  """The host callbacks passed to ``compile_or_get_cached`` (after the
+  backend and the module)."""
+  name, position = _HOST_CALLBACKS
+  if name in kwargs:
+    return list(kwargs[name])
+  if len(args) > position:
+    return list(args[position])
+  return None
+
+
+def _with_host_callbacks(args: tuple, kwargs: dict, value: list):
+  name, position = _HOST_CALLBACKS
+  if name in kwargs:
+    return args, {**kwargs, name: value}
+  return (*args[:position], value, *args[position + 1 :]), kwargs
+
+
+def annotate(
+  computation: Any, platform: str, host_callbacks: list | None = None
+) -> SanitizedModule | None:
   """Adds the site attribute to each wrapped call of `computation` (an
-  MLIR module, edited in place); the module's record, or None when it
-  calls no native target at all."""
+  MLIR module, edited in place), and gives each host callback's call a
+  place (`host_callbacks`: the callables the module's callbacks name by
+  index); the module's record, or None when it calls no native target at
+  all."""
   ir = jax_hooks.mlir_ir()
   with computation.context:
     name = ir.StringAttr(computation.operation.attributes["sym_name"]).value
@@ -146,7 +186,7 @@ def annotate(computation: Any, platform: str) -> SanitizedModule | None:
     main = functions.get("main")
     if main is None:
       return None
-    walker = _Walker(ir, computation, functions, module)
+    walker = _Walker(ir, computation, functions, module, host_callbacks)
     walker.function(main, in_loop=False, in_branch=False)
     if not module.sites and not module.not_observed:
       return None
@@ -158,7 +198,15 @@ def annotate(computation: Any, platform: str) -> SanitizedModule | None:
 
 
 class _Walker:
-  def __init__(self, ir, computation, functions, module: SanitizedModule):
+  def __init__(
+    self,
+    ir,
+    computation,
+    functions,
+    module: SanitizedModule,
+    host_callbacks: list | None = None,
+  ):
+    self.host_callbacks = host_callbacks
     self.ir = ir
     self.computation = computation
     self.functions = functions
@@ -210,6 +258,10 @@ class _Walker:
     key = _typed_ffi_config(ir, attributes)
     if key is None:
       return  # The untyped custom-call API: no FFI handler to wrap.
+    if is_host_callback(target) and self.host_callback(
+      op, target, key, in_loop, in_branch
+    ):
+      return
     if wrapping.wrapped(target, self.module.platform) is None:
       if target != wrapping.ENTANGLE_TARGET:
         self.module.not_observed.add(target)
@@ -235,6 +287,35 @@ class _Walker:
         in_branch,
       )
     )
+
+  def host_callback(
+    self, op, target: str, key: str, in_loop: bool, in_branch: bool
+  ) -> bool:
+    """Gives a host callback's call a place; False when its callable
+    cannot be found (it is then listed as not observed)."""
+    ir = self.ir
+    attributes = op.attributes
+    if self.host_callbacks is None or key not in attributes:
+      return False
+    config = _as_dict(ir, attributes[key])
+    if config is None or "index" not in config:
+      return False
+    index = ir.IntegerAttr(config["index"]).value
+    if index < 0 or index >= len(self.host_callbacks):
+      return False
+    name = callbacks.function_name(self.host_callbacks[index])
+    site = CallSite(
+      next(_numbers),
+      self.module,
+      len(self.module.sites),
+      target,
+      in_loop,
+      in_branch,
+      name or "?",
+    )
+    self.module.sites.append(site)
+    self.module.callbacks[index] = site
+    return True
 
 
 def _as_dict(ir, attribute):

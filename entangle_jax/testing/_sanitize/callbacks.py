@@ -1,0 +1,129 @@
+"""Host callbacks (``jax.experimental.io_callback``, ``jax.pure_callback``,
+``jax.debug.callback``) as the sanitizer records them.
+
+jaxlib registers the host-callback FFI targets when it loads, before any
+sanitizer starts, so their handlers cannot run through a trampoline.
+Instead, while the compile hook is in place (`sites`), each Python
+callable a module hands to XLA (``compile_or_get_cached``'s
+``host_callbacks``, which the callback's custom call names by its
+``index`` attribute) is replaced by a recorder that knows the call's place
+in the module. A recorder records, while recording is on, the thread, and
+start and end on the native records' clock (the extension's ``now_ns``:
+``std::chrono::steady_clock``, which is ``time.monotonic_ns`` on Linux).
+
+XLA's id of the execution is not known inside a callback: a recorder
+counts its own calls instead, and the k-th call of each place of one
+module is taken for one execution (``run_id`` -1 - k). Calls in a loop or
+a branch are left out of that pairing (they may run many times, or not):
+each has a run id of its own, so none is found out of order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+_lock = threading.Lock()
+_recording = False
+_records: list[tuple[Any, int, int, int, int, bool]] = []
+_unpaired = itertools.count(-(2**62), -1)
+"""Run ids of calls in a loop or a branch: one each, never paired."""
+
+
+@dataclasses.dataclass(frozen=True)
+class HostCallback:
+  """What a recorder records about its callback.
+
+  Attributes:
+    target: the FFI target of its custom call.
+    platform: XLA's platform name.
+    name: the Python function's name, where it could be found.
+  """
+
+  target: str
+  platform: str
+  name: str | None
+
+
+def set_recording(on: bool) -> None:
+  """Starts (True) or stops (False) recording host callbacks."""
+  global _recording
+  _recording = on
+
+
+def drain() -> list[tuple[Any, int, int, int, int, bool]]:
+  """The records since the last drain: (site, thread, start_ns, end_ns,
+  run_id, failed)."""
+  global _records
+  with _lock:
+    out, _records = _records, []
+  return out
+
+
+def _now() -> Callable[[], int]:
+  from entangle_jax.testing._sanitize import wrapping
+
+  return wrapping.native().now_ns
+
+
+def recorder(fn: Callable[..., Any], site: Any) -> Callable[..., Any]:
+  """`fn`, recording each call (with `site`, a `sites.CallSite`) while
+  recording is on."""
+  now = _now()
+  counter = itertools.count()
+  pairable = not (site.in_loop or site.in_branch)
+
+  def recorded(*args: Any, **kwargs: Any) -> Any:
+    if not _recording:
+      return fn(*args, **kwargs)
+    thread = threading.get_native_id()
+    start = now()
+    failed = True
+    try:
+      out = fn(*args, **kwargs)
+      failed = False
+      return out
+    finally:
+      end = now()
+      run_id = -1 - next(counter) if pairable else next(_unpaired)
+      _records.append((site, thread, start, end, run_id, failed))
+
+  return recorded
+
+
+def function_name(fn: Any, depth: int = 8) -> str | None:
+  """The user's function inside JAX's wrappers of a host callback: the
+  first function with a public name among `fn`'s closures (best effort)."""
+  seen: set[int] = set()
+  frontier = [fn]
+  for _ in range(depth):
+    nxt = []
+    for f in frontier:
+      if id(f) in seen:
+        continue
+      seen.add(id(f))
+      name = getattr(f, "__name__", None)
+      module = getattr(f, "__module__", "") or ""
+      if (
+        isinstance(name, str)
+        and not name.startswith("_")
+        and name != "<lambda>"
+        and not module.startswith(("jax.", "jaxlib"))
+      ):
+        return name
+      for attribute in ("callback_func", "func", "__wrapped__"):
+        inner = getattr(f, attribute, None)  # JAX's wrappers, partial
+        if callable(inner):
+          nxt.append(inner)
+      for cell in getattr(f, "__closure__", None) or ():
+        try:
+          value = cell.cell_contents
+        except ValueError:
+          continue
+        if callable(value):
+          nxt.append(value)
+    frontier = nxt
+  return None
