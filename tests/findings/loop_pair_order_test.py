@@ -70,6 +70,14 @@ class LoopPairOrderTest(parameterized.TestCase):
     big = jnp.ones(1 << 16)
     races = testing.races(test_util.compiled(program(kind), big))
     self.assertNotEmpty(races)
+    if not test_util.records_full_stack():
+      # Only the innermost frame, a library's: nothing but XLA's numbers,
+      # which across a loop are not the program's, would say. The report
+      # says it cannot tell rather than get it backwards.
+      for race in races:
+        if race.first.target != race.second.target:
+          self.assertFalse(race.order_known)
+      return
     for race in races:
       if race.first.target != race.second.target:
         self.assertEqual(race.first.target, test_util.READ)

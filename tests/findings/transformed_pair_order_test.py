@@ -14,6 +14,7 @@ from absl.testing import absltest
 
 from entangle_jax import export_safety_checks, testing
 from entangle_jax.testing import example_store, read_slot, write_slot
+from tests import test_util
 
 
 def step(slot):
@@ -59,9 +60,16 @@ class TransformedModulesTest(absltest.TestCase):
     slots = np.arange(2, dtype=np.int32)
     compiled = jax.pmap(step).lower(slots).compile()
     report = self.assert_right_or_unknown(compiled, read_is_first=True)
-    # The pair is named with the user's lines, whatever the order said.
-    self.assertRegex(report, r"transformed_pair_order_test\.py:\d+")
+    if test_util.records_full_stack():
+      # The pair is named with the user's lines, whatever the order said.
+      self.assertRegex(report, r"transformed_pair_order_test\.py:\d+")
 
+  @absltest.skipUnless(
+    test_util.records_full_stack(),
+    "older jax writes neither call_exported into the scopes of an exported "
+    "module's calls nor their program's lines: nothing tells its renumbered "
+    "instructions apart (a known limit)",
+  )
   def test_a_deserialized_export(self):
     checks = [
       *export_safety_checks(),

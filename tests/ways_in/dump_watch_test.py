@@ -28,6 +28,9 @@ class RequestDumpTest(absltest.TestCase):
     self.tmp = pathlib.Path(tempfile.mkdtemp())
 
   def test_a_dump_of_its_own_leaves_out_what_the_check_does_not_read(self):
+    self.enter_context(
+      mock.patch.object(_dump_watch, "_knows_lean_flags", return_value=True)
+    )
     os.environ["XLA_FLAGS"] = "--xla_cpu_enable_fast_math=false"
     dump = _dump_watch.request_dump(into=self.tmp / "gw0")
     self.assertEqual(dump, self.tmp / "gw0")
@@ -54,6 +57,20 @@ class RequestDumpTest(absltest.TestCase):
     os.environ["XLA_FLAGS"] = asked
     _dump_watch.request_dump(into=self.tmp / "gw1")
     self.assertNotIn(LEAN, flags())
+
+  def test_a_jaxlib_that_does_not_know_the_flags_gets_none(self):
+    # XLA aborts the process on a flag it does not know (jaxlib 0.6.2's).
+    for version, known in (
+      ("0.6.2", False),
+      ("0.9.1", False),
+      ("0.10.2", True),
+    ):
+      with mock.patch.object(
+        _dump_watch.importlib.metadata, "version", return_value=version
+      ):
+        os.environ["XLA_FLAGS"] = ""
+        _dump_watch.request_dump(into=self.tmp / version)
+        self.assertEqual(LEAN in flags(), known, version)
 
   def test_the_users_own_setting_of_a_lean_flag_stands(self):
     os.environ["XLA_FLAGS"] = "--xla_dump_buffer_assignment_analysis=true"

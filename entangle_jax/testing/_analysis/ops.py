@@ -130,14 +130,18 @@ def program_position(op: Op) -> int | None:
   return int(found.group(1)) if found else None
 
 
-_EXPORTED = re.compile(r"(?:^|/)call_exported(?:/|$)")
+# Scopes of modules whose instructions XLA numbers anew, not in the order
+# JAX lowered them: deserialized from jax.export, a shard_map's body (which
+# XLA inlines after partitioning; pmap is one in newer jax), an old pmap.
+_RENUMBERED = re.compile(r"(?:^|/)(?:call_exported|shard_map)(?:/|$)|^pmap\(")
 
 
 def in_program_order(a: Op, b: Op) -> tuple[Op, Op, bool]:
   """`a` and `b`, the call the program made first first, and whether that
   order is known; as given when neither their stacks nor their names say
-  (known, as the text's order, unless the module was deserialized from
-  ``jax.export``), and as given but not known when they disagree.
+  (known, as the text's order, for a hand-written module without
+  numbers), and as given but not known when they disagree or when only
+  untrusted numbers would say.
 
   XLA's numbers (`program_position`) follow the order JAX lowered the
   program in, mostly: a loop body's or a branch's instructions are
@@ -150,13 +154,15 @@ def in_program_order(a: Op, b: Op) -> tuple[Op, Op, bool]:
   by_stack = stack_order(a.instruction.stack, b.instruction.stack)
   x, y = program_position(a), program_position(b)
   by_number = None if x is None or y is None or x == y else (-1 if x < y else 1)
-  exported = any(_EXPORTED.search(op.instruction.op_name) for op in (a, b))
-  if exported:
-    by_number = None  # Numbered anew on deserializing: not the program's.
+  renumbered = any(_RENUMBERED.search(op.instruction.op_name) for op in (a, b))
+  across = a.computation != b.computation
+  # The numbers are the program's order only in one computation of a
+  # module XLA did not renumber.
+  untrusted = by_number is not None and (renumbered or across)
+  if untrusted:
+    by_number = None
   disagree = False
-  if a.computation != b.computation:
-    order = by_stack if by_stack is not None else by_number
-  elif by_stack is None or by_number is None:
+  if by_stack is None or by_number is None:
     order = by_number if by_number is not None else by_stack
   else:
     disagree = by_number != by_stack
@@ -164,8 +170,8 @@ def in_program_order(a: Op, b: Op) -> tuple[Op, Op, bool]:
   if order is None:
     # Nothing says: the analysis's order (the text's, for a hand-written
     # module without numbers) stands, unless XLA's numbers and the lines
-    # disagree or the numbers were discarded.
-    return a, b, not (disagree or exported)
+    # disagree or the numbers could not be trusted.
+    return a, b, not (disagree or untrusted)
   return (a, b, True) if order < 0 else (b, a, True)
 
 

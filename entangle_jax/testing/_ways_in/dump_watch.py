@@ -11,6 +11,7 @@ because the dump came too late from one that had nothing to see.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import pathlib
 import re
@@ -92,6 +93,23 @@ optimized module too. Never ``--xla_dump_disable_metadata``: the check reads
 the metadata."""
 
 
+LEAN_FLAGS_FROM = (0, 10)
+"""The first jaxlib whose XLA is known to take `LEAN_FLAGS` (0.10.2 and
+0.12 do; 0.6.2's does not, and XLA aborts the process on a flag it does
+not know)."""
+
+
+def _knows_lean_flags() -> bool:
+  """Whether the installed jaxlib's XLA takes `LEAN_FLAGS`, from its
+  version (read without importing it: the flags must be set before)."""
+  try:
+    version = importlib.metadata.version("jaxlib")
+  except importlib.metadata.PackageNotFoundError:
+    return False
+  numbers = tuple(int(n) for n in re.findall(r"\d+", version)[:2])
+  return numbers >= LEAN_FLAGS_FROM
+
+
 def request_dump(
   prefix: str = "entangle-races-", into: pathlib.Path | None = None
 ) -> pathlib.Path:
@@ -103,7 +121,8 @@ def request_dump(
   directory goes in (`new_dump`). When ``XLA_FLAGS`` asked for no dump,
   the dump is the check's alone, and XLA is also asked to leave out what
   the check does not read (`LEAN_FLAGS`, each unless ``XLA_FLAGS`` sets it
-  already); a dump the user asked for gets everything XLA writes.
+  already, where this jaxlib takes them); a dump the user asked for gets
+  everything XLA writes.
   """
   flags = os.environ.get("XLA_FLAGS", "")
   dump = requested_dump()
@@ -118,7 +137,7 @@ def request_dump(
     flags = f"{flags} --xla_dump_to={shlex.quote(str(dump))}"
   if "--xla_dump_hlo_as_text" not in flags:
     flags += " --xla_dump_hlo_as_text"
-  if lean:
+  if lean and _knows_lean_flags():
     for flag in LEAN_FLAGS:
       if flag.split("=")[0] not in flags:
         flags += f" {flag}"
