@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstring>
 #include <mutex>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -84,8 +85,14 @@ bool IsSiteName(const XLA_FFI_ByteSpan* name) {
          std::memcmp(name->ptr, kSiteAttribute, kLength) == 0;
 }
 
+// The extension list's element type by what the frame holds: FFI API 0.4
+// renamed XLA_FFI_Extension_Base to XLA_FFI_InternalExtension (same
+// fields), and a workspace may build this against either header.
+using ExtensionBase =
+    std::remove_pointer_t<decltype(XLA_FFI_CallFrame::extension_start)>;
+
 bool IsMetadataQuery(const XLA_FFI_CallFrame* frame) {
-  for (const XLA_FFI_Extension_Base* e = frame->extension_start; e != nullptr;
+  for (const ExtensionBase* e = frame->extension_start; e != nullptr;
        e = e->next) {
     if (e->type == XLA_FFI_Extension_Metadata) return true;
   }
