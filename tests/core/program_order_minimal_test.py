@@ -19,7 +19,7 @@ from absl.testing import absltest
 
 import entangle_jax
 from entangle_jax import in_program_order, testing
-from tests.core.program_order_views_test import _read, _write
+from tests.core.views_targets import _read, _write
 
 N = 10
 

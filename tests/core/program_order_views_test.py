@@ -12,27 +12,12 @@ import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest, parameterized
 
-import entangle_jax
 from entangle_jax import in_program_order, testing
-from entangle_jax._src import native
-from entangle_jax.testing import example_store
 
 BASE = 48
 HANDLES = np.arange(12, dtype=np.int32).reshape(3, 4) + BASE
 RUNS = 10
-WRITE = "program_order_views_test_write"
-READ = "program_order_views_test_read"
-native.register_handlers(
-  example_store._native, {"write_slot": WRITE, "read_slot": READ}, ["cpu"]
-)
-entangle_jax.declare_target(
-  WRITE, mode="write", object=0, returns_object=[0], distinct_elements=True
-)
-entangle_jax.declare_target(READ, mode="read", object=0, distinct_elements=True)
-_write = jax.ffi.ffi_call(
-  WRITE, jax.ShapeDtypeStruct((), jnp.int32), has_side_effect=True
-)
-_read = jax.ffi.ffi_call(READ, jax.ShapeDtypeStruct((), jnp.float32))
+from tests.core.views_targets import READ, WRITE, _read, _write  # noqa: E402, F401
 
 
 def hazards(handles, big):
