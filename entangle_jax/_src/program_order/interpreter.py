@@ -7,7 +7,6 @@ with what `Context` shares: child contexts, order values, summaries."""
 from __future__ import annotations
 
 import dataclasses
-import sys
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -20,6 +19,7 @@ from jax.extend import core as jex_core
 
 from entangle_jax._src import jax_compat
 from entangle_jax._src.entangle import entangle
+from entangle_jax._src.program_order import natives
 from entangle_jax._src.program_order.dependence import kept_deps
 from entangle_jax._src.program_order.natives import (
   NativeCall,
@@ -242,7 +242,7 @@ class Context:
           f"in_program_order: the native call `{a.label}` returns no array, "
           "so later native calls cannot be ordered after it. Give it a "
           "result (io_callback's result_shape, an ffi_call result).",
-          stacklevel=_stacklevel(),
+          stacklevel=natives.user_stacklevel(),
         )
       values += a.witnesses
       stood |= a.deps
@@ -274,7 +274,7 @@ class Context:
         warnings.warn(
           "in_program_order: a jax.debug.callback with no operand cannot be "
           "ordered after earlier native calls; it runs when XLA runs it.",
-          stacklevel=_stacklevel(),
+          stacklevel=natives.user_stacklevel(),
         )
         values = []
       elif not indices:
@@ -378,7 +378,7 @@ class Context:
           f"in_program_order: the native call `{a.label}` may write, but "
           "nothing uses its results and it is not side-effecting, so XLA "
           "drops it. Use its result, or declare it has_side_effect=True.",
-          stacklevel=_stacklevel(),
+          stacklevel=natives.user_stacklevel(),
         )
 
   # Sub-programs: what the rules (`rules`) share --------------------------
@@ -518,18 +518,6 @@ class Context:
     for i, value in zip(floats, tied, strict=True):
       outs[i] = value
     return outs
-
-
-def _stacklevel() -> int:
-  """The warning's stack level of the first frame outside this module and
-  JAX: the user's line that called the transformed function."""
-  frame, level = sys._getframe(1), 1
-  while frame is not None:
-    name = frame.f_globals.get("__name__", "")
-    if not name.startswith(("entangle_jax._src.program_order", "jax.")):
-      return level
-    frame, level = frame.f_back, level + 1
-  return 1
 
 
 def _literal_key(atom) -> Any:

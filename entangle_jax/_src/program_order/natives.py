@@ -226,11 +226,13 @@ def _warn_once(key, message: str) -> None:
   if key in _WARNED:
     return
   _WARNED.add(key)
-  warnings.warn(message, stacklevel=_stacklevel())
+  warnings.warn(message, stacklevel=user_stacklevel())
 
 
-def _stacklevel() -> int:
-  """The first frame outside entangle_jax's transform and JAX."""
+def user_stacklevel() -> int:
+  """The warning's stack level of the first frame outside entangle_jax's
+  transform and JAX: the user's line that called the transformed
+  function (the interpreter's warnings use it too)."""
   frame, level = sys._getframe(1), 1
   while frame is not None:
     name = frame.f_globals.get("__name__", "")
