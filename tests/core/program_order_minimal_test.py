@@ -9,7 +9,11 @@ handles written, read, written again:
   slot ten times), so each write comes after every earlier call and each
   read after every write: 28 entangles, each needed (9 chain the first
   writes, 9 order the reads after the last of them, 10 the second writes),
-  and with all ten arguments one slot every read is right.
+  and with all ten arguments one slot every read is right;
+* with ``distinct_arguments=True`` (the caller's word that they never
+  are), ten separate arguments take the 10 entangles that ten named
+  ``Resource`` objects take, and the race check reads the same word from
+  the module.
 """
 
 import jax
@@ -78,6 +82,57 @@ class MinimalTest(absltest.TestCase):
     self.assertEqual(entangles(c), (N - 1) + (N - 1) + N)
     same = [jnp.int32(20)] * N
     np.testing.assert_array_equal(c(*same), [1.0] * N)
+
+  def test_distinct_arguments_take_what_resources_take(self):
+    args = [jnp.int32(20 + i) for i in range(N)]
+    ordered = in_program_order(separate, distinct_arguments=True)
+    c = self.compiled(ordered, *args)
+    by_hand = entangles(self.compiled(by_hand_fn, *args))
+    self.assertEqual(entangles(c), by_hand)
+    self.assertLess(by_hand, (N - 1) + (N - 1) + N)  # Fewer than unnamed.
+    for _ in range(5):
+      np.testing.assert_array_equal(c(*args), [1.0] * N)
+    # The check reads the word from the module: without the names the
+    # calls record, the same module races.
+    text = testing.module_text(c)
+    self.assertIn("entangle_jax:write:args[3]", text)
+    unnamed = text.replace("entangle_jax:", "renamed:")
+    self.assertNotEmpty(testing.races(unnamed))
+
+  def test_distinct_arguments_keep_elements_as_declared(self):
+    ordered = in_program_order(one_array, distinct_arguments=True)
+    handles = jnp.arange(20, 20 + N, dtype=jnp.int32)
+    c = self.compiled(ordered, handles)
+    self.assertEqual(entangles(c), N)
+    np.testing.assert_array_equal(c(handles), [1.0] * N)
+
+  def test_one_value_passed_twice_is_one_object(self):
+    ordered = in_program_order(distinct_arguments=True)(separate)
+
+    def twice(h):
+      return ordered(*([h] * N))
+
+    c = self.compiled(twice, jnp.int32(20))
+    self.assertEqual(entangles(c), (N - 1) + (N - 1) + N)
+    np.testing.assert_array_equal(c(jnp.int32(20)), [1.0] * N)
+
+  def test_keyword_arguments_are_named_by_their_path(self):
+    def keywords(*, a, b):
+      return phases([a, b])
+
+    ordered = in_program_order(keywords, distinct_arguments=True)
+    c = self.compiled(
+      lambda a, b: ordered(a=a, b=b), jnp.int32(20), jnp.int32(21)
+    )
+    self.assertIn("entangle_jax:read:kwargs[a]", testing.module_text(c))
+    self.assertEqual(entangles(c), 2)
+
+  def test_distinct_arguments_must_be_a_bool(self):
+    with self.assertRaisesRegex(TypeError, "distinct_arguments.*'yes'"):
+      in_program_order(separate, distinct_arguments="yes")  # ty: ignore[no-matching-overload]
+
+
+by_hand_fn = by_hand
 
 
 if __name__ == "__main__":

@@ -776,7 +776,7 @@ class ProgramOrderTest(absltest.TestCase):
 
   def test_not_callable(self):
     with self.assertRaisesRegex(TypeError, "callable"):
-      in_program_order(3)  # ty: ignore[invalid-argument-type]
+      in_program_order(3)  # ty: ignore[no-matching-overload]
 
   def test_shard_map(self):
     # Undeclared targets are shared across devices by default, and nothing

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, overload
 
 import jax
 import numpy as np
@@ -14,7 +14,21 @@ from entangle_jax._src.program_order.interpreter import Context
 from entangle_jax._src.targets import sources
 
 
-def in_program_order(f: Callable[..., Any]) -> Callable[..., Any]:
+@overload
+def in_program_order(
+  f: Callable[..., Any], *, distinct_arguments: bool = False
+) -> Callable[..., Any]: ...
+
+
+@overload
+def in_program_order(
+  f: None = None, *, distinct_arguments: bool = False
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]: ...
+
+
+def in_program_order(
+  f: Callable[..., Any] | None = None, *, distinct_arguments: bool = False
+) -> Any:
   """Returns `f` with every native call on one object in program order.
 
   ``jax.jit(in_program_order(step))`` computes what ``jax.jit(step)``
@@ -37,6 +51,20 @@ def in_program_order(f: Callable[..., Any]) -> Callable[..., Any]:
   objects (different integer constants, or values a declared
   ``returns_object`` result hands back for them) are not ordered. JAX's,
   jaxlib's and XLA's own kernels are left alone.
+
+  Two array arguments may hold one handle (a caller may pass one slot
+  twice), so by default calls on different arguments are ordered as calls
+  on one object would be. ``distinct_arguments=True`` is the caller's word
+  that they never do: each array argument (each leaf of the arguments'
+  pytrees) names its own object, as a named ``Resource`` does, so calls on
+  two arguments are not ordered with each other and run as XLA schedules
+  them; calls on elements of one argument still follow the declarations
+  (``distinct_elements``). The word is recorded in the module as a named
+  ``Resource``'s is (each such call is made in the named scope
+  ``entangle_jax:read:args[0]``, ``entangle_jax:write:kwargs[h]``, ...),
+  so the race check reads it too. A value passed twice within a program
+  is still one object; two arguments that hold one handle at run time
+  race, and neither half can tell.
 
   The order is made of `entangle` calls on each later call's object operand
   (operand 0 when none is declared), so it costs what ``entangle`` costs:
@@ -72,10 +100,14 @@ def in_program_order(f: Callable[..., Any]) -> Callable[..., Any]:
   other native call.
 
   Args:
-    f: the function whose native calls to order.
+    f: the function whose native calls to order. Without it,
+      ``in_program_order(distinct_arguments=True)`` is a decorator.
+    distinct_arguments: whether different array arguments hold different
+      objects (see above). Keyword only.
 
   Returns:
-    A function of `f`'s signature that returns what `f` returns.
+    A function of `f`'s signature that returns what `f` returns (or,
+    without `f`, a decorator that makes one).
 
   Raises:
     TypeError: `f` is not callable; or, when called, an argument is an
@@ -92,6 +124,15 @@ def in_program_order(f: Callable[..., Any]) -> Callable[..., Any]:
       nothing; or a primitive could not be lowered alone to see whether it
       makes a native call (the message names it).
   """
+  if not isinstance(distinct_arguments, bool):
+    raise TypeError(
+      "in_program_order: distinct_arguments must be True or False, not "
+      f"{distinct_arguments!r}"
+    )
+  if f is None:
+    return functools.partial(
+      in_program_order, distinct_arguments=distinct_arguments
+    )
   if not callable(f):
     raise TypeError(f"in_program_order: f must be callable, not {f!r}")
 
@@ -100,7 +141,8 @@ def in_program_order(f: Callable[..., Any]) -> Callable[..., Any]:
   @functools.wraps(f, updated=())
   def ordered(*args, **kwargs):
     leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
-    for leaf, path in zip(leaves, _paths((args, kwargs)), strict=True):
+    paths = _paths((args, kwargs))
+    for leaf, path in zip(leaves, paths, strict=True):
       if _is_array_like(leaf) and not arrays.is_array(leaf):
         raise TypeError(
           f"in_program_order: argument {path} is an array of a type JAX "
@@ -134,6 +176,14 @@ def in_program_order(f: Callable[..., Any]) -> Callable[..., Any]:
     traced = [leaf for leaf, d in zip(leaves, dynamic, strict=True) if d]
     closed = jax.make_jaxpr(flat)(*traced)
     ctx = Context(sources.current())
+    if distinct_arguments:
+      # Without quotes, which XLA's text escapes: ``kwargs[h]``.
+      labels = [
+        p.replace("'", "").replace('"', "")
+        for p, d in zip(paths, dynamic, strict=True)
+        if d
+      ]
+      ctx.name_arguments(traced, labels)
     outs = iter(ctx.link(ctx.run(closed.jaxpr, closed.consts, traced)))
     result = [
       static_out[i] if i in static_out else next(outs)

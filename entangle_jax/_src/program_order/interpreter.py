@@ -6,6 +6,7 @@ with what `Context` shares: child contexts, order values, summaries."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import warnings
 from collections.abc import Sequence
@@ -17,7 +18,7 @@ import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 from jax.extend import core as jex_core
 
-from entangle_jax._src import jax_compat
+from entangle_jax._src import access_marker, jax_compat
 from entangle_jax._src.entangle import entangle
 from entangle_jax._src.program_order import natives
 from entangle_jax._src.program_order.dependence import kept_deps
@@ -118,7 +119,9 @@ class Context:
       array = apply_view(eqn, obj.array)
       if array is not None:
         consts = frozenset(int(v) for v in array.reshape(-1))
-        self.set_root(out, Obj(consts=consts, array=array))
+        self.set_root(
+          out, Obj(consts=consts, array=array, resource=obj.resource)
+        )
       return
     if obj.key is None:
       return
@@ -139,7 +142,23 @@ class Context:
     index = apply_view(eqn, index)
     if index is not None:
       elements = frozenset(int(v) for v in index.reshape(-1))
-      self.set_root(out, Obj(key=obj.key, elements=elements, index=index))
+      self.set_root(
+        out,
+        Obj(key=obj.key, elements=elements, index=index, resource=obj.resource),
+      )
+
+  def name_arguments(self, values: Sequence[Any], labels: Sequence[str]):
+    """The caller's word that `values` (the traced arguments) hold
+    different objects: each is named by its label (``args[0]``) as a named
+    ``Resource`` is, so calls on two of them are not ordered. A call on
+    one is made under its name (`named_scope`), so the race check reads
+    the same word."""
+    named: set[int] = set()
+    for value, label in zip(values, labels, strict=True):
+      if id(value) not in named:  # One value passed twice: one object.
+        named.add(id(value))
+        obj = dataclasses.replace(self.root(value), resource=label)
+        self.set_root(value, obj)
 
   def set_root(self, value: Any, obj: Obj) -> None:
     self.keep.append(value)
@@ -265,7 +284,7 @@ class Context:
       for p, k in zip(call.parts, call.objects, strict=True)
     )
     object_index = next((k for k in call.objects if k is not None), None)
-    parts = self.in_resource(parts, invals, object_index)
+    parts, scope = self.in_resource(parts, invals, object_index)
     values, stood = self.witnesses_for(parts, bits)
     indices: list[int] = []
     if values:
@@ -296,7 +315,8 @@ class Context:
         invals[k] = new
         self.set_root(new, self.root(original))
       bits |= stood
-    outs = self.bind(eqn, invals)
+    with scope:
+      outs = self.bind(eqn, invals)
     if self.saving:
       # Saved by the rebuilt checkpoint's policy: never made again.
       outs = [checkpoint_name(o, SAVED) for o in outs]
@@ -335,10 +355,19 @@ class Context:
   def in_resource(self, parts, invals, object_index):
     """`parts` as the race check reads a call made through a ``Resource``
     (its innermost record in the named scopes): the Resource's mode, and a
-    named Resource's calls are on the object of that name."""
+    named Resource's calls are on the object of that name; and the named
+    scope to bind the call in.
+
+    A call on a named argument (`name_arguments`) made outside any
+    ``Resource`` is bound in a scope that records the argument's name, as
+    a named ``Resource``'s is, so that the race check tells the calls on
+    two arguments apart as this does. A call whose parts name two
+    arguments cannot be recorded so: its parts lose their names, and it
+    is ordered as one on any object those values may be.
+    """
     found = resource_record(jax_compat.current_name_stack())
     if found is None:
-      return parts
+      return _argument_scope(parts)
     mode, name = found
     index = 0 if object_index is None else object_index
     changed = []
@@ -351,8 +380,12 @@ class Context:
           else (self.root(invals[index]) if index < len(invals) else Obj())
         )
         obj = dataclasses.replace(base, resource=name)
+      elif obj is not None:
+        # An unnamed Resource: the check reads no name, so neither does
+        # this (an argument's name included).
+        obj = dataclasses.replace(obj, resource=None)
       changed.append(dataclasses.replace(p, mode=mode, obj=obj))
-    return tuple(changed)
+    return tuple(changed), contextlib.nullcontext()
 
   def add(self, access: Access) -> None:
     if not self.decls.safe_pairs:
@@ -550,3 +583,24 @@ def _order_operands(invals, call: NativeCall, object_index) -> list[int]:
     if index < len(invals) and size(invals[index]) > 0:
       return [index]
   return []
+
+
+def _argument_scope(parts):
+  """`parts` of a call made outside any ``Resource``, and the named scope
+  that records the argument it is on (see `Context.in_resource`)."""
+  labels = {p.obj.resource for p in parts if p.obj is not None}
+  labels.discard(None)
+  if not labels:
+    return parts, contextlib.nullcontext()
+  if len(labels) > 1 or any(p.obj is None for p in parts):
+    unnamed = tuple(
+      p
+      if p.obj is None
+      else dataclasses.replace(p, obj=dataclasses.replace(p.obj, resource=None))
+      for p in parts
+    )
+    return unnamed, contextlib.nullcontext()
+  (label,) = labels
+  mode = "write" if any(p.mode == "write" for p in parts) else "read"
+  record = access_marker.scope_component(mode, label)
+  return parts, jax.named_scope(record)

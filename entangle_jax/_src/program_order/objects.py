@@ -1,6 +1,8 @@
 """What a native call touches, and when two calls conflict: the objects
 calls name (constants, values, elements of a handle array, named
-``Resource`` objects), the parts of a call, and the calls recorded so far."""
+``Resource`` objects), the parts of a call, and the calls recorded so far.
+When two calls conflict, given what is known of their objects, is the
+rule the race check applies too (`entangle_jax._src.conflict_rule`)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ from typing import Any
 import numpy as np
 from jax.core import Tracer
 
-from entangle_jax._src import access_marker
+from entangle_jax._src import access_marker, conflict_rule
+from entangle_jax._src.conflict_rule import Evidence
 from entangle_jax._src.targets.declaration import Declarations
 
 
@@ -32,25 +35,29 @@ class Obj:
   index: Any = dataclasses.field(default=None, compare=False)
   resource: str | None = None  # A named Resource's name.
 
-  def distinct_from(self, other: Obj, elements_distinct: bool) -> bool:
-    if (
-      self.resource is not None
-      and other.resource is not None
-      and self.resource != other.resource
-      and not self.same_value(other)
-    ):
-      return True  # As the race check reads Resource names.
+  def evidence(self, other: Obj, elements_distinct: bool) -> Evidence:
+    """What is known of whether the two are one object, for the one rule
+    (`entangle_jax._src.conflict_rule`): one value (`same_value`);
+    different constants, or different elements of one value where
+    `elements_distinct` (both calls' declarations say so); and the
+    ``Resource`` names."""
+    distinct = False
     if self.consts is not None and other.consts is not None:
-      return not (self.consts & other.consts)
-    if (
-      elements_distinct
-      and self.key is not None
+      distinct = conflict_rule.distinct_constants(self.consts, other.consts)
+    elif (
+      self.key is not None
       and self.key == other.key
       and self.elements is not None
       and other.elements is not None
     ):
-      return not (self.elements & other.elements)
-    return False
+      distinct = conflict_rule.distinct_elements(
+        self.elements, other.elements, declared=elements_distinct
+      )
+    return Evidence(
+      same=self.same_value(other),
+      distinct=distinct,
+      names=(self.resource, other.resource),
+    )
 
   def same_value(self, other: Obj) -> bool:
     """Whether both are one value (one token), or overlapping constants."""
@@ -103,16 +110,15 @@ def conflicts(
 
 
 def _part_conflict(x: Part, y: Part, decls: Declarations) -> bool:
-  if x.mode == "read" and y.mode == "read":
-    return False
-  if decls.safe(x.target, y.target) is not None:
-    return False
+  safe = decls.safe(x.target, y.target) is not None
   if x.obj is None or y.obj is None:
-    return True
-  distinct = decls.distinct_for(decls.for_target(x.target)) and (
-    decls.distinct_for(decls.for_target(y.target))
-  )
-  return not x.obj.distinct_from(y.obj, distinct)
+    evidence = Evidence()  # Anything: it may be any object.
+  else:
+    distinct = decls.distinct_for(decls.for_target(x.target)) and (
+      decls.distinct_for(decls.for_target(y.target))
+    )
+    evidence = x.obj.evidence(y.obj, distinct)
+  return conflict_rule.conflict(x.mode, y.mode, safe=safe, evidence=evidence)
 
 
 _bits = itertools.count()

@@ -338,9 +338,8 @@ class OrderAnalysis:
     """Whether `a` and `b` may access one object, one of them writing, and
     no declared safe pair covers their targets."""
     _check_ops(self, (a, b))
-    if self.declarations.safe(a.target, b.target) is not None:
-      return False
-    return access.conflict(a.accesses, b.accesses)
+    safe = self.declarations.safe(a.target, b.target) is not None
+    return access.conflict(a.accesses, b.accesses, safe=safe)
 
   def is_race(self, a: Op, b: Op) -> bool:
     """Whether `a` and `b` may conflict and nothing keeps them from running

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
+from entangle_jax._src import conflict_rule
 from entangle_jax._src.targets import names as target_names
 from entangle_jax._src.targets import shipped
 from entangle_jax.testing._analysis import source_lines
@@ -62,7 +63,7 @@ def cause_of(race: Race) -> Cause:
     (x, y)
     for x in race.first.accesses
     for y in race.second.accesses
-    if "write" in (x.mode, y.mode)
+    if conflict_rule.modes_conflict(x.mode, y.mode)
   ]
   for x, y in pairs:
     if (

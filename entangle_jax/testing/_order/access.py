@@ -16,7 +16,8 @@ from:
 3. Nothing: the call may write anything.
 
 Which object a call touches is `entangle_jax.testing._order.objects`'s
-question; `conflict` states the identity rule.
+question; when two calls conflict, given that, is
+`entangle_jax._src.conflict_rule`'s, which ``in_program_order`` asks too.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ import dataclasses
 import functools
 import re
 
-from entangle_jax._src import access_marker
+from entangle_jax._src import access_marker, conflict_rule
 from entangle_jax._src.access_marker import Mode
+from entangle_jax._src.conflict_rule import Evidence
 from entangle_jax._src.targets.declaration import (
   TargetDeclaration,
   pattern_matches,
@@ -208,52 +210,45 @@ def accesses_of(
   return (Access(None, mode, object_ref),)
 
 
-def _conflicting(x: Access, y: Access) -> bool:
-  """The identity rule, for two accesses of which one writes.
-
-  Provably the same object: they conflict, whatever their ``Resource``
-  names. Otherwise they touch different objects only with evidence:
-  different ``Resource`` names (the user's assertion), or objects that
-  `objects.ObjectRef.distinct` tells apart (different scalar constants,
-  different elements of one array declared to hold distinct handles).
-  Without evidence they may be one object.
-  """
+def _evidence(x: Access, y: Access, across_devices: bool = False) -> Evidence:
+  """What the module shows of the objects of accesses `x` and `y`, for
+  the one rule (`entangle_jax._src.conflict_rule`). Made on two different
+  devices of one SPMD module, one value is one object only when every
+  device holds it alike, and values built to differ on each device are
+  different objects (`objects.ObjectRef.same_across_devices`,
+  `objects.ObjectRef.distinct_across_devices`)."""
+  same = distinct = False
   if x.object is not None and y.object is not None:
-    if x.object.same(y.object):
-      return True
-    if x.object.distinct(y.object):
-      return False
-  return x.resource is None or y.resource is None or x.resource == y.resource
+    if across_devices:
+      same = x.object.same_across_devices(y.object)
+      distinct = x.object.distinct_across_devices(y.object)
+    else:
+      same = x.object.same(y.object)
+      distinct = x.object.distinct(y.object)
+  return Evidence(same, distinct, (x.resource, y.resource))
 
 
-def conflict(a: tuple[Access, ...], b: tuple[Access, ...]) -> bool:
-  """Whether calls with accesses `a` and `b` may conflict."""
+def conflict(
+  a: tuple[Access, ...], b: tuple[Access, ...], safe: bool = False
+) -> bool:
+  """Whether calls with accesses `a` and `b` may conflict (`safe`: a
+  declared safe pair covers their targets)."""
   return any(
-    "write" in (x.mode, y.mode) and _conflicting(x, y) for x in a for y in b
+    conflict_rule.conflict(x.mode, y.mode, safe=safe, evidence=_evidence(x, y))
+    for x in a
+    for y in b
   )
 
 
-def _conflicting_across_devices(x: Access, y: Access) -> bool:
-  """The identity rule for two accesses made on different devices of one
-  SPMD module, one of them writing: one value that every device holds
-  alike is one object whatever the names; different names or
-  `objects.ObjectRef.distinct_across_devices` are evidence of different
-  objects; anything else may be one."""
-  if x.object is not None and y.object is not None:
-    if x.object.same_across_devices(y.object):
-      return True  # One value on every device: one object, any names.
-    if x.object.distinct_across_devices(y.object):
-      return False
-  return x.resource is None or y.resource is None or x.resource == y.resource
-
-
 def conflict_across_devices(
-  a: tuple[Access, ...], b: tuple[Access, ...]
+  a: tuple[Access, ...], b: tuple[Access, ...], safe: bool = False
 ) -> bool:
   """Whether calls with accesses `a` and `b`, on two different devices of
   one SPMD module, may conflict."""
   return any(
-    "write" in (x.mode, y.mode) and _conflicting_across_devices(x, y)
+    conflict_rule.conflict(
+      x.mode, y.mode, safe=safe, evidence=_evidence(x, y, across_devices=True)
+    )
     for x in a
     for y in b
   )

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from entangle_jax._src import conflict_rule
+
 Root = tuple
 """Where an operand's value comes from: ``("constant", literal)`` for a
 constant, ``("value", computation, instruction, path)`` for the result
@@ -62,27 +64,35 @@ class ObjectRef:
     )
 
   def distinct(self, other: ObjectRef) -> bool:
-    """Whether there is evidence that the two name different objects:
-    different scalar constants, or different elements of one array where
-    both calls declare distinct elements distinct."""
+    """Whether there is evidence that the two name different objects, as
+    `entangle_jax._src.conflict_rule` counts it: different scalar integer
+    constants, or different elements of one array where both calls
+    declare distinct elements distinct."""
     if self.root[0] == "constant" and other.root[0] == "constant":
+      a, b = self.constant_handle(), other.constant_handle()
       return (
-        self.scalar
-        and other.scalar
-        and self.element is None
-        and other.element is None
-        and isinstance(self.root[1], int)
-        and isinstance(other.root[1], int)
-        and self.root != other.root
+        a is not None
+        and b is not None
+        and conflict_rule.distinct_constants({a}, {b})
       )
     return (
       self.root == other.root
       and self.element is not None
       and other.element is not None
-      and self.element != other.element
-      and self.distinct_elements
-      and other.distinct_elements
+      and conflict_rule.distinct_elements(
+        {self.element},
+        {other.element},
+        declared=self.distinct_elements and other.distinct_elements,
+      )
     )
+
+  def constant_handle(self) -> int | None:
+    """The integer a constant scalar operand holds, or None (not a
+    constant, not one integer, or one element of a constant array)."""
+    value = self.root[1] if self.root[0] == "constant" else None
+    if not self.scalar or self.element is not None:
+      return None
+    return value if isinstance(value, int) else None
 
   @property
   def uniform(self) -> bool:

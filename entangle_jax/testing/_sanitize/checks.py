@@ -19,6 +19,7 @@ import itertools
 from collections import defaultdict
 from collections.abc import Iterator
 
+from entangle_jax._src import conflict_rule
 from entangle_jax._src.targets.declaration import Declarations
 from entangle_jax.testing._sanitize.calls import (
   SanitizedCall,
@@ -100,7 +101,7 @@ def _by_object(
 def _writes(
   found: dict[SanitizedCall, Touch], a: SanitizedCall, b: SanitizedCall
 ) -> bool:
-  return "write" in (found[a].mode, found[b].mode)
+  return conflict_rule.modes_conflict(found[a].mode, found[b].mode)
 
 
 def overlaps(found: dict[SanitizedCall, Touch]) -> Iterator[SanitizerRace]:

@@ -1,0 +1,102 @@
+"""When two native calls conflict: the one rule of entangle-jax.
+
+The race check (`entangle_jax.testing._order.access`), `in_program_order`
+(`entangle_jax._src.program_order.objects`) and the run-time sanitizer
+each find what is known of two calls in their own terms (HLO values,
+traced values, handles seen at run time) and ask this module what it
+means. So a call pair the check calls a race is one the transform orders,
+and one the transform leaves free is one the check passes.
+
+Two calls *conflict* when all of these hold:
+
+1. one of them writes (reads of one object may run at once);
+2. no declared safe pair covers their two targets (the user's word that
+   the two never touch one object);
+3. they may touch one object (`may_share`): provably one object, they
+   may; with evidence of different objects (`Evidence`), they may not;
+   else two different ``Resource`` names (the user's word again) tell
+   them apart, and without any of these they may be one.
+
+What counts as evidence of different objects is also stated here, once:
+different integer constants (`distinct_constants`), and different
+elements of one array where both calls' declarations say its elements are
+different objects (`distinct_elements`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection
+from typing import Literal
+
+Mode = Literal["read", "write"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Evidence:
+  """What is known of the objects two calls touch.
+
+  Attributes:
+    same: the two provably touch one object (one value, followed back
+      through what passes a handle on unchanged).
+    distinct: there is evidence that they touch different objects
+      (`distinct_constants`, `distinct_elements`).
+    names: the names of the ``Resource`` objects the calls were made
+      through (None: none, or an unnamed one).
+  """
+
+  same: bool = False
+  distinct: bool = False
+  names: tuple[str | None, str | None] = (None, None)
+
+
+def modes_conflict(a: str, b: str) -> bool:
+  """Rule 1: whether accesses of modes `a` and `b` conflict on one object
+  (one of them writes)."""
+  return "write" in (a, b)
+
+
+def may_share(evidence: Evidence) -> bool:
+  """Rule 3: whether two calls may touch one object, by `evidence`.
+
+  Proof of one object wins over everything, ``Resource`` names included
+  (two names given to one handle are still one object); then evidence of
+  different objects; then different names; else they may be one.
+  """
+  if evidence.same:
+    return True
+  if evidence.distinct:
+    return False
+  a, b = evidence.names
+  return a is None or b is None or a == b
+
+
+def conflict(
+  mode_a: str, mode_b: str, *, safe: bool, evidence: Evidence
+) -> bool:
+  """Rules 1 to 3: whether two calls conflict.
+
+  Args:
+    mode_a: what the first call does to its object (``"read"``,
+      ``"write"``).
+    mode_b: what the second one does.
+    safe: whether a declared safe pair covers their targets.
+    evidence: what is known of their objects.
+  """
+  return modes_conflict(mode_a, mode_b) and not safe and may_share(evidence)
+
+
+def distinct_constants(a: Collection[int], b: Collection[int]) -> bool:
+  """Whether constant handles `a` and `b` (the integers each call's object
+  operand holds) are evidence of different objects: no integer in both."""
+  return not set(a) & set(b)
+
+
+def distinct_elements(
+  a: Collection[int], b: Collection[int], *, declared: bool
+) -> bool:
+  """Whether two calls on elements `a` and `b` of one array of handles
+  (flat indices) touch different objects: only where both calls'
+  declarations say different elements are different objects
+  (`declared`), and no element is in both."""
+  return declared and not set(a) & set(b)

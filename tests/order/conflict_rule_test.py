@@ -1,0 +1,133 @@
+"""One conflict rule for the race check and `in_program_order` (issue 51,
+item 5): `entangle_jax._src.conflict_rule`, asked by both halves, each
+with the evidence it finds in its own terms. Over every combination of
+objects, ``Resource`` names, modes, ``distinct_elements`` and safe pairs,
+the check's `access.conflict` and the transform's `objects.conflicts`
+give one answer, and the rule's answers are the documented ones."""
+
+import itertools
+
+from absl.testing import absltest
+
+from entangle_jax._src import conflict_rule
+from entangle_jax._src.conflict_rule import Evidence
+from entangle_jax._src.program_order import objects as transform
+from entangle_jax._src.targets.declaration import Declarations, SafePair
+from entangle_jax.testing._order import access as check
+from entangle_jax.testing._order.objects import ObjectRef
+
+# What an operand names, as each half writes it: the check's `ObjectRef`
+# (None: not known) and the transform's `Obj` (None: anything).
+KINDS = {
+  "unknown": (None, None),
+  "constant 1": (
+    ObjectRef(("constant", 1), scalar=True),
+    transform.Obj(consts=frozenset({1})),
+  ),
+  "constant 2": (
+    ObjectRef(("constant", 2), scalar=True),
+    transform.Obj(consts=frozenset({2})),
+  ),
+  "value 1": (ObjectRef(("value", "main", "p1", ())), transform.Obj(key=1)),
+  "value 2": (ObjectRef(("value", "main", "p2", ())), transform.Obj(key=2)),
+  "value 1[0]": (
+    ObjectRef(("value", "main", "p1", ()), element=0),
+    transform.Obj(key=1, elements=frozenset({0})),
+  ),
+  "value 1[1]": (
+    ObjectRef(("value", "main", "p1", ()), element=1),
+    transform.Obj(key=1, elements=frozenset({1})),
+  ),
+}
+NAMES = (None, "r", "s")
+MODES = ("read", "write")
+
+
+def check_access(kind, name, mode, declared):
+  ref, _ = KINDS[kind]
+  if ref is not None and ref.element is not None:
+    ref = ObjectRef(ref.root, ref.element, distinct_elements=declared)
+  return check.Access(name, mode, ref)
+
+
+def transform_part(kind, name, mode, target):
+  _, obj = KINDS[kind]
+  if name is not None:  # As a named Resource's call is read.
+    obj = transform.Obj(resource=name) if obj is None else obj
+    obj = transform.Obj(
+      consts=obj.consts, key=obj.key, elements=obj.elements, resource=name
+    )
+  return transform.Part(mode, obj, target)
+
+
+class ConflictRuleTest(absltest.TestCase):
+  def test_the_rule(self):
+    rule = conflict_rule.conflict
+    one, apart = Evidence(same=True), Evidence(distinct=True)
+    self.assertFalse(rule("read", "read", safe=False, evidence=one))
+    self.assertTrue(rule("read", "write", safe=False, evidence=one))
+    self.assertFalse(rule("write", "write", safe=True, evidence=one))
+    self.assertFalse(rule("write", "write", safe=False, evidence=apart))
+    # Names: different ones tell objects apart, but never one object.
+    named = Evidence(names=("r", "s"))
+    self.assertFalse(rule("write", "write", safe=False, evidence=named))
+    same_named = Evidence(same=True, names=("r", "s"))
+    self.assertTrue(rule("write", "write", safe=False, evidence=same_named))
+    for names in ((None, "s"), ("r", "r"), (None, None)):
+      evidence = Evidence(names=names)
+      self.assertTrue(rule("write", "read", safe=False, evidence=evidence))
+    self.assertTrue(conflict_rule.distinct_constants({1}, {2}))
+    self.assertFalse(conflict_rule.distinct_constants({1, 2}, {2}))
+    self.assertFalse(conflict_rule.distinct_elements({0}, {1}, declared=False))
+    self.assertTrue(conflict_rule.distinct_elements({0}, {1}, declared=True))
+
+  def test_check_and_transform_agree_everywhere(self):
+    answers = {True: 0, False: 0}
+    cases = itertools.product(
+      KINDS, KINDS, NAMES, NAMES, MODES, MODES, (False, True), (False, True)
+    )
+    for kind_a, kind_b, name_a, name_b, mode_a, mode_b, declared, safe in cases:
+      pairs = (SafePair("a", "b", "a test"),) if safe else ()
+      decls = Declarations(safe_pairs=pairs, distinct_elements=declared)
+      by_check = check.conflict(
+        (check_access(kind_a, name_a, mode_a, declared),),
+        (check_access(kind_b, name_b, mode_b, declared),),
+        safe=decls.safe("a", "b") is not None,
+      )
+      by_transform = transform.conflicts(
+        (transform_part(kind_a, name_a, mode_a, "a"),),
+        (transform_part(kind_b, name_b, mode_b, "b"),),
+        decls,
+      )
+      case = (kind_a, kind_b, name_a, name_b, mode_a, mode_b, declared, safe)
+      self.assertEqual(by_check, by_transform, case)
+      answers[by_check] += 1
+    # Not one answer everywhere: the agreement says something.
+    self.assertGreater(answers[True], 1000)
+    self.assertGreater(answers[False], 1000)
+
+  def test_what_tells_objects_apart(self):
+
+    def conflicts(kind_a, kind_b, names=(None, None), declared=False):
+      d = Declarations(distinct_elements=declared)
+      a = transform_part(kind_a, names[0], "write", "a")
+      b = transform_part(kind_b, names[1], "write", "b")
+      by_transform = transform.conflicts((a,), (b,), d)
+      by_check = check.conflict(
+        (check_access(kind_a, names[0], "write", declared),),
+        (check_access(kind_b, names[1], "write", declared),),
+      )
+      self.assertEqual(by_check, by_transform)
+      return by_check
+
+    self.assertFalse(conflicts("constant 1", "constant 2"))
+    self.assertTrue(conflicts("constant 1", "constant 1", ("r", "s")))
+    self.assertTrue(conflicts("value 1", "value 2"))
+    self.assertFalse(conflicts("value 1", "value 2", ("r", "s")))
+    self.assertTrue(conflicts("value 1[0]", "value 1[1]"))
+    self.assertFalse(conflicts("value 1[0]", "value 1[1]", declared=True))
+    self.assertTrue(conflicts("unknown", "value 1", ("r", None)))
+
+
+if __name__ == "__main__":
+  absltest.main()
