@@ -149,6 +149,29 @@ CONTRADICTION = _PRELUDE + textwrap.dedent(
   """
 )
 
+NAMED_APART = _PRELUDE + textwrap.dedent(
+  """
+  with testing.sanitize():
+    from entangle_jax.testing import example_store as store
+
+  # The caller's word that the two arguments are different slots.
+  @in_program_order(distinct_arguments=True)
+  def program(a, b):
+    ta, tb = store.write_slot(a, 1.0), store.write_slot(b, 2.0)
+    return store.read_slot(ta), store.read_slot(tb)
+
+  out = {}
+  for name, slots in (("same", (5, 5)), ("different", (5, 6))):
+    with testing.sanitize() as seen:
+      f = jax.jit(program)
+      jax.block_until_ready(f(*map(jnp.int32, slots)))
+    out[name] = sorted(
+      (c.declaration, c.object.value) for c in seen.contradictions
+    )
+  print(json.dumps(out))
+  """
+)
+
 HOST_CALLBACKS = _PRELUDE + textwrap.dedent(
   """
   import time
@@ -318,6 +341,17 @@ class ContradictionTest(absltest.TestCase):
     self.assertIn(("entangle_jax_write_slot", False, 3), same)
     self.assertIn(("entangle_jax_write_slot", True, 3), same)
     self.assertIn("different objects", out["same_report"])
+    self.assertEqual(out["different"], [])  # The control.
+
+  def test_arguments_given_as_distinct_that_held_one_slot(self):
+    # in_program_order(distinct_arguments=True) leaves calls on two
+    # arguments unordered: passing one slot as both breaks the word, which
+    # neither the transform nor the static check can see, and this can.
+    out = run_json(self, NAMED_APART)
+    self.assertNotEmpty(out["same"])
+    for declaration, value in out["same"]:
+      self.assertEqual(value, 5)
+      self.assertIn("'args[0]' and 'args[1]'", declaration)
     self.assertEqual(out["different"], [])  # The control.
 
 

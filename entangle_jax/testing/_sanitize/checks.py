@@ -7,9 +7,11 @@
   returned before the earlier one began).
 * A contradiction is two calls in one execution that the declarations say
   never touch one object (a safe pair, or different elements of one array
-  declared distinct, as the static check reads them) whose object operands
-  held the same value; or one call whose object operand, declared to hold
-  distinct handles, held one twice.
+  declared distinct, as the static check reads them) or that were made
+  under different ``Resource`` names (named ``Resource`` objects, or the
+  arguments of ``in_program_order(f, distinct_arguments=True)``), whose
+  object operands held the same value; or one call whose object operand,
+  declared to hold distinct handles, held one twice.
 """
 
 from __future__ import annotations
@@ -175,8 +177,9 @@ def contradictions(
 ) -> list[Contradiction]:
   """Calls declared distinct that named one object (see the module).
 
-  `distinct_by_analysis(a, b)`: whether the static check, reading the
-  declarations, takes the two calls for different objects (None: only
+  `distinct_by_analysis(a, b)`: why the static check, reading the
+  declarations and ``Resource`` names, takes the two calls for different
+  objects, in words, or None when it does not (the argument None: only
   safe pairs and repeated handles in one call are checked).
   """
   out: list[Contradiction] = []
@@ -213,14 +216,8 @@ def contradictions(
               f"from {pair.source}) says their calls never conflict",
             )
           )
-        elif distinct_by_analysis is not None and distinct_by_analysis(a, b):
-          out.append(
-            Contradiction(
-              a,
-              b,
-              obj,
-              "the declarations make them different objects (different "
-              "elements of one array declared distinct)",
-            )
-          )
+        elif distinct_by_analysis is not None and (
+          why := distinct_by_analysis(a, b)
+        ):
+          out.append(Contradiction(a, b, obj, why))
   return out

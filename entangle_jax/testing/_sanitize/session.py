@@ -211,18 +211,37 @@ class _Static:
           ops[int(match.group(1))] = op
     return analysis, ops
 
-  def distinct(self, a: SanitizedCall, b: SanitizedCall) -> bool:
+  def distinct(self, a: SanitizedCall, b: SanitizedCall) -> str | None:
+    """Why the static check, reading the module the two calls ran in,
+    takes them for different objects, in words; None when it does not
+    (or cannot tell): different elements of one array declared distinct,
+    or different ``Resource`` names (a named ``Resource``'s, or the
+    arguments of ``in_program_order(f, distinct_arguments=True)``)."""
     found = self._ops(a, b)
     if found is None:
-      return False
+      return None
     analysis, x, y = found
+    if analysis.conflict(x, y):
+      return None
+    names = sorted(
+      {n.resource for n in (*x.accesses, *y.accesses) if n.resource}
+    )
+    own = [{n.resource for n in op.accesses} for op in (x, y)]
+    if len(names) == 2 and not (own[0] & own[1]):
+      return (
+        f"they were made under different names, {names[0]!r} and "
+        f"{names[1]!r} (named Resource objects, or the arguments of "
+        "in_program_order(f, distinct_arguments=True)), which say they "
+        "are different objects"
+      )
     dx, dy = x.declaration, y.declaration
-    if dx is None or dy is None:
-      return False
     distinct = self.declarations.distinct_for
-    if not (distinct(dx) and distinct(dy)):
-      return False
-    return not analysis.conflict(x, y)
+    if dx is None or dy is None or not (distinct(dx) and distinct(dy)):
+      return None
+    return (
+      "the declarations make them different objects (different elements "
+      "of one array declared distinct)"
+    )
 
   def finding(self, a: SanitizedCall, b: SanitizedCall) -> str | None:
     found = self._ops(a, b)
