@@ -64,7 +64,8 @@ def in_program_order(
   ``entangle_jax:read:args[0]``, ``entangle_jax:write:kwargs[h]``, ...),
   so the race check reads it too. A value passed twice within a program
   is still one object; two arguments that hold one handle at run time
-  race, and neither half can tell.
+  race, which neither this nor the race check can see, and the sanitizer
+  reports (`entangle_jax.testing.sanitize`: a contradiction).
 
   The order is made of `entangle` calls on each later call's object operand
   (operand 0 when none is declared), so it costs what ``entangle`` costs:
