@@ -100,3 +100,12 @@ def distinct_elements(
   declarations say different elements are different objects
   (`declared`), and no element is in both."""
   return declared and not set(a) & set(b)
+
+
+def shared_across_devices(devices: str | None) -> bool:
+  """Whether a call's copies on the devices of one SPMD module may touch
+  one object, by its target's declared ``devices`` (None: nothing is
+  declared, so it may touch process-wide state): unless each device has
+  its own (``"per-device"``). Nothing in one SPMD program orders the
+  copies on two devices, so two that conflict race."""
+  return devices is None or devices == "shared"

@@ -58,6 +58,25 @@ entangle_jax.declare_target(
   HANDLE_READ, mode="read", object=0, distinct_elements=True
 )
 
+# Objects each device owns: elements of a slot array split over the
+# devices, declared distinct; or targets declared per device.
+DEVICE_OPTIONS = {
+  "split": dict(distinct_elements=True),
+  "own": dict(devices="per-device"),
+}
+for _suffix, _options in DEVICE_OPTIONS.items():
+  _write, _read = (
+    f"{UNDECLARED_WRITE}_{_suffix}",
+    f"{UNDECLARED_READ}_{_suffix}",
+  )
+  native.register_handlers(
+    example_store._native, {"write_slot": _write, "read_slot": _read}, ["cpu"]
+  )
+  entangle_jax.declare_target(
+    _write, mode="write", object=0, returns_object=[0], **_options
+  )
+  entangle_jax.declare_target(_read, mode="read", object=0, **_options)
+
 
 def compiled(f, *args):
   return jax.jit(f).lower(*args).compile()
@@ -807,12 +826,17 @@ class ProgramOrderTest(absltest.TestCase):
       r for r in testing.races(compiled(f, slots)) if not r.across_devices
     ]
     self.assertNotEmpty(within)
-    fixed = compiled(in_program_order(f), slots)
+    # What it cannot order, it says, as the check does.
+    with self.assertWarnsRegex(UserWarning, "may write inside a shard_map"):
+      fixed = compiled(in_program_order(f), slots)
     left = testing.races(fixed)
+    self.assertNotEmpty(left)
     self.assertTrue(all(r.across_devices for r in left), left)
     # The hand-written one, and one for the order value out of the body.
     self.assertEqual(entangles(fixed), 2)
-    np.testing.assert_array_equal(jax.jit(in_program_order(f))(slots), [1, 1])
+    with self.assertWarnsRegex(UserWarning, "shard_map"):
+      out = jax.jit(in_program_order(f))(slots)
+    np.testing.assert_array_equal(out, [1, 1])
 
   def test_backward_passes_in_shard_map(self):
     from jax.sharding import NamedSharding
@@ -858,11 +882,70 @@ class ProgramOrderTest(absltest.TestCase):
       return [r for r in testing.races(c) if not r.across_devices]
 
     self.assertNotEmpty(within(compiled(jax.grad(loss), *args)))
-    fixed = self.grad_inside(loss, *args)
+    # The store is one for every device and its slot arrays may repeat a
+    # slot: the copies may race across devices, which it says.
+    with self.assertWarnsRegex(UserWarning, "writes inside a shard_map"):
+      fixed = compiled(jax.grad(in_program_order(loss)), *args)
     self.assertEqual(within(fixed), [])
+    self.assertNotEmpty(testing.races(fixed))
     testing.reset_slots()
     np.testing.assert_array_equal(fixed(*args), [8.0, 8.0])
     np.testing.assert_array_equal(testing.slot_values()[40:42], [13.0] * 2)
+
+  def test_shard_map_of_objects_each_device_owns_is_silent(self):
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((2,), ("x",))
+    slots = jax.device_put(
+      jnp.arange(11, 13, dtype=jnp.int32), NamedSharding(mesh, P("x"))
+    )
+
+    def hazard_on(write, read):
+      def body(s):
+        token = write(s, jnp.ones(s.shape))
+        x = read(token)
+        write(token, jnp.full(s.shape, 2.0))
+        return x
+
+      return lambda slots: jax.shard_map(
+        body, mesh=mesh, in_specs=P("x"), out_specs=P("x")
+      )(slots)
+
+    def quiet(f):
+      with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return compiled(in_program_order(f), slots)
+
+    # Each device its own handles (the slot array split over the devices,
+    # elements declared distinct), or targets declared per device.
+    for suffix in DEVICE_OPTIONS:
+      write = jax.ffi.ffi_call(
+        f"{UNDECLARED_WRITE}_{suffix}",
+        jax.ShapeDtypeStruct((1,), jnp.int32),
+        has_side_effect=True,
+      )
+      read = jax.ffi.ffi_call(
+        f"{UNDECLARED_READ}_{suffix}", jax.ShapeDtypeStruct((1,), jnp.float32)
+      )
+      f = hazard_on(write, read)
+      self.assertNotEmpty(testing.races(compiled(f, slots)))  # The control.
+      self.assertEqual(testing.races(quiet(f)), [], suffix)
+    # The control of the silence: the same program on a replicated slot
+    # array may race across devices, and it says so.
+    replicated = jax.device_put(slots, NamedSharding(mesh, P()))
+    write, read = undeclared_calls((2,))
+    with self.assertWarnsRegex(UserWarning, "shard_map"):
+      jax.jit(
+        in_program_order(
+          lambda s: jax.shard_map(
+            lambda v: read(write(v, jnp.ones(v.shape))),
+            mesh=mesh,
+            in_specs=P(),
+            out_specs=P(),
+          )(s)
+        )
+      ).lower(replicated)
 
   def test_unknown_higher_order_primitive_raises(self):
     from jax import custom_batching

@@ -123,7 +123,11 @@ def in_program_order(
       nothing uses its results, so XLA drops it (the message names the
       target); or later calls cannot be ordered after a call that returns
       nothing; or a primitive could not be lowered alone to see whether it
-      makes a native call (the message names it).
+      makes a native call (the message names it); or a native call inside
+      a ``shard_map`` may write an object the devices share, so its copies
+      on two devices may race, which no order within one program can
+      prevent (the message names the target; the race check reports such
+      pairs across devices).
   """
   if not isinstance(distinct_arguments, bool):
     raise TypeError(

@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import re
 
+from entangle_jax._src import conflict_rule
 from entangle_jax._src.targets.declaration import TargetDeclaration
 from entangle_jax.testing import _hlo
 from entangle_jax.testing._analysis import source_lines as _source_lines
@@ -67,7 +68,8 @@ class Op:
     copies on the devices of an SPMD module may conflict with each other:
     unless declared ``devices = "per-device"`` (a call nothing declares
     may touch process-wide state, as it may write anything)."""
-    return self.declaration is None or self.declaration.devices == "shared"
+    d = self.declaration
+    return conflict_rule.shared_across_devices(None if d is None else d.devices)
 
   @property
   def backward(self) -> bool:

@@ -4,10 +4,13 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING
 
 import jax
 
+from entangle_jax._src import conflict_rule
+from entangle_jax._src.program_order import natives
 from entangle_jax._src.program_order.natives import (
   backward_in,
 )
@@ -70,6 +73,11 @@ def shard_map(ctx: Context, eqn, invals) -> list:
       inner.chain = chain[0]
     outs = inner.run(jaxpr, consts, list(args))
     holder["parts"] = own_parts(inner)
+    holder["split"] = {
+      id(a)
+      for a, s in zip(args, p["in_specs"], strict=True)
+      if _split(s, manual)
+    }
     chain_out = [inner.chain.reshape((1,))] if chained else []
     return (*outs, ctx.token_after(inner).reshape((1,)), *chain_out)
 
@@ -86,6 +94,7 @@ def shard_map(ctx: Context, eqn, invals) -> list:
     check_vma=bool(p.get("check_vma", True)),
   )
   results = mapped(token_in, *chain_in, *invals)
+  _warn_across_devices(ctx, holder.get("parts", ()), holder.get("split", ()))
   if chained:
     *outs, token, chain = results
     ctx.chain = chain.sum()
@@ -94,6 +103,54 @@ def shard_map(ctx: Context, eqn, invals) -> list:
   return ctx.after_sub(
     holder.get("parts", ()), list(outs), token, invals, "shard_map"
   )
+
+
+def _split(spec, manual: frozenset) -> bool:
+  """Whether a shard_map input of partition spec `spec` is split over a
+  manual axis: each device gets other elements of it."""
+  for entry in spec or ():
+    names = entry if isinstance(entry, tuple) else (entry,)
+    if any(n in manual for n in names if n is not None):
+      return True
+  return False
+
+
+def _warn_across_devices(ctx: Context, parts, split) -> None:
+  """Warns of the writes in a shard_map body that may race with their
+  copies on the other devices: the race check reports those pairs (its
+  device rule), and nothing in one program can order calls on two
+  devices. Left out: targets declared ``devices = "per-device"``, and
+  writes on elements of an input split over the devices whose targets
+  declare distinct elements distinct (each device its own objects)."""
+  named = set()
+  for part in parts:
+    if part.mode != "write" or part.target in named:
+      continue
+    declaration = ctx.decls.for_target(part.target)
+    devices = None if declaration is None else declaration.devices
+    if not conflict_rule.shared_across_devices(devices):
+      continue
+    obj = part.obj
+    if (
+      obj is not None
+      and obj.key in split
+      and ctx.decls.distinct_for(declaration)
+    ):
+      continue
+    named.add(part.target)
+    verb = "may write" if declaration is None else "writes"
+    warnings.warn(
+      f"in_program_order: `{part.target}` {verb} inside a shard_map, which "
+      "runs its body on every device at once, and nothing in one program "
+      "orders the calls of two devices: its copies may race with each "
+      "other on an object the devices share (the race check reports such "
+      "pairs across devices). Give each device its own object (a handle "
+      "array split over the devices, its targets declared "
+      "distinct_elements), declare the target devices='per-device' if "
+      "each device has its own state, or order the devices' calls outside "
+      "this program.",
+      stacklevel=natives.user_stacklevel(),
+    )
 
 
 def _constrained(values: list, shardings) -> list:
