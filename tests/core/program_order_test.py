@@ -59,12 +59,10 @@ entangle_jax.declare_target(
 )
 
 # Objects each device owns: elements of a slot array split over the
-# devices, declared distinct; or targets declared per device.
-DEVICE_OPTIONS = {
-  "split": dict(distinct_elements=True),
-  "own": dict(devices="per-device"),
-}
-for _suffix, _options in DEVICE_OPTIONS.items():
+# devices, declared distinct ("split"); or targets declared per device
+# ("own").
+DEVICE_OPTIONS = ("split", "own")
+for _suffix in DEVICE_OPTIONS:
   _write, _read = (
     f"{UNDECLARED_WRITE}_{_suffix}",
     f"{UNDECLARED_READ}_{_suffix}",
@@ -72,10 +70,23 @@ for _suffix, _options in DEVICE_OPTIONS.items():
   native.register_handlers(
     example_store._native, {"write_slot": _write, "read_slot": _read}, ["cpu"]
   )
+  _distinct = True if _suffix == "split" else None
+  _devices = "per-device" if _suffix == "own" else "shared"
   entangle_jax.declare_target(
-    _write, mode="write", object=0, returns_object=[0], **_options
+    _write,
+    mode="write",
+    object=0,
+    returns_object=[0],
+    distinct_elements=_distinct,
+    devices=_devices,
   )
-  entangle_jax.declare_target(_read, mode="read", object=0, **_options)
+  entangle_jax.declare_target(
+    _read,
+    mode="read",
+    object=0,
+    distinct_elements=_distinct,
+    devices=_devices,
+  )
 
 
 def compiled(f, *args):
