@@ -346,6 +346,7 @@ class ProgramOrderTest(absltest.TestCase):
 
     c = compiled(in_program_order(f), jnp.ones(4))
     self.assertEqual(entangles(c), 0)
+    self.assertEqual(testing.races(c), [])
 
   def test_scan(self):
     def f(x):
@@ -551,6 +552,7 @@ class ProgramOrderTest(absltest.TestCase):
     out = jax.jit(in_program_order(f))(slots)
     np.testing.assert_array_equal(out, [2.0, 2.0])
     self.assertTrue(out.sharding.is_equivalent_to(rows, 1))
+    self.assertEqual(testing.races(compiled(in_program_order(f), slots)), [])
 
   def test_vmap_outside_and_inside(self):
     slots = jnp.arange(3, dtype=jnp.int32)
@@ -730,8 +732,11 @@ class ProgramOrderTest(absltest.TestCase):
       testing.write_slot(21, 1.0)
       return jnp.sin(x) * testing.read_slot(21)
 
-    hessian = jax.jit(jax.grad(jax.grad(in_program_order(loss))))(1.0)
+    second = jax.grad(jax.grad(in_program_order(loss)))
+    hessian = jax.jit(second)(1.0)
     np.testing.assert_allclose(hessian, -np.sin(1.0), rtol=1e-6)
+    self.assertNotEmpty(testing.races(compiled(jax.grad(jax.grad(loss)), 1.0)))
+    self.assertEqual(testing.races(compiled(second, 1.0)), [])
 
   def test_native_call_only_in_a_jvp_rule(self):
     # The primal makes no native call; its JVP rule does, which grad
@@ -775,6 +780,7 @@ class ProgramOrderTest(absltest.TestCase):
     restored = export.deserialize(exported.serialize())
     self.assertEqual(restored.mlir_module().count(f"@{ENTANGLE}("), 1)
     self.assertEqual(restored.call(jnp.int32(8)), 1.0)
+    self.assertEqual(testing.races(compiled(restored.call, jnp.int32(8))), [])
 
   def test_eager_and_disable_jit(self):
     f = in_program_order(write_read_write)
@@ -794,6 +800,7 @@ class ProgramOrderTest(absltest.TestCase):
       lambda t, r: in_program_order(f)(t, r, "label")["read"], static_argnums=1
     )
     self.assertEqual(fn(tree, 3), 2.0)
+    self.assertEqual(testing.races(fn.lower(tree, 3).compile()), [])
     eager = in_program_order(f)(tree, 2, "label")  # Non-arrays out as they are.
     self.assertEqual((eager["read"], eager["name"]), (2.0, "label"))
 
