@@ -54,7 +54,11 @@ TOP = frozenset(
 """The modules of ``entangle_jax.testing`` outside the stages: the public
 face, the two entry-point shims and the example store."""
 
-LIGHT_CORE = ("entangle_jax._src.targets", "entangle_jax._src.access_marker")
+LIGHT_CORE = (
+  "entangle_jax._src.targets",
+  "entangle_jax._src.access_marker",
+  "entangle_jax._src.conflict_rule",
+)
 """What the stages may import of the core package: no extension, no
 registration."""
 

@@ -24,6 +24,7 @@ from entangle_jax.testing._analysis import gc as _gc
 from entangle_jax.testing._analysis import selectors as _selectors
 from entangle_jax.testing._analysis.ops import Op, Race, in_program_order
 from entangle_jax.testing._analysis.selectors import Selector
+from entangle_jax.testing._hlo import entry_shardings
 from entangle_jax.testing._hlo.module_text import CompiledModule, module_text
 from entangle_jax.testing._order import access, call_graph
 from entangle_jax.testing._order.dataflow import Dataflow
@@ -184,7 +185,7 @@ class OrderAnalysis:
     self.declarations = declarations
     """The declarations this analysis applies."""
     self._finder: ObjectFinder | None = None
-    self._shared = _parsed(module_text(compiled))
+    self._shared = _parsed(_with_entry_shardings(compiled))
     self.module, self._dataflow = self._shared.module, self._shared.dataflow
     self._all_ops = all_ops
     self._ops: dict[tuple[str, str], Op] = {}
@@ -510,3 +511,17 @@ def _empty_witness_entangles(
       if witnesses and all(w.zero_sized for w in witnesses):
         found.append(i)
   return found
+
+
+def _with_entry_shardings(compiled: CompiledModule) -> str:
+  """`compiled`'s optimized text, with the entry parameters' shardings
+  that the optimized module of jax 0.11 and newer no longer prints taken
+  from the ``Compiled`` (`entry_shardings`); text given as text is read as
+  it is (`entangle_jax.testing._ways_in.module_files` completes a dumped
+  module from the module before optimization)."""
+  text = module_text(compiled)
+  if isinstance(compiled, str) or not entry_shardings.missing(text):
+    return text
+  count = len(entry_shardings.parameters(text))
+  found = entry_shardings.from_compiled(compiled, count)
+  return entry_shardings.complete(text, found)

@@ -16,7 +16,7 @@ from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
 from entangle_jax.testing._findings import platforms
 from entangle_jax.testing._findings.from_analysis import module_result
 from entangle_jax.testing._findings.records import ModuleResult
-from entangle_jax.testing._hlo import parser
+from entangle_jax.testing._hlo import entry_shardings, parser
 
 OPTIMIZED = "*after_optimizations.txt"
 _MODULE_NAME = re.compile(r"HloModule\s+([^\s,]+)")
@@ -52,6 +52,30 @@ def optimized_modules(paths: Sequence[str]) -> list[pathlib.Path]:
       'with XLA_FLAGS="--xla_dump_to=DIR --xla_dump_hlo_as_text"'
     )
   return list(found.values())
+
+
+BEFORE_OPTIMIZATIONS = "before_optimizations.txt"
+
+
+def _with_entry_shardings(path: pathlib.Path, text: str) -> str:
+  """`text`, with the entry parameters' shardings that jax 0.11 and newer
+  leave out of the optimized module taken from the module before
+  optimization, which XLA dumps beside it with the same ``module_NNNN.``
+  prefix (`entry_shardings`); as it is when nothing is missing or the
+  file is not there."""
+  if not entry_shardings.missing(text):
+    return text
+  prefix = re.match(r"module_\d+\.", path.name)
+  if prefix is None:
+    return text
+  before = list(path.parent.glob(f"{prefix.group(0)}*{BEFORE_OPTIMIZATIONS}"))
+  if len(before) != 1:
+    return text
+  try:
+    found = entry_shardings.from_text(before[0].read_text())
+  except (OSError, UnicodeDecodeError):
+    return text
+  return entry_shardings.complete(text, found)
 
 
 def check_module(
@@ -95,6 +119,7 @@ def check_module(
       )
     return result
   try:
+    text = _with_entry_shardings(path, text)
     analysis = OrderAnalysis(text, declarations=declarations)
     native_calls = len(analysis.user_native_calls())
     if native_calls:
