@@ -9,9 +9,10 @@ through optimization, so the record survives ``jit``, ``scan``,
 no private or experimental JAX. `entangle_jax.testing` reads it back with
 `parse_component`.
 
-In a name, ``%``, ``/``, ``(`` and ``)`` are written ``%25``, ``%2F``,
-``%28`` and ``%29``: ``/`` separates scope components, and JAX's
-transformations wrap a component in parentheses (``vmap(...)``).
+In a name, ``%``, ``/``, ``(``, ``)``, ``'`` and ``"`` are written
+``%25``, ``%2F``, ``%28``, ``%29``, ``%27`` and ``%22``: ``/`` separates
+scope components, JAX's transformations wrap a component in parentheses
+(``vmap(...)``), and XLA's text escapes quotes with a backslash.
 """
 
 from __future__ import annotations
@@ -23,8 +24,15 @@ Mode = Literal["read", "write"]
 MODES: tuple[Mode, ...] = ("read", "write")
 PREFIX = "entangle_jax:"
 _COMPONENT = re.compile(r"entangle_jax:(read|write)(?::([^/()]*))?")
-_ESCAPES = {"%": "%25", "/": "%2F", "(": "%28", ")": "%29"}
-_ESCAPED = re.compile(r"%(25|2F|28|29)")
+_ESCAPES = {
+  "%": "%25",
+  "/": "%2F",
+  "(": "%28",
+  ")": "%29",
+  "'": "%27",
+  '"': "%22",
+}
+_ESCAPED = re.compile(r"%(25|2F|28|29|27|22)")
 
 
 def scope_component(mode: Mode, name: str | None) -> str:

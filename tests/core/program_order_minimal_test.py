@@ -124,8 +124,31 @@ class MinimalTest(absltest.TestCase):
     c = self.compiled(
       lambda a, b: ordered(a=a, b=b), jnp.int32(20), jnp.int32(21)
     )
-    self.assertIn("entangle_jax:read:kwargs[a]", testing.module_text(c))
+    # Quotes escaped (XLA's text would escape them its own way), and read
+    # back as they were.
+    self.assertIn("entangle_jax:read:kwargs[%27a%27]", testing.module_text(c))
+    names = {
+      a.resource
+      for op in testing.OrderAnalysis(c).user_native_calls()
+      for a in op.accesses
+    }
+    self.assertEqual(names, {"kwargs['a']", "kwargs['b']"})
     self.assertEqual(entangles(c), 2)
+
+  def test_keys_that_differ_by_a_quote_are_two_arguments(self):
+    def two(tree):
+      (a, b) = tree.values()
+      return phases([a, b])
+
+    slots = (jnp.int32(20), jnp.int32(21))
+    counts = []
+    for keys in (("a", "b"), ("a", "a'"), ("a", 'a"')):
+      tree = dict(zip(keys, slots, strict=True))
+      ordered = in_program_order(two, distinct_arguments=True)
+      c = self.compiled(ordered, tree)
+      counts.append(entangles(c))
+      np.testing.assert_array_equal(c(tree), [1.0, 1.0])
+    self.assertEqual(counts, [2, 2, 2])
 
   def test_distinct_arguments_must_be_a_bool(self):
     with self.assertRaisesRegex(TypeError, "distinct_arguments.*'yes'"):

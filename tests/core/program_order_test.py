@@ -89,6 +89,28 @@ for _suffix in DEVICE_OPTIONS:
   )
 
 
+def calls_of(suffix):
+  """The write and read of the targets declared for `suffix` (one of
+  `DEVICE_OPTIONS`), on one-element slot arrays."""
+  write = jax.ffi.ffi_call(
+    f"{UNDECLARED_WRITE}_{suffix}",
+    jax.ShapeDtypeStruct((1,), jnp.int32),
+    has_side_effect=True,
+  )
+  read = jax.ffi.ffi_call(
+    f"{UNDECLARED_READ}_{suffix}", jax.ShapeDtypeStruct((1,), jnp.float32)
+  )
+  return write, read
+
+
+def hazard_body(write, read, s):
+  """Write 1, read, write 2 on slots `s`."""
+  token = write(s, jnp.ones(s.shape))
+  x = read(token)
+  write(token, jnp.full(s.shape, 2.0))
+  return x
+
+
 def compiled(f, *args):
   return jax.jit(f).lower(*args).compile()
 
@@ -920,14 +942,11 @@ class ProgramOrderTest(absltest.TestCase):
     )
 
     def hazard_on(write, read):
-      def body(s):
-        token = write(s, jnp.ones(s.shape))
-        x = read(token)
-        write(token, jnp.full(s.shape, 2.0))
-        return x
-
       return lambda slots: jax.shard_map(
-        body, mesh=mesh, in_specs=P("x"), out_specs=P("x")
+        functools.partial(hazard_body, write, read),
+        mesh=mesh,
+        in_specs=P("x"),
+        out_specs=P("x"),
       )(slots)
 
     def quiet(f):
@@ -937,18 +956,50 @@ class ProgramOrderTest(absltest.TestCase):
 
     # Each device its own handles (the slot array split over the devices,
     # elements declared distinct), or targets declared per device.
+    split_calls = calls_of("split")
     for suffix in DEVICE_OPTIONS:
-      write = jax.ffi.ffi_call(
-        f"{UNDECLARED_WRITE}_{suffix}",
-        jax.ShapeDtypeStruct((1,), jnp.int32),
-        has_side_effect=True,
-      )
-      read = jax.ffi.ffi_call(
-        f"{UNDECLARED_READ}_{suffix}", jax.ShapeDtypeStruct((1,), jnp.float32)
-      )
+      write, read = calls_of(suffix)
       f = hazard_on(write, read)
       self.assertNotEmpty(testing.races(compiled(f, slots)))  # The control.
       self.assertEqual(testing.races(quiet(f)), [], suffix)
+    # Split over some of the devices only: the devices along the other
+    # axis hold the same slots, so the copies may race, and it says so.
+    square = jax.make_mesh((2, 2), ("x", "y"))
+    four = jax.device_put(
+      jnp.arange(11, 13, dtype=jnp.int32), NamedSharding(square, P("x"))
+    )
+
+    def on_square(write, read):
+      def body(s):
+        return read(write(s, jnp.ones(s.shape)))
+
+      return lambda slots: jax.shard_map(
+        body, mesh=square, in_specs=P("x"), out_specs=P("x")
+      )(slots)
+
+    split = on_square(*split_calls)
+    with self.assertWarnsRegex(UserWarning, "shard_map"):
+      c = compiled(in_program_order(split), four)
+    self.assertTrue(any(r.across_devices for r in testing.races(c)))
+
+    # A conditional inside the body: its calls are still on the device's
+    # own slots.
+    def in_cond(slots):
+      def body(s):
+        return jax.lax.cond(
+          s[0] > 11,
+          # (`+ v * 0`: the read's type varies over the devices, as v's.)
+          lambda v: hazard_body(*split_calls, v) + v * 0,
+          lambda v: v.astype(jnp.float32),
+          s,
+        )
+
+      return jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"))(
+        slots
+      )
+
+    self.assertEqual(testing.races(quiet(in_cond)), [])
+
     # The control of the silence: the same program on a replicated slot
     # array may race across devices, and it says so.
     replicated = jax.device_put(slots, NamedSharding(mesh, P()))

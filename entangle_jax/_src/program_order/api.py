@@ -61,7 +61,7 @@ def in_program_order(
   them; calls on elements of one argument still follow the declarations
   (``distinct_elements``). The word is recorded in the module as a named
   ``Resource``'s is (each such call is made in the named scope
-  ``entangle_jax:read:args[0]``, ``entangle_jax:write:kwargs[h]``, ...),
+  ``entangle_jax:read:args[0]``, ``entangle_jax:write:kwargs['h']``, ...),
   so the race check reads it too. A value passed twice within a program
   is still one object; two arguments that hold one handle at run time
   race, which neither this nor the race check can see, and the sanitizer
@@ -182,12 +182,7 @@ def in_program_order(
     closed = jax.make_jaxpr(flat)(*traced)
     ctx = Context(sources.current())
     if distinct_arguments:
-      # Without quotes, which XLA's text escapes: ``kwargs[h]``.
-      labels = [
-        p.replace("'", "").replace('"', "")
-        for p, d in zip(paths, dynamic, strict=True)
-        if d
-      ]
+      labels = [p for p, d in zip(paths, dynamic, strict=True) if d]
       ctx.name_arguments(traced, labels)
     outs = iter(ctx.link(ctx.run(closed.jaxpr, closed.consts, traced)))
     result = [

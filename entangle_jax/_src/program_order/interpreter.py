@@ -79,6 +79,9 @@ class Context:
     self.saving = False  # In a rebuilt checkpoint: native results saved.
     self.recompute = False  # In a checkpoint's recomputation.
     self.pending: list[Any] = []  # The keys of the equation's results.
+    # Where a rule collects the parts of every native call made inside it,
+    # nested sub-programs included (shard_map's device check), or None.
+    self.native_log: list[Part] | None = None
 
   # Values ---------------------------------------------------------------
 
@@ -285,6 +288,8 @@ class Context:
     )
     object_index = next((k for k in call.objects if k is not None), None)
     parts, scope = self.in_resource(parts, invals, object_index)
+    if self.native_log is not None:
+      self.native_log.extend(parts)
     values, stood = self.witnesses_for(parts, bits)
     indices: list[int] = []
     if values:
@@ -434,6 +439,7 @@ class Context:
     ctx.top = False
     ctx.saving = self.saving
     ctx.recompute = self.recompute
+    ctx.native_log = self.native_log
     return ctx
 
   def seed(self, child: Context, inner: Sequence[Any], outer: Sequence[Any]):

@@ -143,7 +143,8 @@ def from_compiled(compiled: Any, count: int) -> dict[int, str]:
   """The normalized shardings of a ``jax.stages.Compiled``'s inputs, by
   entry parameter number, when its flat inputs are the module's `count`
   entry parameters one for one (else none: a parameter JAX pruned would
-  shift them); only ``NamedSharding``, whose mesh and spec say it."""
+  shift them): fully replicated ones of any kind, and the split of a
+  ``NamedSharding``, whose mesh and spec say it."""
   import jax
 
   try:
@@ -163,6 +164,8 @@ def from_compiled(compiled: Any, count: int) -> dict[int, str]:
 def _named(sharding: Any) -> str | None:
   import jax
 
+  if getattr(sharding, "is_fully_replicated", False) is True:
+    return REPLICATED  # Any kind of sharding says this much.
   if not isinstance(sharding, jax.sharding.NamedSharding):
     return None
   mesh = dict(sharding.mesh.shape)

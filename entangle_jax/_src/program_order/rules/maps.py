@@ -69,14 +69,16 @@ def shard_map(ctx: Context, eqn, invals) -> list:
   def body(token, *args):
     chain, args = args[: len(chain_in)], args[len(chain_in) :]
     inner = ctx.loop_child(token)
+    inner.native_log = []  # Every call in the body, nested ones included.
     if chained:
       inner.chain = chain[0]
     outs = inner.run(jaxpr, consts, list(args))
     holder["parts"] = own_parts(inner)
+    holder["calls"] = inner.native_log
     holder["split"] = {
       id(a)
       for a, s in zip(args, p["in_specs"], strict=True)
-      if _split(s, manual)
+      if _split(s, mesh, manual)
     }
     chain_out = [inner.chain.reshape((1,))] if chained else []
     return (*outs, ctx.token_after(inner).reshape((1,)), *chain_out)
@@ -94,7 +96,7 @@ def shard_map(ctx: Context, eqn, invals) -> list:
     check_vma=bool(p.get("check_vma", True)),
   )
   results = mapped(token_in, *chain_in, *invals)
-  _warn_across_devices(ctx, holder.get("parts", ()), holder.get("split", ()))
+  _warn_across_devices(ctx, holder.get("calls", ()), holder.get("split", ()))
   if chained:
     *outs, token, chain = results
     ctx.chain = chain.sum()
@@ -105,14 +107,17 @@ def shard_map(ctx: Context, eqn, invals) -> list:
   )
 
 
-def _split(spec, manual: frozenset) -> bool:
-  """Whether a shard_map input of partition spec `spec` is split over a
-  manual axis: each device gets other elements of it."""
+def _split(spec, mesh, manual: frozenset) -> bool:
+  """Whether a shard_map input of partition spec `spec` is split over
+  every device the body runs on: over each manual axis of more than one
+  device (split over some axes only, the devices along the others hold
+  the same elements)."""
+  used = set()
   for entry in spec or ():
     names = entry if isinstance(entry, tuple) else (entry,)
-    if any(n in manual for n in names if n is not None):
-      return True
-  return False
+    used.update(n for n in names if n is not None)
+  sizes = dict(mesh.shape)
+  return all(a in used for a in manual if sizes.get(a, 1) > 1)
 
 
 def _warn_across_devices(ctx: Context, parts, split) -> None:
