@@ -293,6 +293,11 @@ class PageRun:
     env["PATH"] = f"{shim}{os.pathsep}{env.get('PATH', '')}"
     # The packages this interpreter imports (a Bazel runfiles tree too).
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    # Temporary files in the page's folder, removed with it: a dump the
+    # race check's plugin keeps would otherwise stay on /dev/shm.
+    tmp = pathlib.Path(folder, ".tmp")
+    tmp.mkdir(exist_ok=True)
+    env["TMPDIR"] = str(tmp)
     result = subprocess.run(
       ["bash", "-euo", "pipefail", "-c", block.body],
       cwd=folder,

@@ -452,7 +452,11 @@ class PluginTest(absltest.TestCase):
     root = folder.name
     with open(f"{root}/test_hazards.py", "w") as f:
       f.write(PLUGIN_SUITE)
-    return test_util.pytest_run(root, *args)
+    # Temporary files, a race check's kept dump among them, in a folder
+    # removed after the test (without TMPDIR the dump goes on /dev/shm).
+    tmp = tempfile.TemporaryDirectory()
+    self.addCleanup(tmp.cleanup)
+    return test_util.pytest_run(root, *args, TMPDIR=tmp.name)
 
   def test_fails_the_racy_test_and_passes_the_fixed_one(self):
     run = self.run_suite("--entangle-sanitize", "-rA")

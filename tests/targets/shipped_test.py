@@ -536,7 +536,10 @@ class KlujaxProgramTest(absltest.TestCase):
     root = scratch(self)
     (root / "test_solves.py").write_text(PLUGIN_SUITE)
     with installed("klujax", "0.4.0"):
-      run = test_util.pytest_run(root, "--entangle-races=report")
+      # Its kept dump in a folder removed after the test, not on /dev/shm.
+      run = test_util.pytest_run(
+        root, "--entangle-races=report", TMPDIR=str(scratch(self))
+      )
     self.assertEqual(run.returncode, 0, run.stdout[-3000:])
     summary = run.stdout.split("entangle-jax race check", 1)[1]
     self.assertIn("1 with races", summary)

@@ -4,13 +4,17 @@ each case a pytest run of its own on a small test file."""
 import importlib.metadata
 import importlib.util
 import json
+import os
 import pathlib
 import re
+import shutil
 import tempfile
 import textwrap
+from unittest import mock
 
 from absl.testing import absltest
 
+from entangle_jax.testing._ways_in import dump_place
 from tests import test_util
 
 PROGRAM = textwrap.dedent(
@@ -135,6 +139,37 @@ def project(**files: str) -> pathlib.Path:
 
 
 class PluginTest(absltest.TestCase):
+  def setUp(self):
+    super().setUp()
+    # The runs' temporary files, their kept dumps among them, go in a
+    # folder of the test's own, removed after it: with no TMPDIR the
+    # plugin's dump goes on /dev/shm, where a kept one holds memory.
+    self.tmp = pathlib.Path(tempfile.mkdtemp())
+    self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
+    self.enter_context(mock.patch.dict(os.environ, {"TMPDIR": str(self.tmp)}))
+
+  def test_its_own_dump_goes_on_the_tmpfs_unless_tmpdir_is_set(self):
+    racy = project(**{"test_racy.py": RACY})
+
+    def kept_in() -> pathlib.Path:
+      result = test_util.pytest_run(racy, "--entangle-races=report")
+      out = result.stdout + result.stderr
+      self.assertEqual(result.returncode, 0, out)
+      (kept,) = re.findall(r"The dump is kept at (\S+) ", result.stdout)
+      self.addCleanup(shutil.rmtree, kept, ignore_errors=True)
+      return pathlib.Path(kept).parent
+
+    # TMPDIR set: there.
+    self.assertEqual(kept_in(), self.tmp)
+    # Unset: where dump_place says, on this machine (/dev/shm when usable).
+    with mock.patch.dict(os.environ):
+      del os.environ["TMPDIR"]
+      parent = dump_place.dump_parent(tmpfs=True)
+      if parent is not None:
+        self.assertEqual(kept_in(), parent)
+      else:
+        self.assertNotEqual(kept_in(), dump_place.TMPFS)
+
   def test_fail_fails_a_racy_test_and_passes_its_fixed_twin(self):
     racy = project(**{"test_racy.py": RACY})
     result = test_util.pytest_run(racy, "--entangle-races=fail")

@@ -13,6 +13,7 @@ import io
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -216,8 +217,14 @@ class ThirdPartyBindingTest(absltest.TestCase):
 
   def test_the_plugin_fails_the_racy_test_and_passes_the_fixed(self):
     (self.root / "test_program.py").write_text(TESTS)
+    # The dump the run keeps (it races) in a folder removed after the test,
+    # not on /dev/shm, where the plugin's dump goes without a TMPDIR.
+    tmp = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
     try:
-      result = pytest_run(self.root, "--entangle-races=fail", "test_program.py")
+      result = pytest_run(
+        self.root, "--entangle-races=fail", "test_program.py", TMPDIR=tmp
+      )
     finally:
       (self.root / "test_program.py").unlink()
     out = result.stdout

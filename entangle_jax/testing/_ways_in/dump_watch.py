@@ -20,7 +20,7 @@ import shutil
 import tempfile
 
 from entangle_jax.testing._findings.records import Coverage, ModuleResult, Run
-from entangle_jax.testing._ways_in import module_files
+from entangle_jax.testing._ways_in import dump_place, module_files
 
 _DUMP_FLAG = re.compile(r"--xla_dump_to=(\S+)")
 _MODULE_PREFIX = re.compile(r"module_\d+\.")
@@ -74,12 +74,23 @@ def requested_dump() -> pathlib.Path | None:
   return pathlib.Path(found[-1]) if found else None
 
 
-def new_dump(prefix: str = "entangle-races-") -> pathlib.Path:
+def new_dump(
+  prefix: str = "entangle-races-", *, tmpfs: bool = False
+) -> pathlib.Path:
   """A new directory for a dump: below Bazel's
   ``TEST_UNDECLARED_OUTPUTS_DIR`` under ``bazel test``, so that it stays
-  with the test's outputs, else a temporary one."""
-  parent = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR") or None
-  return pathlib.Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+  with the test's outputs, else a temporary one; with `tmpfs` (a dump its
+  owner prunes and removes), on a tmpfs when one is usable and the user
+  did not choose the temporary directory (`dump_place.dump_parent`)."""
+  parent = dump_place.dump_parent(tmpfs=tmpfs)
+  try:
+    return pathlib.Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+  except OSError:
+    if parent != dump_place.TMPFS:
+      raise
+  # The tmpfs refused after all (filled, or its permissions changed):
+  # the temporary directory, as without it.
+  return pathlib.Path(tempfile.mkdtemp(prefix=prefix))
 
 
 LEAN_FLAGS = ("--xla_dump_buffer_assignment_analysis=false",)
@@ -111,18 +122,22 @@ def _knows_lean_flags() -> bool:
 
 
 def request_dump(
-  prefix: str = "entangle-races-", into: pathlib.Path | None = None
+  prefix: str = "entangle-races-",
+  into: pathlib.Path | None = None,
+  *,
+  tmpfs: bool = False,
 ) -> pathlib.Path:
   """Makes XLA dump every optimized module as text; returns where.
 
   With `into`, there (any dump ``XLA_FLAGS`` asked for is replaced: a
   pytest-xdist worker's dump of its own). Otherwise a dump ``XLA_FLAGS``
   already asks for is kept (text added if it lacks it), else a new
-  directory goes in (`new_dump`). When ``XLA_FLAGS`` asked for no dump,
-  the dump is the check's alone, and XLA is also asked to leave out what
-  the check does not read (`LEAN_FLAGS`, each unless ``XLA_FLAGS`` sets it
-  already, where this jaxlib takes them); a dump the user asked for gets
-  everything XLA writes.
+  directory goes in (`new_dump`; with `tmpfs`, on a tmpfs if usable).
+  When ``XLA_FLAGS`` asked for no dump, the dump is the check's alone, and
+  XLA is also asked to leave out what the check does not read
+  (`LEAN_FLAGS`, each unless ``XLA_FLAGS`` sets it already, where this
+  jaxlib takes them); a dump the user asked for gets everything XLA
+  writes.
   """
   flags = os.environ.get("XLA_FLAGS", "")
   dump = requested_dump()
@@ -133,7 +148,7 @@ def request_dump(
     dump = into
     flags = f"{flags} --xla_dump_to={shlex.quote(str(dump))}"
   elif dump is None:
-    dump = new_dump(prefix)
+    dump = new_dump(prefix, tmpfs=tmpfs)
     flags = f"{flags} --xla_dump_to={shlex.quote(str(dump))}"
   if "--xla_dump_hlo_as_text" not in flags:
     flags += " --xla_dump_hlo_as_text"

@@ -45,6 +45,13 @@ hands its results to the controller (``workeroutput``) as the findings'
 plain records (no HLO), and the controller writes the one report of the
 run.
 
+The plugin makes its own dump directory (when ``XLA_FLAGS`` names none) on
+a tmpfs, ``/dev/shm``, when that is usable (`dump_place.dump_parent`:
+Bazel's ``TEST_UNDECLARED_OUTPUTS_DIR``, or a ``TMPDIR`` the user set,
+comes first), else in the temporary directory: XLA writes its files there
+faster. A dump kept at the end stays where it is, as the reports name its
+files.
+
 In a dump directory the plugin made, the files of a module checked free
 of races are deleted once checked: what stays is what raced or could not
 be checked. The directory is removed at the end when nothing raced and
@@ -211,7 +218,7 @@ def pytest_load_initial_conftests(early_config, parser, args) -> None:
   if _controller(early_config):
     # The workers (started later, with this environment) dump below it;
     # the controller compiles no test's module and watches nothing.
-    dump = requested or _dump_watch.new_dump()
+    dump = requested or _dump_watch.new_dump(tmpfs=True)
     os.environ[BASE_ENV] = str(dump)
     state = _State(mode, source, None, dump, owned=requested is None)
   elif worker:
@@ -222,7 +229,7 @@ def pytest_load_initial_conftests(early_config, parser, args) -> None:
     # The controller removes or keeps the run's dump.
     state = _State(mode, source, watch, dump, owned=False)
   else:
-    dump = _dump_watch.request_dump()
+    dump = _dump_watch.request_dump(tmpfs=True)
     owned = requested is None
     watch = _dump_watch.DumpWatch(dump, prune=owned)
     state = _State(mode, source, watch, dump, owned)
