@@ -61,8 +61,8 @@ def in_program_order(
   them; calls on elements of one argument still follow the declarations
   (``distinct_elements``). The word is recorded in the module as a named
   ``Resource``'s is (each such call is made in the named scope
-  ``entangle_jax:read:args[0]``, ``entangle_jax:write:kwargs['h']``, ...),
-  so the race check reads it too. A value passed twice within a program
+  ``entangle_jax:read:args[0]``, ``entangle_jax:write:kwargs['h']``, ...;
+  quotes written ``%27`` there), so the race check reads it too. A value passed twice within a program
   is still one object; two arguments that hold one handle at run time
   race, which neither this nor the race check can see, and the sanitizer
   reports (`entangle_jax.testing.sanitize`: a contradiction).
