@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 
+import jax
 from jax._src import source_info_util as _source_info_util
 from jax._src import xla_bridge as _xla_bridge
 from jax._src.lib import xla_client as _xla_client
@@ -107,3 +108,23 @@ def scan_counts(params) -> tuple[int, int]:
     return params["num_consts"], params["num_carry"]
   consts, carry, _ = params["ft_in"].unpack()
   return len(list(consts)), len(list(carry))
+
+
+def varying_axes(value) -> frozenset:
+  """The manual mesh axes over which `value` varies inside a
+  ``shard_map`` (its type's ``vma``); empty outside one, or on a jax that
+  does not track them."""
+  return frozenset(getattr(jax.typeof(value), "vma", None) or ())
+
+
+def make_varying(value, axes: frozenset):
+  """`value`, typed as varying over `axes` too (those it does not vary
+  over already): ``jax.lax.pcast(..., to="varying")`` on jax 0.8 and
+  newer, ``jax.lax.pvary`` before; `value` itself when nothing is
+  missing."""
+  missing = tuple(sorted(axes - varying_axes(value)))
+  if not missing:
+    return value
+  if hasattr(jax.lax, "pcast"):
+    return jax.lax.pcast(value, missing, to="varying")
+  return jax.lax.pvary(value, missing)

@@ -62,10 +62,11 @@ def in_program_order(
   (``distinct_elements``). The word is recorded in the module as a named
   ``Resource``'s is (each such call is made in the named scope
   ``entangle_jax:read:args[0]``, ``entangle_jax:write:kwargs['h']``, ...;
-  quotes written ``%27`` there), so the race check reads it too. A value passed twice within a program
-  is still one object; two arguments that hold one handle at run time
-  race, which neither this nor the race check can see, and the sanitizer
-  reports (`entangle_jax.testing.sanitize`: a contradiction).
+  quotes written ``%27`` there), so the race check reads it too. A value
+  passed twice within a program is still one object; two arguments that
+  hold one handle at run time race, which neither this nor the race check
+  can see, and the sanitizer reports (`entangle_jax.testing.sanitize`: a
+  contradiction).
 
   The order is made of `entangle` calls on each later call's object operand
   (operand 0 when none is declared), so it costs what ``entangle`` costs:

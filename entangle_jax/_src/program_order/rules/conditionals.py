@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import jax
 
+from entangle_jax._src import jax_compat
 from entangle_jax._src.program_order.natives import (
   backward_in,
 )
@@ -41,6 +42,10 @@ def cond(ctx: Context, eqn, invals) -> list:
   chain = ctx.take_chain() if chained else None
 
   follows = []  # Per branch traced, the calls its order value follows.
+  # Inside a shard_map, every branch's order value varies over the manual
+  # axes its operands vary over, so that the branches' types agree
+  # whichever calls each makes (jax 0.6 types a native result varying).
+  axes = frozenset().union(*(jax_compat.varying_axes(o) for o in ops))
 
   def branch_fn(closed, aval=None, found=None):
     def fn(*args):
@@ -54,7 +59,8 @@ def cond(ctx: Context, eqn, invals) -> list:
         found.append([aval_of(e) for e in exported])
       else:
         follows.append(deps_of(inner, exported))
-      return outs, token_of(exported, aval), inner.chain
+      token = jax_compat.make_varying(token_of(exported, aval), axes)
+      return outs, token, inner.chain
 
     return fn
 
