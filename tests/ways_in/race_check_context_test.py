@@ -8,6 +8,7 @@ is that the check says it saw nothing rather than passing."""
 import io
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -122,6 +123,46 @@ class WholeRunTest(absltest.TestCase):
     self.assertIn(
       "(1 with native calls): 0 with races, 0 pairs.", result.stderr
     )
+
+
+def module_names(folder: pathlib.Path) -> set[str]:
+  """The modules whose files are in `folder` (``module_0004.jit_step``)."""
+  return {".".join(p.name.split(".")[:2]) for p in folder.rglob("module_*")}
+
+
+class OwnDumpTest(absltest.TestCase):
+  """A dump race_check made keeps only what it has to show."""
+
+  def folder(self) -> pathlib.Path:
+    made = pathlib.Path(tempfile.mkdtemp())
+    self.addCleanup(shutil.rmtree, made, ignore_errors=True)
+    return made
+
+  def run_in(self, program: str, **env: str):
+    tmp = self.folder()
+    result = run_test_file(program, TMPDIR=str(tmp), **env)
+    return result, sorted(tmp.glob("entangle-races-*"))
+
+  def test_a_racy_run_keeps_the_racing_module_only(self):
+    result, dumps = self.run_in(RACY)
+    self.assertEqual(result.returncode, 1, result.stderr)
+    self.assertLen(dumps, 1)
+    names = module_names(dumps[0])
+    self.assertLen(names, 1)
+    self.assertTrue(next(iter(names)).endswith(".jit_step"), names)
+
+  def test_a_clean_run_leaves_no_dump(self):
+    result, dumps = self.run_in(FIXED)
+    self.assertEqual(result.returncode, 0, result.stderr)
+    self.assertEqual(dumps, [])
+
+  def test_control_a_dump_the_user_asked_for_is_left_whole(self):
+    mine = self.folder()
+    flags = f"--xla_dump_to={mine} --xla_dump_hlo_as_text"
+    result, _ = self.run_in(FIXED, XLA_FLAGS=flags)
+    self.assertEqual(result.returncode, 0, result.stderr)
+    self.assertTrue(any(n.endswith(".jit_step") for n in module_names(mine)))
+    self.assertGreater(len(module_names(mine)), 1)  # Not only the step.
 
 
 class InProcessTest(absltest.TestCase):

@@ -6,9 +6,9 @@ and after optimization), and that writing is most of what the race check
 adds to a test suite's time. On a tmpfs it costs about a third less than
 on a disk (docs/performance.md), so the pytest plugin's own dump, which it
 prunes as the run goes and removes at the end, goes on one where one is
-usable. A dump nobody removes (`race_check`'s, which keeps everything XLA
-wrote) stays off it: on a tmpfs it would hold memory until the machine
-restarts.
+usable. `race_check`'s dump stays off it: it is pruned too, but kept for
+the rest of the process (XLA keeps dumping there) and, where something
+raced, after it; on a tmpfs it would hold memory until deleted.
 """
 
 from __future__ import annotations

@@ -121,6 +121,27 @@ def _knows_lean_flags() -> bool:
   return numbers >= LEAN_FLAGS_FROM
 
 
+_OWN: set[pathlib.Path] = set()
+# The dumps `request_dump` made in this process (XLA keeps dumping into
+# one for the rest of the process, whoever asked first).
+
+
+def own(dump: pathlib.Path) -> bool:
+  """Whether `dump` is one `request_dump` made in this process: the
+  check's alone, which it may prune (a dump the user asked for is
+  left whole)."""
+  return dump in _OWN
+
+
+def remove_if_empty(dump: pathlib.Path) -> bool:
+  """Removes `dump` when no file is left in it (folders only: pruning
+  left nothing to show); returns whether it did."""
+  if not dump.is_dir() or any(p.is_file() for p in dump.rglob("*")):
+    return False
+  shutil.rmtree(dump, ignore_errors=True)
+  return True
+
+
 def request_dump(
   prefix: str = "entangle-races-",
   into: pathlib.Path | None = None,
@@ -149,6 +170,7 @@ def request_dump(
     flags = f"{flags} --xla_dump_to={shlex.quote(str(dump))}"
   elif dump is None:
     dump = new_dump(prefix, tmpfs=tmpfs)
+    _OWN.add(dump)
     flags = f"{flags} --xla_dump_to={shlex.quote(str(dump))}"
   if "--xla_dump_hlo_as_text" not in flags:
     flags += " --xla_dump_hlo_as_text"

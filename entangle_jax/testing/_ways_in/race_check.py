@@ -72,9 +72,13 @@ class race_check:  # A context manager named as a function, like contextlib's.
   The check sees a module only if XLA dumps it: a block entered before
   anything compiled asks XLA for a dump (``--xla_dump_to``, a temporary
   directory, or one under Bazel's ``TEST_UNDECLARED_OUTPUTS_DIR``), or
-  uses the one ``XLA_FLAGS`` already names. Entered after the backend
-  started without a dump, it sees nothing and says so (a failure in
-  ``fail`` mode): it never passes what it did not see.
+  uses the one ``XLA_FLAGS`` already names. A dump of its own keeps only
+  the files of modules that raced or could not be checked (each module's
+  files go once it is checked clean), and is removed on leaving the
+  block when nothing is left; a dump ``XLA_FLAGS`` names is left whole.
+  Entered after the backend started without a dump, it sees nothing and
+  says so (a failure in ``fail`` mode): it never passes what it did not
+  see.
 
   Attributes:
     mode: the mode in effect.
@@ -100,7 +104,8 @@ class race_check:  # A context manager named as a function, like contextlib's.
 
   def __enter__(self) -> race_check:
     if self.mode != "off":
-      self._watch = _dump_watch.DumpWatch(_dump_watch.request_dump())
+      dump = _dump_watch.request_dump()
+      self._watch = _dump_watch.DumpWatch(dump, prune=_dump_watch.own(dump))
     return self
 
   def __exit__(
@@ -124,7 +129,12 @@ class race_check:  # A context manager named as a function, like contextlib's.
     if self.format != "text":
       shown = f"{formats.render(self.format, run)}\n{sentences.summary(run)}"
     stream = self._stream or sys.stderr
-    print(f"entangle-jax race check ({watch.dump}):\n{shown}", file=stream)
+    where = watch.dump
+    if watch.prune and not run.racing and not run.unchecked:
+      # The check's own dump, pruned of what passed: nothing left to show
+      # (a later block in this process dumps there again).
+      _dump_watch.remove_if_empty(watch.dump)
+    print(f"entangle-jax race check ({where}):\n{shown}", file=stream)
     if self.mode != "fail" or not problems:
       return False
     if exc_type is None:
