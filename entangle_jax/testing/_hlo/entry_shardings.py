@@ -89,14 +89,18 @@ def normalized(sharding: str) -> str | None:
   if mesh is None or dims is None or "manual" in body:
     return None
   sizes = {name: int(n) for name, n in _MESH_AXIS.findall(mesh.group(1))}
-  used = _AXIS_NAME.findall(dims.group(1))
+  return _split_over(sizes, _AXIS_NAME.findall(dims.group(1)))
+
+
+def _split_over(sizes: dict[str, int], used: Sequence[str]) -> str | None:
+  """`TILED`, `REPLICATED` or `PARTIAL` for a value split over the mesh
+  axes `used` of a mesh of axis `sizes`; None where an axis is unknown."""
   if any(name not in sizes for name in used):
     return None
-  devices = math.prod(sizes.values())
   split = math.prod(sizes[name] for name in used)
   if split == 1:
     return REPLICATED
-  return TILED if split == devices else PARTIAL
+  return TILED if split == math.prod(sizes.values()) else PARTIAL
 
 
 def missing(text: str) -> bool:
@@ -168,14 +172,8 @@ def _named(sharding: Any) -> str | None:
     return REPLICATED  # Any kind of sharding says this much.
   if not isinstance(sharding, jax.sharding.NamedSharding):
     return None
-  mesh = dict(sharding.mesh.shape)
   used: list[str] = []
   for entry in sharding.spec:
     names: Sequence[Any] = entry if isinstance(entry, tuple) else (entry,)
     used += [n for n in names if n is not None]
-  if any(n not in mesh for n in used):
-    return None
-  split = math.prod(mesh[n] for n in used)
-  if split == 1:
-    return REPLICATED
-  return TILED if split == math.prod(mesh.values()) else PARTIAL
+  return _split_over(dict(sharding.mesh.shape), used)

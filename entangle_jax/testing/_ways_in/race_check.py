@@ -129,12 +129,11 @@ class race_check:  # A context manager named as a function, like contextlib's.
     if self.format != "text":
       shown = f"{formats.render(self.format, run)}\n{sentences.summary(run)}"
     stream = self._stream or sys.stderr
-    where = watch.dump
     if watch.prune and not run.racing and not run.unchecked:
       # The check's own dump, pruned of what passed: nothing left to show
       # (a later block in this process dumps there again).
       _dump_watch.remove_if_empty(watch.dump)
-    print(f"entangle-jax race check ({where}):\n{shown}", file=stream)
+    print(f"entangle-jax race check ({watch.dump}):\n{shown}", file=stream)
     if self.mode != "fail" or not problems:
       return False
     if exc_type is None:
