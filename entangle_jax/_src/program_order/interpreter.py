@@ -78,7 +78,9 @@ class Context:
     self.top = True  # Not inside a function traced again (a loop body ...).
     self.saving = False  # In a rebuilt checkpoint: native results saved.
     self.recompute = False  # In a checkpoint's recomputation.
-    self.pending: list[Any] = []  # The keys of the equation's results.
+    # The keys of the results of the equation being evaluated, read by
+    # `native` before anything it calls can evaluate another equation.
+    self.pending: list[Any] = []
     # Where a rule collects the parts of every native call made inside it,
     # nested sub-programs included (shard_map's device check), or None.
     self.native_log: list[Part] | None = None
@@ -192,13 +194,16 @@ class Context:
         for atom, value in zip(eqn.invars, invals, strict=True)
       )
       params = _params_key(eqn.params)
-      self.pending = [
+      # Kept here as well as on `self`: a rule that runs a sub-program
+      # (a jitted step) sets `self.pending` for each inner equation.
+      pending = [
         (eqn.primitive.name, params, in_keys, j)
         for j in range(len(eqn.outvars))
       ]
+      self.pending = pending
       with jax_compat.equation_context(eqn):
         outs = self.eval_eqn(eqn, invals)
-      for var, value, key in zip(eqn.outvars, outs, self.pending, strict=True):
+      for var, value, key in zip(eqn.outvars, outs, pending, strict=True):
         env[var] = value  # A dropped output's var is never read.
         if id(value) not in self.keys:
           self.keys[id(value)] = key
