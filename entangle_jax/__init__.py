@@ -35,9 +35,10 @@ except ModuleNotFoundError as missing:
   # instead of the installed package (Python puts the current folder first
   # on sys.path for `python -m` and `python -c`) has neither.
   _here = _pathlib.Path(__file__).parent
-  if missing.name != "entangle_jax._version" or not (
-    _here / "_version.py.in"
-  ).exists():
+  if (
+    missing.name != "entangle_jax._version"
+    or not (_here / "_version.py.in").exists()
+  ):
     raise
   raise ImportError(
     f"entangle_jax was imported from its source checkout ({_here}), "
