@@ -165,9 +165,9 @@ def programs():
   """Every wrapper with every placement of the three calls (in program
   order), the outputs and the dropped result taken in turn."""
   placements = [
-    p
-    for p in itertools.product(PLACES, repeat=3)
-    if list(p) == sorted(p, key=PLACES.index)
+    (w1, rd, w2)
+    for w1, rd, w2 in itertools.product(PLACES, repeat=3)
+    if PLACES.index(w1) <= PLACES.index(rd) <= PLACES.index(w2)
   ]
   combos = itertools.product(WRAPPERS, placements)
   for i, (wrappers, places) in enumerate(combos):
