@@ -177,7 +177,12 @@ def programs():
 
 
 ALL = tuple(programs())
-ARGS = (jnp.int32(SLOT), jnp.ones(4))
+
+
+def args():
+  """The programs' arguments (made when a test runs: a module that makes
+  arrays at import starts a JAX backend, tests/repository/imports_test)."""
+  return (jnp.int32(SLOT), jnp.ones(4))
 
 
 def ran(compiled):
@@ -185,7 +190,7 @@ def ran(compiled):
   store's calls in the order they ran (None when two overlapped), and what
   the slot holds after."""
   testing.reset_slots()
-  out = jax.tree.map(np.asarray, compiled(*ARGS))
+  out = jax.tree.map(np.asarray, compiled(*args()))
   log = [r for r in testing.call_log() if r.slots == (SLOT,)]
   apart = all(a.end < b.start for a, b in itertools.pairwise(log))
   kinds = [r.kind for r in log] if apart else None
@@ -224,14 +229,14 @@ class WrappedStepsTest(absltest.TestCase):
       seen["drop"].add(program.drop)
       seen["places"].update(program.places)
       with self.subTest(str(program)):
-        plain = test_util.compiled(program.function(False), *ARGS)
+        plain = test_util.compiled(program.function(False), *args())
         # The control: nothing orders the read before the second write.
         self.assertNotEmpty(testing.races(plain))
         plain_wrong += not right(ran(plain))
-        hand = test_util.compiled(program.function(True), *ARGS)
+        hand = test_util.compiled(program.function(True), *args())
         self.assertEqual(testing.races(hand), [])
         ordered = test_util.compiled(
-          in_program_order(program.function(False)), *ARGS
+          in_program_order(program.function(False)), *args()
         )
         self.assertEqual(testing.races(ordered), [])
         got, want = ran(ordered), ran(hand)
