@@ -22,7 +22,7 @@ from entangle_jax._src.targets.names import ENTANGLE_TARGET
 from entangle_jax.testing import _hlo
 from entangle_jax.testing._analysis import gc as _gc
 from entangle_jax.testing._analysis import selectors as _selectors
-from entangle_jax.testing._analysis.ops import Op, Race, in_program_order
+from entangle_jax.testing._analysis.ops import Op, Race, program_order_of
 from entangle_jax.testing._analysis.selectors import Selector
 from entangle_jax.testing._hlo import entry_shardings
 from entangle_jax.testing._hlo.module_text import CompiledModule, module_text
@@ -414,7 +414,7 @@ class OrderAnalysis:
     # XLA scheduled them in: a report's "first" is the earlier call.
     found = []
     for a, b in pairs:
-      first, second, known = in_program_order(ops[a], ops[b])
+      first, second, known = program_order_of(ops[a], ops[b])
       found.append(Race(first, second, order_known=known))
     if self.module.devices > 1:
       found += self._across_devices(ops, set(pairs))
