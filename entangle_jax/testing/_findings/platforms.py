@@ -18,6 +18,8 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from entangle_jax.testing._hlo import host_callbacks
+
 CPU_RUNTIME = "XLA:CPU"
 GPU_RUNTIME = "XLA:GPU"
 TPU_RUNTIME = "XLA:TPU"
@@ -38,8 +40,6 @@ _ROCM = re.compile(
 _OTHER = re.compile(r"\.(?P<written>[^.]+?)" + _SUFFIX)
 # TPU: a ``cl_NNN`` part, then ``.after_optimizations.txt``.
 _TPU = re.compile(r"\.cl_\d+\.after_optimizations\.txt$")
-# A TPU layout's tiling, as in ``f32[]{:T(128)}`` or ``f32[8,128]{1,0:T(8,128)}``.
-_TPU_TILING = re.compile(r"\{[\d,]*:T\(\d")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,11 +82,7 @@ TPU = Platform("tpu")
 its text has TPU's tiled layouts."""
 
 
-def is_tpu_text(text: str) -> bool:
-  """Whether module `text` was compiled for a TPU: its ``HloModule`` line
-  (the entry's layout) or its first instructions carry TPU's tiling
-  (``{:T(128)}``), which no CPU or GPU module of XLA writes."""
-  return _TPU_TILING.search(text, 0, 20000) is not None
+is_tpu_text = host_callbacks.is_tpu_text
 
 
 def of_file_name(name: str) -> Platform | None:

@@ -64,6 +64,8 @@ SIDE_EFFECT_FREE = frozenset({"pure_callback"})
 not side-effecting, as ``pure_callback``'s custom call on CPU."""
 
 _PAIR = re.compile(r"(\d+)<(\d+)")
+# A TPU layout's tiling: ``f32[]{:T(128)}``, ``f32[8,128]{1,0:T(8,128)}``.
+_TPU_TILING = re.compile(r"\{[\d,]*:T\(\d")
 _ENTRY_NAME = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=")
 
 
@@ -264,6 +266,13 @@ def read_orders(text: str) -> frozenset[tuple[int, int]]:
         (int(a), int(b)) for a, b in _PAIR.findall(line[len(ORDER_COMMENT) :])
       )
   return frozenset()
+
+
+def is_tpu_text(text: str) -> bool:
+  """Whether module `text` was compiled for a TPU: its ``HloModule`` line
+  (the entry's layout) or its first instructions carry TPU's tiling
+  (``{:T(128)}``), which no CPU or GPU module of XLA writes."""
+  return _TPU_TILING.search(text, 0, 20000) is not None
 
 
 def has_host_transfers(text: str) -> bool:

@@ -225,6 +225,9 @@ class _Walker:
         self.op(op.operation, in_loop=in_loop, in_branch=in_branch)
 
   def op(self, op, *, in_loop: bool, in_branch: bool) -> None:
+    if op.name in _HOST_TRANSFERS and _is_host_transfer(self.ir, op):
+      self.module.not_observed.add(HOST_TRANSFER_CALLBACKS)
+      return
     if op.name == "stablehlo.custom_call":
       self.custom_call(op, in_loop=in_loop, in_branch=in_branch)
       return
@@ -316,6 +319,28 @@ class _Walker:
     self.module.sites.append(site)
     self.module.callbacks[index] = site
     return True
+
+
+_HOST_TRANSFERS = ("stablehlo.send", "stablehlo.recv")
+
+HOST_TRANSFER_CALLBACKS = (
+  "host callbacks made of host transfers (on TPU, io_callback, "
+  "jax.debug.callback and pure_callback are send/recv ops whose Python "
+  "function the backend calls; the sanitizer cannot record them)"
+)
+"""How the report names host callbacks it cannot see: on TPU, JAX hands
+them to the backend as host send/recv callbacks, not as the Python
+callables the compile hook wraps (`_make_compile`)."""
+
+
+def _is_host_transfer(ir, op) -> bool:
+  """Whether a ``stablehlo.send``/``recv`` goes to or from the host."""
+  if "is_host_transfer" not in op.attributes:
+    return False
+  try:
+    return bool(ir.BoolAttr(op.attributes["is_host_transfer"]).value)
+  except (ValueError, TypeError):
+    return False
 
 
 def _as_dict(ir, attribute):
