@@ -8,7 +8,7 @@
 # it measures: see tpu_check.py. Then, without the chip: the dump command on
 # the modules it dumped; with the chip, one pytest at a time: the plugin on a
 # racy test (must fail) and on fixed ones (must pass). Writes OUT_DIR/
-# tpu_check.log, tpu_check.json, command.txt, command.json, plugin.txt and
+# tpu_check.log, tpu_check.json, command.txt, command.json.gz, plugin.txt and
 # dump.tar.gz (the dumped modules, TPU and CPU). Only one process may hold
 # the chip at a time: everything here runs in turn.
 set -uo pipefail
@@ -108,6 +108,7 @@ EOF
   done
   grep -E "passed|failed|error|race" "$out/plugin.txt" | head -n 20
 
+  gzip -f "$out/command.json"
   tar -czf "$out/dump.tar.gz" -C "$out" dump
   rm -rf "$out/dump" "$project"
 }
