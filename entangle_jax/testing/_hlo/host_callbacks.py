@@ -163,6 +163,7 @@ def group(
   if not found:
     return instructions
   position = {i.name: k for k, i in enumerate(instructions)}
+  by_name = {i.name: i for i in instructions}
   members = {t.name: c for c in found for t in c.transfers}
   used_outside: set[str] = set()
   for i in instructions:
@@ -180,23 +181,41 @@ def group(
   elements: dict[str, Instruction] = {}  # By the receive it stands for.
   removed: set[str] = set()
   for c in found:
-    first = position[c.transfers[0].name]
+    # The host runs the function once its last operand arrives: after the
+    # callback's last send. An earlier callback has finished once its last
+    # receive is done.
+    runs = max(position[t.name] for t in c.sends)
     earlier = [
       name_of[id(e)]
       for a, b in sorted(orders)
       if b == c.key
       and (e := by_key.get(a)) is not None
       and e is not c
-      and position[e.transfers[-1].name] < first
+      and max(position[d.name] for d in e.receive_dones) < runs
     ]
-    call = _call(c, members, name_of[id(c)], earlier)
+    call = _call(c, members, by_name, name_of[id(c)], earlier)
     calls[c.receive_dones[0].name] = call
+    single = len(c.receive_dones) == 1
     for k, done in enumerate(c.receive_dones):
+      # Each receive hands on (its value, a token): its value is the call's
+      # result (element k of it, for several), as on CPU.
+      value = call.name
+      if not single:
+        value = f"{done.name}.value"
+        elements[value] = dataclasses.replace(
+          done,
+          name=value,
+          opcode="get-tuple-element",
+          operands=(call.name,),
+          shape=_tuple_elements(done.shape)[0],
+          tuple_index=k,
+          host_transfer=False,
+          control_predecessors=(),
+        )
       elements[done.name] = dataclasses.replace(
         done,
-        opcode="get-tuple-element",
-        operands=(call.name,),
-        tuple_index=k,
+        opcode="tuple",
+        operands=(value, call.name),
         host_transfer=False,
         control_predecessors=(),
       )
@@ -210,15 +229,56 @@ def group(
     if i.name in calls:
       out.append(calls[i.name])
     if i.name in elements:
+      if f"{i.name}.value" in elements:
+        out.append(elements[f"{i.name}.value"])
       out.append(elements[i.name])
     elif i.name not in removed:
       out.append(i)
   return out
 
 
+def _tuple_elements(shape: str) -> list[str]:
+  """The top-level elements of a tuple shape ``(a, (b, c), d)``; the
+  shape itself, as one element, if it is no tuple."""
+  text = shape.strip()
+  if not (text.startswith("(") and text.endswith(")")):
+    return [text]
+  parts, depth, start = [], 0, 1
+  for k, char in enumerate(text[1:-1], 1):
+    if char in "({[":
+      depth += 1
+    elif char in ")}]":
+      depth -= 1
+    elif char == "," and depth == 0:
+      parts.append(text[start:k].strip())
+      start = k + 1
+  parts.append(text[start:-1].strip())
+  return [p for p in parts if p]
+
+
+def _within(
+  operand: str,
+  c: Callback,
+  members: dict[str, Callback],
+  by_name: dict[str, Instruction],
+) -> bool:
+  """Whether `operand` is a transfer of `c`, or the token that one of them
+  hands on (a ``get-tuple-element`` of it): the callback's own chain."""
+  if members.get(operand) is c:
+    return True
+  source = by_name.get(operand)
+  return (
+    source is not None
+    and source.opcode == "get-tuple-element"
+    and bool(source.operands)
+    and members.get(source.operands[0]) is c
+  )
+
+
 def _call(
   c: Callback,
   members: dict[str, Callback],
+  by_name: dict[str, Instruction],
   name: str,
   earlier: Sequence[str],
 ) -> Instruction:
@@ -232,13 +292,14 @@ def _call(
   for t in c.transfers:
     if t.opcode in ("send", "recv"):
       index = 1 if t.opcode == "send" else 0
-      if len(t.operands) > index and t.operands[index] not in members:
+      if len(t.operands) > index and not _within(t.operands[index], c, members, by_name):
         operands.append(t.operands[index])
   operands.extend(earlier)
   control = [p for t in c.transfers for p in t.control_predecessors]
   op_type = next((t.op_type for t in c.transfers if t.op_type), "")
   stack: Stack = next((t.stack for t in c.transfers if t.stack), ())
   done = c.receive_dones[0]
+  values = [_tuple_elements(d.shape)[0] for d in c.receive_dones]
   return dataclasses.replace(
     first,
     name=name,
@@ -247,7 +308,9 @@ def _call(
     control_predecessors=tuple(p for p in dict.fromkeys(control) if p not in members),
     target=TPU_HOST_CALLBACK_TARGET,
     side_effect=op_type not in SIDE_EFFECT_FREE,
-    shape="(" + ", ".join(d.shape for d in c.receive_dones) + ")",
+    shape=values[0]
+    if len(values) == 1
+    else "(" + ", ".join(values) + ")",
     op_name=first.op_name or done.op_name,
     op_type=op_type,
     stack=stack,
