@@ -127,7 +127,9 @@ def out_of_order(log: list[tuple[str, int]]) -> dict:
   return {"within_group": within, "across_groups": across}
 
 
-def hazard_counts(runs: int = int(os.environ.get("TPU_CHECK_RUNS", "20"))) -> dict:
+def hazard_counts(
+  runs: int = int(os.environ.get("TPU_CHECK_RUNS", "20")),
+) -> dict:
   out = {}
   for order in ORDERS:
     f = jax.jit(hazard(order))
@@ -145,7 +147,7 @@ def hazard_counts(runs: int = int(os.environ.get("TPU_CHECK_RUNS", "20"))) -> di
       "runs_with_cross_group_inversions": sum(
         1 for o in orders if o["across_groups"]
       ),
-      "first_run_log": ["%s%d" % c for c in LOG[: 3 * K]],
+      "last_run_log": [f"{kind}{k}" for kind, k in LOG[: 3 * K]],
     }
   return out
 
@@ -218,7 +220,8 @@ def further_programs() -> dict:
       put("io"), I32, jax.pure_callback(get("pure"), F32, x)
     ),
     "tpu_pure_pair": lambda x: (
-      jax.pure_callback(get("p1"), F32, x) + jax.pure_callback(get("p2"), F32, x + 1)
+      jax.pure_callback(get("p1"), F32, x)
+      + jax.pure_callback(get("p2"), F32, x + 1)
     ),
     "tpu_no_operand": lambda x: (
       io_callback(get("n1"), F32),
@@ -241,22 +244,30 @@ def further_programs() -> dict:
       lambda c: io_callback(get("after_loop"), F32, c)
     )(
       jax.lax.fori_loop(
-        0, 4, lambda i, c: c + io_callback(put("in_loop"), I32, c).astype(c.dtype), x
+        0,
+        4,
+        lambda i, c: c + io_callback(put("in_loop"), I32, c).astype(c.dtype),
+        x,
       )
     ),
     "tpu_loop_and_unordered_read": lambda x: (
       jax.lax.fori_loop(
-        0, 4, lambda i, c: c + io_callback(put("in_loop"), I32, c).astype(c.dtype), x
+        0,
+        4,
+        lambda i, c: c + io_callback(put("in_loop"), I32, c).astype(c.dtype),
+        x,
       ),
       io_callback(get("beside_loop"), F32, x),
     ),
-    "tpu_cond": lambda x: jax.lax.cond(
-      x > 0,
-      lambda v: io_callback(put("yes"), I32, v),
-      lambda v: io_callback(put("no"), I32, v),
-      x,
-    )
-    + io_callback(put("after_cond"), I32, x),
+    "tpu_cond": lambda x: (
+      jax.lax.cond(
+        x > 0,
+        lambda v: io_callback(put("yes"), I32, v),
+        lambda v: io_callback(put("no"), I32, v),
+        x,
+      )
+      + io_callback(put("after_cond"), I32, x)
+    ),
     "tpu_big_operands": lambda x: (
       io_callback(big, F32, jnp.full((1024,), x)),
       io_callback(big, F32, jnp.full((1 << 20,), x)),
@@ -302,7 +313,9 @@ def cost(steps: int = 10_000, repeats: int = 9) -> dict:
       p, w = carry
       return (step(p, w), w + 1), None
 
-    return jax.jit(lambda p, w: jax.lax.scan(body, (p, w), None, length=steps)[0])
+    return jax.jit(
+      lambda p, w: jax.lax.scan(body, (p, w), None, length=steps)[0]
+    )
 
   def median(fn):
     args = (jnp.zeros((1024,)), jnp.zeros(()))
@@ -347,7 +360,9 @@ def main() -> int:
     except Exception as e:  # Keep going: one section's failure is a finding.
       results[name] = {"error": f"{type(e).__name__}: {e}"[:800]}
     print(
-      json.dumps({name: results[name], "_s": round(time.perf_counter() - t, 1)}),
+      json.dumps(
+        {name: results[name], "_s": round(time.perf_counter() - t, 1)}
+      ),
       flush=True,
     )
   (OUT / "tpu_check.json").write_text(json.dumps(results, indent=1))

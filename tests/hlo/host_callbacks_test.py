@@ -32,7 +32,8 @@ NONE, ENTANGLE, IN_PROGRAM_ORDER = (
 )
 GROUPS = 8
 _SEND = re.compile(
-  r"^\s*%([\w.\-]+) = [^\n]*? send\([^\n]*?_xla_host_transfer_rendezvous=\"(\d+)\"",
+  r"^\s*%([\w.\-]+) = [^\n]*? send\("
+  r"[^\n]*?_xla_host_transfer_rendezvous=\"(\d+)\"",
   re.MULTILINE,
 )
 
@@ -55,10 +56,11 @@ def key_pairs(path: pathlib.Path) -> set[tuple[int, int]]:
   first."""
   named = keys(path)
   result = check(path)
-  return {
-    tuple(sorted((named[p.first.instruction], named[p.second.instruction])))
-    for p in result.findings.pairs
-  }
+  pairs = set()
+  for p in result.findings.pairs:
+    a, b = named[p.first.instruction], named[p.second.instruction]
+    pairs.add((min(a, b), max(a, b)))
+  return pairs
 
 
 def hazard_pairs() -> set[tuple[int, int]]:
@@ -97,9 +99,12 @@ class GroupingTest(absltest.TestCase):
 
   def test_pure_callback_is_no_native_call_as_on_cpu(self):
     tpu = check(
-      DUMPED / "module_0060.jit_tpu_pure_and_io.cl_933746096.after_optimizations.txt"
+      DUMPED
+      / "module_0060.jit_tpu_pure_and_io.cl_933746096.after_optimizations.txt"
     )
-    cpu = check(DUMPED / "module_0055.jit_tpu_pure_and_io.cpu_after_optimizations.txt")
+    cpu = check(
+      DUMPED / "module_0055.jit_tpu_pure_and_io.cpu_after_optimizations.txt"
+    )
     self.assertEqual((tpu.native_calls, cpu.native_calls), (1, 1))
     module = parser.parse(
       (
@@ -124,8 +129,7 @@ class GroupingTest(absltest.TestCase):
     self.assertEqual(ordered.findings.pairs, ())
     # Control: two unordered io_callbacks race.
     unordered = check(
-      DUMPED
-      / "module_0054.jit_tpu_two_unordered_writes.cl_933746096."
+      DUMPED / "module_0054.jit_tpu_two_unordered_writes.cl_933746096."
       "after_optimizations.txt"
     )
     self.assertLen(unordered.findings.pairs, 1)
@@ -143,7 +147,9 @@ class SharedModulesTest(absltest.TestCase):
     # barriers, the optimized text alone has them all.
     alone = OrderAnalysis(ENTANGLE.read_text()).races()
     named = keys(ENTANGLE)
-    alone_keys = {tuple(sorted((named[r[0]], named[r[1]]))) for r in alone}
+    alone_keys = {
+      (min(named[a], named[b]), max(named[a], named[b])) for a, b in alone
+    }
     self.assertTrue(hazard_pairs() <= alone_keys)
 
   def test_in_program_order_keeps_only_what_the_schedule_broke(self):
@@ -168,7 +174,9 @@ class SharedModulesTest(absltest.TestCase):
     none_before = NONE.with_name(
       NONE.name.replace("after_optimizations", "before_optimizations")
     ).read_text()
-    self.assertEqual(host_callbacks.orders_before_optimization(none_before), set())
+    self.assertEqual(
+      host_callbacks.orders_before_optimization(none_before), set()
+    )
 
 
 class ScheduleTest(absltest.TestCase):
@@ -188,7 +196,9 @@ class ScheduleTest(absltest.TestCase):
     before = DUMPED / (
       "module_0075.jit_tpu_entangle_pair.cl_933746096.before_optimizations.txt"
     )
-    self.assertLen(host_callbacks.orders_before_optimization(before.read_text()), 1)
+    self.assertLen(
+      host_callbacks.orders_before_optimization(before.read_text()), 1
+    )
 
 
 class SameAsCpuTest(absltest.TestCase):
@@ -217,9 +227,7 @@ class PlatformTest(absltest.TestCase):
     self.assertEqual({str(r.platform) for r in results}, {"TPU"})
     run = Run(results)
     report = json_report.as_json(run)
-    self.assertEqual(
-      {m["platform"] for m in report["modules"]}, {"TPU"}
-    )
+    self.assertEqual({m["platform"] for m in report["modules"]}, {"TPU"})
     self.assertEqual(
       {m["runtime"] for m in report["modules"]}, {platforms.TPU_RUNTIME}
     )

@@ -14,10 +14,12 @@ every ordered callback in turn. The metadata keeps the primitive's name
 
 `group` replaces the transfers of each callback by one custom call of
 `TPU_HOST_CALLBACK_TARGET` that takes the operands sent (and the token the
-callback started from) and returns the values received: the call that a
-host callback is on CPU, declared as on CPU (it may write anything, on
-every device alike; ``pure_callback``'s is not side-effecting, and not a
-native call, as on CPU). Transfers are grouped along the token chain: a
+callback started from) and returns the values received (one value, or a
+tuple of several, as a host callback's custom call on CPU returns them);
+each ``recv-done`` becomes a ``tuple`` of its value and the call. The call
+is declared as a host callback on CPU (it may write anything, on every
+device alike; ``pure_callback``'s is not side-effecting, and not a native
+call, as on CPU). Transfers are grouped along the token chain: a
 ``send-done`` and a ``recv-done`` belong to the transfer they finish, a
 ``recv`` to the transfers its token comes from, a ``send`` to a
 ``send-done`` its token comes from (another operand of the same callback),
@@ -26,21 +28,30 @@ callback; a ``send`` whose token comes from a ``recv-done`` starts the next
 callback of an ordered chain, which then reads the token the earlier one
 produced (its order, as the token gives it).
 
-`entangle` lowers to ``optimization_barrier`` on TPU, and XLA removes the
-barrier once it has scheduled the module: the optimized module keeps the
-order as schedule order only. `orders_before_optimization` reads the
-barriers from the module before optimization (which XLA dumps beside the
-optimized one, and which ``Lowered.as_text(dialect="hlo")`` prints):
-callback A is ordered before callback B when a chain of operands runs from
-A through an ``opt-barrier`` to B. `complete` writes those pairs into the
-optimized text as a comment line (`ORDER_COMMENT`), and `group` makes the
-later call take the earlier one as an operand where the optimized module's
-schedule agrees (the earlier callback's last transfer comes before the
-later one's first): TPU runs host transfers in schedule order
-(docs/platforms.md, "TPU", measured), and a pair the schedule does not put
-in the barrier's order is left without an edge, so that the check reports
-it. A callback is named across the two modules by its rendezvous keys,
-which XLA does not change.
+When the host runs the function: XLA's host-callback runtime
+(``HostCallbackContext::OnSend`` in ``xla/pjrt/host_callback.cc``) calls
+it as the last of its operands arrives, and hands each result to the
+matching receive; so a callback has run once its last send is done, and
+has finished once its last receive is done. The TPU runs its module in
+schedule order, host transfers included (docs/platforms.md, "TPU":
+measured).
+
+`entangle` lowers to ``optimization_barrier`` on TPU, and the optimized
+module keeps no barrier: its order survives, if at all, as schedule order
+only, and measured on a TPU v5e the schedule does not always keep it (a
+barrier between two callbacks, and ``in_program_order``'s barriers between
+the groups of a hazard, were scheduled against, and ran against, the
+program's order). `orders_before_optimization` reads the barriers from the
+module before optimization (which XLA dumps beside the optimized one, and
+which ``Lowered.as_text(dialect="hlo")`` prints): callback A is ordered
+before callback B when a chain of operands runs from A through an
+``opt-barrier`` to B. `complete` writes those pairs into the optimized text
+as a comment line (`ORDER_COMMENT`), and `group` makes the later call take
+the earlier one as an operand only where the optimized module's schedule
+keeps that order (A's last receive comes before B's last send, when B
+runs). A pair the schedule puts the other way keeps no edge, and the check
+reports it. A callback is named across the two modules by its rendezvous
+keys, which XLA does not change.
 """
 
 from __future__ import annotations
@@ -79,7 +90,9 @@ class Callback:
   def key(self) -> int:
     """The smallest rendezvous key of its transfers (a number, as JAX
     writes them); -1 if none has one."""
-    keys = [int(k) for t in self.transfers if (k := t.rendezvous) and k.isdigit()]
+    keys = [
+      int(k) for t in self.transfers if (k := t.rendezvous) and k.isdigit()
+    ]
     return min(keys, default=-1)
 
   @property
@@ -95,7 +108,9 @@ def callbacks(instructions: Sequence[Instruction]) -> list[Callback]:
   """The host callbacks among one computation's `instructions`, each with
   its transfers, in the text order of their first transfer."""
   by_name = {i.name: i for i in instructions}
-  parent: dict[str, str] = {i.name: i.name for i in instructions if i.host_transfer}
+  parent: dict[str, str] = {
+    i.name: i.name for i in instructions if i.host_transfer
+  }
   if not parent:
     return []
 
@@ -292,7 +307,9 @@ def _call(
   for t in c.transfers:
     if t.opcode in ("send", "recv"):
       index = 1 if t.opcode == "send" else 0
-      if len(t.operands) > index and not _within(t.operands[index], c, members, by_name):
+      if len(t.operands) > index and not _within(
+        t.operands[index], c, members, by_name
+      ):
         operands.append(t.operands[index])
   operands.extend(earlier)
   control = [p for t in c.transfers for p in t.control_predecessors]
@@ -305,12 +322,12 @@ def _call(
     name=name,
     opcode="custom-call",
     operands=tuple(dict.fromkeys(operands)),
-    control_predecessors=tuple(p for p in dict.fromkeys(control) if p not in members),
+    control_predecessors=tuple(
+      p for p in dict.fromkeys(control) if p not in members
+    ),
     target=TPU_HOST_CALLBACK_TARGET,
     side_effect=op_type not in SIDE_EFFECT_FREE,
-    shape=values[0]
-    if len(values) == 1
-    else "(" + ", ".join(values) + ")",
+    shape=values[0] if len(values) == 1 else "(" + ", ".join(values) + ")",
     op_name=first.op_name or done.op_name,
     op_type=op_type,
     stack=stack,
