@@ -12,6 +12,7 @@ from entangle_jax.testing._findings.platforms import (
   GPU_RUNTIME,
   of_file_name,
 )
+from entangle_jax.testing._hlo import host_callbacks
 
 OLD_PATTERN = re.compile(r"\.(\w+?)_after_optimizations\.txt$")
 """How module_files read the platform before: kept to show the names
@@ -96,8 +97,8 @@ class PlatformOfFileNameTest(parameterized.TestCase):
       "HloModule jit_f, is_scheduled=true, entry_computation_layout="
       "{(f32[])->f32[8]{0}}\n"
     )
-    self.assertTrue(platforms.is_tpu_text(tpu))
-    self.assertFalse(platforms.is_tpu_text(cpu))  # Control.
+    self.assertTrue(host_callbacks.is_tpu_text(tpu))
+    self.assertFalse(host_callbacks.is_tpu_text(cpu))  # Control.
 
   def test_a_gpu_whose_maker_the_name_omits_is_still_a_gpu(self):
     platform = of_file_name(named("gpu"))

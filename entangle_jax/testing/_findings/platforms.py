@@ -8,17 +8,16 @@ written ``sm_90a`` by CUDA), ``...gfx942_gpu_after_optimizations.txt`` on
 ROCm. On TPU the name holds no platform word but a ``cl_NNN`` part that
 the TPU compiler writes (``module_0003.jit_f.cl_933746096.after_
 optimizations.txt``, jax 0.10.2 on a TPU v5e), and the module's layouts
-carry TPU's tiling (``f32[8]{0:T(128)}``): `of_file_name` and `is_tpu_text`
-read either. A module XLA loaded from JAX's persistent compilation cache
-is dumped as ``...after_optimizations.txt``, with no platform.
+carry TPU's tiling (``f32[8]{0:T(128)}``): `of_file_name` reads the first,
+``entangle_jax.testing._hlo.host_callbacks.is_tpu_text`` the second. A
+module XLA loaded from JAX's persistent compilation cache is dumped as
+``...after_optimizations.txt``, with no platform.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-
-from entangle_jax.testing._hlo import host_callbacks
 
 CPU_RUNTIME = "XLA:CPU"
 GPU_RUNTIME = "XLA:GPU"
@@ -80,9 +79,6 @@ CPU = Platform("cpu")
 TPU = Platform("tpu")
 """A TPU: its file name has a ``cl_NNN`` part and no platform word, or
 its text has TPU's tiled layouts."""
-
-
-is_tpu_text = host_callbacks.is_tpu_text
 
 
 def of_file_name(name: str) -> Platform | None:

@@ -79,7 +79,7 @@ def _with_host_callback_order(path: pathlib.Path, text: str) -> str:
   (`host_callbacks.complete`); as it is otherwise, or when that module is
   not beside it."""
   if not (
-    host_callbacks.has_host_transfers(text) and platforms.is_tpu_text(text)
+    host_callbacks.has_host_transfers(text) and host_callbacks.is_tpu_text(text)
   ):
     return text
   before = _before_optimizations(path)
@@ -120,7 +120,7 @@ def check_module(
     return result
   name = _MODULE_NAME.search(text[:2000])
   result.module = name.group(1) if name else name_in_path
-  if result.platform is None and platforms.is_tpu_text(text):
+  if result.platform is None and host_callbacks.is_tpu_text(text):
     result.platform = platforms.TPU
   if not text.strip():
     result.unchecked = (
