@@ -289,6 +289,14 @@ def further_programs() -> dict:
       }
     except Exception as e:  # One program's failure is a finding, not a stop.
       out[name] = {"error": f"{type(e).__name__}: {e}"[:400]}
+  # How often the entangled pair runs against its order, in 20 runs.
+  f = jax.jit(_named("tpu_entangle_pair", progs["tpu_entangle_pair"]))
+  against = 0
+  for _ in range(20):
+    sink.clear()
+    jax.block_until_ready(f(jnp.float32(1)))
+    against += sink.index("e2") < sink.index("e1")
+  out["tpu_entangle_pair"]["second_ran_first"] = f"{against}/20"
   return out
 
 

@@ -8,6 +8,7 @@ schedule agrees; TPU modules are named as such. Each ordering case has its
 racing control.
 """
 
+import io
 import json
 import pathlib
 import re
@@ -16,12 +17,12 @@ from absl.testing import absltest
 
 from entangle_jax._src.targets import sources
 from entangle_jax._src.targets.names import TPU_HOST_CALLBACK_TARGET
-from entangle_jax.testing import OrderAnalysis
+from entangle_jax.testing import OrderAnalysis, order_graph
 from entangle_jax.testing._emitters import json_report, sentences
 from entangle_jax.testing._findings import platforms
 from entangle_jax.testing._findings.records import Run
 from entangle_jax.testing._hlo import host_callbacks, parser
-from entangle_jax.testing._ways_in import module_files
+from entangle_jax.testing._ways_in import command, module_files
 
 DATA = pathlib.Path(__file__).parent / "data" / "tpu"
 SHARED = DATA / "shared"
@@ -246,6 +247,46 @@ class PlatformTest(absltest.TestCase):
       DUMPED / "module_0085.jit_tpu_entangle_pair.cpu_after_optimizations.txt"
     )
     self.assertEqual(cpu.platform, platforms.CPU)
+
+
+class WaysInTest(absltest.TestCase):
+  def test_the_command_reports_the_tpu_races(self):
+    out, err = io.StringIO(), io.StringIO()
+    status = command.main([str(SHARED)], out, err)
+    self.assertEqual(status, 1, err.getvalue())
+    text = out.getvalue()
+    self.assertIn("Note: 3 modules for TPU:", text)
+    self.assertIn(TPU_HOST_CALLBACK_TARGET, text)
+    self.assertNotIn("persistent compilation cache", text)
+    self.assertIn("3 with races", text)
+
+  def test_the_command_json_names_the_platform(self):
+    out = io.StringIO()
+    status = command.main(["--json", str(DUMPED)], out, io.StringIO())
+    self.assertEqual(status, 1)
+    report = json.loads(out.getvalue())
+    tpu = [m for m in report["modules"] if "cl_933746096" in m["path"]]
+    self.assertTrue(tpu)
+    self.assertEqual({m["platform"] for m in tpu}, {"TPU"})
+    cpu = [m for m in report["modules"] if ".cpu_" in m["path"]]
+    self.assertEqual({m["platform"] for m in cpu}, {"cpu"})  # Control.
+
+  def test_the_order_graph_draws_the_tpu_race(self):
+    racing = (
+      DUMPED
+      / "module_0075.jit_tpu_entangle_pair.cl_933746096.after_optimizations.txt"
+    )
+    graph = order_graph(racing.read_text())
+    self.assertIn(TPU_HOST_CALLBACK_TARGET, graph)
+    self.assertIn("color=red", graph)
+    # Control: the ordered chain's calls are drawn, with no race.
+    ordered = (
+      DUMPED
+      / "module_0069.jit_tpu_ordered_chain.cl_933746096.after_optimizations.txt"
+    )
+    graph = order_graph(ordered.read_text())
+    self.assertEqual(graph.count(TPU_HOST_CALLBACK_TARGET), 3)
+    self.assertNotIn("color=red", graph)
 
 
 if __name__ == "__main__":
