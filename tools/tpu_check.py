@@ -273,7 +273,7 @@ def further_programs() -> dict:
       io_callback(big, F32, jnp.full((1 << 20,), x)),
     ),
   }
-  out = {}
+  out: dict[str, dict] = {}
   for name, fn in progs.items():
     f = jax.jit(_named(name, fn))
     try:
