@@ -18,7 +18,7 @@ from absl.testing import absltest
 from entangle_jax._src.targets import sources
 from entangle_jax._src.targets.names import TPU_HOST_CALLBACK_TARGET
 from entangle_jax.testing import OrderAnalysis, order_graph
-from entangle_jax.testing._emitters import json_report, sentences
+from entangle_jax.testing._emitters import github, json_report, sarif, sentences
 from entangle_jax.testing._findings import platforms
 from entangle_jax.testing._findings.records import Run
 from entangle_jax.testing._hlo import host_callbacks, parser
@@ -237,6 +237,12 @@ class PlatformTest(absltest.TestCase):
     self.assertIn(sentences.TPU_MODEL, note)
     self.assertNotIn("persistent", note)
     json.dumps(report)  # Serialisable.
+    # SARIF and GitHub: the pairs, with the TPU note.
+    self.assertIn(TPU_HOST_CALLBACK_TARGET, sarif.render(run))
+    self.assertIn("modules for TPU", sarif.render(run))
+    annotations = github.render(run)
+    self.assertIn("::notice", annotations)
+    self.assertIn("modules for TPU", annotations)
 
   def test_a_tpu_module_without_its_file_name_is_known_by_its_text(self):
     result = check(SHARED / "hazard_compiled_as_text.txt")
