@@ -45,6 +45,7 @@ from jax.experimental import io_callback  # noqa: E402
 
 from entangle_jax import Resource, entangle, in_program_order  # noqa: E402
 from entangle_jax import testing as ej_testing  # noqa: E402
+from entangle_jax.testing._sanitize.session import format_seen  # noqa: E402
 
 K = 8
 STATE = [0.0] * K
@@ -302,7 +303,7 @@ def further_programs() -> dict:
 
 def sanitizer() -> dict:
   out = {}
-  for order in ("none", "ordered"):
+  for order in ("none", "entangle", "ipo", "ordered"):
     with ej_testing.sanitize() as seen:
       f = jax.jit(hazard(order))
       for _ in range(3):
@@ -311,6 +312,8 @@ def sanitizer() -> dict:
       "calls": len(seen.calls),
       "races": len(seen.races),
       "not_observed": list(seen.not_observed),
+      "unknown_places": seen.unknown_places,
+      "report_head": format_seen(seen).splitlines()[:4],
     }
   return out
 
