@@ -24,8 +24,12 @@ from entangle_jax.testing._analysis import gc as _gc
 from entangle_jax.testing._analysis import selectors as _selectors
 from entangle_jax.testing._analysis.ops import Op, Race, program_order_of
 from entangle_jax.testing._analysis.selectors import Selector
-from entangle_jax.testing._hlo import entry_shardings
-from entangle_jax.testing._hlo.module_text import CompiledModule, module_text
+from entangle_jax.testing._hlo import entry_shardings, host_callbacks
+from entangle_jax.testing._hlo.module_text import (
+  CompiledModule,
+  lowered_hlo_text,
+  module_text,
+)
 from entangle_jax.testing._order import access, call_graph
 from entangle_jax.testing._order.dataflow import Dataflow
 from entangle_jax.testing._order.identity import ObjectFinder
@@ -520,8 +524,24 @@ def _with_entry_shardings(compiled: CompiledModule) -> str:
   it is (`entangle_jax.testing._ways_in.module_files` completes a dumped
   module from the module before optimization)."""
   text = module_text(compiled)
+  if not isinstance(compiled, str):
+    text = _with_host_callback_order(compiled, text)
   if isinstance(compiled, str) or not entry_shardings.missing(text):
     return text
   count = len(entry_shardings.parameters(text))
   found = entry_shardings.from_compiled(compiled, count)
   return entry_shardings.complete(text, found)
+
+
+def _with_host_callback_order(compiled: CompiledModule, text: str) -> str:
+  """`text`, for a TPU module with host callbacks analysed from a
+  ``jax.stages.Lowered``, with the order that ``optimization_barrier``
+  gives them in the module before optimization, which the ``Lowered``
+  prints (`host_callbacks.complete`). A ``Compiled`` holds no such
+  module: its analysis sees the order that data gives alone."""
+  if not (
+    host_callbacks.has_host_transfers(text) and host_callbacks.is_tpu_text(text)
+  ):
+    return text
+  before = lowered_hlo_text(compiled)
+  return text if before is None else host_callbacks.complete(text, before)

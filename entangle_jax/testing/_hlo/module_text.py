@@ -67,3 +67,19 @@ def module_text(compiled: CompiledModule) -> str:
   if text is None:
     raise ValueError(f"{compiled!r} has no HLO text to analyse")
   return text
+
+
+def lowered_hlo_text(compiled: CompiledModule) -> str | None:
+  """The HLO module before optimization of a ``jax.stages.Lowered``
+  (``as_text(dialect="hlo")``); None for anything else (a ``Compiled``
+  keeps no such module) or when it cannot be printed."""
+  if isinstance(compiled, str) or "jax" not in sys.modules:
+    return None
+  import jax
+
+  if not isinstance(compiled, jax.stages.Lowered):
+    return None
+  try:
+    return compiled.as_text(dialect="hlo")
+  except Exception:  # An older or newer JAX that prints no HLO: no order.
+    return None

@@ -16,7 +16,7 @@ from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
 from entangle_jax.testing._findings import platforms
 from entangle_jax.testing._findings.from_analysis import module_result
 from entangle_jax.testing._findings.records import ModuleResult
-from entangle_jax.testing._hlo import entry_shardings, parser
+from entangle_jax.testing._hlo import entry_shardings, host_callbacks, parser
 
 OPTIMIZED = "*after_optimizations.txt"
 _MODULE_NAME = re.compile(r"HloModule\s+([^\s,]+)")
@@ -57,6 +57,35 @@ def optimized_modules(paths: Sequence[str]) -> list[pathlib.Path]:
 BEFORE_OPTIMIZATIONS = "before_optimizations.txt"
 
 
+def _before_optimizations(path: pathlib.Path) -> str | None:
+  """The text of the module before optimization that XLA dumped beside
+  the optimized module in `path` (same ``module_NNNN.`` prefix); None if
+  there is not exactly one or it cannot be read."""
+  prefix = re.match(r"module_\d+\.", path.name)
+  if prefix is None:
+    return None
+  before = list(path.parent.glob(f"{prefix.group(0)}*{BEFORE_OPTIMIZATIONS}"))
+  if len(before) != 1:
+    return None
+  try:
+    return before[0].read_text()
+  except (OSError, UnicodeDecodeError):
+    return None
+
+
+def _with_host_callback_order(path: pathlib.Path, text: str) -> str:
+  """`text`, for a TPU module with host callbacks, with the order that
+  ``optimization_barrier`` gives them in the module before optimization
+  (`host_callbacks.complete`); as it is otherwise, or when that module is
+  not beside it."""
+  if not (
+    host_callbacks.has_host_transfers(text) and host_callbacks.is_tpu_text(text)
+  ):
+    return text
+  before = _before_optimizations(path)
+  return text if before is None else host_callbacks.complete(text, before)
+
+
 def _with_entry_shardings(path: pathlib.Path, text: str) -> str:
   """`text`, with the entry parameters' shardings that jax 0.11 and newer
   leave out of the optimized module taken from the module before
@@ -65,17 +94,10 @@ def _with_entry_shardings(path: pathlib.Path, text: str) -> str:
   file is not there."""
   if not entry_shardings.missing(text):
     return text
-  prefix = re.match(r"module_\d+\.", path.name)
-  if prefix is None:
+  before = _before_optimizations(path)
+  if before is None:
     return text
-  before = list(path.parent.glob(f"{prefix.group(0)}*{BEFORE_OPTIMIZATIONS}"))
-  if len(before) != 1:
-    return text
-  try:
-    found = entry_shardings.from_text(before[0].read_text())
-  except (OSError, UnicodeDecodeError):
-    return text
-  return entry_shardings.complete(text, found)
+  return entry_shardings.complete(text, entry_shardings.from_text(before))
 
 
 def check_module(
@@ -98,13 +120,16 @@ def check_module(
     return result
   name = _MODULE_NAME.search(text[:2000])
   result.module = name.group(1) if name else name_in_path
+  if result.platform is None and host_callbacks.is_tpu_text(text):
+    result.platform = platforms.TPU
   if not text.strip():
     result.unchecked = (
       "the file is empty: XLA did not finish writing it (a process stopped "
       "while dumping), or it is not a module"
     )
     return result
-  if "custom-call" not in text:  # No native call: nothing to race.
+  native = "custom-call" in text or host_callbacks.has_host_transfers(text)
+  if not native:  # No native call: nothing to race.
     try:
       parser.check_header(text)
     except ValueError as error:
@@ -119,7 +144,7 @@ def check_module(
       )
     return result
   try:
-    text = _with_entry_shardings(path, text)
+    text = _with_host_callback_order(path, _with_entry_shardings(path, text))
     analysis = OrderAnalysis(text, declarations=declarations)
     native_calls = len(analysis.user_native_calls())
     if native_calls:
