@@ -177,6 +177,7 @@ class OrderAnalysis:
     all_ops: bool = False,
     read_targets: Iterable[str] | None = None,
     declarations: Declarations | None = None,
+    who: str = "OrderAnalysis",
   ):
     self._read_targets = _read_targets(read_targets)
     if declarations is None:
@@ -189,7 +190,7 @@ class OrderAnalysis:
     self.declarations = declarations
     """The declarations this analysis applies."""
     self._finder: ObjectFinder | None = None
-    self._shared = _parsed(_with_entry_shardings(compiled))
+    self._shared = _parsed(_with_entry_shardings(compiled, who))
     self.module, self._dataflow = self._shared.module, self._shared.dataflow
     self._all_ops = all_ops
     self._ops: dict[tuple[str, str], Op] = {}
@@ -517,13 +518,13 @@ def _empty_witness_entangles(
   return found
 
 
-def _with_entry_shardings(compiled: CompiledModule) -> str:
+def _with_entry_shardings(compiled: CompiledModule, who: str) -> str:
   """`compiled`'s optimized text, with the entry parameters' shardings
   that the optimized module of jax 0.11 and newer no longer prints taken
   from the ``Compiled`` (`entry_shardings`); text given as text is read as
   it is (`entangle_jax.testing._ways_in.module_files` completes a dumped
   module from the module before optimization)."""
-  text = module_text(compiled)
+  text = module_text(compiled, who=who)
   if not isinstance(compiled, str):
     text = _with_host_callback_order(compiled, text)
   if isinstance(compiled, str) or not entry_shardings.missing(text):
