@@ -16,10 +16,9 @@ from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
 from entangle_jax.testing._findings import platforms
 from entangle_jax.testing._findings.from_analysis import module_result
 from entangle_jax.testing._findings.records import ModuleResult
-from entangle_jax.testing._hlo import entry_shardings, host_callbacks, parser
+from entangle_jax.testing._hlo import dumped_module
 
 OPTIMIZED = "*after_optimizations.txt"
-_MODULE_NAME = re.compile(r"HloModule\s+([^\s,]+)")
 PROGRESS_EVERY = 100
 
 
@@ -73,33 +72,6 @@ def _before_optimizations(path: pathlib.Path) -> str | None:
     return None
 
 
-def _with_host_callback_order(path: pathlib.Path, text: str) -> str:
-  """`text`, for a TPU module with host callbacks, with the order that
-  ``optimization_barrier`` gives them in the module before optimization
-  (`host_callbacks.complete`); as it is otherwise, or when that module is
-  not beside it."""
-  if not (
-    host_callbacks.has_host_transfers(text) and host_callbacks.is_tpu_text(text)
-  ):
-    return text
-  before = _before_optimizations(path)
-  return text if before is None else host_callbacks.complete(text, before)
-
-
-def _with_entry_shardings(path: pathlib.Path, text: str) -> str:
-  """`text`, with the entry parameters' shardings that jax 0.11 and newer
-  leave out of the optimized module taken from the module before
-  optimization, which XLA dumps beside it with the same ``module_NNNN.``
-  prefix (`entry_shardings`); as it is when nothing is missing or the
-  file is not there."""
-  if not entry_shardings.missing(text):
-    return text
-  before = _before_optimizations(path)
-  if before is None:
-    return text
-  return entry_shardings.complete(text, entry_shardings.from_text(before))
-
-
 def check_module(
   path: pathlib.Path, declarations: Declarations
 ) -> ModuleResult:
@@ -118,33 +90,15 @@ def check_module(
   except (OSError, UnicodeDecodeError) as error:
     result.unchecked = f"cannot read it: {error}"
     return result
-  name = _MODULE_NAME.search(text[:2000])
-  result.module = name.group(1) if name else name_in_path
-  if result.platform is None and host_callbacks.is_tpu_text(text):
+  result.module = dumped_module.module_name(text) or name_in_path
+  if result.platform is None and dumped_module.is_tpu(text):
     result.platform = platforms.TPU
-  if not text.strip():
-    result.unchecked = (
-      "the file is empty: XLA did not finish writing it (a process stopped "
-      "while dumping), or it is not a module"
-    )
-    return result
-  native = "custom-call" in text or host_callbacks.has_host_transfers(text)
-  if not native:  # No native call: nothing to race.
-    try:
-      parser.check_header(text)
-    except ValueError as error:
-      result.unchecked = str(error)
-      return result
-    if "\nENTRY " not in text or not text.rstrip().endswith("}"):
-      # A file cut short (a dump interrupted, a copy gone wrong) may have
-      # lost the calls that race: no answer rather than "no race".
-      result.unchecked = (
-        "the module text is cut short (no ENTRY computation, or its last "
-        "computation never closes)"
-      )
+  if not dumped_module.has_native_calls(text):  # Nothing to race.
+    result.unchecked = dumped_module.why_unreadable(text)
     return result
   try:
-    text = _with_host_callback_order(path, _with_entry_shardings(path, text))
+    if dumped_module.needs_before(text):
+      text = dumped_module.completed(text, _before_optimizations(path))
     analysis = OrderAnalysis(text, declarations=declarations)
     native_calls = len(analysis.user_native_calls())
     if native_calls:
