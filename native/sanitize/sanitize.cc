@@ -27,20 +27,37 @@ std::array<Binding, kMaxWrapped> bindings;
 std::atomic<int> next_binding{0};
 std::atomic<bool> recording{false};
 
-// Per-thread logs: a thread appends to its own, with no lock; Drain reads
-// what each has published (count, with release/acquire ordering) and hands
-// the space back (consumed). Each log is a ring of up to a million records
-// between two drains, its chunks allocated as it first fills them.
+// Per-thread logs: a thread appends to its own. Each log holds up to a
+// million records between two drains, its chunks allocated as it first
+// fills them; Drain copies them out, starts the log again at 0 and frees
+// every chunk, so a block's memory is returned when it ends. A log's flag
+// (`busy`) is taken by its thread for each append and by Drain, so Drain
+// never frees a chunk an append is writing: uncontended, it is one atomic
+// exchange on a line only that thread touches between drains.
 constexpr int64_t kChunk = 4096;
 constexpr int64_t kMaxChunks = 256;
 constexpr int64_t kCapacity = kChunk * kMaxChunks;
 
 struct ThreadLog {
   int64_t thread = 0;
-  std::atomic<int64_t> count{0};
-  std::array<std::atomic<Record*>, kMaxChunks> chunks{};
-  std::atomic<int64_t> consumed{0};  // what Drain has read
-  std::atomic<int64_t> dropped{0};
+  std::atomic<bool> busy{false};
+  int64_t count = 0;  // records held (guarded by busy)
+  std::array<Record*, kMaxChunks> chunks{};
+  int64_t dropped = 0;
+};
+
+class Holding {
+ public:
+  explicit Holding(ThreadLog* log) : log_(log) {
+    while (log_->busy.exchange(true, std::memory_order_acquire)) {
+    }
+  }
+  ~Holding() { log_->busy.store(false, std::memory_order_release); }
+  Holding(const Holding&) = delete;
+  Holding& operator=(const Holding&) = delete;
+
+ private:
+  ThreadLog* log_;
 };
 
 std::mutex registry_mutex;
@@ -64,19 +81,16 @@ ThreadLog* MyLog() {
 
 void Append(const Record& record) {
   ThreadLog* log = MyLog();
-  const int64_t n = log->count.load(std::memory_order_relaxed);
-  if (n - log->consumed.load(std::memory_order_acquire) >= kCapacity) {
-    log->dropped.fetch_add(1, std::memory_order_relaxed);
+  Holding hold(log);
+  const int64_t n = log->count;
+  if (n >= kCapacity) {
+    ++log->dropped;
     return;
   }
-  const int64_t chunk = (n % kCapacity) / kChunk;
-  Record* records = log->chunks[chunk].load(std::memory_order_relaxed);
-  if (records == nullptr) {
-    records = new Record[kChunk];
-    log->chunks[chunk].store(records, std::memory_order_release);
-  }
+  Record*& records = log->chunks[n / kChunk];
+  if (records == nullptr) records = new Record[kChunk];
   records[n % kChunk] = record;
-  log->count.store(n + 1, std::memory_order_release);
+  log->count = n + 1;
 }
 
 bool IsSiteName(const XLA_FFI_ByteSpan* name) {
@@ -189,8 +203,9 @@ int64_t Element(const void* data, XLA_FFI_DataType dtype, int64_t i) {
   }
 }
 
-// The object operand's values and every small integer operand's, in
-// operand order, as many as a record holds.
+// The declared object operand's values; for a target declared with none,
+// every small integer operand's (words for the report only: such a call
+// may touch any object). In operand order, as many as a record holds.
 void RecordValues(const Binding& binding, const XLA_FFI_CallFrame* frame,
                   Record* record) {
   record->n_values = 0;
@@ -199,6 +214,7 @@ void RecordValues(const Binding& binding, const XLA_FFI_CallFrame* frame,
   const XLA_FFI_Args& args = frame->args;
   for (int64_t i = 0; i < args.size; ++i) {
     if (args.types[i] != XLA_FFI_ArgType_BUFFER) continue;
+    if (binding.object_operand >= 0 && i != binding.object_operand) continue;
     const auto* buffer = static_cast<const XLA_FFI_Buffer*>(args.args[i]);
     if (!IsInteger(buffer->dtype) || buffer->data == nullptr) continue;
     int64_t elements = 1;
@@ -307,15 +323,24 @@ std::vector<ThreadRecord> Drain(int64_t* dropped) {
   *dropped = 0;
   std::lock_guard<std::mutex> lock(registry_mutex);
   for (ThreadLog* log : Registry()) {
-    const int64_t count = log->count.load(std::memory_order_acquire);
-    for (int64_t n = log->consumed.load(std::memory_order_relaxed);
-         n < count; ++n) {
-      const Record* records = log->chunks[(n % kCapacity) / kChunk].load(
-          std::memory_order_acquire);
-      out.push_back(ThreadRecord{log->thread, records[n % kChunk]});
+    std::array<Record*, kMaxChunks> chunks;
+    int64_t count;
+    {
+      // Take the log's chunks and start it again; copy them out after
+      // letting go, so that its thread waits only for the swap.
+      Holding hold(log);
+      count = log->count;
+      chunks = log->chunks;
+      log->chunks.fill(nullptr);
+      log->count = 0;
+      *dropped += log->dropped;
+      log->dropped = 0;
     }
-    log->consumed.store(count, std::memory_order_release);
-    *dropped += log->dropped.exchange(0, std::memory_order_relaxed);
+    out.reserve(out.size() + static_cast<size_t>(count));
+    for (int64_t n = 0; n < count; ++n) {
+      out.push_back(ThreadRecord{log->thread, chunks[n / kChunk][n % kChunk]});
+    }
+    for (Record* records : chunks) delete[] records;
   }
   return out;
 }

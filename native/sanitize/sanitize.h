@@ -48,9 +48,10 @@ struct ThreadRecord {
   Record record;
 };
 
-// Binds the next free trampoline to `original`. `object_operand` (-1: none)
-// is an operand recorded (up to kMaxValues elements) whatever its size;
-// integer operands of at most kSmallOperand elements are recorded anyway.
+// Binds the next free trampoline to `original`. `object_operand` (-1: none
+// declared) is the one operand recorded (up to kMaxValues elements)
+// whatever its size; with none declared, integer operands of at most
+// kSmallOperand elements are recorded (for the report's words).
 // `host`: the operands are host memory (on CPU), so their values are read;
 // else no values are recorded. Returns the trampoline and its index, or
 // nullptr when all are in use.
@@ -60,7 +61,8 @@ XLA_FFI_Handler* Wrap(XLA_FFI_Handler* original, int32_t object_operand,
 // Starts or stops recording (the trampolines stay registered either way).
 void SetRecording(bool on);
 
-// The records made since the last Drain, in no particular order.
+// The records made since the last Drain, in no particular order. Each
+// log starts again empty and its memory is freed.
 std::vector<ThreadRecord> Drain(int64_t* dropped);
 
 // The steady clock the records use, in nanoseconds.

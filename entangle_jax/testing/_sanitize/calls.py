@@ -1,17 +1,24 @@
 """The sanitizer's records as data: `SanitizedCall`, and the objects a
 call touches.
 
-A call touches the objects its declaration names (`entangle_jax._src.
-targets`): the values of its object operand, or the whole library when it
-names none; a ``"none"`` target touches nothing. A target nobody declared
-touches the value of every integer operand of up to 8 elements, and writes
-them. An object is a value within the family (the top-level package) that
-registered the target: a klujax handle is never an example store slot.
+What a call touches follows the static check's policy (the declarations,
+`entangle_jax._src.targets`, read as `_order/access.accesses_of` reads
+them, and the one conflict rule, `entangle_jax._src.conflict_rule`):
 
-A host callback (``io_callback``, ``pure_callback``, ``jax.debug.callback``)
-declares nothing: like an undeclared call it may write anything, and
-anything it touches is Python state, one object for every host callback
-(`HOST`): any two host callbacks conflict.
+* a declared call touches the values its object operand held, each one
+  object; a ``"none"`` target touches nothing;
+* a call the static check cannot tie to one object may touch any object
+  (`SanitizedObject` with no value): a target nobody declared, one
+  declared with no object operand (the whole library), a declared object
+  operand whose values were not recorded (not an integer array, or not
+  host memory), or more values than a record holds (`truncated`);
+* a host callback JAX declares pure (``pure_callback``) touches nothing;
+  any other host callback (``io_callback``, ``jax.debug.callback``) may
+  write anything, Python state included.
+
+An object is a value: the package that registered a target names it in
+words only, so two packages' calls on one slot are calls on one object,
+as the static check sees them.
 """
 
 from __future__ import annotations
@@ -28,8 +35,9 @@ from entangle_jax.testing._sanitize import wrapping
 HOST_FAMILY = "host callbacks"
 """The family of the one object every host callback touches."""
 
-SMALL_OPERAND = 8
-"""Integer operands of at most this many elements are recorded whole."""
+MAX_VALUES = 16
+"""The most operand values one record holds (native/sanitize's
+``kMaxValues``); a call with more is `SanitizedCall.truncated`."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,18 +45,27 @@ class SanitizedObject:
   """One object as the run named it.
 
   Attributes:
-    family: the package that registered the targets.
-    value: the operand value that names it; None for the whole library.
+    family: the package that registered the target (words only: objects
+      are compared by value).
+    value: the operand value that names it; None for "any object" (a call
+      that may touch anything, see the module).
+    why: for "any object", why the call may touch anything.
   """
 
-  family: str
+  family: str = dataclasses.field(compare=False)
   value: int | None
+  why: str = dataclasses.field(default="", compare=False)
+
+  @property
+  def anything(self) -> bool:
+    """Whether this stands for any object."""
+    return self.value is None
 
   def __str__(self) -> str:
     if self.family == HOST_FAMILY:
       return "Python state (host callbacks may touch anything)"
     if self.value is None:
-      return f"{self.family} (the whole library)"
+      return f"any object ({self.family}: {self.why or 'the whole library'})"
     shown = self.value if -(2**31) <= self.value < 2**31 else hex(self.value)
     return f"{self.family} object {shown}"
 
@@ -121,31 +138,44 @@ class Touch:
 
 
 def touches(call: SanitizedCall, declarations: Declarations) -> Touch:
-  """The objects `call` touches, and how."""
+  """The objects `call` touches, and how (see the module)."""
   if call.family == HOST_FAMILY:
+    if call.site is not None and call.site.pure:
+      return Touch("none", (), None)
     return Touch("write", (SanitizedObject(HOST_FAMILY, None),), None)
   declaration = declarations.for_target(call.target)
   if declaration is None:
-    values = [v for _, vs in call.operands for v in vs]
-    objects = tuple(
-      SanitizedObject(call.family, v) for v in dict.fromkeys(values)
-    )
-    return Touch("write", objects, None)
+    why = "a target nobody declared may write anything"
+    return Touch("write", (SanitizedObject(call.family, None, why),), None, why)
   if declaration.mode == "none":
     return Touch("none", (), declaration)
   if declaration.object is None:
-    return Touch(
-      declaration.mode, (SanitizedObject(call.family, None),), declaration
-    )
-  values = call.values_of(declaration.object)
-  if values is None:
+    why = "declared with no object operand: the whole library"
     return Touch(
       declaration.mode,
-      (),
+      (SanitizedObject(call.family, None, why),),
       declaration,
-      f"its object operand {declaration.object} was not recorded (not an "
-      f"integer array, or not read on this platform)",
     )
+  values = call.values_of(declaration.object)
+  why = None
+  if call.truncated:
+    why = (
+      f"its operands held more than {MAX_VALUES} values, more than a "
+      "record holds: taken as touching any object"
+    )
+  elif values is None:
+    why = (
+      f"its object operand {declaration.object} was not recorded (not an "
+      "integer array, or not host memory): taken as touching any object"
+    )
+  if why is not None:
+    return Touch(
+      declaration.mode,
+      (SanitizedObject(call.family, None, why),),
+      declaration,
+      why,
+    )
+  assert values is not None
   objects = tuple(
     SanitizedObject(call.family, v) for v in dict.fromkeys(values)
   )
