@@ -469,10 +469,14 @@ def contradictions(
       )
   for run in _executions(list(found)).values():
     for obj, calls in _by_object({c: found[c] for c in run}).items():
-      if obj.value is None:
-        continue
-      for a, b in itertools.combinations(calls, 2):
-        if a.site is b.site or not _writes(found, a, b):
+      # One call of each place stands for the place: what is checked
+      # depends on the two places, not on which of their calls.
+      first_of: dict[sites.CallSite, SanitizedCall] = {}
+      for call in calls:
+        assert call.site is not None
+        first_of.setdefault(call.site, call)
+      for a, b in itertools.combinations(first_of.values(), 2):
+        if not _writes(found, a, b):
           continue
         pair = declarations.safe(a.target, b.target)
         if pair is not None:
