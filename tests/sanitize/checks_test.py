@@ -139,8 +139,7 @@ class TouchTest(absltest.TestCase):
     self.assertEqual(_races(*calls), ([], []))
     # Control: the same two as io_callbacks (side-effecting) race.
     effects = [
-      _site(k, (), module, target="xla_ffi_python_cpu_callback")
-      for k in (0, 1)
+      _site(k, (), module, target="xla_ffi_python_cpu_callback") for k in (0, 1)
     ]
     calls = [
       _call("cb", 0, 10, None, site=s, family=HOST_FAMILY, function="f")

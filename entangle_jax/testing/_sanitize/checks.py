@@ -413,8 +413,9 @@ def host_runs(calls: list[SanitizedCall]) -> list[SanitizedCall]:
   """`calls` with each host callback of a loop or a branch (whose run id
   its recorder could not know) placed in an execution where the records
   leave one choice: its module ran once (its places outside every loop
-  and branch, native or host, ran in one execution). The others keep
-  `callbacks.UNKNOWN_RUN`: not compared for order, and counted."""
+  and branch, native or host, the sanitizer's anchor included, ran in one
+  execution). The others keep `callbacks.UNKNOWN_RUN`: not compared for
+  order, and counted. The anchor's own calls are left out."""
   host: dict[int, set[int]] = defaultdict(set)
   native: dict[int, set[int]] = defaultdict(set)
   for call in calls:
@@ -435,7 +436,8 @@ def host_runs(calls: list[SanitizedCall]) -> list[SanitizedCall]:
         # branch ran, else the native calls'.
         one = next(iter(ids)) if ids else next(iter(others))
         call = dataclasses.replace(call, run_id=one)
-    out.append(call)
+    if call.function != sites.ANCHOR:  # It only counted executions.
+      out.append(call)
   return out
 
 

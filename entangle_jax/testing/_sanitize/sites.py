@@ -74,6 +74,10 @@ class SanitizedModule:
   """Its host callbacks' places, by their index in the callbacks XLA is
   given with the module."""
   executable: Any = None
+  anchor: CallSite | None = None
+  """A host callback the sanitizer added (`ANCHOR`), outside every loop
+  and branch, whose calls count the module's executions: added where the
+  module's own host callbacks are all in loops or branches."""
 
   def text(self) -> str | None:
     """The optimized HLO text, while the executable is alive."""
@@ -168,6 +172,8 @@ def _make_compile(original):
       recorded = list(given)
       for index, site in module.callbacks.items():
         recorded[index] = callbacks.recorder(recorded[index], site)
+      if module.anchor is not None:
+        recorded.append(callbacks.recorder(_count, module.anchor))
       args, kwargs = _with_host_callbacks(args, kwargs, recorded)
     executable = original(backend, computation, *args, **kwargs)
     if module is not None:
@@ -224,6 +230,12 @@ def annotate(
       return None
     walker = _Walker(ir, computation, functions, module, host_callbacks)
     walker.function(main, context=())
+    try:
+      _add_anchor(
+        ir, computation, main, module, host_callbacks, walker.callback_ops
+      )
+    except Exception:  # Never break a compile: no anchor then.
+      module.anchor = None
     if not module.sites and not module.not_observed:
       return None
     with _lock:
@@ -250,6 +262,8 @@ class _Walker:
     self.visited: set[str] = set()
     self.copies = itertools.count()
     self.constructs = itertools.count()
+    self.callback_ops: dict[int, Any] = {}
+    """Each host callback's custom call, by its site's number."""
 
   def function(self, func, *, context: tuple[Frame, ...]) -> None:
     self.visited.add(self.ir.StringAttr(func.attributes["sym_name"]).value)
@@ -368,7 +382,72 @@ class _Walker:
     )
     self.module.sites.append(site)
     self.module.callbacks[index] = site
+    self.callback_ops[site.number] = op
     return True
+
+
+ANCHOR = "(entangle_jax sanitizer: counts executions)"
+"""The function name of the host callback `_add_anchor` adds."""
+
+
+def _count(*args: Any) -> tuple:
+  """The anchor's Python side: does nothing (its recorder counts)."""
+  return ()
+
+
+def _add_anchor(
+  ir, computation, main, module: SanitizedModule, host_callbacks, callback_ops
+) -> None:
+  """Adds a host callback that takes and returns nothing, at the top of
+  `main`, whose calls count the module's executions, where every host
+  callback of the module is in a loop or a branch (so nothing else says
+  which execution their calls ran in). On one device of a CPU only (a
+  module of one partition): elsewhere the module is left as it is."""
+  own = list(module.callbacks.values())
+  if host_callbacks is None or not own or any(not s.context for s in own):
+    return
+  if module.platform.lower() not in ("host", "cpu"):
+    return
+  attributes = computation.operation.attributes
+  partitions = attributes.get("mhlo.num_partitions")
+  if partitions is not None and ir.IntegerAttr(partitions).value != 1:
+    return
+  template = callback_ops.get(own[0].number)
+  if template is None:
+    return
+  index = len(host_callbacks)
+  entries = {}
+  for item in list(template.attributes):
+    name = getattr(item, "name", item)  # Older bindings: NamedAttribute.
+    if name in ("sdy.sharding", "mhlo.sharding", "mhlo.frontend_attributes"):
+      continue
+    entries[name] = template.attributes[name]
+  key = _typed_ffi_config(ir, template.attributes)
+  if key is None:
+    return
+  config = {}
+  old = ir.DictAttr(template.attributes[key])
+  for k in range(len(old)):
+    config[old[k].name] = old[k].attr
+  config["index"] = ir.IntegerAttr.get(ir.IntegerType.get_unsigned(64), index)
+  entries[key] = ir.DictAttr.get(config)
+  entries["operand_layouts"] = ir.ArrayAttr.get([])
+  entries["result_layouts"] = ir.ArrayAttr.get([])
+  block = main.regions[0].blocks[0]
+  with ir.Location.unknown(), ir.InsertionPoint.at_block_begin(block):
+    ir.Operation.create(
+      "stablehlo.custom_call", results=[], operands=[], attributes=entries
+    )
+  module.anchor = CallSite(
+    next(_numbers),
+    module,
+    -1,
+    own[0].target,
+    False,
+    False,
+    ANCHOR,
+    pure=True,
+  )
 
 
 def _loop_branch(context: tuple[Frame, ...]) -> tuple[bool, bool]:

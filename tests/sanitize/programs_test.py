@@ -1,0 +1,231 @@
+"""The sanitizer on real programs that used to give false races or silent
+misses, each beside its control; in a fresh interpreter, where the
+example store registers after the sanitizer started."""
+
+import json
+import tempfile
+import textwrap
+
+from absl.testing import absltest
+
+from tests import test_util
+
+PROGRAMS = textwrap.dedent(
+  """
+  import json, sys, time
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  from jax import lax
+  from jax.experimental import io_callback
+  from entangle_jax import entangle, testing
+
+  with testing.sanitize():
+    from entangle_jax.testing import example_store as store
+
+  def alternating(t0):
+    def body(i, t):
+      return lax.cond(
+        i % 2 == 0,
+        lambda t: store.write_slot(t, 1.0),
+        lambda t: store.write_slot(t, 2.0),
+        t,
+      )
+    return lax.fori_loop(0, 8, body, store.write_slot(t0, 0.0))
+
+  def once_then_each(t0):
+    def body(i, t):
+      t = lax.cond(i == 3, lambda t: store.write_slot(t, 1.0), lambda t: t, t)
+      return store.write_slot(t, 2.0)
+    return lax.fori_loop(0, 8, body, store.write_slot(t0, 0.0))
+
+  def slow(x):
+    time.sleep(0.003)
+    return np.sin(x)
+
+  def quick(x):
+    return np.float32(x)
+
+  def show(x):
+    return np.float32(0.0)
+
+  def pure_pair(x):
+    shape = jax.ShapeDtypeStruct((), jnp.float32)
+    a = jax.pure_callback(slow, shape, x)
+    b = jax.pure_callback(quick, shape, x)
+    c = jax.pure_callback(show, shape, x)
+    return a + b + c
+
+  def io_pair(x):
+    shape = jax.ShapeDtypeStruct((), jnp.float32)
+    a = io_callback(slow, shape, x)
+    b = io_callback(quick, shape, x)
+    jax.debug.callback(show, x)
+    return a + b
+
+  log = []
+
+  def put(i, v):
+    log.append((int(i), float(v)))
+
+  def in_loop(ordered):
+    def run(x):
+      def body(i, x):
+        io_callback(put, None, i, x, ordered=ordered)
+        jax.debug.callback(put, i, -x)
+        return x + 1
+      return lax.fori_loop(0, 5, body, x)
+    return run
+
+  def summary(seen, **more):
+    return {
+      "calls": len(seen.calls),
+      "races": len(seen.races),
+      "kinds": sorted({r.kind for r in seen.races}),
+      "unpaired": sum(u.calls for u in seen.unpaired),
+      "unknown_runs": seen.unknown_runs,
+      "report": seen.report(file=sys.stderr),
+      **more,
+    }
+
+  out = {}
+  for f in (alternating, once_then_each):
+    with testing.sanitize() as seen:
+      jax.block_until_ready(jax.jit(f)(jnp.int32(3)))
+    out[f.__name__] = summary(seen)
+  for f in (pure_pair, io_pair):
+    with testing.sanitize() as seen:
+      g = jax.jit(f)
+      for _ in range(5):
+        g(jnp.float32(1.0)).block_until_ready()
+    out[f.__name__] = summary(seen)
+  for runs in (1, 2):
+    with testing.sanitize() as seen:
+      g = jax.jit(in_loop(False))
+      for _ in range(runs):
+        jax.block_until_ready(g(jnp.float32(1.0)))
+    out[f"loop_runs_{runs}"] = summary(seen)
+  print(json.dumps(out))
+  """
+)
+
+
+class ProgramsTest(absltest.TestCase):
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    run = test_util.run_python(PROGRAMS, timeout=300)
+    assert run.returncode == 0, run.stderr[-4000:]
+    cls.out = json.loads(run.stdout.strip().splitlines()[-1])
+
+  def test_a_cond_in_a_loop_gives_no_false_race(self):
+    # Both branches of one cond, one an iteration: never paired.
+    alternating = self.out["alternating"]
+    self.assertEqual(alternating["calls"], 9)
+    self.assertEqual(alternating["races"], 0, alternating["report"])
+    self.assertEqual(alternating["unpaired"], 0)
+    # A branch that ran one iteration of 8, then a write each iteration:
+    # which iteration it ran in is not recorded, and the report says so
+    # rather than pairing it with the first write of the body.
+    once = self.out["once_then_each"]
+    self.assertEqual(once["calls"], 10)
+    self.assertEqual(once["races"], 0, once["report"])
+    self.assertEqual(once["unpaired"], 9)
+    self.assertIn("not compared for order", once["report"])
+
+  def test_pure_callbacks_do_not_race_and_io_callbacks_do(self):
+    pure, io = self.out["pure_pair"], self.out["io_pair"]
+    self.assertEqual(pure["calls"], 15)
+    self.assertEqual(pure["races"], 0, pure["report"])
+    # The control: the same functions as unordered io_callbacks and a
+    # debug callback, which may write anything, race (they overlap or run
+    # out of order).
+    self.assertEqual(io["calls"], 15)
+    self.assertGreater(io["races"], 0, io["report"])
+
+  def test_host_callbacks_in_a_loop_are_compared(self):
+    once = self.out["loop_runs_1"]
+    # Five iterations, two callbacks each, all placed in the one
+    # execution (the sanitizer's anchor counted it) and compared.
+    self.assertEqual(once["calls"], 10)
+    self.assertEqual(once["unknown_runs"], 0, once["report"])
+    self.assertEqual(once["unpaired"], 0)
+    # The control: run twice, which execution each loop call ran in is
+    # not recorded, and the report says so instead of guessing.
+    twice = self.out["loop_runs_2"]
+    self.assertEqual(twice["calls"], 20)
+    self.assertEqual(twice["unknown_runs"], 20)
+    self.assertIn(
+      "not recorded, so their order was not checked", twice["report"]
+    )
+
+
+NOT_OBSERVED = textwrap.dedent(
+  """
+  import sys
+  import jax
+  from entangle_jax import testing
+  if sys.argv[1] == "before":
+    from entangle_jax.testing import example_store as store
+  with testing.sanitize():
+    from entangle_jax.testing import example_store as store
+  with testing.sanitize() as seen:
+    jax.block_until_ready(jax.jit(lambda s: store.write_slot(s, 1.0))(3))
+  print(seen.report(file=sys.stderr).splitlines()[0])
+  """
+)
+
+
+class NotObservedTest(absltest.TestCase):
+  def test_the_headline_says_a_called_target_was_not_observed(self):
+    run = test_util.run_python(NOT_OBSERVED, "before", timeout=300)
+    self.assertEqual(run.returncode, 0, run.stderr[-3000:])
+    self.assertIn("0 calls", run.stdout)
+    self.assertIn("1 called targets NOT OBSERVED", run.stdout)
+    # The control: imported inside the block, it is observed.
+    run = test_util.run_python(NOT_OBSERVED, "after", timeout=300)
+    self.assertEqual(run.returncode, 0, run.stderr[-3000:])
+    self.assertIn("1 calls", run.stdout)
+    self.assertNotIn("NOT OBSERVED", run.stdout)
+
+
+SUITE = textwrap.dedent(
+  """
+  import jax
+  from entangle_jax.testing import example_store as store
+
+  def test_write():
+    jax.block_until_ready(jax.jit(lambda s: store.write_slot(s, 1.0))(3))
+  """
+)
+
+
+class StrictPluginTest(absltest.TestCase):
+  def run_suite(self, conftest: str, *args):
+    folder = tempfile.TemporaryDirectory()
+    self.addCleanup(folder.cleanup)
+    with open(f"{folder.name}/test_store.py", "w") as f:
+      f.write(SUITE)
+    with open(f"{folder.name}/conftest.py", "w") as f:
+      f.write(conftest)
+    tmp = tempfile.TemporaryDirectory()
+    self.addCleanup(tmp.cleanup)
+    return test_util.pytest_run(folder.name, *args, TMPDIR=tmp.name)
+
+  def test_a_target_imported_in_a_conftest_is_reported_and_fails_strict(self):
+    early = "from entangle_jax.testing import example_store  # noqa\n"
+    run = self.run_suite(early, "--entangle-sanitize", "-rA")
+    self.assertEqual(run.returncode, 0, run.stdout[-3000:])
+    self.assertIn("entangle-jax sanitizer: not observed", run.stdout)
+    self.assertIn("test_store.py::test_write", run.stdout)
+    strict = self.run_suite(early, "--entangle-sanitize=strict", "-rA")
+    self.assertEqual(strict.returncode, 1, strict.stdout[-3000:])
+    self.assertIn("FAILED test_store.py::test_write", strict.stdout)
+    # The control: imported by the test module, it is observed.
+    late = self.run_suite("", "--entangle-sanitize=strict", "-rA")
+    self.assertEqual(late.returncode, 0, late.stdout[-3000:])
+    self.assertNotIn("not observed", late.stdout)
+
+
+if __name__ == "__main__":
+  absltest.main()
