@@ -202,7 +202,15 @@ class HostRunsTest(absltest.TestCase):
     inside = _site(1, (LOOP,), module, target="cb")
     calls = [
       _call("cb", 0, 1, None, site=outside, run_id=-1, function="f"),
-      _call("cb", 2, 3, None, site=inside, run_id=callbacks.UNKNOWN_RUN),
+      _call(
+        "cb",
+        2,
+        3,
+        None,
+        site=inside,
+        run_id=callbacks.UNKNOWN_RUN,
+        function="g",
+      ),
     ]
     placed = checks.host_runs(calls)
     self.assertEqual([c.run_id for c in placed], [-1, -1])

@@ -56,6 +56,9 @@ class SanitizedObject:
   value: int | None
   why: str = dataclasses.field(default="", compare=False)
 
+  def __hash__(self) -> int:
+    return hash(self.value)  # As equality: by value alone.
+
   @property
   def anything(self) -> bool:
     """Whether this stands for any object."""
@@ -70,7 +73,7 @@ class SanitizedObject:
     return f"{self.family} object {shown}"
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+@dataclasses.dataclass(eq=False, slots=True)
 class SanitizedCall:
   """One native call as it ran under the sanitizer.
 
@@ -182,45 +185,119 @@ def touches(call: SanitizedCall, declarations: Declarations) -> Touch:
   return Touch(declaration.mode, objects, declaration)
 
 
-def from_records(records: list[tuple]) -> list[SanitizedCall]:
-  """`SanitizedCall` records from the native drain's tuples (see
-  native/sanitize/module.cc)."""
-  found = []
-  for (
-    thread,
-    start,
-    end,
-    site,
-    run_id,
-    index,
-    failed,
-    truncated,
-    operands,
-    values,
-  ) in records:
-    target = wrapping.target_of(index)
-    if target is None:
-      continue
+_FIELDS = (
+  ("thread", "<i8"),
+  ("start_ns", "<i8"),
+  ("end_ns", "<i8"),
+  ("site", "<i8"),
+  ("run_id", "<i8"),
+  ("wrapped", "<i4"),
+  ("failed", "<i4"),
+  ("n_values", "<i4"),
+  ("truncated", "<i4"),
+)
+
+
+def _record_dtype(layout: dict):
+  import numpy as np
+
+  m = layout["max_values"]
+  fields = [*_FIELDS, ("operand", ("u1", (m,))), ("values", ("<i8", (m,)))]
+  return np.dtype(
+    {
+      "names": [n for n, _ in fields],
+      "formats": [f for _, f in fields],
+      "offsets": [layout[n] for n, _ in fields],
+      "itemsize": layout["itemsize"],
+    }
+  )
+
+
+def from_records(raw: bytes, layout: dict) -> list[SanitizedCall]:
+  """`SanitizedCall` records, in order of start, from the native drain's
+  packed records (see native/sanitize/module.cc): read as columns, each
+  distinct site, target and operand tuple made once."""
+  import numpy as np
+
+  dtype = _record_dtype(layout)
+  records = np.frombuffer(raw, dtype=dtype)
+  if not len(records):
+    return []
+  # Columns first (taking whole structs in a new order is slow), then each
+  # column in order of start.
+  order = np.lexsort((records["end_ns"], records["start_ns"]))
+  column = {name: records[name][order] for name, _ in _FIELDS}
+  n_values = column["n_values"]
+  operands: list = [()] * len(order)
+  ones = np.flatnonzero(n_values == 1)
+  if len(ones):
+    # One tuple per distinct (operand, value), spread to its records.
+    rows = order[ones]
+    ops = records["operand"][rows, 0].astype(np.int64)
+    values = records["values"][rows, 0]
+    if (ops == ops[0]).all():
+      uniq, at = np.unique(values, return_inverse=True)
+      distinct = np.stack([np.full(len(uniq), ops[0], np.int64), uniq], 1)
+    else:
+      pairs = np.stack([ops, values], axis=1)
+      distinct, at = np.unique(pairs, axis=0, return_inverse=True)
+    made = np.empty(len(distinct), dtype=object)
+    made[:] = [((op, (value,)),) for op, value in distinct.tolist()]
+    if len(ones) == len(order):
+      operands = made[at.reshape(-1)].tolist()
+    else:
+      for k, found in zip(
+        ones.tolist(), made[at.reshape(-1)].tolist(), strict=True
+      ):
+        operands[k] = found
+  for k in np.flatnonzero(n_values > 1).tolist():
+    n = int(n_values[k])
+    row = int(order[k])
     grouped: dict[int, list[int]] = {}
-    for operand, value in zip(operands, values, strict=True):
-      grouped.setdefault(operand, []).append(value)
-    found.append(
-      SanitizedCall(
-        target.name,
-        target.platform,
-        target.family,
-        thread,
-        start,
-        end,
-        run_id,
-        _sites.site(site) if site >= 0 else None,
-        tuple((k, tuple(v)) for k, v in grouped.items()),
-        failed,
-        truncated,
-      )
+    for op, value in zip(
+      records["operand"][row, :n].tolist(),
+      records["values"][row, :n].tolist(),
+      strict=True,
+    ):
+      grouped.setdefault(op, []).append(value)
+    operands[k] = tuple((o, tuple(v)) for o, v in grouped.items())
+  # Each column made at once: objects of each distinct site and target,
+  # spread by numpy, then one call made per record by map.
+  wrapped, index = np.unique(column["wrapped"], return_inverse=True)
+  targets = [wrapping.target_of(w) for w in wrapped.tolist()]
+  keep = np.array([t is not None for t in targets], dtype=bool)[index]
+  if not keep.all():
+    column = {name: c[keep] for name, c in column.items()}
+    index = index[keep]
+    operands = [o for o, k in zip(operands, keep.tolist(), strict=True) if k]
+  if not len(index):
+    return []
+
+  def spread(values: list, at) -> list:
+    column = np.empty(len(values), dtype=object)
+    column[:] = values
+    return column[at].tolist()
+
+  numbers, at_site = np.unique(column["site"], return_inverse=True)
+  site_column = spread(
+    [_sites.site(n) if n >= 0 else None for n in numbers.tolist()], at_site
+  )
+  return list(
+    map(
+      SanitizedCall,
+      spread([t.name if t else "" for t in targets], index),
+      spread([t.platform if t else "" for t in targets], index),
+      spread([t.family if t else "" for t in targets], index),
+      column["thread"].tolist(),
+      column["start_ns"].tolist(),
+      column["end_ns"].tolist(),
+      column["run_id"].tolist(),
+      site_column,
+      operands,
+      (column["failed"] != 0).tolist(),
+      (column["truncated"] != 0).tolist(),
     )
-  found.sort(key=lambda c: (c.start_ns, c.end_ns))
-  return found
+  )
 
 
 def from_callbacks(records: list[tuple]) -> list[SanitizedCall]:

@@ -22,7 +22,6 @@
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import itertools
 from collections import defaultdict
@@ -126,13 +125,7 @@ def touched(
   cache: dict[tuple, Touch] = {}
   out: dict[SanitizedCall, Touch] = {}
   for c in calls:
-    key = (
-      c.target,
-      c.family,
-      c.operands,
-      c.truncated,
-      c.site.pure if c.site is not None else False,
-    )
+    key = (c.target, c.family, c.operands, c.truncated, c.site)
     found = cache.get(key)
     if found is None:
       found = cache[key] = touches(c, declarations)
@@ -163,22 +156,30 @@ def overlaps(found: dict[SanitizedCall, Touch]) -> Iterator[SanitizerRace]:
   """Pairs on one object, one writing, that ran at the same time: one
   sweep over the calls in order of start (O(n log n), and the pairs that
   overlap in time)."""
-  ordered = sorted(
-    (c for c, t in found.items() if t.objects), key=lambda c: c.start_ns
-  )
+  ordered = [c for c, t in found.items() if t.objects]
+  ordered.sort(key=_start)  # Linear when they come sorted, as they do.
   active: list[SanitizedCall] = []
   for b in ordered:
-    active = [a for a in active if a.end_ns > b.start_ns]
+    start = b.start_ns
+    if len(active) == 1:
+      if active[0].end_ns <= start:
+        active[0] = b
+        continue
+    elif active:
+      active = [a for a in active if a.end_ns > start]
+    touch = found[b]
     for a in active:
-      for obj in _conflicts(found[a], found[b]):
+      for obj in _conflicts(found[a], touch):
         yield SanitizerRace(OVERLAP, a, b, obj)
     active.append(b)
 
 
-def _execution(call: SanitizedCall) -> tuple[int, int] | None:
-  if call.site is None or call.run_id == callbacks.UNKNOWN_RUN:
-    return None
-  return (call.site.module.serial, call.run_id)
+def executions(
+  found: dict[SanitizedCall, Touch],
+) -> dict[tuple[int, int], list[SanitizedCall]]:
+  """The calls that touch something, with a known place and execution,
+  by execution (module, run id)."""
+  return _executions(c for c, t in found.items() if t.objects)
 
 
 def _executions(
@@ -187,10 +188,11 @@ def _executions(
   """The calls with a known place and execution, by execution (module,
   run id)."""
   runs: dict[tuple[int, int], list[SanitizedCall]] = defaultdict(list)
+  unknown = callbacks.UNKNOWN_RUN
   for call in calls:
-    key = _execution(call)
-    if key is not None:
-      runs[key].append(call)
+    site = call.site
+    if site is not None and call.run_id != unknown:
+      runs[(site.module.serial, call.run_id)].append(call)
   return runs
 
 
@@ -300,8 +302,9 @@ def _site_pairs(
   by_object: dict[SanitizedObject, set[sites.CallSite]] = defaultdict(set)
   anything: set[sites.CallSite] = set()
   for site, calls in at.items():
-    for call in calls:
-      for obj in found[call].objects:
+    distinct = {id(t): t for t in map(found.__getitem__, calls)}
+    for touch in distinct.values():
+      for obj in touch.objects:
         (anything if obj.anything else by_object[obj]).add(site)
   groups = [*by_object.values()]
   out: set[tuple[sites.CallSite, sites.CallSite]] = set()
@@ -321,19 +324,24 @@ def _position(site: sites.CallSite) -> int:
 
 
 def out_of_order(
-  found: dict[SanitizedCall, Touch], unpaired: list[Unpaired] | None = None
+  found: dict[SanitizedCall, Touch],
+  unpaired: list[Unpaired] | None = None,
+  runs: dict[tuple[int, int], list[SanitizedCall]] | None = None,
 ) -> Iterator[SanitizerRace]:
   """Pairs on one object, one writing, that in one execution ran in
   another order than the program's, paired by `pairing`; the pairs of
   places it could not pair go to `unpaired` (one each, calls summed)."""
   left: dict[tuple[int, int], list] = {}
-  for run in _executions(c for c, t in found.items() if t.objects).values():
+  if runs is None:
+    runs = _executions(c for c, t in found.items() if t.objects)
+  for run in runs.values():
     at: dict[sites.CallSite, list[SanitizedCall]] = defaultdict(list)
     for call in run:
-      assert call.site is not None
-      at[call.site].append(call)
+      at[call.site].append(call)  # type: ignore[index]
+    if len(at) < 2:
+      continue
     for calls in at.values():
-      calls.sort(key=lambda c: c.start_ns)
+      calls.sort(key=_start)
     for p, q in sorted(
       _site_pairs(at, found), key=lambda s: (s[0].position, s[1].position)
     ):
@@ -354,19 +362,29 @@ def out_of_order(
     unpaired.extend(Unpaired(p, q, why, n) for p, q, why, n in left.values())
 
 
-def interleaved(found: dict[SanitizedCall, Touch]) -> Iterator[SanitizerRace]:
+def interleaved(
+  found: dict[SanitizedCall, Touch],
+  runs: dict[tuple[int, int], list[SanitizedCall]] | None = None,
+) -> Iterator[SanitizerRace]:
   """Writes of another execution that ran between two calls of one
   execution on one object, with neither of them overlapping it (those
   are overlaps). Executions that ran one after the other, or whose calls
-  on the object did not interleave, give none. Per object: its calls in
-  order of start, and for each execution's consecutive calls a binary
-  search for what started in the gap (O(n log n) and what it finds)."""
+  on the object did not interleave, give none. Per object, one sweep over
+  its calls in order of start: between two calls of one execution that
+  are not next to each other in that order, the calls in between are
+  looked at (O(n log n), and what lies in between)."""
+  if runs is None:
+    runs = _executions(c for c, t in found.items() if t.objects)
+  if len(runs) < 2:
+    return
+  key_of: dict[SanitizedCall, tuple[int, int]] = {}
+  for key, run in runs.items():
+    for call in run:
+      key_of[call] = key
   by_object: dict[SanitizedObject, list[SanitizedCall]] = defaultdict(list)
   anything: list[SanitizedCall] = []
-  for call, touch in found.items():
-    if _execution(call) is None:
-      continue
-    for obj in touch.objects:
+  for call in key_of:
+    for obj in found[call].objects:
       (anything if obj.anything else by_object[obj]).append(call)
   if anything:
     if not by_object:
@@ -374,38 +392,46 @@ def interleaved(found: dict[SanitizedCall, Touch]) -> Iterator[SanitizerRace]:
     for calls in by_object.values():
       calls.extend(anything)
   for obj, calls in by_object.items():
-    calls = sorted(set(calls), key=lambda c: c.start_ns)
-    starts = [c.start_ns for c in calls]
-    runs: dict[tuple[int, int], list[SanitizedCall]] = defaultdict(list)
-    for call in calls:
-      key = _execution(call)
-      assert key is not None
-      runs[key].append(call)
-    for key, own in runs.items():
-      for a, b in itertools.pairwise(own):
-        if b.start_ns < a.end_ns:
+    calls = sorted(set(calls) if anything else calls, key=_start)
+    last: dict[tuple[int, int], int] = {}
+    for j, b in enumerate(calls):
+      key = key_of[b]
+      i = last.get(key)
+      last[key] = j
+      if i is None or j - i < 2:
+        continue
+      a = calls[i]
+      if b.start_ns < a.end_ns:
+        continue
+      for w in calls[i + 1 : j]:
+        if w.start_ns < a.end_ns or w.end_ns > b.start_ns:
           continue
-        i = bisect.bisect_left(starts, a.end_ns)
-        j = bisect.bisect_left(starts, b.start_ns)
-        for w in calls[i:j]:
-          if w.end_ns > b.start_ns or _execution(w) == key:
-            continue
-          tw = found[w]
-          if tw.mode != "write":
-            continue
-          if _conflicts(found[a], tw) or _conflicts(tw, found[b]):
-            yield SanitizerRace(INTERLEAVED, a, w, obj, then=b)
+        if key_of[w] == key:
+          continue
+        tw = found[w]
+        if tw.mode != "write":
+          continue
+        if _conflicts(found[a], tw) or _conflicts(tw, found[b]):
+          yield SanitizerRace(INTERLEAVED, a, w, obj, then=b)
+
+
+def _start(call: SanitizedCall) -> int:
+  return call.start_ns
 
 
 def races(
-  found: dict[SanitizedCall, Touch], unpaired: list[Unpaired] | None = None
+  found: dict[SanitizedCall, Touch],
+  unpaired: list[Unpaired] | None = None,
+  runs: dict[tuple[int, int], list[SanitizedCall]] | None = None,
 ) -> list[SanitizerRace]:
   """Every race: the overlaps, the calls out of order, then the
-  interleaved writes."""
+  interleaved writes (`runs`: `executions`, when made already)."""
+  if runs is None:
+    runs = _executions(c for c, t in found.items() if t.objects)
   return [
     *overlaps(found),
-    *out_of_order(found, unpaired),
-    *interleaved(found),
+    *out_of_order(found, unpaired, runs),
+    *interleaved(found, runs),
   ]
 
 
@@ -416,6 +442,13 @@ def host_runs(calls: list[SanitizedCall]) -> list[SanitizedCall]:
   and branch, native or host, the sanitizer's anchor included, ran in one
   execution). The others keep `callbacks.UNKNOWN_RUN`: not compared for
   order, and counted. The anchor's own calls are left out."""
+  unknown = callbacks.UNKNOWN_RUN
+  if not any(
+    c.function is not None
+    and (c.run_id == unknown or c.function == sites.ANCHOR)
+    for c in calls
+  ):
+    return calls
   host: dict[int, set[int]] = defaultdict(set)
   native: dict[int, set[int]] = defaultdict(set)
   for call in calls:
@@ -445,6 +478,7 @@ def contradictions(
   found: dict[SanitizedCall, Touch],
   declarations: Declarations,
   distinct_by_analysis=None,
+  runs: dict[tuple[int, int], list[SanitizedCall]] | None = None,
 ) -> list[Contradiction]:
   """Calls declared distinct that named one object (see the module).
 
@@ -454,9 +488,14 @@ def contradictions(
   safe pairs and repeated handles in one call are checked).
   """
   out: list[Contradiction] = []
+  distinct: dict[int, bool] = {}
   for call, touch in found.items():
     d = touch.declaration
-    if d is None or d.object is None or not declarations.distinct_for(d):
+    if d is None or d.object is None:
+      continue
+    if id(d) not in distinct:
+      distinct[id(d)] = declarations.distinct_for(d)
+    if not distinct[id(d)]:
       continue
     values = call.values_of(d.object) or ()
     for value in sorted({v for v in values if values.count(v) > 1}):
@@ -469,15 +508,33 @@ def contradictions(
           f"different objects",
         )
       )
-  for run in _executions(list(found)).values():
-    for obj, calls in _by_object({c: found[c] for c in run}).items():
-      # One call of each place stands for the place: what is checked
-      # depends on the two places, not on which of their calls.
-      first_of: dict[sites.CallSite, SanitizedCall] = {}
+  if runs is None:
+    runs = _executions(c for c, t in found.items() if t.objects)
+  for run in runs.values():
+    # One call of each place stands for the place on each object: what is
+    # checked depends on the two places, not on which of their calls.
+    at: dict[sites.CallSite, list[SanitizedCall]] = defaultdict(list)
+    for call in run:
+      at[call.site].append(call)  # type: ignore[index]
+    if len(at) < 2:
+      continue
+    first_of: dict[SanitizedObject, dict[sites.CallSite, SanitizedCall]] = (
+      defaultdict(dict)
+    )
+    for site, calls in at.items():
+      seen_touches: set[int] = set()
       for call in calls:
-        assert call.site is not None
-        first_of.setdefault(call.site, call)
-      for a, b in itertools.combinations(first_of.values(), 2):
+        touch = found[call]
+        if id(touch) in seen_touches:
+          continue
+        seen_touches.add(id(touch))
+        for obj in touch.objects:
+          if not obj.anything:
+            first_of[obj].setdefault(site, call)
+    for obj, places in first_of.items():
+      if len(places) < 2:
+        continue
+      for a, b in itertools.combinations(places.values(), 2):
         if not _writes(found, a, b):
           continue
         pair = declarations.safe(a.target, b.target)

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
+import gc
 import re
 import sys
 import threading
@@ -163,14 +165,28 @@ def sanitize(*, clear_caches: bool = True) -> Generator[Seen]:
         native.set_recording(False)
         callbacks.set_recording(False)
       records, dropped = native.drain()
-      calls = checks.host_runs(
-        from_records(records) + from_callbacks(callbacks.drain())
-      )
-      calls.sort(key=lambda c: (c.start_ns, c.end_ns))
-      _fill(seen, calls, dropped, first_module)
+      # Millions of small objects, none in a cycle: the collector would
+      # walk them again and again while they are made.
+      collecting = gc.isenabled()
+      gc.disable()
+      try:
+        calls = checks.host_runs(
+          from_records(records, native.record_layout)
+          + from_callbacks(callbacks.drain())
+        )
+        del records
+        calls.sort(key=_start)
+        _fill(seen, calls, dropped, first_module)
+      finally:
+        if collecting:
+          gc.enable()
   finally:
     with _lock:
       _active = False
+
+
+def _start(call: SanitizedCall) -> int:
+  return call.start_ns
 
 
 def _fill(
@@ -187,20 +203,22 @@ def _fill(
     for t in {t for m in sites.modules_since(first) for t in m.not_observed}
   )
   seen.unknown_runs = sum(
-    c.run_id == callbacks.UNKNOWN_RUN and c.site is not None for c in calls
+    c.function is not None and c.run_id == callbacks.UNKNOWN_RUN for c in calls
   )
   found = checks.touched(calls, declarations)
   anything: dict[str, int] = {}
-  for touch in found.values():
-    for obj in touch.objects:
+  touches = {id(t): t for t in found.values()}
+  for key, n in collections.Counter(map(id, found.values())).items():
+    for obj in touches[key].objects:
       if obj.anything and obj.why:
-        anything[obj.why] = anything.get(obj.why, 0) + 1
+        anything[obj.why] = anything.get(obj.why, 0) + n
   seen.anything = anything
-  seen.races = checks.races(found, seen.unpaired)
+  runs = checks.executions(found)
+  seen.races = checks.races(found, seen.unpaired, runs)
   static = _Static(declarations)
   seen._static = static
   seen.contradictions = checks.contradictions(
-    found, declarations, static.distinct
+    found, declarations, static.distinct, runs
   )
 
 
