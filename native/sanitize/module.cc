@@ -55,15 +55,25 @@ PYBIND11_MODULE(_sanitize_ffi, m) {
   m.def(
       "drain",
       [] {
-        int64_t dropped = 0;
-        std::vector<sanitize::ThreadRecord> drained = sanitize::Drain(&dropped);
-        pybind11::bytes raw(reinterpret_cast<const char*>(drained.data()),
-                            drained.size() * sizeof(sanitize::ThreadRecord));
-        return pybind11::make_tuple(raw, dropped);
+        sanitize::Drained drained = sanitize::Drain();
+        const auto& records = drained.records;
+        pybind11::bytes raw(
+            reinterpret_cast<const char*>(records.data()),
+            records.size() * sizeof(sanitize::ThreadRecord));
+        pybind11::bytes operands(
+            reinterpret_cast<const char*>(drained.overflow_operand.data()),
+            drained.overflow_operand.size());
+        pybind11::bytes values(
+            reinterpret_cast<const char*>(drained.overflow_values.data()),
+            drained.overflow_values.size() * sizeof(int64_t));
+        return pybind11::make_tuple(raw, operands, values, drained.dropped);
       },
-      "(records, dropped): the records made since the last drain, as the "
-      "bytes of packed ThreadRecord structs (record_layout says where each "
-      "field is); dropped: calls a full log could not hold.");
+      "(records, overflow_operands, overflow_values, dropped): the records "
+      "made since the last drain, as the bytes of packed ThreadRecord "
+      "structs (record_layout says where each field is); the values past "
+      "max_values of records with more (uint8 operands, int64 values; a "
+      "record's overflow field indexes them); dropped: calls a full log "
+      "could not hold.");
   {
     using sanitize::Record;
     using sanitize::ThreadRecord;
@@ -79,9 +89,11 @@ PYBIND11_MODULE(_sanitize_ffi, m) {
     layout["failed"] = kRecord + offsetof(Record, failed);
     layout["n_values"] = kRecord + offsetof(Record, n_values);
     layout["truncated"] = kRecord + offsetof(Record, truncated);
+    layout["overflow"] = kRecord + offsetof(Record, overflow);
     layout["operand"] = kRecord + offsetof(Record, operand);
     layout["values"] = kRecord + offsetof(Record, values);
     layout["max_values"] = sanitize::kMaxValues;
+    layout["max_total_values"] = sanitize::kMaxTotalValues;
     m.attr("record_layout") = layout;
   }
   m.attr("site_attribute") = sanitize::kSiteAttribute;

@@ -44,7 +44,15 @@ struct ThreadLog {
   int64_t count = 0;  // records held (guarded by busy)
   std::array<Record*, kMaxChunks> chunks{};
   int64_t dropped = 0;
+  // Values past kMaxValues of the records that had more (guarded by busy).
+  std::vector<uint8_t> overflow_operand;
+  std::vector<int64_t> overflow_values;
 };
+
+// A call's values past kMaxValues, gathered before its record is
+// appended (only calls with that many values touch them).
+thread_local std::vector<uint8_t> pending_operand;
+thread_local std::vector<int64_t> pending_values;
 
 class Holding {
  public:
@@ -90,6 +98,15 @@ void Append(const Record& record) {
   Record*& records = log->chunks[n / kChunk];
   if (records == nullptr) records = new Record[kChunk];
   records[n % kChunk] = record;
+  if (!pending_values.empty()) {
+    records[n % kChunk].overflow =
+        static_cast<int64_t>(log->overflow_values.size());
+    log->overflow_operand.insert(log->overflow_operand.end(),
+                                 pending_operand.begin(),
+                                 pending_operand.end());
+    log->overflow_values.insert(log->overflow_values.end(),
+                                pending_values.begin(), pending_values.end());
+  }
   log->count = n + 1;
 }
 
@@ -210,6 +227,9 @@ void RecordValues(const Binding& binding, const XLA_FFI_CallFrame* frame,
                   Record* record) {
   record->n_values = 0;
   record->truncated = 0;
+  record->overflow = -1;
+  pending_operand.clear();
+  pending_values.clear();
   if (!binding.host) return;
   const XLA_FFI_Args& args = frame->args;
   for (int64_t i = 0; i < args.size; ++i) {
@@ -221,13 +241,18 @@ void RecordValues(const Binding& binding, const XLA_FFI_CallFrame* frame,
     for (int64_t d = 0; d < buffer->rank; ++d) elements *= buffer->dims[d];
     if (elements > kSmallOperand && i != binding.object_operand) continue;
     for (int64_t k = 0; k < elements; ++k) {
-      if (record->n_values == kMaxValues) {
+      if (record->n_values == kMaxTotalValues) {
         record->truncated = 1;
         return;
       }
-      record->operand[record->n_values] = static_cast<uint8_t>(i);
-      record->values[record->n_values] =
-          Element(buffer->data, buffer->dtype, k);
+      const int64_t value = Element(buffer->data, buffer->dtype, k);
+      if (record->n_values < kMaxValues) {
+        record->operand[record->n_values] = static_cast<uint8_t>(i);
+        record->values[record->n_values] = value;
+      } else {
+        pending_operand.push_back(static_cast<uint8_t>(i));
+        pending_values.push_back(value);
+      }
       ++record->n_values;
     }
   }
@@ -318,12 +343,13 @@ void SetRecording(bool on) {
   recording.store(on, std::memory_order_seq_cst);
 }
 
-std::vector<ThreadRecord> Drain(int64_t* dropped) {
-  std::vector<ThreadRecord> out;
-  *dropped = 0;
+Drained Drain() {
+  Drained out;
   std::lock_guard<std::mutex> lock(registry_mutex);
   for (ThreadLog* log : Registry()) {
     std::array<Record*, kMaxChunks> chunks;
+    std::vector<uint8_t> operands;
+    std::vector<int64_t> values;
     int64_t count;
     {
       // Take the log's chunks and start it again; copy them out after
@@ -333,14 +359,23 @@ std::vector<ThreadRecord> Drain(int64_t* dropped) {
       chunks = log->chunks;
       log->chunks.fill(nullptr);
       log->count = 0;
-      *dropped += log->dropped;
+      out.dropped += log->dropped;
       log->dropped = 0;
+      operands.swap(log->overflow_operand);
+      values.swap(log->overflow_values);
     }
-    out.reserve(out.size() + static_cast<size_t>(count));
+    const auto base = static_cast<int64_t>(out.overflow_values.size());
+    out.records.reserve(out.records.size() + static_cast<size_t>(count));
     for (int64_t n = 0; n < count; ++n) {
-      out.push_back(ThreadRecord{log->thread, chunks[n / kChunk][n % kChunk]});
+      ThreadRecord t{log->thread, chunks[n / kChunk][n % kChunk]};
+      if (t.record.overflow >= 0) t.record.overflow += base;
+      out.records.push_back(t);
     }
     for (Record* records : chunks) delete[] records;
+    out.overflow_operand.insert(out.overflow_operand.end(), operands.begin(),
+                                operands.end());
+    out.overflow_values.insert(out.overflow_values.end(), values.begin(),
+                               values.end());
   }
   return out;
 }

@@ -84,11 +84,38 @@ PROGRAMS = textwrap.dedent(
       "kinds": sorted({r.kind for r in seen.races}),
       "unpaired": sum(u.calls for u in seen.unpaired),
       "unknown_runs": seen.unknown_runs,
+      "anything": seen.anything,
       "report": seen.report(file=sys.stderr),
       **more,
     }
 
+  def wide(fixed):
+    def run(big):
+      def hazard(s):
+        t = store.write_slot(s, 1.0)
+        x = store.read_slot(t, delay_us=200)
+        if fixed:
+          t = entangle(t, x)
+        store.write_slot(t, 2.0)
+        return x
+      slots = jnp.arange(64, dtype=jnp.int32)
+      return jax.vmap(hazard)(slots), jnp.sum(jnp.sin(big))
+    return run
+
   out = {}
+  for fixed in (False, True):
+    with testing.sanitize() as seen:
+      g = jax.jit(wide(fixed))
+      wrong = set()
+      for _ in range(3):
+        reads = np.asarray(g(jnp.ones(2000, jnp.float32))[0])
+        wrong |= set(np.flatnonzero(reads != 1.0).tolist())
+    out[f"vmap_fixed_{fixed}"] = summary(
+      seen,
+      wrong=sorted(wrong),
+      raced=sorted({r.object.value for r in seen.races}),
+      values=sorted({len(c.operands[0][1]) for c in seen.calls}),
+    )
   for f in (alternating, once_then_each):
     with testing.sanitize() as seen:
       jax.block_until_ready(jax.jit(f)(jnp.int32(3)))
@@ -132,6 +159,22 @@ class ProgramsTest(absltest.TestCase):
     self.assertEqual(once["races"], 0, once["report"])
     self.assertEqual(once["unpaired"], 9)
     self.assertIn("not compared for order", once["report"])
+
+  def test_a_call_on_64_slots_records_every_slot(self):
+    racy, fixed = self.out["vmap_fixed_False"], self.out["vmap_fixed_True"]
+    # Each batched call recorded all 64 slots (16 used to be kept).
+    self.assertEqual(racy["values"], [64])
+    self.assertEqual(racy["anything"], {})
+    # Every slot whose read saw the second write was reported, slots 16
+    # to 63 included (a race on a slot whose read happened to be right
+    # may be reported too: the calls still ran out of order).
+    self.assertLessEqual(set(racy["wrong"]), set(racy["raced"]))
+    self.assertTrue(
+      not racy["wrong"] or any(s >= 16 for s in racy["raced"]), racy["raced"]
+    )
+    # The control: entangled, no wrong read and no race.
+    self.assertEqual(fixed["wrong"], [])
+    self.assertEqual(fixed["races"], 0, fixed["report"][:2000])
 
   def test_pure_callbacks_do_not_race_and_io_callbacks_do(self):
     pure, io = self.out["pure_pair"], self.out["io_pair"]

@@ -35,9 +35,10 @@ from entangle_jax.testing._sanitize import wrapping
 HOST_FAMILY = "host callbacks"
 """The family of the one object every host callback touches."""
 
-MAX_VALUES = 16
-"""The most operand values one record holds (native/sanitize's
-``kMaxValues``); a call with more is `SanitizedCall.truncated`."""
+MAX_VALUES = 4096
+"""The most operand values recorded of one call (native/sanitize's
+``kMaxTotalValues``: 16 in the record, the rest in its log's overflow
+store); a call with more is `SanitizedCall.truncated`."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,7 +203,12 @@ def _record_dtype(layout: dict):
   import numpy as np
 
   m = layout["max_values"]
-  fields = [*_FIELDS, ("operand", ("u1", (m,))), ("values", ("<i8", (m,)))]
+  fields = [
+    *_FIELDS,
+    ("overflow", "<i8"),
+    ("operand", ("u1", (m,))),
+    ("values", ("<i8", (m,))),
+  ]
   return np.dtype(
     {
       "names": [n for n, _ in fields],
@@ -213,10 +219,16 @@ def _record_dtype(layout: dict):
   )
 
 
-def from_records(raw: bytes, layout: dict) -> list[SanitizedCall]:
+def from_records(
+  raw: bytes,
+  layout: dict,
+  overflow_operands: bytes = b"",
+  overflow_values: bytes = b"",
+) -> list[SanitizedCall]:
   """`SanitizedCall` records, in order of start, from the native drain's
-  packed records (see native/sanitize/module.cc): read as columns, each
-  distinct site, target and operand tuple made once."""
+  packed records and the values past the record's own of calls with more
+  (see native/sanitize/module.cc): read as columns, each distinct site,
+  target and operand tuple made once."""
   import numpy as np
 
   dtype = _record_dtype(layout)
@@ -250,15 +262,20 @@ def from_records(raw: bytes, layout: dict) -> list[SanitizedCall]:
         ones.tolist(), made[at.reshape(-1)].tolist(), strict=True
       ):
         operands[k] = found
+  inline = layout["max_values"]
+  more_operands = np.frombuffer(overflow_operands, dtype=np.uint8)
+  more_values = np.frombuffer(overflow_values, dtype="<i8")
   for k in np.flatnonzero(n_values > 1).tolist():
     n = int(n_values[k])
     row = int(order[k])
+    ops = records["operand"][row, : min(n, inline)].tolist()
+    values = records["values"][row, : min(n, inline)].tolist()
+    if n > inline:
+      at = int(records["overflow"][row])
+      ops += more_operands[at : at + n - inline].tolist()
+      values += more_values[at : at + n - inline].tolist()
     grouped: dict[int, list[int]] = {}
-    for op, value in zip(
-      records["operand"][row, :n].tolist(),
-      records["values"][row, :n].tolist(),
-      strict=True,
-    ):
+    for op, value in zip(ops, values, strict=True):
       grouped.setdefault(op, []).append(value)
     operands[k] = tuple((o, tuple(v)) for o, v in grouped.items())
   # Each column made at once: objects of each distinct site and target,

@@ -164,17 +164,19 @@ def sanitize(*, clear_caches: bool = True) -> Generator[Seen]:
       finally:
         native.set_recording(False)
         callbacks.set_recording(False)
-      records, dropped = native.drain()
+      records, more_operands, more_values, dropped = native.drain()
       # Millions of small objects, none in a cycle: the collector would
       # walk them again and again while they are made.
       collecting = gc.isenabled()
       gc.disable()
       try:
         calls = checks.host_runs(
-          from_records(records, native.record_layout)
+          from_records(
+            records, native.record_layout, more_operands, more_values
+          )
           + from_callbacks(callbacks.drain())
         )
-        del records
+        del records, more_operands, more_values
         calls.sort(key=_start)
         _fill(seen, calls, dropped, first_module)
       finally:
