@@ -337,7 +337,9 @@ def out_of_order(
   for run in runs.values():
     at: dict[sites.CallSite, list[SanitizedCall]] = defaultdict(list)
     for call in run:
-      at[call.site].append(call)  # type: ignore[index]
+      site = call.site
+      assert site is not None  # `_executions` keeps only placed calls.
+      at[site].append(call)
     if len(at) < 2:
       continue
     for calls in at.values():
@@ -515,7 +517,9 @@ def contradictions(
     # checked depends on the two places, not on which of their calls.
     at: dict[sites.CallSite, list[SanitizedCall]] = defaultdict(list)
     for call in run:
-      at[call.site].append(call)  # type: ignore[index]
+      site = call.site
+      assert site is not None  # `_executions` keeps only placed calls.
+      at[site].append(call)
     if len(at) < 2:
       continue
     first_of: dict[SanitizedObject, dict[sites.CallSite, SanitizedCall]] = (
