@@ -374,6 +374,23 @@ def _headline(seen: Seen) -> str:
   return line
 
 
+def _object_words(seen: Seen, race: SanitizerRace) -> str:
+  """The race's object, and how the binding names it: the argument of
+  its Python function that carries it (a shipped declaration's
+  ``argument``), else the operand it was read from."""
+  text = str(race.object)
+  if race.object.anything or seen.declarations is None:
+    return text
+  for call in (race.first, race.second):
+    d = seen.declarations.for_target(call.target)
+    if d is None or d.object is None:
+      continue
+    if d.argument is not None:
+      return f"{text} (argument {d.argument})"
+    return f"{text} (operand {d.object} of {call.target})"
+  return text
+
+
 def format_seen(seen: Seen) -> str:
   """`Seen.report`'s text."""
   origin = min((c.start_ns for c in seen.calls), default=0)
@@ -385,7 +402,7 @@ def format_seen(seen: Seen) -> str:
       + ", ".join(seen.not_observed)
     )
   for race in seen.races:
-    lines.append(f"  race ({race.kind}) on {race.object}:")
+    lines.append(f"  race ({race.kind}) on {_object_words(seen, race)}:")
     lines.append(_call_line(race.first, origin))
     lines.append(_call_line(race.second, origin))
     if race.kind == checks.OUT_OF_ORDER:
