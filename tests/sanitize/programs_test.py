@@ -3,7 +3,6 @@ misses, each beside its control; in a fresh interpreter, where the
 example store registers after the sanitizer started."""
 
 import json
-import tempfile
 import textwrap
 
 from absl.testing import absltest
@@ -290,44 +289,6 @@ class NotObservedTest(absltest.TestCase):
     self.assertEqual(run.returncode, 0, run.stderr[-3000:])
     self.assertIn("1 calls", run.stdout)
     self.assertNotIn("NOT OBSERVED", run.stdout)
-
-
-SUITE = textwrap.dedent(
-  """
-  import jax
-  from entangle_jax.testing import example_store as store
-
-  def test_write():
-    jax.block_until_ready(jax.jit(lambda s: store.write_slot(s, 1.0))(3))
-  """
-)
-
-
-class StrictPluginTest(absltest.TestCase):
-  def run_suite(self, conftest: str, *args):
-    folder = tempfile.TemporaryDirectory()
-    self.addCleanup(folder.cleanup)
-    with open(f"{folder.name}/test_store.py", "w") as f:
-      f.write(SUITE)
-    with open(f"{folder.name}/conftest.py", "w") as f:
-      f.write(conftest)
-    tmp = tempfile.TemporaryDirectory()
-    self.addCleanup(tmp.cleanup)
-    return test_util.pytest_run(folder.name, *args, TMPDIR=tmp.name)
-
-  def test_a_target_imported_in_a_conftest_is_reported_and_fails_strict(self):
-    early = "from entangle_jax.testing import example_store  # noqa\n"
-    run = self.run_suite(early, "--entangle-sanitize", "-rA")
-    self.assertEqual(run.returncode, 0, run.stdout[-3000:])
-    self.assertIn("entangle-jax sanitizer: not observed", run.stdout)
-    self.assertIn("test_store.py::test_write", run.stdout)
-    strict = self.run_suite(early, "--entangle-sanitize=strict", "-rA")
-    self.assertEqual(strict.returncode, 1, strict.stdout[-3000:])
-    self.assertIn("FAILED test_store.py::test_write", strict.stdout)
-    # The control: imported by the test module, it is observed.
-    late = self.run_suite("", "--entangle-sanitize=strict", "-rA")
-    self.assertEqual(late.returncode, 0, late.stdout[-3000:])
-    self.assertNotIn("not observed", late.stdout)
 
 
 if __name__ == "__main__":
