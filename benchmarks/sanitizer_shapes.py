@@ -26,7 +26,6 @@ from entangle_jax import entangle, testing
 
 def main() -> dict:
   """Runs every shape; prints and returns the figures."""
-  global store
   with testing.sanitize():
     from entangle_jax.testing import example_store as store
   RUNS = 10

@@ -90,6 +90,7 @@ PYBIND11_MODULE(_sanitize_ffi, m) {
     layout["n_values"] = kRecord + offsetof(Record, n_values);
     layout["truncated"] = kRecord + offsetof(Record, truncated);
     layout["overflow"] = kRecord + offsetof(Record, overflow);
+    layout["device"] = kRecord + offsetof(Record, device);
     layout["operand"] = kRecord + offsetof(Record, operand);
     layout["values"] = kRecord + offsetof(Record, values);
     layout["max_values"] = sanitize::kMaxValues;

@@ -282,6 +282,31 @@ int64_t RunIdOf(const XLA_FFI_CallFrame* frame) {
   return args.run_id;
 }
 
+int32_t DeviceOrdinalOf(const XLA_FFI_CallFrame* frame) {
+  const XLA_FFI_Api* api = frame->api;
+  if (api == nullptr ||
+      api->struct_size <
+          XLA_FFI_STRUCT_SIZE(XLA_FFI_Api, XLA_FFI_DeviceOrdinal_Get) ||
+      api->XLA_FFI_DeviceOrdinal_Get == nullptr) {
+    return -1;
+  }
+  XLA_FFI_DeviceOrdinal_Get_Args args;
+  args.struct_size = XLA_FFI_DeviceOrdinal_Get_Args_STRUCT_SIZE;
+  args.extension_start = nullptr;
+  args.ctx = frame->ctx;
+  args.device_ordinal = -1;
+  XLA_FFI_Error* error = api->XLA_FFI_DeviceOrdinal_Get(&args);
+  if (error != nullptr) {
+    XLA_FFI_Error_Destroy_Args destroy;
+    destroy.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE;
+    destroy.extension_start = nullptr;
+    destroy.error = error;
+    api->XLA_FFI_Error_Destroy(&destroy);
+    return -1;
+  }
+  return args.device_ordinal;
+}
+
 XLA_FFI_Error* Run(int index, XLA_FFI_CallFrame* frame) {
   const Binding& binding = bindings[index];
   XLA_FFI_Handler* original = binding.original.load(std::memory_order_acquire);
@@ -294,6 +319,8 @@ XLA_FFI_Error* Run(int index, XLA_FFI_CallFrame* frame) {
   record.start_ns = NowNs();
   record.wrapped = index;
   record.run_id = RunIdOf(frame);
+  record.device = DeviceOrdinalOf(frame);
+  record.reserved = 0;
   RecordValues(binding, frame, &record);
   XLA_FFI_Error* error = Forward(original, frame, &site);
   record.end_ns = NowNs();

@@ -40,6 +40,8 @@ struct Record {
   int32_t failed;    // the handler returned an error
   int32_t n_values;   // all values recorded, in place and in overflow
   int32_t truncated;  // some operand values did not fit (kMaxTotalValues)
+  int32_t device;     // XLA's device ordinal of the call; -1 when unknown
+  int32_t reserved;
   int64_t overflow;   // where values past kMaxValues start in the drain's
                       // overflow arrays; -1 when none
   uint8_t operand[kMaxValues];

@@ -257,6 +257,9 @@ class ShardMapTest(absltest.TestCase):
       ["the static check reports them as may race, and they did"],
     )
     self.assertIn("EJ003 on another device", shared["report"])
+    # Each call names the device it ran for.
+    self.assertIn("on Host device 0", shared["report"])
+    self.assertIn("on Host device 1", shared["report"])
     # The control: each device its own slot, no race.
     self.assertEqual(out["True"]["calls"], 12)
     self.assertEqual(out["True"]["races"], 0, out["True"]["report"])

@@ -93,6 +93,8 @@ class SanitizedCall:
     truncated: some operand values did not fit in the record.
     function: for a host callback, its Python function's name (``"?"``
       where it could not be found); None for a native call.
+    device: XLA's ordinal of the device the call ran for (-1 where it is
+      not known: a host callback, or an XLA without the query).
   """
 
   target: str
@@ -107,6 +109,7 @@ class SanitizedCall:
   failed: bool = False
   truncated: bool = False
   function: str | None = None
+  device: int = -1
 
   @property
   def label(self) -> str:
@@ -196,6 +199,7 @@ _FIELDS = (
   ("failed", "<i4"),
   ("n_values", "<i4"),
   ("truncated", "<i4"),
+  ("device", "<i4"),
 )
 
 
@@ -313,6 +317,8 @@ def from_records(
       operands,
       (column["failed"] != 0).tolist(),
       (column["truncated"] != 0).tolist(),
+      [None] * len(index),
+      column["device"].tolist(),
     )
   )
 

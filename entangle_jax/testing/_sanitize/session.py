@@ -352,9 +352,10 @@ def _call_line(call: SanitizedCall, origin: int) -> str:
   where = ""
   if call.site is not None and call.site.source:
     where = f" at {call.site.source}"
+  device = f" device {call.device}" if call.device >= 0 else ""
   return (
-    f"    {call.label}{where} on {call.platform}, thread {call.thread}, "
-    f"{_time(call, origin)}, {call.place}"
+    f"    {call.label}{where} on {call.platform}{device}, thread "
+    f"{call.thread}, {_time(call, origin)}, {call.place}"
   )
 
 
