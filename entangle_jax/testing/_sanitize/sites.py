@@ -402,16 +402,18 @@ def _add_anchor(
   `main`, whose calls count the module's executions, where every host
   callback of the module is in a loop or a branch (so nothing else says
   which execution their calls ran in). On one device of a CPU only (a
-  module of one partition): elsewhere the module is left as it is."""
+  module of one partition and one replica): elsewhere the module is left
+  as it is."""
   own = list(module.callbacks.values())
   if host_callbacks is None or not own or any(not s.context for s in own):
     return
   if module.platform.lower() not in ("host", "cpu"):
     return
   attributes = computation.operation.attributes
-  partitions = attributes.get("mhlo.num_partitions")
-  if partitions is not None and ir.IntegerAttr(partitions).value != 1:
-    return
+  for name in ("mhlo.num_partitions", "mhlo.num_replicas"):
+    count = attributes.get(name)
+    if count is not None and ir.IntegerAttr(count).value != 1:
+      return
   template = callback_ops.get(own[0].number)
   if template is None:
     return
