@@ -6,9 +6,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <stdexcept>
-#include <tuple>
 #include <vector>
 
 #include "native/capsule.h"
@@ -55,26 +55,48 @@ PYBIND11_MODULE(_sanitize_ffi, m) {
   m.def(
       "drain",
       [] {
-        int64_t dropped = 0;
-        std::vector<sanitize::ThreadRecord> drained = sanitize::Drain(&dropped);
-        std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t,
-                               int32_t, bool, bool, std::vector<int32_t>,
-                               std::vector<int64_t>>>
-            out;
-        out.reserve(drained.size());
-        for (const sanitize::ThreadRecord& t : drained) {
-          const sanitize::Record& r = t.record;
-          std::vector<int32_t> operands(r.operand, r.operand + r.n_values);
-          std::vector<int64_t> values(r.values, r.values + r.n_values);
-          out.emplace_back(t.thread, r.start_ns, r.end_ns, r.site, r.run_id,
-                           r.wrapped, r.failed != 0, r.truncated != 0,
-                           std::move(operands), std::move(values));
-        }
-        return pybind11::make_tuple(out, dropped);
+        sanitize::Drained drained = sanitize::Drain();
+        const auto& records = drained.records;
+        pybind11::bytes raw(
+            reinterpret_cast<const char*>(records.data()),
+            records.size() * sizeof(sanitize::ThreadRecord));
+        pybind11::bytes operands(
+            reinterpret_cast<const char*>(drained.overflow_operand.data()),
+            drained.overflow_operand.size());
+        pybind11::bytes values(
+            reinterpret_cast<const char*>(drained.overflow_values.data()),
+            drained.overflow_values.size() * sizeof(int64_t));
+        return pybind11::make_tuple(raw, operands, values, drained.dropped);
       },
-      "(records, dropped): each record (thread, start_ns, end_ns, site, "
-      "run_id, wrapped, failed, truncated, operands, values), made since "
-      "the last drain; dropped: calls a full log could not hold.");
+      "(records, overflow_operands, overflow_values, dropped): the records "
+      "made since the last drain, as the bytes of packed ThreadRecord "
+      "structs (record_layout says where each field is); the values past "
+      "max_values of records with more (uint8 operands, int64 values; a "
+      "record's overflow field indexes them); dropped: calls a full log "
+      "could not hold.");
+  {
+    using sanitize::Record;
+    using sanitize::ThreadRecord;
+    constexpr size_t kRecord = offsetof(ThreadRecord, record);
+    pybind11::dict layout;
+    layout["itemsize"] = sizeof(ThreadRecord);
+    layout["thread"] = offsetof(ThreadRecord, thread);
+    layout["start_ns"] = kRecord + offsetof(Record, start_ns);
+    layout["end_ns"] = kRecord + offsetof(Record, end_ns);
+    layout["site"] = kRecord + offsetof(Record, site);
+    layout["run_id"] = kRecord + offsetof(Record, run_id);
+    layout["wrapped"] = kRecord + offsetof(Record, wrapped);
+    layout["failed"] = kRecord + offsetof(Record, failed);
+    layout["n_values"] = kRecord + offsetof(Record, n_values);
+    layout["truncated"] = kRecord + offsetof(Record, truncated);
+    layout["overflow"] = kRecord + offsetof(Record, overflow);
+    layout["device"] = kRecord + offsetof(Record, device);
+    layout["operand"] = kRecord + offsetof(Record, operand);
+    layout["values"] = kRecord + offsetof(Record, values);
+    layout["max_values"] = sanitize::kMaxValues;
+    layout["max_total_values"] = sanitize::kMaxTotalValues;
+    m.attr("record_layout") = layout;
+  }
   m.attr("site_attribute") = sanitize::kSiteAttribute;
   m.attr("max_wrapped") = sanitize::kMaxWrapped;
 }

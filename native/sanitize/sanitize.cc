@@ -27,20 +27,45 @@ std::array<Binding, kMaxWrapped> bindings;
 std::atomic<int> next_binding{0};
 std::atomic<bool> recording{false};
 
-// Per-thread logs: a thread appends to its own, with no lock; Drain reads
-// what each has published (count, with release/acquire ordering) and hands
-// the space back (consumed). Each log is a ring of up to a million records
-// between two drains, its chunks allocated as it first fills them.
+// Per-thread logs: a thread appends to its own. Each log holds up to a
+// million records between two drains, its chunks allocated as it first
+// fills them; Drain copies them out, starts the log again at 0 and frees
+// every chunk, so a block's memory is returned when it ends. A log's flag
+// (`busy`) is taken by its thread for each append and by Drain, so Drain
+// never frees a chunk an append is writing: uncontended, it is one atomic
+// exchange on a line only that thread touches between drains.
 constexpr int64_t kChunk = 4096;
 constexpr int64_t kMaxChunks = 256;
 constexpr int64_t kCapacity = kChunk * kMaxChunks;
 
 struct ThreadLog {
   int64_t thread = 0;
-  std::atomic<int64_t> count{0};
-  std::array<std::atomic<Record*>, kMaxChunks> chunks{};
-  std::atomic<int64_t> consumed{0};  // what Drain has read
-  std::atomic<int64_t> dropped{0};
+  std::atomic<bool> busy{false};
+  int64_t count = 0;  // records held (guarded by busy)
+  std::array<Record*, kMaxChunks> chunks{};
+  int64_t dropped = 0;
+  // Values past kMaxValues of the records that had more (guarded by busy).
+  std::vector<uint8_t> overflow_operand;
+  std::vector<int64_t> overflow_values;
+};
+
+// A call's values past kMaxValues, gathered before its record is
+// appended (only calls with that many values touch them).
+thread_local std::vector<uint8_t> pending_operand;
+thread_local std::vector<int64_t> pending_values;
+
+class Holding {
+ public:
+  explicit Holding(ThreadLog* log) : log_(log) {
+    while (log_->busy.exchange(true, std::memory_order_acquire)) {
+    }
+  }
+  ~Holding() { log_->busy.store(false, std::memory_order_release); }
+  Holding(const Holding&) = delete;
+  Holding& operator=(const Holding&) = delete;
+
+ private:
+  ThreadLog* log_;
 };
 
 std::mutex registry_mutex;
@@ -64,19 +89,25 @@ ThreadLog* MyLog() {
 
 void Append(const Record& record) {
   ThreadLog* log = MyLog();
-  const int64_t n = log->count.load(std::memory_order_relaxed);
-  if (n - log->consumed.load(std::memory_order_acquire) >= kCapacity) {
-    log->dropped.fetch_add(1, std::memory_order_relaxed);
+  Holding hold(log);
+  const int64_t n = log->count;
+  if (n >= kCapacity) {
+    ++log->dropped;
     return;
   }
-  const int64_t chunk = (n % kCapacity) / kChunk;
-  Record* records = log->chunks[chunk].load(std::memory_order_relaxed);
-  if (records == nullptr) {
-    records = new Record[kChunk];
-    log->chunks[chunk].store(records, std::memory_order_release);
-  }
+  Record*& records = log->chunks[n / kChunk];
+  if (records == nullptr) records = new Record[kChunk];
   records[n % kChunk] = record;
-  log->count.store(n + 1, std::memory_order_release);
+  if (!pending_values.empty()) {
+    records[n % kChunk].overflow =
+        static_cast<int64_t>(log->overflow_values.size());
+    log->overflow_operand.insert(log->overflow_operand.end(),
+                                 pending_operand.begin(),
+                                 pending_operand.end());
+    log->overflow_values.insert(log->overflow_values.end(),
+                                pending_values.begin(), pending_values.end());
+  }
+  log->count = n + 1;
 }
 
 bool IsSiteName(const XLA_FFI_ByteSpan* name) {
@@ -189,29 +220,39 @@ int64_t Element(const void* data, XLA_FFI_DataType dtype, int64_t i) {
   }
 }
 
-// The object operand's values and every small integer operand's, in
-// operand order, as many as a record holds.
+// The declared object operand's values; for a target declared with none,
+// every small integer operand's (words for the report only: such a call
+// may touch any object). In operand order, as many as a record holds.
 void RecordValues(const Binding& binding, const XLA_FFI_CallFrame* frame,
                   Record* record) {
   record->n_values = 0;
   record->truncated = 0;
+  record->overflow = -1;
+  pending_operand.clear();
+  pending_values.clear();
   if (!binding.host) return;
   const XLA_FFI_Args& args = frame->args;
   for (int64_t i = 0; i < args.size; ++i) {
     if (args.types[i] != XLA_FFI_ArgType_BUFFER) continue;
+    if (binding.object_operand >= 0 && i != binding.object_operand) continue;
     const auto* buffer = static_cast<const XLA_FFI_Buffer*>(args.args[i]);
     if (!IsInteger(buffer->dtype) || buffer->data == nullptr) continue;
     int64_t elements = 1;
     for (int64_t d = 0; d < buffer->rank; ++d) elements *= buffer->dims[d];
     if (elements > kSmallOperand && i != binding.object_operand) continue;
     for (int64_t k = 0; k < elements; ++k) {
-      if (record->n_values == kMaxValues) {
+      if (record->n_values == kMaxTotalValues) {
         record->truncated = 1;
         return;
       }
-      record->operand[record->n_values] = static_cast<uint8_t>(i);
-      record->values[record->n_values] =
-          Element(buffer->data, buffer->dtype, k);
+      const int64_t value = Element(buffer->data, buffer->dtype, k);
+      if (record->n_values < kMaxValues) {
+        record->operand[record->n_values] = static_cast<uint8_t>(i);
+        record->values[record->n_values] = value;
+      } else {
+        pending_operand.push_back(static_cast<uint8_t>(i));
+        pending_values.push_back(value);
+      }
       ++record->n_values;
     }
   }
@@ -241,6 +282,31 @@ int64_t RunIdOf(const XLA_FFI_CallFrame* frame) {
   return args.run_id;
 }
 
+int32_t DeviceOrdinalOf(const XLA_FFI_CallFrame* frame) {
+  const XLA_FFI_Api* api = frame->api;
+  if (api == nullptr ||
+      api->struct_size <
+          XLA_FFI_STRUCT_SIZE(XLA_FFI_Api, XLA_FFI_DeviceOrdinal_Get) ||
+      api->XLA_FFI_DeviceOrdinal_Get == nullptr) {
+    return -1;
+  }
+  XLA_FFI_DeviceOrdinal_Get_Args args;
+  args.struct_size = XLA_FFI_DeviceOrdinal_Get_Args_STRUCT_SIZE;
+  args.extension_start = nullptr;
+  args.ctx = frame->ctx;
+  args.device_ordinal = -1;
+  XLA_FFI_Error* error = api->XLA_FFI_DeviceOrdinal_Get(&args);
+  if (error != nullptr) {
+    XLA_FFI_Error_Destroy_Args destroy;
+    destroy.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE;
+    destroy.extension_start = nullptr;
+    destroy.error = error;
+    api->XLA_FFI_Error_Destroy(&destroy);
+    return -1;
+  }
+  return args.device_ordinal;
+}
+
 XLA_FFI_Error* Run(int index, XLA_FFI_CallFrame* frame) {
   const Binding& binding = bindings[index];
   XLA_FFI_Handler* original = binding.original.load(std::memory_order_acquire);
@@ -253,6 +319,8 @@ XLA_FFI_Error* Run(int index, XLA_FFI_CallFrame* frame) {
   record.start_ns = NowNs();
   record.wrapped = index;
   record.run_id = RunIdOf(frame);
+  record.device = DeviceOrdinalOf(frame);
+  record.reserved = 0;
   RecordValues(binding, frame, &record);
   XLA_FFI_Error* error = Forward(original, frame, &site);
   record.end_ns = NowNs();
@@ -302,20 +370,39 @@ void SetRecording(bool on) {
   recording.store(on, std::memory_order_seq_cst);
 }
 
-std::vector<ThreadRecord> Drain(int64_t* dropped) {
-  std::vector<ThreadRecord> out;
-  *dropped = 0;
+Drained Drain() {
+  Drained out;
   std::lock_guard<std::mutex> lock(registry_mutex);
   for (ThreadLog* log : Registry()) {
-    const int64_t count = log->count.load(std::memory_order_acquire);
-    for (int64_t n = log->consumed.load(std::memory_order_relaxed);
-         n < count; ++n) {
-      const Record* records = log->chunks[(n % kCapacity) / kChunk].load(
-          std::memory_order_acquire);
-      out.push_back(ThreadRecord{log->thread, records[n % kChunk]});
+    std::array<Record*, kMaxChunks> chunks;
+    std::vector<uint8_t> operands;
+    std::vector<int64_t> values;
+    int64_t count;
+    {
+      // Take the log's chunks and start it again; copy them out after
+      // letting go, so that its thread waits only for the swap.
+      Holding hold(log);
+      count = log->count;
+      chunks = log->chunks;
+      log->chunks.fill(nullptr);
+      log->count = 0;
+      out.dropped += log->dropped;
+      log->dropped = 0;
+      operands.swap(log->overflow_operand);
+      values.swap(log->overflow_values);
     }
-    log->consumed.store(count, std::memory_order_release);
-    *dropped += log->dropped.exchange(0, std::memory_order_relaxed);
+    const auto base = static_cast<int64_t>(out.overflow_values.size());
+    out.records.reserve(out.records.size() + static_cast<size_t>(count));
+    for (int64_t n = 0; n < count; ++n) {
+      ThreadRecord t{log->thread, chunks[n / kChunk][n % kChunk]};
+      if (t.record.overflow >= 0) t.record.overflow += base;
+      out.records.push_back(t);
+    }
+    for (Record* records : chunks) delete[] records;
+    out.overflow_operand.insert(out.overflow_operand.end(), operands.begin(),
+                                operands.end());
+    out.overflow_values.insert(out.overflow_values.end(), values.begin(),
+                               values.end());
   }
   return out;
 }

@@ -18,8 +18,10 @@ namespace entangle_jax::sanitize {
 // How many handlers (stages of targets) one process can wrap.
 inline constexpr int kMaxWrapped = 1024;
 
-// The most operand values one record holds.
+// The most operand values one record holds in place; more go to its log's
+// overflow store, up to kMaxTotalValues a call.
 inline constexpr int kMaxValues = 16;
+inline constexpr int kMaxTotalValues = 4096;
 
 // Integer operands of at most this many elements are recorded whole.
 inline constexpr int64_t kSmallOperand = 8;
@@ -36,8 +38,12 @@ struct Record {
   int64_t run_id;    // XLA's RunId of the execution; 0 when unknown
   int32_t wrapped;   // which wrapped handler (Wrap's return value)
   int32_t failed;    // the handler returned an error
-  int32_t n_values;
-  int32_t truncated;  // some operand values did not fit
+  int32_t n_values;   // all values recorded, in place and in overflow
+  int32_t truncated;  // some operand values did not fit (kMaxTotalValues)
+  int32_t device;     // XLA's device ordinal of the call; -1 when unknown
+  int32_t reserved;
+  int64_t overflow;   // where values past kMaxValues start in the drain's
+                      // overflow arrays; -1 when none
   uint8_t operand[kMaxValues];
   int64_t values[kMaxValues];
 };
@@ -48,9 +54,10 @@ struct ThreadRecord {
   Record record;
 };
 
-// Binds the next free trampoline to `original`. `object_operand` (-1: none)
-// is an operand recorded (up to kMaxValues elements) whatever its size;
-// integer operands of at most kSmallOperand elements are recorded anyway.
+// Binds the next free trampoline to `original`. `object_operand` (-1: none
+// declared) is the one operand recorded (up to kMaxTotalValues elements)
+// whatever its size; with none declared, integer operands of at most
+// kSmallOperand elements are recorded (for the report's words).
 // `host`: the operands are host memory (on CPU), so their values are read;
 // else no values are recorded. Returns the trampoline and its index, or
 // nullptr when all are in use.
@@ -60,8 +67,19 @@ XLA_FFI_Handler* Wrap(XLA_FFI_Handler* original, int32_t object_operand,
 // Starts or stops recording (the trampolines stay registered either way).
 void SetRecording(bool on);
 
-// The records made since the last Drain, in no particular order.
-std::vector<ThreadRecord> Drain(int64_t* dropped);
+// What Drain hands back: the records, in no particular order, and the
+// values past kMaxValues of the records that had more (each record's
+// `overflow` indexes these).
+struct Drained {
+  std::vector<ThreadRecord> records;
+  std::vector<uint8_t> overflow_operand;
+  std::vector<int64_t> overflow_values;
+  int64_t dropped = 0;  // calls a full log could not hold
+};
+
+// The records made since the last Drain. Each log starts again empty and
+// its memory is freed.
+Drained Drain();
 
 // The steady clock the records use, in nanoseconds.
 int64_t NowNs();

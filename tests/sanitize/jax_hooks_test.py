@@ -76,7 +76,8 @@ class JaxHooksTest(absltest.TestCase):
 
     given = [object(), object()]
     module = sites.SanitizedModule("m", -1, "tpu")
-    module.transfer_callbacks = [(False, False), (True, False)]
+    loop = (sites.Frame(sites.LOOP, 0, 1),)
+    module.transfer_callbacks = [(), loop]
     module.not_observed.add(sites.HOST_TRANSFER_CALLBACKS)
     places = lowered(given)
     try:
@@ -84,10 +85,11 @@ class JaxHooksTest(absltest.TestCase):
       assert places[0].site is not None and places[1].site is not None
       self.assertEqual([p.site.position for p in places], [0, 1])
       self.assertEqual([p.site.in_loop for p in places], [False, True])
+      self.assertEqual([p.site.context for p in places], [(), loop])
       self.assertEqual(module.not_observed, set())
       # Control: one callback more than the walk met: none is placed.
       other = sites.SanitizedModule("n", -2, "tpu")
-      other.transfer_callbacks = [(False, False)]
+      other.transfer_callbacks = [()]
       other.not_observed.add(sites.HOST_TRANSFER_CALLBACKS)
       more = lowered([object(), object()])
       sites._place_tpu_callbacks(

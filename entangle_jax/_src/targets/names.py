@@ -47,6 +47,14 @@ def is_host_callback(target: str) -> bool:
   return any(fnmatch.fnmatchcase(target, p) for p in HOST_CALLBACK_PATTERNS)
 
 
+def is_pure_host_callback(target: str, side_effect: bool) -> bool:
+  """Whether a custom call of `target` is ``pure_callback``'s: a host
+  callback that is not side-effecting. JAX's contract makes it pure, so it
+  touches nothing: the race check does not count it as a native call, and
+  the sanitizer records it as touching nothing."""
+  return is_host_callback(target) and not side_effect
+
+
 def host_callback_target(
   primitive: str, platform: str, partitioned: bool = False
 ) -> str:

@@ -38,7 +38,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from entangle_jax._src.targets.library_kernels import is_library_target
-from entangle_jax._src.targets.names import ENTANGLE_TARGET, is_host_callback
+from entangle_jax._src.targets.names import (
+  ENTANGLE_TARGET,
+  is_pure_host_callback,
+)
 from entangle_jax.testing import _hlo
 from entangle_jax.testing._analysis.ops import Op
 from entangle_jax.testing._hlo.opcodes import BOOKKEEPING, EFFECTFUL_OPCODES
@@ -82,7 +85,7 @@ def is_user_native_call(instruction: Op | _hlo.Instruction) -> bool:
     return False
   if target == ENTANGLE_TARGET or is_library_target(target):
     return False
-  return instruction.side_effect or not is_host_callback(target)
+  return not is_pure_host_callback(target, instruction.side_effect)
 
 
 def is_effectful(instruction: Op | _hlo.Instruction) -> bool:

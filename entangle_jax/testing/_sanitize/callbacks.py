@@ -12,10 +12,12 @@ start and end on the native records' clock (the extension's ``now_ns``:
 ``std::chrono::steady_clock``, which is ``time.monotonic_ns`` on Linux).
 
 XLA's id of the execution is not known inside a callback: a recorder
-counts its own calls instead, and the k-th call of each place of one
-module is taken for one execution (``run_id`` -1 - k). Calls in a loop or
-a branch are left out of that pairing (they may run many times, or not):
-each has a run id of its own, so none is found out of order.
+counts its own calls instead, and the k-th call of each place outside
+every loop and branch of one module is taken for one execution
+(``run_id`` -1 - k). A call in a loop or a branch may run many times in
+one execution, or not at all: it is recorded with ``UNKNOWN_RUN``, and
+`checks.host_runs` places it in an execution only where the records leave
+one choice (the module ran once).
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ from typing import Any
 _lock = threading.Lock()
 _recording = False
 _records: list[tuple[Any, int, int, int, int, bool]] = []
-_unpaired = itertools.count(-(2**62), -1)
-"""Run ids of calls in a loop or a branch: one each, never paired."""
+UNKNOWN_RUN = 0
+"""The run id of a host callback whose execution its recorder cannot
+know (a call in a loop or a branch)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +77,7 @@ def recorder(fn: Callable[..., Any], site: Any) -> Callable[..., Any]:
   recording is on."""
   now = _now()
   counter = itertools.count()
-  pairable = not (site.in_loop or site.in_branch)
+  pairable = not site.context
 
   def recorded(*args: Any, **kwargs: Any) -> Any:
     if not _recording:
@@ -88,7 +91,7 @@ def recorder(fn: Callable[..., Any], site: Any) -> Callable[..., Any]:
       return out
     finally:
       end = now()
-      run_id = -1 - next(counter) if pairable else next(_unpaired)
+      run_id = -1 - next(counter) if pairable else UNKNOWN_RUN
       _records.append((site, thread, start, end, run_id, failed))
 
   return recorded
@@ -120,8 +123,8 @@ def late_recorder(fn: Callable[..., Any], place: Place) -> Callable[..., Any]:
       return out
     finally:
       end = now()
-      pairable = not (site.in_loop or site.in_branch)
-      run_id = -1 - next(counter) if pairable else next(_unpaired)
+      pairable = not site.context
+      run_id = -1 - next(counter) if pairable else UNKNOWN_RUN
       _records.append((site, thread, start, end, run_id, failed))
 
   return recorded

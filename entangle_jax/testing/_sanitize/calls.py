@@ -1,17 +1,24 @@
 """The sanitizer's records as data: `SanitizedCall`, and the objects a
 call touches.
 
-A call touches the objects its declaration names (`entangle_jax._src.
-targets`): the values of its object operand, or the whole library when it
-names none; a ``"none"`` target touches nothing. A target nobody declared
-touches the value of every integer operand of up to 8 elements, and writes
-them. An object is a value within the family (the top-level package) that
-registered the target: a klujax handle is never an example store slot.
+What a call touches follows the static check's policy (the declarations,
+`entangle_jax._src.targets`, read as `_order/access.accesses_of` reads
+them, and the one conflict rule, `entangle_jax._src.conflict_rule`):
 
-A host callback (``io_callback``, ``pure_callback``, ``jax.debug.callback``)
-declares nothing: like an undeclared call it may write anything, and
-anything it touches is Python state, one object for every host callback
-(`HOST`): any two host callbacks conflict.
+* a declared call touches the values its object operand held, each one
+  object; a ``"none"`` target touches nothing;
+* a call the static check cannot tie to one object may touch any object
+  (`SanitizedObject` with no value): a target nobody declared, one
+  declared with no object operand (the whole library), a declared object
+  operand whose values were not recorded (not an integer array, or not
+  host memory), or more values than a record holds (`truncated`);
+* a host callback JAX declares pure (``pure_callback``) touches nothing;
+  any other host callback (``io_callback``, ``jax.debug.callback``) may
+  write anything, Python state included.
+
+An object is a value: the package that registered a target names it in
+words only, so two packages' calls on one slot are calls on one object,
+as the static check sees them.
 """
 
 from __future__ import annotations
@@ -28,8 +35,10 @@ from entangle_jax.testing._sanitize import wrapping
 HOST_FAMILY = "host callbacks"
 """The family of the one object every host callback touches."""
 
-SMALL_OPERAND = 8
-"""Integer operands of at most this many elements are recorded whole."""
+MAX_VALUES = 4096
+"""The most operand values recorded of one call (native/sanitize's
+``kMaxTotalValues``: 16 in the record, the rest in its log's overflow
+store); a call with more is `SanitizedCall.truncated`."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,23 +46,35 @@ class SanitizedObject:
   """One object as the run named it.
 
   Attributes:
-    family: the package that registered the targets.
-    value: the operand value that names it; None for the whole library.
+    family: the package that registered the target (words only: objects
+      are compared by value).
+    value: the operand value that names it; None for "any object" (a call
+      that may touch anything, see the module).
+    why: for "any object", why the call may touch anything.
   """
 
-  family: str
+  family: str = dataclasses.field(compare=False)
   value: int | None
+  why: str = dataclasses.field(default="", compare=False)
+
+  def __hash__(self) -> int:
+    return hash(self.value)  # As equality: by value alone.
+
+  @property
+  def anything(self) -> bool:
+    """Whether this stands for any object."""
+    return self.value is None
 
   def __str__(self) -> str:
     if self.family == HOST_FAMILY:
       return "Python state (host callbacks may touch anything)"
     if self.value is None:
-      return f"{self.family} (the whole library)"
+      return f"any object ({self.family}: {self.why or 'the whole library'})"
     shown = self.value if -(2**31) <= self.value < 2**31 else hex(self.value)
     return f"{self.family} object {shown}"
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+@dataclasses.dataclass(eq=False, slots=True)
 class SanitizedCall:
   """One native call as it ran under the sanitizer.
 
@@ -72,6 +93,8 @@ class SanitizedCall:
     truncated: some operand values did not fit in the record.
     function: for a host callback, its Python function's name (``"?"``
       where it could not be found); None for a native call.
+    device: XLA's ordinal of the device the call ran for (-1 where it is
+      not known: a host callback, or an XLA without the query).
   """
 
   target: str
@@ -86,6 +109,7 @@ class SanitizedCall:
   failed: bool = False
   truncated: bool = False
   function: str | None = None
+  device: int = -1
 
   @property
   def label(self) -> str:
@@ -121,76 +145,182 @@ class Touch:
 
 
 def touches(call: SanitizedCall, declarations: Declarations) -> Touch:
-  """The objects `call` touches, and how."""
+  """The objects `call` touches, and how (see the module)."""
   if call.family == HOST_FAMILY:
+    if call.site is not None and call.site.pure:
+      return Touch("none", (), None)
     return Touch("write", (SanitizedObject(HOST_FAMILY, None),), None)
   declaration = declarations.for_target(call.target)
   if declaration is None:
-    values = [v for _, vs in call.operands for v in vs]
-    objects = tuple(
-      SanitizedObject(call.family, v) for v in dict.fromkeys(values)
-    )
-    return Touch("write", objects, None)
+    why = "a target nobody declared may write anything"
+    return Touch("write", (SanitizedObject(call.family, None, why),), None, why)
   if declaration.mode == "none":
     return Touch("none", (), declaration)
   if declaration.object is None:
-    return Touch(
-      declaration.mode, (SanitizedObject(call.family, None),), declaration
-    )
-  values = call.values_of(declaration.object)
-  if values is None:
+    why = "declared with no object operand: the whole library"
     return Touch(
       declaration.mode,
-      (),
+      (SanitizedObject(call.family, None, why),),
       declaration,
-      f"its object operand {declaration.object} was not recorded (not an "
-      f"integer array, or not read on this platform)",
     )
+  values = call.values_of(declaration.object)
+  why = None
+  if call.truncated:
+    why = (
+      f"its operands held more than {MAX_VALUES} values, more than a "
+      "record holds: taken as touching any object"
+    )
+  elif values is None:
+    why = (
+      f"its object operand {declaration.object} was not recorded (not an "
+      "integer array, or not host memory): taken as touching any object"
+    )
+  if why is not None:
+    return Touch(
+      declaration.mode,
+      (SanitizedObject(call.family, None, why),),
+      declaration,
+      why,
+    )
+  assert values is not None
   objects = tuple(
     SanitizedObject(call.family, v) for v in dict.fromkeys(values)
   )
   return Touch(declaration.mode, objects, declaration)
 
 
-def from_records(records: list[tuple]) -> list[SanitizedCall]:
-  """`SanitizedCall` records from the native drain's tuples (see
-  native/sanitize/module.cc)."""
-  found = []
-  for (
-    thread,
-    start,
-    end,
-    site,
-    run_id,
-    index,
-    failed,
-    truncated,
-    operands,
-    values,
-  ) in records:
-    target = wrapping.target_of(index)
-    if target is None:
-      continue
+_FIELDS = (
+  ("thread", "<i8"),
+  ("start_ns", "<i8"),
+  ("end_ns", "<i8"),
+  ("site", "<i8"),
+  ("run_id", "<i8"),
+  ("wrapped", "<i4"),
+  ("failed", "<i4"),
+  ("n_values", "<i4"),
+  ("truncated", "<i4"),
+  ("device", "<i4"),
+)
+
+
+def _record_dtype(layout: dict):
+  import numpy as np
+
+  m = layout["max_values"]
+  fields = [
+    *_FIELDS,
+    ("overflow", "<i8"),
+    ("operand", ("u1", (m,))),
+    ("values", ("<i8", (m,))),
+  ]
+  return np.dtype(
+    {
+      "names": [n for n, _ in fields],
+      "formats": [f for _, f in fields],
+      "offsets": [layout[n] for n, _ in fields],
+      "itemsize": layout["itemsize"],
+    }
+  )
+
+
+def from_records(
+  raw: bytes,
+  layout: dict,
+  overflow_operands: bytes = b"",
+  overflow_values: bytes = b"",
+) -> list[SanitizedCall]:
+  """`SanitizedCall` records, in order of start, from the native drain's
+  packed records and the values past the record's own of calls with more
+  (see native/sanitize/module.cc): read as columns, each distinct site,
+  target and operand tuple made once."""
+  import numpy as np
+
+  dtype = _record_dtype(layout)
+  records = np.frombuffer(raw, dtype=dtype)
+  if not len(records):
+    return []
+  # Columns first (taking whole structs in a new order is slow), then each
+  # column in order of start.
+  order = np.lexsort((records["end_ns"], records["start_ns"]))
+  column = {name: records[name][order] for name, _ in _FIELDS}
+  n_values = column["n_values"]
+  operands: list = [()] * len(order)
+  ones = np.flatnonzero(n_values == 1)
+  if len(ones):
+    # One tuple per distinct (operand, value), spread to its records.
+    rows = order[ones]
+    ops = records["operand"][rows, 0].astype(np.int64)
+    values = records["values"][rows, 0]
+    if (ops == ops[0]).all():
+      uniq, at = np.unique(values, return_inverse=True)
+      distinct = np.stack([np.full(len(uniq), ops[0], np.int64), uniq], 1)
+    else:
+      pairs = np.stack([ops, values], axis=1)
+      distinct, at = np.unique(pairs, axis=0, return_inverse=True)
+    made = np.empty(len(distinct), dtype=object)
+    made[:] = [((op, (value,)),) for op, value in distinct.tolist()]
+    if len(ones) == len(order):
+      operands = made[at.reshape(-1)].tolist()
+    else:
+      for k, found in zip(
+        ones.tolist(), made[at.reshape(-1)].tolist(), strict=True
+      ):
+        operands[k] = found
+  inline = layout["max_values"]
+  more_operands = np.frombuffer(overflow_operands, dtype=np.uint8)
+  more_values = np.frombuffer(overflow_values, dtype="<i8")
+  for k in np.flatnonzero(n_values > 1).tolist():
+    n = int(n_values[k])
+    row = int(order[k])
+    ops = records["operand"][row, : min(n, inline)].tolist()
+    values = records["values"][row, : min(n, inline)].tolist()
+    if n > inline:
+      at = int(records["overflow"][row])
+      ops += more_operands[at : at + n - inline].tolist()
+      values += more_values[at : at + n - inline].tolist()
     grouped: dict[int, list[int]] = {}
-    for operand, value in zip(operands, values, strict=True):
-      grouped.setdefault(operand, []).append(value)
-    found.append(
-      SanitizedCall(
-        target.name,
-        target.platform,
-        target.family,
-        thread,
-        start,
-        end,
-        run_id,
-        _sites.site(site) if site >= 0 else None,
-        tuple((k, tuple(v)) for k, v in grouped.items()),
-        failed,
-        truncated,
-      )
+    for op, value in zip(ops, values, strict=True):
+      grouped.setdefault(op, []).append(value)
+    operands[k] = tuple((o, tuple(v)) for o, v in grouped.items())
+  # Each column made at once: objects of each distinct site and target,
+  # spread by numpy, then one call made per record by map.
+  wrapped, index = np.unique(column["wrapped"], return_inverse=True)
+  targets = [wrapping.target_of(w) for w in wrapped.tolist()]
+  keep = np.array([t is not None for t in targets], dtype=bool)[index]
+  if not keep.all():
+    column = {name: c[keep] for name, c in column.items()}
+    index = index[keep]
+    operands = [o for o, k in zip(operands, keep.tolist(), strict=True) if k]
+  if not len(index):
+    return []
+
+  def spread(values: list, at) -> list:
+    column = np.empty(len(values), dtype=object)
+    column[:] = values
+    return column[at].tolist()
+
+  numbers, at_site = np.unique(column["site"], return_inverse=True)
+  site_column = spread(
+    [_sites.site(n) if n >= 0 else None for n in numbers.tolist()], at_site
+  )
+  return list(
+    map(
+      SanitizedCall,
+      spread([t.name if t else "" for t in targets], index),
+      spread([t.platform if t else "" for t in targets], index),
+      spread([t.family if t else "" for t in targets], index),
+      column["thread"].tolist(),
+      column["start_ns"].tolist(),
+      column["end_ns"].tolist(),
+      column["run_id"].tolist(),
+      site_column,
+      operands,
+      (column["failed"] != 0).tolist(),
+      (column["truncated"] != 0).tolist(),
+      [None] * len(index),
+      column["device"].tolist(),
     )
-  found.sort(key=lambda c: (c.start_ns, c.end_ns))
-  return found
+  )
 
 
 def from_callbacks(records: list[tuple]) -> list[SanitizedCall]:

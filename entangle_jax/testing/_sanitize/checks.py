@@ -4,7 +4,13 @@
   declaration (undeclared: a write), that overlapped in time
   (``"overlap"``), or that, in one execution of one module, ran in another
   order than the program's (``"out of order"``: the later call had
-  returned before the earlier one began).
+  returned before the earlier one began), or a write of another execution
+  that ran between two calls of one execution on that object
+  (``"interleaved"``).
+* Calls are paired by what ran: the calls of two places in one execution
+  are compared for order only where the records say which ran in one
+  iteration (see `pairing`); where they cannot, the pair of places is an
+  `Unpaired`, said in the report, and never a guess.
 * A contradiction is two calls in one execution that the declarations say
   never touch one object (a safe pair, or different elements of one array
   declared distinct, as the static check reads them) or that were made
@@ -19,10 +25,11 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from entangle_jax._src import conflict_rule
 from entangle_jax._src.targets.declaration import Declarations
+from entangle_jax.testing._sanitize import callbacks, sites
 from entangle_jax.testing._sanitize.calls import (
   SanitizedCall,
   SanitizedObject,
@@ -32,6 +39,7 @@ from entangle_jax.testing._sanitize.calls import (
 
 OVERLAP = "overlap"
 OUT_OF_ORDER = "out of order"
+INTERLEAVED = "interleaved"
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -39,19 +47,24 @@ class SanitizerRace:
   """Two calls on one object that raced at run time.
 
   Attributes:
-    kind: ``"overlap"`` (they ran at the same time) or ``"out of order"``
+    kind: ``"overlap"`` (they ran at the same time), ``"out of order"``
       (in one execution, `second` returned before `first` began, though
-      the program made `first` first).
+      the program made `first` first) or ``"interleaved"`` (`second`, a
+      write of another execution, ran after `first` and before `then`,
+      two calls of one execution).
     first: for ``"out of order"`` the call the program made first; for
-      ``"overlap"`` the one that began first.
+      ``"overlap"`` the one that began first; for ``"interleaved"`` the
+      earlier call of the execution it landed in.
     second: the other call.
     object: the object both touched.
+    then: for ``"interleaved"``, the later call of `first`'s execution.
   """
 
   kind: str
   first: SanitizedCall
   second: SanitizedCall
   object: SanitizedObject
+  then: SanitizedCall | None = None
 
   def __str__(self) -> str:
     return (
@@ -83,20 +96,194 @@ class Contradiction:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class Unpaired:
+  """Two places of one module whose calls touched one object but were not
+  compared for order: the records do not say which of their calls ran in
+  one iteration.
+
+  Attributes:
+    first, second: the places, in program order.
+    why: why not, in words.
+    calls: how many calls of the two places this left uncompared.
+  """
+
+  first: sites.CallSite
+  second: sites.CallSite
+  why: str
+  calls: int
+
+  def __str__(self) -> str:
+    return f"{self.first} and {self.second}: {self.why}"
+
+
 def touched(
   calls: list[SanitizedCall], declarations: Declarations
 ) -> dict[SanitizedCall, Touch]:
-  """What each call touches."""
-  return {c: touches(c, declarations) for c in calls}
+  """What each call touches. Calls with equal targets and operands share
+  one answer (asked once)."""
+  cache: dict[tuple, Touch] = {}
+  out: dict[SanitizedCall, Touch] = {}
+  for c in calls:
+    key = (c.target, c.family, c.operands, c.truncated, c.site)
+    found = cache.get(key)
+    if found is None:
+      found = cache[key] = touches(c, declarations)
+    out[c] = found
+  return out
+
+
+def _shared(a: Touch, b: Touch) -> list[SanitizedObject]:
+  """The objects both of two touches may touch (a call that may touch
+  anything shares every object of the other)."""
+  if not a.objects or not b.objects:
+    return []
+  if any(o.anything for o in a.objects):
+    return list(b.objects)
+  if any(o.anything for o in b.objects):
+    return list(a.objects)
+  theirs = set(b.objects)
+  return [o for o in a.objects if o in theirs]
+
+
+def _conflicts(a: Touch, b: Touch) -> list[SanitizedObject]:
+  if not conflict_rule.modes_conflict(a.mode, b.mode):
+    return []
+  return _shared(a, b)
+
+
+def overlaps(found: dict[SanitizedCall, Touch]) -> Iterator[SanitizerRace]:
+  """Pairs on one object, one writing, that ran at the same time: one
+  sweep over the calls in order of start (O(n log n), and the pairs that
+  overlap in time)."""
+  ordered = [c for c, t in found.items() if t.objects]
+  ordered.sort(key=_start)  # Linear when they come sorted, as they do.
+  active: list[SanitizedCall] = []
+  for b in ordered:
+    start = b.start_ns
+    if len(active) == 1:
+      if active[0].end_ns <= start:
+        active[0] = b
+        continue
+    elif active:
+      active = [a for a in active if a.end_ns > start]
+    touch = found[b]
+    for a in active:
+      for obj in _conflicts(found[a], touch):
+        yield SanitizerRace(OVERLAP, a, b, obj)
+    active.append(b)
+
+
+def executions(
+  found: dict[SanitizedCall, Touch],
+) -> dict[tuple[int, int], list[SanitizedCall]]:
+  """The calls that touch something, with a known place and execution,
+  by execution (module, run id)."""
+  return _executions(c for c, t in found.items() if t.objects)
+
+
+def _executions(
+  calls: Iterable[SanitizedCall],
+) -> dict[tuple[int, int], list[SanitizedCall]]:
+  """The calls with a known place and execution, by execution (module,
+  run id)."""
+  runs: dict[tuple[int, int], list[SanitizedCall]] = defaultdict(list)
+  unknown = callbacks.UNKNOWN_RUN
+  for call in calls:
+    site = call.site
+    if site is not None and call.run_id != unknown:
+      runs[(site.module.serial, call.run_id)].append(call)
+  return runs
+
+
+ONCE, OPTIONAL, MANY = "once", "optional", "many"
+
+
+def _split(p: sites.CallSite, q: sites.CallSite):
+  """Where two places' contexts part: (the frames both are in, p's rest,
+  q's rest, whether they part into two regions of one construct)."""
+  k = 0
+  for x, y in zip(p.context, q.context, strict=False):
+    if x != y:
+      break
+    k += 1
+  apart = (
+    k < len(p.context)
+    and k < len(q.context)
+    and p.context[k].construct == q.context[k].construct
+  )
+  return p.context[:k], p.context[k:], q.context[k:], apart
+
+
+def _times(rest: tuple[sites.Frame, ...]) -> str:
+  """How often a place runs per instance of the context it shares."""
+  if any(f.kind == sites.LOOP for f in rest):
+    return MANY
+  return OPTIONAL if rest else ONCE
+
+
+def pairing(
+  p: sites.CallSite,
+  q: sites.CallSite,
+  before: list[SanitizedCall],
+  after: list[SanitizedCall],
+) -> tuple[list[tuple[SanitizedCall, SanitizedCall]], str | None]:
+  """The pairs of calls of places `p` and `q` (`p` first in program
+  order; `before` and `after` their calls in one execution, in order of
+  start) that ran in one instance of what both are inside, and why some
+  could not be paired (None: every pair that matters is here).
+
+  * Two branches of one ``case`` never run in one instance: no pair.
+  * Inside no common loop, every call of `p` comes before every call of
+    `q`: all pairs (each call of `q` with the latest-starting call of `p`,
+    the one it must follow).
+  * Inside a common loop, iterations run one after another (XLA:CPU runs
+    a ``while`` body to its end before the next test), so the k-th call of
+    a place that runs once an iteration is in the k-th iteration: two such
+    places pair by rank. A place in a branch of the loop pairs by rank
+    only when it ran every iteration (as often as the other); else, and
+    for a place in an inner loop, which iteration a call ran in is not
+    recorded: unpaired.
+  """
+  if not before or not after:
+    return [], None
+  common, rest_p, rest_q, apart = _split(p, q)
+  if apart:
+    frame = rest_p[0]
+    if frame.kind == sites.BRANCH:
+      return [], None
+    return [], "one is in a loop's condition, the other in its body"
+  if not any(f.kind == sites.LOOP for f in common):
+    latest = max(before, key=lambda c: c.start_ns)
+    return [(latest, b) for b in after], None
+  tp, tq = _times(rest_p), _times(rest_q)
+  if MANY in (tp, tq):
+    return [], (
+      "one is in a loop inside the loop both are in: which of its calls "
+      "ran in which iteration is not recorded"
+    )
+  if len(before) == len(after):
+    return list(zip(before, after, strict=True)), None
+  if tp == ONCE and tq == ONCE:
+    return [], (
+      f"they ran {len(before)} and {len(after)} times, though both run "
+      "once an iteration"
+    )
+  return [], (
+    "one is in a branch inside a loop and did not run every iteration: "
+    "which iteration each call ran in is not recorded"
+  )
 
 
 def _by_object(
   found: dict[SanitizedCall, Touch],
 ) -> dict[SanitizedObject, list[SanitizedCall]]:
+  """The calls on each object named by a value."""
   objects: dict[SanitizedObject, list[SanitizedCall]] = defaultdict(list)
   for call, touch in found.items():
     for obj in touch.objects:
-      objects[obj].append(call)
+      if not obj.anything:
+        objects[obj].append(call)
   return objects
 
 
@@ -106,74 +293,194 @@ def _writes(
   return conflict_rule.modes_conflict(found[a].mode, found[b].mode)
 
 
-def overlaps(found: dict[SanitizedCall, Touch]) -> Iterator[SanitizerRace]:
-  """Pairs on one object, one writing, that ran at the same time."""
-  for obj, calls in _by_object(found).items():
-    ordered = sorted(calls, key=lambda c: c.start_ns)
-    for i, a in enumerate(ordered):
-      for b in ordered[i + 1 :]:
-        if b.start_ns >= a.end_ns:
-          break
-        if _writes(found, a, b):
-          yield SanitizerRace(OVERLAP, a, b, obj)
+def _site_pairs(
+  at: dict[sites.CallSite, list[SanitizedCall]],
+  found: dict[SanitizedCall, Touch],
+) -> set[tuple[sites.CallSite, sites.CallSite]]:
+  """The pairs of places whose calls may conflict (one writes, and they
+  may share an object), in program order."""
+  by_object: dict[SanitizedObject, set[sites.CallSite]] = defaultdict(set)
+  anything: set[sites.CallSite] = set()
+  for site, calls in at.items():
+    distinct = {id(t): t for t in map(found.__getitem__, calls)}
+    for touch in distinct.values():
+      for obj in touch.objects:
+        (anything if obj.anything else by_object[obj]).add(site)
+  groups = [*by_object.values()]
+  out: set[tuple[sites.CallSite, sites.CallSite]] = set()
+  every = set(at)
+  for s in anything:
+    for t in every:
+      if s is not t:
+        out.add((s, t) if s.position < t.position else (t, s))
+  for group in groups:
+    for s, t in itertools.combinations(sorted(group, key=_position), 2):
+      out.add((s, t))
+  return out
 
 
-def _executions(
-  calls: list[SanitizedCall],
-) -> dict[tuple[int, int], list[SanitizedCall]]:
-  """The calls with a known place, by execution (module, run id)."""
-  runs: dict[tuple[int, int], list[SanitizedCall]] = defaultdict(list)
-  for call in calls:
-    if call.site is not None:
-      runs[(call.site.module.serial, call.run_id)].append(call)
-  return runs
+def _position(site: sites.CallSite) -> int:
+  return site.position
 
 
-def out_of_order(found: dict[SanitizedCall, Touch]) -> Iterator[SanitizerRace]:
+def out_of_order(
+  found: dict[SanitizedCall, Touch],
+  unpaired: list[Unpaired] | None = None,
+  runs: dict[tuple[int, int], list[SanitizedCall]] | None = None,
+) -> Iterator[SanitizerRace]:
   """Pairs on one object, one writing, that in one execution ran in
-  another order than the program's.
-
-  Each place's calls are paired with the other place's by rank when both
-  ran equally often (one loop, or straight-line code), or all with the one
-  call when one ran once; other pairings are not compared.
-  """
-  for run in _executions(list(found)).values():
-    for obj, calls in _by_object({c: found[c] for c in run}).items():
-      at: dict[int, list[SanitizedCall]] = defaultdict(list)
-      for call in calls:
-        assert call.site is not None
-        at[call.site.position].append(call)
-      for p, q in itertools.combinations(sorted(at), 2):
-        before = sorted(at[p], key=lambda c: c.start_ns)
-        after = sorted(at[q], key=lambda c: c.start_ns)
-        if not _writes(found, before[0], after[0]):
-          continue
-        for a, b in _paired(before, after):
-          if b.end_ns <= a.start_ns:
+  another order than the program's, paired by `pairing`; the pairs of
+  places it could not pair go to `unpaired` (one each, calls summed)."""
+  left: dict[tuple[int, int], list] = {}
+  if runs is None:
+    runs = _executions(c for c, t in found.items() if t.objects)
+  for run in runs.values():
+    at: dict[sites.CallSite, list[SanitizedCall]] = defaultdict(list)
+    for call in run:
+      site = call.site
+      assert site is not None  # `_executions` keeps only placed calls.
+      at[site].append(call)
+    if len(at) < 2:
+      continue
+    for calls in at.values():
+      calls.sort(key=_start)
+    for p, q in sorted(
+      _site_pairs(at, found), key=lambda s: (s[0].position, s[1].position)
+    ):
+      pairs, why = pairing(p, q, at[p], at[q])
+      if why is not None:
+        key = (p.number, q.number)
+        n = len(at[p]) + len(at[q])
+        if key in left:
+          left[key][3] += n
+        else:
+          left[key] = [p, q, why, n]
+        continue
+      for a, b in pairs:
+        if b.end_ns <= a.start_ns:
+          for obj in _conflicts(found[a], found[b]):
             yield SanitizerRace(OUT_OF_ORDER, a, b, obj)
+  if unpaired is not None:
+    unpaired.extend(Unpaired(p, q, why, n) for p, q, why, n in left.values())
 
 
-def _paired(
-  before: list[SanitizedCall], after: list[SanitizedCall]
-) -> list[tuple[SanitizedCall, SanitizedCall]]:
-  if len(before) == len(after):
-    return list(zip(before, after, strict=True))
-  if len(before) == 1:
-    return [(before[0], b) for b in after]
-  if len(after) == 1:
-    return [(a, after[0]) for a in before]
-  return []
+def interleaved(
+  found: dict[SanitizedCall, Touch],
+  runs: dict[tuple[int, int], list[SanitizedCall]] | None = None,
+) -> Iterator[SanitizerRace]:
+  """Writes of another execution that ran between two calls of one
+  execution on one object, with neither of them overlapping it (those
+  are overlaps). Executions that ran one after the other, or whose calls
+  on the object did not interleave, give none. Per object, one sweep over
+  its calls in order of start: between two calls of one execution that
+  are not next to each other in that order, the calls in between are
+  looked at (O(n log n), and what lies in between)."""
+  if runs is None:
+    runs = _executions(c for c, t in found.items() if t.objects)
+  if len(runs) < 2:
+    return
+  key_of: dict[SanitizedCall, tuple[int, int]] = {}
+  for key, run in runs.items():
+    for call in run:
+      key_of[call] = key
+  by_object: dict[SanitizedObject, list[SanitizedCall]] = defaultdict(list)
+  anything: list[SanitizedCall] = []
+  for call in key_of:
+    for obj in found[call].objects:
+      (anything if obj.anything else by_object[obj]).append(call)
+  if anything:
+    if not by_object:
+      by_object[found[anything[0]].objects[0]] = []
+    for calls in by_object.values():
+      calls.extend(anything)
+  for obj, calls in by_object.items():
+    calls = sorted(set(calls) if anything else calls, key=_start)
+    last: dict[tuple[int, int], int] = {}
+    for j, b in enumerate(calls):
+      key = key_of[b]
+      i = last.get(key)
+      last[key] = j
+      if i is None or j - i < 2:
+        continue
+      a = calls[i]
+      if b.start_ns < a.end_ns:
+        continue
+      for w in calls[i + 1 : j]:
+        if w.start_ns < a.end_ns or w.end_ns > b.start_ns:
+          continue
+        if key_of[w] == key:
+          continue
+        tw = found[w]
+        if tw.mode != "write":
+          continue
+        if _conflicts(found[a], tw) or _conflicts(tw, found[b]):
+          yield SanitizerRace(INTERLEAVED, a, w, obj, then=b)
 
 
-def races(found: dict[SanitizedCall, Touch]) -> list[SanitizerRace]:
-  """Every race: the overlaps, then the calls out of order."""
-  return [*overlaps(found), *out_of_order(found)]
+def _start(call: SanitizedCall) -> int:
+  return call.start_ns
+
+
+def races(
+  found: dict[SanitizedCall, Touch],
+  unpaired: list[Unpaired] | None = None,
+  runs: dict[tuple[int, int], list[SanitizedCall]] | None = None,
+) -> list[SanitizerRace]:
+  """Every race: the overlaps, the calls out of order, then the
+  interleaved writes (`runs`: `executions`, when made already)."""
+  if runs is None:
+    runs = _executions(c for c, t in found.items() if t.objects)
+  return [
+    *overlaps(found),
+    *out_of_order(found, unpaired, runs),
+    *interleaved(found, runs),
+  ]
+
+
+def host_runs(calls: list[SanitizedCall]) -> list[SanitizedCall]:
+  """`calls` with each host callback of a loop or a branch (whose run id
+  its recorder could not know) placed in an execution where the records
+  leave one choice: its module ran once (its places outside every loop
+  and branch, native or host, the sanitizer's anchor included, ran in one
+  execution). The others keep `callbacks.UNKNOWN_RUN`: not compared for
+  order, and counted. The anchor's own calls are left out."""
+  unknown = callbacks.UNKNOWN_RUN
+  if not any(
+    c.function is not None
+    and (c.run_id == unknown or c.function == sites.ANCHOR)
+    for c in calls
+  ):
+    return calls
+  host: dict[int, set[int]] = defaultdict(set)
+  native: dict[int, set[int]] = defaultdict(set)
+  for call in calls:
+    if call.site is not None and not call.site.context:
+      if call.function is not None:
+        host[call.site.module.serial].add(call.run_id)
+      else:
+        native[call.site.module.serial].add(call.run_id)
+  out = []
+  for call in calls:
+    if call.run_id == callbacks.UNKNOWN_RUN and call.site is not None:
+      serial = call.site.module.serial
+      ids = host.get(serial, set())
+      others = native.get(serial, set())
+      if len(ids) <= 1 and len(others) <= 1 and (ids or others):
+        # Host callbacks' run ids are their own (-1 - k): the one
+        # execution's is -1 when a host callback outside every loop and
+        # branch ran, else the native calls'.
+        one = next(iter(ids)) if ids else next(iter(others))
+        call = dataclasses.replace(call, run_id=one)
+    if call.function != sites.ANCHOR:  # It only counted executions.
+      out.append(call)
+  return out
 
 
 def contradictions(
   found: dict[SanitizedCall, Touch],
   declarations: Declarations,
   distinct_by_analysis=None,
+  runs: dict[tuple[int, int], list[SanitizedCall]] | None = None,
 ) -> list[Contradiction]:
   """Calls declared distinct that named one object (see the module).
 
@@ -183,9 +490,14 @@ def contradictions(
   safe pairs and repeated handles in one call are checked).
   """
   out: list[Contradiction] = []
+  distinct: dict[int, bool] = {}
   for call, touch in found.items():
     d = touch.declaration
-    if d is None or d.object is None or not declarations.distinct_for(d):
+    if d is None or d.object is None:
+      continue
+    if id(d) not in distinct:
+      distinct[id(d)] = declarations.distinct_for(d)
+    if not distinct[id(d)]:
       continue
     values = call.values_of(d.object) or ()
     for value in sorted({v for v in values if values.count(v) > 1}):
@@ -198,12 +510,36 @@ def contradictions(
           f"different objects",
         )
       )
-  for run in _executions(list(found)).values():
-    for obj, calls in _by_object({c: found[c] for c in run}).items():
-      if obj.value is None:
+  if runs is None:
+    runs = _executions(c for c, t in found.items() if t.objects)
+  for run in runs.values():
+    # One call of each place stands for the place on each object: what is
+    # checked depends on the two places, not on which of their calls.
+    at: dict[sites.CallSite, list[SanitizedCall]] = defaultdict(list)
+    for call in run:
+      site = call.site
+      assert site is not None  # `_executions` keeps only placed calls.
+      at[site].append(call)
+    if len(at) < 2:
+      continue
+    first_of: dict[SanitizedObject, dict[sites.CallSite, SanitizedCall]] = (
+      defaultdict(dict)
+    )
+    for site, calls in at.items():
+      seen_touches: set[int] = set()
+      for call in calls:
+        touch = found[call]
+        if id(touch) in seen_touches:
+          continue
+        seen_touches.add(id(touch))
+        for obj in touch.objects:
+          if not obj.anything:
+            first_of[obj].setdefault(site, call)
+    for obj, places in first_of.items():
+      if len(places) < 2:
         continue
-      for a, b in itertools.combinations(calls, 2):
-        if a.site is b.site or not _writes(found, a, b):
+      for a, b in itertools.combinations(places.values(), 2):
+        if not _writes(found, a, b):
           continue
         pair = declarations.safe(a.target, b.target)
         if pair is not None:

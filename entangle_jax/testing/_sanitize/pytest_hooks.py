@@ -6,7 +6,10 @@ libraries register at import are wrapped, then registers `SanitizePlugin`.
 A test in which a race was seen fails, with the sanitizer's report, unless
 it is marked ``entangle_races_expected`` (a control that races on purpose);
 contradictions of the declarations are reported with the test's output and
-fail it too. Under pytest-xdist each worker does the same for its tests.
+fail it too. A test that called targets the sanitizer did not observe
+(registered before it started) is listed in the terminal summary, and
+fails under ``--entangle-sanitize=strict``. Under pytest-xdist each worker
+does the same for its tests.
 """
 
 from __future__ import annotations
@@ -19,14 +22,19 @@ EXPECTED = "entangle_races_expected"
 _SEEN = pytest.StashKey[session.Seen]()
 
 
-def register(config: pytest.Config) -> None:
-  """Starts the sanitizer and adds the per-test hooks to `config`."""
+def register(config: pytest.Config, strict: bool = False) -> None:
+  """Starts the sanitizer and adds the per-test hooks to `config`
+  (`strict`: a test that called an unobserved target fails)."""
   session.start()
-  config.pluginmanager.register(SanitizePlugin(), "entangle-sanitize")
+  config.pluginmanager.register(SanitizePlugin(strict), "entangle-sanitize")
 
 
 class SanitizePlugin:
   """The per-test hooks of ``--entangle-sanitize``."""
+
+  def __init__(self, strict: bool = False):
+    self.strict = strict
+    self.unobserved: list[tuple[str, list[str]]] = []
 
   @pytest.hookimpl(hookwrapper=True)
   def pytest_runtest_call(self, item: pytest.Item):
@@ -51,4 +59,26 @@ class SanitizePlugin:
       report.longrepr = (
         f"entangle-jax sanitizer: {len(seen.races)} races and "
         f"{len(seen.contradictions)} contradictions seen in this test\n" + text
+      )
+    if seen.not_observed:
+      self.unobserved.append((item.nodeid, seen.not_observed))
+      if self.strict and report.passed:
+        report.outcome = "failed"
+        report.longrepr = (
+          "entangle-jax sanitizer (strict): this test called targets it did "
+          "not observe, so their races cannot be seen: "
+          + ", ".join(seen.not_observed)
+          + "\nStart the sanitizer before the library registers them "
+          "(import it in the test, not in a conftest.py imported earlier).\n"
+          + text
+        )
+
+  def pytest_terminal_summary(self, terminalreporter) -> None:
+    if not self.unobserved:
+      return
+    terminalreporter.write_sep("=", "entangle-jax sanitizer: not observed")
+    for nodeid, targets in self.unobserved:
+      terminalreporter.write_line(
+        f"{nodeid}: called targets the sanitizer did not observe "
+        f"(registered before it started): {', '.join(targets)}"
       )

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
+import gc
 import re
 import sys
 import threading
@@ -19,7 +21,11 @@ from entangle_jax.testing._sanitize.calls import (
   from_callbacks,
   from_records,
 )
-from entangle_jax.testing._sanitize.checks import Contradiction, SanitizerRace
+from entangle_jax.testing._sanitize.checks import (
+  Contradiction,
+  SanitizerRace,
+  Unpaired,
+)
 
 _SITE = re.compile(sites.SITE_ATTRIBUTE + r"\s*=\s*(\d+)")
 _lock = threading.Lock()
@@ -62,11 +68,20 @@ class Seen:
       (`Contradiction`).
     not_observed: targets that modules compiled in the run call but that
       run unwrapped: registered before the sanitizer started (start it
-      before importing the library), or through the untyped API.
+      before importing the library), or through the untyped API. Only
+      targets the run's modules call are listed.
     unknown_places: how many calls have no known place in their program
       (their module was compiled before the run, or taken from a cache):
       none of those can be found out of order.
     dropped: calls a full per-thread log could not hold.
+    unpaired: pairs of places whose calls touched one object but could
+      not be compared for order (`checks.Unpaired`: which calls ran in one
+      iteration is not recorded).
+    unknown_runs: host callbacks in a loop or a branch whose execution
+      could not be known (their module ran more than once): not compared
+      for order.
+    anything: calls taken as touching any object, by why (an undeclared
+      target, more values than a record holds, ...), counted.
   """
 
   calls: list[SanitizedCall] = dataclasses.field(default_factory=list)
@@ -75,6 +90,9 @@ class Seen:
   not_observed: list[str] = dataclasses.field(default_factory=list)
   unknown_places: int = 0
   dropped: int = 0
+  unpaired: list[Unpaired] = dataclasses.field(default_factory=list)
+  unknown_runs: int = 0
+  anything: dict[str, int] = dataclasses.field(default_factory=dict)
   declarations: Declarations | None = None
   _static: Any = dataclasses.field(default=None, repr=False)
 
@@ -84,6 +102,13 @@ class Seen:
     if self._static is None:
       return None
     return self._static.finding(race.first, race.second)
+
+  def static_fix(self, race: SanitizerRace) -> str | None:
+    """The static check's fix for `race`'s pair, in its words (its cause's
+    code and fix), when it reports the pair."""
+    if self._static is None:
+      return None
+    return self._static.fix(race.first, race.second)
 
   def report(self, file: IO[str] | None = None) -> str:
     """Prints each race and contradiction (both targets, the object,
@@ -139,13 +164,31 @@ def sanitize(*, clear_caches: bool = True) -> Generator[Seen]:
       finally:
         native.set_recording(False)
         callbacks.set_recording(False)
-      records, dropped = native.drain()
-      calls = from_records(records) + from_callbacks(callbacks.drain())
-      calls.sort(key=lambda c: (c.start_ns, c.end_ns))
-      _fill(seen, calls, dropped, first_module)
+      records, more_operands, more_values, dropped = native.drain()
+      # Millions of small objects, none in a cycle: the collector would
+      # walk them again and again while they are made.
+      collecting = gc.isenabled()
+      gc.disable()
+      try:
+        calls = checks.host_runs(
+          from_records(
+            records, native.record_layout, more_operands, more_values
+          )
+          + from_callbacks(callbacks.drain())
+        )
+        del records, more_operands, more_values
+        calls.sort(key=_start)
+        _fill(seen, calls, dropped, first_module)
+      finally:
+        if collecting:
+          gc.enable()
   finally:
     with _lock:
       _active = False
+
+
+def _start(call: SanitizedCall) -> int:
+  return call.start_ns
 
 
 def _fill(
@@ -156,16 +199,28 @@ def _fill(
   seen.calls = calls
   seen.dropped = dropped
   seen.unknown_places = sum(c.site is None for c in calls)
+  reasons = {n.name: n.reason for n in wrapping.not_wrapped()}
   seen.not_observed = sorted(
-    {t for m in sites.modules_since(first) for t in m.not_observed}
-    | {f"{n.name} ({n.reason})" for n in wrapping.not_wrapped()}
+    f"{t} ({reasons[t]})" if t in reasons else t
+    for t in {t for m in sites.modules_since(first) for t in m.not_observed}
+  )
+  seen.unknown_runs = sum(
+    c.function is not None and c.run_id == callbacks.UNKNOWN_RUN for c in calls
   )
   found = checks.touched(calls, declarations)
-  seen.races = checks.races(found)
+  anything: dict[str, int] = {}
+  touches = {id(t): t for t in found.values()}
+  for key, n in collections.Counter(map(id, found.values())).items():
+    for obj in touches[key].objects:
+      if obj.anything and obj.why:
+        anything[obj.why] = anything.get(obj.why, 0) + n
+  seen.anything = anything
+  runs = checks.executions(found)
+  seen.races = checks.races(found, seen.unpaired, runs)
   static = _Static(declarations)
   seen._static = static
   seen.contradictions = checks.contradictions(
-    found, declarations, static.distinct
+    found, declarations, static.distinct, runs
   )
 
 
@@ -175,6 +230,7 @@ class _Static:
   def __init__(self, declarations: Declarations):
     self.declarations = declarations
     self.analyses: dict[int, Any] = {}
+    self.races: dict[int, list[Any]] = {}
 
   def _ops(self, a: SanitizedCall, b: SanitizedCall):
     if a.site is None or b.site is None or a.site.module is not b.site.module:
@@ -243,12 +299,31 @@ class _Static:
       "of one array declared distinct)"
     )
 
+  def _race(self, a: SanitizedCall, b: SanitizedCall):
+    """The static check's `Race` for the two calls' ops (across devices
+    included: two copies of one call on two devices are one op twice)."""
+    found = self._ops(a, b)
+    if found is None:
+      return None
+    analysis, x, y = found
+    assert a.site is not None
+    serial = a.site.module.serial
+    if serial not in self.races:
+      try:
+        self.races[serial] = list(analysis.races())
+      except Exception:
+        self.races[serial] = []
+    for race in self.races[serial]:
+      if {race.first.name, race.second.name} == {x.name, y.name}:
+        return race
+    return None
+
   def finding(self, a: SanitizedCall, b: SanitizedCall) -> str | None:
     found = self._ops(a, b)
     if found is None:
       return None
     analysis, x, y = found
-    if analysis.is_race(x, y):
+    if self._race(a, b) is not None:
       return "the static check reports them as may race, and they did"
     if not analysis.conflict(x, y):
       return (
@@ -256,6 +331,15 @@ class _Static:
         "say they touch different objects or never conflict)"
       )
     return "the static check finds them ordered, yet they raced"
+
+  def fix(self, a: SanitizedCall, b: SanitizedCall) -> str | None:
+    race = self._race(a, b)
+    if race is None:
+      return None
+    from entangle_jax.testing._findings.from_analysis import cause_of
+
+    cause = cause_of(race)
+    return f"{cause.code} {cause.headline}. Fix: {cause.fix}"
 
 
 def _time(call: SanitizedCall, origin: int) -> str:
@@ -265,38 +349,100 @@ def _time(call: SanitizedCall, origin: int) -> str:
 
 
 def _call_line(call: SanitizedCall, origin: int) -> str:
+  where = ""
+  if call.site is not None and call.site.source:
+    where = f" at {call.site.source}"
+  device = f" device {call.device}" if call.device >= 0 else ""
   return (
-    f"    {call.label} on {call.platform}, thread {call.thread}, "
-    f"{_time(call, origin)}, {call.place}"
+    f"    {call.label}{where} on {call.platform}{device}, thread "
+    f"{call.thread}, {_time(call, origin)}, {call.place}"
   )
+
+
+def _headline(seen: Seen) -> str:
+  line = (
+    f"entangle_jax sanitizer: {len(seen.calls)} calls, {len(seen.races)} "
+    f"races, {len(seen.contradictions)} contradictions"
+  )
+  if seen.not_observed:
+    line += (
+      f"; {len(seen.not_observed)} called targets NOT OBSERVED (their "
+      "races cannot be seen)"
+    )
+  unchecked = sum(u.calls for u in seen.unpaired) + seen.unknown_runs
+  if unchecked:
+    line += f"; {unchecked} calls not compared for order"
+  return line
+
+
+def _object_words(seen: Seen, race: SanitizerRace) -> str:
+  """The race's object, and how the binding names it: the argument of
+  its Python function that carries it (a shipped declaration's
+  ``argument``), else the operand it was read from."""
+  text = str(race.object)
+  if race.object.anything or seen.declarations is None:
+    return text
+  for call in (race.first, race.second):
+    d = seen.declarations.for_target(call.target)
+    if d is None or d.object is None:
+      continue
+    if d.argument is not None:
+      return f"{text} (argument {d.argument})"
+    return f"{text} (operand {d.object} of {call.target})"
+  return text
 
 
 def format_seen(seen: Seen) -> str:
   """`Seen.report`'s text."""
   origin = min((c.start_ns for c in seen.calls), default=0)
-  lines = [
-    f"entangle_jax sanitizer: {len(seen.calls)} calls, {len(seen.races)} "
-    f"races, {len(seen.contradictions)} contradictions"
-  ]
+  lines = [_headline(seen)]
+  if seen.not_observed:
+    lines.append(
+      "  not observed (registered before the sanitizer started: start it "
+      "before importing the library; or not wrappable): "
+      + ", ".join(seen.not_observed)
+    )
   for race in seen.races:
-    lines.append(f"  race ({race.kind}) on {race.object}:")
+    lines.append(f"  race ({race.kind}) on {_object_words(seen, race)}:")
     lines.append(_call_line(race.first, origin))
     lines.append(_call_line(race.second, origin))
     if race.kind == checks.OUT_OF_ORDER:
-      lines.append("    the second returned before the first began")
+      lines.append(
+        "    the second ran first: it returned before the first began, "
+        "though the program made the first first"
+      )
+    elif race.kind == checks.INTERLEAVED and race.then is not None:
+      lines.append(_call_line(race.then, origin))
+      lines.append(
+        "    the second, a write of another execution, ran after the first "
+        "and before the third, two calls of one execution"
+      )
+    else:
+      lines.append("    they ran at the same time; the first began first")
     finding = seen.static_finding(race)
     if finding is not None:
       lines.append(f"    {finding}")
+    fix = seen.static_fix(race)
+    if fix is not None:
+      lines.append(f"    {fix}")
   for c in seen.contradictions:
     lines.append(f"  contradiction on {c.object}: {c.declaration}")
     lines.append(_call_line(c.first, origin))
     if c.second is not c.first:
       lines.append(_call_line(c.second, origin))
-  if seen.not_observed:
+  for u in seen.unpaired:
     lines.append(
-      "  not observed (registered before the sanitizer started, or not "
-      "wrappable): " + ", ".join(seen.not_observed)
+      f"  not compared for order ({u.calls} calls): {u} (pairing them "
+      "would be a guess)"
     )
+  if seen.unknown_runs:
+    lines.append(
+      f"  {seen.unknown_runs} host callbacks in a loop or a branch of a "
+      "module that ran more than once: which execution each ran in is "
+      "not recorded, so their order was not checked"
+    )
+  for why, n in sorted(seen.anything.items()):
+    lines.append(f"  {n} calls taken as touching any object: {why}")
   if seen.unknown_places:
     lines.append(
       f"  {seen.unknown_places} calls have no known place in their program "

@@ -18,13 +18,17 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 import threading
 import weakref
 from typing import Any
 
+from entangle_jax._src.targets.library_kernels import is_library_target
 from entangle_jax._src.targets.names import (
+  ENTANGLE_TARGET,
   TPU_HOST_CALLBACK_TARGET,
   is_host_callback,
+  is_pure_host_callback,
 )
 from entangle_jax.testing._sanitize import callbacks, jax_hooks, wrapping
 
@@ -33,6 +37,25 @@ TYPED_FFI = 4
 """``api_version`` of a typed FFI custom call in StableHLO."""
 _LOOPS = ("stablehlo.while",)
 _BRANCHES = ("stablehlo.case", "stablehlo.if")
+LOOP = "loop"
+BRANCH = "branch"
+
+
+@dataclasses.dataclass(frozen=True)
+class Frame:
+  """One construct a call is inside: a region of a loop or a branch.
+
+  Attributes:
+    kind: `LOOP` (a region of a ``while``: its condition or its body) or
+      `BRANCH` (one branch of a ``case``/``if``).
+    construct: the construct's number, unique in its module.
+    region: which of its regions (a ``while``: 0 the condition, 1 the
+      body; a ``case``: the branch's index).
+  """
+
+  kind: str
+  construct: int
+  region: int
 
 
 @dataclasses.dataclass(eq=False)
@@ -44,17 +67,23 @@ class SanitizedModule:
   platform: str
   sites: list[CallSite] = dataclasses.field(default_factory=list)
   not_observed: set[str] = dataclasses.field(default_factory=set)
-  """Typed FFI targets it calls that run unwrapped (registered before the
-  sanitizer started)."""
+  """Targets it calls that run unwrapped: typed FFI targets registered
+  before the sanitizer started, and targets of the untyped custom-call
+  API (entangle's no-op and JAX's library kernels, which compute from
+  their buffers alone, are not listed)."""
   callbacks: dict[int, CallSite] = dataclasses.field(default_factory=dict)
   """Its host callbacks' places, by their index in the callbacks XLA is
   given with the module."""
-  transfer_callbacks: list[tuple[bool, bool]] = dataclasses.field(
+  transfer_callbacks: list[tuple[Frame, ...]] = dataclasses.field(
     default_factory=list
   )
   """Its host callbacks made of host transfers (TPU), in program order:
-  whether each is in a loop, in a branch."""
+  the loops and branches each is in."""
   executable: Any = None
+  anchor: CallSite | None = None
+  """A host callback the sanitizer added (`ANCHOR`), outside every loop
+  and branch, whose calls count the module's executions: added where the
+  module's own host callbacks are all in loops or branches."""
 
   def text(self) -> str | None:
     """The optimized HLO text, while the executable is alive."""
@@ -85,6 +114,13 @@ class CallSite:
     in_branch: the call is in a branch (it may not run at all).
     host_callback: for a host callback, its Python function's name (or
       ``"?"`` where it could not be found); None for a native call.
+    context: the loops and branches the call is inside, outermost first
+      (`Frame`): which calls can run in one iteration, and which never
+      run together.
+    pure: a host callback JAX declares pure (``pure_callback``: no
+      side effect), which touches nothing, as the static check reads it.
+    source: the user's file:line of the call, from the module's location
+      metadata ("" where it has none).
   """
 
   number: int
@@ -94,6 +130,9 @@ class CallSite:
   in_loop: bool
   in_branch: bool
   host_callback: str | None = None
+  context: tuple[Frame, ...] = ()
+  pure: bool = False
+  source: str = ""
 
   def __str__(self) -> str:
     if self.host_callback is not None:
@@ -102,7 +141,6 @@ class CallSite:
 
 
 _numbers = itertools.count()
-_serials = itertools.count()
 _lock = threading.Lock()
 _sites: dict[int, CallSite] = {}
 _modules: list[SanitizedModule] = []
@@ -180,6 +218,8 @@ def _make_compile(original):
       recorded = list(given)
       for index, site in module.callbacks.items():
         recorded[index] = callbacks.recorder(recorded[index], site)
+      if module.anchor is not None:
+        recorded.append(callbacks.recorder(_count, module.anchor))
       args, kwargs = _with_host_callbacks(args, kwargs, recorded)
     executable = original(backend, computation, *args, **kwargs)
     if module is not None:
@@ -206,9 +246,7 @@ def _place_tpu_callbacks(module: SanitizedModule, given: list) -> None:
   walked = module.transfer_callbacks
   if len(walked) != len(given) or any(f is None for f in found):
     return
-  for k, (entry, (in_loop, in_branch)) in enumerate(
-    zip(found, walked, strict=True)
-  ):
+  for k, (entry, context) in enumerate(zip(found, walked, strict=True)):
     assert entry is not None
     _, place, name = entry
     site = CallSite(
@@ -216,9 +254,9 @@ def _place_tpu_callbacks(module: SanitizedModule, given: list) -> None:
       module,
       len(module.sites),
       TPU_HOST_CALLBACK_TARGET,
-      in_loop,
-      in_branch,
+      *_loop_branch(context),
       name or "?",
+      context=context,
     )
     module.sites.append(site)
     module.callbacks[k] = site
@@ -269,7 +307,13 @@ def annotate(
     if main is None:
       return None
     walker = _Walker(ir, computation, functions, module, host_callbacks)
-    walker.function(main, in_loop=False, in_branch=False)
+    walker.function(main, context=())
+    try:
+      _add_anchor(
+        ir, computation, main, module, host_callbacks, walker.callback_ops
+      )
+    except Exception:  # Never break a compile: no anchor then.
+      module.anchor = None
     if not module.sites and not module.not_observed:
       return None
     with _lock:
@@ -295,35 +339,45 @@ class _Walker:
     self.module = module
     self.visited: set[str] = set()
     self.copies = itertools.count()
+    self.constructs = itertools.count()
+    self.callback_ops: dict[int, Any] = {}
+    """Each host callback's custom call, by its site's number."""
 
-  def function(self, func, *, in_loop: bool, in_branch: bool) -> None:
+  def function(self, func, *, context: tuple[Frame, ...]) -> None:
     self.visited.add(self.ir.StringAttr(func.attributes["sym_name"]).value)
     for region in func.regions:
-      self.region(region, in_loop=in_loop, in_branch=in_branch)
+      self.region(region, context=context)
 
-  def region(self, region, *, in_loop: bool, in_branch: bool) -> None:
+  def region(self, region, *, context: tuple[Frame, ...]) -> None:
     for block in region.blocks:
       for op in block.operations:
-        self.op(op.operation, in_loop=in_loop, in_branch=in_branch)
+        self.op(op.operation, context=context)
 
-  def op(self, op, *, in_loop: bool, in_branch: bool) -> None:
+  def op(self, op, *, context: tuple[Frame, ...]) -> None:
     if op.name in _HOST_TRANSFERS and _is_host_transfer(self.ir, op):
       self.module.not_observed.add(HOST_TRANSFER_CALLBACKS)
       if op.name == "stablehlo.send" and _starts_a_callback(op):
-        self.module.transfer_callbacks.append((in_loop, in_branch))
+        self.module.transfer_callbacks.append(context)
       return
     if op.name == "stablehlo.custom_call":
-      self.custom_call(op, in_loop=in_loop, in_branch=in_branch)
+      self.custom_call(op, context=context)
       return
     if op.name == "func.call":
-      self.call(op, in_loop=in_loop, in_branch=in_branch)
+      self.call(op, context=context)
       return
-    loop = in_loop or op.name in _LOOPS
-    branch = in_branch or op.name in _BRANCHES
-    for region in op.regions:
-      self.region(region, in_loop=loop, in_branch=branch)
+    kind = None
+    if op.name in _LOOPS:
+      kind = LOOP
+    elif op.name in _BRANCHES:
+      kind = BRANCH
+    construct = next(self.constructs) if kind is not None else -1
+    for index, region in enumerate(op.regions):
+      inner = context
+      if kind is not None:
+        inner = (*context, Frame(kind, construct, index))
+      self.region(region, context=inner)
 
-  def call(self, op, *, in_loop: bool, in_branch: bool) -> None:
+  def call(self, op, *, context: tuple[Frame, ...]) -> None:
     ir = self.ir
     callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
     func = self.functions.get(callee)
@@ -336,22 +390,28 @@ class _Walker:
       func.attributes["sym_name"] = ir.StringAttr.get(copy_name)
       op.attributes["callee"] = ir.FlatSymbolRefAttr.get(copy_name)
       self.functions[copy_name] = func
-    self.function(func, in_loop=in_loop, in_branch=in_branch)
+    self.function(func, context=context)
 
-  def custom_call(self, op, *, in_loop: bool, in_branch: bool) -> None:
+  def custom_call(self, op, *, context: tuple[Frame, ...]) -> None:
     ir = self.ir
     attributes = op.attributes
     target = ir.StringAttr(attributes["call_target_name"]).value
+    if target == ENTANGLE_TARGET or is_library_target(target):
+      return  # They compute from their buffers alone (the static check's word).
     key = _typed_ffi_config(ir, attributes)
     if key is None:
-      return  # The untyped custom-call API: no FFI handler to wrap.
+      # The untyped custom-call API: no FFI handler to wrap. Listed when
+      # it was registered while the sanitizer ran (JAX's own untyped
+      # calls, such as Sharding, are no native call).
+      if any(n.name == target for n in wrapping.not_wrapped()):
+        self.module.not_observed.add(target)
+      return
     if is_host_callback(target) and self.host_callback(
-      op, target, key, in_loop, in_branch
+      op, target, key, context
     ):
       return
     if wrapping.wrapped(target, self.module.platform) is None:
-      if target != wrapping.ENTANGLE_TARGET:
-        self.module.not_observed.add(target)
+      self.module.not_observed.add(target)
       return
     number = next(_numbers)
     entries = {}
@@ -370,13 +430,14 @@ class _Walker:
         self.module,
         len(self.module.sites),
         target,
-        in_loop,
-        in_branch,
+        *_loop_branch(context),
+        context=context,
+        source=source_line(op),
       )
     )
 
   def host_callback(
-    self, op, target: str, key: str, in_loop: bool, in_branch: bool
+    self, op, target: str, key: str, context: tuple[Frame, ...]
   ) -> bool:
     """Gives a host callback's call a place; False when its callable
     cannot be found (it is then listed as not observed)."""
@@ -396,12 +457,15 @@ class _Walker:
       self.module,
       len(self.module.sites),
       target,
-      in_loop,
-      in_branch,
+      *_loop_branch(context),
       name or "?",
+      context=context,
+      pure=is_pure_host_callback(target, _side_effect(ir, attributes)),
+      source=source_line(op),
     )
     self.module.sites.append(site)
     self.module.callbacks[index] = site
+    self.callback_ops[site.number] = op
     return True
 
 
@@ -440,6 +504,119 @@ def _is_host_transfer(ir, op) -> bool:
     return bool(ir.BoolAttr(op.attributes["is_host_transfer"]).value)
   except (ValueError, TypeError):
     return False
+
+
+ANCHOR = "(entangle_jax sanitizer: counts executions)"
+"""The function name of the host callback `_add_anchor` adds."""
+
+
+def _count(*args: Any) -> tuple:
+  """The anchor's Python side: does nothing (its recorder counts)."""
+  return ()
+
+
+def _add_anchor(
+  ir, computation, main, module: SanitizedModule, host_callbacks, callback_ops
+) -> None:
+  """Adds a host callback that takes and returns nothing, at the top of
+  `main`, whose calls count the module's executions, where every host
+  callback of the module is in a loop or a branch (so nothing else says
+  which execution their calls ran in). On one device of a CPU only (a
+  module of one partition and one replica): elsewhere the module is left
+  as it is."""
+  own = list(module.callbacks.values())
+  if host_callbacks is None or not own or any(not s.context for s in own):
+    return
+  if module.platform.lower() not in ("host", "cpu"):
+    return
+  attributes = computation.operation.attributes
+  for name in ("mhlo.num_partitions", "mhlo.num_replicas"):
+    count = attributes.get(name)
+    if count is not None and ir.IntegerAttr(count).value != 1:
+      return
+  template = callback_ops.get(own[0].number)
+  if template is None:
+    return
+  index = len(host_callbacks)
+  entries = {}
+  for item in list(template.attributes):
+    name = getattr(item, "name", item)  # Older bindings: NamedAttribute.
+    if name in ("sdy.sharding", "mhlo.sharding", "mhlo.frontend_attributes"):
+      continue
+    entries[name] = template.attributes[name]
+  key = _typed_ffi_config(ir, template.attributes)
+  if key is None:
+    return
+  config = {}
+  old = ir.DictAttr(template.attributes[key])
+  for k in range(len(old)):
+    config[old[k].name] = old[k].attr
+  config["index"] = ir.IntegerAttr.get(ir.IntegerType.get_unsigned(64), index)
+  entries[key] = ir.DictAttr.get(config)
+  entries["operand_layouts"] = ir.ArrayAttr.get([])
+  entries["result_layouts"] = ir.ArrayAttr.get([])
+  block = main.regions[0].blocks[0]
+  with ir.Location.unknown(), ir.InsertionPoint.at_block_begin(block):
+    ir.Operation.create(
+      "stablehlo.custom_call", results=[], operands=[], attributes=entries
+    )
+  module.anchor = CallSite(
+    next(_numbers),
+    module,
+    -1,
+    own[0].target,
+    False,
+    False,
+    ANCHOR,
+    pure=True,
+  )
+
+
+def _loop_branch(context: tuple[Frame, ...]) -> tuple[bool, bool]:
+  return (
+    any(f.kind == LOOP for f in context),
+    any(f.kind == BRANCH for f in context),
+  )
+
+
+def _side_effect(ir, attributes) -> bool:
+  """A custom call's ``has_side_effect`` (false when absent)."""
+  if "has_side_effect" not in attributes:
+    return False
+  try:
+    return bool(ir.BoolAttr(attributes["has_side_effect"]).value)
+  except (ValueError, TypeError):
+    return False
+
+
+_FILE_LINE = re.compile(r'"([^"]+)":(\d+)(?::\d+)?')
+_NOT_USER = (
+  "/jax/",
+  "/jaxlib/",
+  "/entangle_jax/_src/",
+  "/entangle_jax/testing/",
+  "/site-packages/",
+  "/dist-packages/",
+  "<frozen",
+)
+
+
+def source_line(op) -> str:
+  """The user's file:line of `op`, from its MLIR location (the innermost
+  frame outside JAX, entangle_jax and installed packages; else the
+  innermost frame), or "" when the location names no file."""
+  try:
+    text = str(op.location)
+  except Exception:
+    return ""
+  found = _FILE_LINE.findall(text)
+  if not found:
+    return ""
+  for path, line in found:
+    if not any(part in path for part in _NOT_USER):
+      return f"{path}:{line}"
+  path, line = found[0]
+  return f"{path}:{line}"
 
 
 def _as_dict(ir, attribute):

@@ -128,11 +128,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
   )
   group.addoption(
     "--entangle-sanitize",
-    action="store_true",
-    default=False,
+    action="store_const",
+    const="on",
+    dest="entangle_sanitize",
+    default=None,
     help=(
       "record every native call of each test (entangle_jax.testing."
-      "sanitize) and fail a test in which calls on one object raced"
+      "sanitize) and fail a test in which calls on one object raced; a "
+      "test that called targets the sanitizer did not observe is listed "
+      "in the summary"
+    ),
+  )
+  group.addoption(
+    "--entangle-sanitize=strict",
+    action="store_const",
+    const="strict",
+    dest="entangle_sanitize",
+    help=(
+      "as --entangle-sanitize, and also fail a test that called targets "
+      "the sanitizer did not observe"
     ),
   )
 
@@ -251,10 +265,11 @@ def pytest_configure(config: pytest.Config) -> None:
     f"{EXPECTED}: this test races on purpose (a control); the race check "
     "reports its racing modules but does not fail it",
   )
-  if config.getoption("entangle_sanitize", False):
+  sanitize_mode = config.getoption("entangle_sanitize", None)
+  if sanitize_mode:
     from entangle_jax.testing._sanitize import pytest_hooks
 
-    pytest_hooks.register(config)
+    pytest_hooks.register(config, strict=sanitize_mode == "strict")
   state = _state(config)
   if state is None:
     return

@@ -1,0 +1,138 @@
+"""What leaving a `sanitize` block costs, and what memory it keeps.
+
+``python -m benchmarks.sanitizer_exit`` (not part of ``python -m
+benchmarks``: a million calls take a while) prints, as JSON:
+
+* ``exit``: for n = 10k, 100k and 1M calls of one no-op FFI target on one
+  object (a scan of n steps, the target declared a write of operand 0), the
+  seconds from the block's end to ``sanitize`` returning (draining the
+  logs, building the records, and the checks), and that per call;
+* ``rss``: the process's resident memory (MiB) before the first and after
+  each of 5 blocks of 200k calls each;
+* ``hazard``: the wide store hazard (32 slots, each a write, a 300 us read
+  and a second write that nothing orders after the read), ms a run plain
+  and under the sanitizer (records and checks included), and the races
+  the sanitizer reported of the wrong reads it saw.
+
+``--quick`` measures 10k and 100k calls and 2 blocks, for a smoke run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from entangle_jax._src import native
+from entangle_jax.testing._sanitize import session
+
+_TARGET = "entangle_jax_bench_exit"
+
+
+def _rss_mib() -> float:
+  with open("/proc/self/statm") as f:
+    pages = int(f.read().split()[1])
+  return pages * resource.getpagesize() / 2**20
+
+
+def _scan(steps: int):
+  call = jax.ffi.ffi_call(
+    _TARGET,
+    jax.ShapeDtypeStruct((), jnp.int32),
+    input_output_aliases={0: 0},
+  )
+
+  def body(handle, _):
+    return call(handle), None
+
+  @jax.jit
+  def run(handle):
+    return jax.lax.scan(body, handle, None, length=steps)[0]
+
+  return run
+
+
+def _exit_seconds(steps: int) -> dict:
+  run = _scan(steps)
+  jax.block_until_ready(run(jnp.int32(7)))  # Compiled outside the block.
+  with session.sanitize(clear_caches=False) as seen:
+    jax.block_until_ready(run(jnp.int32(7)))
+    left = time.perf_counter()
+  seconds = time.perf_counter() - left
+  if len(seen.calls) != steps:
+    raise RuntimeError(f"recorded {len(seen.calls)} of {steps} calls")
+  return {
+    "calls": steps,
+    "exit_s": round(seconds, 3),
+    "us_a_call": round(seconds / steps * 1e6, 3),
+    "races": len(seen.races),
+  }
+
+
+def _hazard(runs: int) -> dict:
+  with session.sanitize():
+    from entangle_jax.testing import example_store as store
+
+  def program(big):
+    reads = []
+    for slot in range(32):
+      token = store.write_slot(slot, 1.0)
+      reads.append(store.read_slot(token, delay_us=300))
+      store.write_slot(token, 2.0)  # Nothing orders it after the read.
+    return jnp.stack(reads), jnp.sum(jnp.sin(big))
+
+  f = jax.jit(program)
+  big = jnp.ones(1000, jnp.float32)
+  jax.block_until_ready(f(big))
+  start = time.perf_counter()
+  for _ in range(runs):
+    jax.block_until_ready(f(big))
+  plain = (time.perf_counter() - start) / runs
+  wrong = 0
+  start = time.perf_counter()
+  with session.sanitize() as seen:
+    g = jax.jit(program)
+    for _ in range(runs):
+      wrong += int(np.sum(np.asarray(g(big)[0]) != 1.0))
+  sanitized = (time.perf_counter() - start) / runs
+  return {
+    "runs": runs,
+    "plain_ms": round(plain * 1e3, 2),
+    "sanitized_ms": round(sanitized * 1e3, 2),
+    "wrong_reads": wrong,
+    "races": len(seen.races),
+  }
+
+
+def main(argv: list[str] | None = None) -> dict:
+  parser = argparse.ArgumentParser(description=__doc__)
+  parser.add_argument("--quick", action="store_true")
+  args = parser.parse_args(argv)
+  session.start()
+  handler = native.load().registrations()["entangle"]
+  jax.ffi.register_ffi_target(_TARGET, handler, platform="cpu")
+  from entangle_jax import declare_target
+
+  declare_target(_TARGET, mode="write", object=0)
+  sizes = (10_000, 100_000) if args.quick else (10_000, 100_000, 1_000_000)
+  out: dict = {"exit": [_exit_seconds(n) for n in sizes]}
+  run = _scan(200_000)
+  jax.block_until_ready(run(jnp.int32(7)))
+  rss = [round(_rss_mib(), 1)]
+  for _ in range(2 if args.quick else 5):
+    with session.sanitize(clear_caches=False):
+      jax.block_until_ready(run(jnp.int32(7)))
+    rss.append(round(_rss_mib(), 1))
+  out["rss_mib"] = rss
+  out["hazard"] = _hazard(5 if args.quick else 20)
+  print(json.dumps(out, indent=1))
+  return out
+
+
+if __name__ == "__main__":
+  main()

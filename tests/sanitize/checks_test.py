@@ -1,0 +1,227 @@
+"""The sanitizer's race rules on hand-made records, each case beside its
+control: pairing by what ran (loops, branches), what a call touches (the
+static check's policy), interleaving across executions, and the host
+callbacks' executions."""
+
+from absl.testing import absltest
+
+from entangle_jax._src.targets.declaration import (
+  Declarations,
+  TargetDeclaration,
+)
+from entangle_jax.testing._sanitize import callbacks, checks, sites
+from entangle_jax.testing._sanitize.calls import (
+  HOST_FAMILY,
+  SanitizedCall,
+  touches,
+)
+
+DECLARATIONS = Declarations(
+  (
+    TargetDeclaration("w", "write", object=0),
+    TargetDeclaration("r", "read", object=0),
+    TargetDeclaration("lib", "write"),
+  )
+)
+LOOP = sites.Frame(sites.LOOP, 0, 1)
+
+
+def _branch(region, construct=1):
+  return sites.Frame(sites.BRANCH, construct, region)
+
+
+def _site(position, context=(), module=None, target="w", **kw):
+  module = module or sites.SanitizedModule("jit_f", 0, "Host")
+  return sites.CallSite(
+    position,
+    module,
+    position,
+    target,
+    in_loop=any(f.kind == sites.LOOP for f in context),
+    in_branch=any(f.kind == sites.BRANCH for f in context),
+    context=tuple(context),
+    **kw,
+  )
+
+
+def _call(target, start, end, values=(7,), site=None, run_id=1, **kw):
+  operands = ((0, tuple(values)),) if values is not None else ()
+  kw.setdefault("family", "lib")
+  family = kw.pop("family")
+  return SanitizedCall(
+    target, "Host", family, 1, start, end, run_id, site, operands, **kw
+  )
+
+
+def _found(*calls):
+  return {c: touches(c, DECLARATIONS) for c in calls}
+
+
+def _races(*calls):
+  unpaired = []
+  found = checks.races(_found(*calls), unpaired)
+  return found, unpaired
+
+
+class LoopPairingTest(absltest.TestCase):
+  def test_two_branches_of_one_cond_in_a_loop_never_pair(self):
+    # fori_loop(8, cond(i % 2 == 0, write 1, write 2)): the false branch
+    # (place 1) ran on odd iterations, the true branch (place 2) on even
+    # ones, one after the other.
+    module = sites.SanitizedModule("jit_f", 0, "Host")
+    odd = _site(1, (LOOP, _branch(0)), module)
+    even = _site(2, (LOOP, _branch(1)), module)
+    calls = []
+    for i in range(8):
+      site = even if i % 2 == 0 else odd
+      calls.append(_call("w", 10 * i, 10 * i + 5, site=site))
+    races, unpaired = _races(*calls)
+    self.assertEqual(races, [])
+    self.assertEqual(unpaired, [])
+    # Control: the same records as two places that both run every
+    # iteration (one region) are out of order in each iteration.
+    first = _site(1, (LOOP,), module)
+    second = _site(2, (LOOP,), module)
+    control = [
+      _call("w", 10 * i + 5, 10 * i + 9, site=first) for i in range(4)
+    ] + [_call("w", 10 * i, 10 * i + 4, site=second) for i in range(4)]
+    races, _ = _races(*control)
+    self.assertLen(races, 4)
+    self.assertEqual({r.kind for r in races}, {checks.OUT_OF_ORDER})
+
+  def test_a_branch_that_ran_some_iterations_is_said_not_guessed(self):
+    # cond(i == 3, write) then a write in the body, 8 iterations.
+    module = sites.SanitizedModule("jit_f", 0, "Host")
+    once = _site(1, (LOOP, _branch(1)), module)
+    each = _site(2, (LOOP,), module)
+    calls = [_call("w", 10 * i + 5, 10 * i + 9, site=each) for i in range(8)]
+    calls.append(_call("w", 30, 34, site=once))
+    races, unpaired = _races(*calls)
+    self.assertEqual(races, [])
+    (left,) = unpaired
+    self.assertEqual((left.first, left.second), (once, each))
+    self.assertEqual(left.calls, 9)
+    self.assertIn("branch inside a loop", left.why)
+    # Control: the branch ran every iteration, so the k-th calls pair,
+    # and iteration 3's second call returned before its first began.
+    every = [_call("w", 10 * i, 10 * i + 4, site=once) for i in range(8)]
+    every[3] = _call("w", 39, 39, site=once)
+    races, unpaired = _races(*calls[:8], *every)
+    self.assertEqual(unpaired, [])
+    (race,) = races
+    self.assertEqual((race.first, race.second), (every[3], calls[3]))
+
+  def test_calls_before_a_loop_pair_with_every_iteration(self):
+    module = sites.SanitizedModule("jit_f", 0, "Host")
+    before = _site(0, (), module)
+    body = _site(1, (LOOP,), module)
+    first = _call("w", 50, 60, site=before)
+    iterations = [_call("w", 10 * i, 10 * i + 5, site=body) for i in range(3)]
+    races, unpaired = _races(first, *iterations)
+    self.assertEqual(unpaired, [])
+    self.assertLen(races, 3)  # Each iteration returned before it began.
+    # Control: the loop ran after the call before it.
+    late = [_call("w", 100 + i, 100 + i, site=body) for i in range(3)]
+    self.assertEqual(_races(first, *late), ([], []))
+
+
+class TouchTest(absltest.TestCase):
+  def test_pure_callbacks_touch_nothing(self):
+    module = sites.SanitizedModule("jit_f", 0, "Host")
+    pure = [
+      _site(k, (), module, target="xla_ffi_python_cpu_callback", pure=True)
+      for k in (0, 1)
+    ]
+    calls = [
+      _call("cb", 0, 10, None, site=s, family=HOST_FAMILY, function="sin")
+      for s in pure
+    ]
+    self.assertEqual(_races(*calls), ([], []))
+    # Control: the same two as io_callbacks (side-effecting) race.
+    effects = [
+      _site(k, (), module, target="xla_ffi_python_cpu_callback") for k in (0, 1)
+    ]
+    calls = [
+      _call("cb", 0, 10, None, site=s, family=HOST_FAMILY, function="f")
+      for s in effects
+    ]
+    (race,) = _races(*calls)[0]
+    self.assertEqual(race.kind, checks.OVERLAP)
+
+  def test_more_values_than_a_record_holds_touch_any_object(self):
+    wide = _call("w", 0, 10, range(16), truncated=True)
+    slot_20 = _call("r", 5, 15, (20,))
+    (race,) = _races(wide, slot_20)[0]
+    self.assertEqual(race.object.value, 20)
+    self.assertIn("more than 4096 values", str(touches(wide, DECLARATIONS)))
+    # Control: the same call recorded whole touches slots 0 to 15 only.
+    whole = _call("w", 0, 10, range(16))
+    self.assertEqual(_races(whole, slot_20), ([], []))
+
+  def test_an_undeclared_target_may_touch_any_object(self):
+    # Its operands (a large integer array, a binding's pickled keyword
+    # arguments) are no evidence of which object: it may write anything,
+    # as the static check reads it.
+    mystery = _call("mystery", 0, 10, tuple(range(100, 132)))
+    slot = _call("r", 5, 15, (3,))
+    (race,) = _races(mystery, slot)[0]
+    self.assertEqual(race.object.value, 3)
+    # Control: one after the other, no race.
+    later = _call("r", 10, 15, (3,))
+    self.assertEqual(_races(mystery, later), ([], []))
+
+  def test_two_packages_calls_on_one_value_are_one_object(self):
+    a = _call("w", 0, 10, (5,), family="store")
+    b = _call("r", 5, 15, (5,), family="binding")
+    (race,) = _races(a, b)[0]
+    self.assertEqual(race.object.value, 5)
+    # Control: different values.
+    c = _call("r", 5, 15, (6,), family="binding")
+    self.assertEqual(_races(a, c), ([], []))
+
+
+class InterleavingTest(absltest.TestCase):
+  def test_another_executions_write_between_two_calls(self):
+    module = sites.SanitizedModule("jit_f", 0, "Host")
+    write, read = _site(0, (), module), _site(1, (), module, target="r")
+    a = _call("w", 0, 10, site=write, run_id=1)
+    b = _call("r", 30, 40, site=read, run_id=1)
+    other = _call("w", 15, 25, site=write, run_id=2)
+    races, _ = _races(a, b, other)
+    (race,) = [r for r in races if r.kind == checks.INTERLEAVED]
+    self.assertEqual((race.first, race.second, race.then), (a, other, b))
+    # Control: the user ran the two executions one after the other.
+    after = _call("w", 50, 60, site=write, run_id=2)
+    self.assertEqual(_races(a, b, after), ([], []))
+
+
+class HostRunsTest(absltest.TestCase):
+  def test_a_loops_callbacks_join_the_one_execution(self):
+    module = sites.SanitizedModule("jit_f", 0, "Host")
+    outside = _site(0, (), module, target="cb")
+    inside = _site(1, (LOOP,), module, target="cb")
+    calls = [
+      _call("cb", 0, 1, None, site=outside, run_id=-1, function="f"),
+      _call(
+        "cb",
+        2,
+        3,
+        None,
+        site=inside,
+        run_id=callbacks.UNKNOWN_RUN,
+        function="g",
+      ),
+    ]
+    placed = checks.host_runs(calls)
+    self.assertEqual([c.run_id for c in placed], [-1, -1])
+    # Control: the module ran twice; the loop's call stays unplaced.
+    twice = [
+      *calls,
+      _call("cb", 4, 5, None, site=outside, run_id=-2, function="f"),
+    ]
+    placed = checks.host_runs(twice)
+    self.assertEqual(placed[1].run_id, callbacks.UNKNOWN_RUN)
+
+
+if __name__ == "__main__":
+  absltest.main()
