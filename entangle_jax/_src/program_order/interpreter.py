@@ -326,7 +326,7 @@ class Context:
         self.set_root(new, self.root(original))
       bits |= stood
     with scope:
-      outs = self.bind(eqn, invals)
+      outs = self.bind(self.ordered_bodies(eqn), invals)
     if self.saving:
       # Saved by the rebuilt checkpoint's policy: never made again.
       outs = [checkpoint_name(o, SAVED) for o in outs]
@@ -361,6 +361,40 @@ class Context:
     self.keep.extend(outs)
     self.add(access)
     return outs
+
+  def ordered_bodies(self, eqn):
+    """`eqn`, a binding's own higher-order primitive, with each sub-program
+    parameter (a ``ClosedJaxpr``) that makes native calls replaced by the
+    same program in program order: its calls among themselves. Against
+    the calls outside, `native` orders the equation as one call. Any
+    other equation is returned as it is."""
+    if not any(True for _ in natives.sub_jaxprs(eqn)):
+      return eqn
+    changed = {}
+    for key, value in eqn.params.items():
+      items = value if isinstance(value, tuple | list) else (value,)
+      new = [self._ordered_closed(item) for item in items]
+      if any(n is not i for n, i in zip(new, items, strict=True)):
+        many = isinstance(value, tuple | list)
+        changed[key] = type(value)(new) if many else new[0]
+    if not changed:
+      return eqn
+    return eqn.replace(params={**eqn.params, **changed})
+
+  def _ordered_closed(self, item):
+    if not isinstance(item, jex_core.ClosedJaxpr):
+      return item
+    if not natives.has_native_jaxpr(item.jaxpr, self.decls):
+      return item
+
+    def body(*args):
+      inner = Context(self.decls)
+      outs = inner.run(item.jaxpr, item.consts, list(args))
+      inner.warn_dropped(outs)
+      return outs
+
+    avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in item.in_avals]
+    return jax.make_jaxpr(body)(*avals)
 
   def in_resource(self, parts, invals, object_index):
     """`parts` as the race check reads a call made through a ``Resource``

@@ -122,10 +122,16 @@ def native_call(eqn, decls: Declarations) -> NativeCall | None:
     return _one(
       target, decls.for_target(target), eqn, True, f"{name} ({target})"
     )
-  if name == primitive.entangle_p.name or any(True for _ in sub_jaxprs(eqn)):
+  if name == primitive.entangle_p.name:
     return None
   if lowered.is_jax_primitive(eqn.primitive):
-    return None
+    return None  # JAX's own: first order, or a rule's (`rules`).
+  # A binding's own primitive, a higher-order one included: its own
+  # lowering may make native calls before or after its body, and its body
+  # may make some. The lowering holds both, so the equation is ordered as
+  # one call: all of them after the earlier calls they conflict with, the
+  # later calls after all of them (`Context.native` orders the body's own
+  # calls among themselves).
   return _from_lowering(eqn, decls)
 
 
