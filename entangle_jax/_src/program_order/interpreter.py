@@ -287,6 +287,16 @@ class Context:
     bits = 0
     for value in invals:
       bits |= self.dep(value)
+    # An ordered effect is an order: JAX threads its token through every
+    # call that has it, in program order, so this call comes after the
+    # earlier ones with one of its ordered effects, and after what they
+    # come after, with no entangle (and no warning for one that returns
+    # no array).
+    tokens = jax_compat.ordered_effects_of(eqn)
+    if tokens:
+      for a in self.accesses:
+        if a.tokens & tokens:
+          bits |= a.deps
     parts = tuple(
       p if k is None else dataclasses.replace(p, obj=self.root(invals[k]))
       for p, k in zip(call.parts, call.objects, strict=True)
@@ -357,6 +367,7 @@ class Context:
       target,
       side_effect=call.side_effect,
       results=tuple(outs),
+      tokens=tokens,
     )
     self.keep.extend(outs)
     self.add(access)

@@ -89,6 +89,9 @@ class Access:
   side_effect: bool = True
   results: tuple[Any, ...] = ()
   warned: bool = False
+  tokens: frozenset = frozenset()
+  """The ordered effects it has: JAX threads one token per effect through
+  the calls that have it, in program order (`Context.native`)."""
 
 
 def covers(later: Sequence[Part], earlier: Sequence[Part]) -> bool:
