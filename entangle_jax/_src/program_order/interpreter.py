@@ -283,6 +283,14 @@ class Context:
       if found and all(v is not None for v in found):
         return found  # The result the call made before, not made again.
     invals = list(invals)
+    if call.objects and all(
+      k is not None and size(invals[k]) == 0 for k in call.objects
+    ):
+      # Its object operand holds no element (a handle array sliced to
+      # nothing, as ``associative_scan`` hands its combine function): it
+      # names no object, so the call touches none, and XLA keeps no such
+      # call in the module to race. Nothing to order, nothing to wait for.
+      return self.bind(eqn, invals)
     target = call.label
     bits = 0
     for value in invals:

@@ -135,6 +135,12 @@ def native_call(eqn, decls: Declarations) -> NativeCall | None:
   return _from_lowering(eqn, decls)
 
 
+def lowered_call(eqn, decls: Declarations) -> NativeCall | None:
+  """The native calls of `eqn` read from its lowering alone, as one call
+  (for a primitive whose sub-program the transform does not rebuild)."""
+  return _from_lowering(eqn, decls)
+
+
 def _from_lowering(eqn, decls: Declarations) -> NativeCall | None:
   found = lowered.lower(eqn)
   if found.error is not None:
