@@ -36,8 +36,11 @@ from entangle_jax._src.program_order.objects import (
   apply_view,
   conflicts,
   constant_array,
+  constants_of,
   covers,
+  may_conflict,
   new_bit,
+  only_reads,
   resource_record,
 )
 from entangle_jax._src.program_order.rules import registry
@@ -251,10 +254,13 @@ class Context:
   def witnesses_for(self, parts, bits: int) -> tuple[list, int]:
     """The values a call of `parts`, whose operands depend on the calls in
     `bits`, must be entangled with; and the calls they stand for."""
+    reads, consts = only_reads(parts), constants_of(parts)
     needed = [
       a
       for a in self.accesses
-      if not (a.bit & bits) and conflicts(a.parts, parts, self.decls)
+      if not (a.bit & bits)
+      and may_conflict(a, parts, reads, consts)
+      and conflicts(a.parts, parts, self.decls)
     ]
     # Leave out a call that another needed call is already ordered after.
     covered = 0
@@ -618,7 +624,18 @@ class Context:
 
 
 def _literal_key(atom) -> Any:
-  return ("literal", str(atom.aval), repr(atom.val))
+  """A literal's key: its type and value (a scalar's own, hashable; its
+  text otherwise, which costs more)."""
+  val = atom.val
+  if np.ndim(val) == 0:
+    try:
+      item = val.item() if hasattr(val, "item") else val
+      key = ("literal", str(atom.aval), type(val).__name__, item)
+      hash(key)
+      return key
+    except Exception:  # Not a plain scalar: by its text below.
+      pass
+  return ("literal", str(atom.aval), repr(val))
 
 
 def _params_key(params) -> tuple:

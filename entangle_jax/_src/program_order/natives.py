@@ -141,7 +141,27 @@ def lowered_call(eqn, decls: Declarations) -> NativeCall | None:
   return _from_lowering(eqn, decls)
 
 
+_FROM_LOWERING: dict[Any, NativeCall | None] = {}
+
+
 def _from_lowering(eqn, decls: Declarations) -> NativeCall | None:
+  """`_read_lowering`, once per lowering key and declarations (a program
+  that makes one binding call a thousand times reads it once)."""
+  key = lowered.key_of(eqn)
+  if key is None:
+    return _read_lowering(eqn, decls)
+  key = (key, decls)
+  try:
+    return _FROM_LOWERING[key]
+  except KeyError:
+    pass
+  except TypeError:  # Declarations that cannot be hashed.
+    return _read_lowering(eqn, decls)
+  found = _FROM_LOWERING[key] = _read_lowering(eqn, decls)
+  return found
+
+
+def _read_lowering(eqn, decls: Declarations) -> NativeCall | None:
   found = lowered.lower(eqn)
   if found.error is not None:
     _warn_once(
