@@ -61,6 +61,16 @@ class Context:
   def __init__(self, decls: Declarations, accesses: Sequence[Access] = ()):
     self.decls = decls
     self.accesses: list[Access] = list(accesses)
+    # `accesses` by the constant handles they name, for `candidates`: every
+    # access ever added (`log`), the positions in it of those whose parts
+    # all name constants, by constant, and of the others; and the bits of
+    # those still in `accesses`.
+    self.log: list[Access] = []
+    self.by_const: dict[int, list[int]] = {}
+    self.loose: list[int] = []
+    self.live = 0
+    for a in self.accesses:
+      self.index(a)
     self.own: list[Access] = []  # Made in this context.
     self.deps: dict[int, int] = {}
     self.roots: dict[int, Obj] = {}
@@ -257,7 +267,7 @@ class Context:
     reads, consts = only_reads(parts), constants_of(parts)
     needed = [
       a
-      for a in self.accesses
+      for a in self.candidates(consts)
       if not (a.bit & bits)
       and may_conflict(a, parts, reads, consts)
       and conflicts(a.parts, parts, self.decls)
@@ -281,6 +291,29 @@ class Context:
       stood |= a.deps
     self.used.update(id(v) for v in values)
     return values, stood
+
+  def index(self, access: Access) -> None:
+    position = len(self.log)
+    self.log.append(access)
+    self.live |= access.bit
+    if access.constants is None:
+      self.loose.append(position)
+    else:
+      for c in access.constants:
+        self.by_const.setdefault(c, []).append(position)
+
+  def candidates(self, consts: frozenset | None) -> list[Access]:
+    """The recorded calls that may conflict with a call whose parts all
+    name the constant handles `consts` (None: any), in program order:
+    those naming one of them, and those naming anything else. Any other
+    call names only other constants, which are different objects."""
+    if consts is None or len(self.accesses) < 32:
+      return self.accesses
+    positions = set(self.loose)
+    for c in consts:
+      positions.update(self.by_const.get(c, ()))
+    found = (self.log[p] for p in sorted(positions))
+    return [a for a in found if a.bit & self.live]
 
   def native(self, eqn, invals, call: NativeCall) -> list:
     keys = list(self.pending)
@@ -457,16 +490,22 @@ class Context:
     return tuple(changed), contextlib.nullcontext()
 
   def add(self, access: Access) -> None:
-    if not self.decls.safe_pairs:
+    if not self.decls.safe_pairs and not access.only_reads:
       # An earlier call that this one comes after, on an object this one
       # writes, need not be looked at again: whatever conflicts with it
-      # conflicts with this one, which comes after it.
-      self.accesses = [
-        a
-        for a in self.accesses
-        if not (a.bit & access.deps and covers(access.parts, a.parts))
-      ]
+      # conflicts with this one, which comes after it. (A call that only
+      # reads covers none.)
+      kept, dropped = [], 0
+      for a in self.accesses:
+        if a.bit & access.deps and covers(access.parts, a.parts):
+          dropped |= a.bit
+        else:
+          kept.append(a)
+      if dropped:
+        self.accesses[:] = kept
+        self.live &= ~dropped
     self.accesses.append(access)
+    self.index(access)
     self.own.append(access)
 
   def warn_dropped(self, outs: Sequence[Any]) -> None:
