@@ -65,11 +65,11 @@ class Program:
   args: tuple
 
 
-def store_program(calls: int) -> Program:
+def store_program(calls: int, slots: int = 64) -> Program:
   def store(x):
     reads = []
     for k in range(calls // 2):
-      token = testing.write_slot(k % 64, x + k)
+      token = testing.write_slot(k % slots, x + k)
       reads.append(testing.read_slot(token))
     return jnp.stack(reads)
 
@@ -126,8 +126,12 @@ def measure(fn: Callable, args: tuple) -> dict:
   }
 
 
-def run(calls: int, rounds: int, log: Callable[[str], None]) -> dict:
-  programs = [store_program(calls)]
+def run(
+  calls: int, rounds: int, log: Callable[[str], None], slots: int = 64
+) -> dict:
+  """Every round of each program (`slots`: of the store's 64, how many the
+  store program writes)."""
+  programs = [store_program(calls, slots)]
   found = klujax_program(calls)
   if found is None:
     log("klujax: skipped, klujax or scipy is not installed")
