@@ -28,8 +28,9 @@ which evaluates a jaxpr again equation by equation:
 * `current_name_stack`: the named scopes in effect, as text (what a
   ``Resource`` call records its access in);
 * `ordered_effects` and `lowerable_effects`: JAX's registries of effect
-  types; an equation with an effect of an ordered type is threaded by JAX
-  on one token per effect, which XLA runs in program order
+  types (and `Effect`, the base class of effects); an equation with an
+  effect of an ordered type is threaded by JAX on one token per effect,
+  which XLA runs in program order
   (`ordered_effects_of` reads an equation's; a binding such as mpi4jax
   registers its effect type in both, as the tests' stand-in for it does);
 * `bind_equation` and `equation_subfuns`: ``Primitive.get_bind_params``,
@@ -59,6 +60,7 @@ register_plugin_callbacks = _xla_bridge.register_plugin_callbacks
 jet_rules = _jet.jet_rules
 ordered_effects = _effects.ordered_effects
 lowerable_effects = _effects.lowerable_effects
+Effect = _effects.Effect  # jax.extend.core.Effect from jax 0.7 or so on.
 
 
 def ordered_effects_of(eqn) -> frozenset:

@@ -160,6 +160,7 @@ class PrivateApiTest(absltest.TestCase):
       jax.make_jaxpr(lambda x: f(x, True))(1.0).eqns[0]
     )
     self.assertTrue(jax_compat.ordered_effects.contains(effect))
+    self.assertIsInstance(effect, jax_compat.Effect)
     self.assertTrue(jax_compat.lowerable_effects.contains(effect))
     for registry in (jax_compat.ordered_effects, jax_compat.lowerable_effects):
       self.assertTrue(callable(registry.add_type))

@@ -11,6 +11,7 @@ in the plain program and take entangles (and warn) under the transform.
 
 import importlib
 import importlib.util
+import inspect
 import warnings
 
 import jax
@@ -37,13 +38,13 @@ def entangles(c) -> int:
   return test_util.custom_calls(testing.module_text(c), ENTANGLE)
 
 
-class _Ordered(jex_core.Effect):
+class _Ordered(jax_compat.Effect):
   """A binding's own effect, ordered as mpi4jax's is."""
 
   __str__ = lambda self: "TokenChainTestOrdered"  # noqa: E731
 
 
-class _Unordered(jex_core.Effect):
+class _Unordered(jax_compat.Effect):
   """The same binding's effect, unordered: the control."""
 
   __str__ = lambda self: "TokenChainTestUnordered"  # noqa: E731
@@ -55,6 +56,9 @@ jax_compat.lowerable_effects.add_type(_Ordered)
 jax_compat.lowerable_effects.add_type(_Unordered)
 
 LOG: list[int] = []
+_RETURNS_TOKEN = (
+  "returns_token" in inspect.signature(mlir.emit_python_callback).parameters
+)
 
 
 def _host_log(x):
@@ -73,6 +77,8 @@ def _make(name: str, effect):
   def lowering(ctx, x):
     ordered = effect is ORDERED
     token = ctx.tokens_in.get(effect) if ordered else None
+    # `returns_token` is jax 0.7's and later (earlier: no token, none back).
+    kwargs = {"returns_token": ordered} if _RETURNS_TOKEN else {}
     _, token, _ = mlir.emit_python_callback(
       ctx,
       _host_log,
@@ -81,7 +87,7 @@ def _make(name: str, effect):
       ctx.avals_in,
       [],
       has_side_effect=True,
-      returns_token=ordered,
+      **kwargs,
     )
     if ordered:
       ctx.set_tokens_out(mlir.TokenSet({effect: token}))
