@@ -51,13 +51,18 @@ def partitioned_read(token):
   return slow_read(token)
 
 
+PARTITIONED: list[int] = []  # One entry each time XLA asks for the rule.
+
+
+def _partition(mesh, arg_shapes, result_shape):
+  del result_shape
+  PARTITIONED.append(1)
+  sharding = arg_shapes[0].sharding
+  return mesh, slow_read, sharding, (sharding,)
+
+
 partitioned_read.def_partition(
-  partition=lambda mesh, arg_shapes, result_shape: (
-    mesh,
-    slow_read,
-    arg_shapes[0].sharding,
-    (arg_shapes[0].sharding,),
-  ),
+  partition=_partition,
   infer_sharding_from_operands=(
     lambda mesh, arg_shapes, result_shape: arg_shapes[0].sharding
   ),
@@ -162,6 +167,52 @@ class SuggestedFixShapesTest(absltest.TestCase):
 
   def test_associative_scan(self):
     self.walk(scan_read, 32, "scan_step")
+
+  def test_custom_partitioning_keeps_its_rule_when_sharded(self):
+    # Under a sharded jit, XLA's partitioner calls the user's partition
+    # rules: the transform binds the primitives again with them. Each call
+    # is a custom_partitioning (a side-effecting call needs a sharding).
+    mesh = jax.make_mesh((2,), ("x",))
+    rows = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("x"))
+
+    def partitioned(fn, rule):
+      wrapped = custom_partitioning(fn)
+
+      def partition(mesh, arg_shapes, result_shape):
+        del result_shape
+        PARTITIONED.append(1)
+        sharding = arg_shapes[0].sharding
+        return mesh, fn, sharding, tuple(a.sharding for a in arg_shapes)
+
+      wrapped.def_partition(
+        partition=partition,
+        infer_sharding_from_operands=(
+          lambda mesh, arg_shapes, result_shape: arg_shapes[0].sharding
+        ),
+        sharding_rule=rule,
+      )
+      return wrapped
+
+    write = partitioned(lambda s, v: testing.write_slot(s, v), "i, i -> i")
+    read = partitioned(lambda t: testing.read_slot(t), "i -> i")
+
+    def step(slots):
+      token = write(slots, jnp.ones(slots.shape))
+      value = read(token)
+      write(slots, jnp.full(slots.shape, 2.0))
+      return value
+
+    slots = jax.device_put(jnp.arange(52, 54, dtype=jnp.int32), rows)
+    racy = compiled(step, slots)
+    self.assertNotEmpty(testing.races(racy))  # The control.
+    del PARTITIONED[:]
+    fixed = jax.jit(entangle_jax.in_program_order(step))
+    compiled_fixed = fixed.lower(slots).compile()
+    self.assertNotEmpty(PARTITIONED)  # The user's rules ran.
+    self.assertEqual(compiled_fixed(slots).tolist(), [1.0, 1.0])
+    self.assertEqual(
+      [r for r in testing.races(compiled_fixed) if not r.across_devices], []
+    )
 
   def test_custom_vmap_keeps_its_rule_under_vmap(self):
     # vmap outside the transform: the user's rule batches the call (it
