@@ -263,6 +263,12 @@ class ReportToFixTest(absltest.TestCase):
     racy = compiled(undeclared, jnp.int32(47))
     self.assertNotEmpty(testing.races(racy))
     self.assertEqual(suggestions(racy), [])  # Declare it first.
+    # The fix speaks to what the program uses: no Resource here, so no
+    # word of naming one; the declaration's public name.
+    text = testing.format_races(testing.races(racy))
+    self.assertIn("entangle_jax.declare_target(", text)
+    self.assertNotIn("testing.declare_target", text)
+    self.assertNotIn("Give each Resource a name", text)
 
     def two_names(slot):
       # One handle under two names: in_program_order, as the race check,

@@ -106,6 +106,8 @@ def cause_of(race: Race) -> Cause:
       for op in (race.first, race.second)
     )
     steps = (causes.DECLARE_STEP, causes.ANY_RESOURCE_NOTE)
+    if any(op.scope != op.user_scope for op in (race.first, race.second)):
+      steps = (causes.RESOURCE_NAME_STEP, *steps)  # Made through one.
     if from_binding:
       steps = (causes.TABLE_FIRST, *steps)
     return _cause("EJ005", "a call the analysis knows nothing about", *steps)
