@@ -165,9 +165,9 @@ def programs():
   """Every wrapper with every placement of the three calls (in program
   order), the outputs and the dropped result taken in turn."""
   placements = [
-    p
-    for p in itertools.product(PLACES, repeat=3)
-    if list(p) == sorted(p, key=PLACES.index)
+    (a, b, c)
+    for a, b, c in itertools.product(PLACES, repeat=3)
+    if [a, b, c] == sorted((a, b, c), key=PLACES.index)
   ]
   combos = itertools.product(WRAPPERS, placements)
   for i, (wrappers, places) in enumerate(combos):
