@@ -24,7 +24,29 @@ the example resource's handlers are registered by using
 from __future__ import annotations
 
 import importlib
+import pathlib as _pathlib
 from typing import TYPE_CHECKING, Any
+
+try:
+  from entangle_jax._version import __version__
+except ModuleNotFoundError as missing:
+  # The build writes _version.py (and the extensions) into what it
+  # installs, never into the checkout: a checkout's own folder imported
+  # instead of the installed package (Python puts the current folder first
+  # on sys.path for `python -m` and `python -c`) has neither.
+  _here = _pathlib.Path(__file__).parent
+  if (
+    missing.name != "entangle_jax._version"
+    or not (_here / "_version.py.in").exists()
+  ):
+    raise
+  raise ImportError(
+    f"entangle_jax was imported from its source checkout ({_here}), "
+    "which holds no build of it: Python puts the current folder first on "
+    "sys.path. Run Python with -P (`python -P -m entangle_jax.demo`) or "
+    "from another folder to use the installed package, or install the "
+    "checkout editable (`uv sync`, `pip install -e .`)."
+  ) from None
 
 from entangle_jax._src import native as _native
 from entangle_jax._src import when_imported as _when_imported
@@ -32,7 +54,6 @@ from entangle_jax._src.targets.in_code import (
   declare_target,
   declare_target_mode,
 )
-from entangle_jax._version import __version__
 
 if TYPE_CHECKING:  # Imported on first use (`__getattr__`): they need JAX.
   from entangle_jax._src.entangle import entangle

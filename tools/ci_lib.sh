@@ -51,9 +51,9 @@ run_pytest() {
 # and the newest lock) and under `bazel test //...`.
 INSTALLED_SUITE=(
   tests/repository/installed_files_test.py
-  tests/core/extensions_test.py
-  tests/core/hazard_test.py
-  tests/core/export_test.py
+  tests/loading/extensions_test.py
+  tests/primitive/hazard_test.py
+  tests/sharding/export_test.py
   tests/example_store/example_resource_test.py
   tests/example_store/demo_test.py
 )

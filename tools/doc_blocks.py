@@ -16,6 +16,11 @@ bottom; its Python blocks share one namespace, as in a notebook):
   number of lines (doctest's ellipsis). Preceded by
   ``<!-- output with jax X: why -->``, it is compared only under jax X (the
   blocks above still run everywhere).
+* a Python block directly preceded by ``<!-- run: in a fresh interpreter:
+  why -->``: executed alone, in a new interpreter run as the shell blocks
+  are (what it needs must happen before anything else in the process, as
+  `sanitize()` starting before a binding registers its targets); what it
+  prints counts as a Python block's does.
 * any block directly preceded by ``<!-- from: PATH -->``: an excerpt of the
   file PATH (from the repository's root), not run: its lines must be lines
   of that file as it is now, in order and together, so that a page that
@@ -55,13 +60,14 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 _FENCE = re.compile(r"^(`{3,}|~{3,})\s*(.*?)\s*$")
 _NOT_RUN = re.compile(r"^<!-- not run: (.*\S) -->$")
 _FROM = re.compile(r"^<!-- from: (\S+) -->$")
+_FRESH = re.compile(r"^<!-- run: in a fresh interpreter: (.*\S) -->$")
 _OUTPUT_WITH = re.compile(r"^<!-- output with jax (\S+): (.*\S) -->$")
 # <!-- begin: CMD --> ... <!-- end: CMD -->, and the benchmark's
 # <!-- bench-results:begin --> ... <!-- bench-results:end -->.
 _BEGIN = re.compile(r"^<!-- (?:begin: (.+)|(\S+):begin) -->$")
 _END = re.compile(r"^<!-- (?:end: (.+)|(\S+):end) -->$")
 _ANY_COMMENT = re.compile(r"^<!--.*-->$")
-PYTHON, GRAPH, SHELL, OUTPUT, SHOWN, EXCERPT, DIRECTIVE = (
+PYTHON, GRAPH, SHELL, OUTPUT, SHOWN, EXCERPT, DIRECTIVE, FRESH = (
   "python",
   "{order-graph}",
   "sh",
@@ -69,6 +75,7 @@ PYTHON, GRAPH, SHELL, OUTPUT, SHOWN, EXCERPT, DIRECTIVE = (
   "shown",
   "excerpt",
   "directive",
+  "fresh python",
 )
 _CODE_DIRECTIVES = ("{code-block}", "{code}", "{sourcecode}")
 
@@ -81,7 +88,7 @@ class Block:
   kind: str  # PYTHON, GRAPH, SHELL, OUTPUT, SHOWN (not run), EXCERPT, ...
   body: str  # the lines between the fences, each ending in a newline
   # SHOWN: why it is not run; OUTPUT: why only under `jax`; EXCERPT: the
-  # file it quotes.
+  # file it quotes; FRESH: why it needs an interpreter of its own.
   why: str = ""
   jax: str = ""  # OUTPUT: compared only under this jax version, if given
 
@@ -145,6 +152,12 @@ def _classify(line: int, info: str, body: str, previous: str, name: str):
     return Block(line, SHOWN, body, why=not_run.group(1))
   if quoted := _FROM.match(previous):
     return Block(line, EXCERPT, body, why=quoted.group(1))
+  if fresh := _FRESH.match(previous):
+    if info != PYTHON:
+      raise ValueError(
+        f"{where}: only a Python block runs in a fresh interpreter"
+      )
+    return Block(line, FRESH, body, why=fresh.group(1))
   if previous.startswith("<!-- not run"):
     raise ValueError(f"{where}: write the reason: <!-- not run: why -->")
   if info == OUTPUT:
@@ -236,6 +249,8 @@ class PageRun:
           self._python(block, printed)
         elif block.kind == SHELL:
           printed.write(self._shell(block, folder))
+        elif block.kind == FRESH:
+          printed.write(self._fresh(block, folder))
         elif block.kind == EXCERPT:
           self._excerpt(block)
         elif block.kind == OUTPUT:
@@ -280,7 +295,26 @@ class PageRun:
         "as it is now: copy them from the file again"
       )
 
+  def _fresh(self, block: Block, folder: str) -> str:
+    """Runs a Python block alone in a new interpreter, compiled as
+    `_python` compiles it (the page's name and line numbers)."""
+    script = pathlib.Path(folder, f".block-{block.line}.py")
+    body = pathlib.Path(str(script) + ".body")
+    body.write_text("\n" * block.line + block.body, encoding="utf-8")
+    script.write_text(
+      f"source = open({str(body)!r}, encoding='utf-8').read()\n"
+      f"code = compile(source, {self.name!r}, 'exec')\n"
+      "exec(code, {'__name__': '__main__'})\n",
+      encoding="utf-8",
+    )
+    return self._command([sys.executable, str(script)], block, folder)
+
   def _shell(self, block: Block, folder: str) -> str:
+    return self._command(
+      ["bash", "-euo", "pipefail", "-c", block.body], block, folder
+    )
+
+  def _command(self, argv: list[str], block: Block, folder: str) -> str:
     shim = pathlib.Path(folder, ".bin")
     shim.mkdir(exist_ok=True)
     python = shim / "python"
@@ -299,7 +333,7 @@ class PageRun:
     tmp.mkdir(exist_ok=True)
     env["TMPDIR"] = str(tmp)
     result = subprocess.run(
-      ["bash", "-euo", "pipefail", "-c", block.body],
+      argv,
       cwd=folder,
       env=env,
       capture_output=True,

@@ -45,7 +45,7 @@ run() {
   rm -rf "$out/tests"
   cp -r "$repo/tests" "$out/tests"
   timeout 150 python3 -m pytest -q -p no:cacheprovider -rs \
-    tests/core/gpu_test.py tests/core/hazard_test.py
+    tests/primitive/gpu_test.py tests/primitive/hazard_test.py
 }
 
 run 2>&1 | tee "$out/gpu_check.log"

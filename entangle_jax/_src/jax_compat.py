@@ -1,7 +1,7 @@
 """Every JAX surface entangle_jax uses that is not JAX's stable public API.
 
 One place to look when a JAX release moves something. Each name here is
-exercised by tests/core/private_api_test.py, which fails when the name
+exercised by tests/loading/private_api_test.py, which fails when the name
 disappears or stops meaning what the package relies on.
 
 Private (``jax._src``), for sharding (`entangle_jax._src.partitioning`):

@@ -23,8 +23,9 @@ hit the persistent compilation cache.
 
 The partitioner is registered through jaxlib's
 `register_custom_call_partitioner` and JAX's plugin hook, both private API
-reached through `entangle_jax._src.jax_compat`; tests/core/private_api_test.py
-fails when either disappears or changes meaning.
+reached through `entangle_jax._src.jax_compat`;
+tests/loading/private_api_test.py fails when either disappears or changes
+meaning.
 """
 
 from __future__ import annotations

@@ -114,10 +114,12 @@ class Resource:
     you drop them, because the write's ``entangle`` uses them.
 
     Raises:
-      TypeError: a leaf of ``fn``'s result is not an array.
+      TypeError: ``fn`` is not callable, or a leaf of its result is not an
+        array.
       ValueError: ``fn`` returned no array (None, say): nothing could then
         order the next write after this read.
     """
+    _check_callable("Resource.read", fn)
     with jax.named_scope(access_marker.scope_component("read", self._name)):
       result = fn(self._token, *args, **kwargs)
     leaves = jax.tree_util.tree_leaves(result)
@@ -175,7 +177,8 @@ class Resource:
       ``aux`` when ``has_aux``, else None.
 
     Raises:
-      TypeError: ``fn``'s result (its first element, with ``has_aux``) does
+      TypeError: ``fn`` is not callable; ``fn``'s result (its first
+        element, with ``has_aux``) does
         not have the token's tree structure, a leaf of it is not an array,
         or with ``has_aux`` ``fn`` did not return a pair.
       ValueError: ``fn`` returned the token it was given, unchanged: nothing
@@ -186,6 +189,7 @@ class Resource:
     drop it. Return the token entangled with the status instead:
     ``lambda t, a: entangle(t, native_write(t, a))``.
     """
+    _check_callable("Resource.write", fn)
     token = self.token
     with jax.named_scope(access_marker.scope_component("write", self._name)):
       result = fn(token, *args, **kwargs)
@@ -269,3 +273,11 @@ def _check_token(token: Any, what: str) -> None:
 
 def _name(fn: Callable[..., Any]) -> str:
   return getattr(fn, "__name__", repr(fn))
+
+
+def _check_callable(who: str, fn: object) -> None:
+  if not callable(fn):
+    raise TypeError(
+      f"{who}: fn (the native call) must be callable, not "
+      f"{type(fn).__name__} {fn!r}"
+    )

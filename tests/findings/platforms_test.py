@@ -12,6 +12,7 @@ from entangle_jax.testing._findings.platforms import (
   GPU_RUNTIME,
   of_file_name,
 )
+from entangle_jax.testing._hlo import host_callbacks
 
 OLD_PATTERN = re.compile(r"\.(\w+?)_after_optimizations\.txt$")
 """How module_files read the platform before: kept to show the names
@@ -64,13 +65,40 @@ class PlatformOfFileNameTest(parameterized.TestCase):
     self.assertEqual(str(platforms.CPU), "cpu")
     self.assertEqual(platforms.CPU.runtime, CPU_RUNTIME)
 
-  @parameterized.parameters("tpu", "xpu-2", "my_device")
+  @parameterized.parameters("xpu-2", "my_device")
   def test_another_platform_is_kept_as_written(self, written):
     platform = of_file_name(named(written))
     assert platform is not None
     self.assertEqual(str(platform), written)
     self.assertEqual(platform.written, written)
     self.assertIsNone(platform.runtime)  # A runtime the check does not know.
+
+  def test_a_tpu_module_is_named_by_its_cl_part(self):
+    # As a TPU v5e wrote it (jax 0.10.2): no platform word, a cl_NNN part.
+    name = "module_0003.jit_f.cl_933746096.after_optimizations.txt"
+    platform = of_file_name(name)
+    self.assertEqual(platform, platforms.TPU)
+    assert platform is not None
+    self.assertEqual(str(platform), "TPU")
+    self.assertEqual(platform.runtime, platforms.TPU_RUNTIME)
+    # Control: the same module from the cache has no cl_ part and no name.
+    self.assertIsNone(of_file_name("module_0003.jit_f.after_optimizations.txt"))
+    # Nor is the module before optimization an optimized one.
+    self.assertIsNone(
+      of_file_name("module_0003.jit_f.cl_933746096.before_optimizations.txt")
+    )
+
+  def test_a_tpu_module_is_known_by_its_tiled_layouts(self):
+    tpu = (
+      "HloModule jit_f, is_scheduled=true, entry_computation_layout="
+      "{(f32[]{:T(128)})->f32[8]{0:T(128)}}\n"
+    )
+    cpu = (
+      "HloModule jit_f, is_scheduled=true, entry_computation_layout="
+      "{(f32[])->f32[8]{0}}\n"
+    )
+    self.assertTrue(host_callbacks.is_tpu_text(tpu))
+    self.assertFalse(host_callbacks.is_tpu_text(cpu))  # Control.
 
   def test_a_gpu_whose_maker_the_name_omits_is_still_a_gpu(self):
     platform = of_file_name(named("gpu"))

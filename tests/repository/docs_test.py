@@ -194,6 +194,31 @@ class RunnerTest(absltest.TestCase):
     with self.assertRaisesRegex(AssertionError, "gone.cc, which does not"):
       doc_blocks.PageRun(page, folder).run()
 
+  def test_a_fresh_interpreter_block_runs_alone(self):
+    """It sees nothing of the page's earlier blocks (the control: the next
+    plain block does), and an error in it names the page's line."""
+    folder = pathlib.Path(self.enterContext(tempfile.TemporaryDirectory()))
+    page = folder / "page.md"
+    fresh = "<!-- run: in a fresh interpreter: it must start first -->\n"
+    page.write_text(
+      "```python\nimport sys\nsys.modules['seen_by_the_page'] = sys\n```\n"
+      + fresh
+      + "```python\nimport sys\nprint('seen_by_the_page' in sys.modules)\n```\n"
+      "```python\nprint('seen_by_the_page' in sys.modules)\n```\n"
+      "```text output\nFalse\nTrue\n```\n"
+    )
+    blocks = doc_blocks.parse(page.read_text(), "page.md")
+    self.assertEqual(blocks[1].kind, doc_blocks.FRESH)
+    self.assertEqual(blocks[1].why, "it must start first")
+    self.assertEqual(doc_blocks.PageRun(page, folder).run().mismatches, [])
+    page.write_text(fresh + "```python\n\nraise KeyError('x')\n```\n")
+    with self.assertRaisesRegex(
+      AssertionError, r'(?s)page.md:2: exit.*"page.md", line 4'
+    ):
+      doc_blocks.PageRun(page, folder).run()
+    with self.assertRaisesRegex(ValueError, "only a Python block"):
+      doc_blocks.parse(fresh + "```sh\ntrue\n```\n", "page.md")
+
   def test_unclosed_block_names_its_line(self):
     with self.assertRaisesRegex(ValueError, "page.md:3: the block never"):
       doc_blocks.parse("# T\n\n```python\nx = 1\n", "page.md")

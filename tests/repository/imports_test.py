@@ -4,8 +4,8 @@ JAX fixes the number of CPU devices when a backend first starts. pytest
 imports every test file before running any test, and Bazel runs each file
 in a process of its own, so a test module that asks JAX for its devices at
 import time leaves later modules with one device instead of
-`test_util.NUM_CPU_DEVICES` (it happened: `pytest tests/core/gpu_test.py
-tests/core/sharding_test.py`).
+`test_util.NUM_CPU_DEVICES` (it happened: `pytest tests/primitive/gpu_test.py
+tests/sharding/sharding_test.py`).
 """
 
 import pathlib

@@ -1,6 +1,8 @@
 """`Resource`'s API: what reaches ``fn``, ``token`` and ``repr``, and the
 errors that name a bad token or a read that returns nothing to order by."""
 
+from typing import Any, cast
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -72,6 +74,21 @@ class InputErrorsTest(absltest.TestCase):
     res = Resource((jnp.int32(0), jnp.int32(1)))
     with self.assertRaisesRegex(TypeError, "tree structure"):
       res.write(lambda t, v: write_slot(t[0], v), 1.0)
+
+  def test_fn_not_callable_is_named(self):
+    res = Resource(jnp.int32(0))
+    for method in (res.read, res.write):
+      with (
+        self.subTest(method.__name__),
+        self.assertRaisesRegex(
+          TypeError,
+          rf"^Resource\.{method.__name__}: fn \(the native call\) must be "
+          "callable, not int 3$",
+        ),
+      ):
+        method(cast(Any, 3))
+    # The control: a callable is called.
+    self.assertEqual(res.read(lambda t: t * 0).dtype, jnp.int32)
 
   def test_read_result_not_an_array(self):
     res = Resource(jnp.int32(0))

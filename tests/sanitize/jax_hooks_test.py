@@ -52,6 +52,53 @@ class JaxHooksTest(absltest.TestCase):
     self.assertEqual(list(annotated.callbacks), [0])
     self.assertEqual(annotated.callbacks[0].host_callback, "?")
 
+  def test_tpu_lowering_takes_the_python_callable_third(self):
+    emit = getattr(jax_hooks.callback_module(), jax_hooks.TPU_CALLBACK)
+    names = list(inspect.signature(emit).parameters)
+    self.assertEqual(names[:3], ["backend", "ctx", "callback"])
+    source = inspect.getsource(emit)
+    # It hands the callable to the backend and appends what it made to the
+    # module's host callbacks, which the compile then receives.
+    self.assertIn("make_python_callback_from_host_send_and_recv", source)
+    self.assertIn("add_host_callback(", source)
+    # emit_python_callback reaches it through the module attribute.
+    caller = inspect.getsource(jax_hooks.callback_module().emit_python_callback)
+    self.assertIn(f"{jax_hooks.TPU_CALLBACK}(", caller)
+
+  def test_tpu_callbacks_are_placed_in_program_order_or_not_at_all(self):
+    from entangle_jax.testing._sanitize import callbacks
+
+    def lowered(objects):
+      places = [callbacks.Place() for _ in objects]
+      for o, place in zip(objects, places, strict=True):
+        sites._lowered[id(o)] = (o, place, "f")
+      return places
+
+    given = [object(), object()]
+    module = sites.SanitizedModule("m", -1, "tpu")
+    module.transfer_callbacks = [(False, False), (True, False)]
+    module.not_observed.add(sites.HOST_TRANSFER_CALLBACKS)
+    places = lowered(given)
+    try:
+      sites._place_tpu_callbacks(module, given)
+      assert places[0].site is not None and places[1].site is not None
+      self.assertEqual([p.site.position for p in places], [0, 1])
+      self.assertEqual([p.site.in_loop for p in places], [False, True])
+      self.assertEqual(module.not_observed, set())
+      # Control: one callback more than the walk met: none is placed.
+      other = sites.SanitizedModule("n", -2, "tpu")
+      other.transfer_callbacks = [(False, False)]
+      other.not_observed.add(sites.HOST_TRANSFER_CALLBACKS)
+      more = lowered([object(), object()])
+      sites._place_tpu_callbacks(
+        other,
+        [o for o, *_ in (sites._lowered[k] for k in list(sites._lowered)[-2:])],
+      )
+      self.assertEqual([p.site for p in more], [None, None])
+      self.assertEqual(other.not_observed, {sites.HOST_TRANSFER_CALLBACKS})
+    finally:
+      sites._lowered.clear()
+
   def test_the_mlir_bindings_edit_a_module(self):
     import jax
     import jax.numpy as jnp

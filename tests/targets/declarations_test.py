@@ -303,6 +303,26 @@ class InCodeTest(absltest.TestCase):
       testing.declare_target("")
     with self.assertRaisesRegex(TypeError, "returns_object must be a list"):
       testing.declare_target("x", object=0, returns_object=cast(Any, 5))
+    # Each names the function called and the argument (not "code:", the
+    # declaration's source).
+    with self.assertRaisesRegex(
+      ValueError, r"^declare_target: target 'x': mode must be one of"
+    ):
+      testing.declare_target("x", mode=cast(Any, "rw"))
+    with self.assertRaisesRegex(
+      TypeError, r"^declare_target: pattern must be a non-empty str, not 3$"
+    ):
+      testing.declare_target(cast(Any, 3))
+    with self.assertRaisesRegex(TypeError, r"^declare_target: replace must"):
+      testing.declare_target("x", replace=cast(Any, "yes"))
+    with self.assertRaisesRegex(
+      ValueError, r"^declare_target_mode: mode must be"
+    ):
+      testing.declare_target_mode("x", cast(Any, "rw"))
+    with self.assertRaisesRegex(
+      TypeError, r"^declare_target_mode: target must be a str"
+    ):
+      testing.declare_target_mode(cast(Any, 3), "read")
     # A declaration made by hand is checked as one from a table.
     with self.assertRaisesRegex(ValueError, "mode must be one of"):
       testing.TargetDeclaration("x", cast(Any, "READ"))

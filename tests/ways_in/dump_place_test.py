@@ -7,6 +7,7 @@ import os
 import pathlib
 import shutil
 import tempfile
+import time
 from unittest import mock
 
 from absl.testing import absltest
@@ -144,6 +145,71 @@ class DumpParentTest(absltest.TestCase):
     os.environ["TEST_UNDECLARED_OUTPUTS_DIR"] = str(self.tmpfs / "no-outputs")
     with self.assertRaises(OSError):
       _dump_watch.new_dump(prefix="place-test-", tmpfs=True)
+
+
+class StaleDumpsTest(absltest.TestCase):
+  """Kept dumps of earlier runs beyond the newest `KEPT_DUMPS` go when a
+  new dump is made, unless changed within `IDLE_SECONDS`."""
+
+  def setUp(self):
+    super().setUp()
+    self.parent = pathlib.Path(tempfile.mkdtemp())
+    self.addCleanup(shutil.rmtree, self.parent, ignore_errors=True)
+    self.now = 1_000_000_000.0
+
+  def dump(self, name: str, age: float) -> pathlib.Path:
+    folder = self.parent / name
+    (folder / "gw0").mkdir(parents=True)
+    (folder / "gw0" / "module_0001.jit_f.cpu_after_optimizations.txt").touch()
+    stamp = self.now - age
+    for path in (folder / "gw0", folder):
+      os.utime(path, (stamp, stamp))
+    return folder
+
+  def test_old_dumps_beyond_the_newest_go(self):
+    hour = dump_place.IDLE_SECONDS
+    old = [self.dump(f"entangle-races-{i}", (i + 2) * hour) for i in range(8)]
+    removed = dump_place.remove_stale_dumps(
+      self.parent, "entangle-races-", self.now
+    )
+    keep = dump_place.KEPT_DUMPS
+    self.assertCountEqual(removed, old[keep:])
+    for path in old[:keep]:
+      self.assertTrue(path.is_dir(), path)
+    for path in old[keep:]:
+      self.assertFalse(path.exists(), path)
+
+  def test_recent_and_other_folders_stay(self):
+    """The controls: a dump changed within the hour (a run still going),
+    a folder of another name, and a file of the dump's name."""
+    for i in range(dump_place.KEPT_DUMPS):
+      self.dump(f"entangle-races-new{i}", 60.0)
+    recent = self.dump("entangle-races-busy", 600.0)
+    other = self.dump("someone-elses-7", 10 * dump_place.IDLE_SECONDS)
+    plain = self.parent / "entangle-races-file"
+    plain.touch()
+    removed = dump_place.remove_stale_dumps(
+      self.parent, "entangle-races-", self.now
+    )
+    self.assertEqual(removed, [])
+    for path in (recent, other, plain):
+      self.assertTrue(path.exists(), path)
+
+  def test_a_new_dump_removes_them(self):
+    with mock.patch.dict(os.environ, {"TMPDIR": str(self.parent)}):
+      for name in ("TEST_UNDECLARED_OUTPUTS_DIR", "TEMP", "TMP"):
+        os.environ.pop(name, None)
+      tempfile.tempdir = None
+      self.addCleanup(setattr, tempfile, "tempdir", None)
+      self.now = time.time()
+      old = [
+        self.dump(f"entangle-races-{i}", (i + 2) * dump_place.IDLE_SECONDS)
+        for i in range(dump_place.KEPT_DUMPS + 2)
+      ]
+      made = _dump_watch.new_dump()
+    self.assertEqual(made.parent, self.parent)
+    self.assertFalse(old[-1].exists())
+    self.assertTrue(old[0].exists())
 
 
 if __name__ == "__main__":

@@ -236,14 +236,15 @@ class DumpTest(absltest.TestCase):
     self.assertIn("1 with races, 1 pair.", twice)
 
   def test_another_platform_is_said_to_be_assumed(self):
-    # A platform the check knows no runtime of (GPU modules have their own
-    # note: tests/ways_in/gpu_modules_test.py).
+    # A platform the check knows no runtime of (GPU and TPU modules have
+    # their own notes: tests/ways_in/gpu_modules_test.py,
+    # tests/hlo/host_callbacks_test.py).
     (module,) = self.racy.glob("*jit_step*cpu_after_optimizations.txt")
-    other = self.root / module.name.replace("cpu_after", "tpu_after")
+    other = self.root / module.name.replace("cpu_after", "xpu_after")
     other.write_text(module.read_text())
     status, out, _ = run(str(other))
     self.assertEqual(status, 1)
-    self.assertIn("for tpu: the rules describe XLA:CPU's runtime", out)
+    self.assertIn("for xpu: the rules describe XLA:CPU's runtime", out)
     # Control: a CPU module needs no such note.
     self.assertNotIn("rules describe", run(str(module))[1])
 

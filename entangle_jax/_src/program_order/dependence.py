@@ -20,6 +20,7 @@ import numpy as np
 from jax.extend import core as jex_core
 
 from entangle_jax._src import primitive
+from entangle_jax._src.program_order import call_like
 
 # Results computed from their first operand alone, and from all of it:
 # however XLA rewrites them, they are read from that operand's buffer.
@@ -50,9 +51,6 @@ _FROM_FIRST = frozenset(
 # depend on none, is kept.
 _ONE_TO_ONE = frozenset({"add", "sub", "add_any"})
 
-# Calls XLA inlines: their results depend as their bodies' do.
-_INLINED = ("pjit", "jit", "closed_call", "core_call", "checkpoint", "remat")
-
 
 def kept_deps(eqn, in_deps: Sequence[int]) -> list[int]:
   """Per result of `eqn`, the calls (bits) it must be computed after, given
@@ -73,7 +71,8 @@ def kept_deps(eqn, in_deps: Sequence[int]) -> list[int]:
     if len(with_deps) == 1 and all(_size(v) for v in eqn.invars):
       return [in_deps[with_deps[0]] if _size(v) else 0 for v in eqn.outvars]
     return [0] * n
-  if name in _INLINED:
+  # Calls XLA inlines: their results depend as their bodies' do.
+  if name in call_like.INLINED:
     inner = eqn.params.get("jaxpr", eqn.params.get("call_jaxpr"))
     if inner is not None:
       return jaxpr_deps(inner, in_deps)

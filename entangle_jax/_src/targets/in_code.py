@@ -49,20 +49,27 @@ def declare_target(
     TypeError, ValueError: an argument of the wrong type or value; the
       message names it.
   """
-  declaration = target_from_keys(
-    pattern,
-    {
-      "mode": mode,
-      "object": object,
-      "returns_object": returns_object,
-      "distinct_elements": distinct_elements,
-      "devices": devices,
-      "argument": argument,
-    },
-    "code",
-  )
+  keys = {
+    "mode": mode,
+    "object": object,
+    "returns_object": returns_object,
+    "distinct_elements": distinct_elements,
+    "devices": devices,
+    "argument": argument,
+  }
+  try:
+    declaration = target_from_keys(pattern, keys, "code")
+  except (TypeError, ValueError) as error:
+    # The table's words name the declaration's source ("code: ..."); here
+    # the function the user called, and the argument, are the place.
+    said = str(error).removeprefix("code: ")
+    if not isinstance(pattern, str) or not pattern:
+      said = f"pattern must be a non-empty str, not {pattern!r}"
+    raise type(error)(f"declare_target: {said}") from None
   if not isinstance(replace, bool):
-    raise TypeError(f"replace must be a bool, not {type(replace).__name__}")
+    raise TypeError(
+      f"declare_target: replace must be a bool, not {type(replace).__name__}"
+    )
   if replace or pattern not in DECLARED:
     DECLARED[pattern] = declaration
   return DECLARED[pattern]
@@ -110,9 +117,14 @@ def declare_target_mode(target: str, mode: TargetMode) -> None:
       ``"write"`` or ``"none"`` (touches nothing shared).
   """
   if not isinstance(target, str):
-    raise TypeError(f"target must be a str, not {type(target).__name__}")
+    raise TypeError(
+      f"declare_target_mode: target must be a str, not {type(target).__name__}"
+    )
   if not target:
-    raise ValueError("target must not be empty")
+    raise ValueError("declare_target_mode: target must not be empty")
   if mode not in TARGET_MODES:
-    raise ValueError(f"mode must be 'read', 'write' or 'none', not {mode!r}")
+    raise ValueError(
+      "declare_target_mode: mode must be 'read', 'write' or 'none', not "
+      f"{mode!r}"
+    )
   set_mode(target, mode)

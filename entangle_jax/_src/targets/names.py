@@ -23,6 +23,15 @@ each shard (``partitioned``); ``jax.experimental.buffer_callback`` calls
 ``xla_python_{cpu,gpu}_callback``. Only ``pure_callback``'s call is not
 marked ``custom_call_has_side_effect=true``."""
 
+TPU_HOST_CALLBACK_TARGET = "xla_python_tpu_callback"
+"""The target the race check gives a host callback on TPU. There JAX lowers
+a host callback to host transfers (``send``/``recv`` with
+``is_host_transfer=true``), not to a custom call; the check reads each
+callback's transfers as one call of this target
+(`entangle_jax.testing._hlo.host_callbacks`), which
+`HOST_CALLBACK_PATTERNS` match: it is declared as a host callback on
+CPU."""
+
 HOST_CALLBACK_PRIMITIVES = ("io_callback", "debug_callback", "buffer_callback")
 """The jaxpr primitives of the host callbacks that may have effects: each
 lowers to one call of a `HOST_CALLBACK_PATTERNS` target."""

@@ -138,7 +138,7 @@ def program_position(op: Op) -> int | None:
 _RENUMBERED = re.compile(r"(?:^|/)(?:call_exported|shard_map)(?:/|$)|^pmap\(")
 
 
-def in_program_order(a: Op, b: Op) -> tuple[Op, Op, bool]:
+def program_order_of(a: Op, b: Op) -> tuple[Op, Op, bool]:
   """`a` and `b`, the call the program made first first, and whether that
   order is known; as given when neither their stacks nor their names say
   (known, as the text's order, for a hand-written module without
@@ -219,7 +219,7 @@ class Race(tuple[str, str]):
 
   order_known: bool
   """Whether ``first`` is known to be the call the program made first
-  (`in_program_order`); when not, the two are in no particular order."""
+  (`program_order_of`); when not, the two are in no particular order."""
 
   def __new__(
     cls,

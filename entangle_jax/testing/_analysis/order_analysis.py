@@ -22,10 +22,14 @@ from entangle_jax._src.targets.names import ENTANGLE_TARGET
 from entangle_jax.testing import _hlo
 from entangle_jax.testing._analysis import gc as _gc
 from entangle_jax.testing._analysis import selectors as _selectors
-from entangle_jax.testing._analysis.ops import Op, Race, in_program_order
+from entangle_jax.testing._analysis.ops import Op, Race, program_order_of
 from entangle_jax.testing._analysis.selectors import Selector
-from entangle_jax.testing._hlo import entry_shardings
-from entangle_jax.testing._hlo.module_text import CompiledModule, module_text
+from entangle_jax.testing._hlo import entry_shardings, host_callbacks
+from entangle_jax.testing._hlo.module_text import (
+  CompiledModule,
+  lowered_hlo_text,
+  module_text,
+)
 from entangle_jax.testing._order import access, call_graph
 from entangle_jax.testing._order.dataflow import Dataflow
 from entangle_jax.testing._order.identity import ObjectFinder
@@ -173,6 +177,7 @@ class OrderAnalysis:
     all_ops: bool = False,
     read_targets: Iterable[str] | None = None,
     declarations: Declarations | None = None,
+    who: str = "OrderAnalysis",
   ):
     self._read_targets = _read_targets(read_targets)
     if declarations is None:
@@ -185,7 +190,7 @@ class OrderAnalysis:
     self.declarations = declarations
     """The declarations this analysis applies."""
     self._finder: ObjectFinder | None = None
-    self._shared = _parsed(_with_entry_shardings(compiled))
+    self._shared = _parsed(_with_entry_shardings(compiled, who))
     self.module, self._dataflow = self._shared.module, self._shared.dataflow
     self._all_ops = all_ops
     self._ops: dict[tuple[str, str], Op] = {}
@@ -414,7 +419,7 @@ class OrderAnalysis:
     # XLA scheduled them in: a report's "first" is the earlier call.
     found = []
     for a, b in pairs:
-      first, second, known = in_program_order(ops[a], ops[b])
+      first, second, known = program_order_of(ops[a], ops[b])
       found.append(Race(first, second, order_known=known))
     if self.module.devices > 1:
       found += self._across_devices(ops, set(pairs))
@@ -513,15 +518,31 @@ def _empty_witness_entangles(
   return found
 
 
-def _with_entry_shardings(compiled: CompiledModule) -> str:
+def _with_entry_shardings(compiled: CompiledModule, who: str) -> str:
   """`compiled`'s optimized text, with the entry parameters' shardings
   that the optimized module of jax 0.11 and newer no longer prints taken
   from the ``Compiled`` (`entry_shardings`); text given as text is read as
   it is (`entangle_jax.testing._ways_in.module_files` completes a dumped
   module from the module before optimization)."""
-  text = module_text(compiled)
+  text = module_text(compiled, who=who)
+  if not isinstance(compiled, str):
+    text = _with_host_callback_order(compiled, text)
   if isinstance(compiled, str) or not entry_shardings.missing(text):
     return text
   count = len(entry_shardings.parameters(text))
   found = entry_shardings.from_compiled(compiled, count)
   return entry_shardings.complete(text, found)
+
+
+def _with_host_callback_order(compiled: CompiledModule, text: str) -> str:
+  """`text`, for a TPU module with host callbacks analysed from a
+  ``jax.stages.Lowered``, with the order that ``optimization_barrier``
+  gives them in the module before optimization, which the ``Lowered``
+  prints (`host_callbacks.complete`). A ``Compiled`` holds no such
+  module: its analysis sees the order that data gives alone."""
+  if not (
+    host_callbacks.has_host_transfers(text) and host_callbacks.is_tpu_text(text)
+  ):
+    return text
+  before = lowered_hlo_text(compiled)
+  return text if before is None else host_callbacks.complete(text, before)

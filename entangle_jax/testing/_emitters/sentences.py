@@ -44,6 +44,17 @@ GPU_MODEL = (
 """What the check assumes of a GPU module (docs/finding_races.md, "What
 the check can and cannot see", cites XLA's sources)."""
 
+TPU_MODEL = (
+  "on TPU a host callback (io_callback, jax.debug.callback, pure_callback) "
+  "is a run of host transfers (send/recv), which the check reads as one "
+  "call, declared as on CPU; TPU runs them in the order of the optimized "
+  "module's schedule, which keeps no optimization_barrier: the check takes "
+  "entangle's barriers from the module before optimization dumped beside "
+  "it, where the schedule agrees, and reports any other pair that no data "
+  "orders, since that order is the scheduler's choice."
+)
+"""What the check assumes of a TPU module (docs/platforms.md, "TPU")."""
+
 OTHER_MODEL = (
   "the rules describe XLA:CPU's runtime (a call starts once its operands "
   "are written); there the check assumes the same, and a module without "
@@ -65,10 +76,13 @@ def _modules_for(results: Sequence[ModuleResult]) -> str:
 
 def platform_note(run: Run) -> str | None:
   """What the check assumed of modules for platforms other than CPU: the
-  model of XLA:GPU for GPU modules, XLA:CPU's for any other (a line each)."""
+  model of XLA:GPU for GPU modules, TPU's for TPU modules, XLA:CPU's for
+  any other (a line each)."""
   notes = []
   if gpu := run.gpu_modules:
     notes.append(f"Note: {_modules_for(gpu)}: {GPU_MODEL}")
+  if tpu := run.tpu_modules:
+    notes.append(f"Note: {_modules_for(tpu)}: {TPU_MODEL}")
   if others := run.other_platforms:
     notes.append(f"Note: {_modules_for(others)}: {OTHER_MODEL}")
   return "\n".join(notes) or None

@@ -192,20 +192,6 @@ def module_report(
   return "\n".join([f"== {result.module} ({result.path}){test}", *lines])
 
 
-def module_reports(
-  results: Sequence[ModuleResult],
-  shown_per_group: int | None = SHOWN_PER_GROUP,
-) -> list[str]:
-  """The reports of the modules among `results` that race, where
-  declared safe pairs left pairs out, or that could not be checked, each
-  fix and each list of applied declarations written in full the first
-  time only."""
-  said: set[str] = set()
-  return [
-    module_report(r, shown_per_group, said) for r in results if r.reported
-  ]
-
-
 def render(run: Run, options: Options | None = None) -> str:
   """A run's report: where the declarations came from (when the way in
   says), each module that races or could not be checked (but those the way

@@ -5,8 +5,13 @@ XLA names an optimized module's dump file after the device it compiled
 for: ``module_0001.jit_f.cpu_after_optimizations.txt`` on CPU,
 ``...sm_9.0a_gpu_after_optimizations.txt`` on CUDA (compute capability 9.0a,
 written ``sm_90a`` by CUDA), ``...gfx942_gpu_after_optimizations.txt`` on
-ROCm. A module XLA loaded from JAX's persistent compilation cache is dumped
-as ``...after_optimizations.txt``, with no platform.
+ROCm. On TPU the name holds no platform word but a ``cl_NNN`` part that
+the TPU compiler writes (``module_0003.jit_f.cl_933746096.after_
+optimizations.txt``, jax 0.10.2 on a TPU v5e), and the module's layouts
+carry TPU's tiling (``f32[8]{0:T(128)}``): `of_file_name` reads the first,
+``entangle_jax.testing._hlo.host_callbacks.is_tpu_text`` the second. A
+module XLA loaded from JAX's persistent compilation cache is dumped as
+``...after_optimizations.txt``, with no platform.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import re
 
 CPU_RUNTIME = "XLA:CPU"
 GPU_RUNTIME = "XLA:GPU"
+TPU_RUNTIME = "XLA:TPU"
 
 _SUFFIX = r"_after_optimizations\.txt$"
 # The compute capability as XLA writes it, major.minor and a feature letter
@@ -31,6 +37,8 @@ _ROCM = re.compile(
 # Any other platform: the part of the name between the last dot and the
 # suffix, as written.
 _OTHER = re.compile(r"\.(?P<written>[^.]+?)" + _SUFFIX)
+# TPU: a ``cl_NNN`` part, then ``.after_optimizations.txt``.
+_TPU = re.compile(r"\.cl_\d+\.after_optimizations\.txt$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,17 +61,24 @@ class Platform:
       return CPU_RUNTIME
     if self.vendor is not None or self.written == "gpu":
       return GPU_RUNTIME
+    if self.written == "tpu":
+      return TPU_RUNTIME
     return None
 
   def __str__(self) -> str:
-    """How reports name it: ``cpu``, ``CUDA sm_90a``, ``ROCm gfx942``; any
-    other as written."""
+    """How reports name it: ``cpu``, ``CUDA sm_90a``, ``ROCm gfx942``,
+    ``TPU``; any other as written."""
     if self.vendor is not None and self.device is not None:
       return f"{self.vendor} {self.device}"
+    if self.written == "tpu":
+      return "TPU"
     return self.written
 
 
 CPU = Platform("cpu")
+TPU = Platform("tpu")
+"""A TPU: its file name has a ``cl_NNN`` part and no platform word, or
+its text has TPU's tiled layouts."""
 
 
 def of_file_name(name: str) -> Platform | None:
@@ -75,6 +90,8 @@ def of_file_name(name: str) -> Platform | None:
     return Platform(found["written"], "CUDA", f"sm_{capability}")
   if found := _ROCM.search(name):
     return Platform(found["written"], "ROCm", found["device"])
+  if _TPU.search(name):
+    return TPU
   if found := _OTHER.search(name):
     return CPU if found["written"] == "cpu" else Platform(found["written"])
   return None

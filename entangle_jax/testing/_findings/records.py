@@ -28,12 +28,14 @@ from entangle_jax._src.targets.declaration import SafePair
 from entangle_jax.testing._findings.platforms import (
   CPU_RUNTIME,
   GPU_RUNTIME,
+  TPU_RUNTIME,
   Platform,
 )
 
-KNOWN_RUNTIMES = (CPU_RUNTIME, GPU_RUNTIME)
-"""The runtimes whose model the rules describe: XLA:CPU's, and XLA:GPU's
-(docs/finding_races.md, "What the check can and cannot see")."""
+KNOWN_RUNTIMES = (CPU_RUNTIME, GPU_RUNTIME, TPU_RUNTIME)
+"""The runtimes whose model the rules describe: XLA:CPU's, XLA:GPU's and
+TPU's for host callbacks (docs/finding_races.md, "What the check can and
+cannot see"; docs/platforms.md, "TPU")."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -379,6 +381,15 @@ class Run:
       r
       for r in self.results
       if r.platform is not None and r.platform.runtime == GPU_RUNTIME
+    ]
+
+  @property
+  def tpu_modules(self) -> list[ModuleResult]:
+    """Modules for a TPU."""
+    return [
+      r
+      for r in self.results
+      if r.platform is not None and r.platform.runtime == TPU_RUNTIME
     ]
 
   @property

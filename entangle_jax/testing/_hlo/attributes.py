@@ -30,6 +30,10 @@ _INDEX = re.compile(r"\s*,\s*index=(\d+)")
 _ALIASED_OPERAND = re.compile(r"\(\s*(\d+)\s*,")
 _SLICE = re.compile(r"slice=\{([^}]*)\}")
 _SLICE_START = re.compile(r"\[\s*(\d+)\s*:")
+# The key that pairs a host transfer with its peer on the host (JAX writes
+# it as a frontend attribute of each send, recv and their dones).
+_RENDEZVOUS = re.compile(r'_xla_host_transfer_rendezvous="([^"]*)"')
+_HOST_TRANSFER_OPCODES = frozenset({"send", "send-done", "recv", "recv-done"})
 # Attributes that name called computations: a loop's condition first.
 _CALLEE_KEYS = (
   "condition",
@@ -119,6 +123,12 @@ def attribute_fields(
     fields["slice_starts"] = tuple(
       int(start) for start in _SLICE_START.findall(found.group(1))
     )
+  if opcode in _HOST_TRANSFER_OPCODES and (
+    attributes.word("is_host_transfer") == "true"
+  ):
+    fields["host_transfer"] = True
+    if found := _RENDEZVOUS.search(text):
+      fields["rendezvous"] = found.group(1)
   if attributes.has("metadata"):
     fields.update(_metadata_fields(attributes.metadata(), strings, stack_of))
   return fields
@@ -127,8 +137,9 @@ def attribute_fields(
 def _metadata_fields(
   metadata: dict[str, str], strings: list[str], stack_of: Callable[[int], Stack]
 ) -> dict[str, object]:
-  """``op_name``, and the Python stack: from ``stack_frame_id`` (newer XLA)
-  or else ``source_file``/``source_line`` (the innermost frame only)."""
+  """``op_name``, ``op_type``, and the Python stack: from
+  ``stack_frame_id`` (newer XLA) or else ``source_file``/``source_line``
+  (the innermost frame only)."""
   frame = metadata.get("stack_frame_id", "")
   stack = stack_of(int(frame)) if frame.isdigit() else ()
   if not stack:
@@ -138,6 +149,7 @@ def _metadata_fields(
       stack = ((file, int(line)),)
   return {
     "op_name": _unquote(metadata.get("op_name"), strings) or "",
+    "op_type": _unquote(metadata.get("op_type"), strings) or "",
     "stack": stack,
     "source": stack[0] if stack else None,
   }

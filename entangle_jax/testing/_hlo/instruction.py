@@ -81,6 +81,15 @@ class Instruction:
   replicated: bool = False
   """A parameter whose sharding is ``{replicated}``: every device holds
   all of it."""
+  op_type: str = ""
+  """The ``op_type`` of its metadata (JAX writes the primitive's name
+  there: ``io_callback``, ``pure_callback``...)."""
+  host_transfer: bool = False
+  """A ``send``, ``recv`` or their dones with ``is_host_transfer=true``:
+  a transfer to or from the host (`host_callbacks`)."""
+  rendezvous: str | None = None
+  """A host transfer's ``_xla_host_transfer_rendezvous`` key, which pairs
+  it with its peer on the host; None when it has none."""
 
   @property
   def dims(self) -> tuple[int, ...] | None:

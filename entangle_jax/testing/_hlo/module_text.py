@@ -28,15 +28,17 @@ CompiledModule: TypeAlias = "jax.stages.Compiled | jax.stages.Lowered | str"
 ``jax.stages.Lowered`` (compiled when analysed) or the optimized HLO text."""
 
 _NOT_A_MODULE = (
-  "expected a jax.stages.Compiled (jax.jit(f).lower(*args).compile()), "
-  "a jax.stages.Lowered or HLO text, got {}{}"
+  "{}: compiled must be a jax.stages.Compiled "
+  "(jax.jit(f).lower(*args).compile()), a jax.stages.Lowered or HLO text, "
+  "not {}{}"
 )
 
 
-def module_text(compiled: CompiledModule) -> str:
+def module_text(compiled: CompiledModule, *, who: str = "module_text") -> str:
   """The optimized HLO text of `compiled` (or `compiled` itself, if text).
 
-  A ``jax.stages.Lowered`` is compiled first.
+  A ``jax.stages.Lowered`` is compiled first. `who` is the public function
+  the user called, which the error names.
 
   Raises:
     TypeError: `compiled` is none of those (for example a jitted function,
@@ -47,7 +49,7 @@ def module_text(compiled: CompiledModule) -> str:
   if isinstance(compiled, str):
     return compiled
   if "jax" not in sys.modules:  # Then no object can be a JAX one.
-    raise TypeError(_NOT_A_MODULE.format(type(compiled).__name__, ""))
+    raise TypeError(_NOT_A_MODULE.format(who, type(compiled).__name__, ""))
   import jax
   from jax import export
 
@@ -60,10 +62,26 @@ def module_text(compiled: CompiledModule) -> str:
       if isinstance(compiled, export.Exported)
       else ""
     )
-    raise TypeError(_NOT_A_MODULE.format(type(compiled).__name__, hint))
+    raise TypeError(_NOT_A_MODULE.format(who, type(compiled).__name__, hint))
   if compiled not in _TEXTS:
     _TEXTS[compiled] = compiled.as_text()
   text = _TEXTS[compiled]
   if text is None:
     raise ValueError(f"{compiled!r} has no HLO text to analyse")
   return text
+
+
+def lowered_hlo_text(compiled: CompiledModule) -> str | None:
+  """The HLO module before optimization of a ``jax.stages.Lowered``
+  (``as_text(dialect="hlo")``); None for anything else (a ``Compiled``
+  keeps no such module) or when it cannot be printed."""
+  if isinstance(compiled, str) or "jax" not in sys.modules:
+    return None
+  import jax
+
+  if not isinstance(compiled, jax.stages.Lowered):
+    return None
+  try:
+    return compiled.as_text(dialect="hlo")
+  except Exception:  # An older or newer JAX that prints no HLO: no order.
+    return None

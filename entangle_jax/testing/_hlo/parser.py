@@ -16,7 +16,11 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from entangle_jax.testing._hlo import compact_operands, depth_first
+from entangle_jax.testing._hlo import (
+  compact_operands,
+  depth_first,
+  host_callbacks,
+)
 from entangle_jax.testing._hlo.attributes import Stack, mask_strings, unescape
 from entangle_jax.testing._hlo.instruction import (
   Instruction,
@@ -72,6 +76,7 @@ def parse(text: str) -> Module:
   if not isinstance(text, str):
     raise TypeError(f"expected HLO text (a str), got {type(text).__name__}")
   lines = text.splitlines()
+  orders = host_callbacks.read_orders(text)
 
   def error(instruction: Instruction, why: str) -> ValueError:
     return line_error(instruction.line, lines[instruction.line - 1], why)
@@ -91,7 +96,9 @@ def parse(text: str) -> Module:
       continue
     if current is not None:
       if line == "}":
-        computations[name] = compact_operands.expand(current, error)
+        computations[name] = host_callbacks.group(
+          compact_operands.expand(current, error), orders
+        )
         current = None
       elif line:
         current.append(reader.read(line, number, name))

@@ -94,6 +94,39 @@ def recorder(fn: Callable[..., Any], site: Any) -> Callable[..., Any]:
   return recorded
 
 
+class Place:
+  """A site given later: a TPU callback is wrapped as it is lowered, and
+  gets its place when its module is compiled (`sites`)."""
+
+  site: Any = None
+
+
+def late_recorder(fn: Callable[..., Any], place: Place) -> Callable[..., Any]:
+  """`fn`, recording each call while recording is on once `place` has a
+  site (a callback whose module never got one records nothing)."""
+  now = _now()
+  counter = itertools.count()
+
+  def recorded(*args: Any, **kwargs: Any) -> Any:
+    site = place.site
+    if not _recording or site is None:
+      return fn(*args, **kwargs)
+    thread = threading.get_native_id()
+    start = now()
+    failed = True
+    try:
+      out = fn(*args, **kwargs)
+      failed = False
+      return out
+    finally:
+      end = now()
+      pairable = not (site.in_loop or site.in_branch)
+      run_id = -1 - next(counter) if pairable else next(_unpaired)
+      _records.append((site, thread, start, end, run_id, failed))
+
+  return recorded
+
+
 def function_name(fn: Any, depth: int = 8) -> str | None:
   """The user's function inside JAX's wrappers of a host callback: the
   first function with a public name among `fn`'s closures (best effort)."""

@@ -1,12 +1,15 @@
 """Every private JAX name the sanitizer uses, in one place, each guarded by
 tests/sanitize/jax_hooks_test.py.
 
-Two functions are replaced while the sanitizer runs, and put back after:
+Three functions are replaced while the sanitizer runs, and put back after:
 ``jaxlib.xla_client.register_custom_call_target``, which
 ``jax.ffi.register_ffi_target`` (and the older direct route) calls with
 each handler; and ``jax._src.compiler.compile_or_get_cached``, which every
 ``jit`` compile passes through with its StableHLO module and its host
-callbacks' Python callables (``host_callbacks``).
+callbacks' Python callables (``host_callbacks``); and, for TPU, where
+those are host send/recv callback objects instead,
+``jax._src.callback._emit_tpu_python_callback``, which receives the
+Python callable as it lowers the callback (`TPU_CALLBACK`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,21 @@ COMPILE_HOST_CALLBACKS = ("host_callbacks", 2)
 """`COMPILE`'s argument with the Python callables of the module's host
 callbacks (each callback's custom call names one by its ``index``
 attribute), and its position after the backend and the module."""
+
+
+TPU_CALLBACK = "_emit_tpu_python_callback"
+"""The function that lowers a host callback on TPU to host transfers
+(``_emit_tpu_python_callback(backend, ctx, callback, ...)``): it hands
+`callback`, the Python callable, to the backend inside a host send/recv
+callback object, which the compile hook cannot wrap; so the callable is
+wrapped here, as it is lowered."""
+
+
+def callback_module() -> types.ModuleType:
+  """The module whose `TPU_CALLBACK` JAX's host callbacks call on TPU."""
+  from jax._src import callback
+
+  return callback
 
 
 def registration_module() -> types.ModuleType:

@@ -22,7 +22,10 @@ import threading
 import weakref
 from typing import Any
 
-from entangle_jax._src.targets.names import is_host_callback
+from entangle_jax._src.targets.names import (
+  TPU_HOST_CALLBACK_TARGET,
+  is_host_callback,
+)
 from entangle_jax.testing._sanitize import callbacks, jax_hooks, wrapping
 
 SITE_ATTRIBUTE = "entangle_jax_sanitize_site"
@@ -46,6 +49,11 @@ class SanitizedModule:
   callbacks: dict[int, CallSite] = dataclasses.field(default_factory=dict)
   """Its host callbacks' places, by their index in the callbacks XLA is
   given with the module."""
+  transfer_callbacks: list[tuple[bool, bool]] = dataclasses.field(
+    default_factory=list
+  )
+  """Its host callbacks made of host transfers (TPU), in program order:
+  whether each is in a loop, in a branch."""
   executable: Any = None
 
   def text(self) -> str | None:
@@ -117,10 +125,47 @@ def next_serial() -> int:
 
 
 def install() -> Any:
-  """Puts the compile hook in place; returns the undo."""
-  return jax_hooks.replace(
+  """Puts the compile hook (and the TPU lowering hook) in place; returns
+  the undo."""
+  undo_compile = jax_hooks.replace(
     jax_hooks.compiler_module(), jax_hooks.COMPILE, _make_compile
   )
+  try:
+    undo_tpu = jax_hooks.replace(
+      jax_hooks.callback_module(), jax_hooks.TPU_CALLBACK, _make_tpu_emit
+    )
+  except AttributeError:  # A JAX without it: TPU callbacks not observed.
+    undo_tpu = None
+
+  def undo() -> None:
+    undo_compile()
+    if undo_tpu is not None:
+      undo_tpu()
+    _lowered.clear()
+
+  return undo
+
+
+# TPU callbacks lowered under the hook, by the id of the host send/recv
+# callback object JAX made for each: (that object, kept so that its id is
+# not reused; the place its recorder reads; the Python function's name).
+_lowered: dict[int, tuple[Any, callbacks.Place, str | None]] = {}
+
+
+def _make_tpu_emit(original):
+  def emit_tpu_python_callback(backend, ctx, callback, *args, **kwargs):
+    place = callbacks.Place()
+    recorded = callbacks.late_recorder(callback, place)
+    result = original(backend, ctx, recorded, *args, **kwargs)
+    try:
+      made = ctx.module_context.host_callbacks[-1]
+    except (AttributeError, IndexError):
+      return result
+    with _lock:
+      _lowered[id(made)] = (made, place, callbacks.function_name(callback))
+    return result
+
+  return emit_tpu_python_callback
 
 
 def _make_compile(original):
@@ -128,7 +173,10 @@ def _make_compile(original):
     platform = wrapping.xla_platform(getattr(backend, "platform", "cpu"))
     given = _host_callbacks(args, kwargs)
     module = annotate(computation, platform, given)
-    if module is not None and module.callbacks and given is not None:
+    if module is not None and module.transfer_callbacks and given is not None:
+      # Their recorders are in place already (`_make_tpu_emit`).
+      _place_tpu_callbacks(module, given)
+    elif module is not None and module.callbacks and given is not None:
       recorded = list(given)
       for index, site in module.callbacks.items():
         recorded[index] = callbacks.recorder(recorded[index], site)
@@ -145,6 +193,40 @@ def _make_compile(original):
 
 
 _HOST_CALLBACKS = jax_hooks.COMPILE_HOST_CALLBACKS
+
+
+def _place_tpu_callbacks(module: SanitizedModule, given: list) -> None:
+  """Gives each TPU callback of `module` its place: the k-th host
+  send/recv callback object handed to the compile, lowered under the hook,
+  is the k-th callback whose first send the walk met (JAX lowers them in
+  program order and appends each object as it lowers it). Any mismatch,
+  and the callbacks stay not observed."""
+  with _lock:
+    found = [_lowered.get(id(c)) for c in given]
+  walked = module.transfer_callbacks
+  if len(walked) != len(given) or any(f is None for f in found):
+    return
+  for k, (entry, (in_loop, in_branch)) in enumerate(
+    zip(found, walked, strict=True)
+  ):
+    assert entry is not None
+    _, place, name = entry
+    site = CallSite(
+      next(_numbers),
+      module,
+      len(module.sites),
+      TPU_HOST_CALLBACK_TARGET,
+      in_loop,
+      in_branch,
+      name or "?",
+    )
+    module.sites.append(site)
+    module.callbacks[k] = site
+    place.site = site
+  module.not_observed.discard(HOST_TRANSFER_CALLBACKS)
+  with _lock:
+    for site in module.callbacks.values():
+      _sites[site.number] = site
 
 
 def _host_callbacks(args: tuple, kwargs: dict) -> list | None:
@@ -225,6 +307,11 @@ class _Walker:
         self.op(op.operation, in_loop=in_loop, in_branch=in_branch)
 
   def op(self, op, *, in_loop: bool, in_branch: bool) -> None:
+    if op.name in _HOST_TRANSFERS and _is_host_transfer(self.ir, op):
+      self.module.not_observed.add(HOST_TRANSFER_CALLBACKS)
+      if op.name == "stablehlo.send" and _starts_a_callback(op):
+        self.module.transfer_callbacks.append((in_loop, in_branch))
+      return
     if op.name == "stablehlo.custom_call":
       self.custom_call(op, in_loop=in_loop, in_branch=in_branch)
       return
@@ -316,6 +403,43 @@ class _Walker:
     self.module.sites.append(site)
     self.module.callbacks[index] = site
     return True
+
+
+_HOST_TRANSFERS = ("stablehlo.send", "stablehlo.recv")
+
+HOST_TRANSFER_CALLBACKS = (
+  "host callbacks made of host transfers (on TPU, io_callback, "
+  "jax.debug.callback and pure_callback are send/recv ops whose Python "
+  "function the backend calls; the sanitizer cannot record them)"
+)
+"""How the report names host callbacks it cannot see: on TPU, JAX hands
+them to the backend as host send/recv callbacks, not as the Python
+callables the compile hook wraps (`_make_compile`)."""
+
+
+def _starts_a_callback(op) -> bool:
+  """Whether a host ``stablehlo.send`` is its callback's first: its token
+  does not come from another send (JAX chains a callback's sends, then its
+  receives, through one token)."""
+  try:
+    token = op.operands[1]
+    owner = token.owner
+    name = getattr(owner, "name", None)
+    if name is None:  # A block argument, or an op seen through its view.
+      name = getattr(getattr(owner, "operation", None), "name", None)
+  except (IndexError, AttributeError, ValueError):
+    return True
+  return name != "stablehlo.send"
+
+
+def _is_host_transfer(ir, op) -> bool:
+  """Whether a ``stablehlo.send``/``recv`` goes to or from the host."""
+  if "is_host_transfer" not in op.attributes:
+    return False
+  try:
+    return bool(ir.BoolAttr(op.attributes["is_host_transfer"]).value)
+  except (ValueError, TypeError):
+    return False
 
 
 def _as_dict(ir, attribute):

@@ -68,3 +68,55 @@ def dump_parent(*, tmpfs: bool = False) -> pathlib.Path | None:
   if not tmpfs or any(os.environ.get(name) for name in TEMP_ENV):
     return None
   return usable_tmpfs()
+
+
+KEPT_DUMPS = 5
+"""How many kept dumps of earlier runs stay in one folder: a dump kept for
+the user (a module raced, or could not be checked) is named in the report
+and stays for reading, but a suite run again and again (a binding's test
+that shows a race on purpose) would pile them up. Each new dump removes
+the older ones beyond the newest `KEPT_DUMPS`."""
+
+IDLE_SECONDS = 3600
+"""A kept dump changed within the last hour is never removed, whatever its
+rank: it may belong to a run still going (another pytest, an xdist worker
+that is still writing)."""
+
+
+def _last_change(dump: pathlib.Path) -> float:
+  """When `dump` or a folder or file directly in it last changed (an xdist
+  run's workers dump into folders of their own below it)."""
+  times = [dump.stat().st_mtime]
+  with os.scandir(dump) as entries:
+    times.extend(e.stat(follow_symlinks=False).st_mtime for e in entries)
+  return max(times)
+
+
+def remove_stale_dumps(
+  folder: pathlib.Path, prefix: str, now: float
+) -> list[pathlib.Path]:
+  """Removes the dumps (folders named `prefix`...) in `folder` beyond the
+  `KEPT_DUMPS` newest that have not changed for `IDLE_SECONDS`; returns
+  them. Anything else in `folder` is left alone, and so is whatever
+  cannot be read or removed."""
+  dumps = []
+  try:
+    with os.scandir(folder) as entries:
+      for entry in entries:
+        if entry.name.startswith(prefix) and entry.is_dir(
+          follow_symlinks=False
+        ):
+          path = pathlib.Path(entry.path)
+          try:
+            dumps.append((_last_change(path), path))
+          except OSError:
+            continue
+  except OSError:
+    return []
+  dumps.sort(reverse=True)
+  removed = []
+  for changed, path in dumps[KEPT_DUMPS:]:
+    if now - changed >= IDLE_SECONDS:
+      shutil.rmtree(path, ignore_errors=True)
+      removed.append(path)
+  return removed

@@ -18,6 +18,7 @@ import re
 import shlex
 import shutil
 import tempfile
+import time
 
 from entangle_jax.testing._findings.records import Coverage, ModuleResult, Run
 from entangle_jax.testing._ways_in import dump_place, module_files
@@ -81,16 +82,26 @@ def new_dump(
   ``TEST_UNDECLARED_OUTPUTS_DIR`` under ``bazel test``, so that it stays
   with the test's outputs, else a temporary one; with `tmpfs` (a dump its
   owner prunes and removes), on a tmpfs when one is usable and the user
-  did not choose the temporary directory (`dump_place.dump_parent`)."""
+  did not choose the temporary directory (`dump_place.dump_parent`).
+  Earlier runs' dumps kept in the same folder beyond the newest few are
+  removed first (`dump_place.remove_stale_dumps`); Bazel's outputs folder
+  is Bazel's to clean."""
   parent = dump_place.dump_parent(tmpfs=tmpfs)
   try:
-    return pathlib.Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    return _made_in(parent, prefix)
   except OSError:
     if parent != dump_place.TMPFS:
       raise
   # The tmpfs refused after all (filled, or its permissions changed):
   # the temporary directory, as without it.
-  return pathlib.Path(tempfile.mkdtemp(prefix=prefix))
+  return _made_in(None, prefix)
+
+
+def _made_in(parent: pathlib.Path | None, prefix: str) -> pathlib.Path:
+  folder = pathlib.Path(tempfile.gettempdir()) if parent is None else parent
+  if str(folder) != os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR"):
+    dump_place.remove_stale_dumps(folder, prefix, time.time())
+  return pathlib.Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
 
 
 LEAN_FLAGS = ("--xla_dump_buffer_assignment_analysis=false",)

@@ -16,10 +16,9 @@ from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
 from entangle_jax.testing._findings import platforms
 from entangle_jax.testing._findings.from_analysis import module_result
 from entangle_jax.testing._findings.records import ModuleResult
-from entangle_jax.testing._hlo import entry_shardings, parser
+from entangle_jax.testing._hlo import dumped_module
 
 OPTIMIZED = "*after_optimizations.txt"
-_MODULE_NAME = re.compile(r"HloModule\s+([^\s,]+)")
 PROGRESS_EVERY = 100
 
 
@@ -57,25 +56,20 @@ def optimized_modules(paths: Sequence[str]) -> list[pathlib.Path]:
 BEFORE_OPTIMIZATIONS = "before_optimizations.txt"
 
 
-def _with_entry_shardings(path: pathlib.Path, text: str) -> str:
-  """`text`, with the entry parameters' shardings that jax 0.11 and newer
-  leave out of the optimized module taken from the module before
-  optimization, which XLA dumps beside it with the same ``module_NNNN.``
-  prefix (`entry_shardings`); as it is when nothing is missing or the
-  file is not there."""
-  if not entry_shardings.missing(text):
-    return text
+def _before_optimizations(path: pathlib.Path) -> str | None:
+  """The text of the module before optimization that XLA dumped beside
+  the optimized module in `path` (same ``module_NNNN.`` prefix); None if
+  there is not exactly one or it cannot be read."""
   prefix = re.match(r"module_\d+\.", path.name)
   if prefix is None:
-    return text
+    return None
   before = list(path.parent.glob(f"{prefix.group(0)}*{BEFORE_OPTIMIZATIONS}"))
   if len(before) != 1:
-    return text
+    return None
   try:
-    found = entry_shardings.from_text(before[0].read_text())
+    return before[0].read_text()
   except (OSError, UnicodeDecodeError):
-    return text
-  return entry_shardings.complete(text, found)
+    return None
 
 
 def check_module(
@@ -96,30 +90,15 @@ def check_module(
   except (OSError, UnicodeDecodeError) as error:
     result.unchecked = f"cannot read it: {error}"
     return result
-  name = _MODULE_NAME.search(text[:2000])
-  result.module = name.group(1) if name else name_in_path
-  if not text.strip():
-    result.unchecked = (
-      "the file is empty: XLA did not finish writing it (a process stopped "
-      "while dumping), or it is not a module"
-    )
-    return result
-  if "custom-call" not in text:  # No native call: nothing to race.
-    try:
-      parser.check_header(text)
-    except ValueError as error:
-      result.unchecked = str(error)
-      return result
-    if "\nENTRY " not in text or not text.rstrip().endswith("}"):
-      # A file cut short (a dump interrupted, a copy gone wrong) may have
-      # lost the calls that race: no answer rather than "no race".
-      result.unchecked = (
-        "the module text is cut short (no ENTRY computation, or its last "
-        "computation never closes)"
-      )
+  result.module = dumped_module.module_name(text) or name_in_path
+  if result.platform is None and dumped_module.is_tpu(text):
+    result.platform = platforms.TPU
+  if not dumped_module.has_native_calls(text):  # Nothing to race.
+    result.unchecked = dumped_module.why_unreadable(text)
     return result
   try:
-    text = _with_entry_shardings(path, text)
+    if dumped_module.needs_before(text):
+      text = dumped_module.completed(text, _before_optimizations(path))
     analysis = OrderAnalysis(text, declarations=declarations)
     native_calls = len(analysis.user_native_calls())
     if native_calls:

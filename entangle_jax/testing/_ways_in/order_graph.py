@@ -85,7 +85,8 @@ def order_graph(
     raise ValueError(
       f"order_graph: unknown format {format!r}; expected one of {FORMATS}"
     )
-  graph = build(OrderAnalysis(compiled, all_ops=all_ops), among)
+  analysis = OrderAnalysis(compiled, all_ops=all_ops, who="order_graph")
+  graph = build(analysis, among)
   return to_dot(graph) if format == "dot" else to_mermaid(graph)
 
 

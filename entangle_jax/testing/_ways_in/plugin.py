@@ -50,7 +50,8 @@ a tmpfs, ``/dev/shm``, when that is usable (`dump_place.dump_parent`:
 Bazel's ``TEST_UNDECLARED_OUTPUTS_DIR``, or a ``TMPDIR`` the user set,
 comes first), else in the temporary directory: XLA writes its files there
 faster. A dump kept at the end stays where it is, as the reports name its
-files.
+files, until a later run's new dump in the same folder removes the kept
+dumps there beyond the newest few (`dump_place.remove_stale_dumps`).
 
 In a dump directory the plugin made, the files of a module checked free
 of races are deleted once checked: what stays is what raced or could not

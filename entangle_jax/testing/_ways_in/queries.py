@@ -54,7 +54,9 @@ def happens_before(
       be read (`OrderAnalysis`), or a selector is empty or matches nothing;
       the message lists what exists.
   """
-  return OrderAnalysis(compiled, all_ops=all_ops).happens_before(before, after)
+  return OrderAnalysis(
+    compiled, all_ops=all_ops, who="happens_before"
+  ).happens_before(before, after)
 
 
 def assert_happens_before(
@@ -76,7 +78,9 @@ def assert_happens_before(
       order nothing (`OrderAnalysis.empty_witness_entangles`), the message
       names it too, as it does an op that both selectors pick.
   """
-  analysis = OrderAnalysis(compiled, all_ops=all_ops)
+  analysis = OrderAnalysis(
+    compiled, all_ops=all_ops, who="assert_happens_before"
+  )
   unordered = analysis.unordered(before, after)
   if unordered:
     count = len(unordered)
@@ -139,7 +143,7 @@ def races(
     ValueError: the text is not an optimized, scheduled module or cannot
       be read (`OrderAnalysis`), or a selector is empty or matches nothing.
   """
-  return OrderAnalysis(compiled, all_ops=all_ops).races(among)
+  return OrderAnalysis(compiled, all_ops=all_ops, who="races").races(among)
 
 
 def format_races(
@@ -183,6 +187,11 @@ def format_races(
   if shown_per_group is not None and shown_per_group < 1:
     raise ValueError(
       f"format_races: shown_per_group must be at least 1, not {shown_per_group}"
+    )
+  if isinstance(races, str) or not isinstance(races, Iterable):
+    raise TypeError(
+      f"format_races: races must be a list of Race (what races() returns), "
+      f"not {type(races).__name__}"
     )
   for index, race in enumerate(races):
     if not isinstance(race, Race):

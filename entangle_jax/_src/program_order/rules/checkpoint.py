@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import jax
 
+from entangle_jax._src.program_order import call_like
 from entangle_jax._src.program_order.natives import (
   backward_in,
 )
@@ -28,7 +29,7 @@ CHECKPOINT = family(
 )
 
 
-@register(CHECKPOINT, ("checkpoint", "remat", "remat2"))
+@register(CHECKPOINT, call_like.CHECKPOINTS)
 def remat(ctx: Context, eqn, invals) -> list:
   """Rebuilds a checkpoint around its transformed body. Its native
   calls' results are saved (a policy that saves them by name), never

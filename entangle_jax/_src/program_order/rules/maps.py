@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import jax
 
 from entangle_jax._src import conflict_rule
-from entangle_jax._src.program_order import natives
+from entangle_jax._src.program_order import call_like, natives
 from entangle_jax._src.program_order.natives import (
   backward_in,
 )
@@ -36,7 +36,7 @@ MAPS = family(
 )
 
 
-@register(MAPS, ("pjit", "jit", "closed_call", "core_call"))
+@register(MAPS, call_like.NESTED_CALLS)
 def call(ctx: Context, eqn, invals) -> list:
   """Inlined; the shardings it was given stay as constraints."""
   closed = eqn.params.get("jaxpr", eqn.params.get("call_jaxpr"))

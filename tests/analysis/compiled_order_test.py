@@ -64,6 +64,30 @@ class CompiledHazardTest(parameterized.TestCase):
     fn = jax.jit(_hazard.program(Ordering.ENTANGLE))
     with self.assertRaisesRegex(TypeError, "jax.stages.Compiled.*PjitFunc"):
       testing.happens_before(cast(Any, fn), "read", "second_write")
+    # Each public function names itself and the argument.
+    fn = cast(Any, fn)
+    calls = {
+      "happens_before": lambda: testing.happens_before(fn, "a", "b"),
+      "assert_happens_before": lambda: testing.assert_happens_before(
+        fn, "a", "b"
+      ),
+      "races": lambda: testing.races(fn),
+      "order_graph": lambda: testing.order_graph(fn),
+      "module_text": lambda: testing.module_text(fn),
+      "OrderAnalysis": lambda: testing.OrderAnalysis(fn),
+    }
+    for name, call in calls.items():
+      with (
+        self.subTest(name),
+        self.assertRaisesRegex(
+          TypeError, rf"^{name}: compiled must be a jax.stages.Compiled"
+        ),
+      ):
+        call()
+    with self.assertRaisesRegex(
+      TypeError, r"^format_races: races must be a list of Race.*not int"
+    ):
+      testing.format_races(cast(Any, 3))
 
   @ORDERED
   def test_inside_scan_body(self, ordering, ordered):

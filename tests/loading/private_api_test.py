@@ -89,7 +89,8 @@ class PrivateApiTest(absltest.TestCase):
 
   def test_jet_rule_table_holds_entangles_rule(self):
     # jax_compat.jet_rules is jax.experimental.jet's rule table: jet looks
-    # the primitive up there (tests/core/entangle_transforms_test.py runs it).
+    # the primitive up there (tests/primitive/entangle_transforms_test.py
+    # runs it).
     self.assertIs(jax_compat.jet_rules, jet.jet_rules)
     self.assertIn(primitive.entangle_p, jax_compat.jet_rules)
 

@@ -17,7 +17,7 @@ from entangle_jax import in_program_order, testing
 BASE = 48
 HANDLES = np.arange(12, dtype=np.int32).reshape(3, 4) + BASE
 RUNS = 10
-from tests.core.views_targets import READ, WRITE, _read, _write  # noqa: E402, F401
+from tests.program_order.views_targets import READ, WRITE, _read, _write  # noqa: E402, F401
 
 
 def hazards(handles, big):

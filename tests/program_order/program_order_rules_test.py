@@ -7,6 +7,7 @@ import jax.numpy as jnp
 from absl.testing import absltest
 
 from entangle_jax import in_program_order
+from entangle_jax._src.program_order import call_like
 from entangle_jax._src.program_order.interpreter import Context
 from entangle_jax._src.program_order.rules import registry
 from entangle_jax._src.targets import sources
@@ -31,6 +32,18 @@ class RegistryTest(absltest.TestCase):
       self.assertEqual(
         rule.higher_order, rule.family.name != "first order", name
       )
+
+  def test_the_call_like_primitives_are_one_list(self):
+    """The rules that inline nested calls and checkpoints are registered
+    for `call_like`'s names, the list `dependence` reads (it had its own,
+    without ``remat2``)."""
+    inlined = {
+      name
+      for name, rule in registry.RULES.items()
+      if rule.family.module in ("maps", "checkpoint") and name != "shard_map"
+    }
+    self.assertEqual(inlined, set(call_like.INLINED))
+    self.assertIn("remat2", call_like.INLINED)
 
   def test_a_primitive_is_registered_once(self):
     with self.assertRaisesRegex(ValueError, "two ordering rules"):

@@ -23,7 +23,7 @@ from absl.testing import absltest
 
 import entangle_jax
 from entangle_jax import in_program_order, testing
-from tests.core.views_targets import _read, _write
+from tests.program_order.views_targets import _read, _write
 
 N = 10
 

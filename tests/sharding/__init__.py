@@ -1,0 +1,2 @@
+"""Tests of entangle across devices and processes: sharded jit,
+shard_map, jax.export and jax.distributed."""

@@ -1,0 +1,384 @@
+#!/usr/bin/env python3
+"""TPU checks of entangle-jax's host-callback ordering; run by
+tools/tpu_check.sh, as ``python3 tools/tpu_check.py measure OUT_DIR``.
+
+Standalone (it imports nothing from the checkout), so that it runs on a TPU
+machine where only the wheel is installed. One process holds the chip:
+
+1. The hazard (eight groups of io_callback write(1) -> read -> write(2), a
+   Python slot each): wrong reads of 160 for each ordering (none, entangle,
+   Resource, in_program_order, ordered=True, data), and the order in which
+   the callbacks ran, against program order (pairs run out of it).
+2. races() on the TPU-compiled modules, from the Compiled (no barriers
+   visible) and from the Lowered (barriers read from its HLO), and the same
+   programs compiled for XLA:CPU.
+3. A further set of host-callback programs: dumped (TPU and CPU modules,
+   OUT_DIR/dump, named ``tpu_*``), their pairs on both platforms.
+4. The sanitizer around the racing and the ordered hazard.
+5. entangle's cost in a 10,000-step scan over a 1024-vector vs identity.
+
+Writes OUT_DIR/tpu_check.json; prints one JSON line a section.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+OUT = pathlib.Path(sys.argv[2] if len(sys.argv) > 2 else "tpu-out")
+DUMP = OUT / "dump"
+os.environ["XLA_FLAGS"] = (
+  os.environ.get("XLA_FLAGS", "")
+  + f" --xla_dump_to={DUMP} --xla_dump_hlo_as_text"
+  + " --xla_dump_hlo_module_re=.*tpu_.*"
+)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.experimental import io_callback  # noqa: E402
+
+from entangle_jax import Resource, entangle, in_program_order  # noqa: E402
+from entangle_jax import testing as ej_testing  # noqa: E402
+from entangle_jax.testing._sanitize.session import format_seen  # noqa: E402
+
+K = 8
+STATE = [0.0] * K
+LOG: list[tuple[str, int]] = []
+I32 = jax.ShapeDtypeStruct((), jnp.int32)
+F32 = jax.ShapeDtypeStruct((), jnp.float32)
+CPU = jax.devices("cpu")[0]
+
+
+def _w(k, kind, val, *_):
+  LOG.append((kind, k))
+  STATE[k] = float(val)
+  return np.int32(0)
+
+
+def _r(k, *_):
+  LOG.append(("r", k))
+  time.sleep(0.002)
+  return np.float32(STATE[k])
+
+
+def hazard(order: str, groups: int = K):
+  """The hazard's function for `order` (see the module docstring)."""
+  o = order == "ordered"
+
+  def f(x):
+    outs = []
+    for k in range(groups):
+      if order == "resource":
+        res = Resource(jnp.int32(0) + (x * 0).astype(jnp.int32), name=f"s{k}")
+        res.write(
+          lambda t, v, k=k: io_callback(
+            functools.partial(_w, k, "w1"), I32, v, t
+          ),
+          x + 1.0,
+        )
+        r = res.read(
+          lambda t, k=k: io_callback(functools.partial(_r, k), F32, t)
+        )
+        res.write(
+          lambda t, v, k=k: io_callback(
+            functools.partial(_w, k, "w2"), I32, v, t
+          ),
+          x + 2.0,
+        )
+        outs.append(r)
+        continue
+      t = io_callback(functools.partial(_w, k, "w1"), I32, x + 1.0, ordered=o)
+      r = io_callback(functools.partial(_r, k), F32, t, ordered=o)
+      t2 = entangle(t, r) if order == "entangle" else t
+      second = (x + 2.0) + t2.astype(jnp.float32) * 0
+      if order == "data":
+        second = second + r * 0
+      io_callback(functools.partial(_w, k, "w2"), I32, second, ordered=o)
+      outs.append(r)
+    return jnp.stack(outs)
+
+  f.__name__ = f"tpu_hazard_{order}"
+  f.__qualname__ = f.__name__
+  return in_program_order(f) if order == "ipo" else f
+
+
+ORDERS = ("none", "entangle", "resource", "ipo", "ordered", "data")
+PROGRAM = [(kind, k) for k in range(K) for kind in ("w1", "r", "w2")]
+
+
+def out_of_order(log: list[tuple[str, int]]) -> dict:
+  """Pairs of callbacks that ran in the reverse of program order: within a
+  group (the hazard's own pairs), across groups."""
+  place = {c: n for n, c in enumerate(log)}
+  within = across = 0
+  for a in range(len(PROGRAM)):
+    for b in range(a + 1, len(PROGRAM)):
+      x, y = PROGRAM[a], PROGRAM[b]
+      if x in place and y in place and place[x] > place[y]:
+        if x[1] == y[1]:
+          within += 1
+        else:
+          across += 1
+  return {"within_group": within, "across_groups": across}
+
+
+def hazard_counts(
+  runs: int = int(os.environ.get("TPU_CHECK_RUNS", "20")),
+) -> dict:
+  out = {}
+  for order in ORDERS:
+    f = jax.jit(hazard(order))
+    jax.block_until_ready(f(jnp.float32(0)))
+    wrong = 0
+    orders = []
+    for _ in range(runs):
+      STATE[:] = [0.0] * K
+      LOG.clear()
+      wrong += int(np.sum(np.asarray(f(jnp.float32(0))) != 1.0))
+      orders.append(out_of_order(list(LOG)))
+    out[order] = {
+      "wrong": f"{wrong}/{runs * K}",
+      "out_of_program_order_first_run": orders[0],
+      "runs_with_cross_group_inversions": sum(
+        1 for o in orders if o["across_groups"]
+      ),
+      "last_run_log": [f"{kind}{k}" for kind, k in LOG[: 3 * K]],
+    }
+  return out
+
+
+def pairs(x) -> int:
+  return len(ej_testing.races(x))
+
+
+def races_on_modules() -> dict:
+  out = {}
+  x = jnp.float32(0)
+  for order in ORDERS:
+    f = jax.jit(hazard(order))
+    lowered = f.lower(x)
+    cpu = jax.jit(hazard(order)).lower(jax.device_put(x, CPU)).compile()
+    out[order] = {
+      "tpu_compiled": pairs(lowered.compile()),
+      "tpu_lowered": pairs(lowered),
+      "cpu_compiled": pairs(cpu),
+    }
+  return out
+
+
+def _named(name, f):
+  f.__name__ = f.__qualname__ = name
+  return f
+
+
+def further_programs() -> dict:
+  """Host-callback programs beyond the hazard: run on the TPU (dumped),
+  compiled for CPU (dumped too); pairs on each."""
+  sink: list = []
+
+  def put(tag):
+    def cb(*a):
+      sink.append(tag)
+      return np.int32(0)
+
+    return cb
+
+  def get(tag):
+    def cb(*a):
+      sink.append(tag)
+      return np.float32(1)
+
+    return cb
+
+  def two_in_two_out(*a):
+    sink.append("2x2")
+    return np.float32(1), np.int32(2)
+
+  def big(v):
+    sink.append("big")
+    return np.float32(np.sum(v))
+
+  progs = {
+    "tpu_two_operands_two_results": lambda x: (
+      lambda r: io_callback(put("after"), I32, r[0] + r[1].astype(jnp.float32))
+    )(io_callback(two_in_two_out, (F32, I32), x, x * 2)),
+    "tpu_two_unordered_writes": lambda x: (
+      io_callback(put("a"), I32, x),
+      io_callback(put("b"), I32, x + 1),
+    ),
+    "tpu_debug_callbacks": lambda x: (
+      jax.debug.callback(lambda v: sink.append("d1"), x),
+      jax.debug.callback(lambda v: sink.append("d2"), x + 1),
+      x + 2,
+    )[2],
+    "tpu_pure_and_io": lambda x: io_callback(
+      put("io"), I32, jax.pure_callback(get("pure"), F32, x)
+    ),
+    "tpu_pure_pair": lambda x: (
+      jax.pure_callback(get("p1"), F32, x)
+      + jax.pure_callback(get("p2"), F32, x + 1)
+    ),
+    "tpu_no_operand": lambda x: (
+      io_callback(get("n1"), F32),
+      io_callback(put("n2"), I32, x),
+    ),
+    "tpu_ordered_chain": lambda x: (
+      io_callback(put("o1"), I32, x, ordered=True),
+      io_callback(put("o2"), I32, x + 1, ordered=True),
+      io_callback(put("o3"), I32, x + 2, ordered=True),
+    ),
+    "tpu_data_chain": lambda x: io_callback(
+      put("c3"),
+      I32,
+      io_callback(put("c2"), I32, io_callback(put("c1"), I32, x)),
+    ),
+    "tpu_entangle_pair": lambda x: (
+      lambda a: io_callback(put("e2"), I32, entangle(x + 1, a))
+    )(io_callback(put("e1"), I32, x)),
+    "tpu_loop_then_read": lambda x: (
+      lambda c: io_callback(get("after_loop"), F32, c)
+    )(
+      jax.lax.fori_loop(
+        0,
+        4,
+        lambda i, c: c + io_callback(put("in_loop"), I32, c).astype(c.dtype),
+        x,
+      )
+    ),
+    "tpu_loop_and_unordered_read": lambda x: (
+      jax.lax.fori_loop(
+        0,
+        4,
+        lambda i, c: c + io_callback(put("in_loop"), I32, c).astype(c.dtype),
+        x,
+      ),
+      io_callback(get("beside_loop"), F32, x),
+    ),
+    "tpu_cond": lambda x: (
+      jax.lax.cond(
+        x > 0,
+        lambda v: io_callback(put("yes"), I32, v),
+        lambda v: io_callback(put("no"), I32, v),
+        x,
+      )
+      + io_callback(put("after_cond"), I32, x)
+    ),
+    "tpu_big_operands": lambda x: (
+      io_callback(big, F32, jnp.full((1024,), x)),
+      io_callback(big, F32, jnp.full((1 << 20,), x)),
+    ),
+  }
+  out: dict[str, dict] = {}
+  for name, fn in progs.items():
+    f = jax.jit(_named(name, fn))
+    try:
+      sink.clear()
+      jax.block_until_ready(f(jnp.float32(1)))
+      lowered = f.lower(jnp.float32(1))
+      cpu = jax.jit(_named(name, fn)).lower(jax.device_put(jnp.float32(1), CPU))
+      out[name] = {
+        "tpu_lowered": pairs(lowered),
+        "tpu_compiled": pairs(lowered.compile()),
+        "cpu": pairs(cpu.compile()),
+        "ran": list(sink),
+      }
+    except Exception as e:  # One program's failure is a finding, not a stop.
+      out[name] = {"error": f"{type(e).__name__}: {e}"[:400]}
+  # How often the entangled pair runs against its order, in 20 runs.
+  f = jax.jit(_named("tpu_entangle_pair", progs["tpu_entangle_pair"]))
+  against = 0
+  for _ in range(20):
+    sink.clear()
+    jax.block_until_ready(f(jnp.float32(1)))
+    against += sink.index("e2") < sink.index("e1")
+  out["tpu_entangle_pair"]["second_ran_first"] = f"{against}/20"
+  return out
+
+
+def sanitizer() -> dict:
+  out = {}
+  for order in ("none", "entangle", "ipo", "ordered"):
+    with ej_testing.sanitize() as seen:
+      f = jax.jit(hazard(order))
+      for _ in range(3):
+        jax.block_until_ready(f(jnp.float32(0)))
+    out[order] = {
+      "calls": len(seen.calls),
+      "races": len(seen.races),
+      "not_observed": list(seen.not_observed),
+      "unknown_places": seen.unknown_places,
+      "report_head": format_seen(seen).splitlines()[:4],
+    }
+  return out
+
+
+def cost(steps: int = 10_000, repeats: int = 9) -> dict:
+  def scan_with(step):
+    def body(carry, _):
+      p, w = carry
+      return (step(p, w), w + 1), None
+
+    return jax.jit(
+      lambda p, w: jax.lax.scan(body, (p, w), None, length=steps)[0]
+    )
+
+  def median(fn):
+    args = (jnp.zeros((1024,)), jnp.zeros(()))
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+      t = time.perf_counter()
+      jax.block_until_ready(fn(*args))
+      times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+  plain = median(scan_with(lambda p, w: p * 1.0001))
+  tied = median(scan_with(lambda p, w: entangle(p * 1.0001, w)))
+  return {
+    "steps": steps,
+    "identity_ms": plain * 1e3,
+    "entangle_ms": tied * 1e3,
+    "ratio": tied / plain,
+  }
+
+
+def main() -> int:
+  OUT.mkdir(parents=True, exist_ok=True)
+  import entangle_jax
+
+  results: dict = {
+    "jax": jax.__version__,
+    "devices": [str(d) for d in jax.devices()],
+    "entangle_jax": entangle_jax.__version__,
+  }
+  print(json.dumps(results), flush=True)
+  for name, fn in (
+    ("hazard", hazard_counts),
+    ("races", races_on_modules),
+    ("programs", further_programs),
+    ("sanitizer", sanitizer),
+    ("cost", cost),
+  ):
+    t = time.perf_counter()
+    try:
+      results[name] = fn()
+    except Exception as e:  # Keep going: one section's failure is a finding.
+      results[name] = {"error": f"{type(e).__name__}: {e}"[:800]}
+    print(
+      json.dumps(
+        {name: results[name], "_s": round(time.perf_counter() - t, 1)}
+      ),
+      flush=True,
+    )
+  (OUT / "tpu_check.json").write_text(json.dumps(results, indent=1))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
