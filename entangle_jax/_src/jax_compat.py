@@ -27,6 +27,12 @@ which evaluates a jaxpr again equation by equation:
   (which the race check reports and selects by);
 * `current_name_stack`: the named scopes in effect, as text (what a
   ``Resource`` call records its access in);
+* `ordered_effects` and `lowerable_effects`: JAX's registries of effect
+  types (and `Effect`, the base class of effects); an equation with an
+  effect of an ordered type is threaded by JAX on one token per effect,
+  which XLA runs in program order
+  (`ordered_effects_of` reads an equation's; a binding such as mpi4jax
+  registers its effect type in both, as the tests' stand-in for it does);
 * `bind_equation` and `equation_subfuns`: ``Primitive.get_bind_params``,
   which returns ``(subfuns, params)`` up to jax 0.7 and, later, the
   params alone, with the subfuns under the key ``"subfuns"`` where the
@@ -42,6 +48,7 @@ from __future__ import annotations
 import contextlib
 
 import jax
+from jax._src import effects as _effects
 from jax._src import source_info_util as _source_info_util
 from jax._src import xla_bridge as _xla_bridge
 from jax._src.lib import xla_client as _xla_client
@@ -51,6 +58,16 @@ register_custom_call_partitioner = _xla_client.register_custom_call_partitioner
 HloSharding = _xla_client.HloSharding
 register_plugin_callbacks = _xla_bridge.register_plugin_callbacks
 jet_rules = _jet.jet_rules
+ordered_effects = _effects.ordered_effects
+lowerable_effects = _effects.lowerable_effects
+Effect = _effects.Effect  # jax.extend.core.Effect from jax 0.7 or so on.
+
+
+def ordered_effects_of(eqn) -> frozenset:
+  """The effects of `eqn` that JAX orders by a token: two equations that
+  share one run in program order, with no data between them."""
+  found = getattr(eqn, "effects", None) or ()
+  return frozenset(e for e in found if ordered_effects.contains(e))
 
 
 def _bind_params(eqn) -> tuple[list, dict, bool]:

@@ -4,18 +4,22 @@ Where in_program_order would not fix a pair, the report does not suggest
 it, and each such claim is shown: the transform leaves that race."""
 
 import re
+import unittest.mock
 import warnings
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest
+from jax.experimental import io_callback
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import entangle_jax
 from entangle_jax import testing
 from entangle_jax._src import native
+from entangle_jax._src.targets import in_code
+from entangle_jax._src.targets.declaration import TargetDeclaration
 from entangle_jax.testing import example_store
 from entangle_jax.testing._emitters import github, json_report, sarif
 from entangle_jax.testing._findings import from_analysis, platforms, records
@@ -27,6 +31,20 @@ native.register_handlers(
   {"write_slot": UNDECLARED_WRITE, "read_slot": "program_order_fix_test_read"},
   ["cpu"],
 )
+# The example store under two more names, declared library-wide (no
+# object operand), as a binding whose handle is an attribute of a Python
+# object, not an operand, is declared.
+LIBRARY_WRITE = "program_order_fix_test_library_write"
+LIBRARY_READ = "program_order_fix_test_library_read"
+native.register_handlers(
+  example_store._native,
+  {"write_slot": LIBRARY_WRITE, "read_slot": LIBRARY_READ},
+  ["cpu"],
+)
+LIBRARY_WIDE = {
+  LIBRARY_WRITE: TargetDeclaration(LIBRARY_WRITE, "write"),
+  LIBRARY_READ: TargetDeclaration(LIBRARY_READ, "read"),
+}
 
 _SUGGESTED = re.compile(
   r"`(jax\.jit\(entangle_jax\.in_program_order\(.+?\)\))`"
@@ -214,8 +232,6 @@ class ReportToFixTest(absltest.TestCase):
     self.assertNotEmpty(testing.races(fixed))
 
   def test_host_callbacks_are_declared_and_ordered(self):
-    from jax.experimental import io_callback
-
     def with_callback(slot):
       # A host callback may touch anything (its built-in declaration).
       seen = io_callback(
@@ -247,6 +263,12 @@ class ReportToFixTest(absltest.TestCase):
     racy = compiled(undeclared, jnp.int32(47))
     self.assertNotEmpty(testing.races(racy))
     self.assertEqual(suggestions(racy), [])  # Declare it first.
+    # The fix speaks to what the program uses: no Resource here, so no
+    # word of naming one; the declaration's public name.
+    text = testing.format_races(testing.races(racy))
+    self.assertIn("entangle_jax.declare_target(", text)
+    self.assertNotIn("testing.declare_target", text)
+    self.assertNotIn("Give each Resource a name", text)
 
     def two_names(slot):
       # One handle under two names: in_program_order, as the race check,
@@ -260,6 +282,92 @@ class ReportToFixTest(absltest.TestCase):
     racy = compiled(two_names, jnp.int32(48))
     self.assertNotEmpty(testing.races(racy))
     self.assertEqual(suggestions(racy), [])
+
+
+def library_step(big):
+  """Twelve write-read-write hazards through the library-wide targets."""
+  write = jax.ffi.ffi_call(
+    LIBRARY_WRITE, jax.ShapeDtypeStruct((), jnp.int32), has_side_effect=True
+  )
+  read = jax.ffi.ffi_call(LIBRARY_READ, jax.ShapeDtypeStruct((), jnp.float32))
+  reads = []
+  for i in range(12):
+    token = write(jnp.int32(i + 20), jnp.float32(1.0))
+    reads.append(read(token, delay_us=np.int64(1000)))
+    write(jnp.int32(i + 20), jnp.float32(2.0))
+  return jnp.stack(reads), jnp.sin(big).sum()
+
+
+class LibraryWideTest(absltest.TestCase):
+  """A call declared with no object (mode "write" or "read") touches its
+  whole library: the report's cause is the one object it shares, with the
+  fix that orders the calls, the in_program_order line included, whatever
+  the earlier call returns; and following that line fixes the pairs."""
+
+  def test_a_declared_library_wide_target(self):
+    big = jnp.ones(1 << 16)
+    with unittest.mock.patch.dict(in_code.DECLARED, LIBRARY_WIDE):
+      racy = compiled(library_step, big)
+      races = testing.races(racy)
+      self.assertNotEmpty(races)  # The control.
+      causes = {from_analysis.cause_of(r).code for r in races}
+      self.assertEqual(causes, {"EJ002"})
+      self.assertNotIn("Give each Resource a name", testing.format_races(races))
+      found = set(suggestions(racy))
+      self.assertEqual(
+        found, {"jax.jit(entangle_jax.in_program_order(library_step))"}
+      )
+      namespace = {"jax": jax, "entangle_jax": entangle_jax}
+      fixed = eval(found.pop(), {**namespace, "library_step": library_step})
+      self.assertEqual(testing.races(fixed.lower(big).compile()), [])
+      self.assertEqual(wrong_reads(fixed), [0] * 5)
+      if not any(wrong_reads(jax.jit(library_step))):
+        self.skipTest("this XLA happened to run every read first, unordered")
+
+  def test_an_earlier_call_that_returns_a_tuple(self):
+    # Host callbacks are declared library-wide writes (one interpreter):
+    # a library that keeps its state in Python, whose `put` returns a
+    # tuple (the value it replaced and a count), and whose `get` does not
+    # take it.
+    state = {"value": 0.0, "count": 0}
+
+    def put(v):
+      old = np.float32(state["value"])
+      state["value"] = float(v)
+      state["count"] += 1
+      return old, np.int32(state["count"])
+
+    def get(x):
+      return np.float32(state["value"] + 0 * x)
+
+    def tuple_step(v, x):
+      old, count = io_callback(
+        put,
+        (
+          jax.ShapeDtypeStruct((), jnp.float32),
+          jax.ShapeDtypeStruct((), jnp.int32),
+        ),
+        v,
+      )
+      seen = io_callback(get, jax.ShapeDtypeStruct((), jnp.float32), x)
+      return old, count, seen
+
+    args = (jnp.float32(7.0), jnp.float32(0.0))
+    racy = compiled(tuple_step, *args)
+    (race,) = testing.races(racy)  # The control.
+    self.assertTrue(race.first.instruction.shape.startswith("("))
+    self.assertEqual(from_analysis.cause_of(race).code, "EJ002")
+    found = set(suggestions(racy))
+    self.assertEqual(
+      found, {"jax.jit(entangle_jax.in_program_order(tuple_step))"}
+    )
+    namespace = {"jax": jax, "entangle_jax": entangle_jax}
+    fixed = eval(found.pop(), {**namespace, "tuple_step": tuple_step})
+    self.assertEqual(testing.races(fixed.lower(*args).compile()), [])
+    for k in range(5):
+      value = jnp.float32(10.0 + k)
+      _, _, seen = fixed(value, jnp.float32(0.0))
+      self.assertEqual(float(seen), 10.0 + k)
 
 
 if __name__ == "__main__":

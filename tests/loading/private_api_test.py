@@ -143,6 +143,31 @@ class PrivateApiTest(absltest.TestCase):
         jax_compat.current_name_stack(), "outer/entangle_jax:read:r"
       )
 
+  def test_ordered_effects_are_the_ones_jax_threads_a_token_through(self):
+    # effects.ordered_effects / lowerable_effects: registries of effect
+    # types with add_type and contains; io_callback(ordered=True) has an
+    # ordered effect, ordered=False none, and an ordered effect's equation
+    # gets a token in its lowering (the main function takes one).
+    from jax.experimental import io_callback
+
+    def f(x, ordered):
+      shape = jax.ShapeDtypeStruct((), jnp.float32)
+      return io_callback(lambda v: v, shape, x, ordered=ordered)
+
+    for ordered in (True, False):
+      (eqn,) = jax.make_jaxpr(lambda x, o=ordered: f(x, o))(1.0).eqns
+      self.assertEqual(bool(jax_compat.ordered_effects_of(eqn)), ordered)
+    (effect,) = jax_compat.ordered_effects_of(
+      jax.make_jaxpr(lambda x: f(x, True))(1.0).eqns[0]
+    )
+    self.assertTrue(jax_compat.ordered_effects.contains(effect))
+    self.assertIsInstance(effect, jax_compat.Effect)
+    self.assertTrue(jax_compat.lowerable_effects.contains(effect))
+    for registry in (jax_compat.ordered_effects, jax_compat.lowerable_effects):
+      self.assertTrue(callable(registry.add_type))
+    text = jax.jit(lambda x: f(x, True)).lower(1.0).as_text()
+    self.assertIn("!stablehlo.token", text)
+
   def test_scan_counts_reads_this_jaxs_scan_parameters(self):
     # Two constants, two carries, one xs: whichever way this jax writes a
     # scan's parameters, the counts come out the same.

@@ -12,7 +12,7 @@ import unittest
 from absl.testing import absltest
 
 try:
-  from benchmarks import comparisons, stats, suite_cost
+  from benchmarks import comparisons, program_order_compile, stats, suite_cost
   from benchmarks import report as bench_report
   from benchmarks.cases import (
     ANALYSIS_PAIRS,
@@ -358,6 +358,30 @@ class ProgramOrderReportTest(absltest.TestCase):
     # The control: 100 ns a step more, far above Resource against itself.
     slower = bench_report.program_order_lines(_program_order(100.0))[-1]
     self.assertTrue(slower.endswith(": in_program_order higher."), slower)
+
+
+class ProgramOrderCompileTest(absltest.TestCase):
+  """``python -m benchmarks.program_order_compile`` on small programs: each
+  program runs plain and ordered, and the ordered module holds the entangle
+  calls the transform adds (never a timed assertion)."""
+
+  def test_a_small_run_and_its_table(self):
+    found = program_order_compile.run(
+      calls=20, rounds=2, log=lambda _: None, slots=4
+    )
+    self.assertIn("store", found)
+    for runs in found.values():
+      self.assertEqual(set(runs), {"plain", "in_program_order"})
+      self.assertTrue(all(len(r) == 2 for r in runs.values()))
+      self.assertTrue(all(r["entangles"] == 0 for r in runs["plain"]))
+    # 10 writes on 4 slots: each write on a slot written before takes an
+    # entangle (after the earlier write's read), as by hand.
+    self.assertEqual(found["store"]["in_program_order"][0]["entangles"], 6)
+    if "klujax" in found:  # Every solve after the one before.
+      self.assertEqual(found["klujax"]["in_program_order"][0]["entangles"], 19)
+    table = program_order_compile.summary(found)
+    self.assertLen(table, 2 + len(found))
+    self.assertTrue(table[2].startswith("| store |"), table)
 
 
 def _without_a_row(report: str) -> str:

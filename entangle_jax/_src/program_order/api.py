@@ -8,8 +8,10 @@ from typing import Any, overload
 
 import jax
 import numpy as np
+from jax.extend import core as jex_core
 
 from entangle_jax._src import arrays
+from entangle_jax._src.program_order import natives
 from entangle_jax._src.program_order.interpreter import Context
 from entangle_jax._src.targets import sources
 
@@ -181,7 +183,17 @@ def in_program_order(
 
     traced = [leaf for leaf, d in zip(leaves, dynamic, strict=True) if d]
     closed = jax.make_jaxpr(flat)(*traced)
-    ctx = Context(sources.current())
+    decls = sources.current()
+    if not natives.has_native_jaxpr(closed.jaxpr, decls):
+      # Nothing to order: the traced program as it is, with none of the
+      # evaluation's bookkeeping.
+      outs = iter(jex_core.jaxpr_as_fun(closed)(*traced))
+      result = [
+        static_out[i] if i in static_out else next(outs)
+        for i in range(out_tree[0].num_leaves)
+      ]
+      return jax.tree_util.tree_unflatten(out_tree[0], result)
+    ctx = Context(decls)
     if distinct_arguments:
       labels = [p for p, d in zip(paths, dynamic, strict=True) if d]
       ctx.name_arguments(traced, labels)

@@ -36,8 +36,11 @@ from entangle_jax._src.program_order.objects import (
   apply_view,
   conflicts,
   constant_array,
+  constants_of,
   covers,
+  may_conflict,
   new_bit,
+  only_reads,
   resource_record,
 )
 from entangle_jax._src.program_order.rules import registry
@@ -58,6 +61,16 @@ class Context:
   def __init__(self, decls: Declarations, accesses: Sequence[Access] = ()):
     self.decls = decls
     self.accesses: list[Access] = list(accesses)
+    # `accesses` by the constant handles they name, for `candidates`: every
+    # access ever added (`log`), the positions in it of those whose parts
+    # all name constants, by constant, and of the others; and the bits of
+    # those still in `accesses`.
+    self.log: list[Access] = []
+    self.by_const: dict[int, list[int]] = {}
+    self.loose: list[int] = []
+    self.live = 0
+    for a in self.accesses:
+      self.index(a)
     self.own: list[Access] = []  # Made in this context.
     self.deps: dict[int, int] = {}
     self.roots: dict[int, Obj] = {}
@@ -251,10 +264,13 @@ class Context:
   def witnesses_for(self, parts, bits: int) -> tuple[list, int]:
     """The values a call of `parts`, whose operands depend on the calls in
     `bits`, must be entangled with; and the calls they stand for."""
+    reads, consts = only_reads(parts), constants_of(parts)
     needed = [
       a
-      for a in self.accesses
-      if not (a.bit & bits) and conflicts(a.parts, parts, self.decls)
+      for a in self.candidates(consts)
+      if not (a.bit & bits)
+      and may_conflict(a, parts, reads, consts)
+      and conflicts(a.parts, parts, self.decls)
     ]
     # Leave out a call that another needed call is already ordered after.
     covered = 0
@@ -276,6 +292,29 @@ class Context:
     self.used.update(id(v) for v in values)
     return values, stood
 
+  def index(self, access: Access) -> None:
+    position = len(self.log)
+    self.log.append(access)
+    self.live |= access.bit
+    if access.constants is None:
+      self.loose.append(position)
+    else:
+      for c in access.constants:
+        self.by_const.setdefault(c, []).append(position)
+
+  def candidates(self, consts: frozenset | None) -> list[Access]:
+    """The recorded calls that may conflict with a call whose parts all
+    name the constant handles `consts` (None: any), in program order:
+    those naming one of them, and those naming anything else. Any other
+    call names only other constants, which are different objects."""
+    if consts is None or len(self.accesses) < 32:
+      return self.accesses
+    positions = set(self.loose)
+    for c in consts:
+      positions.update(self.by_const.get(c, ()))
+    found = (self.log[p] for p in sorted(positions))
+    return [a for a in found if a.bit & self.live]
+
   def native(self, eqn, invals, call: NativeCall) -> list:
     keys = list(self.pending)
     if self.recompute:
@@ -283,10 +322,28 @@ class Context:
       if found and all(v is not None for v in found):
         return found  # The result the call made before, not made again.
     invals = list(invals)
+    if call.objects and all(
+      k is not None and size(invals[k]) == 0 for k in call.objects
+    ):
+      # Its object operand holds no element (a handle array sliced to
+      # nothing, as ``associative_scan`` hands its combine function): it
+      # names no object, so the call touches none, and XLA keeps no such
+      # call in the module to race. Nothing to order, nothing to wait for.
+      return self.bind(eqn, invals)
     target = call.label
     bits = 0
     for value in invals:
       bits |= self.dep(value)
+    # An ordered effect is an order: JAX threads its token through every
+    # call that has it, in program order, so this call comes after the
+    # earlier ones with one of its ordered effects, and after what they
+    # come after, with no entangle (and no warning for one that returns
+    # no array).
+    tokens = jax_compat.ordered_effects_of(eqn)
+    if tokens:
+      for a in self.accesses:
+        if a.tokens & tokens:
+          bits |= a.deps
     parts = tuple(
       p if k is None else dataclasses.replace(p, obj=self.root(invals[k]))
       for p, k in zip(call.parts, call.objects, strict=True)
@@ -326,7 +383,7 @@ class Context:
         self.set_root(new, self.root(original))
       bits |= stood
     with scope:
-      outs = self.bind(eqn, invals)
+      outs = self.bind(self.ordered_bodies(eqn), invals)
     if self.saving:
       # Saved by the rebuilt checkpoint's policy: never made again.
       outs = [checkpoint_name(o, SAVED) for o in outs]
@@ -357,10 +414,45 @@ class Context:
       target,
       side_effect=call.side_effect,
       results=tuple(outs),
+      tokens=tokens,
     )
     self.keep.extend(outs)
     self.add(access)
     return outs
+
+  def ordered_bodies(self, eqn):
+    """`eqn`, a binding's own higher-order primitive, with each sub-program
+    parameter (a ``ClosedJaxpr``) that makes native calls replaced by the
+    same program in program order: its calls among themselves. Against
+    the calls outside, `native` orders the equation as one call. Any
+    other equation is returned as it is."""
+    if not any(True for _ in natives.sub_jaxprs(eqn)):
+      return eqn
+    changed = {}
+    for key, value in eqn.params.items():
+      items = value if isinstance(value, tuple | list) else (value,)
+      new = [self._ordered_closed(item) for item in items]
+      if any(n is not i for n, i in zip(new, items, strict=True)):
+        many = isinstance(value, tuple | list)
+        changed[key] = type(value)(new) if many else new[0]
+    if not changed:
+      return eqn
+    return eqn.replace(params={**eqn.params, **changed})
+
+  def _ordered_closed(self, item):
+    if not isinstance(item, jex_core.ClosedJaxpr):
+      return item
+    if not natives.has_native_jaxpr(item.jaxpr, self.decls):
+      return item
+
+    def body(*args):
+      inner = Context(self.decls)
+      outs = inner.run(item.jaxpr, item.consts, list(args))
+      inner.warn_dropped(outs)
+      return outs
+
+    avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in item.in_avals]
+    return jax.make_jaxpr(body)(*avals)
 
   def in_resource(self, parts, invals, object_index):
     """`parts` as the race check reads a call made through a ``Resource``
@@ -398,16 +490,22 @@ class Context:
     return tuple(changed), contextlib.nullcontext()
 
   def add(self, access: Access) -> None:
-    if not self.decls.safe_pairs:
+    if not self.decls.safe_pairs and not access.only_reads:
       # An earlier call that this one comes after, on an object this one
       # writes, need not be looked at again: whatever conflicts with it
-      # conflicts with this one, which comes after it.
-      self.accesses = [
-        a
-        for a in self.accesses
-        if not (a.bit & access.deps and covers(access.parts, a.parts))
-      ]
+      # conflicts with this one, which comes after it. (A call that only
+      # reads covers none.)
+      kept, dropped = [], 0
+      for a in self.accesses:
+        if a.bit & access.deps and covers(access.parts, a.parts):
+          dropped |= a.bit
+        else:
+          kept.append(a)
+      if dropped:
+        self.accesses[:] = kept
+        self.live &= ~dropped
     self.accesses.append(access)
+    self.index(access)
     self.own.append(access)
 
   def warn_dropped(self, outs: Sequence[Any]) -> None:
@@ -565,7 +663,18 @@ class Context:
 
 
 def _literal_key(atom) -> Any:
-  return ("literal", str(atom.aval), repr(atom.val))
+  """A literal's key: its type and value (a scalar's own, hashable; its
+  text otherwise, which costs more)."""
+  val = atom.val
+  if np.ndim(val) == 0:
+    try:
+      item = val.item() if hasattr(val, "item") else val
+      key = ("literal", str(atom.aval), type(val).__name__, item)
+      hash(key)
+      return key
+    except Exception:  # Not a plain scalar: by its text below.
+      pass
+  return ("literal", str(atom.aval), repr(val))
 
 
 def _params_key(params) -> tuple:

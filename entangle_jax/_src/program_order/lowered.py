@@ -266,6 +266,12 @@ _CACHE: dict[Any, Lowered] = {}
 _BY_EQN: dict[int, tuple[Any, Lowered]] = {}
 
 
+def key_of(eqn):
+  """What `lower` caches `eqn`'s lowering under (primitive, params, input
+  types, backend), or None where its params cannot be hashed."""
+  return _key(eqn)
+
+
 def _key(eqn):
   try:
     params = tuple(sorted(eqn.params.items()))
@@ -285,7 +291,7 @@ def _key(eqn):
 def _aval_key(aval):
   return (
     tuple(getattr(aval, "shape", ())),
-    str(getattr(aval, "dtype", "")),
+    getattr(aval, "dtype", None),  # Hashable, and cheaper than its text.
     bool(getattr(aval, "weak_type", False)),
   )
 

@@ -122,14 +122,46 @@ def native_call(eqn, decls: Declarations) -> NativeCall | None:
     return _one(
       target, decls.for_target(target), eqn, True, f"{name} ({target})"
     )
-  if name == primitive.entangle_p.name or any(True for _ in sub_jaxprs(eqn)):
+  if name == primitive.entangle_p.name:
     return None
   if lowered.is_jax_primitive(eqn.primitive):
-    return None
+    return None  # JAX's own: first order, or a rule's (`rules`).
+  # A binding's own primitive, a higher-order one included: its own
+  # lowering may make native calls before or after its body, and its body
+  # may make some. The lowering holds both, so the equation is ordered as
+  # one call: all of them after the earlier calls they conflict with, the
+  # later calls after all of them (`Context.native` orders the body's own
+  # calls among themselves).
   return _from_lowering(eqn, decls)
 
 
+def lowered_call(eqn, decls: Declarations) -> NativeCall | None:
+  """The native calls of `eqn` read from its lowering alone, as one call
+  (for a primitive whose sub-program the transform does not rebuild)."""
+  return _from_lowering(eqn, decls)
+
+
+_FROM_LOWERING: dict[Any, NativeCall | None] = {}
+
+
 def _from_lowering(eqn, decls: Declarations) -> NativeCall | None:
+  """`_read_lowering`, once per lowering key and declarations (a program
+  that makes one binding call a thousand times reads it once)."""
+  key = lowered.key_of(eqn)
+  if key is None:
+    return _read_lowering(eqn, decls)
+  key = (key, decls)
+  try:
+    return _FROM_LOWERING[key]
+  except KeyError:
+    pass
+  except TypeError:  # Declarations that cannot be hashed.
+    return _read_lowering(eqn, decls)
+  found = _FROM_LOWERING[key] = _read_lowering(eqn, decls)
+  return found
+
+
+def _read_lowering(eqn, decls: Declarations) -> NativeCall | None:
   found = lowered.lower(eqn)
   if found.error is not None:
     _warn_once(

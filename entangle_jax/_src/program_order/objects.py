@@ -7,6 +7,7 @@ rule the race check applies too (`entangle_jax._src.conflict_rule`)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import re
 from collections.abc import Sequence
@@ -89,6 +90,53 @@ class Access:
   side_effect: bool = True
   results: tuple[Any, ...] = ()
   warned: bool = False
+  tokens: frozenset = frozenset()
+  """The ordered effects it has: JAX threads one token per effect through
+  the calls that have it, in program order (`Context.native`)."""
+
+  @functools.cached_property
+  def only_reads(self) -> bool:
+    return only_reads(self.parts)
+
+  @functools.cached_property
+  def constants(self) -> frozenset | None:
+    return constants_of(self.parts)
+
+
+def only_reads(parts: Sequence[Part]) -> bool:
+  """Whether every part reads: two such calls never conflict (rule 1)."""
+  return all(p.mode == "read" for p in parts)
+
+
+def constants_of(parts: Sequence[Part]) -> frozenset | None:
+  """The integers of the constant handles `parts` name, when every part
+  names constants (else None). Two calls whose parts all name constants,
+  none in both, touch different objects: they never conflict, whatever
+  else is known (rule 3). A quick test before `conflicts`."""
+  found: set = set()
+  for p in parts:
+    if p.obj is None or p.obj.consts is None:
+      return None
+    found |= p.obj.consts
+  return frozenset(found)
+
+
+def may_conflict(
+  access: Access,
+  parts: Sequence[Part],
+  reads: bool,
+  consts: frozenset | None,
+) -> bool:
+  """False where `access` cannot conflict with a call of `parts` (whose
+  `only_reads` and `constants_of` are `reads` and `consts`) by the quick
+  tests; True where `conflicts` must decide."""
+  if reads and access.only_reads:
+    return False
+  if consts is not None:
+    theirs = access.constants
+    if theirs is not None and not (theirs & consts):
+      return False
+  return True
 
 
 def covers(later: Sequence[Part], earlier: Sequence[Part]) -> bool:

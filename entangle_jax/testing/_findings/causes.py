@@ -101,11 +101,17 @@ TABLE_FIRST = (
 )
 
 DECLARE_STEP = (
-  "Give each Resource a name (Resource(token, name=...)), and declare what "
-  "your targets do "
-  '(entangle_jax.testing.declare_target(target, mode="read", object=0), '
-  'mode="none" for a call that keeps no state, or a [tool.entangle-jax] '
-  "table in pyproject.toml)."
+  "Declare what your targets do: "
+  'entangle_jax.declare_target(target, mode="read", object=0), with object '
+  "the operand that names the handle, or no object where the state is the "
+  "whole library's (a handle held as an attribute, or Python state); "
+  'mode="none" for a call that keeps no state; or a [tool.entangle-jax] '
+  "table in pyproject.toml."
+)
+
+RESOURCE_NAME_STEP = (
+  "Give each Resource a name (Resource(token, name=...)): an unnamed "
+  "Resource's calls may be on any object."
 )
 
 ANY_RESOURCE_NOTE = (

@@ -95,9 +95,10 @@ def cause_of(race: Race) -> Cause:
       "(res.read / res.write on the token the forward pass saved), so "
       "that they are ordered with the forward pass's calls.",
     )
+  unknown = [_knows_nothing_of(race.first), _knows_nothing_of(race.second)]
   if any(
-    (x.resource is None and x.object is None)
-    or (y.resource is None and y.object is None)
+    (x.resource is None and x.object is None and unknown[0])
+    or (y.resource is None and y.object is None and unknown[1])
     for x, y in pairs
   ):
     from_binding = any(
@@ -105,9 +106,24 @@ def cause_of(race: Race) -> Cause:
       for op in (race.first, race.second)
     )
     steps = (causes.DECLARE_STEP, causes.ANY_RESOURCE_NOTE)
+    if any(op.scope != op.user_scope for op in (race.first, race.second)):
+      steps = (causes.RESOURCE_NAME_STEP, *steps)  # Made through one.
     if from_binding:
       steps = (causes.TABLE_FIRST, *steps)
     return _cause("EJ005", "a call the analysis knows nothing about", *steps)
+  if any(
+    (x.resource is None and x.object is None)
+    or (y.resource is None and y.object is None)
+    for x, y in pairs
+  ):
+    # Declared with no object operand: the call touches its whole library
+    # (a handle held as an attribute, Python state), which is one object.
+    return _cause(
+      "EJ002",
+      "the same object, and nothing orders them: a call declared with no "
+      "object touches its whole library",
+      *_order_fix(race),
+    )
   for x, y in pairs:
     if (
       x.object is not None
@@ -138,6 +154,26 @@ def cause_of(race: Race) -> Cause:
     "names, or declare what the targets touch (declare_target(target, "
     "object=..., ...)); otherwise " + causes.ORDER_FIX,
   )
+
+
+def _knows_nothing_of(op: Op) -> bool:
+  """Whether nothing declares what `op`'s target touches: a call declared
+  with no object touches its whole library, which is what it says."""
+  return op.declaration is None
+
+
+def _holds_an_array(shape: str) -> bool:
+  """Whether a result of this shape (an array, or a tuple of them) holds an
+  array with elements, which a later call can be made to wait for."""
+  for kind, dims in _ARRAYS.findall(shape):
+    if kind == "token":
+      continue
+    if "0" not in (d.strip().lstrip("<=") for d in dims.split(",")):
+      return True
+  return False
+
+
+_ARRAYS = re.compile(r"\b([a-z]+[0-9a-z]*)\[([^\]]*)\]")
 
 
 def _name(op: Op) -> str:
@@ -212,6 +248,15 @@ def _order_fix(race: Race) -> tuple[str, ...]:
         f"result {returned}) in place of the handle it was given, or that "
         "handle entangled with it (`handle = entangle(handle, r)` with `r` "
         "that result)."
+      )
+    elif operand is None:
+      # No operand names its object (it touches its whole library): any
+      # operand the call takes orders it.
+      fix += (
+        f"make {into} consume a value computed from the earlier call's "
+        "result (`x = entangle(x, r)` with `x` an array the later call "
+        "takes and `r` a result of the earlier call, then pass `x` to the "
+        "later call)."
       )
     else:
       fix += (
@@ -295,8 +340,7 @@ def program_order_fix(
       for op in (first, second)
     ):
       return None
-    result = first.instruction
-    if result.dims is None or result.zero_sized:  # No array to wait for.
+    if not _holds_an_array(first.instruction.shape):  # Nothing to wait for.
       return None
     names |= {_jitted_function(first), _jitted_function(second)}
   if len(names) != 1 or None in names:

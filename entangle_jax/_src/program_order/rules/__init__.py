@@ -13,6 +13,7 @@ from entangle_jax._src.program_order.rules import (
   first_order,
   loops,
   maps,
+  opaque,
   registry,
 )
 
@@ -23,5 +24,6 @@ __all__ = [
   "first_order",
   "loops",
   "maps",
+  "opaque",
   "registry",
 ]

@@ -62,6 +62,7 @@ ORDER = (
   "conditionals",
   "checkpoint",
   "custom derivatives",
+  "custom batching and partitioning",
 )
 """The order `supported` lists the families in (any other one last)."""
 
