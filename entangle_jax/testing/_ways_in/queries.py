@@ -188,7 +188,7 @@ def format_races(
     raise ValueError(
       f"format_races: shown_per_group must be at least 1, not {shown_per_group}"
     )
-  if isinstance(races, str) or not isinstance(races, Iterable):
+  if not isinstance(races, Iterable):
     raise TypeError(
       f"format_races: races must be a list of Race (what races() returns), "
       f"not {type(races).__name__}"
