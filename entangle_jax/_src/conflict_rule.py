@@ -1,7 +1,7 @@
 """When two native calls conflict: the one rule of entangle-jax.
 
 The race check (`entangle_jax.testing._order.access`), `in_program_order`
-(`entangle_jax._src.program_order.objects`) and the run-time sanitizer
+(`entangle_jax._src.program_order.touches`) and the run-time sanitizer
 each find what is known of two calls in their own terms (HLO values,
 traced values, handles seen at run time) and ask this module what it
 means. So a call pair the check calls a race is one the transform orders,

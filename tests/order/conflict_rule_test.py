@@ -2,7 +2,7 @@
 item 5): `entangle_jax._src.conflict_rule`, asked by both halves, each
 with the evidence it finds in its own terms. Over every combination of
 objects, ``Resource`` names, modes, ``distinct_elements`` and safe pairs,
-the check's `access.conflict` and the transform's `objects.conflicts`
+the check's `access.conflict` and the transform's `touches.conflicts`
 give one answer, and the rule's answers are the documented ones."""
 
 import itertools
@@ -11,7 +11,7 @@ from absl.testing import absltest
 
 from entangle_jax._src import conflict_rule
 from entangle_jax._src.conflict_rule import Evidence
-from entangle_jax._src.program_order import objects as transform
+from entangle_jax._src.program_order import touches as transform
 from entangle_jax._src.targets.declaration import Declarations, SafePair
 from entangle_jax.testing._order import access as check
 from entangle_jax.testing._order.objects import ObjectRef

@@ -61,7 +61,7 @@ class RegistryTest(absltest.TestCase):
       seen.append(e.primitive.name)
       return rule.apply(ctx, e, invals)
 
-    registry.RULES["reshape"] = registry.Rule(
+    registry.RULES["reshape"] = registry.OrderingRule(
       "reshape", rule.family, spy, higher_order=False
     )
     try:

@@ -37,7 +37,7 @@ Modules: `api` (the transform: arguments in, results out), `interpreter`
 ordering rule of each primitive, by family, and their registry), `values`
 (helpers the interpreter and the rules share), `natives` (which equations
 are native calls, which sub-programs hold one), `lowered` (what a
-first-order equation lowers to), `objects` (what a call touches, when two
+first-order equation lowers to), `touches` (what a call touches, when two
 conflict), `dependence` (which results XLA must compute after which
 calls).
 """

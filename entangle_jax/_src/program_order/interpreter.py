@@ -29,9 +29,10 @@ from entangle_jax._src.program_order.natives import (
   has_native,
   native_call,
 )
-from entangle_jax._src.program_order.objects import (
-  Access,
+from entangle_jax._src.program_order.rules import registry
+from entangle_jax._src.program_order.touches import (
   Obj,
+  OrderedCall,
   Part,
   apply_view,
   conflicts,
@@ -43,7 +44,6 @@ from entangle_jax._src.program_order.objects import (
   only_reads,
   resource_record,
 )
-from entangle_jax._src.program_order.rules import registry
 from entangle_jax._src.program_order.values import (
   SAVED,
   aval_of,
@@ -58,20 +58,20 @@ class Context:
   """One program's evaluation: the native calls made so far, and for each
   value the calls it depends on and the object it names."""
 
-  def __init__(self, decls: Declarations, accesses: Sequence[Access] = ()):
+  def __init__(self, decls: Declarations, accesses: Sequence[OrderedCall] = ()):
     self.decls = decls
-    self.accesses: list[Access] = list(accesses)
+    self.accesses: list[OrderedCall] = list(accesses)
     # `accesses` by the constant handles they name, for `candidates`: every
     # access ever added (`log`), the positions in it of those whose parts
     # all name constants, by constant, and of the others; and the bits of
     # those still in `accesses`.
-    self.log: list[Access] = []
+    self.log: list[OrderedCall] = []
     self.by_const: dict[int, list[int]] = {}
     self.loose: list[int] = []
     self.live = 0
     for a in self.accesses:
       self.index(a)
-    self.own: list[Access] = []  # Made in this context.
+    self.own: list[OrderedCall] = []  # Made in this context.
     self.deps: dict[int, int] = {}
     self.roots: dict[int, Obj] = {}
     self.used: set[int] = set()
@@ -292,7 +292,7 @@ class Context:
     self.used.update(id(v) for v in values)
     return values, stood
 
-  def index(self, access: Access) -> None:
+  def index(self, access: OrderedCall) -> None:
     position = len(self.log)
     self.log.append(access)
     self.live |= access.bit
@@ -302,7 +302,7 @@ class Context:
       for c in access.constants:
         self.by_const.setdefault(c, []).append(position)
 
-  def candidates(self, consts: frozenset | None) -> list[Access]:
+  def candidates(self, consts: frozenset | None) -> list[OrderedCall]:
     """The recorded calls that may conflict with a call whose parts all
     name the constant handles `consts` (None: any), in program order:
     those naming one of them, and those naming anything else. Any other
@@ -406,7 +406,7 @@ class Context:
       witnesses = []  # A call nothing can wait for: warned when needed.
     else:
       witnesses = [outs[i] for i in call.witnesses if size(outs[i]) > 0]
-    access = Access(
+    access = OrderedCall(
       bit,
       parts,
       witnesses,
@@ -489,7 +489,7 @@ class Context:
       changed.append(dataclasses.replace(p, mode=mode, obj=obj))
     return tuple(changed), contextlib.nullcontext()
 
-  def add(self, access: Access) -> None:
+  def add(self, access: OrderedCall) -> None:
     if not self.decls.safe_pairs and not access.only_reads:
       # An earlier call that this one comes after, on an object this one
       # writes, need not be looked at again: whatever conflicts with it
@@ -524,9 +524,11 @@ class Context:
 
   # Sub-programs: what the rules (`rules`) share --------------------------
 
-  def summary(self, parts, witnesses, deps_in: int, label: str) -> Access:
+  def summary(self, parts, witnesses, deps_in: int, label: str) -> OrderedCall:
     bit = new_bit()
-    access = Access(bit, tuple(parts), list(witnesses), bit | deps_in, label)
+    access = OrderedCall(
+      bit, tuple(parts), list(witnesses), bit | deps_in, label
+    )
     self.add(access)
     return access
 
@@ -605,7 +607,9 @@ class Context:
     if token is False or token is None:
       return self.child(accesses=[])
     bit = new_bit()
-    prev = Access(bit, (Part("write", None, "previous"),), [token], bit, "")
+    prev = OrderedCall(
+      bit, (Part("write", None, "previous"),), [token], bit, ""
+    )
     ctx = self.child(accesses=[prev])
     ctx.set_dep(token, bit | deps)
     ctx.prev_bit = bit

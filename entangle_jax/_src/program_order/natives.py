@@ -17,7 +17,7 @@ from jax.extend import core as jex_core
 from entangle_jax._src import jax_compat, primitive
 from entangle_jax._src.program_order import lowered
 from entangle_jax._src.program_order.dependence import shape_size
-from entangle_jax._src.program_order.objects import Part
+from entangle_jax._src.program_order.touches import Part
 from entangle_jax._src.targets import names
 from entangle_jax._src.targets.declaration import Declarations
 from entangle_jax._src.targets.library_kernels import is_library_target

@@ -14,7 +14,7 @@ from jax.extend import core as jex_core
 
 from entangle_jax._src.entangle import entangle
 from entangle_jax._src.program_order.dependence import shape_size
-from entangle_jax._src.program_order.objects import Part
+from entangle_jax._src.program_order.touches import Part
 
 if TYPE_CHECKING:
   from entangle_jax._src.program_order.interpreter import Context

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 
 from entangle_jax.testing._emitters.options import Options
 from entangle_jax.testing._emitters.sentences import platform_note
-from entangle_jax.testing._findings.records import CallSite, Run
+from entangle_jax.testing._findings.records import ReportedCall, Run
 
 TITLE = "entangle-jax race"
 SAFE_TITLE = "entangle-jax pairs left out as safe"
@@ -45,14 +45,14 @@ def _escape_property(text: str) -> str:
   return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def _place(site: CallSite) -> str:
+def _place(site: ReportedCall) -> str:
   """``file=...,line=...,`` for the call's user line, or nothing."""
   if site.path is None or site.line is None:
     return ""
   return f"file={_escape_property(site.path)},line={site.line},"
 
 
-def _call(site: CallSite) -> str:
+def _call(site: ReportedCall) -> str:
   where = f" at {site.location}" if site.location else ""
   return f"`{site.name}`{where} ({site.access})"
 

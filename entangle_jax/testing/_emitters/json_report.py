@@ -9,14 +9,14 @@ from typing import Any
 from entangle_jax.testing._emitters.options import Options
 from entangle_jax.testing._emitters.sentences import platform_note, summary
 from entangle_jax.testing._findings.records import (
-  CallSite,
   ModuleResult,
   Pair,
+  ReportedCall,
   Run,
 )
 
 
-def _call(site: CallSite) -> dict[str, Any]:
+def _call(site: ReportedCall) -> dict[str, Any]:
   return {
     "instruction": site.instruction,
     "target": site.target,

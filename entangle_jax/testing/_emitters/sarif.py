@@ -32,7 +32,7 @@ from typing import Any
 from entangle_jax.testing._emitters.options import Options
 from entangle_jax.testing._emitters.sentences import platform_note
 from entangle_jax.testing._findings.causes import CAUSES
-from entangle_jax.testing._findings.records import CallSite, Finding, Run
+from entangle_jax.testing._findings.records import Finding, ReportedCall, Run
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 VERSION = "2.1.0"
@@ -67,7 +67,7 @@ def _location(path: str, line: int, text: str | None = None) -> dict:
   return found
 
 
-def _call(site: CallSite) -> str:
+def _call(site: ReportedCall) -> str:
   where = f" at {site.location}" if site.location else ""
   return f"`{site.name}`{where} ({site.access})"
 

@@ -9,10 +9,10 @@ from entangle_jax.testing._emitters.options import SHOWN_PER_GROUP, Options
 from entangle_jax.testing._emitters.sentences import run_notes, summary
 from entangle_jax.testing._findings.causes import ORDER_FIX
 from entangle_jax.testing._findings.records import (
-  CallSite,
   Findings,
   ModuleResult,
   Pair,
+  ReportedCall,
   Run,
   SafeCount,
 )
@@ -25,7 +25,7 @@ NO_RACES = "No races: every two calls that may conflict are ordered."
 INCOMPLETE = "Not every compile was checked."
 
 
-def label(site: CallSite) -> str:
+def label(site: ReportedCall) -> str:
   """One line naming the call as the user wrote it."""
   parts = [site.name]
   if site.scope:
@@ -40,7 +40,7 @@ def label(site: CallSite) -> str:
   return " ".join(parts)
 
 
-def _with_access(site: CallSite) -> str:
+def _with_access(site: ReportedCall) -> str:
   what, rest = label(site).split(" ", 1)
   return f"{what} ({site.access}) {rest}"
 
@@ -155,7 +155,7 @@ def _once(start: str, text: str, said: set[str] | None) -> str:
   return start + text
 
 
-def empty_witness_note(entangles: Sequence[CallSite]) -> str:
+def empty_witness_note(entangles: Sequence[ReportedCall]) -> str:
   count = len(entangles)
   lines = [
     f"Note: {count} entangle call{'s' * (count != 1)} here only "

@@ -28,7 +28,6 @@ from entangle_jax.testing._analysis.order_analysis import LeftOut
 from entangle_jax.testing._findings import causes
 from entangle_jax.testing._findings.platforms import Platform
 from entangle_jax.testing._findings.records import (
-  CallSite,
   Cause,
   Finding,
   Findings,
@@ -36,6 +35,7 @@ from entangle_jax.testing._findings.records import (
   ModuleResult,
   ObjectSeen,
   Pair,
+  ReportedCall,
   SafeCount,
 )
 from entangle_jax.testing._order.access import Access
@@ -392,7 +392,7 @@ def _access_text(access: Access, labels: ObjectLabels) -> tuple[str, str]:
   return f"{verb} {', '.join(parts)}", label
 
 
-def call_site(op: Op, labels: ObjectLabels | None = None) -> CallSite:
+def call_site(op: Op, labels: ObjectLabels | None = None) -> ReportedCall:
   """`op` as a record, its objects named by `labels` (the module's)."""
   labels = labels or ObjectLabels()
   texts, objects = [], []
@@ -402,7 +402,7 @@ def call_site(op: Op, labels: ObjectLabels | None = None) -> CallSite:
     if access.object is not None:
       objects.append(ObjectSeen(label, str(access.object)))
   user, binding = source_lines.lines(op.instruction.stack)
-  return CallSite(
+  return ReportedCall(
     instruction=op.name,
     target=op.target,
     opcode=op.instruction.opcode,
@@ -425,9 +425,9 @@ class _Sites:
 
   def __init__(self):
     self.labels = ObjectLabels()
-    self._made: dict[Op, CallSite] = {}
+    self._made: dict[Op, ReportedCall] = {}
 
-  def __call__(self, op: Op) -> CallSite:
+  def __call__(self, op: Op) -> ReportedCall:
     site = self._made.get(op)
     if site is None:
       site = self._made[op] = call_site(op, self.labels)
@@ -443,7 +443,7 @@ def pairs_of(races: Sequence[Race]) -> tuple[Pair, ...]:
   return tuple(sites.pair(race) for race in races)
 
 
-def call_sites(ops: Sequence[Op]) -> tuple[CallSite, ...]:
+def call_sites(ops: Sequence[Op]) -> tuple[ReportedCall, ...]:
   """`ops` as records, with one set of labels."""
   sites = _Sites()
   return tuple(sites(op) for op in ops)

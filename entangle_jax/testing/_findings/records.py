@@ -6,7 +6,7 @@ They hold strings, numbers and other records only (no HLO instruction, no
 controller) and compare by value. `from_analysis` is the one module that
 builds them from the analysis.
 
-* `CallSite`: one native call as the user made it: target, access (with
+* `ReportedCall`: one native call as the user made it: target, access (with
   stable object labels), scope, the user's file and line, the binding's.
 * `Pair`: two calls that may conflict and run in either order.
 * `Cause`: why pairs are reported (a stable code, ``EJ001``...,
@@ -53,7 +53,7 @@ class ObjectSeen:
 
 
 @dataclasses.dataclass(frozen=True)
-class CallSite:
+class ReportedCall:
   """One native call (or other op) as the user made it."""
 
   instruction: str
@@ -101,8 +101,8 @@ class Pair:
   first, where the module says), or, from ``unordered``, two where the
   first does not precede the second."""
 
-  first: CallSite
-  second: CallSite
+  first: ReportedCall
+  second: ReportedCall
   across_devices: bool = False
   """The two run on different devices of an SPMD module."""
 
@@ -146,7 +146,7 @@ class Finding:
     return self.pairs[0]
 
   @property
-  def calls(self) -> tuple[CallSite, CallSite]:
+  def calls(self) -> tuple[ReportedCall, ReportedCall]:
     """The two calls of the pair shown."""
     return self.pair.first, self.pair.second
 

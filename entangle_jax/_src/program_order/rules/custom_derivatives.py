@@ -17,12 +17,12 @@ from entangle_jax._src.program_order.natives import (
   backward_parts,
   rule_parts,
 )
-from entangle_jax._src.program_order.objects import (
+from entangle_jax._src.program_order.rules.registry import family, register
+from entangle_jax._src.program_order.touches import (
   ANY,
-  Access,
+  OrderedCall,
   new_bit,
 )
-from entangle_jax._src.program_order.rules.registry import family, register
 from entangle_jax._src.program_order.values import (
   open_jaxpr,
   own_parts,
@@ -160,7 +160,7 @@ def custom_vjp(ctx: Context, eqn, invals) -> list:
     prevs = []
     for value, label in before:
       bit = new_bit()
-      prevs.append(Access(bit, ANY, [value], bit, label))
+      prevs.append(OrderedCall(bit, ANY, [value], bit, label))
     inner = ctx.child(accesses=prevs)
     for value, prev in zip(before, prevs, strict=True):
       inner.set_dep(value[0], prev.bit)

@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from entangle_jax._src import jax_compat, primitive
-from entangle_jax._src.program_order.objects import VIEWS
 from entangle_jax._src.program_order.rules.registry import family, register
+from entangle_jax._src.program_order.touches import VIEWS
 
 if TYPE_CHECKING:
   from entangle_jax._src.program_order.interpreter import Context

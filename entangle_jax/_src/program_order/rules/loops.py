@@ -16,12 +16,12 @@ from entangle_jax._src.program_order.natives import (
   backward_in,
   has_native_jaxpr,
 )
-from entangle_jax._src.program_order.objects import (
+from entangle_jax._src.program_order.rules.registry import family, register
+from entangle_jax._src.program_order.touches import (
   ANY,
   conflicts,
   new_bit,
 )
-from entangle_jax._src.program_order.rules.registry import family, register
 from entangle_jax._src.program_order.values import (
   all_bits,
   aval_of,

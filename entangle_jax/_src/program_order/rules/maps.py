@@ -14,10 +14,10 @@ from entangle_jax._src.program_order import call_like, natives
 from entangle_jax._src.program_order.natives import (
   backward_in,
 )
-from entangle_jax._src.program_order.objects import (
+from entangle_jax._src.program_order.rules.registry import family, register
+from entangle_jax._src.program_order.touches import (
   ANY,
 )
-from entangle_jax._src.program_order.rules.registry import family, register
 from entangle_jax._src.program_order.values import (
   open_jaxpr,
   own_parts,

@@ -38,7 +38,7 @@ class Family:
 
 
 @dataclasses.dataclass(frozen=True)
-class Rule:
+class OrderingRule:
   """The rule of one primitive. A higher-order rule (one that rebuilds a
   sub-program) applies only where the equation holds a native call; any
   other equation is bound as it is. A first-order rule always applies."""
@@ -49,7 +49,7 @@ class Rule:
   higher_order: bool = True
 
 
-RULES: dict[str, Rule] = {}
+RULES: dict[str, OrderingRule] = {}
 """Primitive name: its rule."""
 
 FAMILIES: dict[str, Family] = {}
@@ -86,13 +86,13 @@ def register(
     for name in primitives:
       if name in RULES:
         raise ValueError(f"the primitive {name!r} has two ordering rules")
-      RULES[name] = Rule(name, of, fn, higher_order)
+      RULES[name] = OrderingRule(name, of, fn, higher_order)
     return fn
 
   return decorate
 
 
-def rule_for(name: str) -> Rule | None:
+def rule_for(name: str) -> OrderingRule | None:
   """The rule of the primitive named `name`, or None: bound as it is, and
   a native call inside it raises."""
   return RULES.get(name)

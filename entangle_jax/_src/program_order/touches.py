@@ -79,7 +79,7 @@ class Part:
 
 
 @dataclasses.dataclass
-class Access:
+class OrderedCall:
   """A native call (or a summary of several, for a loop or a branch)."""
 
   bit: int
@@ -122,7 +122,7 @@ def constants_of(parts: Sequence[Part]) -> frozenset | None:
 
 
 def may_conflict(
-  access: Access,
+  access: OrderedCall,
   parts: Sequence[Part],
   reads: bool,
   consts: frozenset | None,
