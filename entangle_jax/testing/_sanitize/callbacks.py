@@ -22,7 +22,6 @@ one choice (the module ran once).
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import threading
 from collections.abc import Callable
@@ -34,21 +33,6 @@ _records: list[tuple[Any, int, int, int, int, bool]] = []
 UNKNOWN_RUN = 0
 """The run id of a host callback whose execution its recorder cannot
 know (a call in a loop or a branch)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class HostCallback:
-  """What a recorder records about its callback.
-
-  Attributes:
-    target: the FFI target of its custom call.
-    platform: XLA's platform name.
-    name: the Python function's name, where it could be found.
-  """
-
-  target: str
-  platform: str
-  name: str | None
 
 
 def set_recording(on: bool) -> None:

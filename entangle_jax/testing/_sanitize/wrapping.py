@@ -24,9 +24,6 @@ from entangle_jax._src.targets import sources
 from entangle_jax._src.targets.names import ENTANGLE_TARGET
 from entangle_jax.testing._sanitize import jax_hooks
 
-STAGES = ("instantiate", "prepare", "initialize", "execute")
-"""The FFI stages a handler bundle may name (XLA_FFI_Handler_Bundle)."""
-
 
 @dataclasses.dataclass(frozen=True)
 class WrappedTarget:
