@@ -59,43 +59,19 @@ def _now() -> Callable[[], int]:
 def recorder(fn: Callable[..., Any], site: Any) -> Callable[..., Any]:
   """`fn`, recording each call (with `site`, a `sites.CallSite`) while
   recording is on."""
-  now = _now()
-  counter = itertools.count()
-  pairable = not site.context
-
-  def recorded(*args: Any, **kwargs: Any) -> Any:
-    if not _recording:
-      return fn(*args, **kwargs)
-    thread = threading.get_native_id()
-    start = now()
-    failed = True
-    try:
-      out = fn(*args, **kwargs)
-      failed = False
-      return out
-    finally:
-      end = now()
-      run_id = -1 - next(counter) if pairable else UNKNOWN_RUN
-      _records.append((site, thread, start, end, run_id, failed))
-
-  return recorded
+  return _recording_with(fn, lambda: site)
 
 
-class Place:
-  """A site given later: a TPU callback is wrapped as it is lowered, and
-  gets its place when its module is compiled (`sites`)."""
-
-  site: Any = None
-
-
-def late_recorder(fn: Callable[..., Any], place: Place) -> Callable[..., Any]:
-  """`fn`, recording each call while recording is on once `place` has a
-  site (a callback whose module never got one records nothing)."""
+def _recording_with(
+  fn: Callable[..., Any], site_now: Callable[[], Any]
+) -> Callable[..., Any]:
+  """`fn`, recording each call while recording is on, at the site
+  `site_now` gives at the time of the call (None: not recorded)."""
   now = _now()
   counter = itertools.count()
 
   def recorded(*args: Any, **kwargs: Any) -> Any:
-    site = place.site
+    site = site_now()
     if not _recording or site is None:
       return fn(*args, **kwargs)
     thread = threading.get_native_id()
@@ -112,6 +88,19 @@ def late_recorder(fn: Callable[..., Any], place: Place) -> Callable[..., Any]:
       _records.append((site, thread, start, end, run_id, failed))
 
   return recorded
+
+
+class Place:
+  """A site given later: a TPU callback is wrapped as it is lowered, and
+  gets its place when its module is compiled (`sites`)."""
+
+  site: Any = None
+
+
+def late_recorder(fn: Callable[..., Any], place: Place) -> Callable[..., Any]:
+  """`fn`, recording each call while recording is on once `place` has a
+  site (a callback whose module never got one records nothing)."""
+  return _recording_with(fn, lambda: place.site)
 
 
 def function_name(fn: Any, depth: int = 8) -> str | None:
