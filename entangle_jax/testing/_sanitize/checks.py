@@ -323,6 +323,19 @@ def _position(site: sites.CallSite) -> int:
   return site.position
 
 
+def _by_site(
+  run: list[SanitizedCall],
+) -> dict[sites.CallSite, list[SanitizedCall]]:
+  """The calls of one execution by their place (`_executions` keeps only
+  placed calls)."""
+  at: dict[sites.CallSite, list[SanitizedCall]] = defaultdict(list)
+  for call in run:
+    site = call.site
+    assert site is not None
+    at[site].append(call)
+  return at
+
+
 def out_of_order(
   found: dict[SanitizedCall, Touch],
   unpaired: list[Unpaired] | None = None,
@@ -335,11 +348,7 @@ def out_of_order(
   if runs is None:
     runs = _executions(c for c, t in found.items() if t.objects)
   for run in runs.values():
-    at: dict[sites.CallSite, list[SanitizedCall]] = defaultdict(list)
-    for call in run:
-      site = call.site
-      assert site is not None  # `_executions` keeps only placed calls.
-      at[site].append(call)
+    at = _by_site(run)
     if len(at) < 2:
       continue
     for calls in at.values():
@@ -515,11 +524,7 @@ def contradictions(
   for run in runs.values():
     # One call of each place stands for the place on each object: what is
     # checked depends on the two places, not on which of their calls.
-    at: dict[sites.CallSite, list[SanitizedCall]] = defaultdict(list)
-    for call in run:
-      site = call.site
-      assert site is not None  # `_executions` keeps only placed calls.
-      at[site].append(call)
+    at = _by_site(run)
     if len(at) < 2:
       continue
     first_of: dict[SanitizedObject, dict[sites.CallSite, SanitizedCall]] = (
