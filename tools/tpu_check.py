@@ -15,7 +15,9 @@ machine where only the wheel is installed. One process holds the chip:
 3. A further set of host-callback programs: dumped (TPU and CPU modules,
    OUT_DIR/dump, named ``tpu_*``), their pairs on both platforms.
 4. The sanitizer around the racing and the ordered hazard.
-5. entangle's cost in a 10,000-step scan over a 1024-vector vs identity.
+5. entangle's cost in a 10,000-step scan over a 1024-vector vs identity,
+   and that of a bare optimization_barrier (entangle's TPU lowering before
+   0.5.0).
 
 Writes OUT_DIR/tpu_check.json; prints one JSON line a section.
 """
@@ -340,11 +342,16 @@ def cost(steps: int = 10_000, repeats: int = 9) -> dict:
 
   plain = median(scan_with(lambda p, w: p * 1.0001))
   tied = median(scan_with(lambda p, w: entangle(p * 1.0001, w)))
+  barrier = median(
+    scan_with(lambda p, w: jax.lax.optimization_barrier((p * 1.0001, w))[0])
+  )
   return {
     "steps": steps,
     "identity_ms": plain * 1e3,
     "entangle_ms": tied * 1e3,
+    "barrier_ms": barrier * 1e3,
     "ratio": tied / plain,
+    "barrier_ratio": barrier / plain,
   }
 
 

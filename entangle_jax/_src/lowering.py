@@ -5,10 +5,14 @@ Importing this module registers, for `entangle_jax._src.primitive.entangle_p`:
 * the lowering on every platform with user FFI handlers (CPU, CUDA, ROCm):
   an FFI custom call to entangle's no-op handler whose payload operands
   alias its results, annotated with a Shardy sharding rule;
-* on TPU, where user FFI handlers cannot run, XLA's own
-  ``optimization_barrier``, which keeps the values together but, unlike the
-  custom call, does not stop XLA's CPU pipeline from expanding it
-  (docs/platforms.md);
+* on TPU, where user FFI handlers cannot run, a Pallas TPU kernel that does
+  nothing: a Mosaic custom call (``tpu_custom_call``) that takes the payload
+  and every witness where they lie (memory space ANY, nothing copied) and
+  whose results alias the payload. XLA:TPU cannot see into it, so the
+  payload stays after the witnesses, host callbacks included. Where Pallas
+  cannot take an operand (`tpu_kernel_takes`), that call falls back to
+  XLA's ``optimization_barrier``, which XLA:TPU removes before scheduling
+  (docs/platforms.md, "TPU");
 * the partitioner for entangle's target (`entangle_jax._src.partitioning`),
   with `shard_program` as the per-device program.
 """
@@ -60,10 +64,94 @@ def _barrier(*operands, num_payload: int):
   return jax.lax.optimization_barrier(list(operands))[:num_payload]
 
 
+def tpu_kernel_takes(aval) -> bool:
+  """Whether the TPU kernel takes an operand of this shape and dtype.
+
+  Not a zero-size array (it has no buffer to alias), nor a complex one
+  (Mosaic has no complex memref). Every other dtype JAX has on TPU goes in
+  as it is: the kernel never reads it, so only its memref type matters.
+  """
+  return aval.size > 0 and not jax.numpy.issubdtype(
+    aval.dtype, jax.numpy.complexfloating
+  )
+
+
+def _tpu_knows_its_chip() -> bool:
+  # Pallas asks the attached TPU for its tiling when an operand has rank 1.
+  # Lowering for TPU on a machine without one (jax.export, a CPU test) it
+  # cannot; there rank 0 and 1 operands go in as (1, n), which it does not
+  # ask about.
+  from jax._src.pallas.mosaic import tpu_info  # noqa: PLC0415
+
+  try:
+    tpu_info.get_tpu_info()
+  except Exception:  # noqa: BLE001 - any failure means: no chip to ask.
+    return False
+  return True
+
+
+def _kernel_shape(shape, *, two_d: bool):
+  if len(shape) >= 2:
+    return shape
+  if two_d:
+    return (1, *shape) if shape else (1, 1)
+  return shape or (1,)
+
+
+def _entangle_kernel(*refs):
+  # Nothing to do: the results are the payload's own buffers (aliased), and
+  # the witnesses are operands only so that this call runs after them.
+  del refs
+
+
+def tpu_kernel(*operands, num_payload: int, two_d: bool = False):
+  """The payload back from one Pallas TPU call that also takes every witness.
+
+  Each operand stays where it lies (``pl.ANY``: no copy into the core's
+  memory); each payload operand aliases its result; the kernel does nothing.
+  Scalars (and, with ``two_d``, vectors) go in reshaped, which XLA does as
+  a bitcast.
+  """
+  from jax.experimental import pallas as pl  # noqa: PLC0415
+
+  shapes = [jax.numpy.shape(x) for x in operands]
+  inputs = [
+    x.reshape(_kernel_shape(s, two_d=two_d))
+    for x, s in zip(operands, shapes, strict=True)
+  ]
+  anywhere = pl.BlockSpec(memory_space=pl.ANY)
+  results = pl.pallas_call(
+    _entangle_kernel,
+    out_shape=[
+      jax.ShapeDtypeStruct(x.shape, x.dtype) for x in inputs[:num_payload]
+    ],
+    in_specs=[anywhere] * len(inputs),
+    out_specs=[anywhere] * num_payload,
+    input_output_aliases={i: i for i in range(num_payload)},
+    name="entangle",
+  )(*inputs)
+  return [
+    r.reshape(s) for r, s in zip(results, shapes[:num_payload], strict=True)
+  ]
+
+
+def _tpu_lowering(ctx, *operands, num_payload: int):
+  if all(tpu_kernel_takes(aval) for aval in ctx.avals_in):
+    two_d = any(len(a.shape) < 2 for a in ctx.avals_in) and not (
+      _tpu_knows_its_chip()
+    )
+    lower = mlir.lower_fun(
+      functools.partial(tpu_kernel, num_payload=num_payload, two_d=two_d),
+      multiple_results=True,
+    )
+  else:
+    lower = mlir.lower_fun(
+      functools.partial(_barrier, num_payload=num_payload),
+      multiple_results=True,
+    )
+  return lower(ctx, *operands)
+
+
 mlir.register_lowering(entangle_p, _lowering)
-mlir.register_lowering(
-  entangle_p,
-  mlir.lower_fun(_barrier, multiple_results=True),
-  platform="tpu",
-)
+mlir.register_lowering(entangle_p, _tpu_lowering, platform="tpu")
 partitioning.register_partitioner(native.ENTANGLE_TARGET, shard_program)
