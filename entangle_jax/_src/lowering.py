@@ -9,10 +9,12 @@ Importing this module registers, for `entangle_jax._src.primitive.entangle_p`:
   nothing: a Mosaic custom call (``tpu_custom_call``) that takes the payload
   and every witness where they lie (memory space ANY, nothing copied) and
   whose results alias the payload. XLA:TPU cannot see into it, so the
-  payload stays after the witnesses, host callbacks included. Where Pallas
-  cannot take an operand (`tpu_kernel_takes`), that call falls back to
-  XLA's ``optimization_barrier``, which XLA:TPU removes before scheduling
-  (docs/platforms.md, "TPU");
+  payload stays after the witnesses, host callbacks included. Where the
+  kernel does not take an operand (`tpu_kernel_takes`: a scalar payload, a
+  zero-size array, a dtype outside `TPU_KERNEL_DTYPES`), that call falls
+  back to XLA's ``optimization_barrier``, which keeps the values right but
+  which XLA:TPU removes before scheduling, so it does not order host
+  callbacks (docs/platforms.md, "TPU");
 * the partitioner for entangle's target (`entangle_jax._src.partitioning`),
   with `shard_program` as the per-device program.
 """
@@ -64,15 +66,43 @@ def _barrier(*operands, num_payload: int):
   return jax.lax.optimization_barrier(list(operands))[:num_payload]
 
 
-def tpu_kernel_takes(aval) -> bool:
-  """Whether the TPU kernel takes an operand of this shape and dtype.
+TPU_KERNEL_DTYPES = frozenset(
+  map(
+    jax.numpy.dtype,
+    (
+      "float32",
+      "bfloat16",
+      "int32",
+      "uint32",
+      "int16",
+      "uint16",
+      "int8",
+      "uint8",
+      "int4",
+      "uint4",
+    ),
+  )
+)
+"""The dtypes the TPU kernel takes: those whose values came back unchanged
+through it on a TPU v5e (jax 0.10.2, libtpu 0.0.42.1; docs/platforms.md).
+Typed PRNG keys reach the primitive as uint32. Mosaic would not compile
+float16; the values of bool, the float8 and float4 types did not all come
+back; int2 crashed the compiler; complex has no Mosaic memref."""
 
-  Not a zero-size array (it has no buffer to alias), nor a complex one
-  (Mosaic has no complex memref). Every other dtype JAX has on TPU goes in
-  as it is: the kernel never reads it, so only its memref type matters.
+
+def tpu_kernel_takes(aval, *, payload: bool) -> bool:
+  """Whether the TPU kernel takes this operand.
+
+  A dtype of `TPU_KERNEL_DTYPES`, not zero-size (there is no buffer to
+  alias), and, for a payload operand, not a scalar: a scalar payload came
+  back wrong on the TPU unless a host callback had made it (the aliased
+  result was not the scalar's buffer). A scalar witness is fine: the kernel
+  never reads it.
   """
-  return aval.size > 0 and not jax.numpy.issubdtype(
-    aval.dtype, jax.numpy.complexfloating
+  return (
+    aval.dtype in TPU_KERNEL_DTYPES
+    and aval.size > 0
+    and (len(aval.shape) > 0 or not payload)
   )
 
 
@@ -136,7 +166,10 @@ def tpu_kernel(*operands, num_payload: int, two_d: bool = False):
 
 
 def _tpu_lowering(ctx, *operands, num_payload: int):
-  if all(tpu_kernel_takes(aval) for aval in ctx.avals_in):
+  if all(
+    tpu_kernel_takes(aval, payload=i < num_payload)
+    for i, aval in enumerate(ctx.avals_in)
+  ):
     two_d = any(len(a.shape) < 2 for a in ctx.avals_in) and not (
       _tpu_knows_its_chip()
     )
