@@ -10,7 +10,7 @@ Importing this module registers, for `entangle_jax._src.primitive.entangle_p`:
   and every witness where they lie (memory space ANY, nothing copied) and
   whose results alias the payload. XLA:TPU cannot see into it, so the
   payload stays after the witnesses, host callbacks included. Where the
-  kernel does not take an operand (`tpu_kernel_takes`: a scalar payload, a
+  kernel does not take an operand (`tpu_kernel_takes`: a 1-element payload, a
   zero-size array, a dtype outside `TPU_KERNEL_DTYPES`), that call falls
   back to XLA's ``optimization_barrier``, which keeps the values right but
   which XLA:TPU removes before scheduling, so it does not order host
@@ -94,15 +94,16 @@ def tpu_kernel_takes(aval, *, payload: bool) -> bool:
   """Whether the TPU kernel takes this operand.
 
   A dtype of `TPU_KERNEL_DTYPES`, not zero-size (there is no buffer to
-  alias), and, for a payload operand, not a scalar: a scalar payload came
-  back wrong on the TPU unless a host callback had made it (the aliased
-  result was not the scalar's buffer). A scalar witness is fine: the kernel
-  never reads it.
+  alias), and, for a payload operand, more than one element: a scalar
+  payload, as a 1-element array, came back wrong on the TPU unless a host
+  callback had made it (the aliased result was not the scalar's buffer),
+  and a 1-element array is the same buffer. A scalar witness is fine: the
+  kernel never reads it.
   """
   return (
     aval.dtype in TPU_KERNEL_DTYPES
     and aval.size > 0
-    and (len(aval.shape) > 0 or not payload)
+    and (aval.size > 1 or not payload)
   )
 
 

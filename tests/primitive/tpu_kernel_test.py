@@ -111,6 +111,7 @@ class TpuKernelTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
     ("scalar_payload", spec(()), spec((3,))),
+    ("one_element_payload", spec((1, 1)), spec((3,))),
     ("zero_size_payload", spec((0, 4)), spec((3,))),
     ("zero_size_witness", spec((3,)), spec((0,))),
     ("bool", spec((3,), jnp.bool_), spec((3,))),
@@ -123,6 +124,12 @@ class TpuKernelTest(parameterized.TestCase):
     text = tpu_text(lambda x, w: entangle(x, w), payload, witness)
     self.assertEqual(kernel_calls(text), [])
     self.assertIn("stablehlo.optimization_barrier", text)
+
+  def test_scalar_witness_with_a_vector_payload_takes_the_kernel(self):
+    text = tpu_text(
+      lambda x, w: entangle(x, w), spec((2,)), spec((), jnp.int32)
+    )
+    self.assertLen(kernel_calls(text), 1)
 
   def test_typed_key_goes_in_as_uint32(self):
     key = jax.eval_shape(lambda: jax.random.key(0, impl="threefry2x32"))
