@@ -112,11 +112,11 @@ def _tpu_knows_its_chip() -> bool:
   # Lowering for TPU on a machine without one (jax.export, a CPU test) it
   # cannot; there rank 0 and 1 operands go in as (1, n), which it does not
   # ask about.
-  from jax._src.pallas.mosaic import tpu_info  # noqa: PLC0415
+  from jax._src.pallas.mosaic import tpu_info
 
   try:
     tpu_info.get_tpu_info()
-  except Exception:  # noqa: BLE001 - any failure means: no chip to ask.
+  except Exception:
     return False
   return True
 
@@ -143,7 +143,7 @@ def tpu_kernel(*operands, num_payload: int, two_d: bool = False):
   Scalars (and, with ``two_d``, vectors) go in reshaped, which XLA does as
   a bitcast.
   """
-  from jax.experimental import pallas as pl  # noqa: PLC0415
+  from jax.experimental import pallas as pl
 
   shapes = [jax.numpy.shape(x) for x in operands]
   inputs = [

@@ -47,6 +47,12 @@ def through_reshapes(text: str, value: str) -> str:
   return value
 
 
+def match(pattern: str, text: str) -> re.Match[str]:
+  found = re.search(pattern, text)
+  assert found, f"{pattern!r} not in the module"
+  return found
+
+
 def spec(shape, dtype=F32):
   return jax.ShapeDtypeStruct(shape, dtype)
 
@@ -61,7 +67,7 @@ class TpuKernelTest(parameterized.TestCase):
       spec((4, 5), jnp.bfloat16),
     )
     (call,) = kernel_calls(text)
-    operands = re.search(r"@tpu_custom_call\(([^)]*)\)", call).group(1)
+    operands = match(r"@tpu_custom_call\(([^)]*)\)", call).group(1)
     self.assertLen(operands.split(","), 4)  # 2 payload, 2 witnesses
     aliases = re.findall(
       r"output_tuple_indices = \[(\d*)\], operand_index = (\d+)", call
@@ -80,15 +86,13 @@ class TpuKernelTest(parameterized.TestCase):
 
     text = tpu_text(tied, spec((1024,)), spec((16,)))
     (call,) = kernel_calls(text)
-    result, operands = re.search(
+    result, operands = match(
       r"(%\S+) = stablehlo.custom_call @tpu_custom_call\(([^)]*)\)", call
     ).groups()
-    witness = re.search(r"(%\S+) = stablehlo.multiply %arg1", text).group(1)
+    witness = match(r"(%\S+) = stablehlo.multiply %arg1", text).group(1)
     sources = [through_reshapes(text, v.strip()) for v in operands.split(",")]
     self.assertIn(witness, sources)
-    used = re.search(
-      r"(%\S+) = stablehlo.multiply (%\S+), ", text.split(call)[1]
-    )
+    used = match(r"(%\S+) = stablehlo.multiply (%\S+), ", text.split(call)[1])
     self.assertEqual(through_reshapes(text, used.group(2)), result)
     plain = tpu_text(lambda x, w: (x + 1) * 2, spec((1024,)), spec((16,)))
     self.assertEqual(kernel_calls(plain), [])
