@@ -26,7 +26,7 @@ import functools
 import jax
 from jax.interpreters import mlir
 
-from entangle_jax._src import native, partitioning
+from entangle_jax._src import jax_compat, native, partitioning
 from entangle_jax._src.primitive import entangle_p
 
 
@@ -107,20 +107,6 @@ def tpu_kernel_takes(aval, *, payload: bool) -> bool:
   )
 
 
-def _tpu_knows_its_chip() -> bool:
-  # Pallas asks the attached TPU for its tiling when an operand has rank 1.
-  # Lowering for TPU on a machine without one (jax.export, a CPU test) it
-  # cannot; there rank 0 and 1 operands go in as (1, n), which it does not
-  # ask about.
-  from jax._src.pallas.mosaic import tpu_info
-
-  try:
-    tpu_info.get_tpu_info()
-  except Exception:
-    return False
-  return True
-
-
 def _kernel_shape(shape, *, two_d: bool):
   if len(shape) >= 2:
     return shape
@@ -171,8 +157,9 @@ def _tpu_lowering(ctx, *operands, num_payload: int):
     tpu_kernel_takes(aval, payload=i < num_payload)
     for i, aval in enumerate(ctx.avals_in)
   ):
-    two_d = any(len(a.shape) < 2 for a in ctx.avals_in) and not (
-      _tpu_knows_its_chip()
+    two_d = (
+      any(len(a.shape) < 2 for a in ctx.avals_in)
+      and jax_compat.pallas_tpu_rank1_needs_rows()
     )
     lower = mlir.lower_fun(
       functools.partial(tpu_kernel, num_payload=num_payload, two_d=two_d),

@@ -18,7 +18,7 @@ from absl.testing import absltest, parameterized
 from jax import export
 
 from entangle_jax import entangle
-from entangle_jax._src import lowering
+from entangle_jax._src import jax_compat, lowering
 from entangle_jax._src.native import ENTANGLE_TARGET
 
 F32 = jnp.float32
@@ -98,9 +98,16 @@ class TpuKernelTest(parameterized.TestCase):
     self.assertEqual(kernel_calls(plain), [])
 
   def test_without_a_chip_vectors_go_in_as_rows(self):
-    # Pallas asks the attached TPU about rank-1 operands; here there is
-    # none, so they go in as (1, n) (a bitcast), and scalar witnesses as
-    # (1, 1).
+    # Newer Pallas (jax 0.10.2) asks the attached TPU about rank-1
+    # operands; here there is none, so they go in as (1, n) (a bitcast),
+    # and scalar witnesses as (1, 1). Older Pallas (0.6.2) asks nothing:
+    # (n,) and (1,).
+    if not jax_compat.pallas_tpu_rank1_needs_rows():
+      (call,) = kernel_calls(
+        tpu_text(lambda x, w: entangle(x, w), spec((3,)), spec(()))
+      )
+      self.assertIn("(tensor<3xf32>, tensor<1xf32>) -> tensor<3xf32>", call)
+      return
     (call,) = kernel_calls(
       tpu_text(lambda x, w: entangle(x, w), spec((3,)), spec(()))
     )
