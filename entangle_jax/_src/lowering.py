@@ -86,8 +86,9 @@ TPU_KERNEL_DTYPES = frozenset(
 """The dtypes the TPU kernel takes: those whose values came back unchanged
 through it on a TPU v5e (jax 0.10.2, libtpu 0.0.42.1; docs/platforms.md).
 Typed PRNG keys reach the primitive as uint32. Mosaic would not compile
-float16; the values of bool, the float8 and float4 types did not all come
-back; int2 crashed the compiler; complex has no Mosaic memref."""
+float16; int2 crashed the process; bool, the float8 and float4 types did
+not come back equal in a check that was not conclusive for them; complex
+was not tried (docs/platforms.md, "TPU")."""
 
 
 def tpu_kernel_takes(aval, *, payload: bool) -> bool:
