@@ -15,7 +15,9 @@ machine where only the wheel is installed. One process holds the chip:
 3. A further set of host-callback programs: dumped (TPU and CPU modules,
    OUT_DIR/dump, named ``tpu_*``), their pairs on both platforms.
 4. The sanitizer around the racing and the ordered hazard.
-5. entangle's cost in a 10,000-step scan over a 1024-vector vs identity.
+5. entangle's cost in a 10,000-step scan over a 1024-vector vs identity,
+   and that of a bare optimization_barrier (entangle's TPU lowering before
+   0.5.0).
 
 Writes OUT_DIR/tpu_check.json; prints one JSON line a section.
 """
@@ -241,6 +243,11 @@ def further_programs() -> dict:
     "tpu_entangle_pair": lambda x: (
       lambda a: io_callback(put("e2"), I32, entangle(x + 1, a))
     )(io_callback(put("e1"), I32, x)),
+    # entangle's Pallas kernel takes a vector payload (a scalar one falls
+    # back to the barrier): the same pair with a 4-vector payload.
+    "tpu_entangle_pair_vector": lambda x: (
+      lambda a: io_callback(put("v2"), I32, entangle(jnp.full((4,), x), a))
+    )(io_callback(put("v1"), I32, x)),
     "tpu_loop_then_read": lambda x: (
       lambda c: io_callback(get("after_loop"), F32, c)
     )(
@@ -290,14 +297,18 @@ def further_programs() -> dict:
       }
     except Exception as e:  # One program's failure is a finding, not a stop.
       out[name] = {"error": f"{type(e).__name__}: {e}"[:400]}
-  # How often the entangled pair runs against its order, in 20 runs.
-  f = jax.jit(_named("tpu_entangle_pair", progs["tpu_entangle_pair"]))
-  against = 0
-  for _ in range(20):
-    sink.clear()
-    jax.block_until_ready(f(jnp.float32(1)))
-    against += sink.index("e2") < sink.index("e1")
-  out["tpu_entangle_pair"]["second_ran_first"] = f"{against}/20"
+  # How often each entangled pair runs against its order, in 20 runs.
+  for name, first, second in (
+    ("tpu_entangle_pair", "e1", "e2"),
+    ("tpu_entangle_pair_vector", "v1", "v2"),
+  ):
+    f = jax.jit(_named(name, progs[name]))
+    against = 0
+    for _ in range(20):
+      sink.clear()
+      jax.block_until_ready(f(jnp.float32(1)))
+      against += sink.index(second) < sink.index(first)
+    out[name]["second_ran_first"] = f"{against}/20"
   return out
 
 
@@ -340,11 +351,16 @@ def cost(steps: int = 10_000, repeats: int = 9) -> dict:
 
   plain = median(scan_with(lambda p, w: p * 1.0001))
   tied = median(scan_with(lambda p, w: entangle(p * 1.0001, w)))
+  barrier = median(
+    scan_with(lambda p, w: jax.lax.optimization_barrier((p * 1.0001, w))[0])
+  )
   return {
     "steps": steps,
     "identity_ms": plain * 1e3,
     "entangle_ms": tied * 1e3,
+    "barrier_ms": barrier * 1e3,
     "ratio": tied / plain,
+    "barrier_ratio": barrier / plain,
   }
 
 

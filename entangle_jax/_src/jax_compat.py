@@ -145,3 +145,24 @@ def make_varying(value, axes: frozenset):
   if hasattr(jax.lax, "pcast"):
     return jax.lax.pcast(value, missing, to="varying")
   return jax.lax.pvary(value, missing)
+
+
+def pallas_tpu_rank1_needs_rows() -> bool:
+  """Whether vectors and scalars must go into entangle's TPU kernel as rows
+  (`entangle_jax._src.lowering.tpu_kernel`).
+
+  Newer Pallas (jax 0.10.2 does) asks the attached TPU for its tiling when an
+  operand has rank 1. Lowering for TPU on a machine without one
+  (`jax.export`, a CPU test) it cannot; there rank 0 and 1 operands go in
+  as (1, n), which it does not ask about. Older Pallas (0.6.2) has no
+  `tpu_info` and asks nothing.
+  """
+  try:
+    from jax._src.pallas.mosaic import tpu_info
+  except ImportError:
+    return False
+  try:
+    tpu_info.get_tpu_info()
+  except Exception:  # Any failure means: no chip to ask.
+    return True
+  return False

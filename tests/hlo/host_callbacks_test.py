@@ -27,6 +27,7 @@ from entangle_jax.testing._ways_in import command, module_files
 DATA = pathlib.Path(__file__).parent / "data" / "tpu"
 SHARED = DATA / "shared"
 DUMPED = DATA / "dumped"
+KERNEL = DATA / "kernel"
 NONE, ENTANGLE, IN_PROGRAM_ORDER = (
   SHARED / f"module_{n}.jit_f.cl_933746096.after_optimizations.txt"
   for n in ("0003", "0007", "0011")
@@ -199,6 +200,33 @@ class ScheduleTest(absltest.TestCase):
     )
     self.assertLen(
       host_callbacks.orders_before_optimization(before.read_text()), 1
+    )
+
+
+class PallasKernelTest(absltest.TestCase):
+  """entangle as the Pallas TPU kernel (0.5.0), as the TPU compiled it: the
+  optimized module keeps the kernel (a Mosaic custom call) and its data
+  edges, which order the callbacks; the TPU ran them in that order."""
+
+  def test_the_kernel_orders_the_pair_the_barrier_did_not(self):
+    name = "module_0083.jit_tpu_entangle_pair.cl_933746096"
+    text = (KERNEL / f"{name}.after_optimizations.txt").read_text()
+    self.assertEqual(text.count('custom_call_target="tpu_custom_call"'), 1)
+    self.assertEqual(
+      check(KERNEL / f"{name}.after_optimizations.txt").findings.pairs, ()
+    )
+    # No barrier left for the check to read: the order is the kernel's data.
+    before = KERNEL / f"{name}.before_optimizations.txt"
+    self.assertEmpty(
+      host_callbacks.orders_before_optimization(before.read_text())
+    )
+
+  def test_in_program_order_through_the_kernel_has_no_pairs(self):
+    name = "module_0017.jit_tpu_hazard_ipo.cl_933746096"
+    text = (KERNEL / f"{name}.after_optimizations.txt").read_text()
+    self.assertGreater(text.count('custom_call_target="tpu_custom_call"'), 0)
+    self.assertEqual(
+      check(KERNEL / f"{name}.after_optimizations.txt").findings.pairs, ()
     )
 
 

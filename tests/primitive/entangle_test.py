@@ -160,14 +160,16 @@ class LoweringTest(parameterized.TestCase):
       custom_calls(hlo_text(fn, jnp.ones(3), 1.0), ENTANGLE_TARGET), 0
     )
 
-  def test_tpu_lowers_to_optimization_barrier(self):
+  def test_tpu_lowers_to_the_pallas_kernel(self):
+    # tests/primitive/tpu_kernel_test.py checks the kernel and its fallback.
     fn = jax.jit(lambda x, w: entangle(x, w))
     exported = export.export(fn, platforms=["tpu"])(
       jax.ShapeDtypeStruct((3,), jnp.float32),
       jax.ShapeDtypeStruct((), jnp.float32),
     )
     text = exported.mlir_module()
-    self.assertIn("stablehlo.optimization_barrier", text)
+    self.assertIn("tpu_custom_call", text)
+    self.assertNotIn("stablehlo.optimization_barrier", text)
     self.assertNotIn(ENTANGLE_TARGET, text)
 
   def test_version_is_exposed(self):
