@@ -366,6 +366,12 @@ class ProgramOrderCompileTest(absltest.TestCase):
   calls the transform adds (never a timed assertion)."""
 
   def test_a_small_run_and_its_table(self):
+    import jax
+
+    # The klujax program switches 64-bit types on for the process (klujax
+    # needs them); the tests after this one must start as it found them.
+    x64 = jax.config.read("jax_enable_x64")
+    self.addCleanup(jax.config.update, "jax_enable_x64", x64)
     found = program_order_compile.run(
       calls=20, rounds=2, log=lambda _: None, slots=4
     )
