@@ -60,9 +60,16 @@ nitpick_ignore_regex = [
   ("py:class", r"entangle_jax\._src\.entangle\.T"),
   ("py:class", r"entangle_jax\.testing\._hlo\.instruction\.Instruction"),
   ("py:class", r"entangle_jax\.testing\._findings\.records\.ModuleResult"),
+  # The sanitizer's private records of where a call ran (the loops and
+  # branches around it) and of the pairs it could not compare: fields of
+  # public classes name them, but they have no page.
+  ("py:class", r"entangle_jax\.testing\._sanitize\.sites\.Frame"),
+  ("py:class", r"entangle_jax\.testing\._sanitize\.checks\.Unpaired"),
   # autodoc splits a dataclass field's `dict[int, CallSite]` type at its
-  # comma (SanitizedModule.callbacks) and looks up the halves.
-  ("py:class", r"dict\[int"),
+  # comma (SanitizedModule.callbacks) and looks up the halves; so for
+  # `dict[str, ...]` and `list[tuple[Frame, ...]]`.
+  ("py:class", r"dict\[(int|str)"),
+  ("py:class", r"list\[tuple\[.*"),
 ]
 
 html_theme = "sphinx_book_theme"

@@ -67,10 +67,10 @@ class SanitizedModule:
   platform: str
   sites: list[CallSite] = dataclasses.field(default_factory=list)
   not_observed: set[str] = dataclasses.field(default_factory=set)
-  """Targets it calls that run unwrapped: typed FFI targets registered
-  before the sanitizer started, and targets of the untyped custom-call
-  API (entangle's no-op and JAX's library kernels, which compute from
-  their buffers alone, are not listed)."""
+  """The targets it calls that run unwrapped, which are typed FFI targets
+  registered before the sanitizer started and targets of the untyped
+  custom-call API (entangle's no-op and JAX's library kernels, which
+  compute from their buffers alone, are not listed)."""
   callbacks: dict[int, CallSite] = dataclasses.field(default_factory=dict)
   """Its host callbacks' places, by their index in the callbacks XLA is
   given with the module."""
