@@ -9,6 +9,11 @@ from absl.testing import absltest
 
 from tests import test_util
 
+# The first jax whose modules took the sanitizer's execution counter in
+# CI (0.10.2 and 0.12.0.1 do; 0.6.2 does not: its loop callbacks stay
+# unchecked, and the report says so).
+ANCHOR_FROM = (0, 7)
+
 PROGRAMS = textwrap.dedent(
   """
   import json, sys, time
@@ -187,19 +192,23 @@ class ProgramsTest(absltest.TestCase):
 
   def test_host_callbacks_in_a_loop_are_compared(self):
     once = self.out["loop_runs_1"]
-    # Five iterations, two callbacks each, all placed in the one
-    # execution (the sanitizer's anchor counted it) and compared.
     self.assertEqual(once["calls"], 10)
-    self.assertEqual(once["unknown_runs"], 0, once["report"])
-    self.assertEqual(once["unpaired"], 0)
+    if test_util.jax_version() < ANCHOR_FROM:
+      # jax 0.6.2's module takes no added execution counter (the anchor):
+      # its loop calls are not compared, and the report says so.
+      self.assertEqual(once["unknown_runs"], 10, once["report"])
+      self.assertIn("so their order was not checked", once["report"])
+    else:
+      # Five iterations, two callbacks each, all placed in the one
+      # execution (the sanitizer's anchor counted it) and compared.
+      self.assertEqual(once["unknown_runs"], 0, once["report"])
+      self.assertEqual(once["unpaired"], 0)
     # The control: run twice, which execution each loop call ran in is
     # not recorded, and the report says so instead of guessing.
     twice = self.out["loop_runs_2"]
     self.assertEqual(twice["calls"], 20)
     self.assertEqual(twice["unknown_runs"], 20)
-    self.assertIn(
-      "not recorded, so their order was not checked", twice["report"]
-    )
+    self.assertIn("so their order was not checked", twice["report"])
 
 
 SHARD_MAP = textwrap.dedent(

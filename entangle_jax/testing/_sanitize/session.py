@@ -78,7 +78,8 @@ class Seen:
       not be compared for order (`checks.Unpaired`: which calls ran in one
       iteration is not recorded).
     unknown_runs: host callbacks in a loop or a branch whose execution
-      could not be known (their module ran more than once): not compared
+      could not be known (their module ran more than once, or the
+      sanitizer could not add its execution counter to it): not compared
       for order.
     anything: calls taken as touching any object, by why (an undeclared
       target, more values than a record holds, ...), counted.
@@ -437,9 +438,9 @@ def format_seen(seen: Seen) -> str:
     )
   if seen.unknown_runs:
     lines.append(
-      f"  {seen.unknown_runs} host callbacks in a loop or a branch of a "
-      "module that ran more than once: which execution each ran in is "
-      "not recorded, so their order was not checked"
+      f"  {seen.unknown_runs} host callbacks in a loop or a branch whose "
+      "execution is not recorded (their module ran more than once, or had "
+      "no execution counter), so their order was not checked"
     )
   for why, n in sorted(seen.anything.items()):
     lines.append(f"  {n} calls taken as touching any object: {why}")
