@@ -23,6 +23,7 @@ from entangle_jax._src import (
   partitioning,
   primitive,
 )
+from tests import test_util
 
 
 class PrivateApiTest(absltest.TestCase):
@@ -142,6 +143,21 @@ class PrivateApiTest(absltest.TestCase):
       self.assertEqual(
         jax_compat.current_name_stack(), "outer/entangle_jax:read:r"
       )
+
+  def test_pallas_tpu_info_is_what_the_tpu_kernel_asks(self):
+    # jax_compat.pallas_tpu_rank1_needs_rows imports Pallas's private
+    # tpu_info and calls get_tpu_info: present from jax 0.10 (0.10.2 and
+    # 0.12.0.1 have it), absent in 0.6.2; without a TPU attached the call
+    # fails, so vectors go into entangle's TPU kernel as rows.
+    try:
+      from jax._src.pallas.mosaic import tpu_info
+    except ImportError:
+      self.assertLess(test_util.jax_version(), (0, 10))
+      self.assertFalse(jax_compat.pallas_tpu_rank1_needs_rows())
+      return
+    self.assertTrue(callable(tpu_info.get_tpu_info))
+    if jax.devices()[0].platform != "tpu":
+      self.assertTrue(jax_compat.pallas_tpu_rank1_needs_rows())
 
   def test_ordered_effects_are_the_ones_jax_threads_a_token_through(self):
     # effects.ordered_effects / lowerable_effects: registries of effect
