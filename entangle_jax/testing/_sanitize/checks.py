@@ -336,6 +336,21 @@ def _by_site(
   return at
 
 
+def _runs_by_site(
+  found: dict[SanitizedCall, Touch],
+  runs: dict[tuple[int, int], list[SanitizedCall]] | None,
+) -> Iterator[dict[sites.CallSite, list[SanitizedCall]]]:
+  """Each execution's calls by place (`_by_site`), where it has two places
+  or more; the executions are those of the calls in `found` that touch an
+  object unless `runs` gives them."""
+  if runs is None:
+    runs = _executions(c for c, t in found.items() if t.objects)
+  for run in runs.values():
+    at = _by_site(run)
+    if len(at) >= 2:
+      yield at
+
+
 def out_of_order(
   found: dict[SanitizedCall, Touch],
   unpaired: list[Unpaired] | None = None,
@@ -345,12 +360,7 @@ def out_of_order(
   another order than the program's, paired by `pairing`; the pairs of
   places it could not pair go to `unpaired` (one each, calls summed)."""
   left: dict[tuple[int, int], list] = {}
-  if runs is None:
-    runs = _executions(c for c, t in found.items() if t.objects)
-  for run in runs.values():
-    at = _by_site(run)
-    if len(at) < 2:
-      continue
+  for at in _runs_by_site(found, runs):
     for calls in at.values():
       calls.sort(key=_start)
     for p, q in sorted(
@@ -519,14 +529,9 @@ def contradictions(
           f"different objects",
         )
       )
-  if runs is None:
-    runs = _executions(c for c, t in found.items() if t.objects)
-  for run in runs.values():
+  for at in _runs_by_site(found, runs):
     # One call of each place stands for the place on each object: what is
     # checked depends on the two places, not on which of their calls.
-    at = _by_site(run)
-    if len(at) < 2:
-      continue
     first_of: dict[SanitizedObject, dict[sites.CallSite, SanitizedCall]] = (
       defaultdict(dict)
     )
