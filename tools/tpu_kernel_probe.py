@@ -48,7 +48,7 @@ def run_case(case: tuple) -> str:
   from jax.experimental import io_callback
 
   from entangle_jax import entangle
-  from entangle_jax._src import lowering
+  from entangle_jax._src import tpu_kernel
 
   if case[0] == "dtype":
     _, name, shape = case
@@ -81,7 +81,7 @@ def run_case(case: tuple) -> str:
     return io_callback(lambda t: np.asarray(t, np.float32), spec, a)
 
   fn = jax.jit(
-    lambda a, w: lowering.tpu_kernel(payload(a), w, num_payload=1, two_d=rows)[
+    lambda a, w: tpu_kernel.call(payload(a), w, num_payload=1, two_d=rows)[
       0
     ]
   )

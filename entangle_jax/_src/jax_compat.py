@@ -149,7 +149,7 @@ def make_varying(value, axes: frozenset):
 
 def pallas_tpu_rank1_needs_rows() -> bool:
   """Whether vectors and scalars must go into entangle's TPU kernel as rows
-  (`entangle_jax._src.lowering.tpu_kernel`).
+  (`entangle_jax._src.tpu_kernel.call`).
 
   Newer Pallas (jax 0.10.2 does) asks the attached TPU for its tiling when an
   operand has rank 1. Lowering for TPU on a machine without one

@@ -3,7 +3,7 @@
 On TPU `entangle` lowers to a Pallas TPU kernel that does nothing, a Mosaic
 custom call (``tpu_custom_call``) that XLA:TPU cannot see into: it takes the
 payload and every witness, and its results alias the payload. Where the
-kernel does not take an operand (`tpu_kernel_takes`) the call falls back to
+kernel does not take an operand (`tpu_kernel.takes`) the call falls back to
 ``optimization_barrier``, which XLA:TPU removes before scheduling
 (docs/platforms.md, "TPU", has what the TPU did with each).
 """
@@ -18,7 +18,7 @@ from absl.testing import absltest, parameterized
 from jax import export
 
 from entangle_jax import entangle
-from entangle_jax._src import jax_compat, lowering
+from entangle_jax._src import jax_compat, tpu_kernel
 from entangle_jax._src.native import ENTANGLE_TARGET
 
 F32 = jnp.float32
@@ -113,7 +113,7 @@ class TpuKernelTest(parameterized.TestCase):
     )
     self.assertIn("(tensor<1x3xf32>, tensor<1x1xf32>) -> tensor<1x3xf32>", call)
 
-  @parameterized.parameters(*sorted(lowering.TPU_KERNEL_DTYPES, key=str))
+  @parameterized.parameters(*sorted(tpu_kernel.TPU_KERNEL_DTYPES, key=str))
   def test_dtypes_the_kernel_takes(self, dtype):
     text = tpu_text(
       lambda x, w: entangle(x, w), spec((2, 3), dtype), spec((5,), dtype)
