@@ -243,8 +243,8 @@ def further_programs() -> dict:
     "tpu_entangle_pair": lambda x: (
       lambda a: io_callback(put("e2"), I32, entangle(x + 1, a))
     )(io_callback(put("e1"), I32, x)),
-    # entangle's Pallas kernel takes a vector payload (a scalar one falls
-    # back to the barrier): the same pair with a 4-vector payload.
+    # The same pair with a 4-vector payload (a scalar one goes into
+    # entangle's Pallas kernel padded to 2 elements).
     "tpu_entangle_pair_vector": lambda x: (
       lambda a: io_callback(put("v2"), I32, entangle(jnp.full((4,), x), a))
     )(io_callback(put("v1"), I32, x)),

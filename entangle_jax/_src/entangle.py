@@ -65,10 +65,11 @@ def entangle(payload: T, *witnesses: Any) -> T:
   afterwards or cannot be donated; see docs/copies.md.
 
   On TPU the call is a Pallas kernel that does nothing (a Mosaic custom
-  call, opaque to XLA:TPU) for a payload of two or more elements of
-  float32, bfloat16 or a 4- to 32-bit integer type; any other payload
-  lowers to ``optimization_barrier``, which XLA:TPU removes, so it does
-  not order host callbacks there (docs/platforms.md, "TPU").
+  call, opaque to XLA:TPU); scalar payloads go in padded and other dtypes
+  as the same bits. A zero-size array, a 2-bit integer, float64 or
+  complex128 lowers to ``optimization_barrier`` instead, which XLA:TPU
+  removes, so it does not order host callbacks there (docs/platforms.md,
+  "TPU").
   """
   witness_leaves, witness_names = [], []
   for index, witness in enumerate(witnesses):

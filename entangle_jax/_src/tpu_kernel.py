@@ -14,9 +14,13 @@ XLA:TPU removes before scheduling, so it does not order host callbacks
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+from collections.abc import Callable
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 from jax.interpreters import mlir
 
 from entangle_jax._src import jax_compat
@@ -43,29 +47,152 @@ TPU_KERNEL_DTYPES = frozenset(
     ),
   )
 )
-"""The dtypes the TPU kernel takes: those whose values came back unchanged
-through it on a TPU v5e (jax 0.10.2, libtpu 0.0.42.1; docs/platforms.md).
-Typed PRNG keys reach the primitive as uint32. Mosaic would not compile
-float16; int2 crashed the process; bool, the float8 and float4 types did
-not come back equal in a check that was not conclusive for them; complex
-was not tried (docs/platforms.md, "TPU")."""
+"""The dtypes the TPU kernel takes as they are: those whose values came back
+unchanged through it on a TPU v5e (jax 0.10.2, libtpu 0.0.42.1;
+docs/platforms.md). Typed PRNG keys reach the primitive as uint32. Mosaic
+would not compile float16; other dtypes go in as the same bits in one of
+these (`carrier`)."""
 
 
-def takes(aval, *, payload: bool) -> bool:
-  """Whether the TPU kernel takes this operand.
+PAYLOAD_MIN_SIZE = 2
+"""The fewest elements a payload operand has in the kernel. A 1-element
+payload (a scalar) aliased through the kernel came back wrong on a TPU v5e
+unless a host callback had made it, while payloads of 2 or more elements
+came back right (docs/platforms.md, "TPU"); so a smaller payload goes in
+padded (`carrier`)."""
 
-  A dtype of `TPU_KERNEL_DTYPES`, not zero-size (there is no buffer to
-  alias), and, for a payload operand, more than one element: a scalar
-  payload, as a 1-element array, came back wrong on the TPU unless a host
-  callback had made it (the aliased result was not the scalar's buffer),
-  and a 1-element array is the same buffer. A scalar witness is fine: the
-  kernel never reads it.
+
+@dataclasses.dataclass(frozen=True)
+class Carrier:
+  """How one operand goes into the kernel and, for a payload, comes back.
+
+  Attributes:
+    into: the operand as the kernel takes it (a dtype of
+      `TPU_KERNEL_DTYPES`, and for a payload, `PAYLOAD_MIN_SIZE` elements
+      or more).
+    back: the payload again, from the kernel's result for ``into(payload)``.
+    steps: what `into` does, in order: ``"bitcast"`` (the same bits as an
+      unsigned type, no copy), ``"widen"`` (bool to 8 bits: a copy),
+      ``"split"`` (complex into its real and imaginary parts), ``"pad"``
+      (a payload of fewer than `PAYLOAD_MIN_SIZE` elements, to that many:
+      a copy of one element).
   """
-  return (
-    aval.dtype in TPU_KERNEL_DTYPES
-    and aval.size > 0
-    and (aval.size > 1 or not payload)
+
+  into: Callable[[jax.Array], jax.Array]
+  back: Callable[[jax.Array], jax.Array]
+  steps: tuple[str, ...] = ()
+
+
+_AS_IS = Carrier(into=lambda x: x, back=lambda y: y)
+
+
+def _then(first: Carrier, second: Carrier) -> Carrier:
+  return Carrier(
+    into=lambda x: second.into(first.into(x)),
+    back=lambda y: first.back(second.back(y)),
+    steps=first.steps + second.steps,
   )
+
+
+def _bits(dtype: np.dtype) -> int:
+  if jnp.issubdtype(dtype, jnp.integer):
+    return jnp.iinfo(dtype).bits
+  if jnp.issubdtype(dtype, jnp.floating):
+    return jnp.finfo(dtype).bits
+  return dtype.itemsize * 8
+
+
+def _widened(dtype: np.dtype) -> Carrier:
+  # No kernel dtype is 1 bit wide; 8 bits hold both values.
+  return Carrier(
+    into=lambda x: x.astype(jnp.uint8),
+    back=lambda y: y.astype(dtype),
+    steps=("widen",),
+  )
+
+
+def _split(dtype: np.dtype) -> Carrier:
+  return Carrier(
+    into=lambda x: jnp.stack([jnp.real(x), jnp.imag(x)], axis=-1),
+    back=lambda y: jax.lax.complex(y[..., 0], y[..., 1]).astype(dtype),
+    steps=("split",),
+  )
+
+
+def _bitcast(dtype: np.dtype, bits: int) -> Carrier:
+  # 64-bit values go in as pairs of 32-bit words (a trailing axis of 2).
+  target = jnp.dtype(f"uint{min(bits, 32)}")
+  return Carrier(
+    into=lambda x: jax.lax.bitcast_convert_type(x, target),
+    back=lambda y: jax.lax.bitcast_convert_type(y, dtype),
+    steps=("bitcast",),
+  )
+
+
+NO_CARRIER_DTYPES = frozenset(
+  map(jnp.dtype, ("int2", "uint2", "float64", "complex128"))
+)
+"""Dtypes that keep the barrier on TPU (docs/platforms.md, "TPU", has what a
+v5e gave): 2-bit integers crash or fail XLA:TPU with or without entangle;
+float64 (emulated there) did not come back bit for bit as 32-bit words,
+while the same program without entangle did, and complex128 is two
+float64s."""
+
+
+def _dtype_carrier(dtype: np.dtype) -> Carrier | None:
+  """How values of `dtype` go in as a dtype of `TPU_KERNEL_DTYPES`, bit for
+  bit; None where no way was shown to keep every value."""
+  if dtype in TPU_KERNEL_DTYPES:
+    return _AS_IS
+  if dtype in NO_CARRIER_DTYPES:
+    return None
+  if dtype == np.dtype(bool):
+    return _widened(dtype)
+  if jnp.issubdtype(dtype, jnp.complexfloating):
+    part = _dtype_carrier(np.dtype(jnp.finfo(dtype).dtype))
+    return None if part is None else _then(_split(dtype), part)
+  bits = _bits(dtype)
+  if bits in (4, 8, 16, 32, 64):
+    return _bitcast(dtype, bits)
+  return None
+
+
+def _padded(carried: jax.ShapeDtypeStruct, through: Carrier) -> Carrier:
+  size = int(np.prod(carried.shape))
+
+  def into(x):
+    flat = through.into(x).reshape((size,))
+    fill = jnp.zeros((PAYLOAD_MIN_SIZE - size,), flat.dtype)
+    return jnp.concatenate([flat, fill])
+
+  def back(y):
+    return through.back(y[:size].reshape(carried.shape))
+
+  return Carrier(into=into, back=back, steps=(*through.steps, "pad"))
+
+
+def carrier(shape, dtype, *, payload: bool) -> Carrier | None:
+  """How the kernel takes an operand of `shape` and `dtype`, or None where
+  it cannot.
+
+  The kernel takes the dtypes of `TPU_KERNEL_DTYPES` as they are; other
+  dtypes go in as the same bits in one of them (bool widened to 8 bits,
+  complex as its two parts), except those of `NO_CARRIER_DTYPES`. A
+  payload of fewer than `PAYLOAD_MIN_SIZE` elements goes in padded, and
+  comes back from the padded result. A witness never comes back: the
+  kernel takes it only so that the call runs after it. A zero-size operand
+  has no buffer to alias or to wait for: None (that call keeps the
+  barrier).
+  """
+  if 0 in shape:
+    return None
+  through = _dtype_carrier(np.dtype(dtype))
+  if through is None or not payload:
+    return through
+  carried = jax.eval_shape(through.into, jax.ShapeDtypeStruct(shape, dtype))
+  if np.prod(carried.shape) >= PAYLOAD_MIN_SIZE:
+    return through
+  return _padded(carried, through)
 
 
 def _kernel_shape(shape, *, two_d: bool):
@@ -82,20 +209,37 @@ def _entangle_kernel(*refs):
   del refs
 
 
-def call(*operands, num_payload: int, two_d: bool = False):
+def call(*operands, num_payload: int, two_d: bool | None = None):
   """The payload back from one Pallas TPU call that also takes every witness.
 
-  Each operand stays where it lies (``pl.ANY``: no copy into the core's
-  memory); each payload operand aliases its result; the kernel does nothing.
-  Scalars (and, with ``two_d``, vectors) go in reshaped, which XLA does as
-  a bitcast.
+  Each operand goes in as its `carrier` says, and stays where it lies
+  (``pl.ANY``: no copy into the core's memory); each payload operand
+  aliases its result; the kernel does nothing. Scalars (and, with
+  ``two_d``, vectors) go in reshaped, which XLA does as a bitcast; left
+  None, ``two_d`` is whether Pallas needs rows here
+  (`jax_compat.pallas_tpu_rank1_needs_rows`).
   """
   from jax.experimental import pallas as pl
 
-  shapes = [jax.numpy.shape(x) for x in operands]
+  carriers: list[Carrier] = []
+  for i, x in enumerate(operands):
+    found = carrier(jnp.shape(x), x.dtype, payload=i < num_payload)
+    if found is None:
+      raise ValueError(
+        "entangle's TPU kernel cannot take an operand of shape "
+        f"{jnp.shape(x)} and dtype {x.dtype} (see tpu_kernel.carrier)"
+      )
+    carriers.append(found)
+  carried = [c.into(x) for c, x in zip(carriers, operands, strict=True)]
+  shapes = [x.shape for x in carried]
+  if two_d is None:
+    two_d = (
+      any(len(s) < 2 for s in shapes)
+      and jax_compat.pallas_tpu_rank1_needs_rows()
+    )
   inputs = [
     x.reshape(_kernel_shape(s, two_d=two_d))
-    for x, s in zip(operands, shapes, strict=True)
+    for x, s in zip(carried, shapes, strict=True)
   ]
   anywhere = pl.BlockSpec(memory_space=pl.ANY)
   results = pl.pallas_call(
@@ -109,25 +253,19 @@ def call(*operands, num_payload: int, two_d: bool = False):
     name="entangle",
   )(*inputs)
   return [
-    r.reshape(s) for r, s in zip(results, shapes[:num_payload], strict=True)
+    c.back(r.reshape(s))
+    for c, r, s in zip(carriers, results, shapes, strict=False)
   ]
 
 
 def lowering(ctx, *operands, num_payload: int):
+  """entangle's TPU lowering: the kernel (`call`) where every operand has a
+  `carrier`, else XLA's ``optimization_barrier``."""
   if all(
-    takes(aval, payload=i < num_payload) for i, aval in enumerate(ctx.avals_in)
+    carrier(aval.shape, aval.dtype, payload=i < num_payload) is not None
+    for i, aval in enumerate(ctx.avals_in)
   ):
-    two_d = (
-      any(len(a.shape) < 2 for a in ctx.avals_in)
-      and jax_compat.pallas_tpu_rank1_needs_rows()
-    )
-    lower = mlir.lower_fun(
-      functools.partial(call, num_payload=num_payload, two_d=two_d),
-      multiple_results=True,
-    )
+    body = functools.partial(call, num_payload=num_payload)
   else:
-    lower = mlir.lower_fun(
-      functools.partial(_barrier, num_payload=num_payload),
-      multiple_results=True,
-    )
-  return lower(ctx, *operands)
+    body = functools.partial(_barrier, num_payload=num_payload)
+  return mlir.lower_fun(body, multiple_results=True)(ctx, *operands)
