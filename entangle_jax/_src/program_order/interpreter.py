@@ -50,7 +50,6 @@ from entangle_jax._src.program_order.values import (
   size,
   token_of,
 )
-from entangle_jax._src.targets import names
 from entangle_jax._src.targets.declaration import Declarations
 
 
@@ -364,10 +363,6 @@ class Context:
         )
         values = []
       elif not indices:
-        if eqn.primitive.name != "ffi_call":
-          names.UNORDERABLE_PRIMITIVES.setdefault(
-            eqn.primitive.name, f"`{target}` has no operand to order it by"
-          )
         raise NotImplementedError(
           f"in_program_order: the native call `{target}` (primitive "
           f"`{eqn.primitive.name}`) has no operand with elements to order "
