@@ -34,7 +34,7 @@ from entangle_jax._src.program_order.values import (
 )
 
 if TYPE_CHECKING:
-  from entangle_jax._src.program_order.interpreter import Context
+  from entangle_jax._src.program_order.rule_inputs import Loop
 
 LOOPS = family(
   "loops",
@@ -46,7 +46,7 @@ LOOPS = family(
 
 
 @register(LOOPS, ("scan",))
-def scan(ctx: Context, eqn, invals) -> list:
+def scan(ctx: Loop, eqn, invals) -> list:
   p = eqn.params
   n_consts, n_carry = jax_compat.scan_counts(p)
   consts = invals[:n_consts]
@@ -107,7 +107,7 @@ def scan(ctx: Context, eqn, invals) -> list:
 
 
 @register(LOOPS, ("while",))
-def while_loop(ctx: Context, eqn, invals) -> list:
+def while_loop(ctx: Loop, eqn, invals) -> list:
   p = eqn.params
   nc, nb = p["cond_nconsts"], p["body_nconsts"]
   cconsts, bconsts, init = (
@@ -169,7 +169,7 @@ def while_loop(ctx: Context, eqn, invals) -> list:
   )
 
 
-def loop_token(ctx: Context, inner: Context, token):
+def loop_token(ctx: Loop, inner: Loop, token):
   """The order value out of a loop body: after every call of the body
   and after `token`, the value that came in (so that the loop's last
   one comes after the first)."""
@@ -181,7 +181,7 @@ def loop_token(ctx: Context, inner: Context, token):
   return entangle(token, *exported)
 
 
-def loop_analysis(ctx: Context, run_body, init, consts, x_avals):
+def loop_analysis(ctx: Loop, run_body, init, consts, x_avals):
   """Traces the loop body once with no order value; returns its calls'
   parts, and whether the carries alone order every iteration's calls
   after the previous one's and after the calls before the loop."""
@@ -243,9 +243,7 @@ def loop_analysis(ctx: Context, run_body, init, consts, x_avals):
   return parts, True, carrying
 
 
-def loop(
-  ctx: Context, analyse, run_loop, invals, label, split, extra_jaxprs=()
-):
+def loop(ctx: Loop, analyse, run_loop, invals, label, split, extra_jaxprs=()):
   ctx.loop_aval = None
   analysis = analyse()
   aval = ctx.loop_aval
