@@ -75,7 +75,6 @@ class Context:
     self.roots: dict[int, Obj] = {}
     self.used: set[int] = set()
     self.keep: list[Any] = []
-    self.loop_aval: Any = None
     # The backward chain: a float32 scalar threaded through every rebuilt
     # custom_vjp whose backward pass makes native calls (None until one
     # does). Its cotangent orders those backward passes (`link`).

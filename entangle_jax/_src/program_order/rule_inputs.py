@@ -172,13 +172,11 @@ class ShardMap(ChainedSubPrograms, Protocol):
 
 
 class Loop(ChainedSubPrograms, Protocol):
-  """A loop's rule: and the earlier calls, each recorded one by one, the
-  call an iteration's order value stands for, and the type of the order
-  value the body's analysis found."""
+  """A loop's rule: and the earlier calls, and, in an iteration's
+  evaluation, the call its order value stands for."""
 
   accesses: list[OrderedCall]
   prev_bit: int
-  loop_aval: Any
 
   def summary(
     self, parts: Any, witnesses: Any, deps_in: int, label: str
