@@ -665,6 +665,7 @@ def _every_rule_input(
 ) -> tuple[
   rule_inputs.Values,
   rule_inputs.NativeCalls,
+  rule_inputs.Inlined,
   rule_inputs.SubPrograms,
   rule_inputs.ChainedSubPrograms,
   rule_inputs.Checkpoint,
@@ -674,7 +675,7 @@ def _every_rule_input(
   """`ctx` as each rule's input: never called; ty checks that `Context`
   has what every protocol of `rule_inputs` names, as the rules it hands
   itself to (`Context.eval_eqn`) read it."""
-  return ctx, ctx, ctx, ctx, ctx, ctx, ctx
+  return ctx, ctx, ctx, ctx, ctx, ctx, ctx, ctx
 
 
 def _literal_key(atom) -> Any:

@@ -2,14 +2,15 @@
 as JAX keeps one rule table per concern and hands each rule only what it
 reads (``pe.dce_rules``: the used outputs and the equation).
 
-A rule names the protocol of what it needs: a first-order rule the values'
-calls and objects (`Values`), a rule that binds an equation again as one
-native call `NativeCalls`, a rule that rebuilds a sub-program its family's
-protocol (`ChainedSubPrograms`, `Checkpoint`, `Loop`, `ShardMap`), each
-made of the concerns below. The interpreter's evaluation (`interpreter.Context`)
-is the one object that has them all; ty checks it against each. This
-module imports no interpreter: a rule that says what it reads need not
-import what evaluates it, and the modules form no cycle.
+A rule names the protocol of what it needs: a first-order rule the
+values' calls and objects (`Values`), a rule that binds an equation again
+as one native call `NativeCalls`, a nested call `Inlined`, a rule that
+rebuilds a sub-program its family's protocol (`ChainedSubPrograms`,
+`Checkpoint`, `Loop`, `ShardMap`), each made of the concerns below. The
+interpreter's evaluation (`interpreter.Context`) is the one object that
+has them all; ty checks it against each. This module imports no
+interpreter: a rule that says what it reads need not import what
+evaluates it, and the modules form no cycle.
 """
 
 from __future__ import annotations
@@ -79,7 +80,17 @@ class NativeCalls(Protocol):
     ...
 
 
-class SubPrograms(Dependences, Protocol):
+class Inlined(Protocol):
+  """Evaluating a sub-program in place: a nested call that XLA inlines
+  (`rules.maps.call`)."""
+
+  def run(self, jaxpr: Any, consts: Sequence[Any], args: Sequence[Any]) -> list:
+    """Evaluates `jaxpr` here, its equations ordered as this program's;
+    its results."""
+    ...
+
+
+class SubPrograms(Dependences, Inlined, Protocol):
   """Evaluating a sub-program in a child evaluation, and the order values
   that tie its calls to those outside: what every rule that rebuilds a
   sub-program uses."""
@@ -87,10 +98,6 @@ class SubPrograms(Dependences, Protocol):
   decls: Declarations
   own: list[OrderedCall]
   """The calls made in this evaluation (not in a parent's)."""
-
-  def run(self, jaxpr: Any, consts: Sequence[Any], args: Sequence[Any]) -> list:
-    """Evaluates `jaxpr` here; its results."""
-    ...
 
   def child(self, accesses: Sequence[OrderedCall] | None = None) -> Self:
     """An evaluation of a sub-program: this one's values, and the calls

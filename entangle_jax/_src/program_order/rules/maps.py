@@ -24,7 +24,7 @@ from entangle_jax._src.program_order.values import (
 )
 
 if TYPE_CHECKING:
-  from entangle_jax._src.program_order.rule_inputs import ShardMap, SubPrograms
+  from entangle_jax._src.program_order.rule_inputs import Inlined, ShardMap
   from entangle_jax._src.targets.declaration import Declarations
 
 MAPS = family(
@@ -38,7 +38,7 @@ MAPS = family(
 
 
 @register(MAPS, call_like.NESTED_CALLS)
-def call(ctx: SubPrograms, eqn, invals) -> list:
+def call(ctx: Inlined, eqn, invals) -> list:
   """Inlined; the shardings it was given stay as constraints."""
   closed = eqn.params.get("jaxpr", eqn.params.get("call_jaxpr"))
   jaxpr, consts = open_jaxpr(closed)
