@@ -120,6 +120,25 @@ def imported_anywhere(
   return _names((n for n in ast.walk(tree) if id(n) not in skipped), modules)
 
 
+def imported_or_typed(
+  path: pathlib.Path, modules: dict[str, pathlib.Path]
+) -> set[str]:
+  """The package modules `path` imports outside its functions, those it
+  imports only for its type hints (``if TYPE_CHECKING``) included: a
+  cycle there is a cycle of what the modules mean, which a type checker
+  follows and a reader must too, even where Python never runs it."""
+  tree = ast.parse(path.read_text())
+  nodes: list[ast.AST] = []
+  todo: list[ast.AST] = list(tree.body)
+  while todo:
+    node = todo.pop()
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+      continue  # Deferred to a call: `imported_anywhere` has them.
+    nodes.append(node)
+    todo.extend(ast.iter_child_nodes(node))
+  return _names(nodes, modules)
+
+
 def behind_the_records(imports: set[str]) -> list[str]:
   """The modules among `imports` that no emitter may import."""
   return sorted(
@@ -164,6 +183,31 @@ class ImportLayersTest(absltest.TestCase):
   def test_no_import_cycle(self):
     self.assertIn("entangle_jax.testing._order.rules", self.graph)
     self.assertEqual(cycle(self.graph), [])
+
+  def test_no_import_cycle_counting_imports_for_type_hints(self):
+    # Issue 59: the interpreter imported its rules, and the rules imported
+    # the interpreter for its type (`Context`) under TYPE_CHECKING.
+    modules = module_names()
+    graph = {m: imported_or_typed(p, modules) for m, p in modules.items()}
+    rules = "entangle_jax._src.program_order.rules.registry"
+    self.assertIn(rules, graph["entangle_jax._src.program_order.interpreter"])
+    self.assertEqual(cycle(graph), [])
+
+  def test_a_cycle_through_a_type_checking_import_is_found(self):
+    # The control: the two modules of issue 59's cycle, as they were.
+    with tempfile.TemporaryDirectory() as tmp:
+      root = pathlib.Path(tmp)
+      (root / "interpreter.py").write_text("import registry\n")
+      (root / "registry.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "  from interpreter import Context\n"
+      )
+      modules = {p.stem: p for p in root.glob("*.py")}
+      typed = {m: imported_or_typed(p, modules) for m, p in modules.items()}
+      run = {m: imported(p, modules) for m, p in modules.items()}
+    self.assertEqual(cycle(typed), ["interpreter", "registry", "interpreter"])
+    self.assertEqual(cycle(run), [])  # What the older test saw.
 
   def test_every_module_of_testing_is_in_a_stage_or_on_top(self):
     testing = [m for m in self.graph if within(m, TESTING)]

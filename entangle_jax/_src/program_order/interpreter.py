@@ -20,7 +20,7 @@ from jax.extend import core as jex_core
 
 from entangle_jax._src import access_marker, jax_compat
 from entangle_jax._src.entangle import entangle
-from entangle_jax._src.program_order import natives
+from entangle_jax._src.program_order import natives, rule_inputs
 from entangle_jax._src.program_order.dependence import kept_deps
 from entangle_jax._src.program_order.natives import (
   NativeCall,
@@ -50,7 +50,6 @@ from entangle_jax._src.program_order.values import (
   size,
   token_of,
 )
-from entangle_jax._src.targets import names
 from entangle_jax._src.targets.declaration import Declarations
 
 
@@ -76,7 +75,6 @@ class Context:
     self.roots: dict[int, Obj] = {}
     self.used: set[int] = set()
     self.keep: list[Any] = []
-    self.loop_aval = None
     # The backward chain: a float32 scalar threaded through every rebuilt
     # custom_vjp whose backward pass makes native calls (None until one
     # does). Its cotangent orders those backward passes (`link`).
@@ -364,10 +362,6 @@ class Context:
         )
         values = []
       elif not indices:
-        if eqn.primitive.name != "ffi_call":
-          names.UNORDERABLE_PRIMITIVES.setdefault(
-            eqn.primitive.name, f"`{target}` has no operand to order it by"
-          )
         raise NotImplementedError(
           f"in_program_order: the native call `{target}` (primitive "
           f"`{eqn.primitive.name}`) has no operand with elements to order "
@@ -664,6 +658,24 @@ class Context:
     for i, value in zip(floats, tied, strict=True):
       outs[i] = value
     return outs
+
+
+def _every_rule_input(
+  ctx: Context,
+) -> tuple[
+  rule_inputs.Values,
+  rule_inputs.NativeCalls,
+  rule_inputs.Inlined,
+  rule_inputs.SubPrograms,
+  rule_inputs.ChainedSubPrograms,
+  rule_inputs.Checkpoint,
+  rule_inputs.Loop,
+  rule_inputs.ShardMap,
+]:
+  """`ctx` as each rule's input: never called; ty checks that `Context`
+  has what every protocol of `rule_inputs` names, as the rules it hands
+  itself to (`Context.eval_eqn`) read it."""
+  return ctx, ctx, ctx, ctx, ctx, ctx, ctx, ctx
 
 
 def _literal_key(atom) -> Any:

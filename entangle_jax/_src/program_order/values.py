@@ -17,7 +17,10 @@ from entangle_jax._src.program_order.dependence import shape_size
 from entangle_jax._src.program_order.touches import Part
 
 if TYPE_CHECKING:
-  from entangle_jax._src.program_order.interpreter import Context
+  from entangle_jax._src.program_order.rule_inputs import (
+    Dependences,
+    SubPrograms,
+  )
 
 SAVED = "entangle_jax_native_result"
 """The name a native call's result is saved by under a rebuilt checkpoint."""
@@ -37,7 +40,7 @@ def token_of(values: Sequence[Any], aval, payload=None):
   return entangle(payload, *values) if values else payload
 
 
-def deps_of(ctx: Context, values: Sequence[Any]) -> int:
+def deps_of(ctx: Dependences, values: Sequence[Any]) -> int:
   """The calls an entangle after all of `values` comes after (in `ctx`)."""
   bits = 0
   for v in values:
@@ -55,7 +58,7 @@ def common(deps: Sequence[int]) -> int:
   return bits
 
 
-def own_parts(ctx: Context) -> tuple[Part, ...]:
+def own_parts(ctx: SubPrograms) -> tuple[Part, ...]:
   return tuple(p for a in ctx.own for p in a.parts)
 
 

@@ -67,12 +67,3 @@ def host_callback_target(
     return f"xla_buffer_python_{device}_callback"
   partition = "_partitioned" if partitioned else ""
   return f"xla_ffi{partition}_python_{device}_callback"
-
-
-UNORDERABLE_PRIMITIVES: dict[str, str] = {}
-"""Primitives (their names, as the last component of an op's ``op_name``
-shows them) whose calls ``in_program_order`` met in this process and could
-not order, with why: it raised, naming them. A primitive of a binding of
-its own whose custom call takes no input of the primitive (an operand its
-lowering makes) is one. The race report does not suggest
-``in_program_order`` for a pair with such a call."""

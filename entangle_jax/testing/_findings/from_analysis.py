@@ -20,7 +20,6 @@ import re
 from collections.abc import Iterable, Sequence
 
 from entangle_jax._src import conflict_rule
-from entangle_jax._src.targets import names as target_names
 from entangle_jax._src.targets import shipped
 from entangle_jax.testing._analysis import source_lines
 from entangle_jax.testing._analysis.ops import Op, Race
@@ -302,11 +301,6 @@ def from_gradient(ops: Iterable[Op]) -> bool:
   return any(_GRADIENT.search(op.user_scope) for op in ops)
 
 
-def _primitive(op: Op) -> str:
-  """The primitive that made `op`: the last component of its ``op_name``."""
-  return op.instruction.op_name.rsplit("/", 1)[-1]
-
-
 def program_order_fix(
   races: Sequence[Race], cause: Cause, gradient: bool = False
 ) -> str | None:
@@ -318,12 +312,16 @@ def program_order_fix(
   one handle (in_program_order, as the race check, reads their names as
   two objects), calls nothing declares (declare them first), an earlier
   call that returns nothing (``jax.debug.callback``: nothing can wait for
-  it), a module not made by ``jax.jit``, a later call with no operand
-  (nothing to entangle it by: the transform raises, naming it), or a call
-  of a primitive the transform has raised for in this process
-  (`target_names.UNORDERABLE_PRIMITIVES`: one whose custom call takes no
-  input of the primitive). With `gradient` (the module came from a
-  gradient), it says how to wrap one."""
+  it), a module not made by ``jax.jit``, or a later call with no operand
+  (nothing to entangle it by: the transform raises, naming it). With
+  `gradient` (the module came from a gradient), it says how to wrap one.
+
+  The answer reads the module only, so it is the same in every process.
+  A binding's own primitive whose custom call takes only operands its
+  lowering makes (no input of the primitive to entangle) is offered the
+  transform too: nothing in the module tells such an operand from a
+  constant input (XLA gives constants no metadata), and the transform
+  raises for that call, naming it and the primitive."""
   if cause.rank == 0 or not races:
     return None
   names = set()
@@ -334,11 +332,6 @@ def program_order_fix(
     if first.declaration is None or second.declaration is None:
       return None
     if not second.instruction.operands:  # Nothing to entangle.
-      return None
-    if any(
-      _primitive(op) in target_names.UNORDERABLE_PRIMITIVES
-      for op in (first, second)
-    ):
       return None
     if not _holds_an_array(first.instruction.shape):  # Nothing to wait for.
       return None

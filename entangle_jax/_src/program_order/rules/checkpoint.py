@@ -19,7 +19,7 @@ from entangle_jax._src.program_order.values import (
 )
 
 if TYPE_CHECKING:
-  from entangle_jax._src.program_order.interpreter import Context
+  from entangle_jax._src.program_order.rule_inputs import Checkpoint
 
 CHECKPOINT = family(
   "checkpoint",
@@ -30,7 +30,7 @@ CHECKPOINT = family(
 
 
 @register(CHECKPOINT, call_like.CHECKPOINTS)
-def remat(ctx: Context, eqn, invals) -> list:
+def remat(ctx: Checkpoint, eqn, invals) -> list:
   """Rebuilds a checkpoint around its transformed body. Its native
   calls' results are saved (a policy that saves them by name), never
   made again under differentiation: a call made again would see a later

@@ -23,7 +23,7 @@ from entangle_jax._src.program_order.values import (
 )
 
 if TYPE_CHECKING:
-  from entangle_jax._src.program_order.interpreter import Context
+  from entangle_jax._src.program_order.rule_inputs import ChainedSubPrograms
 
 CONDITIONALS = family(
   "conditionals",
@@ -34,7 +34,7 @@ CONDITIONALS = family(
 
 
 @register(CONDITIONALS, ("cond",))
-def cond(ctx: Context, eqn, invals) -> list:
+def cond(ctx: ChainedSubPrograms, eqn, invals) -> list:
   branches = eqn.params["branches"]
   index, *ops = invals
   parts = ctx.sub_parts([b.jaxpr for b in branches])

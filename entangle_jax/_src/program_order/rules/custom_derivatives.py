@@ -29,7 +29,7 @@ from entangle_jax._src.program_order.values import (
 )
 
 if TYPE_CHECKING:
-  from entangle_jax._src.program_order.interpreter import Context
+  from entangle_jax._src.program_order.rule_inputs import ChainedSubPrograms
 
 CUSTOM_DERIVATIVES = family(
   "custom derivatives",
@@ -42,7 +42,7 @@ CUSTOM_DERIVATIVES = family(
 
 
 @register(CUSTOM_DERIVATIVES, ("custom_jvp_call",))
-def custom_jvp(ctx: Context, eqn, invals) -> list:
+def custom_jvp(ctx: ChainedSubPrograms, eqn, invals) -> list:
   """Rebuilds the custom_jvp around the transformed primal and the
   transformed JVP rule (traced from ``jax.jvp`` of the original call).
   Earlier calls come in as an int32 order value, an argument: a
@@ -82,7 +82,7 @@ def custom_jvp(ctx: Context, eqn, invals) -> list:
   )
 
 
-def ordered_primal(ctx: Context, closed, invals, holder: dict):
+def ordered_primal(ctx: ChainedSubPrograms, closed, invals, holder: dict):
   """The primal function of a rebuilt custom_jvp or custom_vjp:
   ``(token, *args) -> (outs, token out)``, its calls ordered after
   `token` and the token out after them; what they touch is added to
@@ -100,7 +100,7 @@ def ordered_primal(ctx: Context, closed, invals, holder: dict):
 
 
 @register(CUSTOM_DERIVATIVES, ("custom_vjp_call",))
-def custom_vjp(ctx: Context, eqn, invals) -> list:
+def custom_vjp(ctx: ChainedSubPrograms, eqn, invals) -> list:
   """Rebuilds the custom_vjp around transformed functions: the primal,
   the forward pass and the backward pass (traced from ``jax.vjp`` of the
   original call, so that its rules are the user's), each ordered; the

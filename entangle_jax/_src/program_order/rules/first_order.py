@@ -13,7 +13,7 @@ from entangle_jax._src.program_order.rules.registry import family, register
 from entangle_jax._src.program_order.touches import VIEWS
 
 if TYPE_CHECKING:
-  from entangle_jax._src.program_order.interpreter import Context
+  from entangle_jax._src.program_order.rule_inputs import Values
 
 FIRST_ORDER = family(
   "first order",
@@ -26,7 +26,7 @@ FIRST_ORDER = family(
 
 
 @register(FIRST_ORDER, (primitive.entangle_p.name,), higher_order=False)
-def entangle_rule(ctx: Context, eqn, invals: list) -> list:
+def entangle_rule(ctx: Values, eqn, invals: list) -> list:
   outs = jax_compat.bind_equation(eqn, invals)
   bits = 0
   for value in invals:
@@ -38,7 +38,7 @@ def entangle_rule(ctx: Context, eqn, invals: list) -> list:
 
 
 @register(FIRST_ORDER, VIEWS, higher_order=False)
-def view(ctx: Context, eqn, invals: list) -> list:
+def view(ctx: Values, eqn, invals: list) -> list:
   outs = ctx.bind(eqn, invals)
   ctx.view(eqn, invals[0], outs[0])
   return outs

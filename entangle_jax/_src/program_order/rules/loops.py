@@ -5,7 +5,8 @@ carry."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -34,7 +35,7 @@ from entangle_jax._src.program_order.values import (
 )
 
 if TYPE_CHECKING:
-  from entangle_jax._src.program_order.interpreter import Context
+  from entangle_jax._src.program_order.rule_inputs import Loop
 
 LOOPS = family(
   "loops",
@@ -46,7 +47,7 @@ LOOPS = family(
 
 
 @register(LOOPS, ("scan",))
-def scan(ctx: Context, eqn, invals) -> list:
+def scan(ctx: Loop, eqn, invals) -> list:
   p = eqn.params
   n_consts, n_carry = jax_compat.scan_counts(p)
   consts = invals[:n_consts]
@@ -107,7 +108,7 @@ def scan(ctx: Context, eqn, invals) -> list:
 
 
 @register(LOOPS, ("while",))
-def while_loop(ctx: Context, eqn, invals) -> list:
+def while_loop(ctx: Loop, eqn, invals) -> list:
   p = eqn.params
   nc, nb = p["cond_nconsts"], p["body_nconsts"]
   cconsts, bconsts, init = (
@@ -169,7 +170,7 @@ def while_loop(ctx: Context, eqn, invals) -> list:
   )
 
 
-def loop_token(ctx: Context, inner: Context, token):
+def loop_token(ctx: Loop, inner: Loop, token):
   """The order value out of a loop body: after every call of the body
   and after `token`, the value that came in (so that the loop's last
   one comes after the first)."""
@@ -181,10 +182,24 @@ def loop_token(ctx: Context, inner: Context, token):
   return entangle(token, *exported)
 
 
-def loop_analysis(ctx: Context, run_body, init, consts, x_avals):
-  """Traces the loop body once with no order value; returns its calls'
-  parts, and whether the carries alone order every iteration's calls
-  after the previous one's and after the calls before the loop."""
+@dataclasses.dataclass(frozen=True)
+class BodyAnalysis:
+  """What tracing a loop body once with no order value found."""
+
+  parts: tuple
+  """What the body's calls touch."""
+  trusted: bool
+  """Whether the carries alone order every iteration's calls after the
+  previous one's and after the calls before the loop."""
+  carrying: list[int]
+  """The carries that come after the body's calls (when `trusted`)."""
+  aval: Any = None
+  """The type of the body's one exported value, when it has exactly one:
+  the order value's type, so that it is that value (no entangle)."""
+
+
+def loop_analysis(ctx: Loop, run_body, init, consts, x_avals) -> BodyAnalysis:
+  """Traces the loop body once with no order value (`BodyAnalysis`)."""
   result = {}
 
   def probe(*flat_in):
@@ -206,12 +221,12 @@ def loop_analysis(ctx: Context, run_body, init, consts, x_avals):
     return [jnp.zeros((), jnp.int32)]
 
   jax.make_jaxpr(probe)(*[placeholder(v) for v in init], *x_avals)
-  ctx.loop_aval = result.get("aval")
+  aval = result.get("aval")
   inner = result["inner"]
   own = inner.own
   parts = tuple(p for a in own for p in a.parts)
   if not own:
-    return parts, True, []
+    return BodyAnalysis(parts, True, [], aval)
   carry_bits, out_deps = result["carry_bits"], result["out_deps"]
   for j in own:
     for a in own:
@@ -221,7 +236,7 @@ def loop_analysis(ctx: Context, run_body, init, consts, x_avals):
         (j.deps & cb) and (od & a.bit)
         for cb, od in zip(carry_bits, out_deps, strict=True)
       ):
-        return parts, False, []
+        return BodyAnalysis(parts, False, [], aval)
     # Before the loop: through the consts, or an initial carry.
     for p in ctx.accesses:
       if not conflicts(p.parts, j.parts, ctx.decls):
@@ -232,33 +247,27 @@ def loop_analysis(ctx: Context, run_body, init, consts, x_avals):
         (j.deps & cb) and (ctx.dep(v) & p.bit)
         for cb, v in zip(carry_bits, init, strict=True)
       ):
-        return parts, False, []
+        return BodyAnalysis(parts, False, [], aval)
   # After the loop: the carries must come after every call of the body.
   whole = 0
   for od in out_deps:
     whole |= od
   if any(not (a.bit & whole) for a in own):
-    return parts, False, []
+    return BodyAnalysis(parts, False, [], aval)
   carrying = [k for k, od in enumerate(out_deps) if od & ~all_bits(carry_bits)]
-  return parts, True, carrying
+  return BodyAnalysis(parts, True, carrying, aval)
 
 
-def loop(
-  ctx: Context, analyse, run_loop, invals, label, split, extra_jaxprs=()
-):
-  ctx.loop_aval = None
-  analysis = analyse()
-  aval = ctx.loop_aval
-  if analysis is not None:
-    parts, trusted, carrying = analysis
-  else:
-    parts, trusted, carrying = (), False, []
-  if not trusted or analysis is None:
+def loop(ctx: Loop, analyse, run_loop, invals, label, split, extra_jaxprs=()):
+  # None: a while loop with calls in its condition, its body not analysed.
+  analysis = analyse() or BodyAnalysis((), trusted=False, carrying=[])
+  parts, carrying = analysis.parts, analysis.carrying
+  if not analysis.trusted:
     # Order through an order value in the carry: of the type of the
     # body's last call's result when one call comes after all others, so
     # that it is that result (no entangle), else an int32 scalar.
     every = ctx.sub_parts(extra_jaxprs) + parts
-    init_token = ctx.order_token(every or ANY, aval)
+    init_token = ctx.order_token(every or ANY, analysis.aval)
     carry, ys = run_loop(True, init_token)
     carry, token = carry
     outs = list(carry) + list(ys)

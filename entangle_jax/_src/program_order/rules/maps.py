@@ -24,7 +24,8 @@ from entangle_jax._src.program_order.values import (
 )
 
 if TYPE_CHECKING:
-  from entangle_jax._src.program_order.interpreter import Context
+  from entangle_jax._src.program_order.rule_inputs import Inlined, ShardMap
+  from entangle_jax._src.targets.declaration import Declarations
 
 MAPS = family(
   "maps and sharding",
@@ -37,7 +38,7 @@ MAPS = family(
 
 
 @register(MAPS, call_like.NESTED_CALLS)
-def call(ctx: Context, eqn, invals) -> list:
+def call(ctx: Inlined, eqn, invals) -> list:
   """Inlined; the shardings it was given stay as constraints."""
   closed = eqn.params.get("jaxpr", eqn.params.get("call_jaxpr"))
   jaxpr, consts = open_jaxpr(closed)
@@ -47,7 +48,7 @@ def call(ctx: Context, eqn, invals) -> list:
 
 
 @register(MAPS, ("shard_map",))
-def shard_map(ctx: Context, eqn, invals) -> list:
+def shard_map(ctx: ShardMap, eqn, invals) -> list:
   """Rebuilds the shard_map around the transformed body: earlier calls
   come in as a replicated int32 order value, and each device's calls go
   out as one element of an order value sharded over the manual axes."""
@@ -96,7 +97,9 @@ def shard_map(ctx: Context, eqn, invals) -> list:
     check_vma=bool(p.get("check_vma", True)),
   )
   results = mapped(token_in, *chain_in, *invals)
-  _warn_across_devices(ctx, holder.get("calls", ()), holder.get("split", ()))
+  _warn_across_devices(
+    ctx.decls, holder.get("calls", ()), holder.get("split", ())
+  )
   if chained:
     *outs, token, chain = results
     ctx.chain = chain.sum()
@@ -120,7 +123,7 @@ def _split(spec, mesh, manual: frozenset) -> bool:
   return all(a in used for a in manual if sizes.get(a, 1) > 1)
 
 
-def _warn_across_devices(ctx: Context, parts, split) -> None:
+def _warn_across_devices(decls: Declarations, parts, split) -> None:
   """Warns of the writes in a shard_map body that may race with their
   copies on the other devices: the race check reports those pairs (its
   device rule), and nothing in one program can order calls on two
@@ -131,16 +134,12 @@ def _warn_across_devices(ctx: Context, parts, split) -> None:
   for part in parts:
     if part.mode != "write" or part.target in named:
       continue
-    declaration = ctx.decls.for_target(part.target)
+    declaration = decls.for_target(part.target)
     devices = None if declaration is None else declaration.devices
     if not conflict_rule.shared_across_devices(devices):
       continue
     obj = part.obj
-    if (
-      obj is not None
-      and obj.key in split
-      and ctx.decls.distinct_for(declaration)
-    ):
+    if obj is not None and obj.key in split and decls.distinct_for(declaration):
       continue
     named.add(part.target)
     verb = "may write" if declaration is None else "writes"

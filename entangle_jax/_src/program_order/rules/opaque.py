@@ -15,7 +15,7 @@ from entangle_jax._src.program_order import natives
 from entangle_jax._src.program_order.rules.registry import family, register
 
 if TYPE_CHECKING:
-  from entangle_jax._src.program_order.interpreter import Context
+  from entangle_jax._src.program_order.rule_inputs import NativeCalls
 
 OPAQUE = family(
   "custom batching and partitioning",
@@ -28,7 +28,7 @@ OPAQUE = family(
 
 
 @register(OPAQUE, ("custom_vmap_call", "custom_partitioning"))
-def opaque_call(ctx: Context, eqn, invals: list) -> list:
+def opaque_call(ctx: NativeCalls, eqn, invals: list) -> list:
   found = natives.lowered_call(eqn, ctx.decls)
   if found is None:  # Its calls are declared to touch nothing.
     return ctx.bind(ctx.ordered_bodies(eqn), invals)

@@ -1,8 +1,11 @@
 """The ordering rules of `in_program_order`, one per primitive, as JAX keeps
 its per-primitive rule tables (``pe.dce_rules[scan_p]``).
 
-A rule evaluates one equation again in a `Context` (``rule(ctx, eqn,
-invals) -> outs``), entangling the native calls it holds. Each family of
+A rule evaluates one equation again (``rule(ctx, eqn, invals) -> outs``),
+entangling the native calls it holds; ``ctx`` is what the rule reads of
+the evaluation it runs in, typed by the protocol of its concern
+(`rule_inputs`: a first-order rule's `Values`, a loop's `Loop`, ...),
+which `interpreter.Context` satisfies. Each family of
 primitives has its module here, which registers its rules on import
 (`register`); `interpreter.Context.eval_eqn` looks the equation's primitive
 up (`rule_for`). `supported` lists the families and their primitives, and
@@ -19,13 +22,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-  from entangle_jax._src.program_order.interpreter import Context
-
-RuleFn = Callable[["Context", Any, list], list]
-"""``rule(ctx, eqn, invals) -> outs``: the equation's results, ordered."""
+RuleFn = Callable[[Any, Any, list], list]
+"""``rule(ctx, eqn, invals) -> outs``: the equation's results, ordered.
+``ctx`` is typed by each rule (a protocol of `rule_inputs`): one table
+holds rules of every concern, so it names none of them."""
 
 
 @dataclasses.dataclass(frozen=True)
