@@ -457,32 +457,52 @@ def races(
 
 
 def host_runs(calls: list[SanitizedCall]) -> list[SanitizedCall]:
-  """`calls` with each host callback of a loop or a branch (whose run id
+  """`calls` with each host callback of a loop or a branch placed in an
+  execution where the records leave one choice (`place_host_calls`, the
+  native calls' executions read from `calls`), the anchor's calls left
+  out."""
+  native: dict[int, set[int]] = defaultdict(set)
+  host = []
+  for call in calls:
+    if call.function is not None:
+      host.append(call)
+    elif call.site is not None and not call.site.context:
+      native[call.site.module.serial].add(call.run_id)
+  placed = iter(place_host_calls(host, native))
+  out = []
+  for call in calls:
+    if call.function is None:
+      out.append(call)
+    elif call.function != sites.ANCHOR:
+      out.append(next(placed))
+  return out
+
+
+def place_host_calls(
+  host: list[SanitizedCall], native: dict[int, set[int]]
+) -> list[SanitizedCall]:
+  """The host callbacks `host`, each of a loop or a branch (whose run id
   its recorder could not know) placed in an execution where the records
   leave one choice: its module ran once (its places outside every loop
   and branch, native or host, the sanitizer's anchor included, ran in one
   execution). The others keep `callbacks.UNKNOWN_RUN`: not compared for
-  order, and counted. The anchor's own calls are left out."""
+  order, and counted. The anchor's own calls are left out.
+
+  `native`: by module serial, the run ids of its native calls outside
+  every loop and branch.
+  """
   unknown = callbacks.UNKNOWN_RUN
-  if not any(
-    c.function is not None
-    and (c.run_id == unknown or c.function == sites.ANCHOR)
-    for c in calls
-  ):
-    return calls
-  host: dict[int, set[int]] = defaultdict(set)
-  native: dict[int, set[int]] = defaultdict(set)
-  for call in calls:
+  if not any(c.run_id == unknown or c.function == sites.ANCHOR for c in host):
+    return host
+  ran: dict[int, set[int]] = defaultdict(set)
+  for call in host:
     if call.site is not None and not call.site.context:
-      if call.function is not None:
-        host[call.site.module.serial].add(call.run_id)
-      else:
-        native[call.site.module.serial].add(call.run_id)
+      ran[call.site.module.serial].add(call.run_id)
   out = []
-  for call in calls:
-    if call.run_id == callbacks.UNKNOWN_RUN and call.site is not None:
+  for call in host:
+    if call.run_id == unknown and call.site is not None:
       serial = call.site.module.serial
-      ids = host.get(serial, set())
+      ids = ran.get(serial, set())
       others = native.get(serial, set())
       if len(ids) <= 1 and len(others) <= 1 and (ids or others):
         # Host callbacks' run ids are their own (-1 - k): the one
@@ -493,6 +513,18 @@ def host_runs(calls: list[SanitizedCall]) -> list[SanitizedCall]:
     if call.function != sites.ANCHOR:  # It only counted executions.
       out.append(call)
   return out
+
+
+def repeated_handles(
+  call: SanitizedCall, touch: Touch, declarations: Declarations
+) -> list[int]:
+  """The values `call`'s object operand held more than once, where its
+  declaration says its elements are different objects (else none)."""
+  d = touch.declaration
+  if d is None or d.object is None or not declarations.distinct_for(d):
+    return []
+  values = call.values_of(d.object) or ()
+  return sorted({v for v in values if values.count(v) > 1})
 
 
 def contradictions(
@@ -509,17 +541,11 @@ def contradictions(
   safe pairs and repeated handles in one call are checked).
   """
   out: list[Contradiction] = []
-  distinct: dict[int, bool] = {}
   for call, touch in found.items():
     d = touch.declaration
-    if d is None or d.object is None:
+    if d is None:
       continue
-    if id(d) not in distinct:
-      distinct[id(d)] = declarations.distinct_for(d)
-    if not distinct[id(d)]:
-      continue
-    values = call.values_of(d.object) or ()
-    for value in sorted({v for v in values if values.count(v) > 1}):
+    for value in repeated_handles(call, touch, declarations):
       out.append(
         Contradiction(
           call,
