@@ -80,9 +80,9 @@ class Seen:
       not be compared for order (`checks.Unpaired`: which calls ran in one
       iteration is not recorded).
     unknown_runs: host callbacks in a loop or a branch whose execution
-      could not be known (their module ran more than once, or the
-      sanitizer could not add its execution counter to it): not compared
-      for order.
+      could not be known (their module ran more than once and the
+      records do not separate its executions, or the sanitizer could not
+      add its execution counter to it): not compared for order.
     anything: calls taken as touching any object, by why (an undeclared
       target, more values than a record holds, ...), counted.
   """
@@ -184,7 +184,12 @@ def sanitize(*, clear_caches: bool = True) -> Generator[Seen]:
         del records, more_operands, more_values
         host = from_callbacks(callbacks.drain())
         if host:
-          host = checks.place_host_calls(host, _native_runs(recorded))
+          with_native = {
+            s.module.serial for s in recorded.sites if s is not None
+          }
+          host = checks.place_host_calls(
+            host, _native_runs(recorded), with_native
+          )
         _fill(seen, CallColumns(recorded, host), dropped, first_module)
       finally:
         if collecting:
@@ -496,8 +501,10 @@ def format_seen(seen: Seen) -> str:
   if seen.unknown_runs:
     lines.append(
       f"  {seen.unknown_runs} host callbacks in a loop or a branch whose "
-      "execution is not recorded (their module ran more than once, or had "
-      "no execution counter), so their order was not checked"
+      "execution is not recorded (their module ran more than once and the "
+      "records do not separate its executions: on several threads, or with "
+      "native calls; or it had no execution counter), so their order was "
+      "not checked"
     )
   for why, n in sorted(seen.anything.items()):
     lines.append(f"  {n} calls taken as touching any object: {why}")
