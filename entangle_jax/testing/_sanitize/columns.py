@@ -116,8 +116,16 @@ class NativeColumns:
     )
 
 
-_MADE = ("thread", "start_ns", "end_ns", "run_id", "failed", "truncated")
-_MADE += ("device",)
+_MADE = (
+  "thread",
+  "start_ns",
+  "end_ns",
+  "run_id",
+  "failed",
+  "truncated",
+  "device",
+)
+"""The columns a `SanitizedCall` takes as they are."""
 
 
 def _objects(values: list) -> np.ndarray:
