@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from benchmarks.scan_calls import scan_calls
 from entangle_jax._src import native
 from entangle_jax.testing._sanitize import session
 
@@ -40,25 +41,8 @@ def _rss_mib() -> float:
   return pages * resource.getpagesize() / 2**20
 
 
-def _scan(steps: int):
-  call = jax.ffi.ffi_call(
-    _TARGET,
-    jax.ShapeDtypeStruct((), jnp.int32),
-    input_output_aliases={0: 0},
-  )
-
-  def body(handle, _):
-    return call(handle), None
-
-  @jax.jit
-  def run(handle):
-    return jax.lax.scan(body, handle, None, length=steps)[0]
-
-  return run
-
-
 def _exit_seconds(steps: int) -> dict:
-  run = _scan(steps)
+  run = scan_calls(_TARGET, steps)
   jax.block_until_ready(run(jnp.int32(7)))  # Compiled outside the block.
   with session.sanitize(clear_caches=False) as seen:
     jax.block_until_ready(run(jnp.int32(7)))
@@ -121,7 +105,7 @@ def main(argv: list[str] | None = None) -> dict:
   declare_target(_TARGET, mode="write", object=0)
   sizes = (10_000, 100_000) if args.quick else (10_000, 100_000, 1_000_000)
   out: dict = {"exit": [_exit_seconds(n) for n in sizes]}
-  run = _scan(200_000)
+  run = scan_calls(_TARGET, 200_000)
   jax.block_until_ready(run(jnp.int32(7)))
   rss = [round(_rss_mib(), 1)]
   for _ in range(2 if args.quick else 5):

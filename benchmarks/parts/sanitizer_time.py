@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from benchmarks.rounds import alternate
+from benchmarks.scan_calls import scan_calls
 from benchmarks.timing import call_seconds
 from entangle_jax._src import native
 from entangle_jax.testing._sanitize import session
@@ -31,20 +32,7 @@ _WRAPPED_TARGET = "entangle_jax_bench_sanitized"
 
 
 def _scan(target: str):
-  call = jax.ffi.ffi_call(
-    target,
-    jax.ShapeDtypeStruct((), jnp.int32),
-    input_output_aliases={0: 0},
-  )
-
-  def body(handle, _):
-    return call(handle), None
-
-  @jax.jit
-  def run(handle):
-    return jax.lax.scan(body, handle, None, length=STEPS)[0]
-
-  return run, (jnp.int32(7),)
+  return scan_calls(target, STEPS), (jnp.int32(7),)
 
 
 def measure(args: argparse.Namespace) -> dict:

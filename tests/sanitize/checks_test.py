@@ -3,6 +3,8 @@ control: pairing by what ran (loops, branches), what a call touches (the
 static check's policy), interleaving across executions, and the host
 callbacks' executions."""
 
+import dataclasses
+
 from absl.testing import absltest
 
 from entangle_jax._src.targets.declaration import (
@@ -214,13 +216,55 @@ class HostRunsTest(absltest.TestCase):
     ]
     placed = checks.host_runs(calls)
     self.assertEqual([c.run_id for c in placed], [-1, -1])
-    # Control: the module ran twice; the loop's call stays unplaced.
+    # Control: the module ran twice, at once on two threads; which
+    # execution the loop's call ran in is not known: it stays unplaced.
     twice = [
       *calls,
-      _call("cb", 4, 5, None, site=outside, run_id=-2, function="f"),
+      _call("cb", 1, 5, None, site=outside, run_id=-2, function="f"),
     ]
+    twice[2] = dataclasses.replace(twice[2], thread=2)
     placed = checks.host_runs(twice)
     self.assertEqual(placed[1].run_id, callbacks.UNKNOWN_RUN)
+
+  def _twice(self, *, thread=1, anchor_first=True):
+    """A module whose only host callbacks are in a loop (`g`, two calls an
+    execution), with the sanitizer's anchor counting its two executions,
+    one after the other; the second on `thread`."""
+    module = sites.SanitizedModule("jit_f", 0, "Host")
+    anchor = _site(0, (), module, target="cb", host_callback=sites.ANCHOR)
+    inside = _site(1, (LOOP,), module, target="cb")
+    unknown = callbacks.UNKNOWN_RUN
+    calls = []
+    for k, at in enumerate((0, 100)):
+      first = 0 if anchor_first else 10
+      calls += [
+        _call("cb", at + first, at + first + 1, None, site=anchor,
+              run_id=-1 - k, function=sites.ANCHOR),
+        _call("cb", at + 2, at + 3, None, site=inside, run_id=unknown,
+              function="g"),
+        _call("cb", at + 4, at + 5, None, site=inside, run_id=unknown,
+              function="g"),
+      ]  # fmt: skip
+    if thread != 1:
+      calls[3:] = [dataclasses.replace(c, thread=thread) for c in calls[3:]]
+    return sorted(calls, key=lambda c: c.start_ns)
+
+  def test_a_module_run_twice_one_execution_after_the_other(self):
+    placed = checks.host_runs(self._twice())
+    self.assertEqual([c.run_id for c in placed], [-1, -1, -2, -2])
+    # Controls: on two threads, or with a loop's call before the first
+    # execution's anchor, the executions are not told apart.
+    for calls in (self._twice(thread=2), self._twice(anchor_first=False)):
+      placed = checks.host_runs(calls)
+      self.assertEqual({c.run_id for c in placed}, {callbacks.UNKNOWN_RUN})
+
+  def test_a_module_run_twice_with_a_native_call_is_not_placed(self):
+    calls = self._twice()
+    module = calls[0].site.module
+    native = _call("w", 6, 7, site=_site(2, (), module), run_id=77)
+    placed = checks.host_runs([*calls, native])
+    unknown = callbacks.UNKNOWN_RUN
+    self.assertEqual([c.run_id for c in placed], [unknown] * 4 + [77])
 
 
 if __name__ == "__main__":

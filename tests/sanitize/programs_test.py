@@ -203,12 +203,105 @@ class ProgramsTest(absltest.TestCase):
       # execution (the sanitizer's anchor counted it) and compared.
       self.assertEqual(once["unknown_runs"], 0, once["report"])
       self.assertEqual(once["unpaired"], 0)
-    # The control: run twice, which execution each loop call ran in is
-    # not recorded, and the report says so instead of guessing.
+    # Run twice, one execution after the other on one thread, the anchor
+    # separates the executions: compared too (HostLoopsTest's control has
+    # them at once on several threads, which is not).
     twice = self.out["loop_runs_2"]
     self.assertEqual(twice["calls"], 20)
-    self.assertEqual(twice["unknown_runs"], 20)
-    self.assertIn("so their order was not checked", twice["report"])
+    if test_util.jax_version() < ANCHOR_FROM:
+      self.assertEqual(twice["unknown_runs"], 20)
+      self.assertIn("so their order was not checked", twice["report"])
+    else:
+      self.assertEqual(twice["unknown_runs"], 0, twice["report"])
+      self.assertEqual(twice["unpaired"], 0)
+
+
+HOST_LOOPS = textwrap.dedent(
+  """
+  import json, sys, threading, time
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  from jax import lax
+  from jax.experimental import io_callback
+  from entangle_jax import testing
+
+  state = {}
+
+  def slow_write(x):
+    time.sleep(0.002)
+    state["v"] = x
+    return x
+
+  def read(x):
+    return np.float32(state.get("v", -1.0))
+
+  def program(ordered):
+    # Each iteration a slow write and a read of Python state; unordered,
+    # XLA runs the read first (it needs nothing of the write).
+    def f(x):
+      shape = jax.ShapeDtypeStruct((), jnp.float32)
+      def body(i, x):
+        a = io_callback(slow_write, shape, x, ordered=ordered)
+        b = io_callback(read, shape, x, ordered=ordered)
+        return a + b
+      return lax.fori_loop(0, 5, body, x)
+    return f
+
+  out = {}
+  for ordered in (False, True):
+    for threads in (False, True):
+      with testing.sanitize() as seen:
+        g = jax.jit(program(ordered))
+        if threads:
+          run = lambda: jax.block_until_ready(g(jnp.float32(1.0)))
+          started = [threading.Thread(target=run) for _ in range(3)]
+          for t in started:
+            t.start()
+          for t in started:
+            t.join()
+        else:
+          for _ in range(3):
+            jax.block_until_ready(g(jnp.float32(1.0)))
+      out[f"ordered={ordered} threads={threads}"] = {
+        "calls": len(seen.calls),
+        "kinds": sorted({r.kind for r in seen.races}),
+        "unknown_runs": seen.unknown_runs,
+        "report": seen.report(file=sys.stderr),
+      }
+  print(json.dumps(out))
+  """
+)
+
+
+class HostLoopsTest(absltest.TestCase):
+  @absltest.skipIf(
+    test_util.jax_version() < ANCHOR_FROM,
+    "this jax's modules take no execution counter (the anchor)",
+  )
+  def test_a_loops_callbacks_of_a_module_run_three_times(self):
+    run = test_util.run_python(HOST_LOOPS, timeout=300)
+    self.assertEqual(run.returncode, 0, run.stderr[-4000:])
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    # Three executions one after the other on one thread: each loop call
+    # is placed in its execution, and the read that ran before the write
+    # of its iteration is out of order.
+    racy = out["ordered=False threads=False"]
+    self.assertEqual(racy["calls"], 30)
+    self.assertEqual(racy["unknown_runs"], 0, racy["report"])
+    self.assertIn("out of order", racy["kinds"], racy["report"])
+    # The control: ordered, the same executions compare and do not race.
+    fixed = out["ordered=True threads=False"]
+    self.assertEqual(fixed["calls"], 30)
+    self.assertEqual(fixed["unknown_runs"], 0, fixed["report"])
+    self.assertEqual(fixed["kinds"], [], fixed["report"])
+    # Executions on three threads: which execution a loop call ran in is
+    # ambiguous, so none is compared for order, and the report says so.
+    for ordered in (False, True):
+      at_once = out[f"ordered={ordered} threads=True"]
+      self.assertEqual(at_once["unknown_runs"], 30, at_once["report"])
+      self.assertNotIn("out of order", at_once["kinds"])
+      self.assertIn("so their order was not checked", at_once["report"])
 
 
 SHARD_MAP = textwrap.dedent(

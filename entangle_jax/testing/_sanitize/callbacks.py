@@ -16,8 +16,9 @@ counts its own calls instead, and the k-th call of each place outside
 every loop and branch of one module is taken for one execution
 (``run_id`` -1 - k). A call in a loop or a branch may run many times in
 one execution, or not at all: it is recorded with ``UNKNOWN_RUN``, and
-`checks.host_runs` places it in an execution only where the records leave
-one choice (the module ran once).
+`checks.place_host_calls` places it in an execution only where the
+records leave one choice (the module ran once, or its executions ran one
+after the other on one thread).
 """
 
 from __future__ import annotations

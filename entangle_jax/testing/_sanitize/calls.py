@@ -30,7 +30,6 @@ from entangle_jax._src.targets.declaration import (
   TargetDeclaration,
 )
 from entangle_jax.testing._sanitize import sites as _sites
-from entangle_jax.testing._sanitize import wrapping
 
 HOST_FAMILY = "host callbacks"
 """The family of the one object every host callback touches."""
@@ -189,7 +188,7 @@ def touches(call: SanitizedCall, declarations: Declarations) -> Touch:
   return Touch(declaration.mode, objects, declaration)
 
 
-_FIELDS = (
+FIELDS = (
   ("thread", "<i8"),
   ("start_ns", "<i8"),
   ("end_ns", "<i8"),
@@ -201,14 +200,18 @@ _FIELDS = (
   ("truncated", "<i4"),
   ("device", "<i4"),
 )
+"""The native record's scalar fields, as the extension's ``record_layout``
+names them (`columns.NativeColumns` reads each as a column)."""
 
 
-def _record_dtype(layout: dict):
+def record_dtype(layout: dict):
+  """The numpy dtype of the native drain's packed records (`layout`: the
+  extension's ``record_layout``)."""
   import numpy as np
 
   m = layout["max_values"]
   fields = [
-    *_FIELDS,
+    *FIELDS,
     ("overflow", "<i8"),
     ("operand", ("u1", (m,))),
     ("values", ("<i8", (m,))),
@@ -220,106 +223,6 @@ def _record_dtype(layout: dict):
       "offsets": [layout[n] for n, _ in fields],
       "itemsize": layout["itemsize"],
     }
-  )
-
-
-def from_records(
-  raw: bytes,
-  layout: dict,
-  overflow_operands: bytes = b"",
-  overflow_values: bytes = b"",
-) -> list[SanitizedCall]:
-  """`SanitizedCall` records, in order of start, from the native drain's
-  packed records and the values past the record's own of calls with more
-  (see native/sanitize/module.cc): read as columns, each distinct site,
-  target and operand tuple made once."""
-  import numpy as np
-
-  dtype = _record_dtype(layout)
-  records = np.frombuffer(raw, dtype=dtype)
-  if not len(records):
-    return []
-  # Columns first (taking whole structs in a new order is slow), then each
-  # column in order of start.
-  order = np.lexsort((records["end_ns"], records["start_ns"]))
-  column = {name: records[name][order] for name, _ in _FIELDS}
-  n_values = column["n_values"]
-  operands: list = [()] * len(order)
-  ones = np.flatnonzero(n_values == 1)
-  if len(ones):
-    # One tuple per distinct (operand, value), spread to its records.
-    rows = order[ones]
-    ops = records["operand"][rows, 0].astype(np.int64)
-    values = records["values"][rows, 0]
-    if (ops == ops[0]).all():
-      uniq, at = np.unique(values, return_inverse=True)
-      distinct = np.stack([np.full(len(uniq), ops[0], np.int64), uniq], 1)
-    else:
-      pairs = np.stack([ops, values], axis=1)
-      distinct, at = np.unique(pairs, axis=0, return_inverse=True)
-    made = np.empty(len(distinct), dtype=object)
-    made[:] = [((op, (value,)),) for op, value in distinct.tolist()]
-    if len(ones) == len(order):
-      operands = made[at.reshape(-1)].tolist()
-    else:
-      for k, found in zip(
-        ones.tolist(), made[at.reshape(-1)].tolist(), strict=True
-      ):
-        operands[k] = found
-  inline = layout["max_values"]
-  more_operands = np.frombuffer(overflow_operands, dtype=np.uint8)
-  more_values = np.frombuffer(overflow_values, dtype="<i8")
-  for k in np.flatnonzero(n_values > 1).tolist():
-    n = int(n_values[k])
-    row = int(order[k])
-    ops = records["operand"][row, : min(n, inline)].tolist()
-    values = records["values"][row, : min(n, inline)].tolist()
-    if n > inline:
-      at = int(records["overflow"][row])
-      ops += more_operands[at : at + n - inline].tolist()
-      values += more_values[at : at + n - inline].tolist()
-    grouped: dict[int, list[int]] = {}
-    for op, value in zip(ops, values, strict=True):
-      grouped.setdefault(op, []).append(value)
-    operands[k] = tuple((o, tuple(v)) for o, v in grouped.items())
-  # Each column made at once: objects of each distinct site and target,
-  # spread by numpy, then one call made per record by map.
-  wrapped, index = np.unique(column["wrapped"], return_inverse=True)
-  targets = [wrapping.target_of(w) for w in wrapped.tolist()]
-  keep = np.array([t is not None for t in targets], dtype=bool)[index]
-  if not keep.all():
-    column = {name: c[keep] for name, c in column.items()}
-    index = index[keep]
-    operands = [o for o, k in zip(operands, keep.tolist(), strict=True) if k]
-  if not len(index):
-    return []
-
-  def spread(values: list, at) -> list:
-    column = np.empty(len(values), dtype=object)
-    column[:] = values
-    return column[at].tolist()
-
-  numbers, at_site = np.unique(column["site"], return_inverse=True)
-  site_column = spread(
-    [_sites.site(n) if n >= 0 else None for n in numbers.tolist()], at_site
-  )
-  return list(
-    map(
-      SanitizedCall,
-      spread([t.name if t else "" for t in targets], index),
-      spread([t.platform if t else "" for t in targets], index),
-      spread([t.family if t else "" for t in targets], index),
-      column["thread"].tolist(),
-      column["start_ns"].tolist(),
-      column["end_ns"].tolist(),
-      column["run_id"].tolist(),
-      site_column,
-      operands,
-      (column["failed"] != 0).tolist(),
-      (column["truncated"] != 0).tolist(),
-      [None] * len(index),
-      column["device"].tolist(),
-    )
   )
 
 

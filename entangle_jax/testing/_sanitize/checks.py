@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 
 from entangle_jax._src import conflict_rule
 from entangle_jax._src.targets.declaration import Declarations
@@ -457,32 +457,68 @@ def races(
 
 
 def host_runs(calls: list[SanitizedCall]) -> list[SanitizedCall]:
-  """`calls` with each host callback of a loop or a branch (whose run id
-  its recorder could not know) placed in an execution where the records
-  leave one choice: its module ran once (its places outside every loop
-  and branch, native or host, the sanitizer's anchor included, ran in one
-  execution). The others keep `callbacks.UNKNOWN_RUN`: not compared for
-  order, and counted. The anchor's own calls are left out."""
-  unknown = callbacks.UNKNOWN_RUN
-  if not any(
-    c.function is not None
-    and (c.run_id == unknown or c.function == sites.ANCHOR)
-    for c in calls
-  ):
-    return calls
-  host: dict[int, set[int]] = defaultdict(set)
+  """`calls` with each host callback of a loop or a branch placed in an
+  execution where the records leave one choice (`place_host_calls`, the
+  native calls' executions read from `calls`), the anchor's calls left
+  out."""
   native: dict[int, set[int]] = defaultdict(set)
+  with_native: set[int] = set()
+  host = []
   for call in calls:
-    if call.site is not None and not call.site.context:
-      if call.function is not None:
-        host[call.site.module.serial].add(call.run_id)
-      else:
+    if call.function is not None:
+      host.append(call)
+    elif call.site is not None:
+      with_native.add(call.site.module.serial)
+      if not call.site.context:
         native[call.site.module.serial].add(call.run_id)
+  placed = iter(place_host_calls(host, native, with_native))
   out = []
   for call in calls:
-    if call.run_id == callbacks.UNKNOWN_RUN and call.site is not None:
+    if call.function is None:
+      out.append(call)
+    elif call.function != sites.ANCHOR:
+      out.append(next(placed))
+  return out
+
+
+def place_host_calls(
+  host: list[SanitizedCall],
+  native: dict[int, set[int]],
+  with_native: Collection[int] = (),
+) -> list[SanitizedCall]:
+  """The host callbacks `host`, each of a loop or a branch (whose run id
+  its recorder could not know) placed in an execution where the records
+  leave one choice:
+
+  * its module ran once (its places outside every loop and branch, native
+    or host, the sanitizer's anchor included, ran in one execution);
+  * or its module, which made no native call, ran more than once, and
+    the records separate its executions (`_separated`).
+
+  The others keep `callbacks.UNKNOWN_RUN`: not compared for order, and
+  counted. The anchor's own calls are left out.
+
+  `native`: by module serial, the run ids of its native calls outside
+  every loop and branch; `with_native`: the serials of the modules that
+  made a native call anywhere (their executions are XLA's run ids, which
+  a host callback's recorder cannot tell apart).
+  """
+  unknown = callbacks.UNKNOWN_RUN
+  if not any(c.run_id == unknown or c.function == sites.ANCHOR for c in host):
+    return host
+  ran: dict[int, set[int]] = defaultdict(set)
+  of_module: dict[int, list[SanitizedCall]] = defaultdict(list)
+  for call in host:
+    if call.site is not None:
+      of_module[call.site.module.serial].append(call)
+      if not call.site.context:
+        ran[call.site.module.serial].add(call.run_id)
+  separated: dict[int, dict[int, int] | None] = {}
+  out = []
+  for call in host:
+    if call.run_id == unknown and call.site is not None:
       serial = call.site.module.serial
-      ids = host.get(serial, set())
+      ids = ran.get(serial, set())
       others = native.get(serial, set())
       if len(ids) <= 1 and len(others) <= 1 and (ids or others):
         # Host callbacks' run ids are their own (-1 - k): the one
@@ -490,9 +526,62 @@ def host_runs(calls: list[SanitizedCall]) -> list[SanitizedCall]:
         # branch ran, else the native calls'.
         one = next(iter(ids)) if ids else next(iter(others))
         call = dataclasses.replace(call, run_id=one)
+      elif len(ids) > 1 and serial not in with_native:
+        if serial not in separated:
+          separated[serial] = _separated(of_module[serial])
+        found = separated[serial]
+        if found is not None:
+          call = dataclasses.replace(call, run_id=found[id(call)])
     if call.function != sites.ANCHOR:  # It only counted executions.
       out.append(call)
   return out
+
+
+def _separated(calls: list[SanitizedCall]) -> dict[int, int] | None:
+  """Each host callback of a loop or a branch among one module's host
+  calls (its anchor's included), by id, with its execution's run id,
+  where the records separate the module's executions; else None.
+
+  They do when every call ran on one thread (a thread runs one execution
+  at a time: XLA:CPU calls an execution's host callbacks from the thread
+  that runs it) and, in order of start, the first call is a counted one
+  (outside every loop and branch: its run id says its execution) and each
+  execution's counted calls come before the next execution's. A call in a
+  loop or a branch then belongs to the execution whose counted call came
+  last before it. Executions on several threads, or a loop's call before
+  the first counted one (the anchor did not run first), are ambiguous.
+  """
+  if len({c.thread for c in calls}) != 1:
+    return None
+  unknown = callbacks.UNKNOWN_RUN
+  current: int | None = None
+  done: set[int] = set()
+  out: dict[int, int] = {}
+  for call in sorted(calls, key=_start):
+    if call.run_id != unknown:
+      if call.run_id != current:
+        if call.run_id in done:
+          return None  # An earlier execution's counted call came back.
+        if current is not None:
+          done.add(current)
+        current = call.run_id
+    elif current is None:
+      return None
+    else:
+      out[id(call)] = current
+  return out
+
+
+def repeated_handles(
+  call: SanitizedCall, touch: Touch, declarations: Declarations
+) -> list[int]:
+  """The values `call`'s object operand held more than once, where its
+  declaration says its elements are different objects (else none)."""
+  d = touch.declaration
+  if d is None or d.object is None or not declarations.distinct_for(d):
+    return []
+  values = call.values_of(d.object) or ()
+  return sorted({v for v in values if values.count(v) > 1})
 
 
 def contradictions(
@@ -509,17 +598,11 @@ def contradictions(
   safe pairs and repeated handles in one call are checked).
   """
   out: list[Contradiction] = []
-  distinct: dict[int, bool] = {}
   for call, touch in found.items():
     d = touch.declaration
-    if d is None or d.object is None:
+    if d is None:
       continue
-    if id(d) not in distinct:
-      distinct[id(d)] = declarations.distinct_for(d)
-    if not distinct[id(d)]:
-      continue
-    values = call.values_of(d.object) or ()
-    for value in sorted({v for v in values if values.count(v) > 1}):
+    for value in repeated_handles(call, touch, declarations):
       out.append(
         Contradiction(
           call,

@@ -9,7 +9,9 @@ contradictions of the declarations are reported with the test's output and
 fail it too. A test that called targets the sanitizer did not observe
 (registered before it started) is listed in the terminal summary, and
 fails under ``--entangle-sanitize=strict``. Under pytest-xdist each worker
-does the same for its tests.
+does the same for its tests, and hands its list of such tests to the
+controller (``workeroutput``, as the race check hands its findings), whose
+summary is the one shown.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ import pytest
 from entangle_jax.testing._sanitize import session
 
 EXPECTED = "entangle_races_expected"
+OUTPUT = "entangle_sanitize_unobserved"
+"""The key of an xdist worker's ``workeroutput`` that carries its tests
+that called unobserved targets: a list of [node id, [target, ...]]
+(plain lists: execnet sends them as they are)."""
 _SEEN = pytest.StashKey[session.Seen]()
 
 
@@ -72,6 +78,19 @@ class SanitizePlugin:
           "(import it in the test, not in a conftest.py imported earlier).\n"
           + text
         )
+
+  def pytest_sessionfinish(self, session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # An xdist worker: to the controller.
+      workeroutput[OUTPUT] = [
+        [nodeid, list(targets)] for nodeid, targets in self.unobserved
+      ]
+
+  @pytest.hookimpl(optionalhook=True)
+  def pytest_testnodedown(self, node, error) -> None:
+    """An xdist worker is done: its tests join the controller's list."""
+    sent = getattr(node, "workeroutput", {}).get(OUTPUT, [])
+    self.unobserved += [(nodeid, list(targets)) for nodeid, targets in sent]
 
   def pytest_terminal_summary(self, terminalreporter) -> None:
     if not self.unobserved:

@@ -10,22 +10,22 @@ import gc
 import re
 import sys
 import threading
-from collections.abc import Generator
-from typing import IO, Any
+from collections.abc import Generator, Sequence
+from typing import IO, TYPE_CHECKING, Any
 
 from entangle_jax._src.targets import sources
 from entangle_jax._src.targets.declaration import Declarations
 from entangle_jax.testing._sanitize import callbacks, checks, sites, wrapping
-from entangle_jax.testing._sanitize.calls import (
-  SanitizedCall,
-  from_callbacks,
-  from_records,
-)
+from entangle_jax.testing._sanitize import calls as calls_module
+from entangle_jax.testing._sanitize.calls import SanitizedCall, from_callbacks
 from entangle_jax.testing._sanitize.checks import (
   Contradiction,
   SanitizerRace,
   Unpaired,
 )
+
+if TYPE_CHECKING:  # numpy loads at a block's exit, not with the package.
+  from entangle_jax.testing._sanitize.columns import CallColumns, NativeColumns
 
 _SITE = re.compile(sites.SITE_ATTRIBUTE + r"\s*=\s*(\d+)")
 _lock = threading.Lock()
@@ -61,7 +61,9 @@ class Seen:
   """What a sanitized run showed, filled in when `sanitize` exits.
 
   Attributes:
-    calls: every recorded call, in order of start.
+    calls: every recorded call, in order of start (a sequence whose
+      calls are made on first use: a million calls cost nothing until
+      read).
     races: the calls on one object, one a write, that overlapped in time
       or ran out of their program's order (`SanitizerRace`).
     contradictions: calls declared distinct that named one object
@@ -78,14 +80,14 @@ class Seen:
       not be compared for order (`checks.Unpaired`: which calls ran in one
       iteration is not recorded).
     unknown_runs: host callbacks in a loop or a branch whose execution
-      could not be known (their module ran more than once, or the
-      sanitizer could not add its execution counter to it): not compared
-      for order.
+      could not be known (their module ran more than once and the
+      records do not separate its executions, or the sanitizer could not
+      add its execution counter to it): not compared for order.
     anything: calls taken as touching any object, by why (an undeclared
       target, more values than a record holds, ...), counted.
   """
 
-  calls: list[SanitizedCall] = dataclasses.field(default_factory=list)
+  calls: Sequence[SanitizedCall] = dataclasses.field(default_factory=list)
   races: list[SanitizerRace] = dataclasses.field(default_factory=list)
   contradictions: list[Contradiction] = dataclasses.field(default_factory=list)
   not_observed: list[str] = dataclasses.field(default_factory=list)
@@ -166,20 +168,29 @@ def sanitize(*, clear_caches: bool = True) -> Generator[Seen]:
         native.set_recording(False)
         callbacks.set_recording(False)
       records, more_operands, more_values, dropped = native.drain()
+      from entangle_jax.testing._sanitize.columns import (
+        CallColumns,
+        NativeColumns,
+      )
+
       # Millions of small objects, none in a cycle: the collector would
       # walk them again and again while they are made.
       collecting = gc.isenabled()
       gc.disable()
       try:
-        calls = checks.host_runs(
-          from_records(
-            records, native.record_layout, more_operands, more_values
-          )
-          + from_callbacks(callbacks.drain())
+        recorded = NativeColumns(
+          records, native.record_layout, more_operands, more_values
         )
         del records, more_operands, more_values
-        calls.sort(key=_start)
-        _fill(seen, calls, dropped, first_module)
+        host = from_callbacks(callbacks.drain())
+        if host:
+          with_native = {
+            s.module.serial for s in recorded.sites if s is not None
+          }
+          host = checks.place_host_calls(
+            host, _native_runs(recorded), with_native
+          )
+        _fill(seen, CallColumns(recorded, host), dropped, first_module)
       finally:
         if collecting:
           gc.enable()
@@ -188,34 +199,77 @@ def sanitize(*, clear_caches: bool = True) -> Generator[Seen]:
       _active = False
 
 
-def _start(call: SanitizedCall) -> int:
-  return call.start_ns
+def _native_runs(native: NativeColumns) -> dict[int, set[int]]:
+  """The run ids of each module's native calls outside every loop and
+  branch (`checks.place_host_calls`)."""
+  import numpy as np
+
+  from entangle_jax.testing._sanitize import candidates
+
+  pairs, _ = candidates.groups(native.site, native.columns["run_id"])
+  _, first = np.unique(pairs, return_index=True)
+  out: dict[int, set[int]] = collections.defaultdict(set)
+  run_ids = native.columns["run_id"][first].tolist()
+  for index, run_id in zip(native.site[first].tolist(), run_ids, strict=True):
+    site = native.sites[index]
+    if site is not None and not site.context:
+      out[site.module.serial].add(run_id)
+  return out
 
 
-def _fill(
-  seen: Seen, calls: list[SanitizedCall], dropped: int, first: int
-) -> None:
+def _fill(seen: Seen, columns: CallColumns, dropped: int, first: int) -> None:
+  """Fills `seen` from the run's calls: the checks see only the calls
+  that can be in a finding (`candidates`), and the counts come from the
+  columns."""
+  import numpy as np
+
+  from entangle_jax.testing._sanitize import candidates
+  from entangle_jax.testing._sanitize.columns import LazyCalls
+
   declarations = sources.current()
   seen.declarations = declarations
-  seen.calls = calls
+  seen.calls = LazyCalls(columns)
   seen.dropped = dropped
-  seen.unknown_places = sum(c.site is None for c in calls)
+  nowhere = [k for k, site in enumerate(columns.sites) if site is None]
+  seen.unknown_places = int(np.isin(columns.site, nowhere).sum())
   reasons = {n.name: n.reason for n in wrapping.not_wrapped()}
   seen.not_observed = sorted(
     f"{t} ({reasons[t]})" if t in reasons else t
     for t in {t for m in sites.modules_since(first) for t in m.not_observed}
   )
   seen.unknown_runs = sum(
-    c.function is not None and c.run_id == callbacks.UNKNOWN_RUN for c in calls
+    c.function is not None and c.run_id == callbacks.UNKNOWN_RUN
+    for c in columns.host
   )
-  found = checks.touched(calls, declarations)
+  # What each key touches, asked of one call of it (`touches` as it is).
+  representatives = columns.at(np.array(columns.representatives, np.int64))
+  touch = [calls_module.touches(c, declarations) for c in representatives]
   anything: dict[str, int] = {}
-  touches = {id(t): t for t in found.values()}
-  for key, n in collections.Counter(map(id, found.values())).items():
-    for obj in touches[key].objects:
+  for t, n in zip(touch, _counts(columns.key), strict=False):
+    for obj in t.objects:
       if obj.anything and obj.why:
         anything[obj.why] = anything.get(obj.why, 0) + n
   seen.anything = anything
+  key_touches = np.array([bool(t.objects) for t in touch], dtype=bool)
+  key_repeats = np.array(
+    [
+      bool(checks.repeated_handles(c, t, declarations))
+      for c, t in zip(representatives, touch, strict=True)
+    ],
+    dtype=bool,
+  )
+  empty = np.zeros(0, dtype=bool)
+  picked = candidates.needed(
+    columns.start_ns,
+    columns.end_ns,
+    columns.serials(),
+    columns.site,
+    columns.run_id,
+    key_touches[columns.key] if len(touch) else empty,
+    key_repeats[columns.key] if len(touch) else empty,
+  )
+  keys = columns.key[picked].tolist()
+  found = dict(zip(columns.at(picked), (touch[k] for k in keys), strict=True))
   runs = checks.executions(found)
   seen.races = checks.races(found, seen.unpaired, runs)
   static = _Static(declarations)
@@ -223,6 +277,13 @@ def _fill(
   seen.contradictions = checks.contradictions(
     found, declarations, static.distinct, runs
   )
+
+
+def _counts(index) -> list[int]:
+  """How many times each value of a dense index (a numpy array) occurs."""
+  import numpy as np
+
+  return np.bincount(index).tolist() if len(index) else []
 
 
 class _Static:
@@ -395,7 +456,8 @@ def _object_words(seen: Seen, race: SanitizerRace) -> str:
 
 def format_seen(seen: Seen) -> str:
   """`Seen.report`'s text."""
-  origin = min((c.start_ns for c in seen.calls), default=0)
+  # The calls are in order of start: the first began first.
+  origin = seen.calls[0].start_ns if len(seen.calls) else 0
   lines = [_headline(seen)]
   if seen.not_observed:
     lines.append(
@@ -439,8 +501,10 @@ def format_seen(seen: Seen) -> str:
   if seen.unknown_runs:
     lines.append(
       f"  {seen.unknown_runs} host callbacks in a loop or a branch whose "
-      "execution is not recorded (their module ran more than once, or had "
-      "no execution counter), so their order was not checked"
+      "execution is not recorded (their module ran more than once and the "
+      "records do not separate its executions: on several threads, or with "
+      "native calls; or it had no execution counter), so their order was "
+      "not checked"
     )
   for why, n in sorted(seen.anything.items()):
     lines.append(f"  {n} calls taken as touching any object: {why}")
