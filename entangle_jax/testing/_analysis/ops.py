@@ -6,7 +6,7 @@ import dataclasses
 import functools
 import re
 
-from entangle_jax._src import conflict_rule
+from entangle_jax._src import access_marker, conflict_rule
 from entangle_jax._src.targets.declaration import TargetDeclaration
 from entangle_jax.testing import _hlo
 from entangle_jax.testing._analysis import source_lines as _source_lines
@@ -60,7 +60,7 @@ class Op:
     """`scope` without the components ``Resource`` adds to record accesses
     (a wrapped one keeps its wrappers, as ``transpose(jvp())``, so a
     backward-pass op still says so)."""
-    return access.without_markers(self.instruction.op_name)
+    return access_marker.without_markers(self.instruction.op_name)
 
   @property
   def shared_across_devices(self) -> bool:
@@ -76,7 +76,7 @@ class Op:
     """Whether the op is a backward-pass op (under ``transpose(...)``)
     that JAX gave the ``Resource`` record of a forward call: the record is
     not the op's own, so it does not decide what the op accesses."""
-    return access.marks(self.instruction.op_name).backward
+    return access_marker.marks(self.instruction.op_name).backward
 
   @property
   def access_text(self) -> str:

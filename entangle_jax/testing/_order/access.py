@@ -10,7 +10,8 @@ from:
    (`entangle_jax._src.access_marker`), which survives ``jit``, ``scan``,
    ``vmap``, ``shard_map`` and ``jax.export``. A record that JAX copied
    onto a derived op (the backward pass of a ``custom_vjp``, under
-   ``transpose(...)``) is not the op's own: such an op may write.
+   ``transpose(...)``) is not the op's own: such an op may write
+   (`entangle_jax._src.access_marker.marks` reads the records).
 2. Declarations (`entangle_jax._src.targets.declarations`): a target's mode
    (``"read"``, ``"write"``, or ``"none"``, which touches nothing shared).
 3. Nothing: the call may write anything.
@@ -23,22 +24,15 @@ question; when two calls conflict, given that, is
 from __future__ import annotations
 
 import dataclasses
-import functools
-import re
 
-from entangle_jax._src import access_marker, conflict_rule
-from entangle_jax._src.access_marker import Mode
+from entangle_jax._src import conflict_rule
+from entangle_jax._src.access_marker import Mode, marks
 from entangle_jax._src.conflict_rule import Evidence
 from entangle_jax._src.targets.declaration import (
   TargetDeclaration,
   pattern_matches,
 )
 from entangle_jax.testing._order import bitsets, objects
-
-_WRAPPER = re.compile(r"(vmap|jvp|transpose)\(")
-# The scope JAX opens around a forward computation that jax.checkpoint
-# recomputes in the backward pass.
-_REMATTED = "rematted_computation"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,118 +59,6 @@ UNKNOWN = (Access(None, "write"),)
 """What a call accesses when nothing says otherwise."""
 
 
-def unwrap(component: str) -> str:
-  """A scope component without JAX's transformation wrappers.
-
-  JAX writes ``vmap``, ``jvp`` and ``transpose`` around the first component
-  opened inside them (``vmap(read)``, ``transpose(jvp(read))``), or as
-  ``vmap()`` when there is none.
-  """
-  return _wrappers(component)[0]
-
-
-@functools.lru_cache(maxsize=4096)
-def _wrappers(component: str) -> tuple[str, tuple[str, ...]]:
-  """`component` without its wrappers, and the wrappers, outermost first."""
-  found = []
-  while component.endswith(")") and (match := _WRAPPER.match(component)):
-    found.append(match.group(1))
-    component = component[match.end() : -1]
-  return component, tuple(found)
-
-
-@dataclasses.dataclass(frozen=True)
-class Marks:
-  """The ``Resource`` records in one ``op_name``.
-
-  Attributes:
-    accesses: the records that are the op's own, outermost first.
-    inherited: records JAX copied from the forward pass onto a backward
-      op: every record at or inside the first component wrapped in
-      ``transpose(...)``. JAX wraps only the first component of the
-      forward call's scopes, so a record the backward rule opened itself
-      cannot be told apart from a copied one there; neither counts.
-  """
-
-  accesses: tuple[Access, ...] = ()
-  inherited: tuple[Access, ...] = ()
-
-  @property
-  def backward(self) -> bool:
-    """Whether the op is a backward-pass op under a ``Resource`` record."""
-    return bool(self.inherited)
-
-
-_NO_MARKS = Marks()
-
-
-@functools.lru_cache(maxsize=4096)
-def marks(op_name: str) -> Marks:
-  """The ``Resource`` records of `op_name` (`Marks`).
-
-  A forward call that ``jax.checkpoint`` recomputes in the backward pass
-  is the forward call again: JAX writes ``rematted_computation`` after the
-  transposed component (``transpose(jvp(entangle_jax:read:ps))/
-  jvp(entangle_jax:read:ps)/checkpoint/rematted_computation/ffi_call``;
-  jax 0.6.2 without the second copy of the forward scopes), and the
-  records of the forward scopes are its own.
-  """
-  if access_marker.PREFIX not in op_name:
-    return _NO_MARKS
-  components = [_wrappers(c) for c in op_name.split("/")]
-  first = next(
-    (k for k, (_, w) in enumerate(components) if "transpose" in w), None
-  )
-  rematted = first is not None and any(
-    inner == _REMATTED for inner, _ in components[first + 1 :]
-  )
-  own: list[Access] = []
-  inherited: list[Access] = []
-  recomputed: list[tuple[int, Access]] = []
-  for k, (inner, _) in enumerate(components):
-    parsed = access_marker.parse_component(inner)
-    if parsed is None:
-      continue
-    mode, name = parsed
-    if first is None or k < first:
-      own.append(Access(name, mode))
-    elif rematted:
-      recomputed.append((k, Access(name, mode)))
-    else:
-      inherited.append(Access(name, mode))
-  if recomputed:
-    # jax 0.10 and 0.12 write the forward scopes again after the
-    # transposed component; jax 0.6.2 only inside it.
-    assert first is not None  # Set whenever something is recomputed.
-    later = [a for k, a in recomputed if k > first]
-    own += later or [a for _, a in recomputed]
-  if not own and not inherited:
-    return _NO_MARKS
-  return Marks(tuple(own), tuple(inherited))
-
-
-def has_marks(op_name: str) -> bool:
-  """Whether `op_name` holds any ``Resource`` record, own or copied."""
-  return marks(op_name) is not _NO_MARKS
-
-
-@functools.lru_cache(maxsize=4096)
-def without_markers(op_name: str) -> str:
-  """`op_name` without the components that record ``Resource`` accesses;
-  a wrapped record keeps its wrappers (``transpose(jvp())``), so a
-  backward-pass op still says so."""
-  if access_marker.PREFIX not in op_name:
-    return op_name
-  kept = []
-  for component in op_name.split("/"):
-    inner, wrappers = _wrappers(component)
-    if access_marker.parse_component(inner) is None:
-      kept.append(component)
-    elif wrappers:
-      kept.append("".join(f"{w}(" for w in wrappers) + ")" * len(wrappers))
-  return "/".join(kept)
-
-
 def accesses_of(
   op_name: str,
   target: str | None,
@@ -198,7 +80,10 @@ def accesses_of(
   found = marks(op_name)
   if found.accesses:
     *outer, inner = found.accesses
-    return (*outer, Access(inner.resource, inner.mode, object_ref))
+    return (
+      *(Access(r.resource, r.mode) for r in outer),
+      Access(inner.resource, inner.mode, object_ref),
+    )
   # Records copied onto a backward op say nothing of it: its declaration
   # decides, else it may write.
   mode = declaration.mode if declaration is not None else "write"

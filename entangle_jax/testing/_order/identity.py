@@ -30,10 +30,11 @@ from __future__ import annotations
 import math
 import re
 
+from entangle_jax._src import access_marker
 from entangle_jax._src.targets.declaration import Declarations
 from entangle_jax._src.targets.names import ENTANGLE_TARGET
 from entangle_jax.testing._hlo import Instruction, Module, compact_operands
-from entangle_jax.testing._order import access, rules
+from entangle_jax.testing._order import rules
 from entangle_jax.testing._order.dataflow import Dataflow
 from entangle_jax.testing._order.edges import Computation, Path
 from entangle_jax.testing._order.objects import ObjectRef, Root
@@ -84,7 +85,7 @@ class ObjectFinder:
           f"{len(i.operands)} operands"
         )
       return declaration.object
-    if access.has_marks(i.op_name) and i.operands:
+    if access_marker.has_marks(i.op_name) and i.operands:
       return 0  # Resource passes the token first.
     return None
 
@@ -190,7 +191,7 @@ class ObjectFinder:
           i, computation.instructions[computation.index[given]]
         )
       return declaration.returns_object
-    own = access.marks(i.op_name).accesses
+    own = access_marker.marks(i.op_name).accesses
     if own and own[-1].mode == "write":
       return None  # A Resource write returns the next token.
     return ()
