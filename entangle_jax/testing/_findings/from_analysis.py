@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from entangle_jax._src import conflict_rule
+from entangle_jax._src import access_policy, conflict_rule
 from entangle_jax._src.targets import names as target_names
 from entangle_jax._src.targets import shipped
 from entangle_jax.testing._analysis import source_lines
@@ -190,12 +190,12 @@ def _handed_back(op: Op) -> int | None:
 
 
 def _object_operand(op: Op) -> int | None:
-  """The operand of `op` that names its object: declared, or a Resource's
-  token (operand 0)."""
-  declaration = op.declaration
-  if declaration is not None and declaration.object is not None:
-    return declaration.object
-  return 0 if op.scope != op.user_scope else None
+  """The operand of `op` that names its object, as the one access policy
+  says: declared, or a Resource's token (operand 0)."""
+  i = op.instruction
+  return access_policy.object_operand(
+    op.declaration, i.op_name, len(i.operands)
+  )
 
 
 def _order_fix(race: Race) -> tuple[str, ...]:

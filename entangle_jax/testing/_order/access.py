@@ -1,24 +1,14 @@
-"""What each call reads and writes: the conflict model behind ``races``.
+"""What each call reads and writes, in the race check's terms: the
+conflict model behind ``races``.
 
 Two calls *conflict* when they may touch one object and at least one of
-them writes it. What a call does (its mode) is known, first match wins,
-from:
-
-1. ``Resource``: a call made inside ``Resource.read`` or
-   ``Resource.write`` reads or writes that ``Resource``'s object.
-   ``Resource`` records this in the call's ``op_name``
-   (`entangle_jax._src.access_marker`), which survives ``jit``, ``scan``,
-   ``vmap``, ``shard_map`` and ``jax.export``. A record that JAX copied
-   onto a derived op (the backward pass of a ``custom_vjp``, under
-   ``transpose(...)``) is not the op's own: such an op may write
-   (`entangle_jax._src.access_marker.marks` reads the records).
-2. Declarations (`entangle_jax._src.targets.declarations`): a target's mode
-   (``"read"``, ``"write"``, or ``"none"``, which touches nothing shared).
-3. Nothing: the call may write anything.
-
-Which object a call touches is `entangle_jax.testing._order.objects`'s
-question; when two calls conflict, given that, is
-`entangle_jax._src.conflict_rule`'s, which ``in_program_order`` asks too.
+them writes it. What a call does, and which operand names its object, is
+the one access policy's answer (`entangle_jax._src.access_policy`: a
+``Resource`` record, else the target's declaration, else "may write
+anything"); this module turns its `Footprint` into the check's `Access`
+records, whose objects are HLO values (`entangle_jax.testing._order.objects`).
+When two calls conflict, given that, is `entangle_jax._src.conflict_rule`'s,
+which ``in_program_order`` and the sanitizer ask too.
 """
 
 from __future__ import annotations
@@ -26,12 +16,9 @@ from __future__ import annotations
 import dataclasses
 
 from entangle_jax._src import conflict_rule
-from entangle_jax._src.access_marker import Mode, marks
+from entangle_jax._src.access_marker import Mode
+from entangle_jax._src.access_policy import Footprint
 from entangle_jax._src.conflict_rule import Evidence
-from entangle_jax._src.targets.declaration import (
-  TargetDeclaration,
-  pattern_matches,
-)
 from entangle_jax.testing._order import bitsets, objects
 
 
@@ -59,40 +46,20 @@ UNKNOWN = (Access(None, "write"),)
 """What a call accesses when nothing says otherwise."""
 
 
-def accesses_of(
-  op_name: str,
-  target: str | None,
-  declaration: TargetDeclaration | None,
-  read_targets: frozenset[str] | None = None,
-  object_ref: objects.ObjectRef | None = None,
-) -> tuple[Access, ...]:
-  """What a call with this ``op_name`` and custom-call target accesses.
-
-  Args:
-    op_name: the call's ``op_name``.
-    target: its custom-call target, if it is a custom call.
-    declaration: the declaration of `target`, if any.
-    read_targets: when given, the targets (names or globs) whose calls
-      only read, in place of the declarations' modes.
-    object_ref: the object the call's operands name, if known; it goes to
-      the innermost access (the ``Resource`` the call was made in).
-  """
-  found = marks(op_name)
-  if found.accesses:
-    *outer, inner = found.accesses
+def accesses_of(found: Footprint[objects.ObjectRef]) -> tuple[Access, ...]:
+  """The race check's accesses of a call whose footprint the one policy
+  found (`entangle_jax._src.access_policy.footprint`): one per
+  ``Resource`` record it was made in, the innermost on its object, or
+  one access of its declared mode; none for a call that touches nothing."""
+  if found.records:
+    *outer, inner = found.records
     return (
       *(Access(r.resource, r.mode) for r in outer),
-      Access(inner.resource, inner.mode, object_ref),
+      Access(inner.resource, inner.mode, found.object),
     )
-  # Records copied onto a backward op say nothing of it: its declaration
-  # decides, else it may write.
-  mode = declaration.mode if declaration is not None else "write"
-  if read_targets is not None and target is not None:
-    listed = any(pattern_matches(r, target) for r in read_targets)
-    mode = "read" if listed else ("write" if mode == "read" else mode)
-  if mode == "none":
+  if found.mode == "none":
     return ()
-  return (Access(None, mode, object_ref),)
+  return (Access(None, found.mode, found.object),)
 
 
 def _evidence(x: Access, y: Access, across_devices: bool = False) -> Evidence:
