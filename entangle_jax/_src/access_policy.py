@@ -128,6 +128,7 @@ def footprint(
   operands: Sequence[P | None] = (),
   op_name: str = "",
   side_effect: bool = True,
+  host_callback: bool | None = None,
   read_targets: frozenset[str] | None = None,
 ) -> Footprint[P]:
   """What a call of `target` touches (see the module).
@@ -141,11 +142,18 @@ def footprint(
       ``Resource`` records).
     side_effect: whether the call is side-effecting (a host callback that
       is not is ``pure_callback``'s).
+    host_callback: whether the call is a host callback, where the stage
+      knows it otherwise than by its target (the sanitizer's recorder);
+      None: by its target (`names.is_host_callback`).
     read_targets: when given, the targets (names or globs) whose calls
       only read, in place of the declarations' modes (``races``'s
       ``read_targets``).
   """
-  if target is not None and is_pure_host_callback(target, side_effect):
+  if host_callback is None:
+    pure = target is not None and is_pure_host_callback(target, side_effect)
+  else:
+    pure = host_callback and not side_effect
+  if pure:
     return _NOTHING
   declaration = declarations.for_target(target)
   own = access_marker.marks(op_name).accesses if op_name else ()
