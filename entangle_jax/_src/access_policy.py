@@ -205,3 +205,8 @@ def distinct_elements(
   objects for calls that `declaration` describes (its say, else the
   project's)."""
   return declarations.distinct_for(declaration)
+
+
+def distinct_elements_of(declarations: Declarations, target: str) -> bool:
+  """`distinct_elements` for the calls of `target`, by its declaration."""
+  return declarations.distinct_for(declarations.for_target(target))

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from jax.core import Tracer
 
-from entangle_jax._src import access_marker, conflict_rule
+from entangle_jax._src import access_marker, access_policy, conflict_rule
 from entangle_jax._src.conflict_rule import Evidence
 from entangle_jax._src.targets.declaration import Declarations
 
@@ -162,9 +162,9 @@ def _part_conflict(x: Part, y: Part, decls: Declarations) -> bool:
   if x.obj is None or y.obj is None:
     evidence = Evidence()  # Anything: it may be any object.
   else:
-    distinct = decls.distinct_for(decls.for_target(x.target)) and (
-      decls.distinct_for(decls.for_target(y.target))
-    )
+    distinct = access_policy.distinct_elements_of(
+      decls, x.target
+    ) and access_policy.distinct_elements_of(decls, y.target)
     evidence = x.obj.evidence(y.obj, distinct)
   return conflict_rule.conflict(x.mode, y.mode, safe=safe, evidence=evidence)
 
