@@ -13,6 +13,7 @@ import threading
 from collections.abc import Generator
 from typing import IO, Any
 
+from entangle_jax._src import access_policy
 from entangle_jax._src.targets import sources
 from entangle_jax._src.targets.declaration import Declarations
 from entangle_jax.testing._sanitize import callbacks, checks, sites, wrapping
@@ -384,7 +385,7 @@ def _object_words(seen: Seen, race: SanitizerRace) -> str:
   if race.object.anything or seen.declarations is None:
     return text
   for call in (race.first, race.second):
-    d = seen.declarations.for_target(call.target)
+    d = access_policy.footprint(call.target, seen.declarations).declaration
     if d is None or d.object is None:
       continue
     if d.argument is not None:
