@@ -63,13 +63,17 @@ class Op:
     return access_marker.without_markers(self.instruction.op_name)
 
   @property
+  def devices(self) -> str | None:
+    """Its target's declared ``devices`` (None: nothing declared)."""
+    return None if self.declaration is None else self.declaration.devices
+
+  @property
   def shared_across_devices(self) -> bool:
     """Whether its target's object may be one for every device, so its
     copies on the devices of an SPMD module may conflict with each other:
     unless declared ``devices = "per-device"`` (a call nothing declares
     may touch process-wide state, as it may write anything)."""
-    d = self.declaration
-    return conflict_rule.shared_across_devices(None if d is None else d.devices)
+    return conflict_rule.shared_across_devices(self.devices)
 
   @property
   def backward(self) -> bool:
@@ -235,6 +239,18 @@ class Race(tuple[str, str]):
     race.across_devices = across_devices
     race.order_known = order_known
     return race
+
+  @property
+  def verdicts(self) -> list[conflict_rule.Verdict]:
+    """The one rule's verdict on each pair of the two ops' accesses (on
+    two devices where the race is `across_devices`): what reports read
+    for why the pair is reported."""
+    return access.verdicts(
+      self.first.accesses,
+      self.second.accesses,
+      across_devices=self.across_devices,
+      devices=(self.first.devices, self.second.devices),
+    )
 
   def __getnewargs_ex__(self) -> tuple[tuple[Op, Op], dict[str, bool]]:
     # Pickled whole (a pytest-xdist worker hands its results over so).

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 
 from entangle_jax._src import access_policy
 from entangle_jax._src.access_policy import Footprint
+from entangle_jax._src.conflict_rule import Verdict
 from entangle_jax._src.targets import sources
 from entangle_jax._src.targets.declaration import (
   Declarations,
@@ -350,9 +351,24 @@ class OrderAnalysis:
   def conflict(self, a: Op, b: Op) -> bool:
     """Whether `a` and `b` may access one object, one of them writing, and
     no declared safe pair covers their targets."""
+    return any(v.conflict for v in self.verdicts(a, b))
+
+  def verdicts(
+    self, a: Op, b: Op, *, across_devices: bool = False
+  ) -> list[Verdict]:
+    """The one rule's verdict on each pair of an access of `a` and one of
+    `b`, and why (`conflict_rule.Verdict`); on two different devices of
+    the module where `across_devices`, where a target declared
+    ``"per-device"`` touches each device's own object."""
     _check_ops(self, (a, b))
     safe = self.declarations.safe(a.target, b.target) is not None
-    return access.conflict(a.accesses, b.accesses, safe=safe)
+    return access.verdicts(
+      a.accesses,
+      b.accesses,
+      safe=safe,
+      across_devices=across_devices,
+      devices=(a.devices, b.devices),
+    )
 
   def is_race(self, a: Op, b: Op) -> bool:
     """Whether `a` and `b` may conflict and nothing keeps them from running

@@ -18,7 +18,7 @@ import dataclasses
 from entangle_jax._src import conflict_rule
 from entangle_jax._src.access_marker import Mode
 from entangle_jax._src.access_policy import Footprint
-from entangle_jax._src.conflict_rule import Evidence
+from entangle_jax._src.conflict_rule import Evidence, Verdict
 from entangle_jax.testing._order import bitsets, objects
 
 
@@ -69,7 +69,7 @@ def _evidence(x: Access, y: Access, across_devices: bool = False) -> Evidence:
   device holds it alike, and values built to differ on each device are
   different objects (`objects.ObjectRef.same_across_devices`,
   `objects.ObjectRef.distinct_across_devices`)."""
-  same = distinct = False
+  same = distinct = elements = False
   if x.object is not None and y.object is not None:
     if across_devices:
       same = x.object.same_across_devices(y.object)
@@ -77,7 +77,46 @@ def _evidence(x: Access, y: Access, across_devices: bool = False) -> Evidence:
     else:
       same = x.object.same(y.object)
       distinct = x.object.distinct(y.object)
-  return Evidence(same, distinct, (x.resource, y.resource))
+    elements = x.object.may_differ_by_element(y.object)
+  return Evidence(
+    same,
+    distinct,
+    (x.resource, y.resource),
+    (_anything(x), _anything(y)),
+    elements,
+  )
+
+
+def _anything(x: Access) -> bool:
+  """Whether nothing names the object of `x`: no object, no name."""
+  return x.resource is None and x.object is None
+
+
+def verdicts(
+  a: tuple[Access, ...],
+  b: tuple[Access, ...],
+  *,
+  safe: bool = False,
+  across_devices: bool = False,
+  devices: tuple[str | None, str | None] = ("shared", "shared"),
+) -> list[Verdict]:
+  """The one rule's verdict on each pair of an access of `a` and one of
+  `b` (`safe`: a declared safe pair covers their targets;
+  `across_devices`: the calls run on two different devices of one SPMD
+  module, of targets declared `devices`). The calls conflict when one
+  verdict says so."""
+  return [
+    conflict_rule.verdict(
+      x.mode,
+      y.mode,
+      safe=safe,
+      evidence=_evidence(x, y, across_devices),
+      accesses=(x, y),
+      devices=devices if across_devices else None,
+    )
+    for x in a
+    for y in b
+  ]
 
 
 def conflict(
@@ -85,11 +124,7 @@ def conflict(
 ) -> bool:
   """Whether calls with accesses `a` and `b` may conflict (`safe`: a
   declared safe pair covers their targets)."""
-  return any(
-    conflict_rule.conflict(x.mode, y.mode, safe=safe, evidence=_evidence(x, y))
-    for x in a
-    for y in b
-  )
+  return any(v.conflict for v in verdicts(a, b, safe=safe))
 
 
 def conflict_across_devices(
@@ -97,13 +132,7 @@ def conflict_across_devices(
 ) -> bool:
   """Whether calls with accesses `a` and `b`, on two different devices of
   one SPMD module, may conflict."""
-  return any(
-    conflict_rule.conflict(
-      x.mode, y.mode, safe=safe, evidence=_evidence(x, y, across_devices=True)
-    )
-    for x in a
-    for y in b
-  )
+  return any(v.conflict for v in verdicts(a, b, safe=safe, across_devices=True))
 
 
 class ConflictMasks:
