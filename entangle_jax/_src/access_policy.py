@@ -110,6 +110,23 @@ def object_operand(
   return None
 
 
+def check_object_operand(found: Footprint, operands: int, call: str) -> None:
+  """Raises unless the call (`call`, in words) with `operands` operands has
+  the object operand its declaration names: a declaration that names an
+  operand the call lacks is wrong for it, and every stage that can count
+  a call's operands says so (the sanitizer cannot: it records only that
+  operand).
+
+  Raises:
+    ValueError: naming the declaration, the operand and the call.
+  """
+  if found.operand is not None and found.operand >= operands:
+    raise ValueError(
+      f"the declaration {found.declaration} names operand "
+      f"{found.operand}, but {call} has {operands} operands"
+    )
+
+
 def _returned(
   declaration: TargetDeclaration | None, own: tuple[Record, ...]
 ) -> tuple[int, ...] | None:

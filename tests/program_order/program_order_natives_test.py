@@ -29,6 +29,7 @@ from entangle_jax._src.targets import in_code, names, sources
 from entangle_jax._src.targets.declaration import TargetDeclaration
 from entangle_jax.testing import example_store
 from tests import test_util
+from tests.program_order import program_order_programs as programs
 
 ENTANGLE = "entangle_jax_entangle"
 
@@ -229,6 +230,35 @@ class PrimitiveOrderTest(absltest.TestCase):
     # Ordered as a call that may write anything: after the write.
     prims = [e.primitive.name for e in natives.all_eqns(traced.jaxpr)]
     self.assertEqual(prims.count("entangle"), 1)
+
+
+class DeclaredOperandTest(absltest.TestCase):
+  def test_a_declared_operand_the_call_lacks_is_an_error_in_both(self):
+    # One access policy (issue 59): a declaration naming an operand the
+    # call does not have is an error in the transform as in the race
+    # check, where the transform had taken the call for one on anything.
+    target = programs.UNDECLARED_WRITE
+    write = jax.ffi.ffi_call(
+      target, jax.ShapeDtypeStruct((), jnp.int32), has_side_effect=True
+    )
+
+    def f(s):
+      return write(write(s, jnp.float32(1.0)), jnp.float32(2.0))
+
+    s = jnp.int32(3)
+    wrong = TargetDeclaration(target, "write", 3, source="test")
+    with unittest.mock.patch.dict(in_code.DECLARED, {target: wrong}):
+      with self.assertRaisesRegex(ValueError, "names operand 3, but %"):
+        testing.races(compiled(f, s))
+      with self.assertRaisesRegex(
+        ValueError, f"names operand 3, but the call of `{target}` has 2"
+      ):
+        jax.jit(in_program_order(f)).lower(s)
+    # Control: the operand it has.
+    right = TargetDeclaration(target, "write", 0, (0,), source="test")
+    with unittest.mock.patch.dict(in_code.DECLARED, {target: right}):
+      self.assertEqual(testing.races(compiled(f, s)), [])
+      jax.jit(in_program_order(f)).lower(s)
 
 
 class CallbackTest(absltest.TestCase):

@@ -73,10 +73,17 @@ def _one(
 ) -> NativeCall | None:
   """A call of `target` whose operands are `eqn`'s inputs, one to one: what
   it touches is the one access policy's answer, each operand's provenance
-  the input that carries it (`entangle_jax._src.access_policy`)."""
+  the input that carries it (`entangle_jax._src.access_policy`).
+
+  Raises:
+    ValueError: its declaration names an operand the call lacks.
+  """
   label = target if label is None else label
   found = access_policy.footprint(
     target, decls, operands=range(len(eqn.invars)), side_effect=side_effect
+  )
+  access_policy.check_object_operand(
+    found, len(eqn.invars), f"the call of `{label}`"
   )
   if found.touches_nothing:
     return None
@@ -183,6 +190,11 @@ def _read_lowering(eqn, decls: Declarations) -> NativeCall | None:
       continue
     touched = access_policy.footprint(
       target, decls, operands=call.operands, side_effect=call.side_effect
+    )
+    access_policy.check_object_operand(
+      touched,
+      len(call.operands),
+      f"the custom call of `{target}` in `{eqn.primitive.name}`'s lowering",
     )
     if touched.touches_nothing:
       continue  # A pure_callback, or declared to touch nothing.

@@ -99,14 +99,10 @@ class ObjectFinder:
       ValueError: its declaration names an operand `i` does not have.
     """
     found = self.footprint(i)
-    operand = found.operand
-    if operand is not None and operand >= len(i.operands):
-      raise ValueError(
-        f"the declaration {found.declaration} names operand "
-        f"{operand}, but %{i.name} (line {i.line}) has "
-        f"{len(i.operands)} operands"
-      )
-    return operand
+    access_policy.check_object_operand(
+      found, len(i.operands), f"%{i.name} (line {i.line})"
+    )
+    return found.operand
 
   def object_of(self, i: Instruction) -> ObjectRef | None:
     """The object custom call `i` touches, or None: the whole library."""
