@@ -285,6 +285,33 @@ class CallbackTest(absltest.TestCase):
       self.assertEqual(entangles(compiled(in_program_order(f), 1.0)), 0)
     self.assertEqual(entangles(compiled(in_program_order(f), 1.0)), 1)
 
+  def test_on_tpu_a_host_callback_is_the_target_the_check_reads(self):
+    # On TPU the race check reads a host callback's transfers as one call
+    # of TPU_HOST_CALLBACK_TARGET; the transform names it so too (it had
+    # named the CPU's target), so one declaration of it applies to both.
+    tpu = names.TPU_HOST_CALLBACK_TARGET
+    self.assertEqual(names.host_callback_target("io_callback", "tpu"), tpu)
+    (eqn,) = jax.make_jaxpr(
+      lambda x: io_callback(lambda v: v, jax.ShapeDtypeStruct((), x.dtype), x)
+    )(jnp.float32(1)).eqns
+    on_tpu = unittest.mock.patch.object(
+      jax, "default_backend", return_value="tpu"
+    )
+    with on_tpu:
+      found = natives.native_call(eqn, sources.current())
+      assert found is not None
+      self.assertIn(tpu, found.label)
+      nothing = TargetDeclaration(tpu, "none", source="test")
+      with unittest.mock.patch.dict(in_code.DECLARED, {tpu: nothing}):
+        self.assertIsNone(natives.native_call(eqn, sources.current()))
+    # Control: on CPU, the CPU's target, which that declaration leaves be.
+    cpu = names.host_callback_target("io_callback", "cpu")
+    self.assertNotEqual(cpu, tpu)
+    with unittest.mock.patch.dict(in_code.DECLARED, {tpu: nothing}):
+      found = natives.native_call(eqn, sources.current())
+    assert found is not None
+    self.assertIn(cpu, found.label)
+
   def test_every_host_callback_target_is_one(self):
     for target in (
       "xla_ffi_python_cpu_callback",
