@@ -115,6 +115,31 @@ def may_share(evidence: Evidence) -> bool:
   return a is None or b is None or a == b
 
 
+def _reason(
+  mode_a: str,
+  mode_b: str,
+  safe: bool,
+  evidence: Evidence,
+  devices: tuple[str | None, str | None] | None,
+) -> Reason:
+  """Rules 1 to 3, and the device rule: what decides, first match wins."""
+  if not modes_conflict(mode_a, mode_b):
+    return Reason.READS
+  if devices is not None and not all(map(shared_across_devices, devices)):
+    return Reason.PER_DEVICE
+  if safe:
+    return Reason.SAFE_PAIR
+  if evidence.same:
+    return Reason.SAME_OBJECT
+  if evidence.distinct:
+    return Reason.DISTINCT_OBJECTS
+  return Reason.MAY_SHARE if may_share(evidence) else Reason.DIFFERENT_NAMES
+
+
+_CONFLICTING = frozenset({Reason.SAME_OBJECT, Reason.MAY_SHARE})
+"""The reasons that make two calls conflict."""
+
+
 def verdict(
   mode_a: str,
   mode_b: str,
@@ -137,28 +162,19 @@ def verdict(
       their targets' declared ``devices`` (`shared_across_devices`); None
       for two calls on one device.
   """
-  if not modes_conflict(mode_a, mode_b):
-    found, reason = False, Reason.READS
-  elif devices is not None and not all(map(shared_across_devices, devices)):
-    found, reason = False, Reason.PER_DEVICE
-  elif safe:
-    found, reason = False, Reason.SAFE_PAIR
-  elif evidence.same:
-    found, reason = True, Reason.SAME_OBJECT
-  elif evidence.distinct:
-    found, reason = False, Reason.DISTINCT_OBJECTS
-  elif may_share(evidence):
-    found, reason = True, Reason.MAY_SHARE
-  else:
-    found, reason = False, Reason.DIFFERENT_NAMES
-  return Verdict(found, reason, (mode_a, mode_b), evidence, accesses)
+  reason = _reason(mode_a, mode_b, safe, evidence, devices)
+  return Verdict(
+    reason in _CONFLICTING, reason, (mode_a, mode_b), evidence, accesses
+  )
 
 
 def conflict(
   mode_a: str, mode_b: str, *, safe: bool, evidence: Evidence
 ) -> bool:
-  """Whether two calls conflict: `verdict`'s answer alone."""
-  return verdict(mode_a, mode_b, safe=safe, evidence=evidence).conflict
+  """Whether two calls on one device conflict: `verdict`'s answer alone
+  (its reason, without building the verdict: ``in_program_order`` asks
+  this for every pair its quick tests leave)."""
+  return _reason(mode_a, mode_b, safe, evidence, None) in _CONFLICTING
 
 
 def distinct_constants(a: Collection[int], b: Collection[int]) -> bool:
