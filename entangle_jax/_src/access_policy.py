@@ -101,8 +101,9 @@ def object_operand(
   declaration: TargetDeclaration | None, op_name: str, operands: int
 ) -> int | None:
   """The operand of a call (with `operands` operands) that names its
-  object: the declared one (even past `operands`, for the stage to
-  reject), else a ``Resource``'s token (operand 0), else None."""
+  object: the declared one (even past `operands`: `check_object_operand`
+  rejects it where the stage can count them), else a ``Resource``'s token
+  (operand 0), else None."""
   if declaration is not None and declaration.object is not None:
     return declaration.object
   if operands and access_marker.has_marks(op_name):
