@@ -21,13 +21,19 @@ What counts as evidence of different objects is also stated here, once:
 different integer constants (`distinct_constants`), and different
 elements of one array where both calls' declarations say its elements are
 different objects (`distinct_elements`).
+
+The answer is a `Verdict`: whether they conflict, and why (`Reason`), with
+the modes, the evidence and the accesses it was asked about. What a report
+says of a pair (its cause, the sanitizer's agreement line) reads the
+verdict rather than asking the question again.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Collection
-from typing import Literal
+from typing import Any, Literal
 
 Mode = Literal["read", "write"]
 
@@ -48,6 +54,44 @@ class Evidence:
   same: bool = False
   distinct: bool = False
   names: tuple[str | None, str | None] = (None, None)
+  anything: tuple[bool, bool] = (False, False)
+  """Per call, whether nothing names its object: it may touch any."""
+  elements: bool = False
+  """The two are different elements of one array of handles (or shards of
+  one split array): only a ``distinct_elements`` declaration tells them
+  apart, and `distinct` says whether one does."""
+
+
+class Reason(enum.Enum):
+  """What decided a `Verdict`, first match wins (rules 1 to 3)."""
+
+  READS = "both only read"
+  PER_DEVICE = "on two devices, a per-device target touches two objects"
+  SAFE_PAIR = "a declared safe pair covers their targets"
+  SAME_OBJECT = "they provably touch one object"
+  DISTINCT_OBJECTS = "there is evidence of different objects"
+  DIFFERENT_NAMES = "they were made under two different Resource names"
+  MAY_SHARE = "nothing tells their objects apart"
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+  """Whether two calls conflict, and why.
+
+  Attributes:
+    conflict: whether they conflict.
+    reason: what decided it.
+    modes: what each does to its object.
+    evidence: what was known of their objects.
+    accesses: the two accesses asked about, in the asking stage's terms
+      (None where it gave none).
+  """
+
+  conflict: bool
+  reason: Reason
+  modes: tuple[str, str]
+  evidence: Evidence
+  accesses: tuple[Any, Any] | None = None
 
 
 def modes_conflict(a: str, b: str) -> bool:
@@ -71,10 +115,41 @@ def may_share(evidence: Evidence) -> bool:
   return a is None or b is None or a == b
 
 
-def conflict(
-  mode_a: str, mode_b: str, *, safe: bool, evidence: Evidence
-) -> bool:
-  """Rules 1 to 3: whether two calls conflict.
+def _reason(
+  mode_a: str,
+  mode_b: str,
+  safe: bool,
+  evidence: Evidence,
+  devices: tuple[str | None, str | None] | None,
+) -> Reason:
+  """Rules 1 to 3, and the device rule: what decides, first match wins."""
+  if not modes_conflict(mode_a, mode_b):
+    return Reason.READS
+  if devices is not None and not all(map(shared_across_devices, devices)):
+    return Reason.PER_DEVICE
+  if safe:
+    return Reason.SAFE_PAIR
+  if evidence.same:
+    return Reason.SAME_OBJECT
+  if evidence.distinct:
+    return Reason.DISTINCT_OBJECTS
+  return Reason.MAY_SHARE if may_share(evidence) else Reason.DIFFERENT_NAMES
+
+
+_CONFLICTING = frozenset({Reason.SAME_OBJECT, Reason.MAY_SHARE})
+"""The reasons that make two calls conflict."""
+
+
+def verdict(
+  mode_a: str,
+  mode_b: str,
+  *,
+  safe: bool,
+  evidence: Evidence,
+  accesses: tuple[Any, Any] | None = None,
+  devices: tuple[str | None, str | None] | None = None,
+) -> Verdict:
+  """Rules 1 to 3: whether two calls conflict, and why.
 
   Args:
     mode_a: what the first call does to its object (``"read"``,
@@ -82,8 +157,24 @@ def conflict(
     mode_b: what the second one does.
     safe: whether a declared safe pair covers their targets.
     evidence: what is known of their objects.
+    accesses: the two accesses, for the verdict to carry.
+    devices: for two calls on two different devices of one SPMD module,
+      their targets' declared ``devices`` (`shared_across_devices`); None
+      for two calls on one device.
   """
-  return modes_conflict(mode_a, mode_b) and not safe and may_share(evidence)
+  reason = _reason(mode_a, mode_b, safe, evidence, devices)
+  return Verdict(
+    reason in _CONFLICTING, reason, (mode_a, mode_b), evidence, accesses
+  )
+
+
+def conflict(
+  mode_a: str, mode_b: str, *, safe: bool, evidence: Evidence
+) -> bool:
+  """Whether two calls on one device conflict: `verdict`'s answer alone
+  (its reason, without building the verdict: ``in_program_order`` asks
+  this for every pair its quick tests leave)."""
+  return _reason(mode_a, mode_b, safe, evidence, None) in _CONFLICTING
 
 
 def distinct_constants(a: Collection[int], b: Collection[int]) -> bool:

@@ -81,6 +81,87 @@ class ConflictRuleTest(absltest.TestCase):
     self.assertFalse(conflict_rule.distinct_elements({0}, {1}, declared=False))
     self.assertTrue(conflict_rule.distinct_elements({0}, {1}, declared=True))
 
+  def test_the_verdict_says_why(self):
+    # Each rule's own reason, first match wins; `conflict` is the
+    # verdict's answer alone.
+    R = conflict_rule.Reason
+    cases = [
+      ("read", "read", False, Evidence(same=True), None, R.READS),
+      ("write", "write", True, Evidence(same=True), None, R.SAFE_PAIR),
+      (
+        "write",
+        "read",
+        False,
+        Evidence(same=True, names=("r", "s")),
+        None,
+        R.SAME_OBJECT,
+      ),
+      (
+        "write",
+        "write",
+        False,
+        Evidence(distinct=True),
+        None,
+        R.DISTINCT_OBJECTS,
+      ),
+      (
+        "write",
+        "write",
+        False,
+        Evidence(names=("r", "s")),
+        None,
+        R.DIFFERENT_NAMES,
+      ),
+      ("write", "write", False, Evidence(names=("r", None)), None, R.MAY_SHARE),
+      (
+        "write",
+        "write",
+        False,
+        Evidence(same=True),
+        ("per-device", None),
+        R.PER_DEVICE,
+      ),
+      (
+        "write",
+        "write",
+        False,
+        Evidence(same=True),
+        ("shared", None),
+        R.SAME_OBJECT,
+      ),
+    ]
+    conflicting = {R.SAME_OBJECT, R.MAY_SHARE}
+    for mode_a, mode_b, safe, evidence, devices, reason in cases:
+      found = conflict_rule.verdict(
+        mode_a,
+        mode_b,
+        safe=safe,
+        evidence=evidence,
+        devices=devices,
+        accesses=("x", "y"),
+      )
+      self.assertEqual(found.reason, reason)
+      self.assertEqual(found.conflict, reason in conflicting, reason)
+      self.assertEqual(
+        (found.modes, found.evidence), ((mode_a, mode_b), evidence)
+      )
+      self.assertEqual(found.accesses, ("x", "y"))
+      if devices is None:
+        self.assertEqual(
+          conflict_rule.conflict(mode_a, mode_b, safe=safe, evidence=evidence),
+          found.conflict,
+        )
+    # The check's verdicts carry its own accesses and what it saw of them.
+    a = check_access("value 1[0]", None, "write", False)
+    b = check_access("value 1[1]", None, "write", False)
+    (found,) = check.verdicts((a,), (b,))
+    self.assertEqual(found.accesses, (a, b))
+    self.assertTrue(found.conflict and found.evidence.elements)
+    (unknown,) = check.verdicts(
+      (check_access("unknown", None, "read", False),), (b,)
+    )
+    self.assertEqual(unknown.evidence.anything, (True, False))
+
   def test_check_and_transform_agree_everywhere(self):
     answers = {True: 0, False: 0}
     cases = itertools.product(

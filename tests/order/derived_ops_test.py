@@ -7,7 +7,7 @@ import jax.numpy as jnp
 from absl.testing import absltest, parameterized
 
 from entangle_jax import Resource, entangle, testing
-from entangle_jax.testing._order import access
+from entangle_jax._src import access_marker
 from tests.test_util import READ, WRITE, compiled
 
 
@@ -114,12 +114,14 @@ class RecordsTest(absltest.TestCase):
     name = (
       "jit(f)/transpose(jvp(entangle_jax:read:ps))/jvp(entangle_jax:read:ps)"
     )
-    remat = access.marks(name + "/checkpoint/rematted_computation/ffi_call")
+    remat = access_marker.marks(
+      name + "/checkpoint/rematted_computation/ffi_call"
+    )
     self.assertEqual(
       [(a.resource, a.mode) for a in remat.accesses], [("ps", "read")]
     )
     # jax 0.6.2 writes the forward scopes only inside the transposed one.
-    older = access.marks(
+    older = access_marker.marks(
       "jit(f)/transpose(jvp(entangle_jax:read:ps))/checkpoint/"
       "rematted_computation/ffi_call"
     )
@@ -127,7 +129,7 @@ class RecordsTest(absltest.TestCase):
       [(a.resource, a.mode) for a in older.accesses], [("ps", "read")]
     )
     # Control: without the recomputation scope, the records are copies.
-    copied = access.marks(name + "/ffi_call")
+    copied = access_marker.marks(name + "/ffi_call")
     self.assertEqual(copied.accesses, ())
     self.assertTrue(copied.backward)
 
@@ -135,10 +137,12 @@ class RecordsTest(absltest.TestCase):
     name = (
       "jit(f)/entangle_jax:write:a/transpose(jvp(outer))/entangle_jax:read:b/x"
     )
-    found = access.marks(name)
+    found = access_marker.marks(name)
     self.assertEqual([a.resource for a in found.accesses], ["a"])
     self.assertEqual([a.resource for a in found.inherited], ["b"])
-    plain = access.marks(name.replace("transpose(jvp(outer))", "jvp(outer)"))
+    plain = access_marker.marks(
+      name.replace("transpose(jvp(outer))", "jvp(outer)")
+    )
     self.assertEqual([a.resource for a in plain.accesses], ["a", "b"])
 
 

@@ -29,6 +29,7 @@ from entangle_jax._src.targets import in_code, names, sources
 from entangle_jax._src.targets.declaration import TargetDeclaration
 from entangle_jax.testing import example_store
 from tests import test_util
+from tests.program_order import program_order_programs as programs
 
 ENTANGLE = "entangle_jax_entangle"
 
@@ -237,6 +238,35 @@ class PrimitiveOrderTest(absltest.TestCase):
     self.assertEqual(prims.count("entangle"), 1)
 
 
+class DeclaredOperandTest(absltest.TestCase):
+  def test_a_declared_operand_the_call_lacks_is_an_error_in_both(self):
+    # One access policy (issue 59): a declaration naming an operand the
+    # call does not have is an error in the transform as in the race
+    # check, where the transform had taken the call for one on anything.
+    target = programs.UNDECLARED_WRITE
+    write = jax.ffi.ffi_call(
+      target, jax.ShapeDtypeStruct((), jnp.int32), has_side_effect=True
+    )
+
+    def f(s):
+      return write(write(s, jnp.float32(1.0)), jnp.float32(2.0))
+
+    s = jnp.int32(3)
+    wrong = TargetDeclaration(target, "write", 3, source="test")
+    with unittest.mock.patch.dict(in_code.DECLARED, {target: wrong}):
+      with self.assertRaisesRegex(ValueError, "names operand 3, but %"):
+        testing.races(compiled(f, s))
+      with self.assertRaisesRegex(
+        ValueError, f"names operand 3, but the call of `{target}` has 2"
+      ):
+        jax.jit(in_program_order(f)).lower(s)
+    # Control: the operand it has.
+    right = TargetDeclaration(target, "write", 0, (0,), source="test")
+    with unittest.mock.patch.dict(in_code.DECLARED, {target: right}):
+      self.assertEqual(testing.races(compiled(f, s)), [])
+      jax.jit(in_program_order(f)).lower(s)
+
+
 class CallbackTest(absltest.TestCase):
   def test_host_callbacks_under_the_target_the_check_reads(self):
     def f(x):
@@ -260,6 +290,33 @@ class CallbackTest(absltest.TestCase):
       self.assertEqual(testing.races(racy), [])
       self.assertEqual(entangles(compiled(in_program_order(f), 1.0)), 0)
     self.assertEqual(entangles(compiled(in_program_order(f), 1.0)), 1)
+
+  def test_on_tpu_a_host_callback_is_the_target_the_check_reads(self):
+    # On TPU the race check reads a host callback's transfers as one call
+    # of TPU_HOST_CALLBACK_TARGET; the transform names it so too (it had
+    # named the CPU's target), so one declaration of it applies to both.
+    tpu = names.TPU_HOST_CALLBACK_TARGET
+    self.assertEqual(names.host_callback_target("io_callback", "tpu"), tpu)
+    (eqn,) = jax.make_jaxpr(
+      lambda x: io_callback(lambda v: v, jax.ShapeDtypeStruct((), x.dtype), x)
+    )(jnp.float32(1)).eqns
+    on_tpu = unittest.mock.patch.object(
+      jax, "default_backend", return_value="tpu"
+    )
+    with on_tpu:
+      found = natives.native_call(eqn, sources.current())
+      assert found is not None
+      self.assertIn(tpu, found.label)
+      nothing = TargetDeclaration(tpu, "none", source="test")
+      with unittest.mock.patch.dict(in_code.DECLARED, {tpu: nothing}):
+        self.assertIsNone(natives.native_call(eqn, sources.current()))
+    # Control: on CPU, the CPU's target, which that declaration leaves be.
+    cpu = names.host_callback_target("io_callback", "cpu")
+    self.assertNotEqual(cpu, tpu)
+    with unittest.mock.patch.dict(in_code.DECLARED, {tpu: nothing}):
+      found = natives.native_call(eqn, sources.current())
+    assert found is not None
+    self.assertIn(cpu, found.label)
 
   def test_every_host_callback_target_is_one(self):
     for target in (

@@ -18,6 +18,8 @@ from absl.testing import absltest
 
 import entangle_jax
 from entangle_jax import in_program_order, testing
+from entangle_jax._src import access_marker
+from entangle_jax._src.program_order.touches import resource_record
 from entangle_jax.demo import _hazard
 from tests import test_util
 from tests.program_order.program_order_programs import (
@@ -125,6 +127,30 @@ class ProgramOrderTest(OrderTestCase):
     fixed = self.assert_fixed(f, handles)
     self.assertEqual(entangles(fixed), 1)
     self.assertEqual(jax.jit(in_program_order(f))(handles), (1.0, 1.0, 1.0))
+
+  def test_a_record_is_the_calls_own_as_the_race_check_reads_it(self):
+    # One reading of Resource records (access_marker.marks) for the check
+    # and the transform: a record opened before the transposed scopes, and
+    # that of a forward call jax.checkpoint recomputes, are the call's own
+    # (the transform had dropped every record of a name stack with a
+    # transpose in it, where the check kept them).
+    outer = "jit(f)/entangle_jax:write:a/transpose(jvp(g))/ffi_call"
+    self.assertEqual(resource_record(outer), ("write", "a"))
+    remat = (
+      "jit(f)/transpose(jvp(entangle_jax:read:ps))/jvp(entangle_jax:read:ps)"
+      "/checkpoint/rematted_computation/ffi_call"
+    )
+    self.assertEqual(resource_record(remat), ("read", "ps"))
+    for name in (outer, remat):
+      own = access_marker.marks(name).accesses[-1]
+      self.assertEqual(resource_record(name), (own.mode, own.resource))
+    # Control: a record copied onto a backward op is not its own, in both.
+    copied = "jit(f)/transpose(jvp(entangle_jax:write:a))/ffi_call"
+    self.assertIsNone(resource_record(copied))
+    self.assertEqual(access_marker.marks(copied).accesses, ())
+    self.assertEqual(
+      resource_record("jit(f)/entangle_jax:read/ffi_call"), ("read", None)
+    )
 
   def test_traced_slots_may_be_one(self):
     def f(a, b):

@@ -10,9 +10,11 @@ in (``_ways_in``). No emitter reads the HLO,
 order or analysis stages: emitters see records only, and among the
 findings only ``from_analysis`` reads the analysis. Above them sit only
 the public face, the entry-point shims and the example store. Of the core
-package the stages read only what a native target does (``_src.targets``)
-and how ``Resource`` records its accesses (``_src.access_marker``), which
-load no extension; the core never imports ``entangle_jax.testing``."""
+package the stages read only what a native target does (``_src.targets``),
+how ``Resource`` records its accesses (``_src.access_marker``), what a
+call touches (``_src.access_policy``) and when two calls conflict
+(``_src.conflict_rule``), which load no extension; the core never
+imports ``entangle_jax.testing``."""
 
 import ast
 import pathlib
@@ -57,6 +59,7 @@ face, the two entry-point shims and the example store."""
 LIGHT_CORE = (
   "entangle_jax._src.targets",
   "entangle_jax._src.access_marker",
+  "entangle_jax._src.access_policy",
   "entangle_jax._src.conflict_rule",
 )
 """What the stages may import of the core package: no extension, no

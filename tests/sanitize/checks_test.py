@@ -150,6 +150,40 @@ class TouchTest(absltest.TestCase):
     (race,) = _races(*calls)[0]
     self.assertEqual(race.kind, checks.OVERLAP)
 
+  def test_a_host_callback_is_what_its_declaration_says(self):
+    # The one access policy reads a host callback's target as any other's
+    # (issue 59): a project that declares it read-only makes its calls
+    # reads here as in the static check (which read its own declaration
+    # while the sanitizer took every host callback for a write).
+    target = "xla_ffi_python_cpu_callback"
+    module = sites.SanitizedModule("jit_f", 0, "Host")
+    calls = [
+      _call(
+        target,
+        0,
+        10,
+        None,
+        site=_site(k, (), module, target=target),
+        family=HOST_FAMILY,
+        function="f",
+      )
+      for k in (0, 1)
+    ]
+    read = Declarations((TargetDeclaration(target, "read"),))
+    self.assertEqual(touches(calls[0], read).mode, "read")
+    found = {c: touches(c, read) for c in calls}
+    self.assertEqual(checks.races(found, [], checks.executions(found)), [])
+    nothing = Declarations((TargetDeclaration(target, "none"),))
+    self.assertEqual(touches(calls[0], nothing).objects, ())
+    # Control: declared as the built-in declaration does (may write
+    # anything), the two race on Python state.
+    found = _found(*calls)
+    (race,) = checks.races(found, [], checks.executions(found))
+    self.assertEqual(
+      str(race.object), str(touches(calls[0], DECLARATIONS).objects[0])
+    )
+    self.assertIn("Python state", str(race.object))
+
   def test_more_values_than_a_record_holds_touch_any_object(self):
     wide = _call("w", 0, 10, range(16), truncated=True)
     slot_20 = _call("r", 5, 15, (20,))

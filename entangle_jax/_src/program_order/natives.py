@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jex_core
 
-from entangle_jax._src import jax_compat, primitive
+from entangle_jax._src import access_policy, jax_compat, primitive
 from entangle_jax._src.program_order import lowered
 from entangle_jax._src.program_order.dependence import shape_size
 from entangle_jax._src.program_order.touches import Part
@@ -65,29 +65,33 @@ def _target_name(eqn) -> str | None:
 
 
 def _one(
-  target: str, declared, eqn, side_effect: bool, label: str | None = None
+  target: str,
+  decls: Declarations,
+  eqn,
+  side_effect: bool,
+  label: str | None = None,
 ) -> NativeCall | None:
-  """A call of `target` whose operands are `eqn`'s inputs, one to one."""
+  """A call of `target` whose operands are `eqn`'s inputs, one to one: what
+  it touches is the one access policy's answer, each operand's provenance
+  the input that carries it (`entangle_jax._src.access_policy`).
+
+  Raises:
+    ValueError: its declaration names an operand the call lacks.
+  """
   label = target if label is None else label
-  if declared is None:
-    return NativeCall(
-      label,
-      (Part("write", None, target),),
-      (None,),
-      ((),),
-      (),
-      None,
-      side_effect,
-    )
-  if declared.mode == "none":
+  found = access_policy.footprint(
+    target, decls, operands=range(len(eqn.invars)), side_effect=side_effect
+  )
+  access_policy.check_object_operand(
+    found, len(eqn.invars), f"the call of `{label}`"
+  )
+  if found.touches_nothing:
     return None
-  obj = declared.object
-  if obj is not None and obj >= len(eqn.invars):
-    obj = None
-  returns = tuple(declared.returns_object) if obj is not None else ()
+  obj = found.object
+  returns = tuple(found.returns_object or ()) if obj is not None else ()
   return NativeCall(
     label,
-    (Part(declared.mode, None, target),),
+    (Part(found.mode, None, target),),
     (obj,),
     (returns,),
     (),
@@ -110,7 +114,7 @@ def native_call(eqn, decls: Declarations) -> NativeCall | None:
       return None
     if target == names.ENTANGLE_TARGET:
       return None
-    return _one(target, decls.for_target(target), eqn, side_effecting(eqn))
+    return _one(target, decls, eqn, side_effecting(eqn))
   if name == names.PURE_CALLBACK_PRIMITIVE:
     return None
   if name in names.HOST_CALLBACK_PRIMITIVES:
@@ -119,9 +123,7 @@ def native_call(eqn, decls: Declarations) -> NativeCall | None:
       jax.default_backend(),
       bool(eqn.params.get("partitioned", False)),
     )
-    return _one(
-      target, decls.for_target(target), eqn, True, f"{name} ({target})"
-    )
+    return _one(target, decls, eqn, True, f"{name} ({target})")
   if name == primitive.entangle_p.name:
     return None
   if lowered.is_jax_primitive(eqn.primitive):
@@ -186,24 +188,26 @@ def _read_lowering(eqn, decls: Declarations) -> NativeCall | None:
     target = call.target
     if target == names.ENTANGLE_TARGET or is_library_target(target):
       continue
-    if names.is_host_callback(target) and not call.side_effect:
-      continue  # A pure_callback, as the race check reads it.
-    declared = decls.for_target(target)
-    if declared is not None and declared.mode == "none":
-      continue
-    mode = "write" if declared is None else declared.mode
-    obj = None
+    touched = access_policy.footprint(
+      target, decls, operands=call.operands, side_effect=call.side_effect
+    )
+    access_policy.check_object_operand(
+      touched,
+      len(call.operands),
+      f"the custom call of `{target}` in `{eqn.primitive.name}`'s lowering",
+    )
+    if touched.touches_nothing:
+      continue  # A pure_callback, or declared to touch nothing.
+    mode = touched.mode
+    obj = touched.object
     back: tuple[int, ...] = ()
-    if declared is not None and declared.object is not None:
-      if declared.object < len(call.operands):
-        obj = call.operands[declared.object]
-      if obj is not None:
-        back = tuple(
-          o
-          for r in declared.returns_object
-          if r < len(call.results)
-          for o in call.results[r]
-        )
+    if obj is not None:
+      back = tuple(
+        o
+        for r in touched.returns_object or ()
+        if r < len(call.results)
+        for o in call.results[r]
+      )
     parts.append(Part(mode, None, target))
     objects.append(obj)
     returns.append(back)

@@ -9,14 +9,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-import re
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from jax.core import Tracer
 
-from entangle_jax._src import access_marker, conflict_rule
+from entangle_jax._src import access_marker, access_policy, conflict_rule
 from entangle_jax._src.conflict_rule import Evidence
 from entangle_jax._src.targets.declaration import Declarations
 
@@ -162,9 +161,9 @@ def _part_conflict(x: Part, y: Part, decls: Declarations) -> bool:
   if x.obj is None or y.obj is None:
     evidence = Evidence()  # Anything: it may be any object.
   else:
-    distinct = decls.distinct_for(decls.for_target(x.target)) and (
-      decls.distinct_for(decls.for_target(y.target))
-    )
+    distinct = access_policy.distinct_elements_of(
+      decls, x.target
+    ) and access_policy.distinct_elements_of(decls, y.target)
     evidence = x.obj.evidence(y.obj, distinct)
   return conflict_rule.conflict(x.mode, y.mode, safe=safe, evidence=evidence)
 
@@ -179,16 +178,17 @@ def new_bit() -> int:
 ANY = (Part("write", None, "any"),)
 
 
-_RECORD = re.compile(r"entangle_jax:(?:read|write)(?::[^/()]*)?")
-
-
-def resource_record(name_stack: str):
-  """``(mode, name)`` of the innermost ``Resource`` record in a forward
-  pass's named scopes, or None (none, or a backward pass's copy)."""
-  if access_marker.PREFIX not in name_stack or "transpose(" in name_stack:
+def resource_record(name_stack: str) -> tuple[str, str | None] | None:
+  """``(mode, name)`` of the innermost of the call's own ``Resource``
+  records in its named scopes, or None: read as the race check reads an
+  op's ``op_name`` (`access_marker.marks`), so a record JAX copied onto a
+  backward-pass op is not its own, while a record opened outside the
+  transposed scopes, or that of a forward call ``jax.checkpoint``
+  recomputes, is."""
+  own = access_marker.marks(name_stack).accesses
+  if not own:
     return None
-  found = _RECORD.findall(name_stack)
-  return access_marker.parse_component(found[-1]) if found else None
+  return own[-1].mode, own[-1].resource
 
 
 def constant_array(value) -> np.ndarray | None:

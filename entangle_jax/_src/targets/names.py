@@ -61,7 +61,12 @@ def host_callback_target(
   """The target a host callback's `primitive` (one of
   `HOST_CALLBACK_PRIMITIVES`, or ``pure_callback``) lowers to on
   `platform` (``jax.default_backend()``: ``cpu``, ``gpu``, ``cuda``,
-  ``rocm``), as jax 0.6.2 to 0.12 name it."""
+  ``rocm``, ``tpu``), as jax 0.6.2 to 0.12 name it; on TPU, where it
+  lowers to host transfers, the target the race check reads them as
+  (`TPU_HOST_CALLBACK_TARGET`), so that one declaration of it applies to
+  both."""
+  if platform == "tpu":
+    return TPU_HOST_CALLBACK_TARGET
   device = "gpu" if platform in ("gpu", "cuda", "rocm") else "cpu"
   if primitive == "buffer_callback":
     return f"xla_buffer_python_{device}_callback"

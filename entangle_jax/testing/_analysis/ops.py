@@ -6,7 +6,7 @@ import dataclasses
 import functools
 import re
 
-from entangle_jax._src import conflict_rule
+from entangle_jax._src import access_marker, conflict_rule
 from entangle_jax._src.targets.declaration import TargetDeclaration
 from entangle_jax.testing import _hlo
 from entangle_jax.testing._analysis import source_lines as _source_lines
@@ -60,7 +60,12 @@ class Op:
     """`scope` without the components ``Resource`` adds to record accesses
     (a wrapped one keeps its wrappers, as ``transpose(jvp())``, so a
     backward-pass op still says so)."""
-    return access.without_markers(self.instruction.op_name)
+    return access_marker.without_markers(self.instruction.op_name)
+
+  @property
+  def devices(self) -> str | None:
+    """Its target's declared ``devices`` (None: nothing declared)."""
+    return None if self.declaration is None else self.declaration.devices
 
   @property
   def shared_across_devices(self) -> bool:
@@ -68,15 +73,14 @@ class Op:
     copies on the devices of an SPMD module may conflict with each other:
     unless declared ``devices = "per-device"`` (a call nothing declares
     may touch process-wide state, as it may write anything)."""
-    d = self.declaration
-    return conflict_rule.shared_across_devices(None if d is None else d.devices)
+    return conflict_rule.shared_across_devices(self.devices)
 
   @property
   def backward(self) -> bool:
     """Whether the op is a backward-pass op (under ``transpose(...)``)
     that JAX gave the ``Resource`` record of a forward call: the record is
     not the op's own, so it does not decide what the op accesses."""
-    return access.marks(self.instruction.op_name).backward
+    return access_marker.marks(self.instruction.op_name).backward
 
   @property
   def access_text(self) -> str:
@@ -235,6 +239,18 @@ class Race(tuple[str, str]):
     race.across_devices = across_devices
     race.order_known = order_known
     return race
+
+  @property
+  def verdicts(self) -> list[conflict_rule.Verdict]:
+    """The one rule's verdict on each pair of the two ops' accesses (on
+    two devices where the race is `across_devices`): what reports read
+    for why the pair is reported."""
+    return access.verdicts(
+      self.first.accesses,
+      self.second.accesses,
+      across_devices=self.across_devices,
+      devices=(self.first.devices, self.second.devices),
+    )
 
   def __getnewargs_ex__(self) -> tuple[tuple[Op, Op], dict[str, bool]]:
     # Pickled whole (a pytest-xdist worker hands its results over so).

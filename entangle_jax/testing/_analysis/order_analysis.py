@@ -12,11 +12,13 @@ import dataclasses
 import functools
 from collections.abc import Iterable, Sequence
 
+from entangle_jax._src import access_policy
+from entangle_jax._src.access_policy import Footprint
+from entangle_jax._src.conflict_rule import Verdict
 from entangle_jax._src.targets import sources
 from entangle_jax._src.targets.declaration import (
   Declarations,
   SafePair,
-  TargetDeclaration,
 )
 from entangle_jax._src.targets.names import ENTANGLE_TARGET
 from entangle_jax.testing import _hlo
@@ -33,6 +35,7 @@ from entangle_jax.testing._hlo.module_text import (
 from entangle_jax.testing._order import access, call_graph
 from entangle_jax.testing._order.dataflow import Dataflow
 from entangle_jax.testing._order.identity import ObjectFinder
+from entangle_jax.testing._order.objects import ObjectRef
 from entangle_jax.testing._order.relations import OpOrder
 
 CallPath = tuple[Op, ...]
@@ -206,29 +209,34 @@ class OrderAnalysis:
       graph = self._dataflow[instruction.computation]
       start, done = graph.span[graph.index[instruction.name]]
       first = graph.instructions[start]
-      declaration = self.declarations.for_target(first.target)
+      found = self._footprint(first)
       self._ops[key] = Op(
         first.computation,
         first.name,
         graph.instructions[done].name,
         first,
-        self._accesses(first, declaration),
-        declaration,
+        access.accesses_of(found),
+        found.declaration,
       )
     return self._ops[key]
 
-  def _accesses(
-    self,
-    i: _hlo.Instruction,
-    declaration: TargetDeclaration | None,
-  ) -> tuple[access.Access, ...]:
-    found = None
+  def _footprint(self, i: _hlo.Instruction) -> Footprint[ObjectRef]:
+    """What the one access policy says `i` touches, its object operand
+    followed back through the module (`ObjectFinder`) when the policy
+    names one."""
+    operands: Sequence[ObjectRef | None] = ()
     if i.opcode == "custom-call":
       if self._finder is None:
         self._finder = self._shared.objects(self.declarations)
-      found = self._finder.object_of(i)
-    return access.accesses_of(
-      i.op_name, i.target, declaration, self._read_targets, found
+      # Raises for a declared object operand the call lacks, naming it.
+      self._finder.object_operand(i)
+      operands = _ObjectOperands(self._finder, i)
+    return access_policy.footprint(
+      i.target,
+      self.declarations,
+      operands=operands,
+      op_name=i.op_name,
+      read_targets=self._read_targets,
     )
 
   def _unique(self, instructions: Iterable[_hlo.Instruction]) -> list[Op]:
@@ -343,9 +351,24 @@ class OrderAnalysis:
   def conflict(self, a: Op, b: Op) -> bool:
     """Whether `a` and `b` may access one object, one of them writing, and
     no declared safe pair covers their targets."""
+    return any(v.conflict for v in self.verdicts(a, b))
+
+  def verdicts(
+    self, a: Op, b: Op, *, across_devices: bool = False
+  ) -> list[Verdict]:
+    """The one rule's verdict on each pair of an access of `a` and one of
+    `b`, and why (`conflict_rule.Verdict`); on two different devices of
+    the module where `across_devices`, where a target declared
+    ``"per-device"`` touches each device's own object."""
     _check_ops(self, (a, b))
     safe = self.declarations.safe(a.target, b.target) is not None
-    return access.conflict(a.accesses, b.accesses, safe=safe)
+    return access.verdicts(
+      a.accesses,
+      b.accesses,
+      safe=safe,
+      across_devices=across_devices,
+      devices=(a.devices, b.devices),
+    )
 
   def is_race(self, a: Op, b: Op) -> bool:
     """Whether `a` and `b` may conflict and nothing keeps them from running
@@ -546,3 +569,22 @@ def _with_host_callback_order(compiled: CompiledModule, text: str) -> str:
     return text
   before = lowered_hlo_text(compiled)
   return text if before is None else host_callbacks.complete(text, before)
+
+
+class _ObjectOperands(Sequence):
+  """The operands of custom call `instruction` as the access policy reads
+  them: the one it names as the object is followed back to its
+  `ObjectRef` (`ObjectFinder.object_of`, which asks the policy which
+  operand that is), only when read."""
+
+  def __init__(self, finder: ObjectFinder, instruction: _hlo.Instruction):
+    self._finder = finder
+    self._instruction = instruction
+
+  def __len__(self) -> int:
+    return len(self._instruction.operands)
+
+  def __getitem__(self, k):  # Sequence's overloads: an int here.
+    if k != self._finder.object_operand(self._instruction):
+      return None  # Only the object operand names an object.
+    return self._finder.object_of(self._instruction)

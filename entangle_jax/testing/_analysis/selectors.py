@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from entangle_jax._src import access_marker
 from entangle_jax._src.targets.library_kernels import is_library_target
 from entangle_jax._src.targets.names import (
   ENTANGLE_TARGET,
@@ -45,7 +46,6 @@ from entangle_jax._src.targets.names import (
 from entangle_jax.testing import _hlo
 from entangle_jax.testing._analysis.ops import Op
 from entangle_jax.testing._hlo.opcodes import BOOKKEEPING, EFFECTFUL_OPCODES
-from entangle_jax.testing._order import access
 
 Selector = str
 """A custom-call target or a ``jax.named_scope`` name."""
@@ -110,9 +110,9 @@ def is_effectful(instruction: Op | _hlo.Instruction) -> bool:
 def scope_matches(selector: str, op_name: str) -> bool:
   """Whether `selector` names scopes of `op_name` (the module docstring)."""
   parts = selector.split("/")
-  for name in dict.fromkeys((access.without_markers(op_name), op_name)):
+  for name in dict.fromkeys((access_marker.without_markers(op_name), op_name)):
     components = name.split("/")
-    unwrapped = [access.unwrap(c) for c in components]
+    unwrapped = [access_marker.unwrap(c) for c in components]
     for start in range(len(components) - len(parts) + 1):
       if all(
         part in (components[start + k], unwrapped[start + k])

@@ -19,7 +19,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from entangle_jax._src import conflict_rule
+from entangle_jax._src import access_policy
+from entangle_jax._src.conflict_rule import Reason
 from entangle_jax._src.targets import shipped
 from entangle_jax.testing._analysis import source_lines
 from entangle_jax.testing._analysis.ops import Op, Race
@@ -58,18 +59,14 @@ def cause_of(race: Race) -> Cause:
       '"per-device"` if each device has its own state, or order the '
       "devices' calls outside this module.",
     )
-  pairs = [
-    (x, y)
-    for x in race.first.accesses
-    for y in race.second.accesses
-    if conflict_rule.modes_conflict(x.mode, y.mode)
-  ]
-  for x, y in pairs:
-    if (
-      x.object is not None and y.object is not None and x.object.same(y.object)
-    ):
-      if x.resource and y.resource and x.resource != y.resource:
-        one, two = sorted((x.resource, y.resource))
+  # The one rule's verdicts on the pair's accesses that conflict say why:
+  # which evidence decided (`conflict_rule.Verdict`).
+  verdicts = [v for v in race.verdicts if v.conflict]
+  for v in verdicts:
+    if v.reason is Reason.SAME_OBJECT:
+      one, two = v.evidence.names
+      if one and two and one != two:
+        one, two = sorted((one, two))
         return _cause(
           "EJ001",
           f"one object under two names, {one!r} and {two!r}: "
@@ -94,11 +91,11 @@ def cause_of(race: Race) -> Cause:
       "(res.read / res.write on the token the forward pass saved), so "
       "that they are ordered with the forward pass's calls.",
     )
-  unknown = [_knows_nothing_of(race.first), _knows_nothing_of(race.second)]
+  unknown = (_knows_nothing_of(race.first), _knows_nothing_of(race.second))
   if any(
-    (x.resource is None and x.object is None and unknown[0])
-    or (y.resource is None and y.object is None and unknown[1])
-    for x, y in pairs
+    (v.evidence.anything[0] and unknown[0])
+    or (v.evidence.anything[1] and unknown[1])
+    for v in verdicts
   ):
     from_binding = any(
       op.binding_location is not None and op.declaration is None
@@ -110,11 +107,7 @@ def cause_of(race: Race) -> Cause:
     if from_binding:
       steps = (causes.TABLE_FIRST, *steps)
     return _cause("EJ005", "a call the analysis knows nothing about", *steps)
-  if any(
-    (x.resource is None and x.object is None)
-    or (y.resource is None and y.object is None)
-    for x, y in pairs
-  ):
+  if any(any(v.evidence.anything) for v in verdicts):
     # Declared with no object operand: the call touches its whole library
     # (a handle held as an attribute, Python state), which is one object.
     return _cause(
@@ -123,29 +116,24 @@ def cause_of(race: Race) -> Cause:
       "object touches its whole library",
       *_order_fix(race),
     )
-  for x, y in pairs:
-    if (
-      x.object is not None
-      and y.object is not None
-      and (x.object.may_differ_by_element(y.object))
-    ):
-      in_resource = any(
-        op.scope != op.user_scope for op in (race.first, race.second)
-      )
-      names = (
-        "; or give each Resource its own name (Resource(token, name=...))"
-        if in_resource
-        else ""
-      )
-      return _cause(
-        "EJ006",
-        "may be one object: different elements of one array of handles, "
-        "which nothing declares distinct",
-        "if distinct elements of that array hold distinct handles, say "
-        "so: `distinct_elements = true` in the [tool.entangle-jax] table "
-        "of pyproject.toml (or for the target: declare_target(target, "
-        f"object=0, distinct_elements=True)){names}.",
-      )
+  if any(v.evidence.elements for v in verdicts):
+    in_resource = any(
+      op.scope != op.user_scope for op in (race.first, race.second)
+    )
+    names = (
+      "; or give each Resource its own name (Resource(token, name=...))"
+      if in_resource
+      else ""
+    )
+    return _cause(
+      "EJ006",
+      "may be one object: different elements of one array of handles, "
+      "which nothing declares distinct",
+      "if distinct elements of that array hold distinct handles, say "
+      "so: `distinct_elements = true` in the [tool.entangle-jax] table "
+      "of pyproject.toml (or for the target: declare_target(target, "
+      f"object=0, distinct_elements=True)){names}.",
+    )
   return _cause(
     "EJ007",
     "may be one object: nothing says their handles differ",
@@ -189,12 +177,12 @@ def _handed_back(op: Op) -> int | None:
 
 
 def _object_operand(op: Op) -> int | None:
-  """The operand of `op` that names its object: declared, or a Resource's
-  token (operand 0)."""
-  declaration = op.declaration
-  if declaration is not None and declaration.object is not None:
-    return declaration.object
-  return 0 if op.scope != op.user_scope else None
+  """The operand of `op` that names its object, as the one access policy
+  says: declared, or a Resource's token (operand 0)."""
+  i = op.instruction
+  return access_policy.object_operand(
+    op.declaration, i.op_name, len(i.operands)
+  )
 
 
 def _order_fix(race: Race) -> tuple[str, ...]:

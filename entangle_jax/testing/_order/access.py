@@ -1,44 +1,25 @@
-"""What each call reads and writes: the conflict model behind ``races``.
+"""What each call reads and writes, in the race check's terms: the
+conflict model behind ``races``.
 
 Two calls *conflict* when they may touch one object and at least one of
-them writes it. What a call does (its mode) is known, first match wins,
-from:
-
-1. ``Resource``: a call made inside ``Resource.read`` or
-   ``Resource.write`` reads or writes that ``Resource``'s object.
-   ``Resource`` records this in the call's ``op_name``
-   (`entangle_jax._src.access_marker`), which survives ``jit``, ``scan``,
-   ``vmap``, ``shard_map`` and ``jax.export``. A record that JAX copied
-   onto a derived op (the backward pass of a ``custom_vjp``, under
-   ``transpose(...)``) is not the op's own: such an op may write.
-2. Declarations (`entangle_jax._src.targets.declarations`): a target's mode
-   (``"read"``, ``"write"``, or ``"none"``, which touches nothing shared).
-3. Nothing: the call may write anything.
-
-Which object a call touches is `entangle_jax.testing._order.objects`'s
-question; when two calls conflict, given that, is
-`entangle_jax._src.conflict_rule`'s, which ``in_program_order`` asks too.
+them writes it. What a call does, and which operand names its object, is
+the one access policy's answer (`entangle_jax._src.access_policy`: a
+``Resource`` record, else the target's declaration, else "may write
+anything"); this module turns its `Footprint` into the check's `Access`
+records, whose objects are HLO values (`entangle_jax.testing._order.objects`).
+When two calls conflict, given that, is `entangle_jax._src.conflict_rule`'s,
+which ``in_program_order`` and the sanitizer ask too.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import re
 
-from entangle_jax._src import access_marker, conflict_rule
+from entangle_jax._src import conflict_rule
 from entangle_jax._src.access_marker import Mode
-from entangle_jax._src.conflict_rule import Evidence
-from entangle_jax._src.targets.declaration import (
-  TargetDeclaration,
-  pattern_matches,
-)
+from entangle_jax._src.access_policy import Footprint
+from entangle_jax._src.conflict_rule import Evidence, Verdict
 from entangle_jax.testing._order import bitsets, objects
-
-_WRAPPER = re.compile(r"(vmap|jvp|transpose)\(")
-# The scope JAX opens around a forward computation that jax.checkpoint
-# recomputes in the backward pass.
-_REMATTED = "rematted_computation"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,149 +46,20 @@ UNKNOWN = (Access(None, "write"),)
 """What a call accesses when nothing says otherwise."""
 
 
-def unwrap(component: str) -> str:
-  """A scope component without JAX's transformation wrappers.
-
-  JAX writes ``vmap``, ``jvp`` and ``transpose`` around the first component
-  opened inside them (``vmap(read)``, ``transpose(jvp(read))``), or as
-  ``vmap()`` when there is none.
-  """
-  return _wrappers(component)[0]
-
-
-@functools.lru_cache(maxsize=4096)
-def _wrappers(component: str) -> tuple[str, tuple[str, ...]]:
-  """`component` without its wrappers, and the wrappers, outermost first."""
-  found = []
-  while component.endswith(")") and (match := _WRAPPER.match(component)):
-    found.append(match.group(1))
-    component = component[match.end() : -1]
-  return component, tuple(found)
-
-
-@dataclasses.dataclass(frozen=True)
-class Marks:
-  """The ``Resource`` records in one ``op_name``.
-
-  Attributes:
-    accesses: the records that are the op's own, outermost first.
-    inherited: records JAX copied from the forward pass onto a backward
-      op: every record at or inside the first component wrapped in
-      ``transpose(...)``. JAX wraps only the first component of the
-      forward call's scopes, so a record the backward rule opened itself
-      cannot be told apart from a copied one there; neither counts.
-  """
-
-  accesses: tuple[Access, ...] = ()
-  inherited: tuple[Access, ...] = ()
-
-  @property
-  def backward(self) -> bool:
-    """Whether the op is a backward-pass op under a ``Resource`` record."""
-    return bool(self.inherited)
-
-
-_NO_MARKS = Marks()
-
-
-@functools.lru_cache(maxsize=4096)
-def marks(op_name: str) -> Marks:
-  """The ``Resource`` records of `op_name` (`Marks`).
-
-  A forward call that ``jax.checkpoint`` recomputes in the backward pass
-  is the forward call again: JAX writes ``rematted_computation`` after the
-  transposed component (``transpose(jvp(entangle_jax:read:ps))/
-  jvp(entangle_jax:read:ps)/checkpoint/rematted_computation/ffi_call``;
-  jax 0.6.2 without the second copy of the forward scopes), and the
-  records of the forward scopes are its own.
-  """
-  if access_marker.PREFIX not in op_name:
-    return _NO_MARKS
-  components = [_wrappers(c) for c in op_name.split("/")]
-  first = next(
-    (k for k, (_, w) in enumerate(components) if "transpose" in w), None
-  )
-  rematted = first is not None and any(
-    inner == _REMATTED for inner, _ in components[first + 1 :]
-  )
-  own: list[Access] = []
-  inherited: list[Access] = []
-  recomputed: list[tuple[int, Access]] = []
-  for k, (inner, _) in enumerate(components):
-    parsed = access_marker.parse_component(inner)
-    if parsed is None:
-      continue
-    mode, name = parsed
-    if first is None or k < first:
-      own.append(Access(name, mode))
-    elif rematted:
-      recomputed.append((k, Access(name, mode)))
-    else:
-      inherited.append(Access(name, mode))
-  if recomputed:
-    # jax 0.10 and 0.12 write the forward scopes again after the
-    # transposed component; jax 0.6.2 only inside it.
-    assert first is not None  # Set whenever something is recomputed.
-    later = [a for k, a in recomputed if k > first]
-    own += later or [a for _, a in recomputed]
-  if not own and not inherited:
-    return _NO_MARKS
-  return Marks(tuple(own), tuple(inherited))
-
-
-def has_marks(op_name: str) -> bool:
-  """Whether `op_name` holds any ``Resource`` record, own or copied."""
-  return marks(op_name) is not _NO_MARKS
-
-
-@functools.lru_cache(maxsize=4096)
-def without_markers(op_name: str) -> str:
-  """`op_name` without the components that record ``Resource`` accesses;
-  a wrapped record keeps its wrappers (``transpose(jvp())``), so a
-  backward-pass op still says so."""
-  if access_marker.PREFIX not in op_name:
-    return op_name
-  kept = []
-  for component in op_name.split("/"):
-    inner, wrappers = _wrappers(component)
-    if access_marker.parse_component(inner) is None:
-      kept.append(component)
-    elif wrappers:
-      kept.append("".join(f"{w}(" for w in wrappers) + ")" * len(wrappers))
-  return "/".join(kept)
-
-
-def accesses_of(
-  op_name: str,
-  target: str | None,
-  declaration: TargetDeclaration | None,
-  read_targets: frozenset[str] | None = None,
-  object_ref: objects.ObjectRef | None = None,
-) -> tuple[Access, ...]:
-  """What a call with this ``op_name`` and custom-call target accesses.
-
-  Args:
-    op_name: the call's ``op_name``.
-    target: its custom-call target, if it is a custom call.
-    declaration: the declaration of `target`, if any.
-    read_targets: when given, the targets (names or globs) whose calls
-      only read, in place of the declarations' modes.
-    object_ref: the object the call's operands name, if known; it goes to
-      the innermost access (the ``Resource`` the call was made in).
-  """
-  found = marks(op_name)
-  if found.accesses:
-    *outer, inner = found.accesses
-    return (*outer, Access(inner.resource, inner.mode, object_ref))
-  # Records copied onto a backward op say nothing of it: its declaration
-  # decides, else it may write.
-  mode = declaration.mode if declaration is not None else "write"
-  if read_targets is not None and target is not None:
-    listed = any(pattern_matches(r, target) for r in read_targets)
-    mode = "read" if listed else ("write" if mode == "read" else mode)
-  if mode == "none":
+def accesses_of(found: Footprint[objects.ObjectRef]) -> tuple[Access, ...]:
+  """The race check's accesses of a call whose footprint the one policy
+  found (`entangle_jax._src.access_policy.footprint`): one per
+  ``Resource`` record it was made in, the innermost on its object, or
+  one access of its declared mode; none for a call that touches nothing."""
+  if found.records:
+    *outer, inner = found.records
+    return (
+      *(Access(r.resource, r.mode) for r in outer),
+      Access(inner.resource, inner.mode, found.object),
+    )
+  if found.mode == "none":
     return ()
-  return (Access(None, mode, object_ref),)
+  return (Access(None, found.mode, found.object),)
 
 
 def _evidence(x: Access, y: Access, across_devices: bool = False) -> Evidence:
@@ -217,7 +69,7 @@ def _evidence(x: Access, y: Access, across_devices: bool = False) -> Evidence:
   device holds it alike, and values built to differ on each device are
   different objects (`objects.ObjectRef.same_across_devices`,
   `objects.ObjectRef.distinct_across_devices`)."""
-  same = distinct = False
+  same = distinct = elements = False
   if x.object is not None and y.object is not None:
     if across_devices:
       same = x.object.same_across_devices(y.object)
@@ -225,7 +77,46 @@ def _evidence(x: Access, y: Access, across_devices: bool = False) -> Evidence:
     else:
       same = x.object.same(y.object)
       distinct = x.object.distinct(y.object)
-  return Evidence(same, distinct, (x.resource, y.resource))
+    elements = x.object.may_differ_by_element(y.object)
+  return Evidence(
+    same,
+    distinct,
+    (x.resource, y.resource),
+    (_anything(x), _anything(y)),
+    elements,
+  )
+
+
+def _anything(x: Access) -> bool:
+  """Whether nothing names the object of `x`: no object, no name."""
+  return x.resource is None and x.object is None
+
+
+def verdicts(
+  a: tuple[Access, ...],
+  b: tuple[Access, ...],
+  *,
+  safe: bool = False,
+  across_devices: bool = False,
+  devices: tuple[str | None, str | None] = ("shared", "shared"),
+) -> list[Verdict]:
+  """The one rule's verdict on each pair of an access of `a` and one of
+  `b` (`safe`: a declared safe pair covers their targets;
+  `across_devices`: the calls run on two different devices of one SPMD
+  module, of targets declared `devices`). The calls conflict when one
+  verdict says so."""
+  return [
+    conflict_rule.verdict(
+      x.mode,
+      y.mode,
+      safe=safe,
+      evidence=_evidence(x, y, across_devices),
+      accesses=(x, y),
+      devices=devices if across_devices else None,
+    )
+    for x in a
+    for y in b
+  ]
 
 
 def conflict(
@@ -233,11 +124,7 @@ def conflict(
 ) -> bool:
   """Whether calls with accesses `a` and `b` may conflict (`safe`: a
   declared safe pair covers their targets)."""
-  return any(
-    conflict_rule.conflict(x.mode, y.mode, safe=safe, evidence=_evidence(x, y))
-    for x in a
-    for y in b
-  )
+  return any(v.conflict for v in verdicts(a, b, safe=safe))
 
 
 def conflict_across_devices(
@@ -245,13 +132,7 @@ def conflict_across_devices(
 ) -> bool:
   """Whether calls with accesses `a` and `b`, on two different devices of
   one SPMD module, may conflict."""
-  return any(
-    conflict_rule.conflict(
-      x.mode, y.mode, safe=safe, evidence=_evidence(x, y, across_devices=True)
-    )
-    for x in a
-    for y in b
-  )
+  return any(v.conflict for v in verdicts(a, b, safe=safe, across_devices=True))
 
 
 class ConflictMasks:

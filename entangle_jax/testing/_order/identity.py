@@ -30,10 +30,12 @@ from __future__ import annotations
 import math
 import re
 
+from entangle_jax._src import access_policy
+from entangle_jax._src.access_policy import Footprint
 from entangle_jax._src.targets.declaration import Declarations
 from entangle_jax._src.targets.names import ENTANGLE_TARGET
 from entangle_jax.testing._hlo import Instruction, Module, compact_operands
-from entangle_jax.testing._order import access, rules
+from entangle_jax.testing._order import rules
 from entangle_jax.testing._order.dataflow import Dataflow
 from entangle_jax.testing._order.edges import Computation, Path
 from entangle_jax.testing._order.objects import ObjectRef, Root
@@ -70,23 +72,37 @@ class ObjectFinder:
     self._prepared: set[str] = set()
     self._checked: set[tuple[str, str]] = set()
     self._device_values: _DeviceValues | None = None
+    self._footprints: dict[tuple[str | None, str, int], Footprint] = {}
 
   # The object of a call -----------------------------------------------------
 
+  def footprint(self, i: Instruction) -> Footprint:
+    """What the one access policy says custom call `i` touches, its
+    object not yet followed (`entangle_jax._src.access_policy`): which
+    operand names it, which results hand it back, by which declaration.
+    Asked once per target, ``op_name`` and number of operands."""
+    key = (i.target, i.op_name, len(i.operands))
+    found = self._footprints.get(key)
+    if found is None:
+      found = self._footprints[key] = access_policy.footprint(
+        i.target,
+        self._declarations,
+        operands=(None,) * len(i.operands),
+        op_name=i.op_name,
+      )
+    return found
+
   def object_operand(self, i: Instruction) -> int | None:
-    """The operand of custom call `i` that names its object, or None."""
-    declaration = self._declarations.for_target(i.target)
-    if declaration is not None and declaration.object is not None:
-      if declaration.object >= len(i.operands):
-        raise ValueError(
-          f"the declaration {declaration} names operand "
-          f"{declaration.object}, but %{i.name} (line {i.line}) has "
-          f"{len(i.operands)} operands"
-        )
-      return declaration.object
-    if access.has_marks(i.op_name) and i.operands:
-      return 0  # Resource passes the token first.
-    return None
+    """The operand of custom call `i` that names its object, or None.
+
+    Raises:
+      ValueError: its declaration names an operand `i` does not have.
+    """
+    found = self.footprint(i)
+    access_policy.check_object_operand(
+      found, len(i.operands), f"%{i.name} (line {i.line})"
+    )
+    return found.operand
 
   def object_of(self, i: Instruction) -> ObjectRef | None:
     """The object custom call `i` touches, or None: the whole library."""
@@ -100,13 +116,13 @@ class ObjectFinder:
     )
     position = computation.index[i.operands[operand]]
     root, element = self._root(i.computation, position, (), True)
-    declaration = self._declarations.for_target(i.target)
+    declaration = self.footprint(i).declaration
     # A declaration's promise that distinct elements are distinct objects
     # holds only for arrays the program did not build: ops of the program
     # (a tile, a concatenate, a gather...) can repeat a handle.
-    distinct = self._declarations.distinct_for(declaration) and self._unbuilt(
-      root
-    )
+    distinct = access_policy.distinct_elements(
+      self._declarations, declaration
+    ) and self._unbuilt(root)
     given = computation.instructions[position]
     dims = given.dims
     # A constant scalar names one object. Where no declaration says which
@@ -181,26 +197,25 @@ class ObjectFinder:
   def _returned(self, i: Instruction) -> tuple[int, ...] | None:
     """The results of custom call `i` that hand back its object (None:
     all of them), or ``()`` for none."""
-    declaration = self._declarations.for_target(i.target)
-    if declaration is not None and declaration.object is not None:
-      if declaration.returns_object and declaration.object < len(i.operands):
-        computation = self._dataflow.computation(i.computation)
-        given = i.operands[declaration.object]
-        self._check_returned(
-          i, computation.instructions[computation.index[given]]
-        )
-      return declaration.returns_object
-    own = access.marks(i.op_name).accesses
-    if own and own[-1].mode == "write":
-      return None  # A Resource write returns the next token.
-    return ()
+    found = self.footprint(i)
+    declaration = found.declaration
+    if (
+      declaration is not None
+      and declaration.object is not None
+      and declaration.returns_object
+      and declaration.object < len(i.operands)
+    ):
+      computation = self._dataflow.computation(i.computation)
+      given = computation.index[i.operands[declaration.object]]
+      self._check_returned(i, computation.instructions[given])
+    return found.returns_object
 
   def _check_returned(self, i: Instruction, given: Instruction) -> None:
     """Raises unless every result that the declaration of custom call `i`
     says hands back its object exists and has the shape and type of the
     object operand `given`: a declared result that is something else
     would make later calls on it the same object, and hide their races."""
-    declaration = self._declarations.for_target(i.target)
+    declaration = self.footprint(i).declaration
     if declaration is None or not declaration.returns_object:
       return
     key = (i.computation, i.name)

@@ -1,30 +1,36 @@
 """The sanitizer's records as data: `SanitizedCall`, and the objects a
 call touches.
 
-What a call touches follows the static check's policy (the declarations,
-`entangle_jax._src.targets`, read as `_order/access.accesses_of` reads
-them, and the one conflict rule, `entangle_jax._src.conflict_rule`):
+What a call touches is the one access policy's answer
+(`entangle_jax._src.access_policy`, which the static check and
+``in_program_order`` ask too), given what the run recorded of its
+operands; `touches` only words it in the sanitizer's terms:
 
 * a declared call touches the values its object operand held, each one
   object; a ``"none"`` target touches nothing;
-* a call the static check cannot tie to one object may touch any object
+* a call the policy cannot tie to one object may touch any object
   (`SanitizedObject` with no value): a target nobody declared, one
   declared with no object operand (the whole library), a declared object
   operand whose values were not recorded (not an integer array, or not
   host memory), or more values than a record holds (`truncated`);
 * a host callback JAX declares pure (``pure_callback``) touches nothing;
-  any other host callback (``io_callback``, ``jax.debug.callback``) may
-  write anything, Python state included.
+  any other host callback (``io_callback``, ``jax.debug.callback``) is
+  what its target's declaration says, by default a write of anything,
+  Python state included.
 
 An object is a value: the package that registered a target names it in
 words only, so two packages' calls on one slot are calls on one object,
-as the static check sees them.
+as the static check sees them. (A call's ``Resource`` records are not
+known at run time: the sanitizer reads the declarations alone.)
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
+from entangle_jax._src import access_policy
+from entangle_jax._src.access_policy import AnyObject, Footprint
 from entangle_jax._src.targets.declaration import (
   Declarations,
   TargetDeclaration,
@@ -145,47 +151,62 @@ class Touch:
 
 def touches(call: SanitizedCall, declarations: Declarations) -> Touch:
   """The objects `call` touches, and how (see the module)."""
-  if call.family == HOST_FAMILY:
-    if call.site is not None and call.site.pure:
-      return Touch("none", (), None)
-    return Touch("write", (SanitizedObject(HOST_FAMILY, None),), None)
-  declaration = declarations.for_target(call.target)
-  if declaration is None:
-    why = "a target nobody declared may write anything"
-    return Touch("write", (SanitizedObject(call.family, None, why),), None, why)
-  if declaration.mode == "none":
+  host = call.family == HOST_FAMILY
+  found = access_policy.footprint(
+    call.target,
+    declarations,
+    operands=_Recorded(call),
+    side_effect=not (host and call.site is not None and call.site.pure),
+    host_callback=host,
+  )
+  declaration = found.declaration
+  if found.touches_nothing:
     return Touch("none", (), declaration)
-  if declaration.object is None:
-    why = "declared with no object operand: the whole library"
-    return Touch(
-      declaration.mode,
-      (SanitizedObject(call.family, None, why),),
-      declaration,
+  if found.object is not None:
+    objects = tuple(
+      SanitizedObject(call.family, v) for v in dict.fromkeys(found.object)
     )
-  values = call.values_of(declaration.object)
-  why = None
+    return Touch(found.mode, objects, declaration)
+  why = _why_any_object(call, found)
+  anything = (SanitizedObject(call.family, None, why),)
+  unknown = why if found.any_object is not AnyObject.WHOLE_LIBRARY else None
+  return Touch(found.mode, anything, declaration, unknown)
+
+
+def _why_any_object(call: SanitizedCall, found: Footprint) -> str:
+  """Why `call` may touch any object, in the report's words ("" for a host
+  callback: its object says it touches Python state)."""
+  if call.family == HOST_FAMILY:
+    return ""
+  if found.any_object is not AnyObject.NOT_KNOWN:
+    assert found.any_object is not None  # Set whenever object is None.
+    return found.any_object.value
   if call.truncated:
-    why = (
+    return (
       f"its operands held more than {MAX_VALUES} values, more than a "
       "record holds: taken as touching any object"
     )
-  elif values is None:
-    why = (
-      f"its object operand {declaration.object} was not recorded (not an "
-      "integer array, or not host memory): taken as touching any object"
-    )
-  if why is not None:
-    return Touch(
-      declaration.mode,
-      (SanitizedObject(call.family, None, why),),
-      declaration,
-      why,
-    )
-  assert values is not None
-  objects = tuple(
-    SanitizedObject(call.family, v) for v in dict.fromkeys(values)
+  return (
+    f"its object operand {found.operand} was not recorded (not an "
+    "integer array, or not host memory): taken as touching any object"
   )
-  return Touch(declaration.mode, objects, declaration)
+
+
+class _Recorded(Sequence):
+  """The operands of `call` as the access policy reads them: the values
+  each held, where the run recorded them whole (None: not recorded, or
+  cut short by `truncated`)."""
+
+  def __init__(self, call: SanitizedCall):
+    self._call = call
+
+  def __len__(self) -> int:
+    return 1 + max((i for i, _ in self._call.operands), default=-1)
+
+  def __getitem__(self, k):  # Sequence's overloads: an int here.
+    if self._call.truncated:
+      return None
+    return self._call.values_of(k)
 
 
 FIELDS = (

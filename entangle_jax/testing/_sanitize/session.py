@@ -13,6 +13,8 @@ import threading
 from collections.abc import Generator, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
+from entangle_jax._src import access_policy
+from entangle_jax._src.conflict_rule import Reason
 from entangle_jax._src.targets import sources
 from entangle_jax._src.targets.declaration import Declarations
 from entangle_jax.testing._sanitize import callbacks, checks, sites, wrapping
@@ -329,37 +331,49 @@ class _Static:
           ops[int(match.group(1))] = op
     return analysis, ops
 
-  def distinct(self, a: SanitizedCall, b: SanitizedCall) -> str | None:
-    """Why the static check, reading the module the two calls ran in,
-    takes them for different objects, in words; None when it does not
-    (or cannot tell): different elements of one array declared distinct,
-    or different ``Resource`` names (a named ``Resource``'s, or the
-    arguments of ``in_program_order(f, distinct_arguments=True)``)."""
+  def _verdicts(self, a: SanitizedCall, b: SanitizedCall):
+    """The static check's verdicts on the two calls' ops
+    (`conflict_rule.Verdict`), as on two devices where the two ran on two
+    devices of one SPMD module; None where it cannot tell."""
     found = self._ops(a, b)
     if found is None:
       return None
     analysis, x, y = found
-    if analysis.conflict(x, y):
-      return None
-    names = sorted(
-      {n.resource for n in (*x.accesses, *y.accesses) if n.resource}
+    across = (
+      analysis.module.devices > 1
+      and min(a.device, b.device) >= 0
+      and a.device != b.device
     )
-    own = [{n.resource for n in op.accesses} for op in (x, y)]
-    if len(names) == 2 and not (own[0] & own[1]):
+    return analysis.verdicts(x, y, across_devices=across)
+
+  def distinct(self, a: SanitizedCall, b: SanitizedCall) -> str | None:
+    """Why the static check, reading the module the two calls ran in (on
+    the devices they ran on), takes them for different objects, in words;
+    None when it does not (or cannot tell): different elements of one
+    array declared distinct, or different ``Resource`` names (a named
+    ``Resource``'s, or the arguments of ``in_program_order(f,
+    distinct_arguments=True)``)."""
+    verdicts = self._verdicts(a, b)
+    if verdicts is None or any(v.conflict for v in verdicts):
+      return None
+    for v in verdicts:
+      if v.reason is Reason.DIFFERENT_NAMES:
+        one, two = sorted(n or "" for n in v.evidence.names)
+        return (
+          f"they were made under different names, {one!r} and "
+          f"{two!r} (named Resource objects, or the arguments of "
+          "in_program_order(f, distinct_arguments=True)), which say they "
+          "are different objects"
+        )
+    if any(
+      v.reason is Reason.DISTINCT_OBJECTS and v.evidence.elements
+      for v in verdicts
+    ):
       return (
-        f"they were made under different names, {names[0]!r} and "
-        f"{names[1]!r} (named Resource objects, or the arguments of "
-        "in_program_order(f, distinct_arguments=True)), which say they "
-        "are different objects"
+        "the declarations make them different objects (different elements "
+        "of one array declared distinct)"
       )
-    dx, dy = x.declaration, y.declaration
-    distinct = self.declarations.distinct_for
-    if dx is None or dy is None or not (distinct(dx) and distinct(dy)):
-      return None
-    return (
-      "the declarations make them different objects (different elements "
-      "of one array declared distinct)"
-    )
+    return None
 
   def _race(self, a: SanitizedCall, b: SanitizedCall):
     """The static check's `Race` for the two calls' ops (across devices
@@ -384,10 +398,9 @@ class _Static:
     found = self._ops(a, b)
     if found is None:
       return None
-    analysis, x, y = found
     if self._race(a, b) is not None:
       return "the static check reports them as may race, and they did"
-    if not analysis.conflict(x, y):
+    if not any(v.conflict for v in self._verdicts(a, b) or ()):
       return (
         "the static check finds no conflict between them (the declarations "
         "say they touch different objects or never conflict)"
@@ -445,7 +458,7 @@ def _object_words(seen: Seen, race: SanitizerRace) -> str:
   if race.object.anything or seen.declarations is None:
     return text
   for call in (race.first, race.second):
-    d = seen.declarations.for_target(call.target)
+    d = access_policy.footprint(call.target, seen.declarations).declaration
     if d is None or d.object is None:
       continue
     if d.argument is not None:

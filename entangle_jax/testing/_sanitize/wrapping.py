@@ -20,6 +20,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from entangle_jax._src import access_policy
 from entangle_jax._src.targets import sources
 from entangle_jax._src.targets.names import ENTANGLE_TARGET
 from entangle_jax.testing._sanitize import jax_hooks
@@ -138,10 +139,10 @@ def _wrap(name: str, fn: Any, platform: str, api_version: int) -> Any:
       NotWrapped(name, platform, "the untyped custom-call API (api_version 0)")
     )
     return fn
-  declaration = sources.current().for_target(name)
-  operand = -1
-  if declaration is not None and declaration.object is not None:
-    operand = declaration.object
+  # The operand whose values name the call's object, as the one access
+  # policy picks it (-1: none to record).
+  operand = access_policy.footprint(name, sources.current()).operand
+  operand = -1 if operand is None else operand
   host = platform.lower() in ("host", "cpu")
   handlers = fn if isinstance(fn, dict) else {"execute": fn}
   wrapped_handlers: dict[str, Any] = {}

@@ -1,0 +1,119 @@
+"""What a native call touches has one implementation, and every stage
+calls it (issue 59).
+
+The one access policy (``entangle_jax._src.access_policy``) is the only
+module that asks the declarations which one applies to a target
+(``Declarations.for_target``), besides ``_src/targets`` itself, where the
+lookup lives; ``Resource`` records are parsed in ``_src/access_marker``
+alone. The race check, ``in_program_order`` and the sanitizer each import
+the policy. A fourth stage that looked a declaration up itself, or parsed
+a record itself, would answer the question again, and these tests fail."""
+
+import ast
+import pathlib
+import unittest
+
+from absl.testing import absltest
+
+from tests.repository.import_layers_test import (
+  PACKAGE,
+  ROOT,
+  imported_anywhere,
+  module_names,
+)
+
+POLICY = "entangle_jax._src.access_policy"
+MARKER = "entangle_jax._src.access_marker"
+TARGETS = "entangle_jax._src.targets"
+
+LOOKUP = "for_target"
+"""The declarations lookup (`Declarations.for_target`)."""
+
+NOT_YET = {
+  "entangle_jax._src.program_order.rules.maps": (
+    "a rule's inputs are narrowed by issue 59's item 3, whose change "
+    "removes the rules' Context; its one lookup (distinct elements of a "
+    "mapped call's handles) moves with it"
+  ),
+}
+"""Modules still allowed the lookup, each with why and until when."""
+
+STAGES = {
+  "the race check": (
+    "entangle_jax.testing._analysis.order_analysis",
+    "entangle_jax.testing._order.identity",
+    "entangle_jax.testing._order.access",
+  ),
+  "in_program_order": (
+    "entangle_jax._src.program_order.natives",
+    "entangle_jax._src.program_order.touches",
+  ),
+  "the sanitizer": (
+    "entangle_jax.testing._sanitize.calls",
+    "entangle_jax.testing._sanitize.wrapping",
+  ),
+}
+"""Each stage's adapters: they translate the stage's terms into the
+policy's inputs, and import the policy."""
+
+
+def calls_of(path: pathlib.Path, name: str) -> list[int]:
+  """The lines of `path` that call a function or method named `name`."""
+  found = []
+  for node in ast.walk(ast.parse(path.read_text())):
+    if isinstance(node, ast.Call):
+      f = node.func
+      called = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+      if called == name:
+        found.append(node.lineno)
+  return found
+
+
+def callers(name: str, allowed) -> dict[str, list[int]]:
+  """The package modules outside `allowed` (a predicate on module names)
+  that call `name`, with the lines."""
+  return {
+    module: lines
+    for module, path in sorted(module_names().items())
+    if not allowed(module) and (lines := calls_of(path, name))
+  }
+
+
+class AccessPolicyTest(absltest.TestCase):
+  def setUp(self):
+    super().setUp()
+    if not PACKAGE.is_dir():
+      raise unittest.SkipTest(f"no entangle_jax/ beside {ROOT / 'tests'}")
+
+  def test_only_the_policy_looks_a_declaration_up(self):
+    found = callers(
+      LOOKUP,
+      lambda m: m == POLICY or m.startswith(TARGETS) or m in NOT_YET,
+    )
+    self.assertEqual(found, {})
+    # The check sees the policy's own lookup (it can fail).
+    self.assertTrue(calls_of(module_names()[POLICY], LOOKUP))
+
+  def test_modules_not_yet_on_the_policy_still_need_the_exception(self):
+    # An exception whose module no longer looks up is stale: remove it.
+    modules = module_names()
+    for module, why in NOT_YET.items():
+      self.assertIn(module, modules, why)
+      self.assertTrue(calls_of(modules[module], LOOKUP), module)
+
+  def test_only_the_marker_parses_resource_records(self):
+    self.assertEqual(callers("parse_component", lambda m: m == MARKER), {})
+    self.assertTrue(calls_of(module_names()[MARKER], "parse_component"))
+
+  def test_every_stage_calls_the_policy(self):
+    modules = module_names()
+    for stage, adapters in STAGES.items():
+      for adapter in adapters:
+        self.assertIn(adapter, modules, stage)
+        self.assertIn(
+          POLICY, imported_anywhere(modules[adapter], modules), adapter
+        )
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -1,0 +1,102 @@
+"""The sanitizer's agreement line reads the static check's verdict on the
+two calls as they ran: on two devices of an SPMD module, the verdict
+across devices (issue 59), each case beside its control."""
+
+from absl.testing import absltest
+
+from entangle_jax import testing
+from entangle_jax._src.targets.declaration import (
+  Declarations,
+  TargetDeclaration,
+)
+from entangle_jax.testing._sanitize import session, sites
+from entangle_jax.testing._sanitize.calls import SanitizedCall
+from tests.hand_written_hlo import hlo_module
+
+W = "tp_set"
+
+
+def _module(entry: str) -> str:
+  """`entry` as a scheduled module of two partitions."""
+  return hlo_module(entry).replace(
+    "HloModule rules, is_scheduled=true",
+    "HloModule rules, is_scheduled=true, num_partitions=2",
+  )
+
+
+def _call(target: str, operand: str, name: str, shape: str = "s32[]") -> str:
+  return (
+    f"%{name} = {shape} custom-call(%{operand}), "
+    f'custom_call_target="{target}", custom_call_has_side_effect=true'
+  )
+
+
+def _static(text: str, declarations: Declarations, names: list[str]):
+  """A `session._Static` that has read `text` as the module the calls of
+  sites 0, 1, ... (ops `names`) ran in, and those sites."""
+  analysis = testing.OrderAnalysis(text, declarations=declarations)
+  ops = {op.name: op for op in analysis.select_ops(W)}
+  module = sites.SanitizedModule("jit_f", 0, "Host")
+  static = session._Static(declarations)
+  static.analyses[module.serial] = (
+    analysis,
+    {k: ops[n] for k, n in enumerate(names)},
+  )
+  placed = [
+    sites.CallSite(k, module, k, W, in_loop=False, in_branch=False)
+    for k in range(len(names))
+  ]
+  return static, placed
+
+
+def _ran(site: sites.CallSite, device: int, value: int = 7) -> SanitizedCall:
+  return SanitizedCall(
+    W, "Host", "lib", 1, 0, 10, 1, site, ((0, (value,)),), device=device
+  )
+
+
+class AgreementTest(absltest.TestCase):
+  def test_a_per_device_target_on_two_devices_is_no_conflict(self):
+    # One call of a target declared per-device, run on both devices: the
+    # static check reads each device's own object (no race across
+    # devices), which the line says. It had asked about one device, where
+    # the call conflicts with itself, and said "finds them ordered".
+    text = _module(f"%p = s32[] parameter(0)\n{_call(W, 'p', 'one')}")
+    per_device = Declarations(
+      (TargetDeclaration(W, "write", 0, devices="per-device"),)
+    )
+    static, (site,) = _static(text, per_device, ["one"])
+    a, b = _ran(site, 0), _ran(site, 1)
+    self.assertIn("finds no conflict", static.finding(a, b) or "")
+    # Control: shared across devices, the static check reports the pair.
+    shared = Declarations((TargetDeclaration(W, "write", 0),))
+    static, (site,) = _static(text, shared, ["one"])
+    self.assertEqual(
+      static.finding(_ran(site, 0), _ran(site, 1)),
+      "the static check reports them as may race, and they did",
+    )
+
+  def test_shards_declared_distinct_are_distinct_across_devices(self):
+    # Two calls on a split argument whose elements are declared distinct:
+    # on two devices they hold two shards, different objects by the
+    # declaration; one object at run time contradicts it. On one device
+    # (the control) they hold one shard, one object.
+    text = _module(
+      "%p = s32[1] parameter(0), sharding={devices=[2]<=[2]}\n"
+      + _call(W, "p", "one", "s32[1]")
+      + "\n"
+      + _call(W, "p", "two", "s32[1]")
+    )
+    distinct = Declarations(
+      (TargetDeclaration(W, "write", 0, distinct_elements=True),)
+    )
+    static, (first, second) = _static(text, distinct, ["one", "two"])
+    self.assertIn(
+      "declarations make them different objects",
+      static.distinct(_ran(first, 0), _ran(second, 1)) or "",
+    )
+    self.assertIsNone(static.distinct(_ran(first, 0), _ran(second, 0)))
+
+
+if __name__ == "__main__":
+  absltest.main()
