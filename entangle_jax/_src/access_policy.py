@@ -228,3 +228,29 @@ def distinct_elements(
 def distinct_elements_of(declarations: Declarations, target: str) -> bool:
   """`distinct_elements` for the calls of `target`, by its declaration."""
   return declarations.distinct_for(declarations.for_target(target))
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceScope:
+  """What `target`'s declaration says of its calls on several devices.
+
+  Attributes:
+    declared: whether any declaration applies to the target.
+    devices: the declaration's ``devices`` key (None: not said), which
+      `conflict_rule.shared_across_devices` reads.
+    distinct_elements: `distinct_elements_of` for the target.
+  """
+
+  declared: bool
+  devices: str | None
+  distinct_elements: bool
+
+
+def device_scope(declarations: Declarations, target: str) -> DeviceScope:
+  """`DeviceScope` of the calls of `target`, by its declaration."""
+  declaration = declarations.for_target(target)
+  return DeviceScope(
+    declared=declaration is not None,
+    devices=None if declaration is None else declaration.devices,
+    distinct_elements=declarations.distinct_for(declaration),
+  )

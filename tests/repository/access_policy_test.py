@@ -29,15 +29,6 @@ TARGETS = "entangle_jax._src.targets"
 LOOKUP = "for_target"
 """The declarations lookup (`Declarations.for_target`)."""
 
-NOT_YET = {
-  "entangle_jax._src.program_order.rules.maps": (
-    "a rule's inputs are narrowed by issue 59's item 3, whose change "
-    "removes the rules' Context; its one lookup (distinct elements of a "
-    "mapped call's handles) moves with it"
-  ),
-}
-"""Modules still allowed the lookup, each with why and until when."""
-
 STAGES = {
   "the race check": (
     "entangle_jax.testing._analysis.order_analysis",
@@ -88,18 +79,11 @@ class AccessPolicyTest(absltest.TestCase):
   def test_only_the_policy_looks_a_declaration_up(self):
     found = callers(
       LOOKUP,
-      lambda m: m == POLICY or m.startswith(TARGETS) or m in NOT_YET,
+      lambda m: m == POLICY or m.startswith(TARGETS),
     )
     self.assertEqual(found, {})
     # The check sees the policy's own lookup (it can fail).
     self.assertTrue(calls_of(module_names()[POLICY], LOOKUP))
-
-  def test_modules_not_yet_on_the_policy_still_need_the_exception(self):
-    # An exception whose module no longer looks up is stale: remove it.
-    modules = module_names()
-    for module, why in NOT_YET.items():
-      self.assertIn(module, modules, why)
-      self.assertTrue(calls_of(modules[module], LOOKUP), module)
 
   def test_only_the_marker_parses_resource_records(self):
     self.assertEqual(callers("parse_component", lambda m: m == MARKER), {})

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import jax
 
-from entangle_jax._src import conflict_rule
+from entangle_jax._src import access_policy, conflict_rule
 from entangle_jax._src.program_order import call_like, natives
 from entangle_jax._src.program_order.natives import (
   backward_in,
@@ -134,15 +134,14 @@ def _warn_across_devices(decls: Declarations, parts, split) -> None:
   for part in parts:
     if part.mode != "write" or part.target in named:
       continue
-    declaration = decls.for_target(part.target)
-    devices = None if declaration is None else declaration.devices
-    if not conflict_rule.shared_across_devices(devices):
+    scope = access_policy.device_scope(decls, part.target)
+    if not conflict_rule.shared_across_devices(scope.devices):
       continue
     obj = part.obj
-    if obj is not None and obj.key in split and decls.distinct_for(declaration):
+    if obj is not None and obj.key in split and scope.distinct_elements:
       continue
     named.add(part.target)
-    verb = "may write" if declaration is None else "writes"
+    verb = "writes" if scope.declared else "may write"
     warnings.warn(
       f"in_program_order: `{part.target}` {verb} inside a shard_map, which "
       "runs its body on every device at once, and nothing in one program "
