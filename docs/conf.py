@@ -65,6 +65,10 @@ nitpick_ignore_regex = [
   # public classes name them, but they have no page.
   ("py:class", r"entangle_jax\.testing\._sanitize\.sites\.Frame"),
   ("py:class", r"entangle_jax\.testing\._sanitize\.checks\.Unpaired"),
+  # The conflict rule's verdict (why two accesses conflict, or not), which
+  # OrderAnalysis.verdicts and Race.verdicts hand out for the reports: a
+  # private record of the one rule, described where those methods are.
+  ("py:class", r"entangle_jax\._src\.conflict_rule\.Verdict"),
   # autodoc splits a dataclass field's `dict[int, CallSite]` type at its
   # comma (SanitizedModule.callbacks) and looks up the halves; so for
   # `dict[str, ...]` and `list[tuple[Frame, ...]]`.
