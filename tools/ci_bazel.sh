@@ -91,7 +91,7 @@ mkdir -p "$scratch/wheels"
 cp bazel-bin/entangle_jax-*.whl "$scratch/wheels/"
 bazel_wheel=$(realpath "$scratch"/wheels/entangle_jax-*.whl)
 uv venv --quiet --python 3.11 "$scratch/venv"
-VIRTUAL_ENV=$scratch/venv uv pip sync --quiet --require-hashes requirements.lock
+VIRTUAL_ENV=$scratch/venv uv pip sync --quiet --compile-bytecode --require-hashes requirements.lock
 VIRTUAL_ENV=$scratch/venv uv pip install --quiet --no-deps "$bazel_wheel"
 suite_against_installed "$scratch/venv/bin/python" . "$scratch/suite"
 rm -rf "$scratch/venv" "$scratch/suite"
