@@ -205,6 +205,49 @@ def stack_order(a: Stack, b: Stack) -> int | None:
   return -1 if line_a < line_b else 1
 
 
+@dataclasses.dataclass(frozen=True)
+class XlaChange:
+  """What XLA's optimizer did to a pair of calls that the program leaves
+  unordered, so that its optimized module orders them (or runs one of
+  them elsewhere, or not at all) and hides the race there
+  (`entangle_jax.testing._analysis.xla_changes`)."""
+
+  kind: str
+  """``"hoisted"`` (moved out of a loop), ``"merged"`` (with an identical
+  call: XLA's CSE), ``"deleted"``, or ``"ordered"`` (both calls kept in
+  place, and the optimized module happens to order them)."""
+  call: Op | None = None
+  """The call XLA moved, merged or deleted, as the program made it (an op
+  of the module before optimization); None for ``"ordered"``."""
+  twin: Op | None = None
+  """For ``"merged"``: the identical call it became, as the program made
+  it."""
+
+  def sentence(self) -> str:
+    """What XLA did, in words, naming the call where the program made it."""
+    if self.call is None:
+      return (
+        "XLA's optimized module orders them, but the program does not: "
+        "the order is XLA's choice, which another compile may change"
+      )
+    what = f"`{self.call.target or self.call.instruction.opcode}`"
+    if self.call.location:
+      what += f" at {self.call.location}"
+    if self.kind == "hoisted":
+      return (
+        f"XLA moved {what} out of its loop: it runs once, before the loop, "
+        "not in every iteration"
+      )
+    if self.kind == "merged":
+      twin = self.twin
+      where = f" at {twin.location}" if twin and twin.location else ""
+      return (
+        f"XLA merged {what} with an identical call{where} (CSE): it runs "
+        "once, where that one does"
+      )
+    return f"XLA deleted {what}: its result is unused, so it never runs"
+
+
 class Race(tuple[str, str]):
   """A pair of ops: two that may conflict and run in either order (from
   ``races``), or one that does not precede the other (from ``unordered``).
@@ -225,6 +268,12 @@ class Race(tuple[str, str]):
   """Whether ``first`` is known to be the call the program made first
   (`program_order_of`); when not, the two are in no particular order."""
 
+  xla_change: XlaChange | None
+  """None for a pair the optimized module leaves unordered. For a pair
+  that only the module before optimization, the program, leaves unordered,
+  what XLA did that hid it; ``first`` and ``second`` are then ops of that
+  module (instruction names as JAX lowered them)."""
+
   def __new__(
     cls,
     first: Op,
@@ -232,12 +281,14 @@ class Race(tuple[str, str]):
     *,
     across_devices: bool = False,
     order_known: bool = True,
+    xla_change: XlaChange | None = None,
   ) -> Race:
     race = super().__new__(cls, (first.name, second.name))
     race.first = first
     race.second = second
     race.across_devices = across_devices
     race.order_known = order_known
+    race.xla_change = xla_change
     return race
 
   @property
@@ -252,9 +303,10 @@ class Race(tuple[str, str]):
       devices=(self.first.devices, self.second.devices),
     )
 
-  def __getnewargs_ex__(self) -> tuple[tuple[Op, Op], dict[str, bool]]:
+  def __getnewargs_ex__(self) -> tuple[tuple[Op, Op], dict[str, object]]:
     # Pickled whole (a pytest-xdist worker hands its results over so).
     return (self.first, self.second), {
       "across_devices": self.across_devices,
       "order_known": self.order_known,
+      "xla_change": self.xla_change,
     }

@@ -24,6 +24,7 @@ from entangle_jax._src.targets.names import ENTANGLE_TARGET
 from entangle_jax.testing import _hlo
 from entangle_jax.testing._analysis import gc as _gc
 from entangle_jax.testing._analysis import selectors as _selectors
+from entangle_jax.testing._analysis import xla_changes
 from entangle_jax.testing._analysis.ops import Op, Race, program_order_of
 from entangle_jax.testing._analysis.selectors import Selector
 from entangle_jax.testing._hlo import entry_shardings, host_callbacks
@@ -61,6 +62,11 @@ class Races(list):
   declared: tuple[str, ...] = ()
   """The declarations applied to the calls asked about, as reports write
   them: what decided the answer, even where it is no race."""
+  unseen: str | None = None
+  """Why the answer holds for the optimized module only, when the module
+  before optimization was not at hand (a ``Compiled``, or text): the races
+  that XLA's optimizer hid (`Race.xla_change`) cannot be seen then. None
+  when the program's own order was compared too."""
 
 
 class ParsedModule:
@@ -73,8 +79,9 @@ class ParsedModule:
   which ops a selector picks, are each analysis' own.
   """
 
-  def __init__(self, text: str):
-    self.module = _hlo.parse(text)
+  def __init__(self, text: str, optimized: bool = True):
+    self.module = _hlo.parse(text, optimized=optimized)
+    self.optimized = optimized
     self.dataflow = Dataflow(self.module)
     self._order: OpOrder | None = None
     self._live: list[_hlo.Instruction] | None = None
@@ -129,11 +136,12 @@ class ParsedModule:
 
 @functools.lru_cache(maxsize=2)
 @_gc.without_gc
-def _parsed(text: str) -> ParsedModule:
+def _parsed(text: str, optimized: bool = True) -> ParsedModule:
   """The `ParsedModule` of the two texts analysed last: ``races(c)`` then
   ``order_graph(c)`` parse once and relate the module's native calls once.
-  Keyed by the text, which is all it depends on."""
-  return ParsedModule(text)
+  Keyed by the text (and whether it is the optimized module), which is all
+  it depends on."""
+  return ParsedModule(text, optimized)
 
 
 class OrderAnalysis:
@@ -159,6 +167,13 @@ class OrderAnalysis:
       ``[tool.entangle-jax]`` table, `declare_target` calls, and the
       declarations installed bindings publish. Later declarations do not
       change this analysis.
+    before_optimization: the text of the module before optimization
+      (a dump's ``*before_optimizations.txt``, or
+      ``Lowered.as_text(dialect="hlo", debug_info=True)``), where
+      `compiled` is text or a ``Compiled``; a ``Lowered`` gives its own.
+      With it, ``races`` also reports the pairs that the program leaves
+      unordered and that XLA's optimizer hid (`Race.xla_change`); without
+      it, its answer says that it could not see them (`Races.unseen`).
 
   Every answer is a function of the module's text, `all_ops`,
   `read_targets` and `declarations`.
@@ -180,9 +195,18 @@ class OrderAnalysis:
     all_ops: bool = False,
     read_targets: Iterable[str] | None = None,
     declarations: Declarations | None = None,
+    before_optimization: str | None = None,
     who: str = "OrderAnalysis",
+    _optimized: bool = True,
   ):
     self._read_targets = _read_targets(read_targets)
+    if before_optimization is not None and not isinstance(
+      before_optimization, str
+    ):
+      raise TypeError(
+        "before_optimization must be the HLO text of the module before "
+        f"optimization (a str), not {type(before_optimization).__name__}"
+      )
     if declarations is None:
       declarations = sources.current()
     elif not isinstance(declarations, Declarations):
@@ -193,8 +217,17 @@ class OrderAnalysis:
     self.declarations = declarations
     """The declarations this analysis applies."""
     self._finder: ObjectFinder | None = None
-    self._shared = _parsed(_with_entry_shardings(compiled, who))
+    if _optimized:
+      text = _with_entry_shardings(compiled, who)
+      if before_optimization is None:
+        before_optimization = lowered_hlo_text(compiled)
+    else:
+      text = compiled if isinstance(compiled, str) else ""
+      before_optimization = None
+    self._shared = _parsed(text, _optimized)
     self.module, self._dataflow = self._shared.module, self._shared.dataflow
+    self._before_optimization = before_optimization
+    self._program: OrderAnalysis | None = None
     self._all_ops = all_ops
     self._ops: dict[tuple[str, str], Op] = {}
     self._native_calls: list[Op] | None = None
@@ -417,10 +450,72 @@ class OrderAnalysis:
         kept.append(race)
       else:
         left_out.append(LeftOut(race, pair))
+    hidden, kept.unseen = self._hidden_races(among, ops, found)
+    for race in hidden:
+      pair = safe(race.first.target, race.second.target)
+      if pair is None:
+        kept.append(race)
+      else:
+        left_out.append(LeftOut(race, pair))
     kept.left_out = tuple(left_out)
     applied = dict.fromkeys(op.declaration for op in ops)
     kept.declared = tuple(str(d) for d in applied if d is not None)
     return kept
+
+  def program(self) -> OrderAnalysis | None:
+    """The analysis of the module before optimization, the program as JAX
+    lowered it (with the same declarations), when that module is at hand;
+    None otherwise.
+
+    Raises:
+      ValueError: that text cannot be read as an HLO module.
+    """
+    if self._before_optimization is None:
+      return None
+    if self._program is None:
+      self._program = OrderAnalysis(
+        self._before_optimization,
+        all_ops=self._all_ops,
+        read_targets=self._read_targets,
+        declarations=self.declarations,
+        _optimized=False,
+      )
+    return self._program
+
+  def _hidden_races(
+    self,
+    among: Iterable[Selector] | None,
+    ops: Sequence[Op],
+    found: Sequence[Race],
+  ) -> tuple[list[Race], str | None]:
+    """The races of the program that XLA's optimizer hid
+    (`xla_changes.hidden_races`), all of them before safe pairs; and why
+    none could be looked for, if so."""
+    if not self._shared.optimized:
+      return [], None
+    try:
+      program = self.program()
+    except ValueError as error:
+      return [], f"{xla_changes.NOT_SEEN} (Its module before optimization "\
+        f"could not be read: {error})"
+    if program is None:
+      return [], xla_changes.NOT_SEEN
+    # A selector that picks nothing there (an op XLA made) picks nothing.
+    among = None if among is None else list(among)
+    if among is not None:
+      among = [s for s in among if program._picks_any(s)]
+    program_ops, program_races = program._all_races(among)
+    hidden = xla_changes.hidden_races(
+      self.module, found, ops, program.module, program_ops, program_races
+    )
+    return hidden, None
+
+  def _picks_any(self, selector: Selector) -> bool:
+    try:
+      self.select_ops(selector)
+    except ValueError:
+      return False
+    return True
 
   def safe_pairs_left_out(
     self, among: Iterable[Selector] | None = None

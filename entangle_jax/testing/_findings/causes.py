@@ -73,6 +73,15 @@ CAUSES: tuple[CauseKind, ...] = (
     "handles-may-be-one",
     "Calls on handles that nothing says differ may touch one object.",
   ),
+  CauseKind(
+    "EJ008",
+    1,
+    "hidden-by-xla",
+    "Two calls that the program leaves unordered, which XLA's optimizer "
+    "ordered by moving a call out of its loop, merging it with an "
+    "identical call or deleting it (or by its own choice): the optimized "
+    "module shows no race, and every run goes XLA's way.",
+  ),
 )
 """Every cause, by code."""
 
@@ -85,6 +94,12 @@ def markdown() -> str:
   lines += [f"| {k.code} | `{k.name}` | {k.summary} |" for k in CAUSES]
   return "\n".join(lines) + "\n"
 
+
+SIDE_EFFECT_NOTE = (
+  "Marking the moved call side-effecting (`has_side_effect=True` in "
+  "`jax.ffi.ffi_call`) keeps XLA from moving, merging or deleting it, "
+  "but orders nothing: the two calls still need the order above."
+)
 
 ORDER_FIX = (
   "make the later call consume a value computed from the earlier call's "

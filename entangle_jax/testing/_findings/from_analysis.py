@@ -16,6 +16,7 @@ the user's source lines, and turns them into plain records
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Sequence
 
@@ -47,7 +48,28 @@ def _cause(code: str, headline: str, *steps: str) -> Cause:
 
 
 def cause_of(race: Race) -> Cause:
-  """The most likely reason `race` is reported."""
+  """The most likely reason `race` is reported: for a race that XLA's
+  optimizer hid (`Race.xla_change`), what XLA did, then the reason the
+  pair conflicts and its fix."""
+  change = race.xla_change
+  if change is None:
+    return _cause_in_module(race)
+  base = _cause_in_module(
+    Race(race.first, race.second, order_known=race.order_known)
+  )
+  steps = base.steps
+  if change.call is not None:
+    steps = (*steps, causes.SIDE_EFFECT_NOTE)
+  hidden = _cause(
+    "EJ008", f"{change.sentence()}; in the program: {base.headline}", *steps
+  )
+  # Two Resources on one handle (rank 0) stay what in_program_order
+  # cannot fix (`program_order_fix`).
+  return dataclasses.replace(hidden, rank=min(hidden.rank, base.rank))
+
+
+def _cause_in_module(race: Race) -> Cause:
+  """Why `race`, a pair of one module, is reported."""
   if race.across_devices:
     return _cause(
       "EJ003",
@@ -443,7 +465,12 @@ def findings_of(
   for race in races:
     # A cause depends only on this much of a pair: work it out once per
     # kind of pair, not once for each of a million pairs.
-    kind = (_kind(race.first), _kind(race.second), race.across_devices)
+    kind = (
+      _kind(race.first),
+      _kind(race.second),
+      race.across_devices,
+      race.xla_change,
+    )
     cause = causes_by_kind.get(kind)
     if cause is None:
       cause = causes_by_kind[kind] = cause_of(race)

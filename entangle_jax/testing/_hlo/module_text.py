@@ -23,6 +23,12 @@ _TEXTS: weakref.WeakKeyDictionary[jax.stages.Compiled, str | None] = (
   weakref.WeakKeyDictionary()
 )
 
+# Each Lowered's module before optimization, printed once (the race check
+# and the TPU host-callback order both read it).
+_BEFORE: weakref.WeakKeyDictionary[jax.stages.Lowered, str | None] = (
+  weakref.WeakKeyDictionary()
+)
+
 CompiledModule: TypeAlias = "jax.stages.Compiled | jax.stages.Lowered | str"
 """A ``jax.stages.Compiled`` (``jax.jit(f).lower(*args).compile()``), a
 ``jax.stages.Lowered`` (compiled when analysed) or the optimized HLO text."""
@@ -73,15 +79,26 @@ def module_text(compiled: CompiledModule, *, who: str = "module_text") -> str:
 
 def lowered_hlo_text(compiled: CompiledModule) -> str | None:
   """The HLO module before optimization of a ``jax.stages.Lowered``
-  (``as_text(dialect="hlo")``); None for anything else (a ``Compiled``
-  keeps no such module) or when it cannot be printed."""
+  (``as_text(dialect="hlo", debug_info=True)``: with each op's scope and
+  Python stack, which the race check compares with the optimized
+  module's); None for anything else (a ``Compiled`` keeps no such module)
+  or when it cannot be printed."""
   if isinstance(compiled, str) or "jax" not in sys.modules:
     return None
   import jax
 
   if not isinstance(compiled, jax.stages.Lowered):
     return None
+  if compiled in _BEFORE:
+    return _BEFORE[compiled]
   try:
-    return compiled.as_text(dialect="hlo")
+    text = compiled.as_text(dialect="hlo", debug_info=True)
+  except TypeError:  # A JAX whose as_text takes no debug_info.
+    try:
+      text = compiled.as_text(dialect="hlo")
+    except Exception:
+      text = None
   except Exception:  # An older or newer JAX that prints no HLO: no order.
-    return None
+    text = None
+  _BEFORE[compiled] = text
+  return text

@@ -1,11 +1,15 @@
 """Reads the optimized, scheduled HLO module that ``Compiled.as_text()``
-prints, and refuses anything else.
+prints, and, when asked, the module before optimization that holds the
+program's own order.
 
 Only XLA's optimized module says what runs: after fusion, CSE, dead-code
 elimination and the expansion of ``optimization_barrier``, edges that the
 lowered program had may be gone. XLA marks that module ``is_scheduled=true``
-on its ``HloModule`` line; text without it (StableHLO,
-``Lowered.as_text(dialect="hlo")``) is refused. Reading is linear in the
+on its ``HloModule`` line; `parse` refuses text without it (StableHLO,
+``Lowered.as_text(dialect="hlo")``) unless told it is the module before
+optimization (``optimized=False``): that module is the program as JAX
+lowered it, which the race check compares with what XLA made of it
+(`entangle_jax.testing._analysis.xla_changes`). Reading is linear in the
 text and uses no recursion; every error is a ``ValueError`` naming a line.
 Leading and trailing whitespace is ignored on every line, as XLA's own
 parser ignores it.
@@ -60,13 +64,17 @@ class Module:
   """Its ``num_partitions``: ``partition-id`` tells this many apart."""
 
 
-def parse(text: str) -> Module:
-  """Parses the text of an optimized, scheduled HLO module.
+def parse(text: str, *, optimized: bool = True) -> Module:
+  """Parses the text of an optimized, scheduled HLO module, or with
+  `optimized` false, of the module before optimization (the text
+  ``Lowered.as_text(dialect="hlo", debug_info=True)`` prints, or a dump's
+  ``before_optimizations.txt``), whose scopes are then completed
+  (`_complete_call_scopes`).
 
   Raises:
     TypeError: `text` is not a str.
     ValueError: the text is not a scheduled module (its ``HloModule`` line
-      lacks ``is_scheduled=true``), a line cannot be read, an operand or a
+      lacks ``is_scheduled=true``) and `optimized` is true, a line cannot be read, an operand or a
       called computation is not defined, a compact operand (``%t#k``,
       `compact_operands`) takes an element its tuple does not have, a
       name is defined twice, a computation is not closed, there is no
@@ -106,7 +114,7 @@ def parse(text: str) -> Module:
     if not line:
       table = None
     elif not header_seen:
-      _check_header(line, number)
+      _check_header(line, number, scheduled=optimized)
       header_seen = True
       devices = _devices(line)
       partitions = _count(_PARTITIONS, line)
@@ -133,6 +141,8 @@ def parse(text: str) -> Module:
     raise ValueError("HLO text: no ENTRY computation")
   _check_references(computations, lines)
   _check_no_recursion(computations, lines)
+  if not optimized:
+    _complete_call_scopes(computations, entry)
   return Module(computations, entry, devices, partitions)
 
 
@@ -162,7 +172,7 @@ def check_header(text: str) -> None:
   raise ValueError(NOT_SCHEDULED.format(what="this text is empty"))
 
 
-def _check_header(line: str, number: int) -> None:
+def _check_header(line: str, number: int, *, scheduled: bool = True) -> None:
   if not line.startswith("HloModule"):
     what = (
       "this is StableHLO (Lowered.as_text())"
@@ -170,7 +180,7 @@ def _check_header(line: str, number: int) -> None:
       else f"line {number} is not an HloModule line: {line[:80]!r}"
     )
     raise ValueError(NOT_SCHEDULED.format(what=what))
-  if not _SCHEDULED.search(mask_strings(line)[0]):
+  if scheduled and not _SCHEDULED.search(mask_strings(line)[0]):
     raise ValueError(
       NOT_SCHEDULED.format(
         what=f"line {number} lacks is_scheduled=true: this module is not "
@@ -220,6 +230,47 @@ def _check_no_recursion(
     )
 
   depth_first.post_order(computations, calls, refuse)
+
+
+def _complete_call_scopes(
+  computations: dict[str, list[Instruction]], entry: str
+) -> None:
+  """Gives the ops of computations that a ``call`` runs the scope and the
+  Python stack they have in the program, in place.
+
+  Before optimization, JAX lowers a jitted helper (or a ``custom_vjp``, a
+  checkpoint) into a computation of its own whose ops' ``op_name`` and
+  stack are relative to the ``call`` that runs it: ``ffi_call``, made at
+  the helper's line, where the optimized module, after XLA inlined the
+  call, says ``jit(f)/while/body/closed_call/ffi_call``, made at the
+  helper's line called from the caller's lines. The scope is what a
+  ``Resource`` records its accesses in and what selectors pick, and the
+  stack names the user's line, so each such op gets its caller's in
+  front of its own scope and below its own stack, as XLA's inliner gives
+  them. Computations a loop or a conditional runs keep those of the
+  computation that runs them; a computation called from several places
+  takes the first's (the text order of the callers).
+  """
+  outer: dict[str, tuple[str, Stack]] = {entry: ("", ())}
+  pending = [entry]
+  while pending:  # Callers first: what a caller passes on is known.
+    name = pending.pop()
+    prefix, below = outer[name]
+    body = computations[name]
+    for n, i in enumerate(body):
+      scope, stack = i.op_name, i.stack
+      # A JAX that already writes whole scopes there is left as it is.
+      if prefix and scope and not scope.startswith(f"{prefix}/"):
+        scope = f"{prefix}/{scope}"
+      if below and stack and stack[-len(below) :] != below:
+        stack = (*stack, *below)
+      if (scope, stack) != (i.op_name, i.stack):
+        body[n] = dataclasses.replace(i, op_name=scope, stack=stack)
+      for callee in i.callees:
+        if callee in outer:
+          continue
+        outer[callee] = (scope, stack) if i.opcode == "call" else (prefix, below)
+        pending.append(callee)
 
 
 class _StackFrames:

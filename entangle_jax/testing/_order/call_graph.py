@@ -27,7 +27,7 @@ def call_chains(module: Module) -> dict[str, list[Chain]]:
       for callee in i.callees:
         callers.setdefault(callee, []).append((name, position))
   chains: dict[str, list[Chain]] = {module.entry: [()]}
-  for name in _callers_first(module):
+  for name in callers_first(module):
     if name == module.entry:
       continue
     found: list[Chain] = []
@@ -48,10 +48,10 @@ def call_chains(module: Module) -> dict[str, list[Chain]]:
 def reachable(module: Module) -> frozenset[str]:
   """The computations the entry runs, itself included. No other ever runs
   (and XLA's optimizer deletes them; only hand-written text has them)."""
-  return frozenset(_callers_first(module))
+  return frozenset(callers_first(module))
 
 
-def _callers_first(module: Module) -> list[str]:
+def callers_first(module: Module) -> list[str]:
   """Computations reachable from the entry, each after all its callers."""
   order = post_order(
     module.entry,

@@ -1,0 +1,183 @@
+"""The program's order against XLA's: the races that XLA's optimizer hid.
+
+The optimized module is what runs, and the check reads its order. But XLA's
+optimizer changes the calls it finds there: a call that nothing marks
+side-effecting may be moved out of a loop (loop-invariant code motion),
+merged with an identical call (CSE) or deleted. After that the optimized
+module orders the call, against the program: a read hoisted out of its
+loop runs once, before every write the loop makes; a second query merged
+with the first runs before the update the program made between them. Both
+go the same wrong way in every run, and the optimized module shows no pair.
+
+The module before optimization is the program as JAX lowered it, with each
+call at its own place. A pair of calls that it leaves unordered is a race
+whatever XLA made of it. `hidden_races` takes the races of both modules and
+keeps those of the program that the optimized module's races do not already
+hold, each with what XLA did (`XlaChange`). Calls are matched across the two
+modules by target and Python stack (XLA renames instructions), or by target
+and scope where the module records no stack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from entangle_jax.testing._analysis.ops import Op, Race, XlaChange
+from entangle_jax.testing._hlo import Instruction, Module
+from entangle_jax.testing._order import call_graph
+
+Key = tuple[object, ...]
+
+NOT_SEEN = (
+  "Only the optimized module was at hand: a call that XLA moved out of a "
+  "loop, merged with an identical call or deleted is compared as XLA left "
+  "it, not as the program made it, so races that XLA's optimizer hid are "
+  "not seen. Hand races() the jax.stages.Lowered "
+  "(jax.jit(f).lower(*args)) or check a dump that holds the module before "
+  "optimization beside the optimized one."
+)
+"""What the check cannot see from the optimized module alone, said once
+wherever it answers from that module only."""
+
+
+def call_key(op: Op) -> Key:
+  """What names one call of the program in both modules: its target (or
+  opcode) and the Python stack that made it, or its scope where the module
+  records no stack."""
+  what = op.target or op.instruction.opcode
+  stack = op.instruction.stack
+  return (what, stack) if stack else (what, op.user_scope)
+
+
+class Placement:
+  """How often, and how deep in loops, each computation of one module runs
+  per execution of the module: the number of chains of call sites from the
+  entry, and the fewest loops around it along any of them."""
+
+  def __init__(self, module: Module):
+    self.module = module
+    self.instances: dict[str, int] = {module.entry: 1}
+    self.loops: dict[str, int] = {module.entry: 0}
+    for name in call_graph.callers_first(module):
+      count, depth = self.instances.get(name, 0), self.loops.get(name, 0)
+      for i in module.computations[name]:
+        inner = depth + (i.opcode == "while")
+        for callee in dict.fromkeys(i.callees):
+          self.instances[callee] = self.instances.get(callee, 0) + count
+          self.loops[callee] = min(self.loops.get(callee, inner), inner)
+
+  def of(self, ops: Iterable[Op]) -> dict[Key, tuple[int, int]]:
+    """For each call key among `ops`: its instances, and the fewest loops
+    around any of them."""
+    found: dict[Key, tuple[int, int]] = {}
+    for op in ops:
+      key = call_key(op)
+      count, depth = found.get(key, (0, 1 << 30))
+      found[key] = (
+        count + self.instances.get(op.computation, 0),
+        min(depth, self.loops.get(op.computation, 0)),
+      )
+    return found
+
+
+def hidden_races(
+  optimized_module: Module,
+  optimized_races: Sequence[Race],
+  optimized_ops: Sequence[Op],
+  program_module: Module,
+  program_ops: Sequence[Op],
+  program_races: Sequence[Race],
+) -> list[Race]:
+  """The races of the program (`program_races`, among `program_ops` of
+  the module before optimization) that the optimized module's races
+  (`optimized_races`, among `optimized_ops`) do not hold, each with the
+  `XlaChange` that hid it."""
+  known = {_pair_key(race) for race in optimized_races}
+  hidden = [race for race in program_races if _pair_key(race) not in known]
+  if not hidden:
+    return []
+  after = Placement(optimized_module).of(optimized_ops)
+  before = Placement(program_module).of(program_ops)
+  changes = _Changes(after, before, program_ops)
+  return [
+    Race(
+      race.first,
+      race.second,
+      across_devices=race.across_devices,
+      order_known=race.order_known,
+      xla_change=changes.of(race),
+    )
+    for race in hidden
+  ]
+
+
+def _pair_key(race: Race) -> tuple[object, ...]:
+  ends = sorted((call_key(race.first), call_key(race.second)), key=repr)
+  return (*ends, race.across_devices)
+
+
+class _Changes:
+  """What XLA did to the calls of the program (`XlaChange`), worked out
+  once per call."""
+
+  def __init__(
+    self,
+    after: dict[Key, tuple[int, int]],
+    before: dict[Key, tuple[int, int]],
+    program_ops: Sequence[Op],
+  ):
+    self._after = after
+    self._before = before
+    self._program_ops = program_ops
+    self._made: dict[Op, XlaChange | None] = {}
+
+  def of(self, race: Race) -> XlaChange:
+    for op in (race.first, race.second):
+      change = self._of_call(op)
+      if change is not None:
+        return change
+    return XlaChange("ordered")
+
+  def _of_call(self, op: Op) -> XlaChange | None:
+    if op not in self._made:
+      self._made[op] = self._work_out(op)
+    return self._made[op]
+
+  def _work_out(self, op: Op) -> XlaChange | None:
+    key = call_key(op)
+    count, depth = self._before.get(key, (0, 0))
+    kept, kept_depth = self._after.get(key, (0, 0))
+    if kept < count:
+      twin = self._twin(op)
+      if twin is not None:
+        return XlaChange("merged", op, twin)
+      if kept == 0:
+        return XlaChange("deleted", op)
+      return XlaChange("merged", op)
+    if kept and kept_depth < depth:
+      return XlaChange("hoisted", op)
+    return None
+
+  def _twin(self, op: Op) -> Op | None:
+    """An earlier call of the program identical to `op` (same target,
+    operands and result in one computation), which CSE keeps in its place;
+    None when there is none."""
+    mine = op.instruction
+    for other in self._program_ops:
+      i = other.instruction
+      if (
+        other.computation == op.computation
+        and i.line < mine.line
+        and _identical(i, mine)
+      ):
+        return other
+    return None
+
+
+def _identical(a: Instruction, b: Instruction) -> bool:
+  return (
+    a.opcode == b.opcode
+    and a.target == b.target
+    and a.operands == b.operands
+    and a.shape == b.shape
+  )
