@@ -11,6 +11,7 @@ from absl.testing import absltest
 
 from entangle_jax import testing
 from entangle_jax._src.targets import table as table_form
+from entangle_jax.testing._analysis import xla_changes
 from entangle_jax.testing._emitters import github, json_report, sentences
 from entangle_jax.testing._emitters import text as race_text
 from entangle_jax.testing._emitters.options import Options
@@ -95,9 +96,13 @@ class TextTest(absltest.TestCase):
       ],
     )
     self.assertIn("Declarations applied: `tp_log_*` (write", text)
-    # Given explicitly, with a plain list of races, the same.
+    # Text alone holds no module before optimization: the report says so.
+    self.assertTrue(text.endswith(f"\nNote: {xla_changes.NOT_SEEN}"))
+    # Given explicitly, with a plain list of races, the same report (a
+    # plain list says nothing of what was at hand: no note).
     self.assertEqual(
-      testing.format_races([], left_out=analysis.safe_pairs_left_out()), text
+      testing.format_races([], left_out=analysis.safe_pairs_left_out()),
+      text.removesuffix(f"\nNote: {xla_changes.NOT_SEEN}"),
     )
     # Control: nothing left out, no race: "No races".
     self.assertEqual(testing.format_races([]), race_text.NO_RACES)
@@ -206,15 +211,18 @@ class CommandTest(absltest.TestCase):
     self.assertIn(race_text.NO_RACES, report)
     self.assertIn("Declarations applied: `tp_log_*` (write", report)
     analysis = testing.OrderAnalysis(text, declarations=declarations(False))
+    unseen = f"\nNote: {xla_changes.NOT_SEEN}"
     self.assertEqual(
       testing.format_races(analysis.races()),
-      race_text.NO_RACES + "\n" + report.splitlines()[-1],
+      race_text.NO_RACES + "\n" + report.splitlines()[-1] + unseen,
     )
     # Control: with no declaration, no such line.
     result = module_files.check_module(path, testing.Declarations())
     self.assertNotIn("Declarations applied", race_text.module_report(result))
     plain = testing.OrderAnalysis(text, declarations=testing.Declarations())
-    self.assertEqual(testing.format_races(plain.races()), race_text.NO_RACES)
+    self.assertEqual(
+      testing.format_races(plain.races()), race_text.NO_RACES + unseen
+    )
 
 
 if __name__ == "__main__":

@@ -496,8 +496,11 @@ class OrderAnalysis:
     try:
       program = self.program()
     except ValueError as error:
-      return [], f"{xla_changes.NOT_SEEN} (Its module before optimization "\
-        f"could not be read: {error})"
+      return (
+        [],
+        f"{xla_changes.NOT_SEEN} (Its module before optimization "
+        f"could not be read: {error})",
+      )
     if program is None:
       return [], xla_changes.NOT_SEEN
     # A selector that picks nothing there (an op XLA made) picks nothing.
@@ -539,7 +542,10 @@ class OrderAnalysis:
     for a, b in pairs:
       first, second, known = program_order_of(ops[a], ops[b])
       found.append(Race(first, second, order_known=known))
-    if self.module.devices > 1:
+    # The device rule reads the partitioned module; the module before
+    # optimization is the program for all devices at once, which the
+    # optimized module's own check covers.
+    if self.module.devices > 1 and self._shared.optimized:
       found += self._across_devices(ops, set(pairs))
     return ops, found
 

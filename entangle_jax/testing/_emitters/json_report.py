@@ -57,6 +57,9 @@ def _module(result: ModuleResult) -> dict[str, Any]:
     "expected": result.expected,
     # Why the check could not answer for the module; null when it did.
     "unchecked": result.unchecked,
+    # Why it was checked as XLA optimized it only (no module before
+    # optimization at hand); null when compared with the program.
+    "unseen": result.unseen,
     "races": [  # In the order the analysis found them.
       {
         **_pair(pair),

@@ -30,7 +30,10 @@ import urllib.parse
 from typing import Any
 
 from entangle_jax.testing._emitters.options import Options
-from entangle_jax.testing._emitters.sentences import platform_note
+from entangle_jax.testing._emitters.sentences import (
+  platform_note,
+  unseen_notes,
+)
 from entangle_jax.testing._findings.causes import CAUSES
 from entangle_jax.testing._findings.records import Finding, ReportedCall, Run
 
@@ -174,6 +177,7 @@ def as_sarif(run: Run) -> dict[str, Any]:
         )
       )
   notes += [_notification("warning", n) for n in run.version_notes]
+  notes += [_notification("note", n) for n in unseen_notes(run)]
   platform = platform_note(run)
   notes += [
     _notification("note", n)

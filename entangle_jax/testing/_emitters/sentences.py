@@ -125,12 +125,29 @@ def coverage_notes(coverage: Coverage) -> list[str]:
   return notes
 
 
+def unseen_notes(run: Run) -> list[str]:
+  """One note for the modules checked as XLA optimized them only
+  (`ModuleResult.unseen`), naming them and why."""
+  unseen = [r for r in run.results if r.unseen and not r.unchecked]
+  if not unseen:
+    return []
+  names = ", ".join(r.module for r in unseen[:5])
+  more = f" and {len(unseen) - 5} more" if len(unseen) > 5 else ""
+  count = len(unseen)
+  return [
+    f"Note: {count} module{'s' * (count != 1)} ({names}{more}) "
+    f"{'were' if count != 1 else 'was'} checked without the program's "
+    f"order: {unseen[0].unseen}."
+  ]
+
+
 def run_notes(run: Run) -> list[str]:
   """The run's coverage notes, its notes on shipped bindings installed at
   versions their declarations do not cover (`Run.version_notes`), then its
   platform note."""
   platform = platform_note(run)
   return [
+    *unseen_notes(run),
     *coverage_notes(run.coverage),
     *run.version_notes,
     *([platform] if platform else []),

@@ -563,6 +563,7 @@ def module_result(
   races: Sequence[Race] = (),
   left_out: Sequence[LeftOut] = (),
   declared: tuple[str, ...] = (),
+  unseen: str | None = None,
 ) -> ModuleResult:
   """One checked module's result, its races made records
   (`findings_of`)."""
@@ -573,4 +574,5 @@ def module_result(
     native_calls,
     findings_of(races, left_out),
     declared=declared,
+    unseen=unseen,
   )

@@ -270,6 +270,10 @@ class ModuleResult:
   """Why the check could not answer for it (its file could not be read,
   or its text parsed, or a declaration does not fit it); None when it was
   checked. An unchecked module is never counted free of races."""
+  unseen: str | None = None
+  """Why it was checked as XLA optimized it only, not against the
+  program's own order (no module before optimization beside it), so that
+  races XLA's optimizer hid are not seen there; None when compared."""
 
   @property
   def races(self) -> list[Pair]:

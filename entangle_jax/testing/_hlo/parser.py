@@ -74,11 +74,11 @@ def parse(text: str, *, optimized: bool = True) -> Module:
   Raises:
     TypeError: `text` is not a str.
     ValueError: the text is not a scheduled module (its ``HloModule`` line
-      lacks ``is_scheduled=true``) and `optimized` is true, a line cannot be read, an operand or a
-      called computation is not defined, a compact operand (``%t#k``,
-      `compact_operands`) takes an element its tuple does not have, a
-      name is defined twice, a computation is not closed, there is no
-      ENTRY computation, or a computation calls itself. The message
+      lacks ``is_scheduled=true``) and `optimized` is true, a line cannot
+      be read, an operand or a called computation is not defined, a
+      compact operand (``%t#k``, `compact_operands`) takes an element its
+      tuple does not have, a name is defined twice, a computation is not
+      closed, there is no ENTRY computation, or a computation calls itself. The message
       names the line.
   """
   if not isinstance(text, str):
@@ -269,7 +269,9 @@ def _complete_call_scopes(
       for callee in i.callees:
         if callee in outer:
           continue
-        outer[callee] = (scope, stack) if i.opcode == "call" else (prefix, below)
+        outer[callee] = (
+          (scope, stack) if i.opcode == "call" else (prefix, below)
+        )
         pending.append(callee)
 
 

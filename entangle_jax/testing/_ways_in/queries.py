@@ -203,8 +203,10 @@ def format_races(
     left_out = getattr(races, "left_out", ())
   if heading is not None:
     return text.unordered_lines(heading, from_analysis.pairs_of(races))
-  return text.pairs_report(
+  report = text.pairs_report(
     from_analysis.findings_of(races, left_out),
     getattr(races, "declared", ()),
     shown_per_group,
   )
+  unseen = getattr(races, "unseen", None)
+  return report if unseen is None else f"{report}\nNote: {unseen}"

@@ -1,0 +1,335 @@
+"""Races that XLA's optimizer hides: the check compares the program's order
+(the module before optimization) with the module XLA optimized.
+
+Each shape runs too, with the example store: where the optimized module
+shows that XLA moved or merged the call, the wrong value it computes is
+asserted, and its fix, applied as the report says, computes the right one
+with no pair left. What a run of the hoisted loop printed on jax 0.10.2:
+
+    plain        [0.0, 0.0, 0.0, 0.0]   (7 writes of 0..6, then reads: 21.0)
+    report's fix [21.0, 21.0, 21.0, 21.0]
+"""
+
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+import jax
+import jax.numpy as jnp
+from absl.testing import absltest, parameterized
+from jax import lax
+
+from entangle_jax import entangle, in_program_order
+from entangle_jax.testing import (
+  OrderAnalysis,
+  format_races,
+  module_text,
+  races,
+  read_slot,
+  reset_slots,
+  write_slot,
+)
+from entangle_jax.testing._analysis import xla_changes
+from tests import test_util
+
+STEPS = 7
+RIGHT_SUM = float(sum(range(STEPS)))  # Each step reads what it wrote.
+
+
+def write_then_read_in_loop(slot):
+  """The read takes the slot, not the write's result: nothing orders it."""
+
+  def body(i, total):
+    write_slot(slot, i.astype(jnp.float32))
+    return total + read_slot(slot)
+
+  return lax.fori_loop(0, STEPS, body, 0.0)
+
+
+def write_then_read_in_loop_fixed(slot):
+  """The report's fix: the read consumes the write's result."""
+
+  def body(i, total):
+    token = write_slot(slot, i.astype(jnp.float32))
+    return total + read_slot(token)
+
+  return lax.fori_loop(0, STEPS, body, 0.0)
+
+
+def scan_closure(slot):
+  """The slot as a closure of a scan's body."""
+
+  def body(total, x):
+    write_slot(slot, x)
+    return total + read_slot(slot), None
+
+  return lax.scan(body, 0.0, jnp.arange(STEPS, dtype=jnp.float32))[0]
+
+
+def constant_slot(unused):
+  """The slot a constant of the module."""
+  del unused
+  return write_then_read_in_loop(jnp.int32(5))
+
+
+def query_update_query(handle):
+  """A query, an update ordered after it, the same query again on the
+  handle: XLA's CSE may merge the two queries."""
+  token = write_slot(handle, 1.0)
+  first = read_slot(token)
+  write_slot(entangle(token, first), 2.0)
+  second = read_slot(token)
+  return first, second
+
+
+def query_update_query_fixed(handle):
+  """The fix: the second query consumes the update's result."""
+  token = write_slot(handle, 1.0)
+  first = read_slot(token)
+  token = write_slot(entangle(token, first), 2.0)
+  second = read_slot(token)
+  return first, second
+
+
+def _runs(fn, arg, times=4):
+  values = []
+  for _ in range(times):
+    reset_slots()
+    values.append(jax.tree.map(float, fn(arg)))
+  return values
+
+
+def _kinds(found):
+  return [r.xla_change.kind for r in found if r.xla_change is not None]
+
+
+class HoistedReadTest(parameterized.TestCase):
+  @parameterized.named_parameters(
+    ("argument", write_then_read_in_loop),
+    ("scan_closure", scan_closure),
+    ("constant", constant_slot),
+  )
+  def test_a_read_in_a_loop_is_reported(self, program):
+    jitted = jax.jit(program)
+    lowered = jitted.lower(jnp.int32(3))
+    found = races(lowered)
+    self.assertLen(found, 1, format_races(found))
+    race = found[0]
+    self.assertEqual(
+      {race.first.target, race.second.target},
+      {test_util.WRITE, test_util.READ},
+    )
+    report = format_races(found)
+    if race.xla_change.kind == "hoisted":
+      # XLA moved the read out of the loop: every run reads before every
+      # write, so the sum is wrong in every run.
+      self.assertIn("out of its loop", report)
+      self.assertIn("[EJ008]", report)
+      for value in _runs(jitted, jnp.int32(3)):
+        self.assertNotEqual(value, RIGHT_SUM)
+    # The optimized module alone shows no pair, and says what it cannot see.
+    compiled_only = races(lowered.compile())
+    if race.xla_change.kind == "hoisted":
+      self.assertEqual(compiled_only, [])
+    self.assertEqual(compiled_only.unseen, xla_changes.NOT_SEEN)
+    self.assertIn(xla_changes.NOT_SEEN, format_races(compiled_only))
+
+  def test_the_fix_as_reported_computes_the_right_sum(self):
+    jitted = jax.jit(write_then_read_in_loop_fixed)
+    self.assertEqual(races(jitted.lower(jnp.int32(3))), [])
+    self.assertEqual(_runs(jitted, jnp.int32(3)), [RIGHT_SUM] * 4)
+
+  def test_in_program_order_as_reported(self):
+    found = races(jax.jit(write_then_read_in_loop).lower(jnp.int32(3)))
+    self.assertIn(
+      "in_program_order(write_then_read_in_loop)", format_races(found)
+    )
+    jitted = jax.jit(in_program_order(write_then_read_in_loop))
+    self.assertEqual(races(jitted.lower(jnp.int32(3))), [])
+    self.assertEqual(_runs(jitted, jnp.int32(3)), [RIGHT_SUM] * 4)
+
+  def test_outside_a_loop_the_pair_is_the_optimized_modules(self):
+    def straight(slot):
+      write_slot(slot, 1.0)
+      return read_slot(slot)
+
+    found = races(jax.jit(straight).lower(jnp.int32(3)))
+    self.assertLen(found, 1)
+    self.assertIsNone(found[0].xla_change)  # Not hidden: seen as it runs.
+
+
+class MergedQueryTest(absltest.TestCase):
+  def test_a_merged_query_is_reported(self):
+    jitted = jax.jit(query_update_query)
+    lowered = jitted.lower(jnp.int32(2))
+    found = races(lowered)
+    self.assertIn("merged", _kinds(found), format_races(found))
+    merged = [
+      r for r in found if r.xla_change and r.xla_change.kind == "merged"
+    ]
+    # The second query, at its own line, is the call XLA merged away.
+    self.assertEqual(merged[0].xla_change.call.target, test_util.READ)
+    self.assertIn("merged", format_races(found))
+    compiled = module_text(lowered.compile())
+    if compiled.count(f'custom_call_target="{test_util.READ}"') == 1:
+      # One query left: the second reads before the update in every run.
+      for _, second in _runs(jitted, jnp.int32(2)):
+        self.assertEqual(second, 1.0)
+
+  def test_the_fix_reads_the_update(self):
+    jitted = jax.jit(query_update_query_fixed)
+    self.assertEqual(races(jitted.lower(jnp.int32(2))), [])
+    self.assertEqual(_runs(jitted, jnp.int32(2)), [(1.0, 2.0)] * 4)
+
+  def test_in_program_order_reads_the_update(self):
+    jitted = jax.jit(in_program_order(query_update_query))
+    self.assertEqual(races(jitted.lower(jnp.int32(2))), [])
+    self.assertEqual(_runs(jitted, jnp.int32(2)), [(1.0, 2.0)] * 4)
+
+
+class ProgramModuleTest(absltest.TestCase):
+  def test_a_helper_s_calls_get_the_callers_scope_and_lines(self):
+    lowered = jax.jit(write_then_read_in_loop).lower(jnp.int32(3))
+    analysis = OrderAnalysis(lowered)
+    program = analysis.program()
+    assert program is not None
+    optimized = {
+      xla_changes.call_key(op) for op in analysis.user_native_calls()
+    }
+    before = {xla_changes.call_key(op) for op in program.user_native_calls()}
+    # The write stays in the loop: the same call in both modules.
+    write = [key for key in before if key[0] == test_util.WRITE]
+    self.assertLen(write, 1)
+    self.assertIn(write[0], optimized)
+    scopes = {op.scope for op in program.user_native_calls()}
+    self.assertTrue(
+      all(s.startswith("jit(write_then_read_in_loop)/") for s in scopes)
+    )
+
+  def test_text_without_its_program_says_what_it_cannot_see(self):
+    lowered = jax.jit(write_then_read_in_loop).lower(jnp.int32(3))
+    optimized = module_text(lowered.compile())
+    self.assertEqual(races(optimized).unseen, xla_changes.NOT_SEEN)
+    before = lowered.as_text(dialect="hlo", debug_info=True)
+    assert isinstance(before, str)
+    analysis = OrderAnalysis(optimized, before_optimization=before)
+    found = analysis.races()
+    self.assertIsNone(found.unseen)
+    self.assertLen(found, 1)
+
+  def test_before_optimization_must_be_text(self):
+    with self.assertRaisesRegex(TypeError, "before_optimization must be"):
+      OrderAnalysis(
+        "HloModule m, is_scheduled=true",
+        before_optimization=3,  # ty: ignore[invalid-argument-type]
+      )
+
+
+HOISTING_PROGRAM = textwrap.dedent(
+  """
+  import jax
+  import jax.numpy as jnp
+  from jax import lax
+  from entangle_jax.testing import read_slot, write_slot
+
+
+  def loop(slot):
+    def body(i, total):
+      write_slot(slot, i.astype(jnp.float32))
+      return total + read_slot(slot)
+
+    return lax.fori_loop(0, 7, body, 0.0)
+
+
+  jax.jit(loop)(jnp.int32(0)).block_until_ready()
+  """
+)
+
+
+class DumpTest(absltest.TestCase):
+  """The dump command, with and without the module before optimization."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.root = pathlib.Path(tempfile.mkdtemp())
+    cls.addClassCleanup(shutil.rmtree, cls.root, ignore_errors=True)
+    source = cls.root / "hoisting.py"
+    source.write_text(HOISTING_PROGRAM)
+    cls.dump = cls.root / "dump"
+    env = dict(
+      test_util.child_env(),
+      XLA_FLAGS=f"--xla_dump_to={cls.dump} --xla_dump_hlo_as_text",
+    )
+    subprocess.run(
+      [sys.executable, str(source)],
+      check=True,
+      capture_output=True,
+      timeout=180,
+      env=env,
+      cwd=cls.root,
+    )
+
+  def _check(self, *flags):
+    return subprocess.run(
+      [sys.executable, "-m", "entangle_jax.testing", str(self.dump), *flags],
+      capture_output=True,
+      text=True,
+      timeout=180,
+      env=test_util.child_env(),
+      cwd=self.root,
+    )
+
+  def test_every_format_reports_the_hidden_race(self):
+    import json
+
+    text = self._check()
+    self.assertEqual(text.returncode, 1, text.stdout + text.stderr)
+    self.assertIn("[EJ008]", text.stdout)
+    records = json.loads(self._check("--format", "json").stdout)
+    codes = [r["code"] for m in records["modules"] for r in m["races"]]
+    self.assertIn("EJ008", codes)
+    sarif = json.loads(self._check("--format", "sarif").stdout)
+    rules = [r["ruleId"] for run in sarif["runs"] for r in run["results"]]
+    self.assertIn("EJ008", rules)
+
+  def test_without_the_module_before_optimization_it_says_so(self):
+    import json
+
+    copy = self.root / "optimized_only"
+    shutil.copytree(self.dump, copy, dirs_exist_ok=True)
+    for before in copy.glob("*before_optimizations.txt"):
+      before.unlink()
+    result = subprocess.run(
+      [sys.executable, "-m", "entangle_jax.testing", str(copy)],
+      capture_output=True,
+      text=True,
+      timeout=180,
+      env=test_util.child_env(),
+      cwd=self.root,
+    )
+    self.assertIn("checked without the program's order", result.stdout)
+    as_json = subprocess.run(
+      [
+        sys.executable,
+        "-m",
+        "entangle_jax.testing",
+        str(copy),
+        "--format",
+        "json",
+      ],
+      capture_output=True,
+      text=True,
+      timeout=180,
+      env=test_util.child_env(),
+      cwd=self.root,
+    )
+    modules = json.loads(as_json.stdout)["modules"]
+    self.assertTrue(any(m["unseen"] for m in modules if m["native_calls"]))
+
+
+if __name__ == "__main__":
+  absltest.main()
