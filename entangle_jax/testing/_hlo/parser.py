@@ -78,8 +78,8 @@ def parse(text: str, *, optimized: bool = True) -> Module:
       be read, an operand or a called computation is not defined, a
       compact operand (``%t#k``, `compact_operands`) takes an element its
       tuple does not have, a name is defined twice, a computation is not
-      closed, there is no ENTRY computation, or a computation calls itself. The message
-      names the line.
+      closed, there is no ENTRY computation, or a computation calls
+      itself. The message names the line.
   """
   if not isinstance(text, str):
     raise TypeError(f"expected HLO text (a str), got {type(text).__name__}")
