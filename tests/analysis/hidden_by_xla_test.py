@@ -69,6 +69,31 @@ def scan_closure(slot):
   return lax.scan(body, 0.0, jnp.arange(STEPS, dtype=jnp.float32))[0]
 
 
+def read_then_write_in_loop(slot):
+  """Each iteration reads, then writes after its read; the next
+  iteration's read takes the slot again, not the write's result."""
+
+  def body(i, total):
+    value = read_slot(slot)
+    write_slot(entangle(slot, value), (i + 1).astype(jnp.float32))
+    return total + value
+
+  return lax.fori_loop(0, STEPS, body, 0.0)
+
+
+def read_then_write_in_loop_fixed(slot):
+  """The report's fix: the loop carries the write's result to the next
+  iteration's read."""
+
+  def body(i, carry):
+    total, token = carry
+    value = read_slot(token)
+    token = write_slot(entangle(token, value), (i + 1).astype(jnp.float32))
+    return total + value, token
+
+  return lax.fori_loop(0, STEPS, body, (0.0, slot))[0]
+
+
 def constant_slot(unused):
   """The slot a constant of the module."""
   del unused
@@ -159,6 +184,40 @@ class HoistedReadTest(parameterized.TestCase):
     found = races(jax.jit(straight).lower(jnp.int32(3)))
     self.assertLen(found, 1)
     self.assertIsNone(found[0].xla_change)  # Not hidden: seen as it runs.
+
+
+class AcrossIterationsTest(absltest.TestCase):
+  """One iteration's read is ordered after the write of the iteration
+  before only by the loop: a read XLA moved out of it loses that."""
+
+  def test_a_read_moved_out_of_the_loop_races_with_its_writes(self):
+    jitted = jax.jit(read_then_write_in_loop)
+    lowered = jitted.lower(jnp.int32(3))
+    found = races(lowered)
+    analysis = OrderAnalysis(lowered)
+    if not found:
+      # Control: XLA kept the read in the loop; the loop orders it.
+      self.assertEqual(analysis.races(), [])
+      self.assertEqual(_runs(jitted, jnp.int32(3)), [RIGHT_SUM] * 4)
+      return
+    self.assertEqual(_kinds(found), ["hoisted"])
+    (race,) = found
+    self.assertEqual(race.first.target, test_util.WRITE)
+    self.assertEqual(race.second.target, test_util.READ)
+    # Within one iteration the program orders them, and XLA kept no pair.
+    self.assertEqual(races(lowered.compile()), [])
+    for value in _runs(jitted, jnp.int32(3)):
+      self.assertNotEqual(value, RIGHT_SUM)
+
+  def test_the_fix_as_reported_carries_the_write(self):
+    jitted = jax.jit(read_then_write_in_loop_fixed)
+    self.assertEqual(races(jitted.lower(jnp.int32(3))), [])
+    self.assertEqual(_runs(jitted, jnp.int32(3)), [RIGHT_SUM] * 4)
+
+  def test_in_program_order_as_reported(self):
+    jitted = jax.jit(in_program_order(read_then_write_in_loop))
+    self.assertEqual(races(jitted.lower(jnp.int32(3))), [])
+    self.assertEqual(_runs(jitted, jnp.int32(3)), [RIGHT_SUM] * 4)
 
 
 class MergedQueryTest(absltest.TestCase):

@@ -509,7 +509,13 @@ class OrderAnalysis:
       among = [s for s in among if program._picks_any(s)]
     program_ops, program_races = program._all_races(among)
     hidden = xla_changes.hidden_races(
-      self.module, found, ops, program.module, program_ops, program_races
+      self.module,
+      found,
+      ops,
+      program.module,
+      program_ops,
+      program_races,
+      program.conflict,
     )
     return hidden, None
 

@@ -20,7 +20,7 @@ and scope where the module records no stack.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from entangle_jax.testing._analysis.ops import Op, Race, XlaChange
 from entangle_jax.testing._hlo import Instruction, Module
@@ -58,13 +58,19 @@ class Placement:
     self.module = module
     self.instances: dict[str, int] = {module.entry: 1}
     self.loops: dict[str, int] = {module.entry: 0}
+    self.enclosing: dict[str, tuple[tuple[str, str], ...]] = {module.entry: ()}
+    """The loops around each computation, outermost first, as (computation,
+    while instruction), along its first caller's chain."""
     for name in call_graph.callers_first(module):
       count, depth = self.instances.get(name, 0), self.loops.get(name, 0)
+      around = self.enclosing.get(name, ())
       for i in module.computations[name]:
         inner = depth + (i.opcode == "while")
+        loops = (*around, (name, i.name)) if i.opcode == "while" else around
         for callee in dict.fromkeys(i.callees):
           self.instances[callee] = self.instances.get(callee, 0) + count
           self.loops[callee] = min(self.loops.get(callee, inner), inner)
+          self.enclosing.setdefault(callee, loops)
 
   def of(self, ops: Iterable[Op]) -> dict[Key, tuple[int, int]]:
     """For each call key among `ops`: its instances, and the fewest loops
@@ -87,19 +93,29 @@ def hidden_races(
   program_module: Module,
   program_ops: Sequence[Op],
   program_races: Sequence[Race],
+  conflict: Callable[[Op, Op], bool],
 ) -> list[Race]:
   """The races of the program (`program_races`, among `program_ops` of
   the module before optimization) that the optimized module's races
   (`optimized_races`, among `optimized_ops`) do not hold, each with the
-  `XlaChange` that hid it."""
+  `XlaChange` that hid it; then the calls XLA moved out of a loop paired
+  with each call of that loop they conflict with (`conflict`, the
+  program's rule), which the program made in the iterations before.
+
+  One iteration of a loop runs after the one before it, so the program
+  orders a read of one iteration after the writes of the iterations
+  before. A read whose operands do not change in the loop (the handle it
+  was given, not a write's result) is one XLA may move out of it: then it
+  runs once, before every write of the loop, and the program's order
+  between iterations is gone, with no pair in either module.
+  """
   known = {_pair_key(race) for race in optimized_races}
   hidden = [race for race in program_races if _pair_key(race) not in known]
-  if not hidden:
-    return []
+  placement = Placement(program_module)
+  before = placement.of(program_ops)
   after = Placement(optimized_module).of(optimized_ops)
-  before = Placement(program_module).of(program_ops)
   changes = _Changes(after, before, program_ops)
-  return [
+  found = [
     Race(
       race.first,
       race.second,
@@ -109,6 +125,22 @@ def hidden_races(
     )
     for race in hidden
   ]
+  known |= {_pair_key(race) for race in found}
+  for moved in program_ops:
+    change = changes.of_call(moved)
+    if change is None or change.kind != "hoisted":
+      continue
+    _, kept_depth = after[call_key(moved)]
+    left = placement.enclosing.get(moved.computation, ())[kept_depth:]
+    for other in program_ops:
+      around = placement.enclosing.get(other.computation, ())
+      if other is moved or not any(loop in around for loop in left):
+        continue
+      race = Race(other, moved, xla_change=change)
+      if _pair_key(race) not in known and conflict(other, moved):
+        known.add(_pair_key(race))
+        found.append(race)
+  return found
 
 
 def _pair_key(race: Race) -> tuple[object, ...]:
@@ -133,12 +165,13 @@ class _Changes:
 
   def of(self, race: Race) -> XlaChange:
     for op in (race.first, race.second):
-      change = self._of_call(op)
+      change = self.of_call(op)
       if change is not None:
         return change
     return XlaChange("ordered")
 
-  def _of_call(self, op: Op) -> XlaChange | None:
+  def of_call(self, op: Op) -> XlaChange | None:
+    """What XLA did to call `op` of the program; None: kept in place."""
     if op not in self._made:
       self._made[op] = self._work_out(op)
     return self._made[op]
