@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.ad_checkpoint import checkpoint_name
+from jax.core import ShapedArray
 from jax.extend import core as jex_core
 
 from entangle_jax._src import access_marker, jax_compat
@@ -259,9 +260,13 @@ class Context:
 
   # Native calls ---------------------------------------------------------
 
-  def witnesses_for(self, parts, bits: int) -> tuple[list, int]:
+  def witnesses_for(
+    self, parts, bits: int, later: str = "a later native call"
+  ) -> tuple[list, int]:
     """The values a call of `parts`, whose operands depend on the calls in
-    `bits`, must be entangled with; and the calls they stand for."""
+    `bits`, must be entangled with; and the calls they stand for. `later`
+    names that call for the warning when an earlier call it must follow
+    returns no array."""
     reads, consts = only_reads(parts), constants_of(parts)
     needed = [
       a
@@ -270,23 +275,16 @@ class Context:
       and may_conflict(a, parts, reads, consts)
       and conflicts(a.parts, parts, self.decls)
     ]
-    # Leave out a call that another needed call is already ordered after.
-    covered = 0
-    for a in needed:
-      covered |= a.deps & ~a.bit
-    kept = [a for a in needed if not (a.bit & covered)]
-    values, stood = [], 0
+    kept = _not_covered(needed)
+    values, stood, unwaited = [], 0, []
     for a in kept:
-      if not a.witnesses and not a.warned:
-        a.warned = True
-        warnings.warn(
-          f"in_program_order: the native call `{a.label}` returns no array, "
-          "so later native calls cannot be ordered after it. Give it a "
-          "result (io_callback's result_shape, an ffi_call result).",
-          stacklevel=natives.user_stacklevel(),
-        )
+      if not a.witnesses:
+        unwaited.append(a)
+        continue
       values += a.witnesses
       stood |= a.deps
+    if unwaited:
+      _warn_unwaited(later, unwaited, kept)
     self.used.update(id(v) for v in values)
     return values, stood
 
@@ -350,24 +348,34 @@ class Context:
     parts, scope = self.in_resource(parts, invals, object_index)
     if self.native_log is not None:
       self.native_log.extend(parts)
-    values, stood = self.witnesses_for(parts, bits)
+    values, stood = self.witnesses_for(
+      parts, bits, f"the native call `{target}`"
+    )
+    # A host callback whose results hold no element gets one more result,
+    # so that later calls can wait for it; one whose operands hold none
+    # (or that takes none) gets one more operand, to be ordered by: a value
+    # of no element orders nothing, since XLA replaces it by a constant.
+    # Its Python function sees neither (`_Carried`).
+    adds_result = eqn.primitive.name == "io_callback" and not any(
+      size(v.aval) > 0 for v in eqn.outvars
+    )
+    adds_operand = False
     indices: list[int] = []
     if values:
       indices = _order_operands(invals, call, object_index)
-      if not indices and eqn.primitive.name == "debug_callback":
-        warnings.warn(
-          "in_program_order: a jax.debug.callback with no operand cannot be "
-          "ordered after earlier native calls; it runs when XLA runs it.",
-          stacklevel=natives.user_stacklevel(),
-        )
-        values = []
+      if not indices and eqn.primitive.name in _CARRIED_CALLBACKS:
+        adds_operand = True
+        invals.append(jnp.zeros((), jnp.int32))
+        indices = [len(invals) - 1]
       elif not indices:
         raise NotImplementedError(
           f"in_program_order: the native call `{target}` (primitive "
           f"`{eqn.primitive.name}`) has no operand with elements to order "
-          "it by, and must run after earlier calls. Give it an operand (the "
-          "handle or token it works on), or order it by hand with "
-          "entangle_jax.entangle or Resource."
+          "it by, and must run after earlier calls (an operand of no "
+          "element orders nothing: XLA replaces it by a constant). Give it "
+          "an operand with elements (the handle or token it works on), or "
+          "order it by hand with entangle_jax.entangle on such an operand, "
+          "or Resource."
         )
     if values and indices:
       originals = [invals[k] for k in indices]
@@ -377,7 +385,12 @@ class Context:
         self.set_root(new, self.root(original))
       bits |= stood
     with scope:
-      outs = self.bind(self.ordered_bodies(eqn), invals)
+      if adds_result or adds_operand:
+        outs = _bind_carried(eqn, invals, adds_operand, adds_result)
+      else:
+        outs = self.bind(self.ordered_bodies(eqn), invals)
+    extra = outs[len(eqn.outvars) :]
+    outs = outs[: len(eqn.outvars)]
     if self.saving:
       # Saved by the rebuilt checkpoint's policy: never made again.
       outs = [checkpoint_name(o, SAVED) for o in outs]
@@ -394,7 +407,9 @@ class Context:
       for r in back:
         if r < len(outs):
           self.set_root(outs[r], obj)
-    if call.witnesses is None:
+    if extra:
+      witnesses = extra  # The result it was given (`_bind_carried`).
+    elif call.witnesses is None:
       witnesses = [w for w in outs if size(w) > 0][:1]
     elif call.returns_nothing:
       witnesses = []  # A call nothing can wait for: warned when needed.
@@ -411,6 +426,7 @@ class Context:
       tokens=tokens,
     )
     self.keep.extend(outs)
+    self.keep.extend(extra)
     self.add(access)
     return outs
 
@@ -484,11 +500,13 @@ class Context:
     return tuple(changed), contextlib.nullcontext()
 
   def add(self, access: OrderedCall) -> None:
-    if not self.decls.safe_pairs and not access.only_reads:
+    if not self.decls.safe_pairs and not access.only_reads and access.witnesses:
       # An earlier call that this one comes after, on an object this one
       # writes, need not be looked at again: whatever conflicts with it
       # conflicts with this one, which comes after it. (A call that only
-      # reads covers none.)
+      # reads covers none; nor does one that returns no array: nothing can
+      # be ordered after it, so a later call must still be ordered after
+      # the earlier ones itself.)
       kept, dropped = [], 0
       for a in self.accesses:
         if a.bit & access.deps and covers(access.parts, a.parts):
@@ -565,20 +583,18 @@ class Context:
     """A value ordered after the earlier calls `parts` conflict with: an
     int32 scalar, or of `aval`, which is then the one witness itself when
     there is one of that type (no entangle)."""
-    values, stood = self.witnesses_for(parts, 0)
+    values, stood = self.witnesses_for(
+      parts, 0, "a sub-program (a loop, a branch, a backward pass)"
+    )
     token = token_of(values, aval)
     self.set_dep(token, stood)
     return token
 
   def exported(self, ctx: Context) -> list:
     """Values that come after every call made in child `ctx`."""
-    covered = 0
-    for a in ctx.own:
-      covered |= a.deps & ~a.bit
     values = []
-    for a in ctx.own:
-      if not (a.bit & covered):
-        values += a.witnesses
+    for a in _not_covered(ctx.own):
+      values += a.witnesses
     self.used.update(id(v) for v in values)
     return values
 
@@ -660,6 +676,48 @@ class Context:
     return outs
 
 
+def _not_covered(calls: Sequence[OrderedCall]) -> list[OrderedCall]:
+  """`calls` less those another of them is ordered after, which a value
+  that comes after that other one comes after too. Only a call that
+  returns an array (has witnesses) carries the calls it comes after: one
+  that returns nothing (a ``jax.debug.callback``) cannot be waited for,
+  so the calls it comes after stay, each to be waited for itself."""
+  covered = 0
+  for a in calls:
+    if a.witnesses:
+      covered |= a.deps & ~a.bit
+  return [a for a in calls if not (a.bit & covered)]
+
+
+def _warn_unwaited(
+  later: str, unwaited: Sequence[OrderedCall], kept: Sequence[OrderedCall]
+) -> None:
+  """Warns that `later` cannot be ordered after the `unwaited` calls,
+  which return no array, saying which orders it keeps (after the other
+  calls of `kept`, and what those come after)."""
+  names = ", ".join(f"`{a.label}`" for a in unwaited)
+  waited = [a for a in kept if a.witnesses]
+  if waited:
+    keeps = (
+      "Its order after the other earlier calls it conflicts with ("
+      + ", ".join(f"`{a.label}`" for a in waited)
+      + ") is kept."
+    )
+  else:
+    keeps = "It loses no order after any other earlier call."
+  many = len(unwaited) > 1
+  warnings.warn(
+    f"in_program_order: {later} cannot be ordered after the earlier native "
+    f"call{'s' if many else ''} {names}, which return{'' if many else 's'} "
+    f"no array: nothing can wait for {'them' if many else 'it'}, so they "
+    f"may run in either order. {keeps} To order them, give the earlier "
+    "call a result (a jax.debug.callback made an io_callback, which "
+    "in_program_order gives a result when it has none; an ffi_call "
+    "result).",
+    stacklevel=natives.user_stacklevel(),
+  )
+
+
 def _every_rule_input(
   ctx: Context,
 ) -> tuple[
@@ -719,6 +777,48 @@ def _order_operands(invals, call: NativeCall, object_index) -> list[int]:
     if index < len(invals) and size(invals[index]) > 0:
       return [index]
   return []
+
+
+_CARRIED_CALLBACKS = ("io_callback", "debug_callback")
+"""The host callbacks whose Python function `_Carried` can hide an operand
+from and add a result for: their primitives call ``callback`` with the
+flat operands and take its flat results."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Carried:
+  """A host callback's ``callback`` parameter that takes one more operand
+  than the user's function (`drops_last`), which it does not pass on, and
+  returns one more result (`adds_result`), an int32 zero, for later calls
+  to wait for: what the user's function sees and returns is what the
+  program gave it. Equal for equal parts, as JAX's own callback parameter
+  is, so that equal programs share a compilation."""
+
+  callback: Any
+  drops_last: bool
+  adds_result: bool
+
+  def __call__(self, *flat_args):
+    if self.drops_last:
+      flat_args = flat_args[:-1]
+    results = self.callback(*flat_args)
+    if not self.adds_result:
+      return results
+    return [*(results or ()), np.zeros((), np.int32)]
+
+
+def _bind_carried(eqn, invals, adds_operand: bool, adds_result: bool) -> list:
+  """Binds host callback `eqn` to `invals`, whose last value is the carrier
+  operand when `adds_operand`, with one more int32 result, last, when
+  `adds_result` (an io_callback)."""
+  params = dict(eqn.params)
+  params["callback"] = _Carried(params["callback"], adds_operand, adds_result)
+  if adds_result:
+    params["result_avals"] = (
+      *params["result_avals"],
+      ShapedArray((), np.dtype(np.int32)),
+    )
+  return list(eqn.primitive.bind(*invals, **params))
 
 
 def _argument_scope(parts):

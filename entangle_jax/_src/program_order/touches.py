@@ -88,7 +88,6 @@ class OrderedCall:
   label: str
   side_effect: bool = True
   results: tuple[Any, ...] = ()
-  warned: bool = False
   tokens: frozenset = frozenset()
   """The ordered effects it has: JAX threads one token per effect through
   the calls that have it, in program order (`Context.native`)."""

@@ -35,6 +35,11 @@ class Op:
     compare=False, default=None
   )
   """The declaration of its target that the analysis applied, if any."""
+  operand_elements: bool = dataclasses.field(compare=False, default=True)
+  """Whether one of its operands holds an element, so that an ``entangle``
+  on it can order the op: XLA replaces a value of no element by a
+  constant, which depends on nothing. False for an op whose operands all
+  hold none, or that takes none."""
 
   def __hash__(self) -> int:
     # Of the fields that equality compares, computed once: the analysis

@@ -250,6 +250,7 @@ class OrderAnalysis:
         first,
         access.accesses_of(found),
         found.declaration,
+        operand_elements=_operand_elements(graph, first),
       )
     return self._ops[key]
 
@@ -625,6 +626,19 @@ def _check_ops(analysis: OrderAnalysis, ops: Iterable[object]) -> None:
         f"{op.label()} is not an op of this module: ask the OrderAnalysis "
         "whose select_ops or ops_among returned it"
       )
+
+
+def _operand_elements(graph, instruction: _hlo.Instruction) -> bool:
+  """Whether an operand of `instruction` is an array with an element (an
+  ordered effect's token is none: nothing entangles one)."""
+  for name in instruction.operands:
+    position = graph.index.get(name)
+    if position is None:
+      return True  # Not known here: claim nothing.
+    operand = graph.instructions[position]
+    if not operand.zero_sized and not operand.shape.startswith("token["):
+      return True
+  return False
 
 
 def _empty_witness_entangles(

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 
 from entangle_jax._src import access_policy
 from entangle_jax._src.conflict_rule import Reason
-from entangle_jax._src.targets import shipped
+from entangle_jax._src.targets import names, shipped
 from entangle_jax.testing._analysis import source_lines
 from entangle_jax.testing._analysis.ops import Op, Race
 from entangle_jax.testing._analysis.order_analysis import LeftOut
@@ -232,7 +232,18 @@ def _order_fix(race: Race) -> tuple[str, ...]:
     f"(`{_name(first)}`, listed first), as the program made them: "
   )
   returned = _handed_back(first)
-  if argument is not None:
+  if not _holds_an_array(first.instruction.shape):
+    # Nothing to entangle with: the usual fix names a result it lacks.
+    fix += (
+      "the earlier call returns no array, so nothing can be made to wait "
+      "for it: give it a result (an `io_callback` with a `result_shape` "
+      "in place of a `jax.debug.callback`; an `ffi_call` result), then "
+      "make the later call consume it (`x = entangle(x, r)` with `x` an "
+      "array with elements that the later call takes and `r` that result)."
+    )
+  elif not second.operand_elements:
+    fix += _carrier_fix(second)
+  elif argument is not None:
     into = f"argument {argument}"
     if returned is not None:
       fix += (
@@ -282,6 +293,60 @@ def _order_fix(race: Race) -> tuple[str, ...]:
   return tuple(steps)
 
 
+def _carrier_fix(later: Op) -> str:
+  """The fix for a later call whose operands hold no element (or that
+  takes none): an entangle on such an operand orders nothing, since XLA
+  replaces a value of no element by a constant that depends on nothing."""
+  fix = (
+    "its operands hold no element, and an `entangle` on such an operand "
+    "orders nothing (XLA replaces a value of no element by a constant): "
+    "give the later call one more operand with an element, computed from "
+    "the earlier call's result (`c = entangle(jnp.zeros(()), r)` with `r` "
+    "that result), and pass it `c`"
+  )
+  if _carried_by_transform(later):
+    return fix + (
+      ", as an argument its Python function takes and ignores (`lambda "
+      "*a: f(*a[:-1])` around your function `f`)."
+    )
+  return fix + "."
+
+
+_CARRIED_CALLBACKS = ("io_callback", "debug_callback")
+"""The host callbacks ``in_program_order`` gives one more operand (its
+Python function does not see it) where theirs hold no element, and gives
+a result where they return none (``io_callback`` only: a
+``jax.debug.callback`` has no results)."""
+
+
+def _primitive(op: Op) -> str:
+  """The JAX primitive that made `op`: the last component of its scope."""
+  return op.user_scope.rsplit("/", 1)[-1]
+
+
+def _carried_by_transform(op: Op) -> bool:
+  """Whether ``in_program_order`` orders `op` through an operand it adds
+  when the op has none with an element (`_CARRIED_CALLBACKS`)."""
+  return (
+    op.target is not None
+    and names.is_host_callback(op.target)
+    and _primitive(op) in _CARRIED_CALLBACKS
+  )
+
+
+def _waited_for_by_transform(op: Op) -> bool:
+  """Whether ``in_program_order`` can make later calls wait for `op`: it
+  returns an array, or is an ``io_callback``, which the transform gives
+  a result when it returns none."""
+  if _holds_an_array(op.instruction.shape):
+    return True
+  return (
+    op.target is not None
+    and names.is_host_callback(op.target)
+    and _primitive(op) == "io_callback"
+  )
+
+
 _JITTED = re.compile(r"jit\(([^()/]+)\)(?:/|$)")
 # Scopes whose jitted function is not one the user can wrap: a module
 # deserialized from jax.export (in_program_order cannot see inside it), and
@@ -322,8 +387,11 @@ def program_order_fix(
   one handle (in_program_order, as the race check, reads their names as
   two objects), calls nothing declares (declare them first), an earlier
   call that returns nothing (``jax.debug.callback``: nothing can wait for
-  it), a module not made by ``jax.jit``, or a later call with no operand
-  (nothing to entangle it by: the transform raises, naming it). With
+  it; an ``io_callback`` the transform gives a result), a module not made
+  by ``jax.jit``, or a later call with no operand that holds an element
+  (nothing to entangle it by, since XLA replaces a value of no element by
+  a constant: the transform raises, naming it; a host callback it gives
+  one more operand, which its Python function does not see). With
   `gradient` (the module came from a gradient), it says how to wrap one.
 
   The answer reads the module only, so it is the same in every process.
@@ -341,9 +409,10 @@ def program_order_fix(
       return None
     if first.declaration is None or second.declaration is None:
       return None
-    if not second.instruction.operands:  # Nothing to entangle.
+    # Nothing to entangle: an operand of no element orders nothing.
+    if not second.operand_elements and not _carried_by_transform(second):
       return None
-    if not _holds_an_array(first.instruction.shape):  # Nothing to wait for.
+    if not _waited_for_by_transform(first):  # Nothing to wait for.
       return None
     names |= {_jitted_function(first), _jitted_function(second)}
   if len(names) != 1 or None in names:
