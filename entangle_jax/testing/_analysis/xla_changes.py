@@ -102,9 +102,9 @@ def hidden_races(
   with each call of that loop they conflict with (`conflict`, the
   program's rule), which the program made in the iterations before.
 
-  One iteration of a loop runs after the one before it, so the program
-  orders a read of one iteration after the writes of the iterations
-  before. A read whose operands do not change in the loop (the handle it
+  One iteration of a loop runs after the one before it (rule 5), so the
+  program orders a read of one iteration after the writes of the
+  iterations before. A read whose operands do not change in the loop (the handle it
   was given, not a write's result) is one XLA may move out of it: then it
   runs once, before every write of the loop, and the program's order
   between iterations is gone, with no pair in either module.

@@ -203,9 +203,13 @@ GENERAL_RULES: tuple[Rule, ...] = (
     5,
     "One execution at a time",
     "Two ops of one computation are related within one execution of it "
-    "(one loop iteration); two iterations are not compared. Computations "
-    "the entry never runs are left out (XLA deletes them; only "
-    "hand-written text has them).",
+    "(one loop iteration); two iterations are not compared: a loop runs "
+    "one after the other. Computations the entry never runs are left out "
+    "(XLA deletes them; only hand-written text has them). Where the module "
+    "before optimization is at hand, it is the program's order: a pair it "
+    "leaves unordered races whatever XLA's optimizer made of it, and a "
+    "call XLA moved out of its loop, which then runs before every "
+    "iteration, races with the loop's calls it conflicts with (`EJ008`).",
   ),
 )
 
