@@ -219,14 +219,15 @@ class OrderAnalysis:
     self._finder: ObjectFinder | None = None
     if _optimized:
       text = _with_entry_shardings(compiled, who)
-      if before_optimization is None:
-        before_optimization = lowered_hlo_text(compiled)
     else:
       text = compiled if isinstance(compiled, str) else ""
-      before_optimization = None
     self._shared = _parsed(text, _optimized)
     self.module, self._dataflow = self._shared.module, self._shared.dataflow
     self._before_optimization = before_optimization
+    # A Lowered prints its module before optimization when first asked.
+    self._lowered = (
+      compiled if _optimized and before_optimization is None else None
+    )
     self._program: OrderAnalysis | None = None
     self._all_ops = all_ops
     self._ops: dict[tuple[str, str], Op] = {}
@@ -471,6 +472,9 @@ class OrderAnalysis:
     Raises:
       ValueError: that text cannot be read as an HLO module.
     """
+    if self._before_optimization is None and self._lowered is not None:
+      self._before_optimization = lowered_hlo_text(self._lowered)
+      self._lowered = None
     if self._before_optimization is None:
       return None
     if self._program is None:

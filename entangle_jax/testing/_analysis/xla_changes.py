@@ -104,10 +104,11 @@ def hidden_races(
 
   One iteration of a loop runs after the one before it (rule 5), so the
   program orders a read of one iteration after the writes of the
-  iterations before. A read whose operands do not change in the loop (the handle it
-  was given, not a write's result) is one XLA may move out of it: then it
-  runs once, before every write of the loop, and the program's order
-  between iterations is gone, with no pair in either module.
+  iterations before. A read whose operands do not change in the loop (the
+  handle it was given, not a write's result) is one XLA may move out of
+  it: then it runs once, before every write of the loop, and the
+  program's order between iterations is gone, with no pair in either
+  module.
   """
   known = {_pair_key(race) for race in optimized_races}
   hidden = [race for race in program_races if _pair_key(race) not in known]
