@@ -51,6 +51,7 @@ from entangle_jax._src.program_order.values import (
   token_of,
 )
 from entangle_jax._src.targets.declaration import Declarations
+from entangle_jax._src.targets.names import DEBUG_CALLBACK_PRIMITIVES
 
 
 class Context:
@@ -354,10 +355,11 @@ class Context:
     indices: list[int] = []
     if values:
       indices = _order_operands(invals, call, object_index)
-      if not indices and eqn.primitive.name == "debug_callback":
+      if not indices and eqn.primitive.name in DEBUG_CALLBACK_PRIMITIVES:
         warnings.warn(
-          "in_program_order: a jax.debug.callback with no operand cannot be "
-          "ordered after earlier native calls; it runs when XLA runs it.",
+          "in_program_order: a jax.debug.callback or jax.debug.print with no "
+          "operand cannot be ordered after earlier native calls; it runs "
+          "when XLA runs it.",
           stacklevel=natives.user_stacklevel(),
         )
         values = []
@@ -427,8 +429,12 @@ class Context:
       items = value if isinstance(value, tuple | list) else (value,)
       new = [self._ordered_closed(item) for item in items]
       if any(n is not i for n, i in zip(new, items, strict=True)):
-        many = isinstance(value, tuple | list)
-        changed[key] = type(value)(new) if many else new[0]
+        if hasattr(value, "_make"):  # A named tuple (custom_linear_solve's).
+          changed[key] = value._make(new)
+        elif isinstance(value, tuple | list):
+          changed[key] = type(value)(new)
+        else:
+          changed[key] = new[0]
     if not changed:
       return eqn
     return eqn.replace(params={**eqn.params, **changed})
