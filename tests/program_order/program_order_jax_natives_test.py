@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest, parameterized
-from jax import lax
+from jax import export, lax
 from jax.core import ShapedArray
 from jax.experimental import io_callback
 from jax.extend import core as jex_core
@@ -80,15 +80,15 @@ def exported(fn, *args):
   """`fn` through a ``jax.export`` round trip (serialized and read back),
   the store's and entangle's targets allowed."""
   checks = [
-    jax.export.DisabledSafetyCheck.custom_call(target)
+    export.DisabledSafetyCheck.custom_call(target)
     for target in (
       example_store.READ_SLOT_TARGET,
       example_store.WRITE_SLOT_TARGET,
       names.ENTANGLE_TARGET,
     )
   ]
-  exp = jax.export.export(jax.jit(fn), disabled_checks=checks)(*args)
-  return jax.export.deserialize(exp.serialize())
+  exp = export.export(jax.jit(fn), disabled_checks=checks)(*args)
+  return export.deserialize(exp.serialize())
 
 
 class OrderedTestCase(parameterized.TestCase):
