@@ -52,6 +52,7 @@ from entangle_jax._src.program_order.values import (
   token_of,
 )
 from entangle_jax._src.targets.declaration import Declarations
+from entangle_jax._src.targets.names import DEBUG_CALLBACK_PRIMITIVES
 
 
 class Context:
@@ -363,10 +364,23 @@ class Context:
     indices: list[int] = []
     if values:
       indices = _order_operands(invals, call, object_index)
-      if not indices and eqn.primitive.name in _CARRIED_CALLBACKS:
+      if not indices and (
+        eqn.primitive.name in _CARRIED_CALLBACKS or _print_carries(eqn)
+      ):
         adds_operand = True
         invals.append(jnp.zeros((), jnp.int32))
         indices = [len(invals) - 1]
+      elif not indices and eqn.primitive.name in DEBUG_CALLBACK_PRIMITIVES:
+        # A jax.debug.print whose text a carrier would change
+        # (`_print_carries`): nothing to order it by.
+        warnings.warn(
+          "in_program_order: a jax.debug.print with no operand whose text "
+          "holds a brace, or that takes static arguments, cannot be ordered "
+          "after earlier native calls; it runs when XLA runs it. Pass it an "
+          "operand (jax.debug.print('... {}', x)) to order it.",
+          stacklevel=natives.user_stacklevel(),
+        )
+        values = []
       elif not indices:
         raise NotImplementedError(
           f"in_program_order: the native call `{target}` (primitive "
@@ -443,8 +457,12 @@ class Context:
       items = value if isinstance(value, tuple | list) else (value,)
       new = [self._ordered_closed(item) for item in items]
       if any(n is not i for n, i in zip(new, items, strict=True)):
-        many = isinstance(value, tuple | list)
-        changed[key] = type(value)(new) if many else new[0]
+        if hasattr(value, "_make"):  # A named tuple (custom_linear_solve's).
+          changed[key] = value._make(new)
+        elif isinstance(value, tuple | list):
+          changed[key] = type(value)(new)
+        else:
+          changed[key] = new[0]
     if not changed:
       return eqn
     return eqn.replace(params={**eqn.params, **changed})
@@ -807,11 +825,36 @@ class _Carried:
     return [*(results or ()), np.zeros((), np.int32)]
 
 
+_PRINT_CARRIER = "entangle_jax_carrier"
+"""The keyword a carrier operand of ``jax.debug.print`` is passed as: its
+text's ``str.format`` ignores a keyword it does not name."""
+
+
+def _print_carries(eqn) -> bool:
+  """Whether ``jax.debug.print``'s primitive (``debug_print``, jax 0.10
+  and newer; older ones bind ``debug_callback``) with no operand can take
+  a carrier operand without printing anything else: its text, formatted
+  with the carrier as a keyword it does not name, is the text it prints
+  (no brace, which formatting would change, and no static argument)."""
+  if eqn.primitive.name != "debug_print" or eqn.invars:
+    return False
+  params = eqn.params
+  fmt = params.get("fmt")
+  if not isinstance(fmt, str) or params.get("static_args"):
+    return False
+  return params.get("has_placeholders") or ("{" not in fmt and "}" not in fmt)
+
+
 def _bind_carried(eqn, invals, adds_operand: bool, adds_result: bool) -> list:
   """Binds host callback `eqn` to `invals`, whose last value is the carrier
   operand when `adds_operand`, with one more int32 result, last, when
   `adds_result` (an io_callback)."""
   params = dict(eqn.params)
+  if eqn.primitive.name == "debug_print":
+    # The carrier as a keyword the text does not name (`_print_carries`).
+    params["in_tree"] = jax.tree.structure(((), {_PRINT_CARRIER: 0}))
+    params["has_placeholders"] = True
+    return list(eqn.primitive.bind(*invals, **params))
   params["callback"] = _Carried(params["callback"], adds_operand, adds_result)
   if adds_result:
     params["result_avals"] = (

@@ -3,8 +3,9 @@ StableHLO of the equation lowered alone.
 
 A binding that binds a primitive of its own (klujax, jax-finufft,
 mpi4jax) shows that primitive in the jaxpr, not a custom call: the call
-appears only when the primitive is lowered. So an equation whose primitive
-is not one of JAX's own is lowered in isolation, as
+appears only when the primitive is lowered; so does one of JAX's own
+first-order primitives that makes native calls (``call_exported``: the
+exported module's). So a first-order equation is lowered in isolation, as
 ``jax.jit(bind, keep_unused=True).lower(*avals)`` (public API), and its
 module's ``stablehlo.custom_call`` ops are read, with, for each call:
 
@@ -74,6 +75,11 @@ _MOVES = (
 """Ops whose one result holds only elements of their first operand: the
 object an operand names is the input's (or a subset of it)."""
 
+_CALLS = {"func.call": "callee", "stablehlo.composite": "decomposition"}
+"""Ops that call a function of the module, and the attribute naming it:
+``lax.composite`` lowers to a ``stablehlo.composite`` whose decomposition
+function holds its calls (which XLA inlines)."""
+
 _PASS_ALL = ("stablehlo.optimization_barrier",)
 """Ops whose result k is their operand k."""
 
@@ -114,8 +120,8 @@ class _Reader:
         continue
       if name == "stablehlo.custom_call":
         outs = self.custom_call(op, ins)
-      elif name == "func.call" and self.depth < 32:
-        callee = self.funcs.get(_symbol(op.attributes["callee"]))
+      elif name in _CALLS and self.depth < 32:
+        callee = self.funcs.get(_symbol(op.attributes[_CALLS[name]]))
         if callee is None:
           outs = [_union(ins)] * len(op.results)
         else:
@@ -324,9 +330,11 @@ _NOT_OWN: dict[Any, int] = {}  # Primitive: len(sys.modules) when looked.
 def is_jax_primitive(primitive) -> bool:
   """Whether `primitive` is one of JAX's own (a global of a loaded ``jax``
   or ``jaxlib`` module, ``jax.extend.core.primitives`` among them). Their
-  lowerings emit only JAX's and XLA's library kernels and markers, and
-  JAX's FFI and host-callback calls, which are known by name: they are
-  never lowered to look."""
+  sub-programs are their rules' (`rules`), and one that cannot be lowered
+  alone (a collective, outside its named axis) is read as making no
+  native call; the others are lowered to look as a binding's are, since
+  no list of those that make none can be trusted to stay complete
+  (``debug_print``, ``call_exported``)."""
   if primitive in _JAX_OWN:
     return True
   if _NOT_OWN.get(primitive) == len(sys.modules):

@@ -104,9 +104,9 @@ def native_call(eqn, decls: Declarations) -> NativeCall | None:
   """The native call `eqn` makes, for in_program_order to order, else None:
   an ``ffi_call`` (by its target), a host callback that may have effects
   (``pure_callback`` is declared pure by its user: neither this nor the
-  race check orders it), or any other first-order primitive whose
-  lowering emits custom calls that are not JAX's and XLA's own kernels
-  (`lowered`)."""
+  race check orders it), or any other first-order primitive, JAX's own
+  included, whose lowering emits custom calls that are not JAX's and
+  XLA's own kernels (`lowered`)."""
   name = eqn.primitive.name
   if name == "ffi_call":
     target = _target_name(eqn)
@@ -127,7 +127,13 @@ def native_call(eqn, decls: Declarations) -> NativeCall | None:
   if name == primitive.entangle_p.name:
     return None
   if lowered.is_jax_primitive(eqn.primitive):
-    return None  # JAX's own: first order, or a rule's (`rules`).
+    if any(True for _ in sub_jaxprs(eqn)):
+      return None  # Its sub-programs' calls are its rule's (`rules`).
+    # One of JAX's own first-order primitives. A list of those that make
+    # no native call cannot be trusted to be complete (``debug_print``
+    # and ``call_exported`` make host callbacks and the exported module's
+    # custom calls), so its lowering says, as a binding's does.
+    return _from_lowering(eqn, decls, jax_own=True)
   # A binding's own primitive, a higher-order one included: its own
   # lowering may make native calls before or after its body, and its body
   # may make some. The lowering holds both, so the equation is ordered as
@@ -146,25 +152,35 @@ def lowered_call(eqn, decls: Declarations) -> NativeCall | None:
 _FROM_LOWERING: dict[Any, NativeCall | None] = {}
 
 
-def _from_lowering(eqn, decls: Declarations) -> NativeCall | None:
+def _from_lowering(
+  eqn, decls: Declarations, jax_own: bool = False
+) -> NativeCall | None:
   """`_read_lowering`, once per lowering key and declarations (a program
   that makes one binding call a thousand times reads it once)."""
   key = lowered.key_of(eqn)
   if key is None:
-    return _read_lowering(eqn, decls)
+    return _read_lowering(eqn, decls, jax_own)
   key = (key, decls)
   try:
     return _FROM_LOWERING[key]
   except KeyError:
     pass
   except TypeError:  # Declarations that cannot be hashed.
-    return _read_lowering(eqn, decls)
-  found = _FROM_LOWERING[key] = _read_lowering(eqn, decls)
+    return _read_lowering(eqn, decls, jax_own)
+  found = _FROM_LOWERING[key] = _read_lowering(eqn, decls, jax_own)
   return found
 
 
-def _read_lowering(eqn, decls: Declarations) -> NativeCall | None:
+def _read_lowering(
+  eqn, decls: Declarations, jax_own: bool = False
+) -> NativeCall | None:
   found = lowered.lower(eqn)
+  if found.error is not None and jax_own:
+    # One of JAX's own primitives that lowers only inside a program that
+    # gives it what it needs (a collective's named axis, a mesh): as
+    # before, read as making no native call. JAX's native calls (FFI
+    # calls, host callbacks, an exported module) lower alone.
+    return None
   if found.error is not None:
     _warn_once(
       eqn.primitive,

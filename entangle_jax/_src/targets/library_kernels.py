@@ -54,6 +54,20 @@ KERNELS: tuple[LibraryKernel, ...] = (
   _exact("X64SplitHigh", "tpu", _MARKER + " (64-bit emulation)"),
   # XLA's own kernels.
   _exact("TopK", "cpu", _PURE + " (jax.lax.top_k, jax.lax.approx_max_k)"),
+  _exact(
+    "ApproxTopK",
+    "any",
+    _PURE + " (jax.lax.approx_max_k as JAX lowers it; XLA:CPU makes it TopK)",
+  ),
+  # XLA:TPU's linear algebra, as jax 0.10.2's TPU lowerings call it.
+  _exact("LuDecomposition", "tpu", _PURE + " (jax.lax.linalg.lu, inv)"),
+  _exact("Eigh", "tpu", _PURE + " (jax.lax.linalg.eigh, svd)"),
+  _exact("Qr", "tpu", _PURE + " (jax.lax.linalg.qr)"),
+  _exact(
+    "ProductOfElementaryHouseholderReflectors",
+    "tpu",
+    _PURE + " (jax.lax.linalg.householder_product, qr)",
+  ),
   _prefix("__cublas$", "gpu", _PURE + " (XLA:GPU's GEMMs)"),
   _prefix("__cudnn$", "gpu", _PURE + " (XLA:GPU's convolutions, attention)"),
   _prefix("__gpu$", "gpu", _PURE + " (XLA:GPU's own custom calls)"),

@@ -32,7 +32,17 @@ callback's transfers as one call of this target
 `HOST_CALLBACK_PATTERNS` match: it is declared as a host callback on
 CPU."""
 
-HOST_CALLBACK_PRIMITIVES = ("io_callback", "debug_callback", "buffer_callback")
+DEBUG_CALLBACK_PRIMITIVES = ("debug_callback", "debug_print")
+"""The primitives of ``jax.debug.callback`` and ``jax.debug.print``: host
+callbacks that return nothing. ``jax.debug.print`` binds its own
+``debug_print`` (jax 0.10), lowered as a ``debug_callback``, or
+``debug_callback`` itself (other versions)."""
+
+HOST_CALLBACK_PRIMITIVES = (
+  "io_callback",
+  *DEBUG_CALLBACK_PRIMITIVES,
+  "buffer_callback",
+)
 """The jaxpr primitives of the host callbacks that may have effects: each
 lowers to one call of a `HOST_CALLBACK_PATTERNS` target."""
 

@@ -65,6 +65,7 @@ ORDER = (
   "checkpoint",
   "custom derivatives",
   "custom batching and partitioning",
+  "linear solves and composites",
 )
 """The order `supported` lists the families in (any other one last)."""
 
