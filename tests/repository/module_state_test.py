@@ -46,6 +46,7 @@ ALLOWED: dict[tuple[str, str], str] = {
   (f"{_CORE}.targets.in_code", "DECLARED"): _REGISTRY,
   (f"{_TESTING}._hlo.module_text", "_TEXTS"): _CACHE,
   (f"{_TESTING}._hlo.module_text", "_BEFORE"): _CACHE,
+  (f"{_TESTING}._ways_in.module_files", "_LISTED"): _CACHE,
   (f"{_TESTING}._analysis.source_lines", "_marked"): _REGISTRY,
   (f"{_TESTING}._ways_in.dump_watch", "_listening"): _ONCE,
   (f"{_TESTING}._ways_in.dump_watch", "_counts"): _WATCH,

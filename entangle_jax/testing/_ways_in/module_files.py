@@ -5,6 +5,7 @@ through here."""
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
 from collections.abc import Sequence
@@ -70,13 +71,42 @@ def _before_optimizations(path: pathlib.Path) -> str | None:
   prefix = re.match(r"module_\d+\.", path.name)
   if prefix is None:
     return None
-  before = list(path.parent.glob(f"{prefix.group(0)}*{BEFORE_OPTIMIZATIONS}"))
+  found = _modules_before_optimizations(path.parent, prefix.group(0))
+  before = found.get(prefix.group(0), [])
   if len(before) != 1:
     return None
   try:
     return before[0].read_text()
   except (OSError, UnicodeDecodeError):
     return None
+
+
+def _modules_before_optimizations(
+  directory: pathlib.Path, prefix: str
+) -> dict[str, list[pathlib.Path]]:
+  """The modules before optimization in `directory`, by their
+  ``module_NNNN.`` prefix: listed once per state of the directory (its
+  modification time), not once per module, which made a dump of many
+  modules cost the square of their number."""
+  try:
+    state = (directory.resolve(), directory.stat().st_mtime_ns)
+  except OSError:
+    return {}
+  # A module this listing lacks may have come within the same tick.
+  if _LISTED.get("state") != state or prefix not in _LISTED["found"]:
+    found: dict[str, list[pathlib.Path]] = {}
+    for name in os.listdir(directory):
+      prefix = re.match(r"module_\d+\.", name)
+      if prefix and name.endswith(BEFORE_OPTIMIZATIONS):
+        found.setdefault(prefix.group(0), []).append(directory / name)
+    _LISTED.clear()
+    _LISTED.update(state=state, found=found)
+  return _LISTED["found"]
+
+
+# The last directory listed by `_modules_before_optimizations`, and what
+# it held: a dump's modules are checked one directory at a time.
+_LISTED: dict = {}
 
 
 def check_module(
