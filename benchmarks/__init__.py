@@ -20,6 +20,9 @@ ways of ordering a native read before the next write, compared
 (docs/alternatives.md): `alternatives` (the command and its checks),
 `orderings` (one row each), `hazard_runs` (wrong reads, and what the
 analysis says), `ordering_cost`, `ordering_transforms`, `host_store`.
+``python -m benchmarks.deep_programs`` times the race check on programs
+that nest deeply or carry a lot (`deep_programs`, whose programs
+tests/analysis/deep_programs_test.py checks the answers of).
 
 Adding a measurement: a module in `parts` with ``measure(args) -> dict``,
 its name in `worker.PARTS`, a line in `runner.main` that runs it (for which

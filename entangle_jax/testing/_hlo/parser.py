@@ -283,6 +283,7 @@ class _StackFrames:
   def __init__(self, tables: dict[str, dict[int, str]]):
     self._tables = tables
     self._cache: dict[int, Stack] = {}
+    self._places: dict[int, tuple[str, int] | None] = {}
     self._frames: dict[int, dict[str, int]] | None = None
     self._shift = 0
 
@@ -307,19 +308,28 @@ class _StackFrames:
 
   def _stack(self, frame_id: int) -> Stack:
     frames = self._read_frames()
-    files = self._tables.get("FileNames", {})
-    locations = self._tables.get("FileLocations", {})
     stack = []
     seen = set()
     while frame_id in frames and frame_id not in seen:
       seen.add(frame_id)
       frame = frames[frame_id]
-      row = locations.get(frame.get("file_location_id", -1), "")
+      place = self._place(frame.get("file_location_id", -1))
+      if place is not None:
+        stack.append(place)
+      frame_id = frame.get("parent_frame_id", 0) - self._shift
+    return tuple(stack)
+
+  def _place(self, location_id: int) -> tuple[str, int] | None:
+    """The (file, line) of a ``FileLocations`` row, read once: every
+    stack through it reads it again (deeply nested JAX code makes stacks
+    of hundreds of frames, each shared by many ops)."""
+    if location_id not in self._places:
+      row = self._tables.get("FileLocations", {}).get(location_id, "")
       location = {k: int(v) for k, v in _FIELD.findall(row)}
+      files = self._tables.get("FileNames", {})
       name = files.get(location.get("file_name_id", -1), "").strip()
       if len(name) > 1 and name.startswith('"') and name.endswith('"'):
         name = unescape(name[1:-1])
-      if name and "line" in location:
-        stack.append((name, location["line"]))
-      frame_id = frame.get("parent_frame_id", 0) - self._shift
-    return tuple(stack)
+      found = (name, location["line"]) if name and "line" in location else None
+      self._places[location_id] = found
+    return self._places[location_id]

@@ -289,7 +289,11 @@ def _part_read(read: Path, at: Path, part: Path) -> list[Path]:
 def _outermost(paths: Sequence[Path]) -> list[Path]:
   """`paths` without those inside another one (``()`` covers all)."""
   kept: list[Path] = []
+  # Looked up by each shorter prefix of a path, not compared with every
+  # path kept: a loop state of thousands of elements reads as many paths.
+  covering: set[Path] = set()
   for path in sorted(set(paths), key=len):
-    if not any(path[: len(k)] == k for k in kept):
+    if not any(path[:length] in covering for length in range(len(path))):
       kept.append(path)
+      covering.add(path)
   return kept

@@ -23,12 +23,21 @@ and calls that reach different values may still touch one.
 What one step back through a construct is, is its rule's `Identity`
 (``rules.rule_for(opcode).identity``, rules 6 to 21); `ObjectFinder`
 dispatches on it and tests no opcode.
+
+The walk back nests as deeply as the program does (a chain of calls, loops
+in loops, every branch of a conditional seen from the loop around it), so
+it keeps its pending steps on a list of its own (`ObjectFinder._run`), not
+on Python's stack, as does the walk that tells values apart per device
+(`_DeviceValues._run`): no depth of program reaches the interpreter's
+recursion limit.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Generator
+from typing import TypeVar
 
 from entangle_jax._src import access_policy
 from entangle_jax._src.access_policy import Footprint
@@ -44,6 +53,15 @@ from entangle_jax.testing._order.objects import ObjectRef, Root
 # parameter (when asked not to leave it), root is ("parameter", number,
 # path).
 _Found = tuple[Root, int | None]
+# A question the walk asks: where element `path` of instruction `n` of
+# computation `name` comes from, leaving it at a parameter or not; the
+# arguments of `ObjectFinder._root`, (name, n, path, leave).
+_Key = tuple[str, int, Path, bool]
+# A step of the walk that answers _Found: a generator that yields each
+# `_Key` it needs, is sent back that key's `_Found`, and returns its own
+# answer (`ObjectFinder._run` drives it).
+_Walk = Generator[_Key, _Found, _Found]
+_T = TypeVar("_T")
 
 Identity = rules.Identity
 DeviceValue = rules.DeviceValue
@@ -67,7 +85,7 @@ class ObjectFinder:
     self._module = module
     self._dataflow = dataflow
     self._declarations = declarations
-    self._memo: dict[tuple[str, int, Path, bool], _Found] = {}
+    self._memo: dict[_Key, _Found] = {}
     self._callers: dict[str, list[tuple[Instruction, int | None]]] | None = None
     self._prepared: set[str] = set()
     self._checked: set[tuple[str, str]] = set()
@@ -109,7 +127,7 @@ class ObjectFinder:
     operand = self.object_operand(i)
     if operand is None:
       return None
-    self._prepare(i.computation)
+    self._run(self._prepare(i.computation))
     computation = self._dataflow.computation(i.computation)
     self._check_returned(
       i, computation.instructions[computation.index[i.operands[operand]]]
@@ -179,11 +197,11 @@ class ObjectFinder:
     parameter = rules.rule_for(found.opcode).identity is Identity.PARAMETER
     return found if parameter else None
 
-  def _prepare(self, name: str) -> None:
-    """Finds the root of every array value of computation `name` in text
-    order, so that a chain of thousands of ``Resource`` writes or
+  def _prepare(self, name: str) -> Generator[_Key, _Found, None]:
+    """Asks for the root of every array value of computation `name` in
+    text order, so that a chain of thousands of ``Resource`` writes or
     ``entangle`` calls, each handing its object to the next, is followed
-    one link at a time (not in thousands of nested calls)."""
+    one link at a time (not as thousands of steps pending at once)."""
     if name in self._prepared:
       return
     self._prepared.add(name)
@@ -192,7 +210,7 @@ class ObjectFinder:
     for n, i in enumerate(computation.instructions):
       if not i.shape.startswith("("):
         for leave in modes:
-          self._root(name, n, (), leave)
+          yield name, n, (), leave
 
   def _returned(self, i: Instruction) -> tuple[int, ...] | None:
     """The results of custom call `i` that hand back its object (None:
@@ -248,54 +266,89 @@ class ObjectFinder:
     """Where element `path` of instruction `n` of computation `name`
     comes from; at a parameter, from the callers too when `leave`."""
     key = (name, n, path, leave)
-    if key not in self._memo:
-      self._memo[key] = self._find(name, n, path, leave)
-    return self._memo[key]
+    found = self._memo.get(key)
+    if found is None:
+      found = self._run(self._find(*key))
+      self._memo[key] = found
+    return found
 
-  def _find(self, name: str, n: int, path: Path, leave: bool) -> _Found:
+  def _run(self, walk: Generator[_Key, _Found, _T]) -> _T:
+    """Drives `walk` (and every step it asks for) to its answer, one step
+    at a time: the steps waiting for an answer wait on a list, so a walk
+    back through thousands of links or hundreds of nested computations
+    takes no more of Python's stack than one step does.
+
+    The steps are taken in the order a recursive walk would take them, a
+    key not yet answered taken anew wherever it is asked (also while an
+    earlier asking of it waits): every answer is a function of its key
+    alone, and the memo holds only answers, never a placeholder."""
+    # Each pending step, with the key it answers (None for `walk`).
+    pending: list[tuple[_Key | None, Generator[_Key, _Found, object]]] = [
+      (None, walk)
+    ]
+    answer: _Found | None = None  # None: start the step on top.
+    while True:
+      key, step = pending[-1]
+      try:
+        asked = step.send(answer) if answer is not None else next(step)
+      except StopIteration as finished:
+        pending.pop()
+        if key is None:
+          return finished.value
+        answer = finished.value
+        self._memo[key] = answer
+        continue
+      answer = self._memo.get(asked)
+      if answer is None:
+        pending.append((asked, self._find(*asked)))
+
+  def _find(self, name: str, n: int, path: Path, leave: bool) -> _Walk:
     """Element `path` of instruction `n`, followed back one construct as
     its rule's `Identity` says (``rules.rule_for``)."""
-    self._prepare(name)
+    if name not in self._prepared:  # Most steps: no generator to start.
+      yield from self._prepare(name)
     computation = self._dataflow.computation(name)
     i = computation.instructions[n]
     identity = rules.rule_for(i.opcode).identity
 
-    def operand(k: int, at: Path = ()) -> _Found:
-      return self._root(name, computation.index[i.operands[k]], at, leave)
+    def operand(k: int, at: Path = ()) -> _Key:
+      return name, computation.index[i.operands[k]], at, leave
 
     if identity is Identity.SAME_BYTES and i.operands:  # Rule 12.
       if not _default_layouts(
         i, computation.instructions[computation.index[i.operands[0]]]
       ):
         return _value(i, path)  # Elements move: slices of it are others.
-      return operand(0, path)
+      return (yield operand(0, path))
     if identity is Identity.PASSES_ON and i.operands:  # Rule 18.
-      return operand(0, path)
+      return (yield operand(0, path))
     if identity is Identity.TUPLE_ELEMENT and i.tuple_index is not None:
-      return operand(0, (i.tuple_index, *path))  # Rule 11.
+      return (yield operand(0, (i.tuple_index, *path)))  # Rule 11.
     if identity is Identity.TUPLE and path and path[0] < len(i.operands):
-      return operand(path[0], path[1:])  # Rule 10.
+      return (yield operand(path[0], path[1:]))  # Rule 10.
     if identity is Identity.CONSTANT and not path:  # Rule 19.
       return ("constant", _constant_value(i)), None
     if identity is Identity.STATIC_ELEMENT and not path:  # Rule 20.
-      return self._element(computation, i, leave) or _value(i, path)
+      element = yield from self._element(computation, i, leave)
+      return element or _value(i, path)
     if identity is Identity.PARAMETER and i.parameter_number is not None:
       if not leave:  # Rule 9.
         return ("parameter", i.parameter_number, path), None
-      return self._through_callers(name, i, path)
+      return (yield from self._through_callers(name, i, path))
     if identity is Identity.CALL_RESULT:  # Rule 7.
-      return self._through_call(computation, i, path, leave)
+      return (yield from self._through_call(computation, i, path, leave))
     if identity is Identity.LOOP_CARRIED and i.body is not None:  # Rule 13.
-      if self._carried(i.body, path):
-        return operand(0, path)
+      if (yield from self._carried(i.body, path)):
+        return (yield operand(0, path))
       return _value(i, path)
     if identity is Identity.CALLEE_ROOT and i.callees:  # Rules 8, 15.
-      return self._out_of(i.callees[0], None, computation, i, path, leave)
+      return (
+        yield from self._out_of(i.callees[0], None, computation, i, path, leave)
+      )
     if identity is Identity.BRANCHES_AGREE and i.branches:  # Rule 14.
-      found = {
-        self._out_of(b, k, computation, i, path, leave)
-        for k, b in enumerate(i.branches, start=1)
-      }
+      found = set()
+      for k, b in enumerate(i.branches, start=1):
+        found.add((yield from self._out_of(b, k, computation, i, path, leave)))
       return found.pop() if len(found) == 1 else _value(i, path)
     # NEW_VALUE (rule 6 and the rest); BROADCAST_ONE's elements are picked
     # from the value (`_pick`, rule 21).
@@ -303,7 +356,7 @@ class ObjectFinder:
 
   def _element(
     self, computation: Computation, i: Instruction, leave: bool
-  ) -> _Found | None:
+  ) -> Generator[_Key, _Found, _Found | None]:
     """A one-element static slice of an array: that element of it."""
     base = computation.instructions[computation.index[i.operands[0]]]
     dims, starts, size = base.dims, i.slice_starts, i.dims
@@ -313,23 +366,28 @@ class ObjectFinder:
       return None
     if any(d != 1 for d in size):
       return None
-    root, element = self._root(
-      computation.name, computation.index[base.name], (), leave
+    root, element = yield (
+      computation.name,
+      computation.index[base.name],
+      (),
+      leave,
     )
     if element is not None:
       return None
     flat = 0
     for start, dim in zip(starts, dims, strict=True):
       flat = flat * dim + start
-    return self._pick(root, flat)
+    return (yield from self._pick(root, flat))
 
-  def _pick(self, root: Root, element: int) -> _Found:
+  def _pick(self, root: Root, element: int) -> _Walk:
     """Element `element` of the array `root`: where the one value comes
     from when `root` broadcasts a single element, else that element."""
-    single = self._broadcast_source(root)
+    single = yield from self._broadcast_source(root)
     return single if single is not None else (root, element)
 
-  def _broadcast_source(self, root: Root) -> _Found | None:
+  def _broadcast_source(
+    self, root: Root
+  ) -> Generator[_Key, _Found, _Found | None]:
     """Where the one value comes from that `root`, a ``broadcast`` of a
     single element, holds in each of its elements; None for any other
     root. (Declared distinct elements must not tell its elements apart.)
@@ -348,11 +406,11 @@ class ObjectFinder:
     source = computation.instructions[computation.index[i.operands[0]]]
     if source.dims is None or math.prod(source.dims) != 1:
       return None
-    return self._root(root[1], computation.index[source.name], (), True)
+    return (yield root[1], computation.index[source.name], (), True)
 
   def _through_call(
     self, computation: Computation, i: Instruction, path: Path, leave: bool
-  ) -> _Found:
+  ) -> _Walk:
     """A custom call's result: entangle's payload, or the object of a call
     that hands it back."""
     tupled = i.shape.startswith("(")
@@ -364,21 +422,21 @@ class ObjectFinder:
       # Payload operand k is aliased to result k.
       if result in i.aliased_operands and result < len(i.operands):
         k = computation.index[i.operands[result]]
-        return self._root(computation.name, k, rest, leave)
+        return (yield computation.name, k, rest, leave)
       return _value(i, path)
     returned = self._returned(i)
     if (returned is None or result in returned) and not rest:
       operand = self.object_operand(i)
       if operand is not None:
         k = computation.index[i.operands[operand]]
-        return self._root(computation.name, k, (), leave)
+        return (yield computation.name, k, (), leave)
     return _value(i, path)
 
-  def _carried(self, body: str, path: Path) -> bool:
+  def _carried(self, body: str, path: Path) -> Generator[_Key, _Found, bool]:
     """Whether a loop body hands back element `path` of its state as the
     same object it was given."""
     inner = self._dataflow.computation(body)
-    found = self._root(body, inner.root, path, False)
+    found = yield body, inner.root, path, False
     return found == (("parameter", 0, path), None)
 
   def _out_of(
@@ -389,11 +447,11 @@ class ObjectFinder:
     i: Instruction,
     path: Path,
     leave: bool,
-  ) -> _Found:
+  ) -> _Walk:
     """Element `path` of what `callee`'s root holds, seen from its caller
     `i`: a parameter of it becomes the operand passed for it."""
     inner = self._dataflow.computation(callee)
-    root, element = self._root(callee, inner.root, path, False)
+    root, element = yield callee, inner.root, path, False
     if root[0] != "parameter":
       return root, element
     _, number, at = root
@@ -401,16 +459,14 @@ class ObjectFinder:
     if k is None:
       return _value(i, path)
     position = computation.index[i.operands[k]]
-    outer_root, outer_element = self._root(
-      computation.name, position, at, leave
-    )
+    outer_root, outer_element = yield computation.name, position, at, leave
     if element is not None:
       if outer_element is not None:
         return _value(i, path)
-      return self._pick(outer_root, element)
+      return (yield from self._pick(outer_root, element))
     return outer_root, outer_element
 
-  def _through_callers(self, name: str, i: Instruction, path: Path) -> _Found:
+  def _through_callers(self, name: str, i: Instruction, path: Path) -> _Walk:
     """A parameter of computation `name`: what every caller passes for it,
     when all pass the same; else the parameter itself."""
     number = i.parameter_number
@@ -420,7 +476,9 @@ class ObjectFinder:
       if (
         rules.rule_for(caller.opcode).parameters is rules.Parameters.LOOP_STATE
       ):
-        if caller.body is None or not self._carried(caller.body, path):
+        if caller.body is None or not (
+          yield from self._carried(caller.body, path)
+        ):
           return _value(i, path)
         k = 0
       else:
@@ -429,9 +487,7 @@ class ObjectFinder:
           return _value(i, path)
       outer = self._dataflow.computation(caller.computation)
       found.add(
-        self._root(
-          caller.computation, outer.index[caller.operands[k]], path, True
-        )
+        (yield caller.computation, outer.index[caller.operands[k]], path, True)
       )
     if len(found) == 1:
       return found.pop()
@@ -470,6 +526,10 @@ _ELEMENTWISE = frozenset(
 """What makes a value alike on every device of operands alike on every
 device, where nothing else does (rule 30)."""
 _INT_WIDTH = re.compile(r"[su](\d+)\[")
+# A value `_DeviceValues` asks about: (computation, instruction); and a
+# step that answers one, asking for the values it depends on.
+_ValueKey = tuple[str, str]
+_ValueWalk = Generator[_ValueKey, str | None, str | None]
 
 
 class _DeviceValues:
@@ -496,16 +556,43 @@ class _DeviceValues:
     key = (name, instruction)
     if key not in self._memo:
       self._memo[key] = None  # A cycle (a loop's state) is unknown.
-      self._memo[key] = self._find(name, instruction)
+      self._memo[key] = self._run(key)
     return self._memo[key]
 
-  def _find(self, name: str, instruction: str) -> str | None:
+  def _run(self, key: _ValueKey) -> str | None:
+    """The answer for `key`, each value it depends on found first, in the
+    order a recursive walk would take them; the steps waiting for an
+    answer wait on a list, not on Python's stack (as
+    `ObjectFinder._run`'s). A value asked for while it is being found (a
+    cycle) is unknown, None, as the memo holds for it until found."""
+    pending = [(key, self._find(*key))]
+    answer: str | None = None
+    fresh = True  # Whether the step on top is yet to start.
+    while True:
+      key, step = pending[-1]
+      try:
+        asked = next(step) if fresh else step.send(answer)
+      except StopIteration as finished:
+        pending.pop()
+        self._memo[key] = finished.value
+        if not pending:
+          return finished.value
+        fresh, answer = False, finished.value
+        continue
+      if asked in self._memo:
+        fresh, answer = False, self._memo[asked]
+      else:
+        self._memo[asked] = None  # A cycle (a loop's state) is unknown.
+        pending.append((asked, self._find(*asked)))
+        fresh = True
+
+  def _find(self, name: str, instruction: str) -> _ValueWalk:
     computation = self._dataflow.computation(name)
     i = computation.instructions[computation.index[instruction]]
     devices = self._module.devices
 
-    def operand(k: int) -> str | None:
-      return self.of(name, i.operands[k])
+    def operand(k: int) -> _ValueKey:
+      return name, i.operands[k]
 
     # What the construct does to a device value: its rule's column.
     value = rules.rule_for(i.opcode).device_value
@@ -518,21 +605,22 @@ class _DeviceValues:
     if value is DeviceValue.INDEX:  # Rule 24.
       return _INDEX if i.dims is not None and len(i.dims) == 1 else _SAME
     if value is DeviceValue.PARAMETER and i.parameter_number is not None:
-      return self._parameter(name, i)  # Rule 9.
+      return (yield from self._parameter(name, i))  # Rule 9.
     if not i.operands:
       return None
     if value is DeviceValue.PASSES_ON:  # Rules 12, 18, 25.
-      found = operand(0)
+      found = yield operand(0)
       if found in (_DEVICE, _INDEX) and not _keeps_every_value(
         computation.instructions[computation.index[i.operands[0]]], i
       ):
         return None
       return found
     if value is DeviceValue.UNIFORM_OF_INDEX:  # Rules 20, 21.
-      found = operand(0)
+      found = yield operand(0)
       return _SAME if found == _INDEX else found
     if value is DeviceValue.OFFSET and len(i.operands) == 2:  # Rule 26.
-      a, b = operand(0), operand(1)
+      a = yield operand(0)
+      b = yield operand(1)
       if _DEVICE in (a, b):
         return _DEVICE if {a, b} - {_DEVICE} <= set(_UNIFORM) else None
       if a in _UNIFORM and b in _UNIFORM:
@@ -541,19 +629,24 @@ class _DeviceValues:
         return _ONE if a == b == _ONE else _SAME
       return None
     if value is DeviceValue.MASK and len(i.operands) == 2:  # Rule 27.
-      a, b = operand(0), operand(1)
+      a = yield operand(0)
+      b = yield operand(1)
       if _DEVICE in (a, b):
         mask = i.operands[1 if a == _DEVICE else 0]
         held = computation.instructions[computation.index[mask]]
         return _DEVICE if self._keeps_devices(held) else None
     if value is DeviceValue.SCALE and len(i.operands) == 2:  # Rule 28.
-      a, b = operand(0), operand(1)
+      a = yield operand(0)
+      b = yield operand(1)
       if _DEVICE in (a, b):
         factor = i.operands[1 if a == _DEVICE else 0]
         held = computation.instructions[computation.index[factor]]
         return _DEVICE if self._scales_apart(held) else None
     if value is DeviceValue.PICK:  # Rule 29.
-      array, *starts = (operand(k) for k in range(len(i.operands)))
+      operand_values = []
+      for k in range(len(i.operands)):
+        operand_values.append((yield operand(k)))
+      array, *starts = operand_values
       size = i.dims
       if (
         array == _INDEX
@@ -567,17 +660,19 @@ class _DeviceValues:
       found = [array, *starts]
       return _SAME if all(f in _UNIFORM for f in found) else None
     if value in _ELEMENTWISE:  # Rules 26-28 otherwise, and 30.
-      found = [operand(k) for k in range(len(i.operands))]
+      found = []
+      for k in range(len(i.operands)):
+        found.append((yield operand(k)))
       if all(f == _ONE for f in found):
         return _ONE
       return _SAME if all(f in _UNIFORM for f in found) else None
     if value is DeviceValue.CALLEE_ROOT and i.callees:  # Rules 8, 15.
       callee = self._dataflow.computation(i.callees[0])
       root = callee.instructions[callee.root]
-      return self.of(callee.name, root.name)
+      return (yield callee.name, root.name)
     return None
 
-  def _parameter(self, name: str, i: Instruction) -> str | None:
+  def _parameter(self, name: str, i: Instruction) -> _ValueWalk:
     """An entry parameter: alike on every device when the module says it
     is replicated, or it is one element (a scalar cannot be split). A
     callee's: what every caller passes for it, where all agree."""
@@ -596,7 +691,7 @@ class _DeviceValues:
       k = _passed_operand(i.parameter_number or 0, offset, len(caller.operands))
       if k is None:
         return None
-      found.add(self.of(caller.computation, caller.operands[k]))
+      found.add((yield caller.computation, caller.operands[k]))
     return found.pop() if len(found) == 1 else None
 
   def _scales_apart(self, factor: Instruction) -> bool:
