@@ -10,10 +10,12 @@ ordered (``python -m benchmarks.deep_programs [--rounds 3]``; not part of
 * ``nested``: 42 loops nested in each other (``fori_loop``, ``scan`` and
   ``cond`` in turn), a write at every level.
 
-Each program is compiled once; a round times ``testing.races`` of the
-compiled module (the analysis alone: parsing its text, finding each
-call's object, ordering the calls), and the median and the slowest of
-the rounds are printed per shape and variant, with the races found. The
+Each program is lowered and compiled once; a round times ``races`` as a
+``Lowered`` gets it: the compiled module and the module before
+optimization, the program, compared (the analysis alone: parsing both
+texts, finding each call's object, ordering the calls), and the median
+and the slowest of the rounds are printed per shape and variant, with
+the races found. The
 goal is each under 1 s of analysis. Timings are figures to read, never
 assertions.
 """
@@ -144,10 +146,13 @@ SHAPES: dict[str, Callable[[bool], tuple]] = {
 }
 
 
-def compiled(shape: str, racy: bool):
-  """The compiled program of `shape`, racy or ordered."""
+def compiled(shape: str, racy: bool) -> tuple[str, str]:
+  """The optimized module of `shape`, racy or ordered, and its module
+  before optimization, as texts."""
   f, args = SHAPES[shape](racy)
-  return jax.jit(f).lower(*args).compile()
+  lowered = jax.jit(f).lower(*args)
+  before = lowered.as_text(dialect="hlo", debug_info=True)
+  return testing.module_text(lowered.compile()), before
 
 
 def measure(rounds: int, log: Callable[[str], None]) -> list[dict]:
@@ -159,7 +164,7 @@ def measure(rounds: int, log: Callable[[str], None]) -> list[dict]:
       variant = "racy" if racy else "ordered"
       log(f"{shape} {variant}: compiling")
       start = time.perf_counter()
-      program = compiled(shape, racy)
+      program, before = compiled(shape, racy)
       compile_s = time.perf_counter() - start
       times = []
       found = []
@@ -169,7 +174,8 @@ def measure(rounds: int, log: Callable[[str], None]) -> list[dict]:
         # its parse.
         order_analysis._parsed.cache_clear()
         start = time.perf_counter()
-        found = testing.races(program)
+        analysis = testing.OrderAnalysis(program, before_optimization=before)
+        found = analysis.races()
         times.append(time.perf_counter() - start)
       rows.append(
         {

@@ -42,6 +42,8 @@ class Dataflow:
     self._computations: dict[str, Computation] = {}
     self._graphs: dict[str, ComputationGraph] = {}
     self._reads: dict[tuple[str, int], list[Path]] = {}
+    self._parameter_positions: dict[str, dict[int | None, list[int]]] = {}
+    self._operand_positions: dict[tuple[str, int], dict[str, list[int]]] = {}
     self._forwarded: dict[tuple[str, str, Path], list[Source]] = {}
     # Loop conditions: their ROOT is the predicate, which the loop reads
     # (rule 13).
@@ -187,6 +189,31 @@ class Dataflow:
       self._reads[key] = self._parameter_reads(computation, number)
     return self._reads[key]
 
+  def _parameters(self, name: str) -> dict[int | None, list[int]]:
+    """The positions of computation `name`'s parameters, by number: found
+    once, not once per parameter (a computation JAX lowers for a loop body
+    of 2,000 leaves takes 2,000 parameters)."""
+    if name not in self._parameter_positions:
+      found: dict[int | None, list[int]] = {}
+      for n, i in enumerate(self.computation(name).instructions):
+        if i.opcode == "parameter":
+          found.setdefault(i.parameter_number, []).append(n)
+      self._parameter_positions[name] = found
+    return self._parameter_positions[name]
+
+  def _positions_in(self, name: str, n: int) -> dict[str, list[int]]:
+    """Where each operand of instruction `n` of computation `name` stands
+    among its operands: looked up, not searched, for each of the values a
+    tuple of thousands of them passes on."""
+    key = (name, n)
+    if key not in self._operand_positions:
+      found: dict[str, list[int]] = {}
+      operands = self.computation(name).instructions[n].operands
+      for k, operand in enumerate(operands):
+        found.setdefault(operand, []).append(k)
+      self._operand_positions[key] = found
+    return self._operand_positions[key]
+
   def _parameter_reads(self, name: str, number: int) -> list[Path]:
     computation = self.computation(name)
     instructions = computation.instructions
@@ -194,9 +221,7 @@ class Dataflow:
     found: list[Path] = []
     # (position, where the parameter's part sits in its value, which part).
     pending: list[tuple[int, Path, Path]] = [
-      (n, (), ())
-      for n, i in enumerate(instructions)
-      if i.opcode == "parameter" and i.parameter_number == number
+      (n, (), ()) for n in self._parameters(name).get(number, ())
     ]
     seen: set[tuple[int, Path, Path]] = set()
     while pending:
@@ -220,17 +245,15 @@ class Dataflow:
           if rule.forwards is Forwards.ELEMENTS:  # Rule 10.
             pending += [
               (u, (k, *at), part)
-              for k, operand in enumerate(user.operands)
-              if operand == value
+              for k in self._positions_in(name, u).get(value, ())
             ]
           else:  # Rule 12.
             pending.append((u, at, part))
         elif rule.reads is Reads.CALLEES:
           # Only what the inner loop, call or conditional itself reads.
-          for k, operand in enumerate(user.operands):
-            if operand == value:
-              for read in self.operand_reads(user, k):
-                found += _part_read(read, at, part)
+          for k in self._positions_in(name, u).get(value, ()):
+            for read in self.operand_reads(user, k):
+              found += _part_read(read, at, part)
           if (
             rule.parameters is Parameters.LOOP_STATE
             and at
