@@ -96,9 +96,9 @@ def _modules_before_optimizations(
   if _LISTED.get("state") != state or prefix not in _LISTED["found"]:
     found: dict[str, list[pathlib.Path]] = {}
     for name in os.listdir(directory):
-      prefix = re.match(r"module_\d+\.", name)
-      if prefix and name.endswith(BEFORE_OPTIMIZATIONS):
-        found.setdefault(prefix.group(0), []).append(directory / name)
+      numbered = re.match(r"module_\d+\.", name)
+      if numbered and name.endswith(BEFORE_OPTIMIZATIONS):
+        found.setdefault(numbered.group(0), []).append(directory / name)
     _LISTED.clear()
     _LISTED.update(state=state, found=found)
   return _LISTED["found"]
