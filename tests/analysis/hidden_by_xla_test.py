@@ -390,5 +390,48 @@ class DumpTest(absltest.TestCase):
     self.assertTrue(any(m["unseen"] for m in modules if m["native_calls"]))
 
 
+PLUGIN_TESTS = textwrap.dedent(
+  """
+  import jax
+  import jax.numpy as jnp
+  from entangle_jax import entangle
+  from entangle_jax.testing import read_slot, write_slot
+
+
+  def query(handle, fixed):
+    token = write_slot(handle, 1.0)
+    first = read_slot(token)
+    updated = write_slot(entangle(token, first), 2.0)
+    return first, read_slot(updated if fixed else token)
+
+
+  def test_query_again():
+    jax.jit(query, static_argnums=1)(jnp.int32(4), FIXED)
+  """
+)
+
+
+class PytestPluginTest(absltest.TestCase):
+  """``pytest --entangle-races=fail`` reads the module before optimization
+  that XLA dumps: the merged query fails its test, the fixed one passes."""
+
+  def run_tests(self, fixed: bool):
+    root = pathlib.Path(tempfile.mkdtemp())
+    self.addCleanup(shutil.rmtree, root, ignore_errors=True)
+    source = PLUGIN_TESTS.replace("FIXED", str(fixed))
+    (root / "test_query.py").write_text(source)
+    return test_util.pytest_run(root, "--entangle-races=fail")
+
+  def test_the_merged_query_fails_its_test(self):
+    result = self.run_tests(fixed=False)
+    self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+    self.assertIn("[EJ008]", result.stdout)
+    self.assertIn("XLA merged `entangle_jax_read_slot`", result.stdout)
+
+  def test_control_the_fixed_query_passes(self):
+    result = self.run_tests(fixed=True)
+    self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+
+
 if __name__ == "__main__":
   absltest.main()
