@@ -188,7 +188,9 @@ class _Changes:
       if kept == 0:
         return XlaChange("deleted", op)
       return XlaChange("merged", op)
-    if kept and kept_depth < depth:
+    # Moved out of a loop, as one call still; a loop XLA unrolled makes
+    # more calls, each made in turn, which hides nothing.
+    if kept == count and kept_depth < depth:
       return XlaChange("hoisted", op)
     return None
 
