@@ -446,14 +446,8 @@ class OrderAnalysis:
     left_out = []
     safe = self.declarations.safe
     ops, found = self._all_races(among)
-    for race in found:
-      pair = safe(race.first.target, race.second.target)
-      if pair is None:
-        kept.append(race)
-      else:
-        left_out.append(LeftOut(race, pair))
     hidden, kept.unseen = self._hidden_races(among, ops, found)
-    for race in hidden:
+    for race in [*found, *hidden]:
       pair = safe(race.first.target, race.second.target)
       if pair is None:
         kept.append(race)

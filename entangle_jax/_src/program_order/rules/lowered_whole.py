@@ -13,13 +13,8 @@ sub-programs too."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from entangle_jax._src.program_order import natives
+from entangle_jax._src.program_order.rules import opaque
 from entangle_jax._src.program_order.rules.registry import family, register
-
-if TYPE_CHECKING:
-  from entangle_jax._src.program_order.rule_inputs import NativeCalls
 
 LOWERED_WHOLE = family(
   "linear solves and composites",
@@ -32,9 +27,8 @@ LOWERED_WHOLE = family(
 )
 
 
-@register(LOWERED_WHOLE, ("custom_linear_solve", "composite"))
-def lowered_whole(ctx: NativeCalls, eqn, invals: list) -> list:
-  found = natives.lowered_call(eqn, ctx.decls)
-  if found is None:  # Its calls are declared to touch nothing.
-    return ctx.bind(ctx.ordered_bodies(eqn), invals)
-  return ctx.native(eqn, invals, found)
+# The same rule as a custom batching or partitioning call's: one native
+# call read from the lowering, its sub-programs bound again ordered.
+register(LOWERED_WHOLE, ("custom_linear_solve", "composite"))(
+  opaque.opaque_call
+)
