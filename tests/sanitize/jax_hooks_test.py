@@ -45,6 +45,7 @@ class JaxHooksTest(absltest.TestCase):
 
     lowered = jax.jit(f).lower(jnp.float32(1.0))
     module = lowered.compiler_ir("stablehlo")
+
     # Each callback's custom call names its callable by index.
     annotated = sites.annotate(module, "Host", [lambda *a: a])
     self.assertIsNotNone(annotated)
@@ -106,13 +107,24 @@ class JaxHooksTest(absltest.TestCase):
     import jax.numpy as jnp
 
     ir = jax_hooks.mlir_ir()
-    for name in ("DictAttr", "IntegerAttr", "StringAttr", "InsertionPoint"):
+    names = ("DictAttr", "IntegerAttr", "StringAttr", "BoolAttr", "Location")
+    for name in (*names, "InsertionPoint"):
       self.assertTrue(hasattr(ir, name), name)
     self.assertTrue(hasattr(ir.Operation, "clone"))
+    # The execution counter's scope, and the copy each compile is edited on.
+    self.assertTrue(hasattr(ir.Location, "name"))
+    self.assertTrue(hasattr(ir.Module, "parse"))
     module = jax.jit(jnp.sin).lower(1.0).compiler_ir("stablehlo")
     # No native call: nothing to annotate, and the control that a module
     # is walked (main is found) without error.
     self.assertIsNone(sites.annotate(module, "Host"))
+    # The copy is the same module, locations included.
+    copy = sites._copy(module)
+    self.assertIsNot(copy, module)
+    self.assertEqual(
+      copy.operation.get_asm(enable_debug_info=True),
+      module.operation.get_asm(enable_debug_info=True),
+    )
 
   def test_nothing_is_in_place_when_it_never_started(self):
     run = test_util.run_python(

@@ -1,10 +1,11 @@
 """Every private JAX name the sanitizer uses, in one place, each guarded by
 tests/sanitize/jax_hooks_test.py.
 
-Three functions are replaced while the sanitizer runs, and put back after:
+Three functions are replaced, and put back after:
 ``jaxlib.xla_client.register_custom_call_target``, which
 ``jax.ffi.register_ffi_target`` (and the older direct route) calls with
-each handler; and ``jax._src.compiler.compile_or_get_cached``, which every
+each handler, from the sanitizer's start; and, inside a ``sanitize()``
+block only, ``jax._src.compiler.compile_or_get_cached``, which every
 ``jit`` compile passes through with its StableHLO module and its host
 callbacks' Python callables (``host_callbacks``); and, for TPU, where
 those are host send/recv callback objects instead,
