@@ -134,7 +134,10 @@ class ExecutionCounterTest(absltest.TestCase):
     for race in out_of_order:
       self.assertEqual(
         (race.first.function, race.second.function),
-        ("slow_write", "read"),
+        (
+          "pure_first_loop.<locals>.slow_write",
+          "pure_first_loop.<locals>.read",
+        ),
       )
     # What kept it: the counter is in the module XLA compiled, as a side
     # effect.

@@ -114,15 +114,19 @@ class CallSite:
     in_loop: the call is in a loop body (it may run many times in one
       execution).
     in_branch: the call is in a branch (it may not run at all).
-    host_callback: for a host callback, its Python function's name (or
-      ``"?"`` where it could not be found); None for a native call.
+    host_callback: for a host callback, its Python callable's name
+      (`callbacks.function_name`: a qualified name, a lambda's with its
+      file:line, a callable object's class, a ``jax.debug.print``'s
+      format string; ``"?"`` where none was found); None for a native
+      call.
     context: the loops and branches the call is inside, outermost first
       (`Frame`): which calls can run in one iteration, and which never
       run together.
     pure: a host callback JAX declares pure (``pure_callback``: no
       side effect), which touches nothing, as the static check reads it.
     source: the user's file:line of the call, from the module's location
-      metadata ("" where it has none).
+      metadata, or from the call or loop around it where the call's own
+      names no file ("" where none does).
   """
 
   number: int
@@ -366,6 +370,19 @@ class _Walker:
     self.constructs = itertools.count()
     self.callback_ops: dict[int, Any] = {}
     """Each host callback's custom call, by its site's number."""
+    self.enclosing: list[str] = []
+    """The user's file:line of each call and construct the walk is inside,
+    outermost first ("" where its location names no file)."""
+
+  def source(self, op) -> str:
+    """The user's file:line of `op`; where its own location names no file
+    (a callback that ``vmap`` turned into a loop is located at its
+    primitive's name alone), that of the innermost call or construct
+    around it that names one."""
+    own = source_line(op)
+    if own:
+      return own
+    return next((s for s in reversed(self.enclosing) if s), "")
 
   def function(self, func, *, context: tuple[Frame, ...]) -> None:
     self.visited.add(self.ir.StringAttr(func.attributes["sym_name"]).value)
@@ -395,11 +412,15 @@ class _Walker:
     elif op.name in _BRANCHES:
       kind = BRANCH
     construct = next(self.constructs) if kind is not None else -1
-    for index, region in enumerate(op.regions):
-      inner = context
-      if kind is not None:
-        inner = (*context, Frame(kind, construct, index))
-      self.region(region, context=inner)
+    self.enclosing.append(source_line(op) if op.regions else "")
+    try:
+      for index, region in enumerate(op.regions):
+        inner = context
+        if kind is not None:
+          inner = (*context, Frame(kind, construct, index))
+        self.region(region, context=inner)
+    finally:
+      self.enclosing.pop()
 
   def call(self, op, *, context: tuple[Frame, ...]) -> None:
     ir = self.ir
@@ -414,7 +435,11 @@ class _Walker:
       func.attributes["sym_name"] = ir.StringAttr.get(copy_name)
       op.attributes["callee"] = ir.FlatSymbolRefAttr.get(copy_name)
       self.functions[copy_name] = func
-    self.function(func, context=context)
+    self.enclosing.append(source_line(op))
+    try:
+      self.function(func, context=context)
+    finally:
+      self.enclosing.pop()
 
   def custom_call(self, op, *, context: tuple[Frame, ...]) -> None:
     ir = self.ir
@@ -456,7 +481,7 @@ class _Walker:
         target,
         *_loop_branch(context),
         context=context,
-        source=source_line(op),
+        source=self.source(op),
       )
     )
 
@@ -485,7 +510,7 @@ class _Walker:
       name or "?",
       context=context,
       pure=is_pure_host_callback(target, _side_effect(ir, attributes)),
-      source=source_line(op),
+      source=self.source(op),
     )
     self.module.sites.append(site)
     self.module.callbacks[index] = site
