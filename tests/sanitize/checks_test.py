@@ -300,6 +300,48 @@ class HostRunsTest(absltest.TestCase):
     unknown = callbacks.UNKNOWN_RUN
     self.assertEqual([c.run_id for c in placed], [unknown] * 4 + [77])
 
+  def _why(self, calls, native=None):
+    """Why `calls`' host callbacks were left unplaced, by reason."""
+    why: dict[str, int] = {}
+    host = [c for c in calls if c.function is not None]
+    serials = {c.site.module.serial for c in calls if c.function is None}
+    checks.place_host_calls(host, native or {}, serials, why)
+    return why
+
+  def test_why_a_loops_calls_were_not_placed_is_what_the_records_showed(self):
+    unknown = callbacks.UNKNOWN_RUN
+    # A module that ran once, whose only callbacks are in a loop, and
+    # whose counter never ran: never said to have run more than once.
+    module = sites.SanitizedModule("jit_f", 0, "Host")
+    module.anchor = _site(
+      0, (), module, target="cb", host_callback=sites.ANCHOR
+    )
+    inside = _site(1, (LOOP,), module, target="cb")
+    loop = [
+      _call("cb", k, k + 1, None, site=inside, run_id=unknown, function="g")
+      for k in range(3)
+    ]
+    (reason,) = self._why(loop)
+    self.assertIn("never ran", reason)
+    self.assertNotIn("times", reason)
+    self.assertEqual(self._why(loop)[reason], 3)
+    # With no counter added (another platform, several partitions).
+    module.anchor = None
+    (reason,) = self._why(loop)
+    self.assertIn("has no execution counter", reason)
+    # The controls: executions that were counted say how many there were.
+    (reason,) = self._why(self._twice(thread=2))
+    self.assertIn("ran 2 times", reason)
+    self.assertIn("do not separate", reason)
+    calls = self._twice()
+    native = _call(
+      "w", 6, 7, site=_site(2, (), calls[0].site.module), run_id=77
+    )
+    (reason,) = self._why([*calls, native], {0: {77}})
+    self.assertIn("ran 2 times and made native calls", reason)
+    # Placed calls give no reason.
+    self.assertEqual(self._why(self._twice()), {})
+
 
 if __name__ == "__main__":
   absltest.main()

@@ -45,12 +45,30 @@ class JaxHooksTest(absltest.TestCase):
 
     lowered = jax.jit(f).lower(jnp.float32(1.0))
     module = lowered.compiler_ir("stablehlo")
+
     # Each callback's custom call names its callable by index.
-    annotated = sites.annotate(module, "Host", [lambda *a: a])
+    def given(*a):
+      return a
+
+    annotated = sites.annotate(module, "Host", [given])
     self.assertIsNotNone(annotated)
     assert annotated is not None
     self.assertEqual(list(annotated.callbacks), [0])
-    self.assertEqual(annotated.callbacks[0].host_callback, "?")
+    self.assertEqual(annotated.callbacks[0].host_callback, given.__qualname__)
+
+  def test_debug_print_hands_a_partial_of_its_printer_format_first(self):
+    import importlib
+
+    module = importlib.import_module(jax_hooks.DEBUG_PRINT_MODULE)
+    printer = getattr(module, jax_hooks.DEBUG_PRINT_CALLBACK)
+    parameters = inspect.signature(printer).parameters
+    self.assertEqual(next(iter(parameters)), "fmt")
+    # jax.debug.print's lowering (or, on older jax, jax.debug.print itself)
+    # makes the partial that the host callback wraps.
+    self.assertRegex(
+      inspect.getsource(module),
+      r"partial\(\s*" + jax_hooks.DEBUG_PRINT_CALLBACK + r"\s*,\s*fmt\b",
+    )
 
   def test_tpu_lowering_takes_the_python_callable_third(self):
     emit = getattr(jax_hooks.callback_module(), jax_hooks.TPU_CALLBACK)
@@ -106,13 +124,25 @@ class JaxHooksTest(absltest.TestCase):
     import jax.numpy as jnp
 
     ir = jax_hooks.mlir_ir()
-    for name in ("DictAttr", "IntegerAttr", "StringAttr", "InsertionPoint"):
+    names = ("DictAttr", "IntegerAttr", "StringAttr", "BoolAttr", "Location")
+    for name in (*names, "InsertionPoint"):
       self.assertTrue(hasattr(ir, name), name)
     self.assertTrue(hasattr(ir.Operation, "clone"))
+    # The execution counter's scope, and the copy each compile is edited on.
+    self.assertTrue(hasattr(ir.Location, "name"))
+    self.assertTrue(hasattr(ir.Module, "parse"))
     module = jax.jit(jnp.sin).lower(1.0).compiler_ir("stablehlo")
+    assert module is not None
     # No native call: nothing to annotate, and the control that a module
     # is walked (main is found) without error.
     self.assertIsNone(sites.annotate(module, "Host"))
+    # The copy is the same module, locations included.
+    copy = sites._copy(module)
+    self.assertIsNot(copy, module)
+    self.assertEqual(
+      copy.operation.get_asm(enable_debug_info=True),
+      module.operation.get_asm(enable_debug_info=True),
+    )
 
   def test_nothing_is_in_place_when_it_never_started(self):
     run = test_util.run_python(

@@ -52,6 +52,24 @@ it at any time, merge identical ones and drop unused ones. Neither the race
 check nor ``in_program_order`` treats it as a native call."""
 
 
+SANITIZER_COUNTER_SCOPE = "entangle_jax:sanitizer_execution_counter"
+"""The scope (``op_name``) of the host callback the run-time sanitizer adds
+to a module it compiles (`entangle_jax.testing.sanitize`), which counts the
+module's executions. XLA keeps it through optimization, so the optimized
+module and a dump of it say which call is the sanitizer's own."""
+
+
+def is_sanitizer_counter(target: str | None, op_name: str) -> bool:
+  """Whether a custom call of `target` with scope `op_name` is the
+  sanitizer's execution counter, no call of the user's program: the static
+  check leaves it out of every question."""
+  return (
+    target is not None
+    and is_host_callback(target)
+    and op_name == SANITIZER_COUNTER_SCOPE
+  )
+
+
 def is_host_callback(target: str) -> bool:
   """Whether `target` is the target of one of JAX's host callbacks."""
   return any(fnmatch.fnmatchcase(target, p) for p in HOST_CALLBACK_PATTERNS)

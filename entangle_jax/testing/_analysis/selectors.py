@@ -42,6 +42,7 @@ from entangle_jax._src.targets.library_kernels import is_library_target
 from entangle_jax._src.targets.names import (
   ENTANGLE_TARGET,
   is_pure_host_callback,
+  is_sanitizer_counter,
 )
 from entangle_jax.testing import _hlo
 from entangle_jax.testing._analysis.ops import Op
@@ -77,13 +78,17 @@ def is_user_native_call(instruction: Op | _hlo.Instruction) -> bool:
   which JAX declares pure (so XLA may run it at any time, or not at all,
   and merges identical ones), and for JAX's and XLA's library kernels
   (`is_library_target`: LAPACK, cuBLAS, cuSOLVER...), which compute from
-  their buffers alone.
+  their buffers alone; nor for the execution counter the run-time
+  sanitizer adds to a module compiled inside its block
+  (`is_sanitizer_counter`), which is no call of your program.
   """
   instruction = _instruction(instruction, "is_user_native_call")
   target = instruction.target
   if instruction.opcode != "custom-call" or target is None:
     return False
   if target == ENTANGLE_TARGET or is_library_target(target):
+    return False
+  if is_sanitizer_counter(target, instruction.op_name):
     return False
   return not is_pure_host_callback(target, instruction.side_effect)
 
@@ -123,7 +128,11 @@ def scope_matches(selector: str, op_name: str) -> bool:
 
 
 def picks(selector: Selector, i: _hlo.Instruction, all_ops: bool) -> bool:
-  """Whether `selector` picks instruction `i` (see the module docstring)."""
+  """Whether `selector` picks instruction `i` (see the module docstring).
+  The sanitizer's execution counter is never picked, not even by its
+  target's name, which the user's host callbacks share."""
+  if is_sanitizer_counter(i.target, i.op_name):
+    return False
   if i.opcode == "custom-call" and i.target == selector:
     return True
   return is_selectable(i, all_ops) and scope_matches(selector, i.op_name)

@@ -23,10 +23,13 @@ after the other on one thread).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 from collections.abc import Callable
 from typing import Any
+
+from entangle_jax.testing._sanitize import jax_hooks
 
 _lock = threading.Lock()
 _recording = False
@@ -104,9 +107,31 @@ def late_recorder(fn: Callable[..., Any], place: Place) -> Callable[..., Any]:
   return _recording_with(fn, lambda: place.site)
 
 
+_NOT_USER_MODULES = (
+  "jax.",
+  "jaxlib.",
+  "entangle_jax._src.",
+  "entangle_jax.testing._",
+)
+"""Modules whose callables are wrappers around the user's host callback:
+JAX's (``_FlatCallback``, ``_wrapped_callback``, ...) and this package's
+internals (a recorder)."""
+
+
 def function_name(fn: Any, depth: int = 8) -> str | None:
-  """The user's function inside JAX's wrappers of a host callback: the
-  first function with a public name among `fn`'s closures (best effort)."""
+  """The user's callable inside JAX's wrappers of a host callback, named
+  (best effort; None when none is found):
+
+  * a function or method: its qualified name (``Store.write``);
+  * a lambda: its qualified name with its file and line
+    (``test.<locals>.<lambda> (/path/test.py:12)``), as lambdas share
+    one name;
+  * a callable object: its class's qualified name;
+  * ``jax.debug.print``: its format string (``jax.debug.print('x={}')``).
+
+  JAX's wrappers are searched breadth first, outermost first, through
+  closures and the attributes that hold what they wrap.
+  """
   seen: set[int] = set()
   frontier = [fn]
   for _ in range(depth):
@@ -115,25 +140,71 @@ def function_name(fn: Any, depth: int = 8) -> str | None:
       if id(f) in seen:
         continue
       seen.add(id(f))
-      name = getattr(f, "__name__", None)
-      module = getattr(f, "__module__", "") or ""
-      if (
-        isinstance(name, str)
-        and not name.startswith("_")
-        and name != "<lambda>"
-        and not module.startswith(("jax.", "jaxlib"))
-      ):
+      printed = _debug_print_format(f)
+      if printed is not None:
+        return f"jax.debug.print({printed!r})"
+      name = _user_name(f)
+      if name is not None:
         return name
-      for attribute in ("callback_func", "func", "__wrapped__"):
-        inner = getattr(f, attribute, None)  # JAX's wrappers, partial
-        if callable(inner):
-          nxt.append(inner)
-      for cell in getattr(f, "__closure__", None) or ():
-        try:
-          value = cell.cell_contents
-        except ValueError:
-          continue
-        if callable(value):
-          nxt.append(value)
+      nxt.extend(_wrapped(f))
     frontier = nxt
+  return None
+
+
+def _module_of(f: Any) -> str:
+  module = getattr(f, "__module__", None)
+  if not isinstance(module, str):
+    module = type(f).__module__
+  return module or ""
+
+
+def _user_name(f: Any) -> str | None:
+  """`f`'s name where it is the user's callable, else None (a wrapper of
+  JAX's or this package's, a partial, or a class that a wrapper's closure
+  holds)."""
+  if isinstance(f, (functools.partial, type)):
+    return None
+  if f"{_module_of(f)}.".startswith(_NOT_USER_MODULES):
+    return None
+  code = getattr(f, "__code__", None)
+  qualname = getattr(f, "__qualname__", None) or getattr(f, "__name__", None)
+  if isinstance(qualname, str):
+    if getattr(f, "__name__", None) == "<lambda>" and code is not None:
+      return f"{qualname} ({code.co_filename}:{code.co_firstlineno})"
+    return qualname
+  if callable(f):  # An object with __call__: its class names it.
+    return type(f).__qualname__
+  return None
+
+
+def _wrapped(f: Any) -> list[Any]:
+  """What `f` wraps: JAX's wrappers hold it in a closure cell or an
+  attribute (``callback_func``, ``__wrapped__``); a partial in ``func``."""
+  inner = []
+  for attribute in ("callback_func", "func", "__wrapped__"):
+    value = getattr(f, attribute, None)
+    if callable(value):
+      inner.append(value)
+  for cell in getattr(f, "__closure__", None) or ():
+    try:
+      value = cell.cell_contents
+    except ValueError:
+      continue
+    if callable(value):
+      inner.append(value)
+  return inner
+
+
+def _debug_print_format(f: Any) -> str | None:
+  """The format string of a ``jax.debug.print``, where `f` is the partial
+  JAX makes of its printing function with the format first; else None."""
+  if not isinstance(f, functools.partial) or not f.args:
+    return None
+  func = f.func
+  if (
+    getattr(func, "__name__", None) == jax_hooks.DEBUG_PRINT_CALLBACK
+    and _module_of(func) == jax_hooks.DEBUG_PRINT_MODULE
+    and isinstance(f.args[0], str)
+  ):
+    return f.args[0]
   return None

@@ -485,6 +485,7 @@ def place_host_calls(
   host: list[SanitizedCall],
   native: dict[int, set[int]],
   with_native: Collection[int] = (),
+  why: dict[str, int] | None = None,
 ) -> list[SanitizedCall]:
   """The host callbacks `host`, each of a loop or a branch (whose run id
   its recorder could not know) placed in an execution where the records
@@ -501,7 +502,8 @@ def place_host_calls(
   `native`: by module serial, the run ids of its native calls outside
   every loop and branch; `with_native`: the serials of the modules that
   made a native call anywhere (their executions are XLA's run ids, which
-  a host callback's recorder cannot tell apart).
+  a host callback's recorder cannot tell apart); `why`, when given, counts
+  the calls left unplaced by the reason, in words (`unplaced_reason`).
   """
   unknown = callbacks.UNKNOWN_RUN
   if not any(c.run_id == unknown or c.function == sites.ANCHOR for c in host):
@@ -517,7 +519,8 @@ def place_host_calls(
   out = []
   for call in host:
     if call.run_id == unknown and call.site is not None:
-      serial = call.site.module.serial
+      module = call.site.module
+      serial = module.serial
       ids = ran.get(serial, set())
       others = native.get(serial, set())
       if len(ids) <= 1 and len(others) <= 1 and (ids or others):
@@ -532,9 +535,46 @@ def place_host_calls(
         found = separated[serial]
         if found is not None:
           call = dataclasses.replace(call, run_id=found[id(call)])
+      if call.run_id == unknown and why is not None:
+        reason = unplaced_reason(
+          module, max(len(ids), len(others)), serial in with_native
+        )
+        why[reason] = why.get(reason, 0) + 1
     if call.function != sites.ANCHOR:  # It only counted executions.
       out.append(call)
   return out
+
+
+def unplaced_reason(
+  module: sites.SanitizedModule, executions: int, with_native: bool
+) -> str:
+  """Why the host callbacks of a loop or a branch of `module` could not
+  be placed in an execution, in words: what the records showed of it
+  (`executions`: how many its counted calls, the counter's or those
+  outside every loop and branch, were taken from; `with_native`: it made
+  native calls). Said as it was seen, so that a module that ran once is
+  never said to have run more than once."""
+  if executions == 0:
+    if module.anchor is None:
+      return (
+        "their module has no execution counter (the sanitizer adds one to "
+        "a module of one partition and one replica on CPU, where it can), "
+        "and nothing outside every loop and branch ran to count its "
+        "executions"
+      )
+    return (
+      "the execution counter the sanitizer added to their module never "
+      "ran (XLA removed it), so none of its executions was counted"
+    )
+  if with_native:
+    return (
+      f"their module ran {executions} times and made native calls, whose "
+      "executions are XLA's, which a host callback cannot tell apart"
+    )
+  return (
+    f"their module ran {executions} times and the records do not separate "
+    "its executions (they ran at once on several threads, or interleaved)"
+  )
 
 
 def _separated(calls: list[SanitizedCall]) -> dict[int, int] | None:

@@ -1,15 +1,18 @@
 """Every private JAX name the sanitizer uses, in one place, each guarded by
 tests/sanitize/jax_hooks_test.py.
 
-Three functions are replaced while the sanitizer runs, and put back after:
+Three functions are replaced, and put back after:
 ``jaxlib.xla_client.register_custom_call_target``, which
 ``jax.ffi.register_ffi_target`` (and the older direct route) calls with
-each handler; and ``jax._src.compiler.compile_or_get_cached``, which every
+each handler, from the sanitizer's start; and, inside a ``sanitize()``
+block only, ``jax._src.compiler.compile_or_get_cached``, which every
 ``jit`` compile passes through with its StableHLO module and its host
 callbacks' Python callables (``host_callbacks``); and, for TPU, where
 those are host send/recv callback objects instead,
 ``jax._src.callback._emit_tpu_python_callback``, which receives the
-Python callable as it lowers the callback (`TPU_CALLBACK`).
+Python callable as it lowers the callback (`TPU_CALLBACK`). One private
+function is recognised, not replaced: ``jax.debug.print``'s printer
+(`DEBUG_PRINT_CALLBACK`), whose format string names its callback.
 """
 
 from __future__ import annotations
@@ -32,6 +35,14 @@ TPU_CALLBACK = "_emit_tpu_python_callback"
 `callback`, the Python callable, to the backend inside a host send/recv
 callback object, which the compile hook cannot wrap; so the callable is
 wrapped here, as it is lowered."""
+
+
+DEBUG_PRINT_MODULE = "jax._src.debugging"
+DEBUG_PRINT_CALLBACK = "_format_print_callback"
+"""The function that prints a ``jax.debug.print``'s text: JAX hands the
+host callback ``functools.partial(_format_print_callback, fmt, ...)``
+(inside its wrappers), the format string first, which names the
+callback in the sanitizer's report (`callbacks.function_name`)."""
 
 
 def callback_module() -> types.ModuleType:

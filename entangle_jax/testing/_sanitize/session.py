@@ -36,26 +36,35 @@ _undo_compile: Any = None
 
 
 def start() -> None:
-  """Wraps every FFI target registered from now on, and gives each call
-  of a module compiled from now on its place (recording stays off until
-  `sanitize`). The pytest plugin calls it once, before tests import their
-  libraries; `sanitize` calls it too."""
-  global _undo_compile
+  """Wraps every FFI target registered from now on (recording stays off
+  until `sanitize`). The pytest plugin calls it once, before tests import
+  their libraries; `sanitize` calls it too. Compiles are left as they are:
+  only a `sanitize` block edits the modules it compiles."""
   with _lock:
     wrapping.install()
-    if _undo_compile is None:
-      _undo_compile = sites.install()
 
 
 def stop() -> None:
   """Registrations and compiles go to XLA unchanged again (trampolines
   registered so far stay, forwarding)."""
-  global _undo_compile
   with _lock:
     wrapping.uninstall()
-    if _undo_compile is not None:
-      _undo_compile()
-      _undo_compile = None
+    _uninstall_compile_hook()
+
+
+def _install_compile_hook() -> None:
+  """From now on each module compiled gets its calls' places and, where
+  it needs one, an execution counter (`sites`)."""
+  global _undo_compile
+  if _undo_compile is None:
+    _undo_compile = sites.install()
+
+
+def _uninstall_compile_hook() -> None:
+  global _undo_compile
+  if _undo_compile is not None:
+    _undo_compile()
+    _undo_compile = None
 
 
 @dataclasses.dataclass
@@ -85,6 +94,8 @@ class Seen:
       could not be known (their module ran more than once and the
       records do not separate its executions, or the sanitizer could not
       add its execution counter to it): not compared for order.
+    unknown_runs_why: those calls counted by why, in the report's words
+      (`checks.unplaced_reason`).
     anything: calls taken as touching any object, by why (an undeclared
       target, more values than a record holds, ...), counted.
   """
@@ -97,6 +108,7 @@ class Seen:
   dropped: int = 0
   unpaired: list[Unpaired] = dataclasses.field(default_factory=list)
   unknown_runs: int = 0
+  unknown_runs_why: dict[str, int] = dataclasses.field(default_factory=dict)
   anything: dict[str, int] = dataclasses.field(default_factory=dict)
   declarations: Declarations | None = None
   _static: Any = dataclasses.field(default=None, repr=False)
@@ -131,10 +143,14 @@ def sanitize(*, clear_caches: bool = True) -> Generator[Seen]:
   Targets registered (``jax.ffi.register_ffi_target``) after the sanitizer
   started are wrapped, and the host callbacks (``io_callback``,
   ``pure_callback``, ``jax.debug.callback``) of every module compiled
-  after it started are recorded; import a library inside the block, or after
-  `start`, for its calls to be seen. JAX's in-memory compile caches are
-  cleared on entry (`clear_caches`), so that every module the block runs
-  is compiled with its calls' places.
+  inside the block are recorded; import a library inside the block, or
+  after `start`, for its calls to be seen. JAX's in-memory compile caches
+  are cleared on entry (`clear_caches`), so that every module the block
+  runs is compiled with its calls' places. Only the block's compiles are
+  edited (a copy of the module each: the caller's stays as it was); where
+  the block compiled any, the caches are cleared again on exit, so that
+  no module compiled with the sanitizer's places and execution counter
+  runs, or is checked by ``races``, after it.
 
   Yields:
     A `Seen`, filled in on exit (after pending effects have run).
@@ -159,6 +175,8 @@ def sanitize(*, clear_caches: bool = True) -> Generator[Seen]:
       jax.clear_caches()
     first_module = sites.next_serial()
     seen = Seen()
+    with _lock:
+      _install_compile_hook()
     native.set_recording(True)
     callbacks.set_recording(True)
     try:
@@ -169,6 +187,13 @@ def sanitize(*, clear_caches: bool = True) -> Generator[Seen]:
       finally:
         native.set_recording(False)
         callbacks.set_recording(False)
+        with _lock:
+          _uninstall_compile_hook()
+        if sites.next_serial() != first_module:
+          # The block's modules carry the places and the counter: none of
+          # them may run, or be checked by races(), after the block, so
+          # JAX compiles them anew, as the user's program made them.
+          jax.clear_caches()
       records, more_operands, more_values, dropped = native.drain()
       from entangle_jax.testing._sanitize.columns import (
         CallColumns,
@@ -190,7 +215,7 @@ def sanitize(*, clear_caches: bool = True) -> Generator[Seen]:
             s.module.serial for s in recorded.sites if s is not None
           }
           host = checks.place_host_calls(
-            host, _native_runs(recorded), with_native
+            host, _native_runs(recorded), with_native, seen.unknown_runs_why
           )
         _fill(seen, CallColumns(recorded, host), dropped, first_module)
       finally:
@@ -511,13 +536,17 @@ def format_seen(seen: Seen) -> str:
       f"  not compared for order ({u.calls} calls): {u} (pairing them "
       "would be a guess)"
     )
-  if seen.unknown_runs:
+  said = 0
+  for why, n in sorted(seen.unknown_runs_why.items()):
+    said += n
     lines.append(
-      f"  {seen.unknown_runs} host callbacks in a loop or a branch whose "
-      "execution is not recorded (their module ran more than once and the "
-      "records do not separate its executions: on several threads, or with "
-      "native calls; or it had no execution counter), so their order was "
-      "not checked"
+      f"  {n} host callbacks in a loop or a branch whose execution is not "
+      f"recorded: {why}; so their order was not checked"
+    )
+  if seen.unknown_runs > said:
+    lines.append(
+      f"  {seen.unknown_runs - said} host callbacks in a loop or a branch "
+      "whose execution is not recorded, so their order was not checked"
     )
   for why, n in sorted(seen.anything.items()):
     lines.append(f"  {n} calls taken as touching any object: {why}")

@@ -1,9 +1,10 @@
 """Each wrapped call's place in its program.
 
-While the sanitizer runs, every module JAX compiles passes through
-`annotate` first: each custom call to a wrapped target gets one more FFI
-attribute, ``entangle_jax_sanitize_site = N`` (an int64, unique in the
-process), which the trampoline reads and strips before the original
+Inside a ``sanitize()`` block, every module JAX compiles passes through
+`annotate` first, on a copy (JAX's own module stays as the program made
+it): each custom call to a wrapped target gets one more FFI attribute,
+``entangle_jax_sanitize_site = N`` (an int64, unique in the process),
+which the trampoline reads and strips before the original
 handler sees the call. `CallSite` says where ``N`` is: its module, and its
 position among the module's native calls in program order (the order the
 program made them: the lowered module's, callees in place of their calls).
@@ -26,6 +27,7 @@ from typing import Any
 from entangle_jax._src.targets.library_kernels import is_library_target
 from entangle_jax._src.targets.names import (
   ENTANGLE_TARGET,
+  SANITIZER_COUNTER_SCOPE,
   TPU_HOST_CALLBACK_TARGET,
   is_host_callback,
   is_pure_host_callback,
@@ -112,15 +114,19 @@ class CallSite:
     in_loop: the call is in a loop body (it may run many times in one
       execution).
     in_branch: the call is in a branch (it may not run at all).
-    host_callback: for a host callback, its Python function's name (or
-      ``"?"`` where it could not be found); None for a native call.
+    host_callback: for a host callback, its Python callable's name
+      (`callbacks.function_name`: a qualified name, a lambda's with its
+      file:line, a callable object's class, a ``jax.debug.print``'s
+      format string; ``"?"`` where none was found); None for a native
+      call.
     context: the loops and branches the call is inside, outermost first
       (`Frame`): which calls can run in one iteration, and which never
       run together.
     pure: a host callback JAX declares pure (``pure_callback``: no
       side effect), which touches nothing, as the static check reads it.
     source: the user's file:line of the call, from the module's location
-      metadata ("" where it has none).
+      metadata, or from the call or loop around it where the call's own
+      names no file ("" where none does).
   """
 
   number: int
@@ -210,7 +216,13 @@ def _make_compile(original):
   def compile_or_get_cached(backend, computation, *args, **kwargs):
     platform = wrapping.xla_platform(getattr(backend, "platform", "cpu"))
     given = _host_callbacks(args, kwargs)
-    module = annotate(computation, platform, given)
+    # The edits go on a copy: the caller's module is JAX's, held by its
+    # lowering cache and by any `Lowered`, and must stay as the user's
+    # program made it after the block (compiled again, printed by races).
+    copy = _copy(computation)
+    module = annotate(copy, platform, given)
+    if module is not None:
+      computation = copy
     if module is not None and module.transfer_callbacks and given is not None:
       # Their recorders are in place already (`_make_tpu_emit`).
       _place_tpu_callbacks(module, given)
@@ -233,6 +245,22 @@ def _make_compile(original):
 
 
 _HOST_CALLBACKS = jax_hooks.COMPILE_HOST_CALLBACKS
+
+
+def _copy(computation: Any) -> Any:
+  """A copy of an MLIR module, locations included (the calls' source
+  lines come from them), in the same context."""
+  ir = jax_hooks.mlir_ir()
+  with computation.context:
+    return ir.Module.parse(_bytecode(computation))
+
+
+def _bytecode(computation: Any) -> bytes:
+  import io
+
+  out = io.BytesIO()
+  computation.operation.write_bytecode(file=out)
+  return out.getvalue()
 
 
 def _place_tpu_callbacks(module: SanitizedModule, given: list) -> None:
@@ -342,6 +370,19 @@ class _Walker:
     self.constructs = itertools.count()
     self.callback_ops: dict[int, Any] = {}
     """Each host callback's custom call, by its site's number."""
+    self.enclosing: list[str] = []
+    """The user's file:line of each call and construct the walk is inside,
+    outermost first ("" where its location names no file)."""
+
+  def source(self, op) -> str:
+    """The user's file:line of `op`; where its own location names no file
+    (a callback that ``vmap`` turned into a loop is located at its
+    primitive's name alone), that of the innermost call or construct
+    around it that names one."""
+    own = source_line(op)
+    if own:
+      return own
+    return next((s for s in reversed(self.enclosing) if s), "")
 
   def function(self, func, *, context: tuple[Frame, ...]) -> None:
     self.visited.add(self.ir.StringAttr(func.attributes["sym_name"]).value)
@@ -371,11 +412,15 @@ class _Walker:
     elif op.name in _BRANCHES:
       kind = BRANCH
     construct = next(self.constructs) if kind is not None else -1
-    for index, region in enumerate(op.regions):
-      inner = context
-      if kind is not None:
-        inner = (*context, Frame(kind, construct, index))
-      self.region(region, context=inner)
+    self.enclosing.append(source_line(op) if op.regions else "")
+    try:
+      for index, region in enumerate(op.regions):
+        inner = context
+        if kind is not None:
+          inner = (*context, Frame(kind, construct, index))
+        self.region(region, context=inner)
+    finally:
+      self.enclosing.pop()
 
   def call(self, op, *, context: tuple[Frame, ...]) -> None:
     ir = self.ir
@@ -390,7 +435,11 @@ class _Walker:
       func.attributes["sym_name"] = ir.StringAttr.get(copy_name)
       op.attributes["callee"] = ir.FlatSymbolRefAttr.get(copy_name)
       self.functions[copy_name] = func
-    self.function(func, context=context)
+    self.enclosing.append(source_line(op))
+    try:
+      self.function(func, context=context)
+    finally:
+      self.enclosing.pop()
 
   def custom_call(self, op, *, context: tuple[Frame, ...]) -> None:
     ir = self.ir
@@ -432,7 +481,7 @@ class _Walker:
         target,
         *_loop_branch(context),
         context=context,
-        source=source_line(op),
+        source=self.source(op),
       )
     )
 
@@ -461,7 +510,7 @@ class _Walker:
       name or "?",
       context=context,
       pure=is_pure_host_callback(target, _side_effect(ir, attributes)),
-      source=source_line(op),
+      source=self.source(op),
     )
     self.module.sites.append(site)
     self.module.callbacks[index] = site
@@ -555,8 +604,16 @@ def _add_anchor(
   entries[key] = ir.DictAttr.get(config)
   entries["operand_layouts"] = ir.ArrayAttr.get([])
   entries["result_layouts"] = ir.ArrayAttr.get([])
+  # It returns nothing, so only a side effect keeps it: a call copied from
+  # a pure_callback's would be deleted by XLA, and the module's callbacks
+  # then left with no execution to be placed in.
+  entries["has_side_effect"] = ir.BoolAttr.get(True)
   block = main.regions[0].blocks[0]
-  with ir.Location.unknown(), ir.InsertionPoint.at_block_begin(block):
+  # Its scope (op_name) names it to the static check, which leaves it out
+  # of every question (`names.is_sanitizer_counter`): it is no call of the
+  # user's program.
+  where = ir.Location.name(SANITIZER_COUNTER_SCOPE)
+  with where, ir.InsertionPoint.at_block_begin(block):
     ir.Operation.create(
       "stablehlo.custom_call", results=[], operands=[], attributes=entries
     )
