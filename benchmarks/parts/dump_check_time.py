@@ -62,6 +62,7 @@ def measure(args: argparse.Namespace) -> dict:
   start = time.perf_counter()
   results = module_files.check([str(dump)])
   check_s = time.perf_counter() - start
+  optimized_only_s = _optimized_only_seconds(dump)
   suite = [r for r in results if r.module.startswith("jit_program")]
   if len(suite) != modules:
     raise AssertionError(f"dumped {len(suite)} of the {modules} modules")
@@ -74,9 +75,25 @@ def measure(args: argparse.Namespace) -> dict:
       "native_modules": sum(1 for r in results if r.native_calls),
       "compile": compile_s,
       "check": check_s,
+      "optimized_only": optimized_only_s,
       "command": command_s,
     }
   }
+
+
+def _optimized_only_seconds(dump) -> float:
+  """The same check with no module before optimization found beside any
+  module: what it cost before it compared the program's order, the
+  baseline of the same run (each module then checked as XLA optimized it,
+  with the note that says so)."""
+  found = module_files._before_optimizations
+  module_files._before_optimizations = lambda path: None
+  try:
+    start = time.perf_counter()
+    module_files.check([str(dump)])
+    return time.perf_counter() - start
+  finally:
+    module_files._before_optimizations = found
 
 
 def command_seconds(dump) -> float:
