@@ -4,6 +4,7 @@ and JAX's host callbacks. Plain data: importing it loads no extension."""
 from __future__ import annotations
 
 import fnmatch
+import functools
 
 ENTANGLE_TARGET = "entangle_jax_entangle"
 """The custom-call target name of entangle's no-op handler."""
@@ -64,12 +65,13 @@ def is_sanitizer_counter(target: str | None, op_name: str) -> bool:
   sanitizer's execution counter, no call of the user's program: the static
   check leaves it out of every question."""
   return (
-    target is not None
+    op_name == SANITIZER_COUNTER_SCOPE
+    and target is not None
     and is_host_callback(target)
-    and op_name == SANITIZER_COUNTER_SCOPE
   )
 
 
+@functools.lru_cache(maxsize=4096)
 def is_host_callback(target: str) -> bool:
   """Whether `target` is the target of one of JAX's host callbacks."""
   return any(fnmatch.fnmatchcase(target, p) for p in HOST_CALLBACK_PATTERNS)
