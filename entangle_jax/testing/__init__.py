@@ -65,7 +65,7 @@ from entangle_jax._src.targets.in_code import (
 from entangle_jax._src.targets.sources import (
   current as declarations_in_effect,
 )
-from entangle_jax.testing._analysis.ops import Op, Race
+from entangle_jax.testing._analysis.ops import Op, Race, XlaChange
 from entangle_jax.testing._analysis.order_analysis import (
   LeftOut,
   OrderAnalysis,
@@ -140,6 +140,7 @@ __all__ = [
   "SanitizerRace",
   "Seen",
   "TargetDeclaration",
+  "XlaChange",
   "assert_happens_before",
   "call_log",
   "declarations_in_effect",
