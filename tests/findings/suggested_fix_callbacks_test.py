@@ -100,13 +100,16 @@ def empty_operand_by_hand(slot, value):
   return seen, token
 
 
-ARGS = (jnp.int32(SLOT), jnp.float32(1.0))
+def arguments():
+  """The slot and the value, made when a test asks (an array made at
+  import would start JAX's backend)."""
+  return (jnp.int32(SLOT), jnp.float32(1.0))
 
 
 def compiled(fn):
   with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # The transform's, tested elsewhere.
-    return fn.lower(*ARGS).compile()
+    return fn.lower(*arguments()).compile()
 
 
 def report(fn) -> str:
