@@ -137,15 +137,44 @@ def may_conflict(
   return True
 
 
-def covers(later: Sequence[Part], earlier: Sequence[Part]) -> bool:
+def covers(
+  later: Sequence[Part], earlier: Sequence[Part], decls: Declarations
+) -> bool:
   """Whether every call that conflicts with `earlier` conflicts with
-  `later` (which writes what `earlier` touches, or anything)."""
+  `later` (which writes what `earlier` touches, or an object that nothing
+  tells apart from any other: `shares_with_all`). Without a declared safe
+  pair (the caller's condition): a safe pair could free a call from
+  `later` and not from `earlier`."""
   writes = [p for p in later if p.mode == "write"]
+  if any(shares_with_all(w, decls) for w in writes):
+    return True
   return all(
     any(
       w.obj is None or (w.obj == e.obj and w.target == e.target) for w in writes
     )
     for e in earlier
+  )
+
+
+def shares_with_all(part: Part, decls: Declarations) -> bool:
+  """Whether no evidence can tell `part`'s object apart from any other's
+  (rule 3 says it may share with every object): it names anything, or a
+  traced value (or an element of one) under no ``Resource`` name, whose
+  target does not declare different elements different objects. Only
+  constants, elements declared distinct and names are evidence of
+  different objects, and it has none of them. A write of such a part
+  conflicts with every call, so every later call that conflicts with an
+  earlier one it comes after is ordered by it (`covers`): with handles
+  taken from a traced array (``slots[k % 64]``), each write leaves one
+  call to ask about where the calls before it were all kept and asked
+  again (a quadratic trace)."""
+  obj = part.obj
+  if obj is None:
+    return True
+  if obj.consts is not None or obj.resource is not None:
+    return False
+  return obj.elements is None or not access_policy.distinct_elements_of(
+    decls, part.target
   )
 
 
