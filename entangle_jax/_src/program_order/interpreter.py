@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -36,12 +37,12 @@ from entangle_jax._src.program_order.touches import (
   OrderedCall,
   Part,
   apply_view,
+  comes_after,
   conflicts,
   constant_array,
   constants_of,
   covers,
   may_conflict,
-  new_bit,
   only_reads,
   resource_record,
 )
@@ -76,7 +77,11 @@ class Context:
     self.log: list[OrderedCall] = []
     self.by_const: dict[int, list[int]] = {}
     self.loose: list[int] = []
-    self.live = 0
+    self.live: set[int] = set()  # The ids of those of `log` still recorded.
+    # The bits that stand for calls, counted from 0 for each evaluation
+    # and shared by its children: a set of calls is an int as wide as the
+    # calls made in this one evaluation, not in every one in the process.
+    self.bit_counter = itertools.count()
     for a in self.accesses:
       self.index(a)
     self.own: list[OrderedCall] = []  # Made in this context.
@@ -287,7 +292,7 @@ class Context:
     needed = [
       a
       for a in self.candidates(consts, reads)
-      if not (a.bit & bits)
+      if not comes_after(bits, a)
       and may_conflict(a, parts, reads, consts)
       and conflicts(a.parts, parts, self.decls)
     ]
@@ -307,7 +312,7 @@ class Context:
   def index(self, access: OrderedCall) -> None:
     position = len(self.log)
     self.log.append(access)
-    self.live |= access.bit
+    self.live.add(id(access))
     if access.constants is None:
       self.loose.append(position)
     else:
@@ -340,8 +345,9 @@ class Context:
     """`positions` (in `log`) less those of calls no longer in `accesses`,
     dropped from the list too: each is looked at once more, not at every
     later call."""
-    if any(not (self.log[p].bit & self.live) for p in positions):
-      positions[:] = [p for p in positions if self.log[p].bit & self.live]
+    live = self.live
+    if any(id(self.log[p]) not in live for p in positions):
+      positions[:] = [p for p in positions if id(self.log[p]) in live]
     return positions
 
   def native(self, eqn, invals, call: NativeCall) -> list:
@@ -450,7 +456,7 @@ class Context:
     if self.top and not self.recompute:
       for k, out in zip(keys, outs, strict=True):
         self.saved.setdefault(k, out)
-    bit = new_bit()
+    bit = self.new_bit()
     for out in outs:
       self.set_dep(out, bit | bits)
     for k, back in zip(call.objects, call.returns, strict=True):
@@ -602,16 +608,18 @@ class Context:
       # reads covers none; nor does one that returns no array: nothing can
       # be ordered after it, so a later call must still be ordered after
       # the earlier ones itself.)
-      kept, dropped = [], 0
+      kept, dropped = [], set()
       for a in self.accesses:
-        if a.bit & access.deps and covers(access.parts, a.parts, self.decls):
-          dropped |= a.bit
+        if comes_after(access.deps, a) and covers(
+          access.parts, a.parts, self.decls
+        ):
+          dropped.add(id(a))
         else:
           kept.append(a)
       if dropped:
         self.accesses[:] = kept
-        self.writing[:] = [a for a in self.writing if not (a.bit & dropped)]
-        self.live &= ~dropped
+        self.writing[:] = [a for a in self.writing if id(a) not in dropped]
+        self.live -= dropped
     self.accesses.append(access)
     if not access.only_reads:
       self.writing.append(access)
@@ -634,8 +642,13 @@ class Context:
 
   # Sub-programs: what the rules (`rules`) share --------------------------
 
+  def new_bit(self) -> int:
+    """The bit of a new call (or summary, or order value) of this
+    evaluation."""
+    return 1 << next(self.bit_counter)
+
   def summary(self, parts, witnesses, deps_in: int, label: str) -> OrderedCall:
-    bit = new_bit()
+    bit = self.new_bit()
     access = OrderedCall(
       bit, tuple(parts), list(witnesses), bit | deps_in, label
     )
@@ -644,6 +657,7 @@ class Context:
 
   def child(self, accesses=None) -> Context:
     ctx = Context(self.decls, self.accesses if accesses is None else accesses)
+    ctx.bit_counter = self.bit_counter
     ctx.roots = dict(self.roots)
     ctx.deps = dict(self.deps)
     ctx.keep = self.keep
@@ -714,7 +728,7 @@ class Context:
     after the calls in `deps`."""
     if token is False or token is None:
       return self.child(accesses=[])
-    bit = new_bit()
+    bit = self.new_bit()
     prev = OrderedCall(
       bit, (Part("write", None, "previous"),), [token], bit, ""
     )

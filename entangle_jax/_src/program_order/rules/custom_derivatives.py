@@ -20,7 +20,6 @@ from entangle_jax._src.program_order.rules.registry import family, register
 from entangle_jax._src.program_order.touches import (
   ANY,
   OrderedCall,
-  new_bit,
 )
 from entangle_jax._src.program_order.values import (
   open_jaxpr,
@@ -207,7 +206,7 @@ def custom_vjp(ctx: ChainedSubPrograms, eqn, invals) -> list:
       before.append((chain_ct, "later calls"))
     prevs = []
     for value, label in before:
-      bit = new_bit()
+      bit = ctx.new_bit()
       prevs.append(OrderedCall(bit, ANY, [value], bit, label))
     inner = ctx.child(accesses=prevs)
     for value, prev in zip(before, prevs, strict=True):
