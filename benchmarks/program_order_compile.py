@@ -1,7 +1,8 @@
 """What ``in_program_order`` adds to the time to trace, lower and compile a
 program with many native calls, side by side with plain ``jax.jit``.
 
-  uv run python -m benchmarks.program_order_compile [--calls 1000] [--rounds 5]
+  uv run python -m benchmarks.program_order_compile [--calls 1000 ...]
+      [--rounds 5] [--programs store traced reads klujax] [--no-compile]
 
 Programs, each of ``--calls`` native calls (``--programs`` picks them):
 
@@ -30,7 +31,11 @@ two programs see the same machine. It takes the wall time and the CPU time
 ratio ordered / plain of each; it prints the median ratio over rounds with
 its range and a 95% bootstrap interval, as a Markdown table, and checks
 that the ordered module holds the entangle calls it should (``--json``
-also writes every round). Timings are figures to read, never assertions.
+also writes every round). Several ``--calls`` make a curve, a row each;
+``--no-compile`` times tracing and lowering alone (the transform's own
+share: XLA's compile of thousands of entangle calls, the same by hand,
+grows faster than the calls). Timings are figures to read, never
+assertions.
 """
 
 from __future__ import annotations
@@ -174,14 +179,22 @@ def _cpu() -> float:
   return usage.ru_utime + usage.ru_stime
 
 
-def measure(fn: Callable, args: tuple) -> dict:
+def measure(fn: Callable, args: tuple, compile: bool = True) -> dict:
   """Seconds (wall and CPU) to trace and lower, and to compile, `fn`; and
-  the entangle calls in its compiled module."""
+  the entangle calls in its compiled module (without `compile`: to trace
+  and lower alone, and the calls in the lowered module)."""
 
   jax.clear_caches()
   wall, cpu = time.perf_counter(), _cpu()
   lowered = jax.jit(fn).lower(*args)
   wall_lower, cpu_lower = time.perf_counter() - wall, _cpu() - cpu
+  if not compile:
+    return {
+      "wall_lower": wall_lower,
+      "wall": wall_lower,
+      "cpu": cpu_lower,
+      "entangles": lowered.as_text().count(f"@{ENTANGLE_TARGET}"),
+    }
   wall, cpu = time.perf_counter(), _cpu()
   compiled = lowered.compile()
   wall_compile, cpu_compile = time.perf_counter() - wall, _cpu() - cpu
@@ -201,9 +214,11 @@ def run(
   log: Callable[[str], None],
   slots: int = 64,
   programs: tuple[str, ...] = ("store", "klujax"),
+  compile: bool = True,
 ) -> dict:
   """Every round of each of `programs` (`slots`: of the store's 64, how
-  many the store's programs touch)."""
+  many the store's programs touch; without `compile`, trace and lower
+  only)."""
   chosen: list[Program] = []
   makers = {"store": store_program, "traced": traced_program}
   makers["reads"] = reads_program
@@ -225,7 +240,7 @@ def run(
     for r in range(rounds):
       for name in round_order(list(fns), r):
         log(f"{program.name} ({calls} calls) round {r + 1}/{rounds}: {name}")
-        runs[name].append(measure(fns[name], program.args))
+        runs[name].append(measure(fns[name], program.args, compile))
     results[program.name] = runs
   return results
 
@@ -303,6 +318,12 @@ def main(argv: list[str] | None = None) -> int:
     choices=PROGRAMS,
     default=["store", "klujax"],
   )
+  parser.add_argument(
+    "--no-compile",
+    action="store_true",
+    help="trace and lower only: the transform's own share, without XLA "
+    "(whose compile of many entangle calls grows faster than the calls)",
+  )
   parser.add_argument("--json", type=pathlib.Path)
   args = parser.parse_args(argv)
   if args.rounds < 1:
@@ -315,7 +336,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[{elapsed:6.0f} s] {message}", file=sys.stderr, flush=True)
 
   results = {
-    n: run(n, args.rounds, log, programs=tuple(args.programs))
+    n: run(
+      n,
+      args.rounds,
+      log,
+      programs=tuple(args.programs),
+      compile=not args.no_compile,
+    )
     for n in args.calls
   }
   versions = (
@@ -328,7 +355,9 @@ def main(argv: list[str] | None = None) -> int:
     f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
     f"{platform.machine()}, {os.cpu_count()} cores; {versions}; "
     f"{', '.join(map(str, args.calls))} native calls a program; "
-    f"{args.rounds} alternating rounds; load average {load_start} at the "
+    f"{args.rounds} alternating rounds; "
+    f"{'trace + lower' if args.no_compile else 'trace + lower + compile'}; "
+    f"load average {load_start} at the "
     f"start, {_load()} at the end; the run took "
     f"{(time.monotonic() - start) / 60:.1f} min."
   )

@@ -401,6 +401,18 @@ class ProgramOrderCompileTest(absltest.TestCase):
     self.assertTrue(table[2].startswith("| store | 20 |"), table)
     curve = program_order_compile.summary({20: found, 40: found})
     self.assertLen(curve, 2 + 2 * len(found))
+    # Traced and lowered only: the same counts, read from the lowered
+    # module.
+    lowered = program_order_compile.run(
+      calls=20,
+      rounds=1,
+      log=lambda _: None,
+      slots=4,
+      programs=("traced",),
+      compile=False,
+    )
+    self.assertEqual(lowered["traced"]["in_program_order"][0]["entangles"], 9)
+    self.assertNotIn("wall_compile", lowered["traced"]["plain"][0])
 
 
 def _without_a_row(report: str) -> str:
