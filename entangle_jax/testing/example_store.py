@@ -27,6 +27,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 
 from entangle_jax._src import native
 from entangle_jax._src.targets.example_store import (
@@ -76,10 +77,10 @@ def _slot_ids(slot: jax.typing.ArrayLike, who: str) -> jax.Array:
     raise TypeError(
       f"{who}: slot ids must have an integer dtype, got {dtype} ({slot!r})"
     )
-  try:
-    concrete = np.asarray(slot)
-  except jax.errors.TracerArrayConversionError:
-    concrete = None
+  # A tracer is never concrete (its ``__array__`` always raises). Asked
+  # first: the error ``np.asarray`` would raise searches the whole program
+  # traced so far for its message, which made tracing n calls quadratic.
+  concrete = None if isinstance(slot, Tracer) else np.asarray(slot)
   if concrete is not None:
     _check_range(concrete, who)
     return jnp.asarray(concrete.astype(np.int32))

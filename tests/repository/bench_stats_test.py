@@ -376,21 +376,46 @@ class ProgramOrderCompileTest(absltest.TestCase):
     x64 = jax.config.read("jax_enable_x64")
     self.addCleanup(jax.config.update, "jax_enable_x64", x64)
     found = program_order_compile.run(
-      calls=20, rounds=2, log=lambda _: None, slots=4
+      calls=20,
+      rounds=2,
+      log=lambda _: None,
+      slots=4,
+      programs=program_order_compile.PROGRAMS,
     )
-    self.assertIn("store", found)
-    for runs in found.values():
-      self.assertEqual(set(runs), {"plain", "in_program_order"})
+    self.assertContainsSubset({"store", "traced", "reads"}, found)
+    for name, runs in found.items():
+      ways = {"plain", "in_program_order"}
+      if name != "klujax":  # The store's programs, ordered by hand too.
+        ways.add("by hand")
+      self.assertEqual(set(runs), ways)
       self.assertTrue(all(len(r) == 2 for r in runs.values()))
       self.assertTrue(all(r["entangles"] == 0 for r in runs["plain"]))
-    # 10 writes on 4 slots: each write on a slot written before takes an
-    # entangle (after the earlier write's read), as by hand.
-    self.assertEqual(found["store"]["in_program_order"][0]["entangles"], 6)
+    # The transform's entangles are the hand's: 10 writes on 4 slots, each
+    # on a slot written before after the earlier write's read (6); on
+    # traced handles, each write after the read before it (9); 19 reads
+    # after one write, one entangle of the handle array.
+    for name, count in (("store", 6), ("traced", 9), ("reads", 1)):
+      for way in ("in_program_order", "by hand"):
+        self.assertEqual(found[name][way][0]["entangles"], count, (name, way))
     if "klujax" in found:  # Every solve after the one before.
       self.assertEqual(found["klujax"]["in_program_order"][0]["entangles"], 19)
-    table = program_order_compile.summary(found)
+    table = program_order_compile.summary(found, calls=20)
     self.assertLen(table, 2 + len(found))
-    self.assertTrue(table[2].startswith("| store |"), table)
+    self.assertTrue(table[2].startswith("| store | 20 |"), table)
+    curve = program_order_compile.summary({20: found, 40: found})
+    self.assertLen(curve, 2 + 2 * len(found))
+    # Traced and lowered only: the same counts, read from the lowered
+    # module.
+    lowered = program_order_compile.run(
+      calls=20,
+      rounds=1,
+      log=lambda _: None,
+      slots=4,
+      programs=("traced",),
+      compile=False,
+    )
+    self.assertEqual(lowered["traced"]["in_program_order"][0]["entangles"], 9)
+    self.assertNotIn("wall_compile", lowered["traced"]["plain"][0])
 
 
 def _without_a_row(report: str) -> str:

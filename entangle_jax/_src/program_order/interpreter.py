@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -36,18 +37,19 @@ from entangle_jax._src.program_order.touches import (
   OrderedCall,
   Part,
   apply_view,
+  comes_after,
   conflicts,
   constant_array,
   constants_of,
   covers,
   may_conflict,
-  new_bit,
   only_reads,
   resource_record,
 )
 from entangle_jax._src.program_order.values import (
   SAVED,
   aval_of,
+  scalar_after,
   size,
   token_of,
 )
@@ -62,6 +64,12 @@ class Context:
   def __init__(self, decls: Declarations, accesses: Sequence[OrderedCall] = ()):
     self.decls = decls
     self.accesses: list[OrderedCall] = list(accesses)
+    # Those of `accesses` that write: all a call that only reads can
+    # conflict with (`candidates`), so that reads of what one write wrote
+    # are not each compared with all the reads before them.
+    self.writing: list[OrderedCall] = [
+      a for a in self.accesses if not a.only_reads
+    ]
     # `accesses` by the constant handles they name, for `candidates`: every
     # access ever added (`log`), the positions in it of those whose parts
     # all name constants, by constant, and of the others; and the bits of
@@ -69,10 +77,20 @@ class Context:
     self.log: list[OrderedCall] = []
     self.by_const: dict[int, list[int]] = {}
     self.loose: list[int] = []
-    self.live = 0
+    self.live: set[int] = set()  # The ids of those of `log` still recorded.
+    # The bits that stand for calls, counted from 0 for each evaluation
+    # and shared by its children: a set of calls is an int as wide as the
+    # calls made in this one evaluation, not in every one in the process.
+    self.bit_counter = itertools.count()
     for a in self.accesses:
       self.index(a)
     self.own: list[OrderedCall] = []  # Made in this context.
+    # A view of a traced handle array (``slots[3]``): the view's equation
+    # and the value it views, by the view's id; and, for calls that only
+    # read, the handle arrays already entangled after a set of witnesses
+    # (`_read_operand`).
+    self.viewed_from: dict[int, tuple[Any, Any]] = {}
+    self.entangled_roots: dict[tuple[int, tuple[int, ...]], Any] = {}
     self.deps: dict[int, int] = {}
     self.roots: dict[int, Obj] = {}
     self.used: set[int] = set()
@@ -164,6 +182,8 @@ class Context:
         out,
         Obj(key=obj.key, elements=elements, index=index, resource=obj.resource),
       )
+      if len(eqn.invars) == 1 and len(eqn.outvars) == 1:
+        self.viewed_from[id(out)] = (eqn, operand)
 
   def name_arguments(self, values: Sequence[Any], labels: Sequence[str]):
     """The caller's word that `values` (the traced arguments) hold
@@ -271,8 +291,8 @@ class Context:
     reads, consts = only_reads(parts), constants_of(parts)
     needed = [
       a
-      for a in self.candidates(consts)
-      if not (a.bit & bits)
+      for a in self.candidates(consts, reads)
+      if not comes_after(bits, a)
       and may_conflict(a, parts, reads, consts)
       and conflicts(a.parts, parts, self.decls)
     ]
@@ -292,25 +312,43 @@ class Context:
   def index(self, access: OrderedCall) -> None:
     position = len(self.log)
     self.log.append(access)
-    self.live |= access.bit
+    self.live.add(id(access))
     if access.constants is None:
       self.loose.append(position)
     else:
       for c in access.constants:
         self.by_const.setdefault(c, []).append(position)
 
-  def candidates(self, consts: frozenset | None) -> list[OrderedCall]:
+  def candidates(
+    self, consts: frozenset | None, reads: bool = False
+  ) -> list[OrderedCall]:
     """The recorded calls that may conflict with a call whose parts all
-    name the constant handles `consts` (None: any), in program order:
-    those naming one of them, and those naming anything else. Any other
-    call names only other constants, which are different objects."""
-    if consts is None or len(self.accesses) < 32:
-      return self.accesses
-    positions = set(self.loose)
+    name the constant handles `consts` (None: any), and that only reads
+    where `reads`, in program order: those naming one of them, and those
+    naming anything else; for a call that only reads, those that write.
+    Any other call names only other constants, which are different
+    objects, or only reads too."""
+    pool = self.writing if reads else self.accesses
+    if consts is None or len(pool) < 32:
+      return pool
+    positions = set(self._live(self.loose))
     for c in consts:
-      positions.update(self.by_const.get(c, ()))
-    found = (self.log[p] for p in sorted(positions))
-    return [a for a in found if a.bit & self.live]
+      found = self.by_const.get(c)
+      if found:
+        positions.update(self._live(found))
+    calls = (self.log[p] for p in sorted(positions))
+    if reads:
+      return [a for a in calls if not a.only_reads]
+    return list(calls)
+
+  def _live(self, positions: list[int]) -> list[int]:
+    """`positions` (in `log`) less those of calls no longer in `accesses`,
+    dropped from the list too: each is looked at once more, not at every
+    later call."""
+    live = self.live
+    if any(id(self.log[p]) not in live for p in positions):
+      positions[:] = [p for p in positions if id(self.log[p]) in live]
+    return positions
 
   def native(self, eqn, invals, call: NativeCall) -> list:
     keys = list(self.pending)
@@ -393,7 +431,14 @@ class Context:
         )
     if values and indices:
       originals = [invals[k] for k in indices]
-      tied = entangle(tuple(originals), *values)
+      shared = (
+        self._read_operand(originals[0], values, stood)
+        if len(indices) == 1 and only_reads(parts)
+        else None
+      )
+      tied = (
+        (shared,) if shared is not None else entangle(tuple(originals), *values)
+      )
       for k, original, new in zip(indices, originals, tied, strict=True):
         invals[k] = new
         self.set_root(new, self.root(original))
@@ -411,7 +456,7 @@ class Context:
     if self.top and not self.recompute:
       for k, out in zip(keys, outs, strict=True):
         self.saved.setdefault(k, out)
-    bit = new_bit()
+    bit = self.new_bit()
     for out in outs:
       self.set_dep(out, bit | bits)
     for k, back in zip(call.objects, call.returns, strict=True):
@@ -443,6 +488,44 @@ class Context:
     self.keep.extend(extra)
     self.add(access)
     return outs
+
+  def _read_operand(self, operand, values: list, stood: int):
+    """`operand` of a call that only reads, a view of a small traced handle
+    array (``slots[k]``) or that array itself, computed again from the
+    array entangled after `values`; or None when it is neither. The
+    entangled array is kept for the set of witnesses: later reads of any
+    of its elements that must come after the same calls take it too, one
+    entangle for them all, as by hand (`entangle(slots, w)` then the
+    reads), where each read's own element would take one each. Only reads
+    share: a later call that conflicts with a write comes after that
+    write, so it waits for another set of witnesses. At most
+    `_SHARED_ROOT_LIMIT` elements: an entangle of an argument copies it
+    (its result aliases its payload)."""
+    chain = []
+    value = operand
+    while id(value) in self.viewed_from:
+      eqn, value = self.viewed_from[id(value)]
+      chain.append(eqn)
+    root = value
+    if (
+      self.root(root).key is None
+      or size(root) > _SHARED_ROOT_LIMIT
+      or (not chain and size(root) <= 1)
+    ):
+      return None
+    key = (id(root), tuple(id(v) for v in values))
+    tied = self.entangled_roots.get(key)
+    if tied is None:
+      tied = entangle(root, *values)
+      self.set_root(tied, self.root(root))
+      self.set_dep(tied, stood)
+      self.keep.append(root)
+      self.entangled_roots[key] = tied
+    for eqn in reversed(chain):
+      view = self.bind(eqn, [tied])[0]
+      self.view(eqn, tied, view)
+      tied = view
+    return tied
 
   def ordered_bodies(self, eqn):
     """`eqn`, a binding's own higher-order primitive, with each sub-program
@@ -525,16 +608,21 @@ class Context:
       # reads covers none; nor does one that returns no array: nothing can
       # be ordered after it, so a later call must still be ordered after
       # the earlier ones itself.)
-      kept, dropped = [], 0
+      kept, dropped = [], set()
       for a in self.accesses:
-        if a.bit & access.deps and covers(access.parts, a.parts):
-          dropped |= a.bit
+        if comes_after(access.deps, a) and covers(
+          access.parts, a.parts, self.decls
+        ):
+          dropped.add(id(a))
         else:
           kept.append(a)
       if dropped:
         self.accesses[:] = kept
-        self.live &= ~dropped
+        self.writing[:] = [a for a in self.writing if id(a) not in dropped]
+        self.live -= dropped
     self.accesses.append(access)
+    if not access.only_reads:
+      self.writing.append(access)
     self.index(access)
     self.own.append(access)
 
@@ -554,8 +642,13 @@ class Context:
 
   # Sub-programs: what the rules (`rules`) share --------------------------
 
+  def new_bit(self) -> int:
+    """The bit of a new call (or summary, or order value) of this
+    evaluation."""
+    return 1 << next(self.bit_counter)
+
   def summary(self, parts, witnesses, deps_in: int, label: str) -> OrderedCall:
-    bit = new_bit()
+    bit = self.new_bit()
     access = OrderedCall(
       bit, tuple(parts), list(witnesses), bit | deps_in, label
     )
@@ -564,6 +657,7 @@ class Context:
 
   def child(self, accesses=None) -> Context:
     ctx = Context(self.decls, self.accesses if accesses is None else accesses)
+    ctx.bit_counter = self.bit_counter
     ctx.roots = dict(self.roots)
     ctx.deps = dict(self.deps)
     ctx.keep = self.keep
@@ -634,7 +728,7 @@ class Context:
     after the calls in `deps`."""
     if token is False or token is None:
       return self.child(accesses=[])
-    bit = new_bit()
+    bit = self.new_bit()
     prev = OrderedCall(
       bit, (Part("write", None, "previous"),), [token], bit, ""
     )
@@ -671,7 +765,16 @@ class Context:
     ]
     if not floats:
       return outs
-    token = self.order_token(tuple(dict.fromkeys(self.backward)))
+    # The chain's cotangent starts after the forward calls the backward
+    # passes conflict with: one of them converted, or an entangle after
+    # them (`scalar_after`), taken by the backward pass as it is.
+    values, stood = self.witnesses_for(
+      tuple(dict.fromkeys(self.backward)),
+      0,
+      "a sub-program (a loop, a branch, a backward pass)",
+    )
+    token = scalar_after(values, jnp.zeros((), jnp.float32))
+    self.set_dep(token, stood)
 
     @jax.custom_vjp
     def tie(chain, token, *xs):
@@ -683,8 +786,9 @@ class Context:
       return list(xs), token
 
     def tie_bwd(token, cts):
-      start = entangle(jnp.zeros((), jnp.float32), token)
-      return (start, np.zeros(np.shape(token), jax.dtypes.float0), *cts)
+      # `token` depends on no input being differentiated: its cotangent
+      # is a zero that JAX drops.
+      return (token, jnp.zeros_like(token), *cts)
 
     tie.defvjp(tie_fwd, tie_bwd)
     tied = tie(self.chain, token, *[outs[i] for i in floats])
@@ -795,6 +899,11 @@ def _order_operands(invals, call: NativeCall, object_index) -> list[int]:
     if index < len(invals) and size(invals[index]) > 0:
       return [index]
   return []
+
+
+_SHARED_ROOT_LIMIT = 4096
+"""The most elements of a handle array that reads entangle whole
+(`Context._read_operand`), as a constant handle array is followed."""
 
 
 _CARRIED_CALLBACKS = ("io_callback", "debug_callback")

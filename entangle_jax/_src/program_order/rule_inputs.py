@@ -118,6 +118,10 @@ class SubPrograms(Dependences, Inlined, Protocol):
     """What the native calls of `jaxprs` touch, objects unknown."""
     ...
 
+  def new_bit(self) -> int:
+    """The bit of a new call of this evaluation (and its children)."""
+    ...
+
   def order_token(self, parts: Any, aval: Any = None) -> Any:
     """A value after the earlier calls `parts` conflict with."""
     ...

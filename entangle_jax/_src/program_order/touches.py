@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -93,6 +92,11 @@ class OrderedCall:
   the calls that have it, in program order (`Context.native`)."""
 
   @functools.cached_property
+  def position(self) -> int:
+    """The index of its `bit`."""
+    return self.bit.bit_length() - 1
+
+  @functools.cached_property
   def only_reads(self) -> bool:
     return only_reads(self.parts)
 
@@ -137,15 +141,52 @@ def may_conflict(
   return True
 
 
-def covers(later: Sequence[Part], earlier: Sequence[Part]) -> bool:
+def covers(
+  later: Sequence[Part], earlier: Sequence[Part], decls: Declarations
+) -> bool:
   """Whether every call that conflicts with `earlier` conflicts with
-  `later` (which writes what `earlier` touches, or anything)."""
+  `later` (which writes what `earlier` touches, or an object that nothing
+  tells apart from any other: `shares_with_all`). Without a declared safe
+  pair (the caller's condition): a safe pair could free a call from
+  `later` and not from `earlier`."""
   writes = [p for p in later if p.mode == "write"]
-  return all(
-    any(
-      w.obj is None or (w.obj == e.obj and w.target == e.target) for w in writes
-    )
-    for e in earlier
+  if any(shares_with_all(w, decls) for w in writes):
+    return True
+  return all(any(_same_object(w, e) for w in writes) for e in earlier)
+
+
+def _same_object(w: Part, e: Part) -> bool:
+  """Whether every object that may share with `e`'s may share with `w`'s:
+  one object, known alike. The targets matter only for elements of a
+  handle array, which each target's declaration may call distinct; a
+  constant, or a whole value, is told apart by what it is alone (so a
+  write on slot 3 covers the reads of slot 3 before it)."""
+  if w.obj is None:
+    return True
+  if w.obj != e.obj:
+    return False
+  return w.target == e.target or w.obj.elements is None
+
+
+def shares_with_all(part: Part, decls: Declarations) -> bool:
+  """Whether no evidence can tell `part`'s object apart from any other's
+  (rule 3 says it may share with every object): it names anything, or a
+  traced value (or an element of one) under no ``Resource`` name, whose
+  target does not declare different elements different objects. Only
+  constants, elements declared distinct and names are evidence of
+  different objects, and it has none of them. A write of such a part
+  conflicts with every call, so every later call that conflicts with an
+  earlier one it comes after is ordered by it (`covers`): with handles
+  taken from a traced array (``slots[k % 64]``), each write leaves one
+  call to ask about where the calls before it were all kept and asked
+  again (a quadratic trace)."""
+  obj = part.obj
+  if obj is None:
+    return True
+  if obj.consts is not None or obj.resource is not None:
+    return False
+  return obj.elements is None or not access_policy.distinct_elements_of(
+    decls, part.target
   )
 
 
@@ -167,11 +208,12 @@ def _part_conflict(x: Part, y: Part, decls: Declarations) -> bool:
   return conflict_rule.conflict(x.mode, y.mode, safe=safe, evidence=evidence)
 
 
-_bits = itertools.count()
-
-
-def new_bit() -> int:
-  return 1 << next(_bits)
+def comes_after(bits: int, call: OrderedCall) -> bool:
+  """Whether `call`'s bit is among `bits` (a set of calls as an int): a
+  shift from its position, so that the test costs the bits above it, a
+  few words for a recent call, where ``bits & call.bit`` costs all of
+  them, as many as the calls made so far."""
+  return bool((bits >> call.position) & 1)
 
 
 ANY = (Part("write", None, "any"),)

@@ -40,6 +40,21 @@ def token_of(values: Sequence[Any], aval, payload=None):
   return entangle(payload, *values) if values else payload
 
 
+def scalar_after(values: Sequence[Any], payload):
+  """A value of `payload`'s type (a scalar order value, or the backward
+  chain's float32 cotangent) that comes after all of `values`: a single
+  scalar of a real type among them converted to that type, else `payload`
+  entangled with them. A conversion is computed after its operand, as an
+  entangle's result after its witnesses, and takes no entangle. Only for
+  values that only order (their value reaches no result), so that what
+  they hold does not matter."""
+  if len(values) == 1:
+    aval = aval_of(values[0])
+    if aval.shape == () and np.dtype(aval.dtype).kind in "biuf":
+      return jax.lax.convert_element_type(values[0], aval_of(payload).dtype)
+  return entangle(payload, *values) if values else payload
+
+
 def deps_of(ctx: Dependences, values: Sequence[Any]) -> int:
   """The calls an entangle after all of `values` comes after (in `ctx`)."""
   bits = 0

@@ -12,7 +12,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from entangle_jax._src import jax_compat
-from entangle_jax._src.entangle import entangle
 from entangle_jax._src.program_order.natives import (
   backward_parts,
   rule_parts,
@@ -21,11 +20,11 @@ from entangle_jax._src.program_order.rules.registry import family, register
 from entangle_jax._src.program_order.touches import (
   ANY,
   OrderedCall,
-  new_bit,
 )
 from entangle_jax._src.program_order.values import (
   open_jaxpr,
   own_parts,
+  scalar_after,
 )
 
 if TYPE_CHECKING:
@@ -51,7 +50,7 @@ def custom_jvp(ctx: ChainedSubPrograms, eqn, invals) -> list:
   # The JVP rule runs in the primal's place: ordered as its calls are.
   parts = ctx.sub_parts([closed.jaxpr]) + rule_parts(eqn, ctx.decls)
   holder = {"parts": parts}
-  token_in = ctx.order_token(parts or ANY)
+  token_in = _token_in(ctx, parts, holder)
 
   def original(*args):
     return jax_compat.bind_equation(eqn, args)
@@ -68,17 +67,22 @@ def custom_jvp(ctx: ChainedSubPrograms, eqn, invals) -> list:
     rule = jax.make_jaxpr(lambda p, t: jax.jvp(original, tuple(p), tuple(t)))(
       list(primals), list(tangents)
     )
-    inner = ctx.loop_child(token)
+    inner = _inner(ctx, token, holder)
     ctx.seed(inner, primals, invals)
     outs = inner.run(rule.jaxpr, rule.consts, [*primals, *tangents])
     holder["parts"] = holder.get("parts", ()) + own_parts(inner)
     n = len(outs) // 2
     zero = np.zeros((), jax.dtypes.float0)
-    return (outs[:n], ctx.token_after(inner)), (outs[n:], zero)
+    return (outs[:n], _token_out(ctx, inner, token, holder)), (outs[n:], zero)
 
   outs, token = fn(token_in, *invals)
   return ctx.after_sub(
-    holder.get("parts", ()), list(outs), token, invals, "custom_jvp"
+    holder.get("parts", ()),
+    list(outs),
+    token,
+    invals,
+    "custom_jvp",
+    _after_token_in(ctx, token_in, holder),
   )
 
 
@@ -89,14 +93,57 @@ def ordered_primal(ctx: ChainedSubPrograms, closed, invals, holder: dict):
   ``holder["parts"]``."""
 
   def primal(token, *args):
-    inner = ctx.loop_child(token)
+    inner = _inner(ctx, token, holder)
     ctx.seed(inner, args, invals)
     jaxpr, consts = open_jaxpr(closed)
     outs = inner.run(jaxpr, consts, list(args))
     holder["parts"] = holder.get("parts", ()) + own_parts(inner)
-    return outs, ctx.token_after(inner)
+    return outs, _token_out(ctx, inner, token, holder)
 
   return primal
+
+
+_TOKEN = jax.ShapeDtypeStruct((), jnp.int32)
+"""The order value a rebuilt custom derivative takes and returns."""
+
+
+def _token_in(ctx: ChainedSubPrograms, parts, holder: dict):
+  """The order value after the earlier calls that `parts` conflict with:
+  the one such call's int32 scalar result itself, else an entangle. Where
+  none conflicts it orders nothing (``holder["orders"]`` False), and the
+  calls inside are ordered among themselves only (`_inner`)."""
+  token = ctx.order_token(parts or ANY, _TOKEN)
+  holder["orders"] = bool(ctx.dep(token))
+  return token
+
+
+def _inner(ctx: ChainedSubPrograms, token, holder: dict):
+  """The context of a rebuilt function's calls: after `token` where it
+  orders anything; else a zero, which an entangle with would order
+  nothing."""
+  return ctx.loop_child(token if holder.get("orders", True) else None)
+
+
+def _token_out(ctx: ChainedSubPrograms, inner, token, holder: dict):
+  """The order value after every call made in `inner`: one of their
+  scalar results converted, else an entangle (`scalar_after`). Records in
+  ``holder["after_in"]`` whether it comes after `token` too (every result
+  it is made of does), so that later calls after it are known to come
+  after what `token` came after (`_after_token_in`)."""
+  exported = ctx.exported(inner)
+  before = inner.dep(token)
+  after_in = bool(exported) and all(inner.dep(v) & before for v in exported)
+  holder["after_in"] = holder.get("after_in", True) and after_in
+  return scalar_after(exported, jnp.zeros((), jnp.int32))
+
+
+def _after_token_in(ctx: ChainedSubPrograms, token_in, holder: dict) -> int:
+  """The calls the rebuilt function's order value out comes after besides
+  its own: those `token_in` comes after, when every version of it traced
+  (primal, forward pass, JVP rule) made its order value after `token_in`."""
+  if holder.get("orders") and holder.get("after_in"):
+    return ctx.dep(token_in)
+  return 0
 
 
 @register(CUSTOM_DERIVATIVES, ("custom_vjp_call",))
@@ -113,7 +160,7 @@ def custom_vjp(ctx: ChainedSubPrograms, eqn, invals) -> list:
   # The forward pass runs in the primal's place: ordered as its calls are.
   parts = ctx.sub_parts([closed.jaxpr]) + rule_parts(eqn, ctx.decls)
   holder = {"parts": parts}
-  token_in = ctx.order_token(parts or ANY)
+  token_in = _token_in(ctx, parts, holder)
   backward = backward_parts(eqn, ctx.decls)
   if backward:
     ctx.backward.extend(backward)
@@ -138,11 +185,11 @@ def custom_vjp(ctx: ChainedSubPrograms, eqn, invals) -> list:
       return [*outs, *leaves]
 
     traced = jax.make_jaxpr(vjp_leaves)(*args)
-    inner = ctx.loop_child(token)
+    inner = _inner(ctx, token, holder)
     ctx.seed(inner, args, invals)
     outs = inner.run(traced.jaxpr, traced.consts, list(args))
     holder["parts"] = holder.get("parts", ()) + own_parts(inner)
-    token = ctx.token_after(inner)
+    token = _token_out(ctx, inner, token, holder)
     return (outs[:n_out], token, chain), (outs[n_out:], token)
 
   def bwd(res, cts):
@@ -159,15 +206,16 @@ def custom_vjp(ctx: ChainedSubPrograms, eqn, invals) -> list:
       before.append((chain_ct, "later calls"))
     prevs = []
     for value, label in before:
-      bit = new_bit()
+      bit = ctx.new_bit()
       prevs.append(OrderedCall(bit, ANY, [value], bit, label))
     inner = ctx.child(accesses=prevs)
     for value, prev in zip(before, prevs, strict=True):
       inner.set_dep(value[0], prev.bit)
     flat_in = jax.tree_util.tree_leaves((list(residuals), list(cts)))
     outs = inner.run(traced.jaxpr, traced.consts, flat_in)
-    exported = ctx.exported(inner)
-    chain_ct = entangle(chain_ct, *exported) if exported else chain_ct
+    # The chain's cotangent handed on after this pass's calls: one of
+    # their results converted, or an entangle (`scalar_after`).
+    chain_ct = scalar_after(ctx.exported(inner), chain_ct)
     return (np.zeros((), jax.dtypes.float0), chain_ct, *outs)
 
   fn.defvjp(fwd, bwd)
@@ -176,5 +224,10 @@ def custom_vjp(ctx: ChainedSubPrograms, eqn, invals) -> list:
   if backward:
     ctx.chain = chain
   return ctx.after_sub(
-    holder.get("parts", ()), list(outs), token, invals, "custom_vjp"
+    holder.get("parts", ()),
+    list(outs),
+    token,
+    invals,
+    "custom_vjp",
+    _after_token_in(ctx, token_in, holder),
   )

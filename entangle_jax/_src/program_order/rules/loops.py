@@ -21,7 +21,6 @@ from entangle_jax._src.program_order.rules.registry import family, register
 from entangle_jax._src.program_order.touches import (
   ANY,
   conflicts,
-  new_bit,
 )
 from entangle_jax._src.program_order.values import (
   all_bits,
@@ -208,7 +207,7 @@ def loop_analysis(ctx: Loop, run_body, init, consts, x_avals) -> BodyAnalysis:
     ctx.seed(inner, consts, consts)
     carry_bits = []
     for value in carry_in:
-      bit = new_bit()
+      bit = ctx.new_bit()
       carry_bits.append(bit)
       inner.set_dep(value, bit)
     carry_out = run_body(inner, list(carry_in), list(x_in))
