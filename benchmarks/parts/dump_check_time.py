@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import time
+from unittest import mock
 
 import jax
 import jax.numpy as jnp
@@ -86,14 +87,11 @@ def _optimized_only_seconds(dump) -> float:
   module: what it cost before it compared the program's order, the
   baseline of the same run (each module then checked as XLA optimized it,
   with the note that says so)."""
-  found = module_files._before_optimizations
-  module_files._before_optimizations = lambda path: None
-  try:
+  with mock.patch.object(module_files, "_before_optimizations") as before:
+    before.return_value = None
     start = time.perf_counter()
     module_files.check([str(dump)])
     return time.perf_counter() - start
-  finally:
-    module_files._before_optimizations = found
 
 
 def command_seconds(dump) -> float:
