@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
+from entangle_jax._src import access_marker
 from entangle_jax.testing._analysis.ops import Op, Race, XlaChange
 from entangle_jax.testing._hlo import Instruction, Module
 from entangle_jax.testing._order import call_graph
@@ -40,13 +41,15 @@ NOT_SEEN = (
 wherever it answers from that module only."""
 
 
-def call_key(op: Op) -> Key:
+def call_key(op: Op | Instruction) -> Key:
   """What names one call of the program in both modules: its target (or
   opcode) and the Python stack that made it, or its scope where the module
   records no stack."""
-  what = op.target or op.instruction.opcode
-  stack = op.instruction.stack
-  return (what, stack) if stack else (what, op.user_scope)
+  i = op.instruction if isinstance(op, Op) else op
+  what = i.target or i.opcode
+  if i.stack:
+    return (what, i.stack)
+  return (what, access_marker.without_markers(i.op_name))
 
 
 class Placement:
@@ -72,9 +75,9 @@ class Placement:
           self.loops[callee] = min(self.loops.get(callee, inner), inner)
           self.enclosing.setdefault(callee, loops)
 
-  def of(self, ops: Iterable[Op]) -> dict[Key, tuple[int, int]]:
-    """For each call key among `ops`: its instances, and the fewest loops
-    around any of them."""
+  def of(self, ops: Iterable[Op | Instruction]) -> dict[Key, tuple[int, int]]:
+    """For each call key among `ops` (ops or instructions of the module):
+    its instances, and the fewest loops around any of them."""
     found: dict[Key, tuple[int, int]] = {}
     for op in ops:
       key = call_key(op)
@@ -84,6 +87,25 @@ class Placement:
         min(depth, self.loops.get(op.computation, 0)),
       )
     return found
+
+
+def any_moved_out_of_a_loop(
+  optimized_module: Module,
+  optimized_calls: Sequence[Instruction],
+  program_module: Module,
+  program_calls: Sequence[Instruction],
+) -> bool:
+  """Whether XLA moved one of the program's `program_calls` out of a loop
+  (as `_Changes` tells it, from the calls alone: their keys and where
+  they run, not what they touch)."""
+  after = Placement(optimized_module).of(optimized_calls)
+  for key, (count, depth) in (
+    Placement(program_module).of(program_calls).items()
+  ):
+    kept, kept_depth = after.get(key, (0, 0))
+    if kept == count and kept_depth < depth:
+      return True
+  return False
 
 
 def hidden_races(
