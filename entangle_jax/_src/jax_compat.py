@@ -166,3 +166,20 @@ def pallas_tpu_rank1_needs_rows() -> bool:
   except Exception:  # Any failure means: no chip to ask.
     return True
   return False
+
+
+def generic_batching_options() -> dict:
+  """``defvjp``'s keyword for a custom_vjp whose backward rule may hand a
+  batched cotangent to an unbatched primal input under ``vmap``
+  (``generic_batching=True``, public from jax 0.12, which refuses such a
+  rule without it); nothing for an older JAX, which sums that cotangent
+  over the batch as it always did.
+
+  The rebuilt custom_vjp of ``in_program_order`` needs it for its order
+  values (`rules.custom_derivatives`): their cotangents only order, and
+  their values never reach a result, so which example gets them does not
+  matter."""
+  import inspect
+
+  parameters = inspect.signature(jax.custom_vjp.defvjp).parameters
+  return {"generic_batching": True} if "generic_batching" in parameters else {}

@@ -218,7 +218,9 @@ def custom_vjp(ctx: ChainedSubPrograms, eqn, invals) -> list:
     chain_ct = scalar_after(ctx.exported(inner), chain_ct)
     return (np.zeros((), jax.dtypes.float0), chain_ct, *outs)
 
-  fn.defvjp(fwd, bwd)
+  # The chain's cotangent, one of the backward calls' results converted,
+  # is batched under vmap where the chain is not (`generic_batching_options`).
+  fn.defvjp(fwd, bwd, **jax_compat.generic_batching_options())
   chain = chain_in if backward else jnp.zeros((), jnp.float32)
   outs, token, chain = fn(token_in, chain, *invals)
   if backward:
