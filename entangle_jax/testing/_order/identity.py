@@ -87,7 +87,6 @@ class ObjectFinder:
     self._declarations = declarations
     self._memo: dict[_Key, _Found] = {}
     self._callers: dict[str, list[tuple[Instruction, int | None]]] | None = None
-    self._prepared: set[str] = set()
     self._checked: set[tuple[str, str]] = set()
     self._device_values: _DeviceValues | None = None
     self._footprints: dict[tuple[str | None, str, int], Footprint] = {}
@@ -127,7 +126,6 @@ class ObjectFinder:
     operand = self.object_operand(i)
     if operand is None:
       return None
-    self._run(self._prepare(i.computation))
     computation = self._dataflow.computation(i.computation)
     self._check_returned(
       i, computation.instructions[computation.index[i.operands[operand]]]
@@ -196,21 +194,6 @@ class ObjectFinder:
     found = computation.instructions[computation.index[root[2]]]
     parameter = rules.rule_for(found.opcode).identity is Identity.PARAMETER
     return found if parameter else None
-
-  def _prepare(self, name: str) -> Generator[_Key, _Found, None]:
-    """Asks for the root of every array value of computation `name` in
-    text order, so that a chain of thousands of ``Resource`` writes or
-    ``entangle`` calls, each handing its object to the next, is followed
-    one link at a time (not as thousands of steps pending at once)."""
-    if name in self._prepared:
-      return
-    self._prepared.add(name)
-    computation = self._dataflow.computation(name)
-    modes = (True,) if name == self._module.entry else (True, False)
-    for n, i in enumerate(computation.instructions):
-      if not i.shape.startswith("("):
-        for leave in modes:
-          yield name, n, (), leave
 
   def _returned(self, i: Instruction) -> tuple[int, ...] | None:
     """The results of custom call `i` that hand back its object (None:
@@ -305,8 +288,6 @@ class ObjectFinder:
   def _find(self, name: str, n: int, path: Path, leave: bool) -> _Walk:
     """Element `path` of instruction `n`, followed back one construct as
     its rule's `Identity` says (``rules.rule_for``)."""
-    if name not in self._prepared:  # Most steps: no generator to start.
-      yield from self._prepare(name)
     computation = self._dataflow.computation(name)
     i = computation.instructions[n]
     identity = rules.rule_for(i.opcode).identity
