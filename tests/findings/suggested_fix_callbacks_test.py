@@ -24,7 +24,6 @@ import warnings
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from absl.testing import absltest
 from jax.experimental import io_callback
 
@@ -32,36 +31,18 @@ import entangle_jax
 from entangle_jax import testing
 from entangle_jax.testing import example_store
 from entangle_jax.testing._findings import from_analysis
+from tests.callback_programs import (
+  EVENTS,
+  debug_between,
+  io_between,
+  log_int,
+)
 
 RUNS = 10
 SLOT = 41
-SEEN: list[int] = []
-"""When each callback ran: the store's sequence number (`call_log`'s)."""
 _SUGGESTED = re.compile(
   r"`(jax\.jit\(entangle_jax\.in_program_order\(.+?\)\))`"
 )
-
-
-def log(*args):
-  del args
-  SEEN.append(example_store.next_sequence_number())
-
-
-def log_int(*args):
-  log(*args)
-  return np.int32(0)
-
-
-def debug_between(slot, value):
-  testing.write_slot(slot, value)
-  jax.debug.callback(log, value)
-  return testing.read_slot(slot)
-
-
-def io_between(slot, value):
-  testing.write_slot(slot, value)
-  io_callback(log, None, value)
-  return testing.read_slot(slot)
 
 
 def debug_between_by_hand(slot, value):
@@ -127,9 +108,9 @@ def follow(text: str, fn):
 
 def run(fn, value: float):
   testing.reset_slots()
-  del SEEN[:]
+  del EVENTS[:]
   out = jax.block_until_ready(fn(jnp.int32(SLOT), jnp.float32(value)))
-  return out, testing.call_log(), list(SEEN)
+  return out, testing.call_log(), [seq for seq, _ in EVENTS]
 
 
 def wrong_reads(fn) -> int:

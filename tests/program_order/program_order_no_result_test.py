@@ -22,42 +22,22 @@ import warnings
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from absl.testing import absltest
 from jax.experimental import io_callback
 
 import entangle_jax
 from entangle_jax import in_program_order, testing
 from entangle_jax.testing import example_store
+from tests.callback_programs import (
+  EVENTS,
+  debug_between,
+  io_between,
+  log,
+  log_int,
+)
 
 RUNS = 10
 SLOT = 40  # Each program's slot; the store is reset before each run.
-EVENTS: list[tuple[int, tuple]] = []
-"""What each host callback saw: the store's sequence number when it ran
-(one counter with `call_log`'s), and the shapes of its arguments."""
-
-
-def log(*args):
-  EVENTS.append(
-    (example_store.next_sequence_number(), tuple(np.shape(a) for a in args))
-  )
-
-
-def log_int(*args):
-  log(*args)
-  return np.int32(0)
-
-
-def debug_between(slot, value):
-  testing.write_slot(slot, value)
-  jax.debug.callback(log, value)
-  return testing.read_slot(slot)  # The slot as given: no data order.
-
-
-def io_between(slot, value):
-  testing.write_slot(slot, value)
-  io_callback(log, None, value)
-  return testing.read_slot(slot)
 
 
 def empty_operand(slot, value):

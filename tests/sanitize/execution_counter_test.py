@@ -38,6 +38,11 @@ class Log:
   def add(self, tag: str) -> None:
     self.entries.append((tag, time.monotonic_ns()))
 
+  def read(self, x):
+    """A host callback that reads: recorded as "r"."""
+    self.add("r")
+    return np.float32(x)
+
 
 def loop_of_two(log: Log, ordered: bool):
   """A loop whose body writes then reads through two io_callbacks; only
@@ -47,14 +52,10 @@ def loop_of_two(log: Log, ordered: bool):
     log.add("w")
     return np.float32(x)
 
-  def read(x):
-    log.add("r")
-    return np.float32(x)
-
   def f(x):
     def body(i, x):
       a = io_callback(write, SCALAR, x, ordered=ordered)
-      b = io_callback(read, SCALAR, x, ordered=ordered)
+      b = io_callback(log.read, SCALAR, x, ordered=ordered)
       return a + b
 
     return lax.fori_loop(0, 3, body, x)
@@ -76,15 +77,11 @@ def pure_first_loop(log: Log, iterations: int):
     log.add("w")
     return np.float32(x)
 
-  def read(x):
-    log.add("r")
-    return np.float32(x)
-
   def f(x):
     def body(i, x):
       p = jax.pure_callback(probe, SCALAR, x)
       a = io_callback(slow_write, SCALAR, x + p)
-      b = io_callback(read, SCALAR, x)
+      b = io_callback(log.read, SCALAR, x)
       return a + b
 
     return lax.fori_loop(0, iterations, body, x)
@@ -136,7 +133,7 @@ class ExecutionCounterTest(absltest.TestCase):
         (race.first.function, race.second.function),
         (
           "pure_first_loop.<locals>.slow_write",
-          "pure_first_loop.<locals>.read",
+          "Log.read",
         ),
       )
     # What kept it: the counter is in the module XLA compiled, as a side

@@ -509,13 +509,15 @@ class OrderAnalysis:
       )
     if program is None:
       return [], xla_changes.NOT_SEEN
+    optimized_placement = xla_changes.Placement(self.module)
+    program_placement = xla_changes.Placement(program.module)
     if (
       among is None
       and not program._shared.any_may_overlap()
       and not xla_changes.any_moved_out_of_a_loop(
-        self.module,
+        optimized_placement,
         self._shared.native_calls(),
-        program.module,
+        program_placement,
         program._shared.native_calls(),
       )
     ):
@@ -530,10 +532,10 @@ class OrderAnalysis:
       among = [s for s in among if program._picks_any(s)]
     program_ops, program_races = program._all_races(among)
     hidden = xla_changes.hidden_races(
-      self.module,
+      optimized_placement,
       found,
       ops,
-      program.module,
+      program_placement,
       program_ops,
       program_races,
       program.conflict,

@@ -90,18 +90,16 @@ class Placement:
 
 
 def any_moved_out_of_a_loop(
-  optimized_module: Module,
+  optimized: Placement,
   optimized_calls: Sequence[Instruction],
-  program_module: Module,
+  program: Placement,
   program_calls: Sequence[Instruction],
 ) -> bool:
   """Whether XLA moved one of the program's `program_calls` out of a loop
   (as `_Changes` tells it, from the calls alone: their keys and where
   they run, not what they touch)."""
-  after = Placement(optimized_module).of(optimized_calls)
-  for key, (count, depth) in (
-    Placement(program_module).of(program_calls).items()
-  ):
+  after = optimized.of(optimized_calls)
+  for key, (count, depth) in program.of(program_calls).items():
     kept, kept_depth = after.get(key, (0, 0))
     if kept == count and kept_depth < depth:
       return True
@@ -109,10 +107,10 @@ def any_moved_out_of_a_loop(
 
 
 def hidden_races(
-  optimized_module: Module,
+  optimized: Placement,
   optimized_races: Sequence[Race],
   optimized_ops: Sequence[Op],
-  program_module: Module,
+  program: Placement,
   program_ops: Sequence[Op],
   program_races: Sequence[Race],
   conflict: Callable[[Op, Op], bool],
@@ -134,9 +132,8 @@ def hidden_races(
   """
   known = {_pair_key(race) for race in optimized_races}
   hidden = [race for race in program_races if _pair_key(race) not in known]
-  placement = Placement(program_module)
-  before = placement.of(program_ops)
-  after = Placement(optimized_module).of(optimized_ops)
+  before = program.of(program_ops)
+  after = optimized.of(optimized_ops)
   changes = _Changes(after, before, program_ops)
   found = [
     Race(
@@ -154,9 +151,9 @@ def hidden_races(
     if change is None or change.kind != "hoisted":
       continue
     _, kept_depth = after[call_key(moved)]
-    left = placement.enclosing.get(moved.computation, ())[kept_depth:]
+    left = program.enclosing.get(moved.computation, ())[kept_depth:]
     for other in program_ops:
-      around = placement.enclosing.get(other.computation, ())
+      around = program.enclosing.get(other.computation, ())
       if other is moved or not any(loop in around for loop in left):
         continue
       race = Race(other, moved, xla_change=change)

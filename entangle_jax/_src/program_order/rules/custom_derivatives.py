@@ -76,13 +76,8 @@ def custom_jvp(ctx: ChainedSubPrograms, eqn, invals) -> list:
     return (outs[:n], _token_out(ctx, inner, token, holder)), (outs[n:], zero)
 
   outs, token = fn(token_in, *invals)
-  return ctx.after_sub(
-    holder.get("parts", ()),
-    list(outs),
-    token,
-    invals,
-    "custom_jvp",
-    _after_token_in(ctx, token_in, holder),
+  return _rebuilt_outputs(
+    ctx, outs, token, invals, "custom_jvp", token_in, holder
   )
 
 
@@ -135,6 +130,21 @@ def _token_out(ctx: ChainedSubPrograms, inner, token, holder: dict):
   after_in = bool(exported) and all(inner.dep(v) & before for v in exported)
   holder["after_in"] = holder.get("after_in", True) and after_in
   return scalar_after(exported, jnp.zeros((), jnp.int32))
+
+
+def _rebuilt_outputs(
+  ctx: ChainedSubPrograms, outs, token, invals, kind: str, token_in, holder
+) -> list:
+  """The outputs of a rebuilt custom derivative of kind `kind`, after the
+  calls it made (``holder["parts"]``), as later calls see them."""
+  return ctx.after_sub(
+    holder.get("parts", ()),
+    list(outs),
+    token,
+    invals,
+    kind,
+    _after_token_in(ctx, token_in, holder),
+  )
 
 
 def _after_token_in(ctx: ChainedSubPrograms, token_in, holder: dict) -> int:
@@ -225,11 +235,6 @@ def custom_vjp(ctx: ChainedSubPrograms, eqn, invals) -> list:
   outs, token, chain = fn(token_in, chain, *invals)
   if backward:
     ctx.chain = chain
-  return ctx.after_sub(
-    holder.get("parts", ()),
-    list(outs),
-    token,
-    invals,
-    "custom_vjp",
-    _after_token_in(ctx, token_in, holder),
+  return _rebuilt_outputs(
+    ctx, outs, token, invals, "custom_vjp", token_in, holder
   )
