@@ -133,8 +133,14 @@ def assert_same_tree(test, actual, expected, leaves_equal) -> None:
 
 
 def child_env() -> dict[str, str]:
-  """The environment for a child Python that imports what this one does."""
-  return dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+  """The environment for a child Python that imports what this one does.
+  Without pytest-xdist's worker variables: under ``pytest -n``, a pytest
+  run in the child would take itself for one of this run's workers."""
+  env = {k: v for k, v in os.environ.items() if not k.startswith(_XDIST)}
+  return dict(env, PYTHONPATH=os.pathsep.join(sys.path))
+
+
+_XDIST = "PYTEST_XDIST_"
 
 
 PYTEST_PLUGIN = "entangle_jax.testing.pytest_plugin"

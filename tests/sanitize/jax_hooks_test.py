@@ -4,11 +4,17 @@ the way it relies on; and with the sanitizer never started, nothing of
 it is in place."""
 
 import inspect
+import re
 
 from absl.testing import absltest
 
 from entangle_jax.testing._sanitize import jax_hooks, sites
 from tests import test_util
+
+
+def _without_range_ends(asm: str) -> str:
+  """`asm` with each source location's range cut to its start."""
+  return re.sub(r" to (?:\d+)?:\d+\)", ")", asm)
 
 
 class JaxHooksTest(absltest.TestCase):
@@ -136,13 +142,18 @@ class JaxHooksTest(absltest.TestCase):
     # No native call: nothing to annotate, and the control that a module
     # is walked (main is found) without error.
     self.assertIsNone(sites.annotate(module, "Host"))
-    # The copy is the same module, locations included.
+    # The copy is the same module, locations included up to where a
+    # source range ends: MLIR's bytecode drops the end of a range that
+    # starts at column 0 (a frame of code run from a string, as
+    # pytest-xdist's workers run theirs), and the sanitizer reads only a
+    # location's file and line.
     copy = sites._copy(module)
     self.assertIsNot(copy, module)
     self.assertEqual(
-      copy.operation.get_asm(enable_debug_info=True),
-      module.operation.get_asm(enable_debug_info=True),
+      _without_range_ends(copy.operation.get_asm(enable_debug_info=True)),
+      _without_range_ends(module.operation.get_asm(enable_debug_info=True)),
     )
+    self.assertIn('loc("', copy.operation.get_asm(enable_debug_info=True))
 
   def test_nothing_is_in_place_when_it_never_started(self):
     run = test_util.run_python(
