@@ -355,17 +355,11 @@ def _rules_have_native(eqn, decls) -> bool:
   """Whether the differentiation rules of a custom_jvp or custom_vjp call
   (its JVP, its forward or backward pass) make a native call: traced as
   ``jax.jvp`` and ``jax.vjp`` of the call would run them."""
-  avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in eqn.invars]
-  floats = [jnp.issubdtype(a.dtype, jnp.inexact) for a in avals]
-
-  def call(*args):
-    return jax_compat.bind_equation(eqn, args)
+  avals, floats = _inputs(eqn)
 
   def differentiated(*args):
     def on_floats(*xs):
-      it = iter(xs)
-      full = [next(it) if f else a for a, f in zip(args, floats, strict=True)]
-      return call(*full)
+      return _bind_on_floats(eqn, floats, args, xs)
 
     xs = [a for a, f in zip(args, floats, strict=True) if f]
     outs, tangents = jax.jvp(on_floats, xs, [jnp.ones_like(x) for x in xs])
@@ -393,7 +387,7 @@ def backward_parts(eqn, decls: Declarations) -> tuple[Part, ...]:
 
 
 def _backward_parts(eqn, decls) -> tuple[Part, ...]:
-  avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in eqn.invars]
+  avals, _ = _inputs(eqn)
   holder = {}
 
   def forward(*args):
@@ -416,12 +410,7 @@ def _backward_parts(eqn, decls) -> tuple[Part, ...]:
     traced = jax.make_jaxpr(backward)(leaves, floats)
   except Exception:  # Cannot tell: as if it could touch anything.
     return (Part("write", None, "custom_vjp backward pass"),)
-  parts = []
-  for e in all_eqns(traced.jaxpr):
-    found = native_call(e, decls)
-    if found is not None:
-      parts += [Part(p.mode, None, p.target) for p in found.parts]
-  return tuple(dict.fromkeys(parts))
+  return _parts_of_any_object(traced.jaxpr, decls)
 
 
 _RULE_PARTS_CACHE: dict[int, tuple[Any, Declarations, Any]] = {}
@@ -439,32 +428,44 @@ def rule_parts(eqn, decls: Declarations) -> tuple[Part, ...]:
 
 
 def _rule_parts(eqn, decls) -> tuple[Part, ...]:
-  avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in eqn.invars]
-  floats = [jnp.issubdtype(a.dtype, jnp.inexact) for a in avals]
-
-  def call(*args):
-    return jax_compat.bind_equation(eqn, args)
-
-  def on_floats(args, xs):
-    it = iter(xs)
-    full = [next(it) if f else a for a, f in zip(args, floats, strict=True)]
-    return call(*full)
+  avals, floats = _inputs(eqn)
 
   def rule(*args):
+    def on_floats(*xs):
+      return _bind_on_floats(eqn, floats, args, xs)
+
     xs = [a for a, f in zip(args, floats, strict=True) if f]
     if eqn.primitive.name == "custom_jvp_call":
-      return jax.jvp(
-        lambda *x: on_floats(args, x), xs, [jnp.ones_like(x) for x in xs]
-      )
-    outs, pullback = jax.vjp(lambda *x: on_floats(args, x), *xs)
+      return jax.jvp(on_floats, xs, [jnp.ones_like(x) for x in xs])
+    outs, pullback = jax.vjp(on_floats, *xs)
     return outs, jax.tree_util.tree_leaves(pullback)
 
   try:
     traced = jax.make_jaxpr(rule)(*avals)
   except Exception:  # Cannot tell: as if it could touch anything.
     return (Part("write", None, "custom rule"),)
+  return _parts_of_any_object(traced.jaxpr, decls)
+
+
+def _inputs(eqn) -> tuple[list, list[bool]]:
+  """The shapes of equation `eqn`'s inputs, and which of them are
+  floating (the ones its rules differentiate)."""
+  avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in eqn.invars]
+  return avals, [jnp.issubdtype(a.dtype, jnp.inexact) for a in avals]
+
+
+def _bind_on_floats(eqn, floats: list[bool], args, xs):
+  """`eqn` bound on `args` with its floating inputs taken from `xs`."""
+  it = iter(xs)
+  full = [next(it) if f else a for a, f in zip(args, floats, strict=True)]
+  return jax_compat.bind_equation(eqn, full)
+
+
+def _parts_of_any_object(jaxpr, decls: Declarations) -> tuple[Part, ...]:
+  """What the native calls of `jaxpr` touch, their objects unknown (the
+  rules of a custom derivative, traced apart from the program)."""
   parts = []
-  for e in all_eqns(traced.jaxpr):
+  for e in all_eqns(jaxpr):
     found = native_call(e, decls)
     if found is not None:
       parts += [Part(p.mode, None, p.target) for p in found.parts]
