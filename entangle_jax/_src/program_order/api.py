@@ -10,7 +10,7 @@ import jax
 import numpy as np
 from jax.extend import core as jex_core
 
-from entangle_jax._src import arrays
+from entangle_jax._src import arrays, jax_compat
 from entangle_jax._src.program_order import natives
 from entangle_jax._src.program_order.interpreter import Context
 from entangle_jax._src.targets import sources
@@ -184,7 +184,8 @@ def in_program_order(
     traced = [leaf for leaf, d in zip(leaves, dynamic, strict=True) if d]
     closed = jax.make_jaxpr(flat)(*traced)
     decls = sources.current()
-    if not natives.has_native_jaxpr(closed.jaxpr, decls):
+    scopes = jax_compat.current_name_stack()
+    if not natives.has_native_jaxpr(closed.jaxpr, decls, scopes=scopes):
       # Nothing to order: the traced program as it is, with none of the
       # evaluation's bookkeeping.
       outs = iter(jex_core.jaxpr_as_fun(closed)(*traced))

@@ -26,7 +26,7 @@ from entangle_jax._src.program_order import natives, rule_inputs
 from entangle_jax._src.program_order.dependence import kept_deps
 from entangle_jax._src.program_order.natives import (
   NativeCall,
-  all_eqns,
+  eqns_in_scopes,
   first_native,
   has_native,
   native_call,
@@ -101,6 +101,12 @@ class Context:
     self.chain: Any = None
     self.backward: list[Part] = []  # What those backward passes touch.
     self.prev_bit = 0  # In a loop body: the call the order value stands for.
+    # The named scopes this context's program is traced in, where a rule
+    # traces it apart (a branch, a loop body: JAX gives each sub-jaxpr a
+    # name stack of its own), so that a call made in a Resource around
+    # them is read with the Resource's records (`scopes`).
+    self.outer_scopes = ""
+    self.eqn_scopes = ""  # Those of the equation being evaluated.
     # Native results by what computes them (`_key`), for a checkpoint that
     # JAX's differentiation recomputes (`remat`): it takes the result saved
     # here, since a native call made again would see a later state.
@@ -251,19 +257,23 @@ class Context:
     call is ordered; a first-order rule (entangle, views) always applies; a
     sub-program rule only where the equation holds a native call, which a
     primitive with no rule cannot hold."""
-    native = native_call(eqn, self.decls)
+    # In full, as the module will record them: a Resource's records
+    # decide what a call made through it touches.
+    scopes = self.eqn_scopes = self.scopes()
+    native = native_call(eqn, self.decls, scopes)
     if native is not None:
       return self.native(eqn, invals, native)
     name = eqn.primitive.name
     rule = registry.rule_for(name)
     if rule is not None and not rule.higher_order:
       return rule.apply(self, eqn, invals)
-    if not has_native(eqn, self.decls):
+    if not has_native(eqn, self.decls, scopes):
       return self.bind(eqn, invals)
     if rule is None:
       raise NotImplementedError(
         f"in_program_order: the higher-order primitive `{name}` holds a "
-        f"native call ({first_native(eqn, self.decls)}), and in_program_order "
+        f"native call ({first_native(eqn, self.decls, scopes)}), and "
+        "in_program_order "
         "cannot order calls inside it. Move the native call out of it, or "
         "order it by hand with entangle_jax.entangle or Resource."
       )
@@ -553,11 +563,13 @@ class Context:
   def _ordered_closed(self, item):
     if not isinstance(item, jex_core.ClosedJaxpr):
       return item
-    if not natives.has_native_jaxpr(item.jaxpr, self.decls):
+    scopes = self.scopes()
+    if not natives.has_native_jaxpr(item.jaxpr, self.decls, scopes=scopes):
       return item
 
     def body(*args):
       inner = Context(self.decls)
+      inner.outer_scopes = scopes
       outs = inner.run(item.jaxpr, item.consts, list(args))
       inner.warn_dropped(outs)
       return outs
@@ -578,7 +590,7 @@ class Context:
     arguments cannot be recorded so: its parts lose their names, and it
     is ordered as one on any object those values may be.
     """
-    found = resource_record(jax_compat.current_name_stack())
+    found = resource_record(self.scopes())
     if found is None:
       return _argument_scope(parts)
     mode, name = found
@@ -669,7 +681,20 @@ class Context:
     ctx.saving = self.saving
     ctx.recompute = self.recompute
     ctx.native_log = self.native_log
+    # A rule makes its children while it evaluates an equation, and may
+    # make them inside the sub-program's own trace, whose name stack
+    # starts anew: the equation's scopes are theirs.
+    ctx.outer_scopes = self.eqn_scopes or self.scopes()
     return ctx
+
+  def scopes(self) -> str:
+    """The named scopes in effect, in full: those of the trace now, inside
+    those this context's program was traced in (`outer_scopes`)."""
+    current = jax_compat.current_name_stack()
+    outer = self.outer_scopes
+    if not outer or current.startswith(outer):
+      return current
+    return f"{outer}/{current}" if current else outer
 
   def seed(self, child: Context, inner: Sequence[Any], outer: Sequence[Any]):
     """Inner values of a sub-program stand for `outer` ones."""
@@ -683,9 +708,10 @@ class Context:
     """What the native calls of `jaxprs` (and their sub-jaxprs) touch,
     objects unknown: used to order a sub-program against the outside."""
     parts = []
+    scopes = self.scopes()
     for jaxpr in jaxprs:
-      for eqn in all_eqns(jaxpr):
-        found = native_call(eqn, self.decls)
+      for eqn, full in eqns_in_scopes(jaxpr, scopes):
+        found = native_call(eqn, self.decls, full)
         if found is not None:
           for p in found.parts:
             parts.append(Part(p.mode, None, p.target))

@@ -14,7 +14,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jex_core
 
-from entangle_jax._src import access_policy, jax_compat, primitive
+from entangle_jax._src import (
+  access_marker,
+  access_policy,
+  jax_compat,
+  primitive,
+)
 from entangle_jax._src.program_order import lowered
 from entangle_jax._src.program_order.dependence import shape_size
 from entangle_jax._src.program_order.touches import Part
@@ -70,6 +75,7 @@ def _one(
   eqn,
   side_effect: bool,
   label: str | None = None,
+  records: str = "",
 ) -> NativeCall | None:
   """A call of `target` whose operands are `eqn`'s inputs, one to one: what
   it touches is the one access policy's answer, each operand's provenance
@@ -80,7 +86,11 @@ def _one(
   """
   label = target if label is None else label
   found = access_policy.footprint(
-    target, decls, operands=range(len(eqn.invars)), side_effect=side_effect
+    target,
+    decls,
+    operands=range(len(eqn.invars)),
+    op_name=records,
+    side_effect=side_effect,
   )
   access_policy.check_object_operand(
     found, len(eqn.invars), f"the call of `{label}`"
@@ -100,79 +110,103 @@ def _one(
   )
 
 
-def native_call(eqn, decls: Declarations) -> NativeCall | None:
+def native_call(
+  eqn, decls: Declarations, scopes: str | None = None
+) -> NativeCall | None:
   """The native call `eqn` makes, for in_program_order to order, else None:
   an ``ffi_call`` (by its target), a host callback that may have effects
   (``pure_callback`` is declared pure by its user: neither this nor the
   race check orders it), or any other first-order primitive, JAX's own
   included, whose lowering emits custom calls that are not JAX's and
-  XLA's own kernels (`lowered`)."""
+  XLA's own kernels (`lowered`).
+
+  What it touches is the access policy's answer for the call as the race
+  check will see it: made in `scopes`, the equation's named scopes in
+  full (its own where None), whose ``Resource`` records come before the
+  declarations (a target declared ``"none"`` and called through
+  ``Resource.write`` writes)."""
   name = eqn.primitive.name
+  if name in (primitive.entangle_p.name, names.PURE_CALLBACK_PRIMITIVE):
+    return None
+  jax_own = lowered.is_jax_primitive(eqn.primitive)
+  if jax_own and any(True for _ in sub_jaxprs(eqn)):
+    return None  # Its sub-programs' calls are its rule's (`rules`).
+  records = _records(scopes if scopes is not None else own_scopes(eqn))
   if name == "ffi_call":
     target = _target_name(eqn)
     if target is None or is_library_target(target):
       return None
     if target == names.ENTANGLE_TARGET:
       return None
-    return _one(target, decls, eqn, side_effecting(eqn))
-  if name == names.PURE_CALLBACK_PRIMITIVE:
-    return None
+    return _one(target, decls, eqn, side_effecting(eqn), records=records)
   if name in names.HOST_CALLBACK_PRIMITIVES:
     target = names.host_callback_target(
       name,
       jax.default_backend(),
       bool(eqn.params.get("partitioned", False)),
     )
-    return _one(target, decls, eqn, True, f"{name} ({target})")
-  if name == primitive.entangle_p.name:
-    return None
-  if lowered.is_jax_primitive(eqn.primitive):
-    if any(True for _ in sub_jaxprs(eqn)):
-      return None  # Its sub-programs' calls are its rule's (`rules`).
-    # One of JAX's own first-order primitives. A list of those that make
-    # no native call cannot be trusted to be complete (``debug_print``
-    # and ``call_exported`` make host callbacks and the exported module's
-    # custom calls), so its lowering says, as a binding's does.
-    return _from_lowering(eqn, decls, jax_own=True)
-  # A binding's own primitive, a higher-order one included: its own
+    return _one(target, decls, eqn, True, f"{name} ({target})", records)
+  # One of JAX's own first-order primitives. A list of those that make no
+  # native call cannot be trusted to be complete (``debug_print`` and
+  # ``call_exported`` make host callbacks and the exported module's custom
+  # calls), so its lowering says, as a binding's does.
+  # Or a binding's own primitive, a higher-order one included: its own
   # lowering may make native calls before or after its body, and its body
   # may make some. The lowering holds both, so the equation is ordered as
   # one call: all of them after the earlier calls they conflict with, the
   # later calls after all of them (`Context.native` orders the body's own
   # calls among themselves).
-  return _from_lowering(eqn, decls)
+  return _from_lowering(eqn, decls, records, jax_own=jax_own)
+
+
+def own_scopes(eqn) -> str:
+  """The named scopes of `eqn` within its own jaxpr, as text."""
+  return str(eqn.source_info.name_stack)
+
+
+def within(scopes: str, eqn) -> str:
+  """The named scopes of `eqn` in full, its jaxpr's being `scopes` (JAX
+  traces each sub-jaxpr in a name stack of its own)."""
+  own = own_scopes(eqn)
+  return f"{scopes}/{own}" if scopes and own else scopes or own
+
+
+def _records(scopes: str) -> str:
+  """`scopes` where they hold a ``Resource`` record, else "": what the
+  access policy reads of them (and the cache of lowerings keys on)."""
+  return scopes if access_marker.has_marks(scopes) else ""
 
 
 def lowered_call(eqn, decls: Declarations) -> NativeCall | None:
   """The native calls of `eqn` read from its lowering alone, as one call
   (for a primitive whose sub-program the transform does not rebuild)."""
-  return _from_lowering(eqn, decls)
+  return _from_lowering(eqn, decls, "")
 
 
 _FROM_LOWERING: dict[Any, NativeCall | None] = {}
 
 
 def _from_lowering(
-  eqn, decls: Declarations, jax_own: bool = False
+  eqn, decls: Declarations, records: str, jax_own: bool = False
 ) -> NativeCall | None:
   """`_read_lowering`, once per lowering key and declarations (a program
   that makes one binding call a thousand times reads it once)."""
   key = lowered.key_of(eqn)
   if key is None:
-    return _read_lowering(eqn, decls, jax_own)
-  key = (key, decls)
+    return _read_lowering(eqn, decls, records, jax_own)
+  key = (key, decls, records)
   try:
     return _FROM_LOWERING[key]
   except KeyError:
     pass
   except TypeError:  # Declarations that cannot be hashed.
-    return _read_lowering(eqn, decls, jax_own)
-  found = _FROM_LOWERING[key] = _read_lowering(eqn, decls, jax_own)
+    return _read_lowering(eqn, decls, records, jax_own)
+  found = _FROM_LOWERING[key] = _read_lowering(eqn, decls, records, jax_own)
   return found
 
 
 def _read_lowering(
-  eqn, decls: Declarations, jax_own: bool = False
+  eqn, decls: Declarations, records: str, jax_own: bool = False
 ) -> NativeCall | None:
   found = lowered.lower(eqn)
   if found.error is not None and jax_own:
@@ -205,7 +239,11 @@ def _read_lowering(
     if target == names.ENTANGLE_TARGET or is_library_target(target):
       continue
     touched = access_policy.footprint(
-      target, decls, operands=call.operands, side_effect=call.side_effect
+      target,
+      decls,
+      operands=call.operands,
+      op_name=records,
+      side_effect=call.side_effect,
     )
     access_policy.check_object_operand(
       touched,
@@ -304,24 +342,36 @@ def sub_jaxprs(eqn):
 
 
 def all_eqns(jaxpr):
-  for eqn in jaxpr.eqns:
+  for eqn, _ in eqns_in_scopes(jaxpr, ""):
     yield eqn
+
+
+def eqns_in_scopes(jaxpr, scopes: str):
+  """Each equation of `jaxpr` and of its sub-jaxprs, with its named
+  scopes in full (`within`), `jaxpr`'s being `scopes`."""
+  for eqn in jaxpr.eqns:
+    full = within(scopes, eqn)
+    yield eqn, full
     for sub in sub_jaxprs(eqn):
-      yield from all_eqns(sub)
+      yield from eqns_in_scopes(sub, full)
 
 
-def has_native_jaxpr(jaxpr, decls, rules: bool = True) -> bool:
-  """Whether `jaxpr` makes a native call, in a sub-jaxpr or (with `rules`)
-  a custom differentiation rule included."""
+def has_native_jaxpr(
+  jaxpr, decls, rules: bool = True, scopes: str = ""
+) -> bool:
+  """Whether `jaxpr`, in named scopes `scopes`, makes a native call, in a
+  sub-jaxpr or (with `rules`) a custom differentiation rule included."""
   return any(
-    native_call(e, decls) is not None
+    native_call(e, decls, full) is not None
     or (rules and _custom_rules_native(e, decls))
-    for e in all_eqns(jaxpr)
+    for e, full in eqns_in_scopes(jaxpr, scopes)
   )
 
 
-def has_native(eqn, decls) -> bool:
-  if any(has_native_jaxpr(j, decls) for j in sub_jaxprs(eqn)):
+def has_native(eqn, decls, scopes: str = "") -> bool:
+  """Whether a sub-jaxpr of `eqn` (made in named scopes `scopes`, its own
+  included), or a custom rule of it, makes a native call."""
+  if any(has_native_jaxpr(j, decls, scopes=scopes) for j in sub_jaxprs(eqn)):
     return True
   return _custom_rules_native(eqn, decls)
 
@@ -490,10 +540,10 @@ def _ones_cotangent(out):
   return np.zeros(out.shape, jax.dtypes.float0)
 
 
-def first_native(eqn, decls) -> str:
+def first_native(eqn, decls, scopes: str = "") -> str:
   for sub in sub_jaxprs(eqn):
-    for e in all_eqns(sub):
-      found = native_call(e, decls)
+    for e, full in eqns_in_scopes(sub, scopes):
+      found = native_call(e, decls, full)
       if found is not None:
         return found.label
   return "a native call"

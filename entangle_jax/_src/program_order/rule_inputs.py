@@ -118,6 +118,10 @@ class SubPrograms(Dependences, Inlined, Protocol):
     """What the native calls of `jaxprs` touch, objects unknown."""
     ...
 
+  def scopes(self) -> str:
+    """The named scopes in effect, in full (a Resource's records)."""
+    ...
+
   def new_bit(self) -> int:
     """The bit of a new call of this evaluation (and its children)."""
     ...

@@ -117,7 +117,7 @@ def while_loop(ctx: Loop, eqn, invals) -> list:
   )
   cjaxpr, cjconsts = open_jaxpr(p["cond_jaxpr"])
   bjaxpr, bjconsts = open_jaxpr(p["body_jaxpr"])
-  cond_native = has_native_jaxpr(cjaxpr, ctx.decls)
+  cond_native = has_native_jaxpr(cjaxpr, ctx.decls, scopes=ctx.scopes())
 
   def run_loop(use_token, init_token=None):
     token_deps = ctx.dep(init_token) if use_token else 0
