@@ -22,9 +22,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from typing import Literal
 
-Mode = Literal["read", "write"]
+from entangle_jax._src.conflict_rule import Mode
+
 MODES: tuple[Mode, ...] = ("read", "write")
 PREFIX = "entangle_jax:"
 _COMPONENT = re.compile(r"entangle_jax:(read|write)(?::([^/()]*))?")

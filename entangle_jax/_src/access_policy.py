@@ -216,7 +216,7 @@ def footprint(
 _NOTHING: Footprint = Footprint("none")
 
 
-def distinct_elements(
+def declares_distinct_elements(
   declarations: Declarations, declaration: TargetDeclaration | None
 ) -> bool:
   """Whether different elements of one array of handles are different
@@ -226,7 +226,8 @@ def distinct_elements(
 
 
 def distinct_elements_of(declarations: Declarations, target: str) -> bool:
-  """`distinct_elements` for the calls of `target`, by its declaration."""
+  """`declares_distinct_elements` for the calls of `target`, by its
+  declaration."""
   return declarations.distinct_for(declarations.for_target(target))
 
 

@@ -20,7 +20,7 @@ Two calls *conflict* when all of these hold:
 What counts as evidence of different objects is also stated here, once:
 different integer constants (`distinct_constants`), and different
 elements of one array where both calls' declarations say its elements are
-different objects (`distinct_elements`).
+different objects (`disjoint_elements`).
 
 The answer is a `Verdict`: whether they conflict, and why (`Reason`), with
 the modes, the evidence and the accesses it was asked about. What a report
@@ -46,7 +46,7 @@ class Evidence:
     same: the two provably touch one object (one value, followed back
       through what passes a handle on unchanged).
     distinct: there is evidence that they touch different objects
-      (`distinct_constants`, `distinct_elements`).
+      (`distinct_constants`, `disjoint_elements`).
     names: the names of the ``Resource`` objects the calls were made
       through (None: none, or an unnamed one).
   """
@@ -183,7 +183,7 @@ def distinct_constants(a: Collection[int], b: Collection[int]) -> bool:
   return not set(a) & set(b)
 
 
-def distinct_elements(
+def disjoint_elements(
   a: Collection[int], b: Collection[int], *, declared: bool
 ) -> bool:
   """Whether two calls on elements `a` and `b` of one array of handles

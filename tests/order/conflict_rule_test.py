@@ -78,8 +78,8 @@ class ConflictRuleTest(absltest.TestCase):
       self.assertTrue(rule("write", "read", safe=False, evidence=evidence))
     self.assertTrue(conflict_rule.distinct_constants({1}, {2}))
     self.assertFalse(conflict_rule.distinct_constants({1, 2}, {2}))
-    self.assertFalse(conflict_rule.distinct_elements({0}, {1}, declared=False))
-    self.assertTrue(conflict_rule.distinct_elements({0}, {1}, declared=True))
+    self.assertFalse(conflict_rule.disjoint_elements({0}, {1}, declared=False))
+    self.assertTrue(conflict_rule.disjoint_elements({0}, {1}, declared=True))
 
   def test_the_verdict_says_why(self):
     # Each rule's own reason, first match wins; `conflict` is the

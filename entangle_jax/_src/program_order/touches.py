@@ -49,7 +49,7 @@ class Obj:
       and self.elements is not None
       and other.elements is not None
     ):
-      distinct = conflict_rule.distinct_elements(
+      distinct = conflict_rule.disjoint_elements(
         self.elements, other.elements, declared=elements_distinct
       )
     return Evidence(

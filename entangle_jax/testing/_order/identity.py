@@ -136,7 +136,7 @@ class ObjectFinder:
     # A declaration's promise that distinct elements are distinct objects
     # holds only for arrays the program did not build: ops of the program
     # (a tile, a concatenate, a gather...) can repeat a handle.
-    distinct = access_policy.distinct_elements(
+    distinct = access_policy.declares_distinct_elements(
       self._declarations, declaration
     ) and self._unbuilt(root)
     given = computation.instructions[position]

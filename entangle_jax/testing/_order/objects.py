@@ -79,7 +79,7 @@ class ObjectRef:
       self.root == other.root
       and self.element is not None
       and other.element is not None
-      and conflict_rule.distinct_elements(
+      and conflict_rule.disjoint_elements(
         {self.element},
         {other.element},
         declared=self.distinct_elements and other.distinct_elements,
