@@ -24,7 +24,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from entangle_jax.testing._emitters.options import Options
-from entangle_jax.testing._emitters.sentences import platform_note
+from entangle_jax.testing._emitters.sentences import (
+  left_out_as_safe,
+  platform_note,
+)
 from entangle_jax.testing._findings.records import ReportedCall, Run
 
 TITLE = "entangle-jax race"
@@ -94,14 +97,7 @@ def annotations(run: Run) -> Iterator[str]:
     )
   for result in run.results:
     for safe in result.findings.left_out:
-      count = safe.count
-      p = safe.pair
-      message = (
-        f"{count} pair{'s' * (count != 1)} of calls that may conflict and "
-        f"run in either order left out as safe by `{p.first}` / "
-        f"`{p.second}` ({p.reason}; from {p.source}). Module "
-        f"{result.module} ({result.path})."
-      )
+      message = left_out_as_safe(result, safe)
       yield (
         f"::notice title={_escape_property(SAFE_TITLE)}::"
         f"{_escape_data(message)}"

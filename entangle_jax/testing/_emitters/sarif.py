@@ -31,6 +31,7 @@ from typing import Any
 
 from entangle_jax.testing._emitters.options import Options
 from entangle_jax.testing._emitters.sentences import (
+  left_out_as_safe,
   platform_note,
   unseen_notes,
 )
@@ -166,16 +167,10 @@ def as_sarif(run: Run) -> dict[str, Any]:
     for r in run.unchecked
   ]
   for result in run.results:
-    for safe in result.findings.left_out:
-      p = safe.pair
-      notes.append(
-        _notification(
-          "note",
-          f"{safe.count} pair(s) left out as safe by `{p.first}` / "
-          f"`{p.second}` ({p.reason}; from {p.source}). Module "
-          f"{result.module} ({result.path}).",
-        )
-      )
+    notes += [
+      _notification("note", left_out_as_safe(result, safe))
+      for safe in result.findings.left_out
+    ]
   notes += [_notification("warning", n) for n in run.version_notes]
   notes += [_notification("note", n) for n in unseen_notes(run)]
   platform = platform_note(run)

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from entangle_jax.testing._findings.records import Coverage, ModuleResult, Run
+from entangle_jax.testing._findings.records import (
+  Coverage,
+  ModuleResult,
+  Run,
+  SafeCount,
+)
 
 
 def summary(run: Run) -> str:
@@ -31,6 +36,24 @@ def summary(run: Run) -> str:
     f"Checked {checked} module{'s' * (checked != 1)} "
     f"({run.with_native_calls} with native calls): {len(run.racing)} with "
     f"races, {run.pairs} pair{'s' * (run.pairs != 1)}{safe}.{not_checked}"
+  )
+
+
+def safe_entry(safe: SafeCount) -> str:
+  """The declared safe pair that left `safe`'s pairs out: its two
+  targets, why, and where it was declared."""
+  p = safe.pair
+  return f"`{p.first}` / `{p.second}` ({p.reason}; from {p.source})"
+
+
+def left_out_as_safe(result: ModuleResult, safe: SafeCount) -> str:
+  """One sentence for the pairs of `result`'s module that the declared
+  safe pair of `safe` left out (the notices of GitHub and SARIF)."""
+  count = safe.count
+  return (
+    f"{count} pair{'s' * (count != 1)} of calls that may conflict and run "
+    f"in either order left out as safe by {safe_entry(safe)}. Module "
+    f"{result.module} ({result.path})."
   )
 
 

@@ -6,7 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from entangle_jax.testing._emitters.options import SHOWN_PER_GROUP, Options
-from entangle_jax.testing._emitters.sentences import run_notes, summary
+from entangle_jax.testing._emitters.sentences import (
+  run_notes,
+  safe_entry,
+  summary,
+)
 from entangle_jax.testing._findings.causes import ORDER_FIX
 from entangle_jax.testing._findings.records import (
   Findings,
@@ -14,7 +18,6 @@ from entangle_jax.testing._findings.records import (
   Pair,
   ReportedCall,
   Run,
-  SafeCount,
 )
 
 FIX_HINT = "Usual fix: " + ORDER_FIX
@@ -43,11 +46,6 @@ def label(site: ReportedCall) -> str:
 def _with_access(site: ReportedCall) -> str:
   what, rest = label(site).split(" ", 1)
   return f"{what} ({site.access}) {rest}"
-
-
-def safe_text(safe: SafeCount) -> str:
-  p = safe.pair
-  return f"`{p.first}` / `{p.second}` ({p.reason}; from {p.source})"
 
 
 def unordered_lines(heading: str, pairs: Sequence[Pair]) -> str:
@@ -84,7 +82,7 @@ def findings_lines(
       f"{excused} pair{'s' * (excused != 1)} of calls may conflict and run "
       "in either order, all left out as safe by declared safe_pairs (taken "
       "at their word, not checked):",
-      *(f"  {s.count} x {safe_text(s)}" for s in findings.left_out),
+      *(f"  {s.count} x {safe_entry(s)}" for s in findings.left_out),
     ]
     if findings.applied:
       lines.append(_once(APPLIED_LINE, "; ".join(findings.applied) + ".", said))
@@ -138,10 +136,10 @@ def left_out_lines(findings: Findings) -> list[str]:
     return []
   head = f"{excused} more pair{'s' * (excused != 1)} left out as safe"
   if len(findings.left_out) == 1:
-    return [f"{head}: {safe_text(findings.left_out[0])}"]
+    return [f"{head}: {safe_entry(findings.left_out[0])}"]
   return [
     f"{head}:",
-    *(f"  {s.count} x {safe_text(s)}" for s in findings.left_out),
+    *(f"  {s.count} x {safe_entry(s)}" for s in findings.left_out),
   ]
 
 
