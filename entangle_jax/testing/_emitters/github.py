@@ -25,6 +25,8 @@ from collections.abc import Iterator
 
 from entangle_jax.testing._emitters.options import Options
 from entangle_jax.testing._emitters.sentences import (
+  finding_ends,
+  finding_sentence,
   left_out_as_safe,
   platform_note,
 )
@@ -55,11 +57,6 @@ def _place(site: ReportedCall) -> str:
   return f"file={_escape_property(site.path)},line={site.line},"
 
 
-def _call(site: ReportedCall) -> str:
-  where = f" at {site.location}" if site.location else ""
-  return f"`{site.name}`{where} ({site.access})"
-
-
 def annotations(run: Run) -> Iterator[str]:
   """The annotation lines for every racing module of `run`, every finding
   (pairs of the same two targets on the same two lines are one), then the
@@ -68,16 +65,8 @@ def annotations(run: Run) -> Iterator[str]:
   for result in run.racing:
     for group in result.findings.groups:
       for entry in group.entries:
-        pair = entry.pair
-        here = pair.second if pair.second.location else pair.first
-        other = pair.first if here is pair.second else pair.second
-        times = len(entry.pairs)
-        count = f" ({times} pairs on these lines)" if times > 1 else ""
-        message = (
-          f"{entry.code}: {_call(here)} may run before or after "
-          f"{_call(other)}{count}: {group.cause.headline}. Fix: "
-          f"{entry.steps[0]}"
-        )
+        here, _ = finding_ends(entry)
+        message = f"{entry.code}: {finding_sentence(entry, entry.steps[0])}"
         # A control that races on purpose is a notice, not an error.
         kind, title = (
           ("notice", EXPECTED_TITLE) if result.expected else ("error", TITLE)

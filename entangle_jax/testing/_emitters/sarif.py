@@ -31,12 +31,14 @@ from typing import Any
 
 from entangle_jax.testing._emitters.options import Options
 from entangle_jax.testing._emitters.sentences import (
+  finding_ends,
+  finding_sentence,
   left_out_as_safe,
   platform_note,
   unseen_notes,
 )
 from entangle_jax.testing._findings.causes import CAUSES
-from entangle_jax.testing._findings.records import Finding, ReportedCall, Run
+from entangle_jax.testing._findings.records import Finding, Run
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 VERSION = "2.1.0"
@@ -71,22 +73,10 @@ def _location(path: str, line: int, text: str | None = None) -> dict:
   return found
 
 
-def _call(site: ReportedCall) -> str:
-  where = f" at {site.location}" if site.location else ""
-  return f"`{site.name}`{where} ({site.access})"
-
-
 def _result(entry: Finding, module: str, module_path: str) -> dict:
-  pair = entry.pair
-  here = pair.second if pair.second.location else pair.first
-  other = pair.first if here is pair.second else pair.second
-  times = len(entry.pairs)
-  count = f" ({times} pairs on these lines)" if times > 1 else ""
-  devices = ", on another device," if pair.across_devices else ""
+  here, other = finding_ends(entry)
   message = (
-    f"{_call(here)} may run before or after{devices} {_call(other)}"
-    f"{count}: {entry.cause.headline}. Fix: {entry.fix} Module {module} "
-    f"({module_path})."
+    f"{finding_sentence(entry, entry.fix)} Module {module} ({module_path})."
   )
   if here.path is not None and here.line is not None:
     locations = [_location(here.path, here.line)]

@@ -7,7 +7,9 @@ from collections.abc import Sequence
 
 from entangle_jax.testing._findings.records import (
   Coverage,
+  Finding,
   ModuleResult,
+  ReportedCall,
   Run,
   SafeCount,
 )
@@ -36,6 +38,34 @@ def summary(run: Run) -> str:
     f"Checked {checked} module{'s' * (checked != 1)} "
     f"({run.with_native_calls} with native calls): {len(run.racing)} with "
     f"races, {run.pairs} pair{'s' * (run.pairs != 1)}{safe}.{not_checked}"
+  )
+
+
+def call_words(site: ReportedCall) -> str:
+  """A call as a one-line report names it: target, user line, access."""
+  where = f" at {site.location}" if site.location else ""
+  return f"`{site.name}`{where} ({site.access})"
+
+
+def finding_ends(entry: Finding) -> tuple[ReportedCall, ReportedCall]:
+  """The call a one-line report of `entry` is placed at (the later one,
+  where it has a user line) and the other."""
+  pair = entry.pair
+  here = pair.second if pair.second.location else pair.first
+  other = pair.first if here is pair.second else pair.second
+  return here, other
+
+
+def finding_sentence(entry: Finding, fix: str) -> str:
+  """`entry` in one sentence, from the call it is placed at, with `fix`:
+  what GitHub's annotation and SARIF's result say."""
+  here, other = finding_ends(entry)
+  times = len(entry.pairs)
+  count = f" ({times} pairs on these lines)" if times > 1 else ""
+  devices = ", on another device," if entry.pair.across_devices else ""
+  return (
+    f"{call_words(here)} may run before or after{devices} "
+    f"{call_words(other)}{count}: {entry.cause.headline}. Fix: {fix}"
   )
 
 
