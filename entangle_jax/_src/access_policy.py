@@ -44,6 +44,7 @@ from entangle_jax._src import access_marker
 from entangle_jax._src.access_marker import Record
 from entangle_jax._src.targets.declaration import (
   Declarations,
+  SafePair,
   TargetDeclaration,
   TargetMode,
   pattern_matches,
@@ -174,7 +175,7 @@ def footprint(
   if pure:
     return _NOTHING
   declaration = declarations.for_target(target)
-  own = access_marker.marks(op_name).accesses if op_name else ()
+  own = own_records(op_name)
   if own:
     mode: TargetMode = own[-1].mode
   else:
@@ -214,6 +215,34 @@ def footprint(
 
 
 _NOTHING: Footprint = Footprint("none")
+
+
+def safe_pair(
+  declarations: Declarations, a: str | None, b: str | None
+) -> SafePair | None:
+  """The declared safe pair that excuses calls of targets `a` and `b`
+  from conflicting, if any (every stage asks here)."""
+  return declarations.safe(a, b)
+
+
+def own_records(scopes: str) -> tuple[Record, ...]:
+  """The ``Resource`` records of a call's own in its named scopes
+  `scopes` (an ``op_name``, or a name stack), outermost first: those
+  `footprint` applies (rule 2)."""
+  return access_marker.marks(scopes).accesses if scopes else ()
+
+
+def is_backward_copy(op_name: str) -> bool:
+  """Whether an op's ``Resource`` records were copied onto it by JAX's
+  transpose (a backward-pass op), and so are not its own."""
+  return access_marker.marks(op_name).backward
+
+
+def counts_as_native_call(target: str, side_effect: bool) -> bool:
+  """Whether a custom call of `target` is one of the program's native
+  calls at all: every one but a host callback that is not side-effecting
+  (``pure_callback``'s, rule 1)."""
+  return not is_pure_host_callback(target, side_effect)
 
 
 def declares_distinct_elements(

@@ -18,8 +18,8 @@ from absl.testing import absltest
 
 import entangle_jax
 from entangle_jax import in_program_order, testing
-from entangle_jax._src import access_marker
-from entangle_jax._src.program_order.touches import resource_record
+from entangle_jax._src import access_marker, access_policy
+from entangle_jax._src.targets import sources
 from entangle_jax.demo import _hazard
 from tests import test_util
 from tests.program_order.program_order_programs import (
@@ -35,6 +35,17 @@ from tests.program_order.program_order_programs import (
   write_read_write,
   wrong_reads,
 )
+
+
+def resource_record(op_name: str) -> tuple[str, str | None] | None:
+  """The Resource record the access policy applies to a call made in
+  `op_name` (both stages ask it: the transform with the name stack)."""
+  found = access_policy.footprint(
+    "some_target", sources.current(), op_name=op_name
+  )
+  if not found.records:
+    return None
+  return found.mode, found.records[-1].resource
 
 
 class ProgramOrderTest(OrderTestCase):

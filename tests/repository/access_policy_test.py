@@ -29,6 +29,18 @@ TARGETS = "entangle_jax._src.targets"
 LOOKUP = "for_target"
 """The declarations lookup (`Declarations.for_target`)."""
 
+POLICY_ONLY = {
+  "is_pure_host_callback": "whether a host callback counts (rule 1)",
+  "distinct_for": "whether a declaration makes elements distinct objects",
+  "safe": "which declared safe pair covers two calls",
+}
+"""Questions of the policy that only it asks of what it wraps (the
+names, the declarations), besides `_src/targets`, where they live."""
+
+RECORD_READS = ("marks", "has_marks", "parse_component")
+"""Reading a call's ``Resource`` records: the marker's, which only the
+policy (and the marker itself) calls."""
+
 STAGES = {
   "the race check": (
     "entangle_jax.testing._analysis.order_analysis",
@@ -88,6 +100,18 @@ class AccessPolicyTest(absltest.TestCase):
   def test_only_the_marker_parses_resource_records(self):
     self.assertEqual(callers("parse_component", lambda m: m == MARKER), {})
     self.assertTrue(calls_of(module_names()[MARKER], "parse_component"))
+
+  def test_only_the_policy_reads_a_calls_records(self):
+    for name in RECORD_READS:
+      self.assertEqual(callers(name, lambda m: m in (POLICY, MARKER)), {}, name)
+    # The check sees the policy's own reading (it can fail).
+    self.assertTrue(calls_of(module_names()[POLICY], "marks"))
+
+  def test_only_the_policy_asks_what_counts_and_what_is_distinct(self):
+    for name, what in POLICY_ONLY.items():
+      found = callers(name, lambda m: m == POLICY or m.startswith(TARGETS))
+      self.assertEqual(found, {}, f"{name}: {what}")
+    self.assertTrue(calls_of(module_names()[POLICY], "is_pure_host_callback"))
 
   def test_every_stage_calls_the_policy(self):
     modules = module_names()

@@ -21,6 +21,7 @@ from jax.core import ShapedArray
 from jax.extend import core as jex_core
 
 from entangle_jax._src import access_marker, jax_compat
+from entangle_jax._src.access_marker import Record
 from entangle_jax._src.entangle import entangle
 from entangle_jax._src.program_order import natives, rule_inputs
 from entangle_jax._src.program_order.dependence import kept_deps
@@ -44,7 +45,6 @@ from entangle_jax._src.program_order.touches import (
   covers,
   may_conflict,
   only_reads,
-  resource_record,
 )
 from entangle_jax._src.program_order.values import (
   SAVED,
@@ -394,7 +394,7 @@ class Context:
       for p, k in zip(call.parts, call.objects, strict=True)
     )
     object_index = next((k for k in call.objects if k is not None), None)
-    parts, scope = self.in_resource(parts, invals, object_index)
+    parts, scope = self.in_resource(parts, invals, object_index, call.record)
     if self.native_log is not None:
       self.native_log.extend(parts)
     values, stood = self.witnesses_for(
@@ -577,9 +577,10 @@ class Context:
     avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in item.in_avals]
     return jax.make_jaxpr(body)(*avals)
 
-  def in_resource(self, parts, invals, object_index):
+  def in_resource(self, parts, invals, object_index, record: Record | None):
     """`parts` as the race check reads a call made through a ``Resource``
-    (its innermost record in the named scopes): the Resource's mode, and a
+    (`record`, its innermost record in the named scopes, as the access
+    policy read it for `natives.native_call`): the Resource's mode, and a
     named Resource's calls are on the object of that name; and the named
     scope to bind the call in.
 
@@ -590,10 +591,9 @@ class Context:
     arguments cannot be recorded so: its parts lose their names, and it
     is ordered as one on any object those values may be.
     """
-    found = resource_record(self.scopes())
-    if found is None:
+    if record is None:
       return _argument_scope(parts)
-    mode, name = found
+    mode, name = record.mode, record.resource
     index = 0 if object_index is None else object_index
     changed = []
     for p in parts:

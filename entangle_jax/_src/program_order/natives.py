@@ -14,12 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jex_core
 
-from entangle_jax._src import (
-  access_marker,
-  access_policy,
-  jax_compat,
-  primitive,
-)
+from entangle_jax._src import access_policy, jax_compat, primitive
+from entangle_jax._src.access_marker import Record
 from entangle_jax._src.program_order import lowered
 from entangle_jax._src.program_order.dependence import shape_size
 from entangle_jax._src.program_order.touches import Part
@@ -51,6 +47,9 @@ class NativeCall:
   side_effect: bool
   returns_nothing: bool = False
   """A call of it reaches no output: nothing can wait for it."""
+  record: Record | None = None
+  """The innermost ``Resource`` record it was made in, its own (the
+  access policy's answer), or None: made outside any ``Resource``."""
 
 
 def side_effecting(eqn) -> bool:
@@ -107,6 +106,7 @@ def _one(
     (),
     None,
     side_effect,
+    record=found.records[-1] if found.records else None,
   )
 
 
@@ -172,15 +172,17 @@ def within(scopes: str, eqn) -> str:
 
 
 def _records(scopes: str) -> str:
-  """`scopes` where they hold a ``Resource`` record, else "": what the
-  access policy reads of them (and the cache of lowerings keys on)."""
-  return scopes if access_marker.has_marks(scopes) else ""
+  """`scopes` where they hold a ``Resource`` record of the call's own,
+  else "": what the access policy reads of them (and the cache of
+  lowerings keys on)."""
+  return scopes if access_policy.own_records(scopes) else ""
 
 
-def lowered_call(eqn, decls: Declarations) -> NativeCall | None:
-  """The native calls of `eqn` read from its lowering alone, as one call
-  (for a primitive whose sub-program the transform does not rebuild)."""
-  return _from_lowering(eqn, decls, "")
+def lowered_call(eqn, decls: Declarations, scopes: str) -> NativeCall | None:
+  """The native calls of `eqn`, made in named scopes `scopes` (in full),
+  read from its lowering alone, as one call (for a primitive whose
+  sub-program the transform does not rebuild)."""
+  return _from_lowering(eqn, decls, _records(scopes))
 
 
 _FROM_LOWERING: dict[Any, NativeCall | None] = {}
@@ -234,6 +236,7 @@ def _read_lowering(
       bool(eqn.effects),
     )
   parts, objects, returns, calls = [], [], [], []
+  record = None  # Every call of the lowering is made in the same scopes.
   for call in found.calls:
     target = call.target
     if target == names.ENTANGLE_TARGET or is_library_target(target):
@@ -252,6 +255,8 @@ def _read_lowering(
     )
     if touched.touches_nothing:
       continue  # A pure_callback, or declared to touch nothing.
+    if touched.records:
+      record = touched.records[-1]
     mode = touched.mode
     obj = touched.object
     back: tuple[int, ...] = ()
@@ -302,6 +307,7 @@ def _read_lowering(
     tuple(witnesses),
     any(c.side_effect for c in calls) or bool(eqn.effects),
     nothing,
+    record,
   )
 
 

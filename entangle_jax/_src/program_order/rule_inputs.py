@@ -79,6 +79,10 @@ class NativeCalls(Protocol):
     order."""
     ...
 
+  def scopes(self) -> str:
+    """The named scopes in effect, in full (a Resource's records)."""
+    ...
+
 
 class Inlined(Protocol):
   """Evaluating a sub-program in place: a nested call that XLA inlines

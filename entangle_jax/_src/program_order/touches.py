@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from jax.core import Tracer
 
-from entangle_jax._src import access_marker, access_policy, conflict_rule
+from entangle_jax._src import access_policy, conflict_rule
 from entangle_jax._src.conflict_rule import Evidence
 from entangle_jax._src.targets.declaration import Declarations
 
@@ -197,7 +197,7 @@ def conflicts(
 
 
 def _part_conflict(x: Part, y: Part, decls: Declarations) -> bool:
-  safe = decls.safe(x.target, y.target) is not None
+  safe = access_policy.safe_pair(decls, x.target, y.target) is not None
   if x.obj is None or y.obj is None:
     evidence = Evidence()  # Anything: it may be any object.
   else:
@@ -217,19 +217,6 @@ def comes_after(bits: int, call: OrderedCall) -> bool:
 
 
 ANY = (Part("write", None, "any"),)
-
-
-def resource_record(name_stack: str) -> tuple[str, str | None] | None:
-  """``(mode, name)`` of the innermost of the call's own ``Resource``
-  records in its named scopes, or None: read as the race check reads an
-  op's ``op_name`` (`access_marker.marks`), so a record JAX copied onto a
-  backward-pass op is not its own, while a record opened outside the
-  transposed scopes, or that of a forward call ``jax.checkpoint``
-  recomputes, is."""
-  own = access_marker.marks(name_stack).accesses
-  if not own:
-    return None
-  return own[-1].mode, own[-1].resource
 
 
 def constant_array(value) -> np.ndarray | None:

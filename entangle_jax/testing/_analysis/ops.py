@@ -6,7 +6,7 @@ import dataclasses
 import functools
 import re
 
-from entangle_jax._src import access_marker, conflict_rule
+from entangle_jax._src import access_marker, access_policy, conflict_rule
 from entangle_jax._src.targets.declaration import TargetDeclaration
 from entangle_jax.testing import _hlo
 from entangle_jax.testing._analysis import source_lines as _source_lines
@@ -85,7 +85,7 @@ class Op:
     """Whether the op is a backward-pass op (under ``transpose(...)``)
     that JAX gave the ``Resource`` record of a forward call: the record is
     not the op's own, so it does not decide what the op accesses."""
-    return access_marker.marks(self.instruction.op_name).backward
+    return access_policy.is_backward_copy(self.instruction.op_name)
 
   @property
   def access_text(self) -> str:

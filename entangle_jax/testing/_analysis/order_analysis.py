@@ -403,7 +403,9 @@ class OrderAnalysis:
     the module where `across_devices`, where a target declared
     ``"per-device"`` touches each device's own object."""
     _check_ops(self, (a, b))
-    safe = self.declarations.safe(a.target, b.target) is not None
+    safe = (
+      access_policy.safe_pair(self.declarations, a.target, b.target) is not None
+    )
     return access.verdicts(
       a.accesses,
       b.accesses,
@@ -451,11 +453,12 @@ class OrderAnalysis:
     """
     kept = Races()
     left_out = []
-    safe = self.declarations.safe
     ops, found = self._all_races(among)
     hidden, kept.unseen = self._hidden_races(among, ops, found)
     for race in [*found, *hidden]:
-      pair = safe(race.first.target, race.second.target)
+      pair = access_policy.safe_pair(
+        self.declarations, race.first.target, race.second.target
+      )
       if pair is None:
         kept.append(race)
       else:

@@ -37,11 +37,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from entangle_jax._src import access_marker
+from entangle_jax._src import access_marker, access_policy
 from entangle_jax._src.targets.library_kernels import is_library_target
 from entangle_jax._src.targets.names import (
   ENTANGLE_TARGET,
-  is_pure_host_callback,
   is_sanitizer_counter,
 )
 from entangle_jax.testing import _hlo
@@ -90,7 +89,7 @@ def is_user_native_call(instruction: Op | _hlo.Instruction) -> bool:
     return False
   if is_sanitizer_counter(target, instruction.op_name):
     return False
-  return not is_pure_host_callback(target, instruction.side_effect)
+  return access_policy.counts_as_native_call(target, instruction.side_effect)
 
 
 def is_effectful(instruction: Op | _hlo.Instruction) -> bool:

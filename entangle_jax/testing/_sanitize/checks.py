@@ -27,7 +27,7 @@ import itertools
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Iterator
 
-from entangle_jax._src import conflict_rule
+from entangle_jax._src import access_policy, conflict_rule
 from entangle_jax._src.targets.declaration import Declarations
 from entangle_jax.testing._sanitize import callbacks, sites
 from entangle_jax.testing._sanitize.calls import (
@@ -618,7 +618,11 @@ def repeated_handles(
   """The values `call`'s object operand held more than once, where its
   declaration says its elements are different objects (else none)."""
   d = touch.declaration
-  if d is None or d.object is None or not declarations.distinct_for(d):
+  if (
+    d is None
+    or d.object is None
+    or not access_policy.declares_distinct_elements(declarations, d)
+  ):
     return []
   values = call.values_of(d.object) or ()
   return sorted({v for v in values if values.count(v) > 1})
@@ -674,7 +678,7 @@ def contradictions(
       for a, b in itertools.combinations(places.values(), 2):
         if not _writes(found, a, b):
           continue
-        pair = declarations.safe(a.target, b.target)
+        pair = access_policy.safe_pair(declarations, a.target, b.target)
         if pair is not None:
           out.append(
             Contradiction(

@@ -24,13 +24,13 @@ import threading
 import weakref
 from typing import Any
 
+from entangle_jax._src import access_policy
 from entangle_jax._src.targets.library_kernels import is_library_target
 from entangle_jax._src.targets.names import (
   ENTANGLE_TARGET,
   SANITIZER_COUNTER_SCOPE,
   TPU_HOST_CALLBACK_TARGET,
   is_host_callback,
-  is_pure_host_callback,
 )
 from entangle_jax.testing._sanitize import callbacks, jax_hooks, wrapping
 
@@ -509,7 +509,9 @@ class _Walker:
       *_loop_branch(context),
       name or "?",
       context=context,
-      pure=is_pure_host_callback(target, _side_effect(ir, attributes)),
+      pure=not access_policy.counts_as_native_call(
+        target, _side_effect(ir, attributes)
+      ),
       source=self.source(op),
     )
     self.module.sites.append(site)

@@ -29,7 +29,7 @@ OPAQUE = family(
 
 @register(OPAQUE, ("custom_vmap_call", "custom_partitioning"))
 def opaque_call(ctx: NativeCalls, eqn, invals: list) -> list:
-  found = natives.lowered_call(eqn, ctx.decls)
+  found = natives.lowered_call(eqn, ctx.decls, ctx.scopes())
   if found is None:  # Its calls are declared to touch nothing.
     return ctx.bind(ctx.ordered_bodies(eqn), invals)
   return ctx.native(eqn, invals, found)
