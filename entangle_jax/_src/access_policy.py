@@ -44,6 +44,7 @@ from entangle_jax._src import access_marker
 from entangle_jax._src.access_marker import Record
 from entangle_jax._src.targets.declaration import (
   Declarations,
+  PythonArgument,
   SafePair,
   TargetDeclaration,
   TargetMode,
@@ -80,8 +81,19 @@ class Footprint(Generic[P]):
     returns_object: the results that hand back the object, for later
       calls; None: every result (a ``Resource`` write's result is its next
       token).
-    declaration: the declaration that applied, if any.
+    declaration: the declaration that applied, if any, for reports to
+      name; what it decides is in the fields below, which no stage reads
+      from it again.
     any_object: why `object` is None, when the call touches something.
+    declared_object: whether a declaration names `operand` (else it is a
+      ``Resource``'s token, or there is none).
+    devices: the declaration's ``devices`` (None: not said), for
+      `conflict_rule.shared_across_devices`.
+    distinct_elements: whether different elements of an array of handles
+      in `operand` are different objects (the declaration's say, else the
+      project's).
+    argument: the Python argument that carries the object, for a fix's
+      words (the declaration's ``argument``), or None.
   """
 
   mode: TargetMode
@@ -91,6 +103,10 @@ class Footprint(Generic[P]):
   returns_object: tuple[int, ...] | None = ()
   declaration: TargetDeclaration | None = None
   any_object: AnyObject | None = None
+  declared_object: bool = False
+  devices: str | None = None
+  distinct_elements: bool = False
+  argument: PythonArgument | None = None
 
   @property
   def touches_nothing(self) -> bool:
@@ -187,10 +203,13 @@ def footprint(
       mode = "read" if listed else ("write" if mode == "read" else mode)
   operand = object_operand(declaration, op_name, len(operands))
   returned = _returned(declaration, own)
+  said = _declared(declaration, declarations)
   if mode == "none":
     # Its object operand and results still say where a handle goes: a
     # call that touches nothing may hand its handle back.
-    return Footprint("none", own, operand, None, returned, declaration)
+    return Footprint(
+      "none", own, operand, None, returned, declaration, None, **said
+    )
   if operand is not None and operand < len(operands):
     found = operands[operand]
   else:
@@ -211,7 +230,22 @@ def footprint(
     returned,
     declaration,
     why,
+    **said,
   )
+
+
+def _declared(
+  declaration: TargetDeclaration | None, declarations: Declarations
+) -> dict:
+  """The fields of a `Footprint` that its declaration decides."""
+  if declaration is None:
+    return {"distinct_elements": declarations.distinct_for(None)}
+  return {
+    "declared_object": declaration.object is not None,
+    "devices": declaration.devices,
+    "distinct_elements": declarations.distinct_for(declaration),
+    "argument": declaration.argument,
+  }
 
 
 _NOTHING: Footprint = Footprint("none")

@@ -186,7 +186,7 @@ def _undeclared(op, stack):
   first)."""
   instruction = dataclasses.replace(op.instruction, stack=stack)
   return dataclasses.replace(
-    op, instruction=instruction, declaration=None, accesses=access.UNKNOWN
+    op, instruction=instruction, footprint=None, accesses=access.UNKNOWN
   )
 
 

@@ -7,6 +7,7 @@ import functools
 import re
 
 from entangle_jax._src import access_marker, access_policy, conflict_rule
+from entangle_jax._src.access_policy import Footprint
 from entangle_jax._src.targets.declaration import TargetDeclaration
 from entangle_jax.testing import _hlo
 from entangle_jax.testing._analysis import source_lines as _source_lines
@@ -31,10 +32,9 @@ class Op:
     compare=False, default=access.UNKNOWN
   )
   """What the op reads and writes (`entangle_jax.testing._order.access`)."""
-  declaration: TargetDeclaration | None = dataclasses.field(
-    compare=False, default=None
-  )
-  """The declaration of its target that the analysis applied, if any."""
+  footprint: Footprint | None = dataclasses.field(compare=False, default=None)
+  """What the one access policy said the op touches (None: an op that is
+  no call, for which nobody asked)."""
   operand_elements: bool = dataclasses.field(compare=False, default=True)
   """Whether one of its operands holds an element, so that an ``entangle``
   on it can order the op: XLA replaces a value of no element by a
@@ -68,9 +68,14 @@ class Op:
     return access_marker.without_markers(self.instruction.op_name)
 
   @property
+  def declaration(self) -> TargetDeclaration | None:
+    """The declaration of its target that the analysis applied, if any."""
+    return None if self.footprint is None else self.footprint.declaration
+
+  @property
   def devices(self) -> str | None:
     """Its target's declared ``devices`` (None: nothing declared)."""
-    return None if self.declaration is None else self.declaration.devices
+    return None if self.footprint is None else self.footprint.devices
 
   @property
   def shared_across_devices(self) -> bool:

@@ -257,7 +257,7 @@ class OrderAnalysis:
         graph.instructions[done].name,
         first,
         access.accesses_of(found),
-        found.declaration,
+        found,
         operand_elements=_operand_elements(graph, first),
       )
     return self._ops[key]

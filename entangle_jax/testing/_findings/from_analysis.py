@@ -20,7 +20,6 @@ import dataclasses
 import re
 from collections.abc import Iterable, Sequence
 
-from entangle_jax._src import access_policy
 from entangle_jax._src.conflict_rule import Reason
 from entangle_jax._src.targets import names, shipped
 from entangle_jax.testing._analysis import source_lines
@@ -192,19 +191,16 @@ def _name(op: Op) -> str:
 def _handed_back(op: Op) -> int | None:
   """The result of `op` that hands back the object it touched, if its
   declaration says so."""
-  declaration = op.declaration
-  if declaration is not None and declaration.returns_object:
-    return declaration.returns_object[0]
+  found = op.footprint
+  if found is not None and found.declared_object and found.returns_object:
+    return found.returns_object[0]
   return None
 
 
 def _object_operand(op: Op) -> int | None:
   """The operand of `op` that names its object, as the one access policy
   says: declared, or a Resource's token (operand 0)."""
-  i = op.instruction
-  return access_policy.object_operand(
-    op.declaration, i.op_name, len(i.operands)
-  )
+  return None if op.footprint is None else op.footprint.operand
 
 
 def _order_fix(race: Race) -> tuple[str, ...]:
@@ -213,8 +209,7 @@ def _order_fix(race: Race) -> tuple[str, ...]:
   Python argument that carries the object where its declaration names it,
   else the operand."""
   first, second = race.first, race.second
-  declaration = second.declaration
-  argument = declaration.argument if declaration is not None else None
+  argument = None if second.footprint is None else second.footprint.argument
   operand = _object_operand(second)
   if not race.order_known:
     # Which came first is not known: name no call as the later one.

@@ -132,20 +132,18 @@ class ObjectFinder:
     )
     position = computation.index[i.operands[operand]]
     root, element = self._root(i.computation, position, (), True)
-    declaration = self.footprint(i).declaration
+    found = self.footprint(i)
     # A declaration's promise that distinct elements are distinct objects
     # holds only for arrays the program did not build: ops of the program
     # (a tile, a concatenate, a gather...) can repeat a handle.
-    distinct = access_policy.declares_distinct_elements(
-      self._declarations, declaration
-    ) and self._unbuilt(root)
+    distinct = found.distinct_elements and self._unbuilt(root)
     given = computation.instructions[position]
     dims = given.dims
     # A constant scalar names one object. Where no declaration says which
     # operand is the handle (a Resource's first operand), only an integer
     # one is taken for a handle: a float constant there is data, and two
     # different ones prove nothing.
-    declared = declaration is not None and declaration.object is not None
+    declared = found.declared_object
     scalar = (
       dims is not None
       and all(d == 1 for d in dims)
@@ -199,15 +197,15 @@ class ObjectFinder:
     """The results of custom call `i` that hand back its object (None:
     all of them), or ``()`` for none."""
     found = self.footprint(i)
-    declaration = found.declaration
+    operand = found.operand
     if (
-      declaration is not None
-      and declaration.object is not None
-      and declaration.returns_object
-      and declaration.object < len(i.operands)
+      found.declared_object
+      and found.returns_object
+      and operand is not None
+      and operand < len(i.operands)
     ):
       computation = self._dataflow.computation(i.computation)
-      given = computation.index[i.operands[declaration.object]]
+      given = computation.index[i.operands[operand]]
       self._check_returned(i, computation.instructions[given])
     return found.returns_object
 
@@ -216,8 +214,10 @@ class ObjectFinder:
     says hands back its object exists and has the shape and type of the
     object operand `given`: a declared result that is something else
     would make later calls on it the same object, and hide their races."""
-    declaration = self.footprint(i).declaration
-    if declaration is None or not declaration.returns_object:
+    found = self.footprint(i)
+    declaration = found.declaration
+    returned = found.returns_object if found.declared_object else None
+    if declaration is None or not returned:
       return
     key = (i.computation, i.name)
     if key in self._checked:
@@ -225,9 +225,9 @@ class ObjectFinder:
     results = result_shapes(i.shape)
     where = (
       f"{declaration.source}: target {declaration.pattern!r}: "
-      f"returns_object = {list(declaration.returns_object)}"
+      f"returns_object = {list(returned)}"
     )
-    for r in declaration.returns_object:
+    for r in returned:
       if r >= len(results):
         raise ValueError(
           f"{where} names result {r}, but %{i.name} (line {i.line}) has "
@@ -237,7 +237,7 @@ class ObjectFinder:
         raise ValueError(
           f"{where} names result {r}, but %{i.name} (line {i.line}) "
           f"returns {_bare(results[r])} there, not the object operand's "
-          f"{_bare(given.shape)} (operand {declaration.object}, "
+          f"{_bare(given.shape)} (operand {found.operand}, "
           f"%{given.name}): a result that hands back the object is the "
           "handle itself"
         )
