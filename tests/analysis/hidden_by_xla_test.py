@@ -287,6 +287,70 @@ class ProgramModuleTest(absltest.TestCase):
       )
 
 
+def unordered_program(ordered: bool) -> str:
+  """A program's module before optimization, as written by hand: a read of
+  the slot, then a write of it that consumes the read's result only when
+  `ordered`."""
+  value = "%r" if ordered else "%x"
+  return textwrap.dedent(
+    f"""
+    HloModule jit_f
+
+    ENTRY %main (a: s32[], x: f32[]) -> (f32[], s32[]) {{
+      %a = s32[] parameter(0)
+      %x = f32[] parameter(1)
+      %r = f32[] custom-call(%a), custom_call_target="{test_util.READ}", metadata={{op_name="jit(f)/read" source_file="f.py" source_line=3}}
+      %w = s32[] custom-call(%a, {value}), custom_call_target="{test_util.WRITE}", custom_call_has_side_effect=true, metadata={{op_name="jit(f)/write" source_file="f.py" source_line=4}}
+      ROOT %t = (f32[], s32[]) tuple(%r, %w)
+    }}
+    """
+  )
+
+
+# An optimized module of `unordered_program(False)` in which the write
+# depends on the read's result, written by hand: both calls in place, and
+# an order that only the optimized module makes (the check reads operands
+# as the edges, not control-predecessors, which XLA:CPU ignores).
+ORDERED_BY_XLA = textwrap.dedent(
+  f"""
+  HloModule jit_f, is_scheduled=true
+
+  ENTRY %main (a: s32[], x: f32[]) -> (f32[], s32[]) {{
+    %a = s32[] parameter(0)
+    %x = f32[] parameter(1)
+    %r = f32[] custom-call(%a), custom_call_target="{test_util.READ}", metadata={{op_name="jit(f)/read" source_file="f.py" source_line=3}}
+    %w = s32[] custom-call(%a, %r), custom_call_target="{test_util.WRITE}", custom_call_has_side_effect=true, metadata={{op_name="jit(f)/write" source_file="f.py" source_line=4}}
+    ROOT %t = (f32[], s32[]) tuple(%r, %w)
+  }}
+  """
+)
+
+
+class OrderedByXlaTest(absltest.TestCase):
+  def test_an_order_only_xla_chose_is_reported(self):
+    found = OrderAnalysis(
+      ORDERED_BY_XLA, before_optimization=unordered_program(False)
+    ).races()
+    self.assertLen(found, 1)
+    change = found[0].xla_change
+    assert change is not None
+    self.assertEqual(change.kind, "ordered")
+    self.assertIsNone(change.call)
+    self.assertIn("the order is XLA's choice", format_races(found))
+    self.assertIn("[EJ008]", format_races(found))
+    # The optimized module alone shows no pair, and says what it cannot
+    # see.
+    alone = races(ORDERED_BY_XLA)
+    self.assertEqual(list(alone), [])
+    self.assertEqual(alone.unseen, xla_changes.NOT_SEEN)
+
+  def test_control_a_program_that_orders_them_has_no_pair(self):
+    found = OrderAnalysis(
+      ORDERED_BY_XLA, before_optimization=unordered_program(True)
+    ).races()
+    self.assertEqual(list(found), [])
+
+
 HOISTING_PROGRAM = textwrap.dedent(
   """
   import jax
