@@ -372,3 +372,26 @@ ENTRY %main (p: s32[], k: s32[]) -> s32[] {
   ROOT %cnd = s32[] conditional(%k, %p, %p), branch_computations={%b0, %b1}
 }
 """)
+
+
+def read_then_write(
+  read: str, write: str, written: str, optimized: bool
+) -> str:
+  """A read of a handle, then a write of it with value `written` (``%x``,
+  an argument, or ``%r``, the read's result, which orders the write after
+  it): a module before optimization, or, `optimized`, a scheduled one.
+  With ``%r``, the optimized module stands for one in which XLA's passes
+  made the write depend on the read (the check reads operands as the
+  edges; XLA:CPU ignores control-predecessors)."""
+  scheduled = ", is_scheduled=true" if optimized else ""
+  return f"""
+HloModule jit_f{scheduled}
+
+ENTRY %main (a: s32[], x: f32[]) -> (f32[], s32[]) {{
+  %a = s32[] parameter(0)
+  %x = f32[] parameter(1)
+  %r = f32[] custom-call(%a), custom_call_target="{read}", metadata={{op_name="jit(f)/read" source_file="f.py" source_line=3}}
+  %w = s32[] custom-call(%a, {written}), custom_call_target="{write}", custom_call_has_side_effect=true, metadata={{op_name="jit(f)/write" source_file="f.py" source_line=4}}
+  ROOT %t = (f32[], s32[]) tuple(%r, %w)
+}}
+"""

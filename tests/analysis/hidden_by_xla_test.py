@@ -34,6 +34,7 @@ from entangle_jax.testing import (
 )
 from entangle_jax.testing._analysis import xla_changes
 from tests import test_util
+from tests.hand_written_hlo import read_then_write
 
 STEPS = 7
 RIGHT_SUM = float(sum(range(STEPS)))  # Each step reads what it wrote.
@@ -287,49 +288,24 @@ class ProgramModuleTest(absltest.TestCase):
       )
 
 
-def unordered_program(ordered: bool) -> str:
-  """A program's module before optimization, as written by hand: a read of
-  the slot, then a write of it that consumes the read's result only when
-  `ordered`."""
-  value = "%r" if ordered else "%x"
-  return textwrap.dedent(
-    f"""
-    HloModule jit_f
-
-    ENTRY %main (a: s32[], x: f32[]) -> (f32[], s32[]) {{
-      %a = s32[] parameter(0)
-      %x = f32[] parameter(1)
-      %r = f32[] custom-call(%a), custom_call_target="{test_util.READ}", metadata={{op_name="jit(f)/read" source_file="f.py" source_line=3}}
-      %w = s32[] custom-call(%a, {value}), custom_call_target="{test_util.WRITE}", custom_call_has_side_effect=true, metadata={{op_name="jit(f)/write" source_file="f.py" source_line=4}}
-      ROOT %t = (f32[], s32[]) tuple(%r, %w)
-    }}
-    """
-  )
-
-
-# An optimized module of `unordered_program(False)` in which the write
-# depends on the read's result, written by hand: both calls in place, and
-# an order that only the optimized module makes (the check reads operands
-# as the edges, not control-predecessors, which XLA:CPU ignores).
-ORDERED_BY_XLA = textwrap.dedent(
-  f"""
-  HloModule jit_f, is_scheduled=true
-
-  ENTRY %main (a: s32[], x: f32[]) -> (f32[], s32[]) {{
-    %a = s32[] parameter(0)
-    %x = f32[] parameter(1)
-    %r = f32[] custom-call(%a), custom_call_target="{test_util.READ}", metadata={{op_name="jit(f)/read" source_file="f.py" source_line=3}}
-    %w = s32[] custom-call(%a, %r), custom_call_target="{test_util.WRITE}", custom_call_has_side_effect=true, metadata={{op_name="jit(f)/write" source_file="f.py" source_line=4}}
-    ROOT %t = (f32[], s32[]) tuple(%r, %w)
-  }}
-  """
+# A read of the slot, then a write of it: in the program unordered (the
+# control: ordered), and in an optimized module the write depends on the
+# read (`hand_written_hlo.read_then_write`).
+PROGRAM_LEAVES_UNORDERED = read_then_write(
+  test_util.READ, test_util.WRITE, "%x", optimized=False
+)
+PROGRAM_ORDERS = read_then_write(
+  test_util.READ, test_util.WRITE, "%r", optimized=False
+)
+ORDERED_BY_XLA = read_then_write(
+  test_util.READ, test_util.WRITE, "%r", optimized=True
 )
 
 
 class OrderedByXlaTest(absltest.TestCase):
   def test_an_order_only_xla_chose_is_reported(self):
     found = OrderAnalysis(
-      ORDERED_BY_XLA, before_optimization=unordered_program(False)
+      ORDERED_BY_XLA, before_optimization=PROGRAM_LEAVES_UNORDERED
     ).races()
     self.assertLen(found, 1)
     change = found[0].xla_change
@@ -346,7 +322,7 @@ class OrderedByXlaTest(absltest.TestCase):
 
   def test_control_a_program_that_orders_them_has_no_pair(self):
     found = OrderAnalysis(
-      ORDERED_BY_XLA, before_optimization=unordered_program(True)
+      ORDERED_BY_XLA, before_optimization=PROGRAM_ORDERS
     ).races()
     self.assertEqual(list(found), [])
 
