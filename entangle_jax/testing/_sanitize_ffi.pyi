@@ -3,6 +3,9 @@ from typing import Any
 
 site_attribute: str
 max_wrapped: int
+execution_target: str
+
+def execution_handler() -> Any: ...
 
 def wrap(handler: Any, object_operand: int, host: bool) -> tuple[Any, int]: ...
 def set_recording(on: bool) -> None: ...

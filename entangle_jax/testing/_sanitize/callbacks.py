@@ -94,6 +94,41 @@ def _recording_with(
   return recorded
 
 
+def execution_recorder(
+  fn: Callable[..., Any], site_of: Callable[[int], Any]
+) -> Callable[..., Any]:
+  """`fn`, called as XLA calls a host callback whose custom call the
+  sanitizer gave one more operand (`sites`: the execution op's [XLA's run
+  id of the execution, the call's site number]): that operand is taken off
+  before `fn` sees the arguments, always (a module compiled in a block may
+  run after it), and, while recording is on, the call is recorded at the
+  site `site_of` gives for its number, in that execution. One callable of
+  a module may be called from several places (a function lowered once and
+  called twice, a recomputed checkpoint): each call says which."""
+  now = _now()
+
+  def recorded(*args: Any, **kwargs: Any) -> Any:
+    *args, execution = args
+    if not _recording:
+      return fn(*args, **kwargs)
+    run_id, number = (int(v) for v in execution.reshape(-1)[:2])
+    site = site_of(number)
+    if site is None:
+      return fn(*args, **kwargs)
+    thread = threading.get_native_id()
+    start = now()
+    failed = True
+    try:
+      out = fn(*args, **kwargs)
+      failed = False
+      return out
+    finally:
+      end = now()
+      _records.append((site, thread, start, end, run_id, failed))
+
+  return recorded
+
+
 class Place:
   """A site given later: a TPU callback is wrapped as it is lowered, and
   gets its place when its module is compiled (`sites`)."""

@@ -82,6 +82,11 @@ class SanitizedModule:
   """Its host callbacks made of host transfers (TPU), in program order:
   the loops and branches each is in."""
   executable: Any = None
+  executions: bool = False
+  """Its host callbacks' custom calls each take one more operand, from an
+  execution op the sanitizer added before it (`route_executions`): XLA's
+  id of the execution and the call's site number, which their recorders
+  read (`callbacks.execution_recorder`)."""
   anchor: CallSite | None = None
   """A host callback the sanitizer added (`ANCHOR`), outside every loop
   and branch, whose calls count the module's executions: added where the
@@ -220,12 +225,23 @@ def _make_compile(original):
     # lowering cache and by any `Lowered`, and must stay as the user's
     # program made it after the block (compiled again, printed by races).
     copy = _copy(computation)
-    module = annotate(copy, platform, given)
+    try:
+      module = annotate(copy, platform, given)
+    except _NotRouted:
+      # Never break a compile: the callbacks recorded as they are then.
+      copy = _copy(computation)
+      module = annotate(copy, platform, given, route=False)
     if module is not None:
       computation = copy
     if module is not None and module.transfer_callbacks and given is not None:
       # Their recorders are in place already (`_make_tpu_emit`).
       _place_tpu_callbacks(module, given)
+    elif module is not None and module.executions and given is not None:
+      # Each call says its execution and its place (its last operand).
+      recorded = list(given)
+      for index in module.callbacks:
+        recorded[index] = callbacks.execution_recorder(recorded[index], _sites.get)
+      args, kwargs = _with_host_callbacks(args, kwargs, recorded)
     elif module is not None and module.callbacks and given is not None:
       recorded = list(given)
       for index, site in module.callbacks.items():
@@ -313,14 +329,30 @@ def _with_host_callbacks(args: tuple, kwargs: dict, value: list):
   return (*args[:position], value, *args[position + 1 :]), kwargs
 
 
+class _NotRouted(Exception):
+  """`route_executions` failed part way: the module is to be annotated
+  again, on a fresh copy, without it."""
+
+
 def annotate(
-  computation: Any, platform: str, host_callbacks: list | None = None
+  computation: Any,
+  platform: str,
+  host_callbacks: list | None = None,
+  *,
+  route: bool = True,
 ) -> SanitizedModule | None:
   """Adds the site attribute to each wrapped call of `computation` (an
   MLIR module, edited in place), and gives each host callback's call a
   place (`host_callbacks`: the callables the module's callbacks name by
-  index); the module's record, or None when it calls no native target at
-  all."""
+  index), where it can (`route`) through an execution op that tells each
+  call its execution and its place (`route_executions`), else through an
+  execution counter where one is needed (`_add_anchor`); the module's
+  record, or None when it calls no native target at all.
+
+  Raises:
+    _NotRouted: `route_executions` failed part way (`computation` is then
+      half edited: annotate a fresh copy with `route` False).
+  """
   ir = jax_hooks.mlir_ir()
   with computation.context:
     name = ir.StringAttr(computation.operation.attributes["sym_name"]).value
@@ -336,12 +368,19 @@ def annotate(
       return None
     walker = _Walker(ir, computation, functions, module, host_callbacks)
     walker.function(main, context=())
-    try:
-      _add_anchor(
-        ir, computation, main, module, host_callbacks, walker.callback_ops
-      )
-    except Exception:  # Never break a compile: no anchor then.
-      module.anchor = None
+    if route and _routable(ir, computation, module, host_callbacks):
+      try:
+        route_executions(ir, walker.callback_ops)
+      except Exception as e:
+        raise _NotRouted from e
+      module.executions = True
+    else:
+      try:
+        _add_anchor(
+          ir, computation, main, module, host_callbacks, walker.callback_ops
+        )
+      except Exception:  # Never break a compile: no anchor then.
+        module.anchor = None
     if not module.sites and not module.not_observed:
       return None
     with _lock:
@@ -553,6 +592,96 @@ def _is_host_transfer(ir, op) -> bool:
     return bool(ir.BoolAttr(op.attributes["is_host_transfer"]).value)
   except (ValueError, TypeError):
     return False
+
+
+def _one_cpu(ir, computation, module: SanitizedModule) -> bool:
+  """Whether `module` runs on one device of a CPU (one partition, one
+  replica)."""
+  if module.platform.lower() not in ("host", "cpu"):
+    return False
+  attributes = computation.operation.attributes
+  for name in ("mhlo.num_partitions", "mhlo.num_replicas"):
+    count = attributes.get(name)
+    if count is not None and ir.IntegerAttr(count).value != 1:
+      return False
+  return True
+
+
+def _routable(ir, computation, module: SanitizedModule, host_callbacks) -> bool:
+  """Whether the host callbacks of `module` can each be told their
+  execution and place (`route_executions`): it has some, found by their
+  index, and runs on one device of a CPU, where the execution op's handler
+  is registered and its result is host memory."""
+  return (
+    host_callbacks is not None
+    and bool(module.callbacks)
+    and _one_cpu(ir, computation, module)
+  )
+
+
+_EXECUTION_LAYOUT = "dense<0> : tensor<1xindex>"
+
+
+def route_executions(ir, callback_ops: dict[int, Any]) -> None:
+  """Gives each host callback's custom call (`callback_ops`, by its site's
+  number) one more operand: the result of an execution op put just before
+  it (`names.SANITIZER_EXECUTION_TARGET`, scoped
+  `SANITIZER_COUNTER_SCOPE`), which holds XLA's id of the execution it
+  runs in and the call's site number. The callback's recorder takes it
+  off again (`callbacks.execution_recorder`).
+
+  So a callback's calls are in the execution of the native calls they ran
+  with, whatever the thread or the loop they ran in, and each call has its
+  own place, however many of the module's calls share its Python callable
+  (a function lowered once and called twice, a recomputed checkpoint).
+  The op is pure and takes nothing: it orders nothing but its callback
+  after it, XLA may hoist it out of a loop (its value is the execution's),
+  and it goes when its callback goes.
+  """
+  target = wrapping.execution_target()
+  where = ir.Location.name(SANITIZER_COUNTER_SCOPE)
+  i64 = ir.IntegerType.get_signless(64)
+  vector = ir.RankedTensorType.get([2], i64, loc=where)
+  layout = ir.Attribute.parse(_EXECUTION_LAYOUT)
+  for number, op in callback_ops.items():
+    with ir.InsertionPoint(op):
+      execution = ir.Operation.create(
+        "stablehlo.custom_call",
+        results=[vector],
+        operands=[],
+        attributes={
+          "call_target_name": ir.StringAttr.get(target),
+          "api_version": ir.IntegerAttr.get(
+            ir.IntegerType.get_signless(32), TYPED_FFI
+          ),
+          "backend_config": ir.DictAttr.get(
+            {SITE_ATTRIBUTE: ir.IntegerAttr.get(i64, number)}
+          ),
+          "has_side_effect": ir.BoolAttr.get(False),
+          "operand_layouts": ir.ArrayAttr.get([]),
+          "result_layouts": ir.ArrayAttr.get([layout]),
+        },
+        loc=where,
+      )
+      attributes = {}
+      for item in list(op.attributes):
+        name = getattr(item, "name", item)  # Older bindings: NamedAttribute.
+        attributes[name] = op.attributes[name]
+      layouts = attributes.get("operand_layouts")
+      if layouts is not None:
+        attributes["operand_layouts"] = ir.ArrayAttr.get(
+          [*ir.ArrayAttr(layouts), layout]
+        )
+      routed = ir.Operation.create(
+        "stablehlo.custom_call",
+        results=[r.type for r in op.results],
+        operands=[*op.operands, execution.result],
+        attributes=attributes,
+        loc=op.location,
+      )
+    for old, new in zip(op.results, routed.results, strict=True):
+      old.replace_all_uses_with(new)
+    op.erase()
 
 
 ANCHOR = "(entangle_jax sanitizer: counts executions)"
