@@ -101,7 +101,7 @@ PYBIND11_MODULE(_sanitize_ffi, m) {
       "execution_handler",
       [] { return entangle_jax::AsCapsule(&sanitize::Execution); },
       "The execution op's FFI handler capsule (execution_target): writes "
-      "[XLA's run id, the site attribute] into its S64[2] result.");
+      "XLA's run id of the execution into its S64 scalar result.");
   m.attr("execution_target") = sanitize::kExecutionTarget;
   m.attr("site_attribute") = sanitize::kSiteAttribute;
   m.attr("max_wrapped") = sanitize::kMaxWrapped;

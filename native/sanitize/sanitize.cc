@@ -365,29 +365,15 @@ XLA_FFI_Error* Execution(XLA_FFI_CallFrame* frame) {
     return nullptr;
   }
   if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return nullptr;
-  int64_t site = -1;
-  const XLA_FFI_Attrs& attrs = frame->attrs;
-  for (int64_t i = 0; i < attrs.size; ++i) {
-    if (!IsSiteName(attrs.names[i]) ||
-        attrs.types[i] != XLA_FFI_AttrType_SCALAR) {
-      continue;
-    }
-    const auto* scalar = static_cast<const XLA_FFI_Scalar*>(attrs.attrs[i]);
-    if (scalar->dtype == XLA_FFI_DataType_S64) {
-      site = *static_cast<const int64_t*>(scalar->value);
-    }
-  }
   if (frame->rets.size < 1 || frame->rets.types[0] != XLA_FFI_RetType_BUFFER) {
     return nullptr;
   }
   auto* out = static_cast<XLA_FFI_Buffer*>(frame->rets.rets[0]);
   if (out->dtype != XLA_FFI_DataType_S64 || out->data == nullptr ||
-      out->rank != 1 || out->dims[0] != 2) {
+      out->rank != 0) {
     return nullptr;
   }
-  auto* values = static_cast<int64_t*>(out->data);
-  values[0] = RunIdOf(frame);
-  values[1] = site;
+  *static_cast<int64_t*>(out->data) = RunIdOf(frame);
   return nullptr;
 }
 

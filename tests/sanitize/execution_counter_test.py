@@ -16,7 +16,10 @@ from jax import lax
 from jax.experimental import io_callback
 
 from entangle_jax import testing
-from entangle_jax._src.targets.names import SANITIZER_COUNTER_SCOPE
+from entangle_jax._src.targets.names import (
+  SANITIZER_COUNTER_SCOPE,
+  SANITIZER_EXECUTION_TARGET,
+)
 from entangle_jax.testing._sanitize import checks, jax_hooks
 from tests import test_util
 
@@ -114,7 +117,7 @@ def text_of(compiled) -> str:
   "this jax's modules take no execution counter",
 )
 class ExecutionCounterTest(absltest.TestCase):
-  def test_a_pure_callback_first_in_the_loop_keeps_the_counter(self):
+  def test_a_pure_callback_first_in_the_loop_leaves_every_call_placed(self):
     log = Log()
     f = pure_first_loop(log, 15)
     x = jnp.float32(1.0)
@@ -139,13 +142,16 @@ class ExecutionCounterTest(absltest.TestCase):
           "pure_first_loop.<locals>.read",
         ),
       )
-    # What kept it: the counter is in the module XLA compiled, as a side
-    # effect.
+    # What placed them: each callback took its execution's id from the
+    # sanitizer's execution op, which is in the module XLA compiled (and no
+    # counter callback was needed).
     counters = [
       line for line in text.splitlines() if SANITIZER_COUNTER_SCOPE in line
     ]
     self.assertLen(counters, 1, text)
-    self.assertIn("custom_call_has_side_effect=true", counters[0])
+    self.assertIn(
+      f'custom_call_target="{SANITIZER_EXECUTION_TARGET}"', counters[0]
+    )
 
   def test_races_of_a_module_are_the_same_before_inside_and_after(self):
     x = jnp.float32(1.0)

@@ -98,8 +98,8 @@ def execution_recorder(
   fn: Callable[..., Any], site_of: Callable[[int], Any]
 ) -> Callable[..., Any]:
   """`fn`, called as XLA calls a host callback whose custom call the
-  sanitizer gave one more operand (`sites`: the execution op's [XLA's run
-  id of the execution, the call's site number]): that operand is taken off
+  sanitizer gave two more operands (`sites.route_executions`: XLA's run id
+  of the execution, and the call's site number): they are taken off
   before `fn` sees the arguments, always (a module compiled in a block may
   run after it), and, while recording is on, the call is recorded at the
   site `site_of` gives for its number, in that execution. One callable of
@@ -108,11 +108,10 @@ def execution_recorder(
   now = _now()
 
   def recorded(*args: Any, **kwargs: Any) -> Any:
-    *args, execution = args
+    *args, run_id, number = args
     if not _recording:
       return fn(*args, **kwargs)
-    run_id, number = (int(v) for v in execution.reshape(-1)[:2])
-    site = site_of(number)
+    site = site_of(int(number))
     if site is None:
       return fn(*args, **kwargs)
     thread = threading.get_native_id()
@@ -124,7 +123,7 @@ def execution_recorder(
       return out
     finally:
       end = now()
-      _records.append((site, thread, start, end, run_id, failed))
+      _records.append((site, thread, start, end, int(run_id), failed))
 
   return recorded
 

@@ -83,9 +83,9 @@ class SanitizedModule:
   the loops and branches each is in."""
   executable: Any = None
   executions: bool = False
-  """Its host callbacks' custom calls each take one more operand, from an
-  execution op the sanitizer added before it (`route_executions`): XLA's
-  id of the execution and the call's site number, which their recorders
+  """Its host callbacks' custom calls each take two more operands
+  (`route_executions`): XLA's id of the execution, from an execution op
+  the sanitizer added, and the call's site number, which their recorders
   read (`callbacks.execution_recorder`)."""
   anchor: CallSite | None = None
   """A host callback the sanitizer added (`ANCHOR`), outside every loop
@@ -220,36 +220,21 @@ def _make_tpu_emit(original):
 def _make_compile(original):
   def compile_or_get_cached(backend, computation, *args, **kwargs):
     platform = wrapping.xla_platform(getattr(backend, "platform", "cpu"))
-    given = _host_callbacks(args, kwargs)
-    # The edits go on a copy: the caller's module is JAX's, held by its
-    # lowering cache and by any `Lowered`, and must stay as the user's
-    # program made it after the block (compiled again, printed by races).
-    copy = _copy(computation)
+    module, edited, args_, kwargs_ = _prepare(
+      computation, platform, args, kwargs, route=True
+    )
     try:
-      module = annotate(copy, platform, given)
-    except _NotRouted:
-      # Never break a compile: the callbacks recorded as they are then.
-      copy = _copy(computation)
-      module = annotate(copy, platform, given, route=False)
-    if module is not None:
-      computation = copy
-    if module is not None and module.transfer_callbacks and given is not None:
-      # Their recorders are in place already (`_make_tpu_emit`).
-      _place_tpu_callbacks(module, given)
-    elif module is not None and module.executions and given is not None:
-      # Each call says its execution and its place (its last operand).
-      recorded = list(given)
-      for index in module.callbacks:
-        recorded[index] = callbacks.execution_recorder(recorded[index], _sites.get)
-      args, kwargs = _with_host_callbacks(args, kwargs, recorded)
-    elif module is not None and module.callbacks and given is not None:
-      recorded = list(given)
-      for index, site in module.callbacks.items():
-        recorded[index] = callbacks.recorder(recorded[index], site)
-      if module.anchor is not None:
-        recorded.append(callbacks.recorder(_count, module.anchor))
-      args, kwargs = _with_host_callbacks(args, kwargs, recorded)
-    executable = original(backend, computation, *args, **kwargs)
+      executable = original(backend, edited, *args_, **kwargs_)
+    except Exception:
+      if module is None or not module.executions:
+        raise
+      # An XLA that refuses the execution op or the callbacks' added
+      # operands: compiled again without them (the callbacks recorded by
+      # their index, with an execution counter where one is needed).
+      module, edited, args_, kwargs_ = _prepare(
+        computation, platform, args, kwargs, route=False
+      )
+      executable = original(backend, edited, *args_, **kwargs_)
     if module is not None:
       try:
         module.executable = weakref.ref(executable)
@@ -261,6 +246,43 @@ def _make_compile(original):
 
 
 _HOST_CALLBACKS = jax_hooks.COMPILE_HOST_CALLBACKS
+
+
+def _prepare(computation, platform: str, args: tuple, kwargs: dict, *, route):
+  """What the compile hook compiles in place of `computation` and its
+  arguments: (the module's record or None, the module to compile, the
+  arguments after the backend and the module, with the host callbacks'
+  recorders in place)."""
+  given = _host_callbacks(args, kwargs)
+  # The edits go on a copy: the caller's module is JAX's, held by its
+  # lowering cache and by any `Lowered`, and must stay as the user's
+  # program made it after the block (compiled again, printed by races).
+  copy = _copy(computation)
+  try:
+    module = annotate(copy, platform, given, route=route)
+  except _NotRouted:
+    # Never break a compile: the callbacks recorded by their index then.
+    copy = _copy(computation)
+    module = annotate(copy, platform, given, route=False)
+  if module is None:
+    return None, computation, args, kwargs
+  if module.transfer_callbacks and given is not None:
+    # Their recorders are in place already (`_make_tpu_emit`).
+    _place_tpu_callbacks(module, given)
+  elif module.executions and given is not None:
+    # Each call says its execution and its place (its last operands).
+    recorded = list(given)
+    for index in module.callbacks:
+      recorded[index] = callbacks.execution_recorder(recorded[index], site)
+    args, kwargs = _with_host_callbacks(args, kwargs, recorded)
+  elif module.callbacks and given is not None:
+    recorded = list(given)
+    for index, place in module.callbacks.items():
+      recorded[index] = callbacks.recorder(recorded[index], place)
+    if module.anchor is not None:
+      recorded.append(callbacks.recorder(_count, module.anchor))
+    args, kwargs = _with_host_callbacks(args, kwargs, recorded)
+  return module, copy, args, kwargs
 
 
 def _copy(computation: Any) -> Any:
@@ -619,47 +641,60 @@ def _routable(ir, computation, module: SanitizedModule, host_callbacks) -> bool:
   )
 
 
-_EXECUTION_LAYOUT = "dense<0> : tensor<1xindex>"
+_SCALAR_LAYOUT = "dense<> : tensor<0xindex>"
 
 
 def route_executions(ir, callback_ops: dict[int, Any]) -> None:
   """Gives each host callback's custom call (`callback_ops`, by its site's
-  number) one more operand: the result of an execution op put just before
-  it (`names.SANITIZER_EXECUTION_TARGET`, scoped
-  `SANITIZER_COUNTER_SCOPE`), which holds XLA's id of the execution it
-  runs in and the call's site number. The callback's recorder takes it
-  off again (`callbacks.execution_recorder`).
+  number) two more operands: XLA's id of the execution it runs in, the
+  result of an execution op (`names.SANITIZER_EXECUTION_TARGET`, scoped
+  `SANITIZER_COUNTER_SCOPE`) put at the top of the function the call is
+  in (nested loops and branches take it from there), and its site number,
+  a constant. The callback's recorder takes them off again
+  (`callbacks.execution_recorder`).
 
   So a callback's calls are in the execution of the native calls they ran
   with, whatever the thread or the loop they ran in, and each call has its
   own place, however many of the module's calls share its Python callable
   (a function lowered once and called twice, a recomputed checkpoint).
-  The op is pure and takes nothing: it orders nothing but its callback
-  after it, XLA may hoist it out of a loop (its value is the execution's),
-  and it goes when its callback goes.
+  The execution op is pure, takes nothing, and is one per function (XLA
+  merges them once it inlines the functions): it orders nothing but the
+  callbacks after the start of their execution.
   """
   target = wrapping.execution_target()
   where = ir.Location.name(SANITIZER_COUNTER_SCOPE)
   i64 = ir.IntegerType.get_signless(64)
-  vector = ir.RankedTensorType.get([2], i64, loc=where)
-  layout = ir.Attribute.parse(_EXECUTION_LAYOUT)
+  scalar = ir.RankedTensorType.get([], i64, loc=where)
+  layout = ir.Attribute.parse(_SCALAR_LAYOUT)
+  executions: dict[Any, Any] = {}
   for number, op in callback_ops.items():
+    func = _function_of(op)
+    execution = executions.get(func)
+    if execution is None:
+      block = func.regions[0].blocks[0]
+      with ir.InsertionPoint.at_block_begin(block):
+        execution = executions[func] = ir.Operation.create(
+          "stablehlo.custom_call",
+          results=[scalar],
+          operands=[],
+          attributes={
+            "call_target_name": ir.StringAttr.get(target),
+            "api_version": ir.IntegerAttr.get(
+              ir.IntegerType.get_signless(32), TYPED_FFI
+            ),
+            "backend_config": ir.DictAttr.get({}),
+            "has_side_effect": ir.BoolAttr.get(False),
+            "operand_layouts": ir.ArrayAttr.get([]),
+            "result_layouts": ir.ArrayAttr.get([layout]),
+          },
+          loc=where,
+        )
     with ir.InsertionPoint(op):
-      execution = ir.Operation.create(
-        "stablehlo.custom_call",
-        results=[vector],
-        operands=[],
+      site = ir.Operation.create(
+        "stablehlo.constant",
+        results=[scalar],
         attributes={
-          "call_target_name": ir.StringAttr.get(target),
-          "api_version": ir.IntegerAttr.get(
-            ir.IntegerType.get_signless(32), TYPED_FFI
-          ),
-          "backend_config": ir.DictAttr.get(
-            {SITE_ATTRIBUTE: ir.IntegerAttr.get(i64, number)}
-          ),
-          "has_side_effect": ir.BoolAttr.get(False),
-          "operand_layouts": ir.ArrayAttr.get([]),
-          "result_layouts": ir.ArrayAttr.get([layout]),
+          "value": ir.Attribute.parse(f"dense<{number}> : tensor<i64>")
         },
         loc=where,
       )
@@ -670,18 +705,28 @@ def route_executions(ir, callback_ops: dict[int, Any]) -> None:
       layouts = attributes.get("operand_layouts")
       if layouts is not None:
         attributes["operand_layouts"] = ir.ArrayAttr.get(
-          [*ir.ArrayAttr(layouts), layout]
+          [*ir.ArrayAttr(layouts), layout, layout]
         )
       routed = ir.Operation.create(
         "stablehlo.custom_call",
         results=[r.type for r in op.results],
-        operands=[*op.operands, execution.result],
+        operands=[*op.operands, execution.result, site.result],
         attributes=attributes,
         loc=op.location,
       )
     for old, new in zip(op.results, routed.results, strict=True):
       old.replace_all_uses_with(new)
     op.erase()
+
+
+def _function_of(op) -> Any:
+  """The ``func.func`` `op` is in."""
+  parent = op.parent
+  while parent is not None and parent.name != "func.func":
+    parent = parent.parent
+  if parent is None:
+    raise ValueError("a host callback outside every function")
+  return parent.operation
 
 
 ANCHOR = "(entangle_jax sanitizer: counts executions)"
