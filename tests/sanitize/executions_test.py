@@ -22,9 +22,12 @@ sanitizer started.
 
 import json
 import textwrap
+from unittest import mock
 
 from absl.testing import absltest
 
+from entangle_jax._src.targets.names import SANITIZER_EXECUTION_TARGET
+from entangle_jax.testing._sanitize import jax_hooks
 from tests import test_util
 
 RUNS = 6
@@ -227,6 +230,62 @@ class ExecutionsTest(absltest.TestCase):
       # The forward call and its recomputation: two places, one call each.
       self.assertLen(places, 2, remat["report"])
       self.assertLen(set(places), 2, remat["report"])
+
+
+class RefusedTest(absltest.TestCase):
+  def test_a_module_xla_refuses_is_compiled_the_old_way(self):
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.experimental import io_callback
+
+    from entangle_jax import testing
+
+    compiler = jax_hooks.compiler_module()
+    compile_ = getattr(compiler, jax_hooks.COMPILE)
+    refused = []
+
+    def refusing(backend, computation, *args, **kwargs):
+      # An XLA that refuses the execution op (as an older one might).
+      if SANITIZER_EXECUTION_TARGET in str(computation):
+        refused.append(True)
+        raise RuntimeError("refused")
+      return compile_(backend, computation, *args, **kwargs)
+
+    seen_by_callback = []
+
+    def note(x):
+      seen_by_callback.append(float(x))
+      return np.float32(x)
+
+    def f(x):
+      return io_callback(note, jax.ShapeDtypeStruct((), jnp.float32), x) + 1
+
+    with (
+      mock.patch.object(compiler, jax_hooks.COMPILE, refusing),
+      testing.sanitize() as seen,
+    ):
+      out = jax.jit(f)(jnp.float32(2.0))
+    # It compiled and ran all the same, its callback as the user wrote it
+    # (no operand of the sanitizer's), and recorded by its index.
+    self.assertEqual(refused, [True])
+    self.assertEqual(float(out), 3.0)
+    self.assertEqual(seen_by_callback, [2.0])
+    self.assertLen(seen.calls, 1)
+    self.assertEqual(
+      seen.calls[0].function,
+      "RefusedTest."
+      "test_a_module_xla_refuses_is_compiled_the_old_way.<locals>.note",
+    )
+    # The control: unrefused, the callback took the sanitizer's operands
+    # and was recorded in XLA's execution (a positive run id, where the
+    # old way counts executions down from -1).
+    seen_by_callback.clear()
+    with testing.sanitize() as seen:
+      jax.jit(f)(jnp.float32(2.0)).block_until_ready()
+    self.assertEqual(seen_by_callback, [2.0])
+    self.assertLen(seen.calls, 1)
+    self.assertNotEqual(seen.calls[0].run_id, -1)
 
 
 if __name__ == "__main__":

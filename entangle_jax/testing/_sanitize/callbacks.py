@@ -107,8 +107,8 @@ def execution_recorder(
   called twice, a recomputed checkpoint): each call says which."""
   now = _now()
 
-  def recorded(*args: Any, **kwargs: Any) -> Any:
-    *args, run_id, number = args
+  def recorded(*given: Any, **kwargs: Any) -> Any:
+    *args, run_id, number = given
     if not _recording:
       return fn(*args, **kwargs)
     site = site_of(int(number))
