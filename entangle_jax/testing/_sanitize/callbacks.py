@@ -11,8 +11,12 @@ in the module. A recorder records, while recording is on, the thread, and
 start and end on the native records' clock (the extension's ``now_ns``:
 ``std::chrono::steady_clock``, which is ``time.monotonic_ns`` on Linux).
 
-XLA's id of the execution is not known inside a callback: a recorder
-counts its own calls instead, and the k-th call of each place outside
+XLA's id of the execution is not known inside a callback. On one CPU
+device the compile hook hands it over: each callback's custom call takes
+XLA's run id and its own site number as two more operands
+(`sites.route_executions`), which `execution_recorder` takes off and
+records. Elsewhere a recorder counts its own calls instead
+(`recorder`), and the k-th call of each place outside
 every loop and branch of one module is taken for one execution
 (``run_id`` -1 - k). A call in a loop or a branch may run many times in
 one execution, or not at all: it is recorded with ``UNKNOWN_RUN``, and
