@@ -390,7 +390,11 @@ def annotate(
       return None
     walker = _Walker(ir, computation, functions, module, host_callbacks)
     walker.function(main, context=())
-    if route and _routable(ir, computation, module, host_callbacks):
+    try:
+      routable = route and _routable(ir, computation, module, host_callbacks)
+    except Exception:  # Never break a compile: not routed then.
+      routable = False
+    if routable:
       try:
         route_executions(ir, walker.callback_ops)
       except Exception as e:
@@ -623,8 +627,8 @@ def _one_cpu(ir, computation, module: SanitizedModule) -> bool:
     return False
   attributes = computation.operation.attributes
   for name in ("mhlo.num_partitions", "mhlo.num_replicas"):
-    count = attributes.get(name)
-    if count is not None and ir.IntegerAttr(count).value != 1:
+    # No OpAttributeMap.get in older bindings (jax 0.6.2).
+    if name in attributes and ir.IntegerAttr(attributes[name]).value != 1:
       return False
   return True
 
