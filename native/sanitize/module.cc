@@ -97,6 +97,12 @@ PYBIND11_MODULE(_sanitize_ffi, m) {
     layout["max_total_values"] = sanitize::kMaxTotalValues;
     m.attr("record_layout") = layout;
   }
+  m.def(
+      "execution_handler",
+      [] { return entangle_jax::AsCapsule(&sanitize::Execution); },
+      "The execution op's FFI handler capsule (execution_target): writes "
+      "XLA's run id of the execution into its S64 scalar result.");
+  m.attr("execution_target") = sanitize::kExecutionTarget;
   m.attr("site_attribute") = sanitize::kSiteAttribute;
   m.attr("max_wrapped") = sanitize::kMaxWrapped;
 }

@@ -330,6 +330,19 @@ XLA_FFI_Error* Run(int index, XLA_FFI_CallFrame* frame) {
   return error;
 }
 
+void DescribeExecution(XLA_FFI_CallFrame* frame) {
+  for (ExtensionBase* e = frame->extension_start; e != nullptr; e = e->next) {
+    if (e->type != XLA_FFI_Extension_Metadata) continue;
+    XLA_FFI_Metadata* metadata =
+        reinterpret_cast<XLA_FFI_Metadata_Extension*>(e)->metadata;
+    metadata->api_version.struct_size = XLA_FFI_Api_Version_STRUCT_SIZE;
+    metadata->api_version.extension_start = nullptr;
+    metadata->api_version.major_version = XLA_FFI_API_MAJOR;
+    metadata->api_version.minor_version = XLA_FFI_API_MINOR;
+    metadata->traits = 0;
+  }
+}
+
 template <int I>
 XLA_FFI_Error* Trampoline(XLA_FFI_CallFrame* frame) {
   return Run(I, frame);
@@ -345,6 +358,24 @@ constexpr std::array<XLA_FFI_Handler*, kMaxWrapped> kTrampolines =
     Trampolines(std::make_index_sequence<kMaxWrapped>{});
 
 }  // namespace
+
+XLA_FFI_Error* Execution(XLA_FFI_CallFrame* frame) {
+  if (IsMetadataQuery(frame)) {
+    DescribeExecution(frame);
+    return nullptr;
+  }
+  if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return nullptr;
+  if (frame->rets.size < 1 || frame->rets.types[0] != XLA_FFI_RetType_BUFFER) {
+    return nullptr;
+  }
+  auto* out = static_cast<XLA_FFI_Buffer*>(frame->rets.rets[0]);
+  if (out->dtype != XLA_FFI_DataType_S64 || out->data == nullptr ||
+      out->rank != 0) {
+    return nullptr;
+  }
+  *static_cast<int64_t*>(out->data) = RunIdOf(frame);
+  return nullptr;
+}
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(

@@ -30,6 +30,16 @@ inline constexpr int64_t kSmallOperand = 8;
 // place in its program), stripped before the original handler sees the call.
 inline constexpr char kSiteAttribute[] = "entangle_jax_sanitize_site";
 
+// The target of the execution op the sanitizer adds to a function of a
+// module it compiles (on CPU) whose host callbacks it records: it writes XLA's
+// RunId of the execution into its one S64 scalar result, which each host
+// callback takes as one more operand, so that the callback's Python recorder
+// knows which execution it ran in.
+inline constexpr char kExecutionTarget[] = "entangle_jax_sanitize_execution";
+
+// The execution op's handler (kExecutionTarget).
+XLA_FFI_Error* Execution(XLA_FFI_CallFrame* frame);
+
 // One executed call, as the trampoline saw it.
 struct Record {
   int64_t start_ns;  // steady clock, when the trampoline was entered

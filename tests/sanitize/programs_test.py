@@ -9,11 +9,6 @@ from absl.testing import absltest
 
 from tests import test_util
 
-# The first jax whose modules took the sanitizer's execution counter in
-# CI (0.10.2 and 0.12.0.1 do; 0.6.2 does not: its loop callbacks stay
-# unchecked, and the report says so).
-ANCHOR_FROM = (0, 7)
-
 PROGRAMS = textwrap.dedent(
   """
   import json, sys, time
@@ -193,27 +188,16 @@ class ProgramsTest(absltest.TestCase):
   def test_host_callbacks_in_a_loop_are_compared(self):
     once = self.out["loop_runs_1"]
     self.assertEqual(once["calls"], 10)
-    if test_util.jax_version() < ANCHOR_FROM:
-      # jax 0.6.2's module takes no added execution counter (the anchor):
-      # its loop calls are not compared, and the report says so.
-      self.assertEqual(once["unknown_runs"], 10, once["report"])
-      self.assertIn("so their order was not checked", once["report"])
-    else:
-      # Five iterations, two callbacks each, all placed in the one
-      # execution (the sanitizer's anchor counted it) and compared.
-      self.assertEqual(once["unknown_runs"], 0, once["report"])
-      self.assertEqual(once["unpaired"], 0)
-    # Run twice, one execution after the other on one thread, the anchor
-    # separates the executions: compared too (HostLoopsTest's control has
-    # them at once on several threads, which is not).
+    # Five iterations, two callbacks each, all placed in the one execution
+    # (each told its execution by the sanitizer's execution op, on every
+    # jax CI tests, 0.6.2 included) and compared.
+    self.assertEqual(once["unknown_runs"], 0, once["report"])
+    self.assertEqual(once["unpaired"], 0)
+    # Run twice, one execution after the other: compared too.
     twice = self.out["loop_runs_2"]
     self.assertEqual(twice["calls"], 20)
-    if test_util.jax_version() < ANCHOR_FROM:
-      self.assertEqual(twice["unknown_runs"], 20)
-      self.assertIn("so their order was not checked", twice["report"])
-    else:
-      self.assertEqual(twice["unknown_runs"], 0, twice["report"])
-      self.assertEqual(twice["unpaired"], 0)
+    self.assertEqual(twice["unknown_runs"], 0, twice["report"])
+    self.assertEqual(twice["unpaired"], 0)
 
 
 HOST_LOOPS = textwrap.dedent(
@@ -282,10 +266,6 @@ HOST_LOOPS = textwrap.dedent(
 
 
 class HostLoopsTest(absltest.TestCase):
-  @absltest.skipIf(
-    test_util.jax_version() < ANCHOR_FROM,
-    "this jax's modules take no execution counter (the anchor)",
-  )
   def test_a_loops_callbacks_of_a_module_run_three_times(self):
     run = test_util.run_python(HOST_LOOPS, timeout=300)
     self.assertEqual(run.returncode, 0, run.stderr[-4000:])
@@ -308,13 +288,17 @@ class HostLoopsTest(absltest.TestCase):
     self.assertEqual(fixed["calls"], 30)
     self.assertEqual(fixed["unknown_runs"], 0, fixed["report"])
     self.assertEqual(fixed["kinds"], [], fixed["report"])
-    # Executions on three threads: which execution a loop call ran in is
-    # ambiguous, so none is compared for order, and the report says so.
+    # Executions on three threads at once: each loop call still says its
+    # execution (XLA's id, handed to it by the sanitizer's execution op),
+    # so every call is placed and compared; ordered, none ran out of its
+    # execution's order.
     for ordered in (False, True):
       at_once = out[f"ordered={ordered} threads=True"]
-      self.assertEqual(at_once["unknown_runs"], 30, at_once["report"])
-      self.assertNotIn("out of order", at_once["kinds"])
-      self.assertIn("so their order was not checked", at_once["report"])
+      self.assertEqual(at_once["calls"], 30)
+      self.assertEqual(at_once["unknown_runs"], 0, at_once["report"])
+      self.assertNotIn("not checked", at_once["report"])
+    ordered_at_once = out["ordered=True threads=True"]
+    self.assertNotIn("out of order", ordered_at_once["kinds"])
 
 
 SHARD_MAP = textwrap.dedent(

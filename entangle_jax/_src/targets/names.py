@@ -60,10 +60,20 @@ module's executions. XLA keeps it through optimization, so the optimized
 module and a dump of it say which call is the sanitizer's own."""
 
 
+SANITIZER_EXECUTION_TARGET = "entangle_jax_sanitize_execution"
+"""The target of the op the run-time sanitizer adds before each host
+callback of a module it compiles on CPU: it hands the callback XLA's id of
+the execution and the call's place, as one more operand (its scope is
+`SANITIZER_COUNTER_SCOPE`)."""
+
+
 def is_sanitizer_counter(target: str | None, op_name: str) -> bool:
   """Whether a custom call of `target` with scope `op_name` is the
-  sanitizer's execution counter, no call of the user's program: the static
+  sanitizer's own (its execution counter, or the op that tells a host
+  callback its execution), no call of the user's program: the static
   check leaves it out of every question."""
+  if target == SANITIZER_EXECUTION_TARGET:
+    return True
   return (
     op_name == SANITIZER_COUNTER_SCOPE
     and target is not None

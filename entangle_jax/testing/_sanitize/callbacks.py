@@ -11,8 +11,12 @@ in the module. A recorder records, while recording is on, the thread, and
 start and end on the native records' clock (the extension's ``now_ns``:
 ``std::chrono::steady_clock``, which is ``time.monotonic_ns`` on Linux).
 
-XLA's id of the execution is not known inside a callback: a recorder
-counts its own calls instead, and the k-th call of each place outside
+XLA's id of the execution is not known inside a callback. On one CPU
+device the compile hook hands it over: each callback's custom call takes
+XLA's run id and its own site number as two more operands
+(`sites.route_executions`), which `execution_recorder` takes off and
+records. Elsewhere a recorder counts its own calls instead
+(`recorder`), and the k-th call of each place outside
 every loop and branch of one module is taken for one execution
 (``run_id`` -1 - k). A call in a loop or a branch may run many times in
 one execution, or not at all: it is recorded with ``UNKNOWN_RUN``, and
@@ -90,6 +94,40 @@ def _recording_with(
       pairable = not site.context
       run_id = -1 - next(counter) if pairable else UNKNOWN_RUN
       _records.append((site, thread, start, end, run_id, failed))
+
+  return recorded
+
+
+def execution_recorder(
+  fn: Callable[..., Any], site_of: Callable[[int], Any]
+) -> Callable[..., Any]:
+  """`fn`, called as XLA calls a host callback whose custom call the
+  sanitizer gave two more operands (`sites.route_executions`: XLA's run id
+  of the execution, and the call's site number): they are taken off
+  before `fn` sees the arguments, always (a module compiled in a block may
+  run after it), and, while recording is on, the call is recorded at the
+  site `site_of` gives for its number, in that execution. One callable of
+  a module may be called from several places (a function lowered once and
+  called twice, a recomputed checkpoint): each call says which."""
+  now = _now()
+
+  def recorded(*given: Any, **kwargs: Any) -> Any:
+    *args, run_id, number = given
+    if not _recording:
+      return fn(*args, **kwargs)
+    site = site_of(int(number))
+    if site is None:
+      return fn(*args, **kwargs)
+    thread = threading.get_native_id()
+    start = now()
+    failed = True
+    try:
+      out = fn(*args, **kwargs)
+      failed = False
+      return out
+    finally:
+      end = now()
+      _records.append((site, thread, start, end, int(run_id), failed))
 
   return recorded
 

@@ -82,6 +82,11 @@ class SanitizedModule:
   """Its host callbacks made of host transfers (TPU), in program order:
   the loops and branches each is in."""
   executable: Any = None
+  executions: bool = False
+  """Its host callbacks' custom calls each take two more operands
+  (`route_executions`): XLA's id of the execution, from an execution op
+  the sanitizer added, and the call's site number, which their recorders
+  read (`callbacks.execution_recorder`)."""
   anchor: CallSite | None = None
   """A host callback the sanitizer added (`ANCHOR`), outside every loop
   and branch, whose calls count the module's executions: added where the
@@ -215,25 +220,21 @@ def _make_tpu_emit(original):
 def _make_compile(original):
   def compile_or_get_cached(backend, computation, *args, **kwargs):
     platform = wrapping.xla_platform(getattr(backend, "platform", "cpu"))
-    given = _host_callbacks(args, kwargs)
-    # The edits go on a copy: the caller's module is JAX's, held by its
-    # lowering cache and by any `Lowered`, and must stay as the user's
-    # program made it after the block (compiled again, printed by races).
-    copy = _copy(computation)
-    module = annotate(copy, platform, given)
-    if module is not None:
-      computation = copy
-    if module is not None and module.transfer_callbacks and given is not None:
-      # Their recorders are in place already (`_make_tpu_emit`).
-      _place_tpu_callbacks(module, given)
-    elif module is not None and module.callbacks and given is not None:
-      recorded = list(given)
-      for index, site in module.callbacks.items():
-        recorded[index] = callbacks.recorder(recorded[index], site)
-      if module.anchor is not None:
-        recorded.append(callbacks.recorder(_count, module.anchor))
-      args, kwargs = _with_host_callbacks(args, kwargs, recorded)
-    executable = original(backend, computation, *args, **kwargs)
+    module, edited, args_, kwargs_ = _prepare(
+      computation, platform, args, kwargs, route=True
+    )
+    try:
+      executable = original(backend, edited, *args_, **kwargs_)
+    except Exception:
+      if module is None or not module.executions:
+        raise
+      # An XLA that refuses the execution op or the callbacks' added
+      # operands: compiled again without them (the callbacks recorded by
+      # their index, with an execution counter where one is needed).
+      module, edited, args_, kwargs_ = _prepare(
+        computation, platform, args, kwargs, route=False
+      )
+      executable = original(backend, edited, *args_, **kwargs_)
     if module is not None:
       try:
         module.executable = weakref.ref(executable)
@@ -245,6 +246,43 @@ def _make_compile(original):
 
 
 _HOST_CALLBACKS = jax_hooks.COMPILE_HOST_CALLBACKS
+
+
+def _prepare(computation, platform: str, args: tuple, kwargs: dict, *, route):
+  """What the compile hook compiles in place of `computation` and its
+  arguments: (the module's record or None, the module to compile, the
+  arguments after the backend and the module, with the host callbacks'
+  recorders in place)."""
+  given = _host_callbacks(args, kwargs)
+  # The edits go on a copy: the caller's module is JAX's, held by its
+  # lowering cache and by any `Lowered`, and must stay as the user's
+  # program made it after the block (compiled again, printed by races).
+  copy = _copy(computation)
+  try:
+    module = annotate(copy, platform, given, route=route)
+  except _NotRouted:
+    # Never break a compile: the callbacks recorded by their index then.
+    copy = _copy(computation)
+    module = annotate(copy, platform, given, route=False)
+  if module is None:
+    return None, computation, args, kwargs
+  if module.transfer_callbacks and given is not None:
+    # Their recorders are in place already (`_make_tpu_emit`).
+    _place_tpu_callbacks(module, given)
+  elif module.executions and given is not None:
+    # Each call says its execution and its place (its last operands).
+    recorded = list(given)
+    for index in module.callbacks:
+      recorded[index] = callbacks.execution_recorder(recorded[index], site)
+    args, kwargs = _with_host_callbacks(args, kwargs, recorded)
+  elif module.callbacks and given is not None:
+    recorded = list(given)
+    for index, place in module.callbacks.items():
+      recorded[index] = callbacks.recorder(recorded[index], place)
+    if module.anchor is not None:
+      recorded.append(callbacks.recorder(_count, module.anchor))
+    args, kwargs = _with_host_callbacks(args, kwargs, recorded)
+  return module, copy, args, kwargs
 
 
 def _copy(computation: Any) -> Any:
@@ -313,14 +351,30 @@ def _with_host_callbacks(args: tuple, kwargs: dict, value: list):
   return (*args[:position], value, *args[position + 1 :]), kwargs
 
 
+class _NotRouted(Exception):
+  """`route_executions` failed part way: the module is to be annotated
+  again, on a fresh copy, without it."""
+
+
 def annotate(
-  computation: Any, platform: str, host_callbacks: list | None = None
+  computation: Any,
+  platform: str,
+  host_callbacks: list | None = None,
+  *,
+  route: bool = True,
 ) -> SanitizedModule | None:
   """Adds the site attribute to each wrapped call of `computation` (an
   MLIR module, edited in place), and gives each host callback's call a
   place (`host_callbacks`: the callables the module's callbacks name by
-  index); the module's record, or None when it calls no native target at
-  all."""
+  index), where it can (`route`) through an execution op that tells each
+  call its execution and its place (`route_executions`), else through an
+  execution counter where one is needed (`_add_anchor`); the module's
+  record, or None when it calls no native target at all.
+
+  Raises:
+    _NotRouted: `route_executions` failed part way (`computation` is then
+      half edited: annotate a fresh copy with `route` False).
+  """
   ir = jax_hooks.mlir_ir()
   with computation.context:
     name = ir.StringAttr(computation.operation.attributes["sym_name"]).value
@@ -337,11 +391,22 @@ def annotate(
     walker = _Walker(ir, computation, functions, module, host_callbacks)
     walker.function(main, context=())
     try:
-      _add_anchor(
-        ir, computation, main, module, host_callbacks, walker.callback_ops
-      )
-    except Exception:  # Never break a compile: no anchor then.
-      module.anchor = None
+      routable = route and _routable(ir, computation, module, host_callbacks)
+    except Exception:  # Never break a compile: not routed then.
+      routable = False
+    if routable:
+      try:
+        route_executions(ir, walker.callback_ops)
+      except Exception as e:
+        raise _NotRouted from e
+      module.executions = True
+    else:
+      try:
+        _add_anchor(
+          ir, computation, main, module, host_callbacks, walker.callback_ops
+        )
+      except Exception:  # Never break a compile: no anchor then.
+        module.anchor = None
     if not module.sites and not module.not_observed:
       return None
     with _lock:
@@ -555,6 +620,119 @@ def _is_host_transfer(ir, op) -> bool:
     return bool(ir.BoolAttr(op.attributes["is_host_transfer"]).value)
   except (ValueError, TypeError):
     return False
+
+
+def _one_cpu(ir, computation, module: SanitizedModule) -> bool:
+  """Whether `module` runs on one device of a CPU (one partition, one
+  replica)."""
+  if module.platform.lower() not in ("host", "cpu"):
+    return False
+  attributes = computation.operation.attributes
+  for name in ("mhlo.num_partitions", "mhlo.num_replicas"):
+    # No OpAttributeMap.get in older bindings (jax 0.6.2).
+    if name in attributes and ir.IntegerAttr(attributes[name]).value != 1:
+      return False
+  return True
+
+
+def _routable(ir, computation, module: SanitizedModule, host_callbacks) -> bool:
+  """Whether the host callbacks of `module` can each be told their
+  execution and place (`route_executions`): it has some, found by their
+  index, and runs on one device of a CPU, where the execution op's handler
+  is registered and its result is host memory."""
+  return (
+    host_callbacks is not None
+    and bool(module.callbacks)
+    and _one_cpu(ir, computation, module)
+  )
+
+
+_SCALAR_LAYOUT = "dense<> : tensor<0xindex>"
+
+
+def route_executions(ir, callback_ops: dict[int, Any]) -> None:
+  """Gives each host callback's custom call (`callback_ops`, by its site's
+  number) two more operands: XLA's id of the execution it runs in, the
+  result of an execution op (`names.SANITIZER_EXECUTION_TARGET`, scoped
+  `SANITIZER_COUNTER_SCOPE`) put at the top of the function the call is
+  in (nested loops and branches take it from there), and its site number,
+  a constant. The callback's recorder takes them off again
+  (`callbacks.execution_recorder`).
+
+  So a callback's calls are in the execution of the native calls they ran
+  with, whatever the thread or the loop they ran in, and each call has its
+  own place, however many of the module's calls share its Python callable
+  (a function lowered once and called twice, a recomputed checkpoint).
+  The execution op is pure, takes nothing, and is one per function (XLA
+  merges them once it inlines the functions): it orders nothing but the
+  callbacks after the start of their execution.
+  """
+  target = wrapping.execution_target()
+  where = ir.Location.name(SANITIZER_COUNTER_SCOPE)
+  i64 = ir.IntegerType.get_signless(64)
+  scalar = ir.RankedTensorType.get([], i64, loc=where)
+  layout = ir.Attribute.parse(_SCALAR_LAYOUT)
+  executions: dict[Any, Any] = {}
+  for number, op in callback_ops.items():
+    func = _function_of(op)
+    execution = executions.get(func)
+    if execution is None:
+      block = func.regions[0].blocks[0]
+      with ir.InsertionPoint.at_block_begin(block):
+        execution = executions[func] = ir.Operation.create(
+          "stablehlo.custom_call",
+          results=[scalar],
+          operands=[],
+          attributes={
+            "call_target_name": ir.StringAttr.get(target),
+            "api_version": ir.IntegerAttr.get(
+              ir.IntegerType.get_signless(32), TYPED_FFI
+            ),
+            "backend_config": ir.DictAttr.get({}),
+            "has_side_effect": ir.BoolAttr.get(False),
+            "operand_layouts": ir.ArrayAttr.get([]),
+            "result_layouts": ir.ArrayAttr.get([layout]),
+          },
+          loc=where,
+        )
+    with ir.InsertionPoint(op):
+      site = ir.Operation.create(
+        "stablehlo.constant",
+        results=[scalar],
+        attributes={
+          "value": ir.Attribute.parse(f"dense<{number}> : tensor<i64>")
+        },
+        loc=where,
+      )
+      attributes = {}
+      for item in list(op.attributes):
+        name = getattr(item, "name", item)  # Older bindings: NamedAttribute.
+        attributes[name] = op.attributes[name]
+      layouts = attributes.get("operand_layouts")
+      if layouts is not None:
+        attributes["operand_layouts"] = ir.ArrayAttr.get(
+          [*ir.ArrayAttr(layouts), layout, layout]
+        )
+      routed = ir.Operation.create(
+        "stablehlo.custom_call",
+        results=[r.type for r in op.results],
+        operands=[*op.operands, execution.result, site.result],
+        attributes=attributes,
+        loc=op.location,
+      )
+    for old, new in zip(op.results, routed.results, strict=True):
+      old.replace_all_uses_with(new)
+    op.erase()
+
+
+def _function_of(op) -> Any:
+  """The ``func.func`` `op` is in."""
+  parent = op.parent
+  while parent is not None and parent.name != "func.func":
+    parent = parent.parent
+  if parent is None:
+    raise ValueError("a host callback outside every function")
+  return parent.operation
 
 
 ANCHOR = "(entangle_jax sanitizer: counts executions)"

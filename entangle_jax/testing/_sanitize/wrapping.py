@@ -22,7 +22,10 @@ from typing import Any
 
 from entangle_jax._src import access_policy
 from entangle_jax._src.targets import sources
-from entangle_jax._src.targets.names import ENTANGLE_TARGET
+from entangle_jax._src.targets.names import (
+  ENTANGLE_TARGET,
+  SANITIZER_EXECUTION_TARGET,
+)
 from entangle_jax.testing._sanitize import jax_hooks
 
 
@@ -131,9 +134,33 @@ def _make_register(original: Callable[..., Any]) -> Callable[..., Any]:
   return register_custom_call_target
 
 
+_execution_registered = False
+
+
+def execution_target() -> str:
+  """The target of the op that hands a host callback its execution's id
+  and its place (`sites`), registered with XLA for the CPU on first use
+  (native/sanitize's ``Execution``); its name is
+  `names.SANITIZER_EXECUTION_TARGET`."""
+  global _execution_registered
+  with _lock:
+    if not _execution_registered:
+      import jax
+
+      jax.ffi.register_ffi_target(
+        SANITIZER_EXECUTION_TARGET,
+        native().execution_handler(),
+        platform="cpu",
+      )
+      _execution_registered = True
+  return SANITIZER_EXECUTION_TARGET
+
+
 def _wrap(name: str, fn: Any, platform: str, api_version: int) -> Any:
-  if name == ENTANGLE_TARGET:
-    return fn  # entangle's own no-op touches nothing.
+  if name in (ENTANGLE_TARGET, SANITIZER_EXECUTION_TARGET):
+    # entangle's own no-op touches nothing; the execution op is the
+    # sanitizer's own.
+    return fn
   if api_version != 1:
     _not_wrapped.append(
       NotWrapped(name, platform, "the untyped custom-call API (api_version 0)")
