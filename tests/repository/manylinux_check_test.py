@@ -32,7 +32,7 @@ def shown(tag: str) -> str:
 
 
 def refused(wheel: str, output: str) -> str:
-  why = refused(wheel, output)
+  why = manylinux_check.problem(wheel, output)
   assert why is not None, f"accepted: {output}"
   return why
 
