@@ -2,16 +2,21 @@
 # Regenerates the hashed requirement locks from pyproject.toml.
 #   requirements.lock         newest versions pyproject admits (uv export)
 #   requirements-oldest.lock  the same, with jax/jaxlib at the oldest supported
-# Both hold every dependency group and every extra ([export]), so CI and
-# Bazel's environment (which installs requirements.lock) get all of them.
+#   requirements-release.lock the release group alone (tools/build_release.sh)
+# The first two hold every dependency group but release, and every extra
+# ([export]), so CI and Bazel's environment (which installs
+# requirements.lock) get all of them; the release tools (400 MB of zig) go
+# only into the venv tools/build_release.sh makes.
 # uv.lock, which uv sync writes, records registry addresses and stays out of
 # git; these exported locks are what CI and Bazel install from.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 oldest_jax=$(python3 -c 'import json; print(json.load(open("tools/xla_ffi_pin.json"))["jaxlib"])')
 uv lock --quiet
-uv export --quiet --format requirements-txt --all-groups --all-extras --no-emit-project \
-  --output-file requirements.lock
+uv export --quiet --format requirements-txt --all-groups --no-group release --all-extras \
+  --no-emit-project --output-file requirements.lock
+uv export --quiet --format requirements-txt --only-group release --no-emit-project \
+  --output-file requirements-release.lock
 # A fixed (ignored) path, so that the lock's "-c" annotations do not change
 # from one run to the next.
 constraints=build/oldest-jax-constraints.txt
@@ -20,4 +25,4 @@ printf 'jax==%s\njaxlib==%s\n' "$oldest_jax" "$oldest_jax" >"$constraints"
 uv pip compile --quiet pyproject.toml --all-extras --group dev --group bench --group docs --generate-hashes \
   --python-version 3.11 --constraint "$constraints" --no-header \
   --output-file requirements-oldest.lock
-echo "locked: requirements.lock, requirements-oldest.lock (jax $oldest_jax)"
+echo "locked: requirements.lock, requirements-oldest.lock (jax $oldest_jax), requirements-release.lock"
