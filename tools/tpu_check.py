@@ -14,7 +14,12 @@ machine where only the wheel is installed. One process holds the chip:
    programs compiled for XLA:CPU.
 3. A further set of host-callback programs: dumped (TPU and CPU modules,
    OUT_DIR/dump, named ``tpu_*``), their pairs on both platforms.
-4. The sanitizer around the racing and the ordered hazard.
+4. The sanitizer around the racing and the ordered hazard; then the loop
+   shapes of issue 68 (a loop whose first callback is a pure_callback, run
+   once; two io_callbacks in a loop, ordered and not, run 3 times): how
+   many iterations ran out of program order (the callbacks' own log), how
+   many the sanitizer reported, how many calls it left not compared and
+   why, and the names it gives the callbacks.
 5. entangle's cost in a 10,000-step scan over a 1024-vector vs identity,
    and that of a bare optimization_barrier (entangle's TPU lowering before
    0.5.0).
@@ -329,6 +334,71 @@ def sanitizer() -> dict:
   return out
 
 
+def sanitizer_loops() -> dict:
+  out = {}
+  tags: list[str] = []
+
+  def probe(x):
+    return np.float32(x)
+
+  def slow_write(x):
+    time.sleep(0.001)
+    tags.append("w")
+    return np.float32(x)
+
+  def read(x):
+    tags.append("r")
+    return np.float32(x)
+
+  def pure_first(x):
+    def body(i, x):
+      p = jax.pure_callback(probe, F32, x)
+      a = io_callback(slow_write, F32, x + p)
+      b = io_callback(read, F32, x)
+      return a + b
+
+    return jax.lax.fori_loop(0, 15, body, x)
+
+  def two(ordered):
+    def f(x):
+      def body(i, x):
+        a = io_callback(slow_write, F32, x, ordered=ordered)
+        b = io_callback(read, F32, x, ordered=ordered)
+        return a + b
+
+      return jax.lax.fori_loop(0, 3, body, x)
+
+    return f
+
+  for name, fn, runs in (
+    ("pure_first_once", pure_first, 1),
+    ("two_unordered_x3", two(False), 3),
+    ("two_ordered_x3", two(True), 3),
+  ):
+    del tags[:]
+    with ej_testing.sanitize() as seen:
+      g = jax.jit(fn)
+      for _ in range(runs):
+        jax.block_until_ready(g(jnp.float32(1.0)))
+    inverted = sum(
+      tags[k : k + 2] == ["r", "w"] for k in range(0, len(tags), 2)
+    )
+    out[name] = {
+      "callbacks_ran": len(tags),
+      "iterations_out_of_order": inverted,
+      "races": len(seen.races),
+      "race_kinds": sorted({r.kind for r in seen.races}),
+      "unknown_runs": seen.unknown_runs,
+      "unknown_runs_why": dict(seen.unknown_runs_why),
+      "unknown_places": seen.unknown_places,
+      "functions": sorted(
+        {getattr(c, "function", "?") or "?" for c in seen.calls}
+      ),
+      "report_head": format_seen(seen).splitlines()[:3],
+    }
+  return out
+
+
 def cost(steps: int = 10_000, repeats: int = 9) -> dict:
   def scan_with(step):
     def body(carry, _):
@@ -379,6 +449,7 @@ def main() -> int:
     ("races", races_on_modules),
     ("programs", further_programs),
     ("sanitizer", sanitizer),
+    ("sanitizer_loops", sanitizer_loops),
     ("cost", cost),
   ):
     t = time.perf_counter()
