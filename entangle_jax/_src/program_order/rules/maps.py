@@ -135,10 +135,23 @@ def _warn_across_devices(decls: Declarations, parts, split) -> None:
     if part.mode != "write" or part.target in named:
       continue
     scope = access_policy.device_scope(decls, part.target)
-    if not conflict_rule.shared_across_devices(scope.devices):
-      continue
     obj = part.obj
-    if obj is not None and obj.key in split and scope.distinct_elements:
+    # The call and its copy on another device, as the one rule sees them
+    # (the race check's device rule): shards of one split input are
+    # different elements, which a distinct_elements declaration tells
+    # apart.
+    split_input = obj is not None and obj.key in split
+    copies = conflict_rule.verdict(
+      "write",
+      "write",
+      safe=False,
+      evidence=conflict_rule.Evidence(
+        distinct=split_input and scope.distinct_elements,
+        elements=split_input,
+      ),
+      devices=(scope.devices, scope.devices),
+    )
+    if not copies.conflict:
       continue
     named.add(part.target)
     verb = "writes" if scope.declared else "may write"
