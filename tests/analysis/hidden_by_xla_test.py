@@ -23,6 +23,7 @@ from absl.testing import absltest, parameterized
 from jax import lax
 
 from entangle_jax import entangle, in_program_order
+from entangle_jax._src.targets import sources
 from entangle_jax.testing import (
   OrderAnalysis,
   format_races,
@@ -33,6 +34,7 @@ from entangle_jax.testing import (
   write_slot,
 )
 from entangle_jax.testing._analysis import xla_changes
+from entangle_jax.testing._ways_in import module_files
 from tests import test_util
 from tests.hand_written_hlo import read_then_write
 
@@ -325,6 +327,35 @@ class OrderedByXlaTest(absltest.TestCase):
       ORDERED_BY_XLA, before_optimization=PROGRAM_ORDERS
     ).races()
     self.assertEqual(list(found), [])
+
+
+class TwoBackendsInOneDumpTest(absltest.TestCase):
+  def test_each_module_finds_its_own_module_before_optimization(self):
+    """XLA numbers each backend's modules apart: a TPU program's
+    module_0070 and a CPU one's lie in one dump folder (as the TPU check's
+    dump has them), and each is paired with its own program."""
+    folder = pathlib.Path(self.enterContext(tempfile.TemporaryDirectory()))
+    files = {
+      "module_0070.jit_a.cpu_after_optimizations.txt": ORDERED_BY_XLA,
+      "module_0070.jit_a.before_optimizations.txt": PROGRAM_LEAVES_UNORDERED,
+      "module_0070.jit_b.cl_9.after_optimizations.txt": ORDERED_BY_XLA,
+      "module_0070.jit_b.cl_9.before_optimizations.txt": PROGRAM_ORDERS,
+    }
+    for name, text in files.items():
+      (folder / name).write_text(text)
+    declarations = sources.current()
+    a = module_files.check_module(
+      folder / "module_0070.jit_a.cpu_after_optimizations.txt", declarations
+    )
+    b = module_files.check_module(
+      folder / "module_0070.jit_b.cl_9.after_optimizations.txt", declarations
+    )
+    # jit_a's program leaves the pair unordered; jit_b's orders it (the
+    # control): each read its own module before optimization.
+    self.assertIsNone(a.unseen)
+    self.assertEqual(a.findings.count, 1)
+    self.assertIsNone(b.unseen)
+    self.assertEqual(b.findings.count, 0)
 
 
 HOISTING_PROGRAM = textwrap.dedent(

@@ -66,19 +66,31 @@ UNSEEN = (
 
 def _before_optimizations(path: pathlib.Path) -> str | None:
   """The text of the module before optimization that XLA dumped beside
-  the optimized module in `path` (same ``module_NNNN.`` prefix); None if
-  there is not exactly one or it cannot be read."""
+  the optimized module in `path` (same ``module_NNNN.`` prefix, and the
+  same module name where two backends dumped modules of one number: XLA
+  numbers the modules of each backend apart, so a TPU program's
+  module_0070 and a CPU one's can lie side by side); None if there is not
+  exactly one or it cannot be read."""
   prefix = re.match(r"module_\d+\.", path.name)
   if prefix is None:
     return None
   found = _modules_before_optimizations(path.parent, prefix.group(0))
   before = found.get(prefix.group(0), [])
+  if len(before) > 1:
+    name = _module_name(path.name)
+    before = [b for b in before if _module_name(b.name) == name]
   if len(before) != 1:
     return None
   try:
     return before[0].read_text()
   except (OSError, UnicodeDecodeError):
     return None
+
+
+def _module_name(file_name: str) -> str:
+  """The module's name in a dumped file's name: what follows
+  ``module_NNNN.`` up to the next dot (``jit_f``)."""
+  return file_name.split(".", 2)[1] if file_name.count(".") >= 2 else ""
 
 
 def _modules_before_optimizations(
