@@ -144,9 +144,15 @@ class Touch:
 
   mode: str
   objects: tuple[SanitizedObject, ...]
-  declaration: TargetDeclaration | None
+  footprint: Footprint
+  """The access policy's answer, which the rest is read from."""
   unknown: str | None = None
   """Why its objects are unknown, when they are."""
+
+  @property
+  def declaration(self) -> TargetDeclaration | None:
+    """The declaration that applied, if any, for reports to name."""
+    return self.footprint.declaration
 
 
 def touches(call: SanitizedCall, declarations: Declarations) -> Touch:
@@ -159,18 +165,17 @@ def touches(call: SanitizedCall, declarations: Declarations) -> Touch:
     side_effect=not (host and call.site is not None and call.site.pure),
     host_callback=host,
   )
-  declaration = found.declaration
   if found.touches_nothing:
-    return Touch("none", (), declaration)
+    return Touch("none", (), found)
   if found.object is not None:
     objects = tuple(
       SanitizedObject(call.family, v) for v in dict.fromkeys(found.object)
     )
-    return Touch(found.mode, objects, declaration)
+    return Touch(found.mode, objects, found)
   why = _why_any_object(call, found)
   anything = (SanitizedObject(call.family, None, why),)
   unknown = why if found.any_object is not AnyObject.WHOLE_LIBRARY else None
-  return Touch(found.mode, anything, declaration, unknown)
+  return Touch(found.mode, anything, found, unknown)
 
 
 def _why_any_object(call: SanitizedCall, found: Footprint) -> str:

@@ -617,14 +617,15 @@ def repeated_handles(
 ) -> list[int]:
   """The values `call`'s object operand held more than once, where its
   declaration says its elements are different objects (else none)."""
-  d = touch.declaration
+  del declarations  # The footprint carries what they decide.
+  found = touch.footprint
   if (
-    d is None
-    or d.object is None
-    or not access_policy.declares_distinct_elements(declarations, d)
+    not found.declared_object
+    or not found.distinct_elements
+    or found.operand is None
   ):
     return []
-  values = call.values_of(d.object) or ()
+  values = call.values_of(found.operand) or ()
   return sorted({v for v in values if values.count(v) > 1})
 
 
@@ -652,8 +653,8 @@ def contradictions(
           call,
           call,
           SanitizedObject(call.family, value),
-          f"{d} says different elements of operand {d.object} are "
-          f"different objects",
+          f"{d} says different elements of operand "
+          f"{touch.footprint.operand} are different objects",
         )
       )
   for at in _runs_by_site(found, runs):

@@ -483,12 +483,12 @@ def _object_words(seen: Seen, race: SanitizerRace) -> str:
   if race.object.anything or seen.declarations is None:
     return text
   for call in (race.first, race.second):
-    d = access_policy.footprint(call.target, seen.declarations).declaration
-    if d is None or d.object is None:
+    found = access_policy.footprint(call.target, seen.declarations)
+    if not found.declared_object:
       continue
-    if d.argument is not None:
-      return f"{text} (argument {d.argument})"
-    return f"{text} (operand {d.object} of {call.target})"
+    if found.argument is not None:
+      return f"{text} (argument {found.argument})"
+    return f"{text} (operand {found.operand} of {call.target})"
   return text
 
 
