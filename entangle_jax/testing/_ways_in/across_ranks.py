@@ -392,47 +392,41 @@ class _Simulation:
     peer receives and whose source sends; whether any did."""
     n = self.count
     for rank, h in enumerate(heads):
-      if isinstance(h, Call) and h.kind == "send" and _rank(h.peer, n):
-        other = heads[h.peer]  # type: ignore[index]
+      if isinstance(h, Call) and h.kind == "send" and h.peer is not None:
+        peer = h.peer
+        other = heads[peer] if 0 <= peer < n else None
         is_recv = isinstance(other, Call) and other.kind == "recv"
         if is_recv and _receives_from(other, rank, h.tag):
-          advance([rank, h.peer])
+          advance([rank, peer])
           return True
     ready: dict[int, set[int]] = {}
     for rank, h in enumerate(heads):
       if not isinstance(h, Call) or h.kind != "sendrecv":
         continue
-      if not (_rank(h.peer, n) and _rank(h.source, n)):
+      peer, source = h.peer, h.source
+      if peer is None or source is None:
         continue
-      peer, source = heads[h.peer], heads[h.source]  # type: ignore[index]
-      if _receives_from(peer, rank, h.tag) and _sends_to(
-        source, rank, h.source_tag
+      if not (0 <= peer < n and 0 <= source < n):
+        continue
+      if _receives_from(heads[peer], rank, h.tag) and _sends_to(
+        heads[source], rank, h.source_tag
       ):
-        ready[rank] = {h.peer, h.source}  # type: ignore[arg-type]
+        ready[rank] = {peer, source}
     # A partner that is a sendrecv itself must be ready too.
     changed = True
     while changed:
       changed = False
       for rank, partners in list(ready.items()):
-        for other in partners:
-          head = heads[other]
-          if (
-            isinstance(head, Call)
-            and head.kind == "sendrecv"
-            and other not in ready
-          ):
-            del ready[rank]
-            changed = True
-            break
+        if any(
+          _kind(heads[o]) == "sendrecv" and o not in ready for o in partners
+        ):
+          del ready[rank]
+          changed = True
     if not ready:
       return False
     group = set(ready)
     for partners in ready.values():
-      group |= {
-        p
-        for p in partners
-        if isinstance(heads[p], Call) and heads[p].kind in ("send", "recv")  # type: ignore[union-attr]
-      }
+      group |= {p for p in partners if _kind(heads[p]) in ("send", "recv")}
     advance(sorted(group))
     return True
 
@@ -463,8 +457,9 @@ class _Simulation:
 _UNBOUND = object()
 
 
-def _rank(value: int | None, count: int) -> bool:
-  return value is not None and 0 <= value < count
+def _kind(item: Item | None) -> str | None:
+  """A call's kind; None for a loop, a conditional or nothing."""
+  return item.kind if isinstance(item, Call) else None
 
 
 def _matches(value: int | None, wanted: int | None) -> bool:
