@@ -341,13 +341,46 @@ class Mpi4jaxModulesTest(absltest.TestCase):
     assert result.mismatch is not None
     self.assertIn("root", result.mismatch.differs)
 
-  def test_a_rank_that_stops_early_deadlocks_the_others(self):
+  def test_a_third_rank_with_the_wrong_peers_deadlocks(self):
+    # The one-process module's sendrecv talks to rank 0, not around a
+    # ring of three: ranks 0 and 1 exchange, then wait at the barrier.
     ranks = [DATA / f"mpi4jax_rank{r}_of_2.txt" for r in (0, 1)]
     result = races_across(
       [*ranks, DATA / "mpi4jax_rank0_of_1.txt"],
       declarations=self.mpi4jax(),
     )
-    self.assertNotEqual(result.verdict, "proved")
+    self.assertEqual(result.verdict, "deadlock", result.text())
+    assert result.deadlock is not None
+    zero, one, two = result.deadlock.blocked
+    assert zero is not None and one is not None and two is not None
+    self.assertIn("mpi_barrier_ffi", zero.label)
+    self.assertIn("mpi_barrier_ffi", one.label)
+    self.assertIn("sendrecv mpi_sendrecv_ffi to rank 0", two.label)
+
+
+class ExtraCollectiveTest(absltest.TestCase):
+  """Rank 0 makes one more allreduce than rank 1: rank 0 waits for ever."""
+
+  @staticmethod
+  def program(rank, x, extra):
+    x = allreduce(x)
+    if rank == 0 and extra:
+      x = allreduce(x * 2.0)
+    return x
+
+  def test_one_more_collective_on_rank_0_deadlocks(self):
+    result = check(functools.partial(self.program, extra=True))
+    self.assertEqual(result.verdict, "deadlock", result.text())
+    assert result.deadlock is not None
+    waiting, done = result.deadlock.blocked
+    assert waiting is not None
+    self.assertEqual(waiting.index, 2)
+    self.assertIsNone(done)
+    self.assertIn("rank 1: has made all its calls", result.text())
+
+  def test_control_the_same_collectives_is_proved(self):
+    result = check(functools.partial(self.program, extra=False))
+    self.assertEqual(result.verdict, "proved", result.text())
 
 
 class DeclarationsTest(absltest.TestCase):

@@ -30,6 +30,7 @@ import dataclasses
 import re
 from collections.abc import Iterator
 
+from entangle_jax._src import access_policy
 from entangle_jax._src.targets import sources
 from entangle_jax._src.targets.communication import (
   XLA_COLLECTIVES,
@@ -295,9 +296,7 @@ class RankProgram:
     if i.opcode in XLA_COLLECTIVES:
       return XLA_COLLECTIVES[i.opcode]
     if i.opcode == "custom-call":
-      declaration = self.declarations.for_target(i.target)
-      if declaration is not None:
-        return declaration.communicates
+      return access_policy.communication(self.declarations, i.target)
     return None
 
   def _values(self, computation: str, params: tuple) -> dict[str, Same]:
