@@ -209,6 +209,39 @@ class SizesTest(absltest.TestCase):
     self.assertEqual(result.verdict, "proved", result.text())
 
 
+class CommunicatorTest(absltest.TestCase):
+  """Communicators are compared up to a consistent renaming: each
+  process's handle has its own address."""
+
+  @staticmethod
+  def program(rank, x, comms):
+    a = allreduce(x, comm=comms[rank][0])
+    return allreduce(entangle(x, a), comm=comms[rank][1])
+
+  def test_renamed_consistently_is_proved(self):
+    comms = ((7, 8), (70, 80))  # rank 1's 70 is rank 0's 7, 80 is 8
+    result = check(functools.partial(self.program, comms=comms))
+    self.assertEqual(result.verdict, "proved", result.text())
+
+  def test_one_communicator_for_two_of_another_rank_is_a_mismatch(self):
+    comms = ((7, 8), (70, 70))
+    result = check(functools.partial(self.program, comms=comms))
+    self.assertEqual(result.verdict, "mismatch", result.text())
+    assert result.mismatch is not None
+    self.assertIn("the communicator", result.mismatch.differs)
+    self.assertEqual([c.index for c in result.mismatch.calls if c], [2, 2])
+
+  def test_a_lowered_module_is_compiled(self):
+    def program(rank, x):
+      del rank
+      return allreduce(x)
+
+    x = jax.ShapeDtypeStruct((4,), jnp.float32)
+    lowered = [jax.jit(functools.partial(program, r)).lower(x) for r in (0, 1)]
+    result = races_across(lowered, declarations=declarations())
+    self.assertEqual(result.verdict, "proved", result.text())
+
+
 class CondTest(absltest.TestCase):
   """A collective under ``lax.cond``: on rank-local data, or on data the
   ranks reduced first."""
