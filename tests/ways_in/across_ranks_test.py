@@ -33,6 +33,21 @@ ALLREDUCE = "ranks_test_allreduce"
 SEND = "ranks_test_send"
 RECV = "ranks_test_recv"
 DATA = pathlib.Path(__file__).resolve().parents[1] / "targets" / "data"
+SHAPES = pathlib.Path(__file__).resolve().parent / "data" / "ranks_mpi4jax"
+# What the check says of each stored shape (data/ranks_mpi4jax/README.md).
+SHAPE_VERDICTS = {
+  "same_order": "proved",
+  "swapped": "mismatch",
+  "sizes": "mismatch",
+  "cond_local": "rank-dependent",
+  "cond_reduced": "proved",
+  "while_local": "rank-dependent",
+  "while_reduced": "proved",
+  "sendrecv_deadlock": "deadlock",
+  "sendrecv_ok": "proved",
+  "bcast_roots": "mismatch",
+  "bcast_ok": "proved",
+}
 
 
 @functools.cache
@@ -414,6 +429,40 @@ class ExtraCollectiveTest(absltest.TestCase):
   def test_control_the_same_collectives_is_proved(self):
     result = check(functools.partial(self.program, extra=False))
     self.assertEqual(result.verdict, "proved", result.text())
+
+
+class Mpi4jaxShapesTest(absltest.TestCase):
+  """Issue 70's shapes as real mpi4jax programs, compiled by each rank of
+  ``mpirun -n 2`` (data/ranks_mpi4jax/README.md)."""
+
+  def test_each_shape_gets_its_verdict(self):
+    (binding,) = [b for b in shipped.BINDINGS if b.distribution == "mpi4jax"]
+    mpi4jax = merged([binding.declarations(), sources.BUILT_IN], distinct=False)
+    found = {}
+    for shape in SHAPE_VERDICTS:
+      files = [
+        next((SHAPES / shape / f"rank{r}").glob("*.txt")) for r in (0, 1)
+      ]
+      found[shape] = races_across(files, declarations=mpi4jax).verdict
+    self.assertEqual(found, SHAPE_VERDICTS)
+
+  def test_the_command_reads_the_dump_folders(self):
+    for shape in ("while_local", "while_reduced"):
+      folders = [str(SHAPES / shape / f"rank{r}") for r in (0, 1)]
+      out, err = io.StringIO(), io.StringIO()
+      with shipped_mpi4jax():
+        status = command.main(["--ranks", *folders], out=out, err=err)
+      expected = 0 if shape == "while_reduced" else 1
+      self.assertEqual(status, expected, out.getvalue())
+    self.assertIn("Rank-dependent", command_text("while_local"))
+
+
+def command_text(shape: str) -> str:
+  folders = [str(SHAPES / shape / f"rank{r}") for r in (0, 1)]
+  out = io.StringIO()
+  with shipped_mpi4jax():
+    command.main(["--ranks", *folders], out=out, err=io.StringIO())
+  return out.getvalue()
 
 
 class DeclarationsTest(absltest.TestCase):
