@@ -120,7 +120,7 @@ for f in SHAPES:
   d = out / f.__name__ / f"rank{rank}"
   d.mkdir(parents=True, exist_ok=True)
   text = jax.jit(f).lower(x).compile().as_text()
-  (d / f"module_0001.jit_{f.__name__}.cpu_after_optimizations.txt").write_text(
-    text
-  )
+  assert text is not None, "the compiled program has no module text"
+  name = f"module_0001.jit_{f.__name__}.cpu_after_optimizations.txt"
+  (d / name).write_text(text)
 print("rank", rank, "done")
