@@ -42,6 +42,7 @@ from typing import Generic, TypeVar
 
 from entangle_jax._src import access_marker
 from entangle_jax._src.access_marker import Record
+from entangle_jax._src.targets.communication import Communication
 from entangle_jax._src.targets.declaration import (
   Declarations,
   PythonArgument,
@@ -318,3 +319,13 @@ def device_scope(declarations: Declarations, target: str) -> DeviceScope:
     devices=None if declaration is None else declaration.devices,
     distinct_elements=declarations.distinct_for(declaration),
   )
+
+
+def communication(
+  declarations: Declarations, target: str | None
+) -> Communication | None:
+  """How calls of `target` talk to other ranks, by its declaration
+  (``communicates``); None when it does not, or nothing declares it. The
+  cross-rank check asks it here, as every stage asks what a call touches."""
+  declaration = declarations.for_target(target)
+  return None if declaration is None else declaration.communicates

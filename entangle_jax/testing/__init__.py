@@ -23,6 +23,12 @@ Proving order on the module XLA runs:
   entangle_jax.testing DUMP`` do the same for a test run and a dump.
 * ``order_graph(compiled, among=None, format="dot")``: the whole picture, as
   Graphviz DOT or Mermaid text.
+* ``races_across([module_rank0, module_rank1, ...])``: whether the ranks of a
+  multi-process program make their communicating calls (collectives,
+  sends, receives) in a compatible order; a ``CrossRankResult``
+  (``python -m entangle_jax.testing --ranks DIR0 DIR1 ...`` does the same
+  for dumps). ``Communication`` is how a declaration says that a target
+  communicates.
 
 Seeing what did happen, at run time:
 
@@ -52,6 +58,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from entangle_jax._src.targets.communication import Communication
 from entangle_jax._src.targets.declaration import (
   Declarations,
   PythonArgument,
@@ -83,6 +90,16 @@ from entangle_jax.testing._sanitize.calls import SanitizedCall, SanitizedObject
 from entangle_jax.testing._sanitize.checks import Contradiction, SanitizerRace
 from entangle_jax.testing._sanitize.session import Seen, sanitize
 from entangle_jax.testing._sanitize.sites import CallSite, SanitizedModule
+from entangle_jax.testing._ways_in.across_ranks import (
+  CrossRankResult,
+  Deadlock,
+  MatchedStep,
+  Mismatch,
+  RankCall,
+  RankDependent,
+  UnorderedCalls,
+  races_across,
+)
 from entangle_jax.testing._ways_in.order_graph import order_graph
 from entangle_jax.testing._ways_in.queries import (
   assert_happens_before,
@@ -123,9 +140,14 @@ __all__ = [
   "Access",
   "CallRecord",
   "CallSite",
+  "Communication",
   "Contradiction",
+  "CrossRankResult",
+  "Deadlock",
   "Declarations",
   "LeftOut",
+  "MatchedStep",
+  "Mismatch",
   "ObjectRef",
   "Op",
   "OrderAnalysis",
@@ -133,6 +155,8 @@ __all__ = [
   "Race",
   "RaceCheckError",
   "Races",
+  "RankCall",
+  "RankDependent",
   "SafePair",
   "SanitizedCall",
   "SanitizedModule",
@@ -140,6 +164,7 @@ __all__ = [
   "SanitizerRace",
   "Seen",
   "TargetDeclaration",
+  "UnorderedCalls",
   "XlaChange",
   "assert_happens_before",
   "call_log",
@@ -156,6 +181,7 @@ __all__ = [
   "order_graph",
   "race_check",
   "races",
+  "races_across",
   "read_slot",
   "reset_slots",
   "sanitize",

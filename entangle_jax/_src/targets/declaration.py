@@ -16,6 +16,8 @@ import functools
 from collections.abc import Callable
 from typing import Literal
 
+from entangle_jax._src.targets.communication import Communication
+
 TargetMode = Literal["read", "write", "none"]
 TARGET_MODES: tuple[TargetMode, ...] = ("read", "write", "none")
 Devices = Literal["per-device", "shared"]
@@ -84,6 +86,7 @@ class TargetDeclaration:
   source: str = "code"
   mode_only: bool = False
   argument: PythonArgument | None = None
+  communicates: Communication | None = None
 
   def __post_init__(self):
     _check_target(self)
@@ -104,6 +107,8 @@ class TargetDeclaration:
       )
     if self.devices == "per-device":
       parts.append("one object per device")
+    if self.communicates is not None:
+      parts.append(f"communicates: {self.communicates}")
     return f"`{self.pattern}` ({', '.join(parts)}; from {self.source})"
 
 
@@ -259,6 +264,13 @@ def _check_target(d: TargetDeclaration) -> None:
       raise ValueError(f"{where}: argument.name must be a non-empty str")
     if d.object is None:
       raise ValueError(f"{where}: argument needs an object operand")
+  if d.communicates is not None and not isinstance(
+    d.communicates, Communication
+  ):
+    raise TypeError(
+      f"{where}: communicates must be a table of kind, communicator, peer, "
+      f"tag, ..., not {d.communicates!r}"
+    )
 
 
 def _is_index(value: object) -> bool:

@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from entangle_jax._src.targets.communication import Communication
 from entangle_jax._src.targets.declaration import (
   TARGET_MODES,
   Devices,
@@ -30,6 +31,7 @@ def declare_target(
   distinct_elements: bool | None = None,
   devices: Devices = "shared",
   argument: PythonArgument | Mapping[str, Any] | None = None,
+  communicates: Communication | Mapping[str, Any] | None = None,
   replace: bool = True,
 ) -> TargetDeclaration:
   """Declares, for this process, what calls to the targets `pattern`
@@ -39,7 +41,9 @@ def declare_target(
   registration. The arguments are the keys of a ``[tool.entangle-jax]``
   target table (`TargetDeclaration` says what each means; `argument` is a
   `PythonArgument` or a mapping of its fields, ``{"function":
-  "mylib.count", "position": 0, "name": "counter"}``), and a project's
+  "mylib.count", "position": 0, "name": "counter"}``; `communicates` a
+  `Communication` or a mapping of its fields, ``{"kind": "collective",
+  "communicator": "comm", "same_result": True}``), and a project's
   ``pyproject.toml`` overrides them. Declaring a pattern again replaces its
   declaration; with ``replace=False`` an earlier code declaration of it
   is kept instead (a library declaring its own targets as it loads, below
@@ -56,6 +60,7 @@ def declare_target(
     "distinct_elements": distinct_elements,
     "devices": devices,
     "argument": argument,
+    "communicates": communicates,
   }
   try:
     declaration = target_from_keys(pattern, keys, "code")

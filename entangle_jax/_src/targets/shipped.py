@@ -23,6 +23,7 @@ import functools
 import importlib.metadata
 import re
 
+from entangle_jax._src.targets.communication import Communication
 from entangle_jax._src.targets.declaration import (
   Declarations,
   PythonArgument,
@@ -47,6 +48,8 @@ class ShippedTarget:
   argument: PythonArgument | None = None
   """The argument of the binding's Python function that carries the
   object, read from its Python source."""
+  communicates: Communication | None = None
+  """How its calls talk to other ranks, for the cross-rank check."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +100,7 @@ class ShippedBinding:
           object=t.object,
           returns_object=t.returns_object,
           argument=t.argument,
+          communicates=t.communicates,
           source=(
             f"shipped: {self.distribution} {self.versions} "
             f"({self.repository} {t.read})"
@@ -229,6 +233,69 @@ def _klu_targets() -> tuple[ShippedTarget, ...]:
   return tuple(found)
 
 
+_MPI_READ = "mpi4jax/_src/collective_ops/{}.py _mpi_{}_xla_encode"
+_MPI_WHY = (
+  "an MPI call through the process's MPI state, like every mpi4jax call; "
+  "it communicates: {}"
+)
+
+
+def _mpi_target(name: str, communicates: Communication) -> ShippedTarget:
+  """One mpi4jax target: the ``ffi_lowering`` of ``{name}.py`` passes the
+  communicator as attribute ``comm`` (``to_mpi_handle``, an address), and
+  peers, tags, roots and the reduction as attributes too."""
+  return ShippedTarget(
+    f"mpi_{name}_ffi",
+    "write",
+    _MPI_READ.format(name, name),
+    _MPI_WHY.format(communicates),
+    communicates=communicates,
+  )
+
+
+def _mpi_targets() -> tuple[ShippedTarget, ...]:
+  comm = "comm"
+  return (
+    _mpi_target(
+      "allreduce",
+      Communication(communicator=comm, op="op", same_result=True),
+    ),
+    _mpi_target(
+      "allgather", Communication(communicator=comm, same_result=True)
+    ),
+    _mpi_target("alltoall", Communication(communicator=comm)),
+    _mpi_target("barrier", Communication(communicator=comm)),
+    _mpi_target(
+      "bcast",
+      Communication(communicator=comm, match=("root",), same_result=True),
+    ),
+    _mpi_target("gather", Communication(communicator=comm, match=("root",))),
+    _mpi_target(
+      "reduce", Communication(communicator=comm, op="op", match=("root",))
+    ),
+    _mpi_target("scan", Communication(communicator=comm, op="op")),
+    _mpi_target("scatter", Communication(communicator=comm, match=("root",))),
+    _mpi_target(
+      "send", Communication("send", communicator=comm, peer="dest", tag="tag")
+    ),
+    _mpi_target(
+      "recv",
+      Communication("recv", communicator=comm, peer="source", tag="tag"),
+    ),
+    _mpi_target(
+      "sendrecv",
+      Communication(
+        "sendrecv",
+        communicator=comm,
+        peer="dest",
+        tag="sendtag",
+        source="source",
+        source_tag="recvtag",
+      ),
+    ),
+  )
+
+
 BINDINGS: tuple[ShippedBinding, ...] = (
   ShippedBinding(
     distribution="klujax",
@@ -271,9 +338,11 @@ BINDINGS: tuple[ShippedBinding, ...] = (
     repository="mpi4jax/mpi4jax",
     checked=(
       "mpi4jax/_src/xla_bridge/mpi_xla_bridge_cpu.cpp and "
-      "mpi4jax/_src/collective_ops/*.py in the 0.9.1 sdist"
+      "mpi4jax/_src/collective_ops/*.py in the 0.9.1 sdist (the attributes "
+      "each ffi_lowering passes: at tag v0.9.1 of the repository)"
     ),
     targets=(
+      *_mpi_targets(),
       ShippedTarget(
         "mpi_*_ffi",
         "write",

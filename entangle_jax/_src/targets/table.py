@@ -15,6 +15,9 @@ The table, in full (`markdown` lists a target's keys)::
   devices = "per-device"    # each device its own object (default "shared")
   argument = { function = "mylib.count", position = 0, name = "counter" }
 
+  [tool.entangle-jax.targets.mylib_allreduce]
+  communicates = { kind = "collective", communicator = "comm", op = "op" }
+
   [[tool.entangle-jax.safe_pairs]]
   first = "tp_log_*"
   second = "tp_counter_get"
@@ -31,6 +34,7 @@ import tomllib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from entangle_jax._src.targets import communication
 from entangle_jax._src.targets.declaration import (
   Declarations,
   PythonArgument,
@@ -205,6 +209,17 @@ KEYS: tuple[Key, ...] = tuple(
       '("argument 0 (`numeric`) of `klujax.solve_with_numeric`") rather '
       "than the operand. Needs `object`",
     ),
+    (
+      "communicates",
+      "none",
+      "the call talks to other ranks, for the cross-rank check "
+      "([multi_process.md](multi_process.md)), as a table: `kind` "
+      '(`"collective"`, `"send"`, `"recv"` or `"sendrecv"`); where its '
+      "`communicator`, `peer`, `tag`, `source`, `source_tag` and reduction "
+      "`op` are (an operand index, or an attribute's name); `match`, more "
+      "places equal on every rank; `same_result = true` when every rank "
+      "gets the same result (allreduce, allgather, bcast)",
+    ),
   ]
 )
 """Every key of a target's table, in the order the docs list them. A new
@@ -246,6 +261,7 @@ def target_from_keys(
     keys.get("devices", "shared"),
     source,
     argument=_argument(keys.get("argument"), where),
+    communicates=communication.from_keys(keys.get("communicates"), where),
   )
 
 

@@ -19,6 +19,16 @@ such path, nothing optimized to read), with the reason, or could not
 answer for a module (a file it cannot read, text it cannot parse): then
 every other module is still checked and reported, the module is named with
 its reason, and the status is 2 whatever the others found.
+
+``--ranks DIR0 DIR1 ...`` checks a multi-process program instead: one
+dump directory (or module file) per rank, in rank order. Each rank's
+optimized modules that communicate (XLA's collectives, targets declared
+to communicate) are paired in dump order, and each pair is checked with
+`entangle_jax.testing.races_across`; ranks that compiled different
+numbers of such modules, or modules of different names, are a mismatch.
+Exit 0 when every module is proved, 1 on a mismatch, a deadlock or a
+collective under rank-dependent control, 2 when it cannot answer; text,
+or JSON with ``--json``.
 """
 
 from __future__ import annotations
@@ -33,10 +43,17 @@ from typing import TextIO
 
 from entangle_jax._src.targets import sources, table
 from entangle_jax._src.targets.declaration import Declarations
+from entangle_jax.testing._analysis.ranks import RankProgram
 from entangle_jax.testing._emitters import formats, sentences
 from entangle_jax.testing._emitters.options import Options
 from entangle_jax.testing._findings.records import DeclarationsRead, Run
-from entangle_jax.testing._ways_in.module_files import CannotAnswer, check
+from entangle_jax.testing._hlo import dumped_module
+from entangle_jax.testing._ways_in.across_ranks import check_programs
+from entangle_jax.testing._ways_in.module_files import (
+  CannotAnswer,
+  check,
+  optimized_modules,
+)
 
 FORMATS = formats.NAMES
 
@@ -70,7 +87,18 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     "this directory) rather than of the nearest one from the working "
     "directory",
   )
+  parser.add_argument(
+    "--ranks",
+    nargs="+",
+    metavar="DIR",
+    help="check a multi-process program across ranks: one dump directory "
+    "(or module file) per rank, in rank order",
+  )
   args = parser.parse_args(argv)
+  if args.ranks and args.paths:
+    parser.error("give either PATHs or --ranks DIR..., not both")
+  if args.ranks and args.format not in (None, "text", "json"):
+    parser.error("--ranks writes text or JSON")
   if args.json and args.format not in (None, "json"):
     parser.error(f"--json and --format {args.format} ask for two formats")
   args.format = "json" if args.json else args.format or "text"
@@ -132,6 +160,8 @@ def main(
   out = out or sys.stdout
   err = err or sys.stderr
   args = _arguments(argv)
+  if args.ranks:
+    return _across_ranks(args, out, err)
   if not args.paths:
     reason = "give a dump directory or a module file"
     if args.format == "json":
@@ -158,3 +188,84 @@ def main(
     print(sentences.summary(run), file=err)
     print(said, file=err)
   return run.status
+
+
+def _rank_modules(
+  folder: str, declarations: Declarations, rank: int
+) -> list[tuple[str, str, RankProgram]]:
+  """The modules of one rank's dump that communicate: (name, file,
+  program), in dump order.
+
+  Raises:
+    CannotAnswer: no such folder, nothing optimized in it, or a module
+      the check cannot read.
+  """
+  found = []
+  for path in optimized_modules([folder]):
+    try:
+      text = path.read_text()
+    except (OSError, UnicodeDecodeError) as error:
+      raise CannotAnswer(f"rank {rank}: {path}: {error}") from None
+    try:
+      program = RankProgram(text, declarations)
+    except (TypeError, ValueError) as error:
+      raise CannotAnswer(f"rank {rank}: {path}: {error}") from None
+    if any(True for _ in program.calls()):
+      name = dumped_module.module_name(text) or path.name
+      found.append((name, str(path), program))
+  return found
+
+
+def _across_ranks(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+  """``--ranks``: the cross-rank check, one dump per rank."""
+  as_json = args.format == "json"
+  try:
+    declarations, said, _ = _declarations(args.project)
+    ranks = [
+      _rank_modules(folder, declarations, rank)
+      for rank, folder in enumerate(args.ranks)
+    ]
+  except CannotAnswer as error:
+    if as_json:
+      json.dump({"status": 2, "error": str(error)}, out)
+      print(file=out)
+    print(f"error: {error}", file=err)
+    return 2
+  counts = [len(r) for r in ranks]
+  names = [[name for name, _, _ in r] for r in ranks]
+  reports: list[dict] = []
+  lines: list[str] = []
+  status = 0
+  if len(set(counts)) > 1 or any(n != names[0] for n in names):
+    status = 1
+    said_modules = "; ".join(
+      f"rank {rank} compiled {len(n)} ({', '.join(n) or 'none'})"
+      for rank, n in enumerate(names)
+    )
+    lines.append(
+      "Mismatch: the ranks compiled different communicating modules: "
+      f"{said_modules}. Ranks that take different Python paths compile "
+      "different programs: this check reports them, no transform can fix "
+      "them."
+    )
+    reports.append({"verdict": "mismatch", "status": 1, "modules": names})
+  else:
+    for k, name in enumerate(names[0]):
+      result = check_programs([r[k][2] for r in ranks])
+      status = max(status, result.status)
+      files = [r[k][1] for r in ranks]
+      lines.append(f"{name} ({', '.join(files)}):")
+      lines.append(result.text())
+      reports.append({"module": name, "files": files, **result.to_json()})
+    if not names[0]:
+      lines.append(
+        "No communicating calls in any rank's modules: nothing to compare."
+      )
+  if as_json:
+    json.dump({"status": status, "modules": reports}, out, indent=1)
+    print(file=out)
+    print(said, file=err)
+  else:
+    print("\n".join(lines), file=out)
+    print(said, file=err)
+  return status

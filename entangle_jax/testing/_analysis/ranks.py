@@ -1,0 +1,642 @@
+"""One rank's communicating calls, in program order, and which values are
+the same on every rank: what the cross-rank check
+(`entangle_jax.testing.races_across`) compares between ranks.
+
+`RankProgram` reads one optimized module:
+
+* its communicating calls: XLA's collectives (by opcode) and custom calls
+  whose target is declared to communicate (`Communication`), each with a
+  fingerprint (kind, target or opcode, shapes, reduction, what must
+  match) and the values that are compared up to a consistent renaming
+  (a communicator's or a reduction's handle differs in each process);
+* the order of those calls, in a tree: a loop or a conditional that
+  holds communicating calls is one item with its calls inside. Two calls
+  (or such items) of one computation that nothing orders (the order
+  analysis, `OrderAnalysis.precedes`) are `Unordered`: the ranks may make
+  them in different orders, a possible deadlock;
+* whether each such loop's or conditional's decision is the same on every
+  rank: entry parameters are rank-local (each process passes its own
+  inputs), constants are the same everywhere, and so are the results of
+  collectives that give every rank the same result
+  (`Communication.same_result`: allreduce, allgather, bcast); anything
+  computed from values the same everywhere is too. A native call's result
+  is rank-local unless declared the same (it may read the process's
+  state); ``partition-id`` and ``replica-id`` are rank-local.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterator
+
+from entangle_jax._src import access_policy
+from entangle_jax._src.targets import sources
+from entangle_jax._src.targets.communication import (
+  XLA_COLLECTIVES,
+  XLA_DONE,
+  Communication,
+  Place,
+)
+from entangle_jax._src.targets.declaration import Declarations
+from entangle_jax._src.targets.library_kernels import is_library_target
+from entangle_jax._src.targets.names import ENTANGLE_TARGET
+from entangle_jax.testing import _hlo
+from entangle_jax.testing._analysis.ops import Op
+from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
+from entangle_jax.testing._hlo.module_text import CompiledModule, module_text
+
+# Whether a value is the same on every rank: True, False, or one such tree
+# per element of a tuple.
+Same = bool | tuple
+
+_LOCAL_SOURCES = frozenset(
+  {
+    "partition-id",
+    "replica-id",
+    "rng",
+    "rng-get-and-update-state",
+    "rng-bit-generator",
+    "infeed",
+    "recv",
+    "recv-done",
+    "send",
+    "send-done",
+    "all-to-all",
+    "ragged-all-to-all",
+    "reduce-scatter",
+    "collective-permute",
+    "collective-permute-start",
+    "collective-permute-done",
+  }
+)
+"""Opcodes whose result may differ between ranks whatever their operands."""
+
+
+def _all_same(value: Same) -> bool:
+  if isinstance(value, bool):
+    return value
+  return all(_all_same(v) for v in value)
+
+
+def _meet(a: Same, b: Same) -> Same:
+  """Same only where both are."""
+  if a is True:
+    return b
+  if b is True:
+    return a
+  if a is False or b is False:
+    return False
+  if isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b):
+    return tuple(_meet(x, y) for x, y in zip(a, b, strict=True))
+  return False
+
+
+def _element(value: Same, index: int | None) -> Same:
+  if isinstance(value, bool) or index is None:
+    return value
+  return value[index] if index < len(value) else False
+
+
+def _at(value: Same, path: tuple[int, ...]) -> Same:
+  for index in path:
+    value = _element(value, index)
+  return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+  """One communicating call of a rank."""
+
+  op: Op
+  communication: Communication
+  fingerprint: tuple[tuple[str, object], ...]
+  """What must be equal on every rank: kind, target or opcode, shapes,
+  reduction, the values of `Communication.match`."""
+  renamed: tuple[tuple[str, object], ...]
+  """Values equal on every rank up to a consistent renaming: the
+  communicator's, the reduction's."""
+  peer: int | None = None
+  tag: int | None = None
+  source: int | None = None
+  source_tag: int | None = None
+
+  @property
+  def kind(self) -> str:
+    return self.communication.kind
+
+  @property
+  def what(self) -> str:
+    """The call's target or opcode."""
+    return self.op.target or self.op.instruction.opcode
+
+  def label(self) -> str:
+    """One line naming the call: what, its shapes, where."""
+    shapes = dict(self.fingerprint).get("shapes", "")
+    where = self.op.location or f"%{self.op.name}"
+    if self.kind in ("send", "recv"):
+      direction = "to" if self.kind == "send" else "from"
+      peer = f" {direction} rank {self.peer}, tag {self.tag or 0}"
+    elif self.kind == "sendrecv":
+      peer = f" to rank {self.peer}, from rank {self.source}"
+    else:
+      peer = ""
+    return f"{self.kind} {self.what}{peer} {shapes} at {where}".replace(
+      "  ", " "
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Loop:
+  """A while loop that holds communicating calls."""
+
+  op: Op
+  body: tuple[Item, ...]
+  """Its condition's calls, then its body's."""
+  decision: str | None
+  """None when its decision is the same on every rank; else the
+  rank-local value it depends on, in words."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Branch:
+  """A conditional that holds communicating calls."""
+
+  op: Op
+  branches: tuple[tuple[Item, ...], ...]
+  decision: str | None
+  """As `Loop.decision`."""
+
+
+Item = Call | Loop | Branch
+
+
+@dataclasses.dataclass(frozen=True)
+class Unordered:
+  """Two communicating calls (or loops or conditionals that hold some) of
+  one rank that nothing orders: ranks may make them in different orders."""
+
+  first: Op
+  second: Op
+
+
+def _strip_layout(shape: str) -> str:
+  return re.sub(r"\{[^{}]*\}", "", shape)
+
+
+def _raw_attribute(line: str, key: str) -> str | None:
+  """The text of attribute `key` of an instruction line (balanced braces
+  and brackets; quoted strings kept whole); None when it has none."""
+  found = re.search(rf"[,\s]{re.escape(key)}=", line)
+  if found is None:
+    return None
+  start = index = found.end()
+  depth = 0
+  quoted = False
+  while index < len(line):
+    char = line[index]
+    if quoted:
+      if char == "\\":
+        index += 1
+      elif char == '"':
+        quoted = False
+    elif char == '"':
+      quoted = True
+    elif char in "{[(":
+      depth += 1
+    elif char in "}])":
+      depth -= 1
+      if depth < 0:
+        break
+    elif char == "," and depth == 0:
+      break
+    index += 1
+  return line[start:index].strip()
+
+
+_CONFIG_ENTRY = re.compile(
+  r"([A-Za-z_][\w.]*)\s*=\s*(\"(?:[^\"\\]|\\.)*\"|[^,:}]+?)\s*(?::\s*[\w<>]+)?"
+  r"\s*(?=,|$)"
+)
+
+
+def backend_attributes(line: str) -> dict[str, str]:
+  """An FFI call's attributes, as ``backend_config={name = 1 : i64, ...}``
+  writes them: name to value text."""
+  raw = _raw_attribute(line, "backend_config")
+  if raw is None or not raw.startswith("{"):
+    return {}
+  return {
+    m.group(1): m.group(2).strip() for m in _CONFIG_ENTRY.finditer(raw[1:-1])
+  }
+
+
+def _as_int(text: object) -> int | None:
+  if isinstance(text, int):
+    return text
+  if isinstance(text, str):
+    try:
+      return int(text.strip())
+    except ValueError:
+      return None
+  return None
+
+
+class RankProgram:
+  """One rank's module, read for the cross-rank check.
+
+  Args:
+    compiled: a ``jax.stages.Compiled``, a ``jax.stages.Lowered`` or the
+      optimized HLO text, as `races` takes it.
+    declarations: what the targets do (`Declarations`); those in effect by
+      default.
+
+  Raises:
+    TypeError, ValueError: as `OrderAnalysis`; ValueError also for a
+      send's or receive's peer or tag that is not a constant.
+  """
+
+  def __init__(
+    self,
+    compiled: CompiledModule,
+    declarations: Declarations | None = None,
+    *,
+    who: str = "races_across",
+  ):
+    self.text = module_text(compiled, who=who)
+    self.declarations = (
+      sources.current() if declarations is None else declarations
+    )
+    self.analysis = OrderAnalysis(
+      self.text, declarations=self.declarations, who=who
+    )
+    self.module = self.analysis.module
+    self._lines = self.text.splitlines()
+    self._defined = {
+      (i.computation, i.name): i
+      for body in self.module.computations.values()
+      for i in body
+    }
+    self._callers: dict[str, list[_hlo.Instruction]] = {}
+    for body in self.module.computations.values():
+      for i in body:
+        for callee in i.callees:
+          self._callers.setdefault(callee, []).append(i)
+    self._same: dict[str, dict[str, Same]] = {}
+    self._contexts: dict[tuple[str, tuple], dict[str, Same]] = {}
+    self._values(self.module.entry, ())
+    self._holds: dict[str, bool] = {}
+    self.unordered: list[Unordered] = []
+    self.items: tuple[Item, ...] = self._items(self.module.entry)
+
+  # Which values are the same on every rank ---------------------------------
+
+  def communication(self, i: _hlo.Instruction) -> Communication | None:
+    """How `i` communicates with other ranks; None if it does not."""
+    if i.opcode in XLA_COLLECTIVES:
+      return XLA_COLLECTIVES[i.opcode]
+    if i.opcode == "custom-call":
+      return access_policy.communication(self.declarations, i.target)
+    return None
+
+  def _values(self, computation: str, params: tuple) -> dict[str, Same]:
+    key = (computation, params)
+    if key in self._contexts:
+      return self._contexts[key]
+    out: dict[str, Same] = {}
+    self._contexts[key] = out
+    for i in self.module.computations[computation]:
+      out[i.name] = self._value(i, out, params)
+    merged = self._same.setdefault(computation, {})
+    for name, value in out.items():
+      merged[name] = _meet(merged.get(name, True), value)
+    return out
+
+  def _root(self, computation: str, values: dict[str, Same]) -> Same:
+    for i in self.module.computations[computation]:
+      if i.root:
+        return values[i.name]
+    return False
+
+  def _value(
+    self, i: _hlo.Instruction, out: dict[str, Same], params: tuple
+  ) -> Same:
+    ins = [out.get(o, False) for o in i.operands]
+    opcode = i.opcode
+    if opcode == "parameter":
+      n = i.parameter_number
+      return params[n] if n is not None and n < len(params) else False
+    if opcode in ("constant", "iota", "after-all"):
+      return True
+    if opcode == "get-tuple-element":
+      return _element(ins[0], i.tuple_index) if ins else False
+    if opcode == "tuple":
+      return tuple(ins)
+    if opcode == "opt-barrier":
+      return ins[0] if ins else True
+    if opcode in XLA_DONE:
+      return _element(ins[0], 1) if isinstance(ins[0], tuple) else ins[0]
+    if opcode in _LOCAL_SOURCES:
+      return False
+    communication = self.communication(i)
+    if communication is not None:
+      return communication.same_result
+    if opcode == "custom-call":
+      if i.target == ENTANGLE_TARGET and i.aliased_operands:
+        payload = tuple(
+          ins[k] if k < len(ins) else False for k in i.aliased_operands
+        )
+        return payload[0] if len(payload) == 1 else payload
+      if i.target is not None and is_library_target(i.target):
+        return all(_all_same(v) for v in ins)
+      return False
+    if opcode == "while" and i.body and i.condition:
+      carry = ins[0] if ins else False
+      for _ in range(64):
+        body = self._values(i.body, (carry,))
+        update = _meet(carry, self._root(i.body, body))
+        if update == carry:
+          break
+        carry = update
+      else:
+        carry = False
+      self._values(i.condition, (carry,))
+      return carry
+    if opcode == "conditional" and i.branches:
+      result: Same = True
+      for k, branch in enumerate(i.branches):
+        operand = ins[k + 1] if k + 1 < len(ins) else False
+        result = _meet(
+          result, self._root(branch, self._values(branch, (operand,)))
+        )
+      return result if _all_same(ins[0]) else False
+    if opcode == "call" and i.callees:
+      return self._root(i.callees[0], self._values(i.callees[0], tuple(ins)))
+    return all(_all_same(v) for v in ins)
+
+  def same(self, i: _hlo.Instruction) -> Same:
+    """Whether `i`'s value is the same on every rank (in every context its
+    computation runs in)."""
+    return self._same.get(i.computation, {}).get(i.name, False)
+
+  def decision(self, i: _hlo.Instruction) -> str | None:
+    """None when the decision of loop or conditional `i` is the same on
+    every rank; else the rank-local value it depends on, in words."""
+    if i.opcode == "conditional":
+      predicate = self._defined[(i.computation, i.operands[0])]
+      if _all_same(self.same(predicate)):
+        return None
+      return self._origin(predicate, ())
+    assert i.condition is not None
+    root = next(c for c in self.module.computations[i.condition] if c.root)
+    if _all_same(self.same(root)):
+      return None
+    return self._origin(root, ())
+
+  def _origin(self, i: _hlo.Instruction, path: tuple[int, ...]) -> str:
+    found = self._find_origin(i, path, set())
+    if found is None:
+      return f"%{i.name}, computed from rank-local values"
+    return found
+
+  def _find_origin(
+    self, i: _hlo.Instruction, path: tuple[int, ...], seen: set
+  ) -> str | None:
+    key = (i.computation, i.name, path)
+    if key in seen or _all_same(_at(self.same(i), path)):
+      return None
+    seen.add(key)
+
+    def operand(k: int) -> _hlo.Instruction:
+      return self._defined[(i.computation, i.operands[k])]
+
+    if i.opcode == "parameter":
+      if i.computation == self.module.entry:
+        return _entry_parameter(i)
+      for caller in self._callers.get(i.computation, []):
+        found = self._parameter_origin(caller, i, path, seen)
+        if found is not None:
+          return found
+      return None
+    if i.opcode == "get-tuple-element" and i.operands:
+      return self._find_origin(operand(0), (i.tuple_index or 0, *path), seen)
+    if i.opcode == "tuple":
+      indices = [path[0]] if path else range(len(i.operands))
+      for k in indices:
+        if k < len(i.operands):
+          found = self._find_origin(operand(k), path[1:], seen)
+          if found is not None:
+            return found
+      return None
+    if i.opcode == "while" and i.body:
+      root = next(c for c in self.module.computations[i.body] if c.root)
+      return self._find_origin(operand(0), path, seen) or self._find_origin(
+        root, path, seen
+      )
+    if i.opcode in _LOCAL_SOURCES:
+      return f"%{i.name} ({i.opcode}), which differs between devices"
+    if (
+      i.opcode == "custom-call"
+      and i.target != ENTANGLE_TARGET
+      and (i.target is None or not is_library_target(i.target))
+    ):
+      op = self.analysis.op(i)
+      where = f" at {op.location}" if op.location else ""
+      return (
+        f"the result of {i.target}{where} (%{i.name}), which no "
+        "declaration says is the same on every rank"
+      )
+    for k in range(len(i.operands)):
+      found = self._find_origin(operand(k), (), seen)
+      if found is not None:
+        return found
+    return None
+
+  def _parameter_origin(
+    self,
+    caller: _hlo.Instruction,
+    parameter: _hlo.Instruction,
+    path: tuple[int, ...],
+    seen: set,
+  ) -> str | None:
+    def operand(k: int) -> _hlo.Instruction | None:
+      if k >= len(caller.operands):
+        return None
+      return self._defined[(caller.computation, caller.operands[k])]
+
+    computation = parameter.computation
+    candidates: list[tuple[_hlo.Instruction | None, tuple[int, ...]]] = []
+    if caller.opcode == "while":
+      candidates.append((operand(0), path))
+      if caller.body:
+        body = self.module.computations[caller.body]
+        candidates.append((next(c for c in body if c.root), path))
+    elif caller.opcode == "conditional":
+      if computation in caller.branches:
+        candidates.append(
+          (operand(caller.branches.index(computation) + 1), path)
+        )
+    else:
+      candidates.append((operand(parameter.parameter_number or 0), path))
+    for instruction, where in candidates:
+      if instruction is not None:
+        found = self._find_origin(instruction, where, seen)
+        if found is not None:
+          return found
+    return None
+
+  # The calls, in order -----------------------------------------------------
+
+  def _communicates(self, computation: str) -> bool:
+    """Whether `computation`, or one it calls, holds a communicating call."""
+    if computation not in self._holds:
+      self._holds[computation] = any(
+        self.communication(i) is not None
+        or any(self._communicates(c) for c in i.callees)
+        for i in self.module.computations[computation]
+      )
+    return self._holds[computation]
+
+  def _items(self, computation: str) -> tuple[Item, ...]:
+    found: list[tuple[Op, list[Item]]] = []
+    for i in self.module.computations[computation]:
+      communication = self.communication(i)
+      if communication is not None:
+        found.append((self.analysis.op(i), [self._call(i, communication)]))
+      elif not any(self._communicates(c) for c in i.callees):
+        continue
+      elif i.opcode == "while" and i.body and i.condition:
+        body = (*self._items(i.condition), *self._items(i.body))
+        item = Loop(self.analysis.op(i), body, self.decision(i))
+        found.append((item.op, [item]))
+      elif i.opcode == "conditional":
+        branches = tuple(self._items(b) for b in i.branches)
+        item = Branch(self.analysis.op(i), branches, self.decision(i))
+        found.append((item.op, [item]))
+      else:  # A call, an async wrapper: its calls, in its place.
+        inner = [x for c in i.callees for x in self._items(c)]
+        found.append((self.analysis.op(i), inner))
+    return tuple(x for _, items in self._ordered(found) for x in items)
+
+  def _ordered(
+    self, found: list[tuple[Op, list[Item]]]
+  ) -> list[tuple[Op, list[Item]]]:
+    """`found` in the order the module runs them; each pair that nothing
+    orders is recorded in `unordered` (they stay in text order)."""
+    before = {k: 0 for k in range(len(found))}
+    for a in range(len(found)):
+      for b in range(a + 1, len(found)):
+        x, y = found[a][0], found[b][0]
+        if self.analysis.precedes(x, y):
+          before[b] += 1
+        elif self.analysis.precedes(y, x):
+          before[a] += 1
+        else:
+          self.unordered.append(Unordered(x, y))
+    order = sorted(range(len(found)), key=lambda k: (before[k], k))
+    return [found[k] for k in order]
+
+  # One call's fingerprint --------------------------------------------------
+
+  def _line(self, i: _hlo.Instruction) -> str:
+    return self._lines[i.line - 1] if 0 < i.line <= len(self._lines) else ""
+
+  def _place(self, i: _hlo.Instruction, place: Place | None) -> object:
+    """The value at `place` of call `i`: an attribute's text, or an
+    operand's constant literal; None when there is none or it is not a
+    constant."""
+    if place is None:
+      return None
+    if isinstance(place, str):
+      return backend_attributes(self._line(i)).get(place)
+    if place >= len(i.operands):
+      raise ValueError(
+        f"%{i.name} ({i.target}) has no operand {place}, which its "
+        "communication declaration names"
+      )
+    operand = self._defined[(i.computation, i.operands[place])]
+    return operand.literal if operand.opcode == "constant" else None
+
+  def _number(
+    self, i: _hlo.Instruction, place: Place | None, what: str
+  ) -> int | None:
+    if place is None:
+      return None
+    value = _as_int(self._place(i, place))
+    if value is None:
+      raise ValueError(
+        f"the {what} of %{i.name} ({i.target}) is not a constant in the "
+        "module: the cross-rank check cannot tell which rank it talks to"
+      )
+    return value
+
+  def _call(self, i: _hlo.Instruction, c: Communication) -> Call:
+    op = self.analysis.op(i)
+    line = self._line(i)
+    if c.kind == "recv":  # What it receives: its result.
+      shapes = ", ".join(
+        s
+        for s in re.findall(r"\w+\[[^\]]*\]", _strip_layout(i.shape))
+        if not s.startswith("token")
+      )
+    else:
+      shapes = ", ".join(
+        _strip_layout(self._defined[(i.computation, o)].shape)
+        for o in i.operands
+        if not self._defined[(i.computation, o)].shape.startswith("token")
+      )
+    fingerprint: list[tuple[str, object]] = [
+      ("kind", c.kind),
+      ("call", i.target or i.opcode.removesuffix("-start")),
+      ("shapes", f"({shapes})"),
+    ]
+    renamed: list[tuple[str, object]] = []
+    if i.opcode != "custom-call":
+      fingerprint.append(("result", _strip_layout(i.shape)))
+      for key in ("replica_groups", "dimensions", "source_target_pairs"):
+        value = _raw_attribute(line, key)
+        if value is not None:
+          fingerprint.append((key, value))
+      if i.callees:  # The reduction: its computation's root opcode.
+        body = self.module.computations.get(i.callees[0], [])
+        roots = [x.opcode for x in body if x.root]
+        fingerprint.append(("reduction", roots[0] if roots else "?"))
+    else:
+      for place in c.match:
+        fingerprint.append((str(place), self._place(i, place)))
+      if c.communicator is not None:
+        renamed.append(("communicator", self._place(i, c.communicator)))
+      if c.op is not None:
+        renamed.append(("reduction", self._place(i, c.op)))
+    return Call(
+      op,
+      c,
+      tuple(fingerprint),
+      tuple(renamed),
+      peer=self._number(i, c.peer, "peer"),
+      tag=self._number(i, c.tag, "tag"),
+      source=self._number(i, c.source, "source"),
+      source_tag=self._number(i, c.source_tag, "source tag"),
+    )
+
+  def calls(self) -> Iterator[Call]:
+    """Every communicating call, loops and branches included."""
+
+    def walk(items: tuple[Item, ...]) -> Iterator[Call]:
+      for item in items:
+        if isinstance(item, Call):
+          yield item
+        elif isinstance(item, Loop):
+          yield from walk(item.body)
+        else:
+          for branch in item.branches:
+            yield from walk(branch)
+
+    return walk(self.items)
+
+
+def _entry_parameter(i: _hlo.Instruction) -> str:
+  return (
+    f"entry parameter {i.parameter_number} (%{i.name}): each rank passes "
+    "its own inputs"
+  )

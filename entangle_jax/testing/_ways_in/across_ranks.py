@@ -1,0 +1,605 @@
+"""`races_across`: do the ranks of a multi-process program make their
+communicating calls in a compatible order? One module per rank in, a
+`CrossRankResult` out.
+
+The check, over each rank's `RankProgram`
+(`entangle_jax.testing._analysis.ranks`):
+
+1. every loop or conditional that holds a communicating call must decide
+   on values the same on every rank (`RankDependent` otherwise: ranks may
+   make different numbers of calls, and hang);
+2. each rank's communicating calls must be ordered within the rank
+   (`UnorderedCalls` otherwise: the order analysis finds no edge, so the
+   rank's runtime may make them in either order, a possible deadlock);
+3. the ranks' calls are simulated in lock step: a collective completes
+   when every rank is at one, and their fingerprints must be equal (kind,
+   target or opcode, shapes, reduction, declared `match` values; the
+   communicator and the reduction's handle up to a consistent renaming),
+   else a `Mismatch` at call k; a blocking send completes with the
+   receive it meets on its peer, and a sendrecv when its peer receives
+   and its source sends at once. When no rank can go on and some have
+   calls left, it is a `Deadlock`, with each rank's blocked call. A loop
+   (or a conditional) is one step: the ranks' bodies (each branch) are
+   simulated together, since a decision the same on every rank runs them
+   the same number of times.
+
+What it assumes: every communicator spans all the ranks given; a send
+blocks until its receive (as MPI may, for messages too big to buffer);
+a peer or tag below 0 is MPI's ``ANY_SOURCE`` or ``ANY_TAG``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from entangle_jax._src.targets.communication import ANY
+from entangle_jax._src.targets.declaration import Declarations
+from entangle_jax.testing._analysis.ops import Op
+from entangle_jax.testing._analysis.ranks import (
+  Branch,
+  Call,
+  Item,
+  Loop,
+  RankProgram,
+)
+from entangle_jax.testing._hlo.module_text import CompiledModule
+
+Verdict = Literal["proved", "mismatch", "deadlock", "rank-dependent"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RankCall:
+  """One rank's communicating call (or loop or conditional that holds
+  some), as a report names it."""
+
+  rank: int
+  index: int
+  """Its position among the rank's communicating calls, from 1 (a loop's
+  calls counted once)."""
+  label: str
+  """Kind, target or opcode, peer, shapes, and ``file:line``."""
+  location: str | None
+  """The user's ``file:line`` that made it, if the module records it."""
+
+  def __str__(self) -> str:
+    return f"rank {self.rank}: call {self.index}: {self.label}"
+
+
+@dataclasses.dataclass(frozen=True)
+class MatchedStep:
+  """One step of the sequence every rank agrees on: a collective made by
+  every rank, or a send and the receive it met."""
+
+  calls: tuple[RankCall, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Mismatch:
+  """The ranks reach different communicating calls at one step."""
+
+  calls: tuple[RankCall | None, ...]
+  """Each rank's call at that step (None: the rank has made all its
+  calls)."""
+  differs: str
+  """What differs, in words."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Deadlock:
+  """No rank can go on, and some have calls left."""
+
+  blocked: tuple[RankCall | None, ...]
+  """Each rank's blocked call (None: the rank has made all its calls)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RankDependent:
+  """A loop or conditional that holds communicating calls and decides on a
+  value that may differ between ranks."""
+
+  ranks: tuple[int, ...]
+  construct: Literal["loop", "conditional"]
+  label: str
+  """The loop or conditional (``%while.3``) and its ``file:line``."""
+  depends_on: str
+  """The rank-local value its decision depends on, in words."""
+  calls: tuple[str, ...]
+  """The communicating calls inside it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class UnorderedCalls:
+  """Two communicating calls of one rank that nothing orders."""
+
+  rank: int
+  first: str
+  second: str
+
+
+@dataclasses.dataclass(frozen=True)
+class CrossRankResult:
+  """What `races_across` found. `verdict` is the first of: a collective
+  under rank-dependent control, calls a rank may make in either order (a
+  possible deadlock), a mismatch, a deadlock; else ``"proved"``. Every
+  finding is kept in its field.
+
+  Attributes:
+    verdict: ``"proved"``, ``"rank-dependent"``, ``"deadlock"`` or
+      ``"mismatch"``.
+    ranks: how many ranks were compared.
+    matched: the steps every rank agreed on, in order (all of them when
+      proved; up to the problem otherwise).
+    mismatch: where the ranks' calls differ, if they do.
+    deadlock: each rank's blocked call, if the simulation stopped.
+    rank_dependent: loops and conditionals that decide on rank-local
+      values and hold communicating calls.
+    unordered: pairs of a rank's communicating calls that nothing orders.
+  """
+
+  verdict: Verdict
+  ranks: int
+  matched: tuple[MatchedStep, ...] = ()
+  mismatch: Mismatch | None = None
+  deadlock: Deadlock | None = None
+  rank_dependent: tuple[RankDependent, ...] = ()
+  unordered: tuple[UnorderedCalls, ...] = ()
+
+  @property
+  def proved(self) -> bool:
+    """Whether the ranks' calls match, in an order each rank keeps."""
+    return self.verdict == "proved"
+
+  @property
+  def status(self) -> int:
+    """The command's exit status: 0 proved, 1 otherwise."""
+    return 0 if self.proved else 1
+
+  def text(self) -> str:
+    """The report, for people."""
+    return format_result(self)
+
+  def __str__(self) -> str:
+    return self.text()
+
+  def to_json(self) -> dict[str, Any]:
+    """The result as JSON-ready data (`dataclasses.asdict`, and the
+    status)."""
+    data = dataclasses.asdict(self)
+    data["status"] = self.status
+    return data
+
+
+_FIX_RANK_DEPENDENT = (
+  "Fix: reduce the decision across ranks first (an allreduce of the "
+  "predicate or residual, whose result every rank shares), or hoist the "
+  "collective out of the branch or loop."
+)
+_FIX_UNORDERED = (
+  "Fix: order them: entangle the later call's operand with the earlier "
+  "call's result (entangle_jax.entangle), or wrap the function in "
+  "entangle_jax.in_program_order (it orders declared native calls)."
+)
+_FIX_MISMATCH = (
+  "Fix: make every rank issue the same communicating calls, with the "
+  "same shapes, in the same order. Ranks that take different Python "
+  "paths compile different programs: this check reports them, no "
+  "transform can fix them."
+)
+_FIX_DEADLOCK = (
+  "Fix: order the calls so that each send meets its receive (one rank "
+  "receives first), or exchange with one sendrecv."
+)
+
+
+def format_result(result: CrossRankResult) -> str:
+  """`CrossRankResult.text`: the verdict's paragraph first, then every
+  other finding."""
+  lines: list[str] = []
+  if result.proved:
+    steps = len(result.matched)
+    lines.append(
+      f"Proved: the {result.ranks} rank{'s' * (result.ranks != 1)} make "
+      f"{steps} communicating "
+      f"call{'s' * (steps != 1)} in one order, each rank's ordered."
+    )
+    for n, step in enumerate(result.matched, 1):
+      lines.append(f"  {n}. {_step_text(step)}")
+    return "\n".join(lines)
+  if result.rank_dependent:
+    lines.append(
+      "Rank-dependent: communicating calls sit under a loop or conditional "
+      "whose decision may differ between ranks, so ranks may make "
+      "different numbers of them."
+    )
+    for r in result.rank_dependent:
+      ranks = ", ".join(str(k) for k in r.ranks)
+      lines.append(f"  {r.construct} {r.label} (ranks {ranks})")
+      lines.append(f"    decides on {r.depends_on}")
+      for call in r.calls:
+        lines.append(f"    holds {call}")
+    lines.append(_FIX_RANK_DEPENDENT)
+  if result.unordered:
+    lines.append(
+      "Possible deadlock: a rank may make these communicating calls in "
+      "either order (nothing orders them), and another rank in the other."
+    )
+    for u in result.unordered:
+      lines.append(f"  rank {u.rank}: {u.first}")
+      lines.append(f"          and {u.second}")
+    lines.append(_FIX_UNORDERED)
+  if result.mismatch is not None:
+    m = result.mismatch
+    index = next((c.index for c in m.calls if c is not None), 0)
+    lines.append(f"Mismatch at call {index}: the ranks make different calls.")
+    for rank, call in enumerate(m.calls):
+      lines.append(
+        f"  {call}" if call is not None else f"  rank {rank}: no more calls"
+      )
+    lines.append(f"  differs: {m.differs}")
+    lines.append(_FIX_MISMATCH)
+  if result.deadlock is not None:
+    lines.append("Deadlock: no rank can go on.")
+    for rank, call in enumerate(result.deadlock.blocked):
+      lines.append(
+        f"  rank {rank}: blocked in call {call.index}: {call.label}"
+        if call is not None
+        else f"  rank {rank}: has made all its calls"
+      )
+    lines.append(_FIX_DEADLOCK)
+  if result.matched:
+    lines.append(f"Matched before that: {len(result.matched)} step(s).")
+  return "\n".join(lines)
+
+
+def _step_text(step: MatchedStep) -> str:
+  labels = {c.label for c in step.calls}
+  if len(labels) == 1 and len(step.calls) > 1:
+    return f"{step.calls[0].label} (every rank)"
+  return "; ".join(f"rank {c.rank}: {c.label}" for c in step.calls)
+
+
+# The check --------------------------------------------------------------
+
+
+def _label(item: Item) -> str:
+  if isinstance(item, Call):
+    return item.label()
+  construct = "loop" if isinstance(item, Loop) else "conditional"
+  where = item.op.location
+  return f"{construct} %{item.op.name}" + (f" at {where}" if where else "")
+
+
+def _op_label(op: Op) -> str:
+  where = op.location or "an unknown line"
+  return f"{op.target or op.instruction.opcode} (%{op.name}) at {where}"
+
+
+class _Simulation:
+  def __init__(self, count: int):
+    self.count = count
+    self.calls_made = [0] * count
+    self.matched: list[MatchedStep] = []
+    # Per rank and namespace: that rank's value -> rank 0's, and back.
+    self.forward: list[dict[tuple[str, object], object]] = [
+      {} for _ in range(count)
+    ]
+    self.backward: list[dict[tuple[str, object], object]] = [
+      {} for _ in range(count)
+    ]
+
+  def rank_call(self, rank: int, item: Item, offset: int = 1) -> RankCall:
+    location = item.op.location
+    return RankCall(
+      rank, self.calls_made[rank] + offset, _label(item), location
+    )
+
+  def _renaming_differs(self, calls: list[Call]) -> str | None:
+    reference = dict(calls[0].renamed)
+    for rank in range(1, self.count):
+      for name, value in calls[rank].renamed:
+        expected = reference.get(name)
+        bound = self.forward[rank].get((name, value), _UNBOUND)
+        back = self.backward[rank].get((name, expected), _UNBOUND)
+        if bound is _UNBOUND and back is _UNBOUND:
+          self.forward[rank][(name, value)] = expected
+          self.backward[rank][(name, expected)] = value
+        elif bound != expected or back != value:
+          return (
+            f"the {name}: rank {rank} passes one it passed where rank 0 "
+            "passed another (no consistent renaming maps one rank's "
+            "handles to the other's)"
+          )
+    return None
+
+  def _fingerprints_differ(self, calls: list[Call]) -> str | None:
+    reference = calls[0].fingerprint
+    for rank, call in enumerate(calls[1:], 1):
+      if call.fingerprint != reference:
+        mine, theirs = dict(reference), dict(call.fingerprint)
+        for key in dict.fromkeys([*mine, *theirs]):
+          if mine.get(key) != theirs.get(key):
+            return (
+              f"{key}: {mine.get(key)} on rank 0, {theirs.get(key)} on "
+              f"rank {rank}"
+            )
+    return self._renaming_differs(calls)
+
+  def run(
+    self, sequences: list[tuple[Item, ...]]
+  ) -> Mismatch | Deadlock | None:
+    n = self.count
+    position = [0] * n
+
+    def head(rank: int) -> Item | None:
+      items = sequences[rank]
+      return items[position[rank]] if position[rank] < len(items) else None
+
+    def advance(ranks: list[int], step: bool = True) -> None:
+      calls = []
+      for rank in ranks:
+        item = head(rank)
+        assert item is not None
+        calls.append(self.rank_call(rank, item))
+        position[rank] += 1
+        self.calls_made[rank] += 1
+      if step:
+        self.matched.append(MatchedStep(tuple(calls)))
+
+    while True:
+      heads = [head(r) for r in range(n)]
+      if all(h is None for h in heads):
+        return None
+      if self._point_to_point(heads, advance):
+        continue
+      if all(isinstance(h, Call) and h.kind == "collective" for h in heads):
+        calls = [h for h in heads if isinstance(h, Call)]
+        differs = self._fingerprints_differ(calls)
+        if differs is not None:
+          return Mismatch(
+            tuple(self.rank_call(r, calls[r]) for r in range(n)), differs
+          )
+        advance(list(range(n)))
+        continue
+      if all(isinstance(h, Loop) for h in heads):
+        loops = [h for h in heads if isinstance(h, Loop)]
+        found = self.run([loop.body for loop in loops])
+        if found is not None:
+          return found
+        position[:] = [p + 1 for p in position]
+        continue
+      if all(isinstance(h, Branch) for h in heads):
+        branches = [h for h in heads if isinstance(h, Branch)]
+        counts = {len(b.branches) for b in branches}
+        if len(counts) != 1:
+          return Mismatch(
+            tuple(self.rank_call(r, branches[r]) for r in range(n)),
+            "the conditionals have different numbers of branches",
+          )
+        for k in range(counts.pop()):
+          found = self.run([b.branches[k] for b in branches])
+          if found is not None:
+            return found
+        position[:] = [p + 1 for p in position]
+        continue
+      return self._stuck(heads)
+
+  def _point_to_point(self, heads: list[Item | None], advance) -> bool:
+    """Completes the sends and receives that meet, and the sendrecvs whose
+    peer receives and whose source sends; whether any did."""
+    n = self.count
+    for rank, h in enumerate(heads):
+      if isinstance(h, Call) and h.kind == "send" and h.peer is not None:
+        peer = h.peer
+        other = heads[peer] if 0 <= peer < n else None
+        is_recv = isinstance(other, Call) and other.kind == "recv"
+        if is_recv and _receives_from(other, rank, h.tag):
+          advance([rank, peer])
+          return True
+    ready: dict[int, set[int]] = {}
+    for rank, h in enumerate(heads):
+      if not isinstance(h, Call) or h.kind != "sendrecv":
+        continue
+      peer, source = h.peer, h.source
+      if peer is None or source is None:
+        continue
+      if not (0 <= peer < n and 0 <= source < n):
+        continue
+      if _receives_from(heads[peer], rank, h.tag) and _sends_to(
+        heads[source], rank, h.source_tag
+      ):
+        ready[rank] = {peer, source}
+    # A partner that is a sendrecv itself must be ready too.
+    changed = True
+    while changed:
+      changed = False
+      for rank, partners in list(ready.items()):
+        if any(
+          _kind(heads[o]) == "sendrecv" and o not in ready for o in partners
+        ):
+          del ready[rank]
+          changed = True
+    if not ready:
+      return False
+    group = set(ready)
+    for partners in ready.values():
+      group |= {p for p in partners if _kind(heads[p]) in ("send", "recv")}
+    advance(sorted(group))
+    return True
+
+  def _stuck(self, heads: list[Item | None]) -> Mismatch | Deadlock:
+    n = self.count
+    waiting = [h for h in heads if h is not None]
+    kinds = {
+      "call" if isinstance(h, Call) and h.kind == "collective" else type(h)
+      for h in waiting
+    }
+    blocked = tuple(
+      None if h is None else self.rank_call(r, h) for r, h in enumerate(heads)
+    )
+    collective_or_block = all(
+      isinstance(h, Loop | Branch)
+      or (isinstance(h, Call) and h.kind == "collective")
+      for h in waiting
+    )
+    if collective_or_block and len(kinds) > 1 and len(waiting) == n:
+      return Mismatch(
+        blocked,
+        "one rank is at a collective where another is at a loop or "
+        "conditional that holds communicating calls",
+      )
+    return Deadlock(blocked)
+
+
+_UNBOUND = object()
+
+
+def _kind(item: Item | None) -> str | None:
+  """A call's kind; None for a loop, a conditional or nothing."""
+  return item.kind if isinstance(item, Call) else None
+
+
+def _matches(value: int | None, wanted: int | None) -> bool:
+  value = 0 if value is None else value
+  wanted = 0 if wanted is None else wanted
+  return value == wanted or value <= ANY or wanted <= ANY
+
+
+def _receives_from(item: Item | None, rank: int, tag: int | None) -> bool:
+  if not isinstance(item, Call):
+    return False
+  if item.kind == "recv":
+    return _matches(item.peer, rank) and _matches(item.tag, tag)
+  if item.kind == "sendrecv":
+    return _matches(item.source, rank) and _matches(item.source_tag, tag)
+  return False
+
+
+def _sends_to(item: Item | None, rank: int, tag: int | None) -> bool:
+  if not isinstance(item, Call):
+    return False
+  if item.kind in ("send", "sendrecv"):
+    return item.peer == rank and _matches(item.tag, tag)
+  return False
+
+
+def _rank_dependent(programs: list[RankProgram]) -> tuple[RankDependent, ...]:
+  found: dict[tuple[str, str, str], tuple[list[int], RankDependent]] = {}
+
+  def walk(rank: int, items: tuple[Item, ...]) -> None:
+    for item in items:
+      if isinstance(item, Call):
+        continue
+      inner = item.body if isinstance(item, Loop) else sum(item.branches, ())
+      if item.decision is not None:
+        construct: Literal["loop", "conditional"] = (
+          "loop" if isinstance(item, Loop) else "conditional"
+        )
+        label = _label(item).removeprefix(f"{construct} ")
+        calls = tuple(_label(x) for x in inner)
+        key = (construct, label, item.decision)
+        ranks = found.setdefault(
+          key,
+          ([], RankDependent((), construct, label, item.decision, calls)),
+        )[0]
+        ranks.append(rank)
+      walk(rank, inner)
+
+  for rank, program in enumerate(programs):
+    walk(rank, program.items)
+  return tuple(
+    dataclasses.replace(r, ranks=tuple(ranks)) for ranks, r in found.values()
+  )
+
+
+def _program(
+  module: CompiledModule | os.PathLike[str],
+  declarations: Declarations | None,
+  rank: int,
+) -> RankProgram:
+  if isinstance(module, os.PathLike):
+    module = pathlib.Path(module).read_text()
+  try:
+    return RankProgram(module, declarations)
+  except (TypeError, ValueError) as error:
+    raise type(error)(f"races_across: rank {rank}: {error}") from None
+
+
+def races_across(
+  modules: Sequence[CompiledModule | os.PathLike[str]],
+  *,
+  declarations: Declarations | None = None,
+) -> CrossRankResult:
+  """Whether the ranks of a multi-process program make their communicating
+  calls in a compatible order.
+
+  Takes one module per rank, in rank order, and checks, as
+  ``docs/multi_process.md`` says: no collective under a loop or
+  conditional that decides on a rank-local value; each rank's
+  communicating calls ordered within the rank; the ranks' calls matched
+  step by step (collectives by fingerprint; blocking sends with their
+  receives), without a deadlock. Communicating calls are XLA's
+  collectives and the targets declared to communicate (``communicates``
+  in a declaration; mpi4jax's are shipped).
+
+  Args:
+    modules: per rank, a ``jax.stages.Compiled``, a ``jax.stages.Lowered``
+      (compiled here), the optimized HLO text, or the path of a dumped
+      module's file (``*after_optimizations.txt``).
+    declarations: what the targets do; those in effect by default.
+
+  Returns:
+    A `CrossRankResult`: its ``verdict`` is ``"proved"`` or names the first
+    problem; ``text()`` renders it.
+
+  Raises:
+    TypeError: `modules` is not a sequence, or holds something else.
+    ValueError: fewer than one module, a module the analysis cannot read,
+      or a send's peer or tag that is not a constant; the message names the
+      rank.
+  """
+  if isinstance(modules, str | bytes) or not isinstance(modules, Sequence):
+    raise TypeError(
+      "races_across: modules must be a list with one module per rank, not "
+      f"{type(modules).__name__}"
+    )
+  if not modules:
+    raise ValueError("races_across: give one module per rank")
+  programs = [_program(m, declarations, rank) for rank, m in enumerate(modules)]
+  return check_programs(programs)
+
+
+def check_programs(programs: Sequence[RankProgram]) -> CrossRankResult:
+  """`races_across` over modules already read, one per rank."""
+  programs = list(programs)
+  rank_dependent = _rank_dependent(programs)
+  unordered = tuple(
+    UnorderedCalls(rank, _op_label(u.first), _op_label(u.second))
+    for rank, p in enumerate(programs)
+    for u in p.unordered
+  )
+  simulation = _Simulation(len(programs))
+  stopped = simulation.run([p.items for p in programs])
+  mismatch = stopped if isinstance(stopped, Mismatch) else None
+  deadlock = stopped if isinstance(stopped, Deadlock) else None
+  verdict: Verdict = "proved"
+  if rank_dependent:
+    verdict = "rank-dependent"
+  elif unordered:
+    verdict = "deadlock"
+  elif mismatch is not None:
+    verdict = "mismatch"
+  elif deadlock is not None:
+    verdict = "deadlock"
+  return CrossRankResult(
+    verdict,
+    len(programs),
+    tuple(simulation.matched),
+    mismatch,
+    deadlock,
+    rank_dependent,
+    unordered,
+  )

@@ -1,0 +1,79 @@
+"""The cross-rank check on modules that two jax.distributed processes
+compiled (gloo over loopback, one CPU device each; issue 70).
+
+The workers (across_ranks_worker.py) compile each shape with the rank as a
+Python value and run only the one the check proves; each has a watchdog,
+and this test an outer timeout.
+"""
+
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import tempfile
+
+from absl.testing import absltest
+
+from entangle_jax.testing import races_across
+from tests import test_util
+
+WORKER = os.path.join(
+  os.path.dirname(os.path.abspath(__file__)), "across_ranks_worker.py"
+)
+TIMEOUT_S = 200
+
+
+def free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+class DistributedTest(absltest.TestCase):
+  def test_two_processes_compile_and_the_check_tells_them_apart(self):
+    out = pathlib.Path(tempfile.mkdtemp())
+    port = str(free_port())
+    env = test_util.child_env()
+    env.pop("XLA_FLAGS", None)
+    workers = [
+      subprocess.Popen(
+        [sys.executable, WORKER, str(i), port, str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+      )
+      for i in range(2)
+    ]
+    outputs = []
+    try:
+      for worker in workers:
+        outputs.append(worker.communicate(timeout=TIMEOUT_S)[0])
+    finally:
+      for worker in workers:
+        if worker.poll() is None:
+          worker.kill()
+          worker.wait()
+    for i, (worker, output) in enumerate(zip(workers, outputs, strict=True)):
+      self.assertEqual(worker.returncode, 0, f"process {i}:\n{output}")
+      self.assertIn(f"process {i}: compiled 3, ran ordered", output)
+
+    def verdict(shape: str):
+      return races_across([out / shape / f"rank{r}.txt" for r in (0, 1)])
+
+    ordered = verdict("ordered")
+    self.assertEqual(ordered.verdict, "proved", ordered.text())
+    self.assertEqual(
+      [s.calls[0].label.split()[1] for s in ordered.matched],
+      ["all-reduce", "all-gather"],
+    )
+    swapped = verdict("swapped")
+    self.assertEqual(swapped.verdict, "mismatch", swapped.text())
+    unordered = verdict("unordered")
+    self.assertEqual(unordered.verdict, "deadlock", unordered.text())
+    self.assertTrue(unordered.unordered)
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -1,0 +1,570 @@
+"""`races_across`: the cross-rank check, hermetic, in one process (issue 70).
+
+Each rank's program is compiled here with the rank as a Python value, as
+the ranks of ``mpirun`` or ``jax.distributed`` would compile theirs, for
+each shape of issue 70's table that one process can show, each with its
+control (the passing twin). Communicating calls are XLA's own collectives
+(``psum`` and ``all_gather`` under ``shard_map`` over two CPU devices) and
+hand-written FFI targets declared as an allreduce, a send and a receive:
+they are registered with entangle's no-op handler, only to compile (the
+check reads the compiled module; nothing here runs them).
+"""
+
+import functools
+import io
+import json
+import pathlib
+import tempfile
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl.testing import absltest
+
+from entangle_jax import entangle
+from entangle_jax._src import native
+from entangle_jax._src.targets import shipped, sources, table
+from entangle_jax._src.targets.communication import Communication
+from entangle_jax._src.targets.declaration import Declarations, merged
+from entangle_jax.testing import CrossRankResult, races_across
+from entangle_jax.testing._ways_in import command
+
+ALLREDUCE = "ranks_test_allreduce"
+SEND = "ranks_test_send"
+RECV = "ranks_test_recv"
+DATA = pathlib.Path(__file__).resolve().parents[1] / "targets" / "data"
+SHAPES = pathlib.Path(__file__).resolve().parent / "data" / "ranks_mpi4jax"
+# What the check says of each stored shape (data/ranks_mpi4jax/README.md).
+SHAPE_VERDICTS = {
+  "same_order": "proved",
+  "swapped": "mismatch",
+  "sizes": "mismatch",
+  "cond_local": "rank-dependent",
+  "cond_reduced": "proved",
+  "while_local": "rank-dependent",
+  "while_reduced": "proved",
+  "sendrecv_deadlock": "deadlock",
+  "sendrecv_ok": "proved",
+  "bcast_roots": "mismatch",
+  "bcast_ok": "proved",
+}
+
+
+@functools.cache
+def registered() -> None:
+  """Registers the test targets with entangle's no-op handler (once)."""
+  handler = native.load().registrations()["entangle"]
+  for target in (ALLREDUCE, SEND, RECV):
+    jax.ffi.register_ffi_target(target, handler, platform="cpu")
+
+
+def declarations() -> Declarations:
+  """The test targets declared as they would be in a pyproject.toml, then
+  what is built in."""
+  mine = table.from_table(
+    {
+      "targets": {
+        ALLREDUCE: {
+          "communicates": {
+            "kind": "collective",
+            "communicator": "comm",
+            "same_result": True,
+          }
+        },
+        SEND: {"communicates": {"kind": "send", "peer": "dest", "tag": "tag"}},
+        RECV: {
+          "communicates": {"kind": "recv", "peer": "source", "tag": "tag"}
+        },
+      }
+    },
+    "across_ranks_test",
+  )
+  return merged([mine, sources.BUILT_IN], distinct=False)
+
+
+def allreduce(x, comm=7):
+  registered()
+  call = jax.ffi.ffi_call(
+    ALLREDUCE, jax.ShapeDtypeStruct(x.shape, x.dtype), has_side_effect=True
+  )
+  return call(x, comm=np.int64(comm))
+
+
+def send(x, dest, tag=0):
+  registered()
+  call = jax.ffi.ffi_call(
+    SEND, jax.ShapeDtypeStruct((), jnp.int32), has_side_effect=True
+  )
+  return call(x, dest=np.int64(dest), tag=np.int64(tag))
+
+
+def recv(after, shape, source, tag=0):
+  registered()
+  call = jax.ffi.ffi_call(
+    RECV, jax.ShapeDtypeStruct(shape, jnp.float32), has_side_effect=True
+  )
+  return call(after, source=np.int64(source), tag=np.int64(tag))
+
+
+def check(program, ranks=2, *args) -> CrossRankResult:
+  """Compiles `program(rank, ...)` once per rank, with the rank as a
+  Python value, and checks the modules across ranks."""
+  args = args or (jax.ShapeDtypeStruct((4,), jnp.float32),)
+  modules = [
+    jax.jit(functools.partial(program, rank)).lower(*args).compile()
+    for rank in range(ranks)
+  ]
+  return races_across(modules, declarations=declarations())
+
+
+def mesh() -> jax.sharding.Mesh:
+  return jax.make_mesh((2,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+
+
+def on_mesh(body):
+  """`body` under shard_map over two CPU devices (XLA's collectives)."""
+  return jax.shard_map(
+    body,
+    mesh=mesh(),
+    in_specs=jax.sharding.PartitionSpec("x"),
+    out_specs=jax.sharding.PartitionSpec(),
+    check_vma=False,
+  )
+
+
+class TwoAllreducesTest(absltest.TestCase):
+  """Rank 0 does extra work first, then two allreduces that nothing
+  orders: the ranks may make them in different orders."""
+
+  @staticmethod
+  def program(rank, x, ordered):
+    if rank == 0:
+      x = jnp.sin(x) * 2.0  # extra work on rank 0
+    a = allreduce(x)
+    y = jnp.cos(x)
+    if ordered:
+      y = entangle(y, a)
+    b = allreduce(y)
+    return a, b
+
+  def test_unordered_allreduces_are_a_possible_deadlock(self):
+    result = check(functools.partial(self.program, ordered=False))
+    self.assertEqual(result.verdict, "deadlock")
+    self.assertLen(result.unordered, 2)  # One pair on each rank.
+    self.assertEqual({u.rank for u in result.unordered}, {0, 1})
+    self.assertIn(ALLREDUCE, result.unordered[0].first)
+    self.assertRegex(result.unordered[0].first, r" at \S+:\d+")
+    self.assertIn("Possible deadlock", result.text())
+    self.assertEqual(result.status, 1)
+
+  def test_control_ordered_with_entangle_is_proved(self):
+    result = check(functools.partial(self.program, ordered=True))
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 2)
+    self.assertEqual(result.status, 0)
+    self.assertStartsWith(result.text(), "Proved: the 2 ranks make 2 ")
+
+
+class XlaCollectivesTest(absltest.TestCase):
+  """XLA's own collectives need no declaration: psum and all_gather under
+  shard_map, in one order on every rank, or swapped on rank 1."""
+
+  @staticmethod
+  def program(rank, x, swap):
+    def body(x):
+      first, second = (
+        (lambda v: jax.lax.psum(v, "x"), lambda v: jax.lax.all_gather(v, "x"))
+        if not (swap and rank == 1)
+        else (
+          lambda v: jax.lax.all_gather(v, "x"),
+          lambda v: jax.lax.psum(v, "x"),
+        )
+      )
+      a = first(x)
+      b = second(entangle(jnp.cos(x), a))
+      return jnp.sum(a) + jnp.sum(b)
+
+    return on_mesh(body)(x)
+
+  def test_one_order_is_proved(self):
+    result = check(functools.partial(self.program, swap=False))
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertEqual(
+      [s.calls[0].label.split()[1] for s in result.matched],
+      ["all-reduce", "all-gather"],
+    )
+
+  def test_swapped_on_rank_1_is_a_mismatch_at_call_1(self):
+    result = check(functools.partial(self.program, swap=True))
+    self.assertEqual(result.verdict, "mismatch", result.text())
+    assert result.mismatch is not None
+    first, second = result.mismatch.calls
+    assert first is not None and second is not None
+    self.assertEqual((first.index, second.index), (1, 1))
+    self.assertIn("all-reduce", first.label)
+    self.assertIn("all-gather", second.label)
+    self.assertRegex(first.label, r" at \S+:\d+")
+    self.assertIn("Mismatch at call 1", result.text())
+
+
+class SizesTest(absltest.TestCase):
+  @staticmethod
+  def program(rank, x, sizes):
+    return allreduce(jnp.tile(x, sizes[rank]))
+
+  def test_different_sizes_are_a_mismatch(self):
+    result = check(functools.partial(self.program, sizes=(1, 2)))
+    self.assertEqual(result.verdict, "mismatch")
+    assert result.mismatch is not None
+    self.assertIn("f32[4]", result.mismatch.differs)
+    self.assertIn("f32[8]", result.mismatch.differs)
+
+  def test_control_same_sizes_is_proved(self):
+    result = check(functools.partial(self.program, sizes=(2, 2)))
+    self.assertEqual(result.verdict, "proved", result.text())
+
+
+class CommunicatorTest(absltest.TestCase):
+  """Communicators are compared up to a consistent renaming: each
+  process's handle has its own address."""
+
+  @staticmethod
+  def program(rank, x, comms):
+    a = allreduce(x, comm=comms[rank][0])
+    return allreduce(entangle(x, a), comm=comms[rank][1])
+
+  def test_renamed_consistently_is_proved(self):
+    comms = ((7, 8), (70, 80))  # rank 1's 70 is rank 0's 7, 80 is 8
+    result = check(functools.partial(self.program, comms=comms))
+    self.assertEqual(result.verdict, "proved", result.text())
+
+  def test_one_communicator_for_two_of_another_rank_is_a_mismatch(self):
+    comms = ((7, 8), (70, 70))
+    result = check(functools.partial(self.program, comms=comms))
+    self.assertEqual(result.verdict, "mismatch", result.text())
+    assert result.mismatch is not None
+    self.assertIn("the communicator", result.mismatch.differs)
+    self.assertEqual([c.index for c in result.mismatch.calls if c], [2, 2])
+
+  def test_a_lowered_module_is_compiled(self):
+    def program(rank, x):
+      del rank
+      return allreduce(x)
+
+    x = jax.ShapeDtypeStruct((4,), jnp.float32)
+    lowered = [jax.jit(functools.partial(program, r)).lower(x) for r in (0, 1)]
+    result = races_across(lowered, declarations=declarations())
+    self.assertEqual(result.verdict, "proved", result.text())
+
+
+class CondTest(absltest.TestCase):
+  """A collective under ``lax.cond``: on rank-local data, or on data the
+  ranks reduced first."""
+
+  @staticmethod
+  def program(rank, x, reduced):
+    del rank
+    decision = jnp.sum(x)
+    if reduced:
+      decision = allreduce(decision)
+    return jax.lax.cond(decision > 0, allreduce, lambda v: v, x)
+
+  def test_rank_local_decision_is_rank_dependent(self):
+    result = check(functools.partial(self.program, reduced=False))
+    self.assertEqual(result.verdict, "rank-dependent", result.text())
+    (found,) = result.rank_dependent
+    self.assertEqual(found.construct, "conditional")
+    self.assertEqual(found.ranks, (0, 1))
+    self.assertIn("entry parameter 0", found.depends_on)
+    self.assertIn(ALLREDUCE, found.calls[0])
+    self.assertIn("reduce the decision across ranks first", result.text())
+
+  def test_control_decision_reduced_first_is_proved(self):
+    result = check(functools.partial(self.program, reduced=True))
+    self.assertEqual(result.verdict, "proved", result.text())
+
+
+class WhileTest(absltest.TestCase):
+  """A ``while`` on a residual with an allreduce inside: the residual
+  computed on each rank, or reduced across ranks first."""
+
+  @staticmethod
+  def program(rank, x, reduced):
+    del rank
+
+    def body(carry):
+      x, _ = carry
+      total = allreduce(x)
+      x = entangle(x * 0.5, total)
+      residual = jnp.abs(x).sum()
+      if reduced:
+        residual = allreduce(residual)
+      return x, residual
+
+    return jax.lax.while_loop(
+      lambda carry: carry[1] > 1e-3, body, (x, jnp.float32(jnp.inf))
+    )
+
+  def test_local_residual_is_rank_dependent(self):
+    result = check(functools.partial(self.program, reduced=False))
+    self.assertEqual(result.verdict, "rank-dependent", result.text())
+    (found,) = result.rank_dependent
+    self.assertEqual(found.construct, "loop")
+    self.assertIn(ALLREDUCE, found.calls[0])
+
+  def test_control_reduced_residual_is_proved(self):
+    result = check(functools.partial(self.program, reduced=True))
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 2)  # The loop's two, once.
+
+
+class SendRecvTest(absltest.TestCase):
+  """jax#3976's shape: both ranks send first (blocking), then receive."""
+
+  @staticmethod
+  def program(rank, x, rank1_receives_first):
+    other = 1 - rank
+    if rank == 1 and rank1_receives_first:
+      got = recv(x, (4,), source=other)
+      send(entangle(x, got), dest=other)
+      return got
+    token = send(x, dest=other)
+    return recv(token, (4,), source=other)
+
+  def test_both_send_first_deadlocks(self):
+    result = check(functools.partial(self.program, rank1_receives_first=False))
+    self.assertEqual(result.verdict, "deadlock", result.text())
+    assert result.deadlock is not None
+    blocked = result.deadlock.blocked
+    self.assertTrue(all(b is not None and "send" in b.label for b in blocked))
+    self.assertIn("Deadlock: no rank can go on.", result.text())
+
+  def test_control_rank_1_receives_first_is_proved(self):
+    result = check(functools.partial(self.program, rank1_receives_first=True))
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 2)
+
+  def test_a_tag_that_never_matches_deadlocks(self):
+    def program(rank, x):
+      other = 1 - rank
+      if rank == 0:
+        return send(x, dest=other, tag=1)
+      return recv(x, (4,), source=other, tag=2)
+
+    self.assertEqual(check(program).verdict, "deadlock")
+
+
+class Mpi4jaxModulesTest(absltest.TestCase):
+  """The stored modules of a real mpi4jax program under ``mpirun -n 2``
+  (tests/targets/data/README.md), with the shipped declarations."""
+
+  def mpi4jax(self) -> Declarations:
+    (binding,) = [b for b in shipped.BINDINGS if b.distribution == "mpi4jax"]
+    return binding.declarations()
+
+  def test_the_two_ranks_are_proved(self):
+    ranks = [DATA / f"mpi4jax_rank{r}_of_2.txt" for r in (0, 1)]
+    result = races_across(ranks, declarations=self.mpi4jax())
+    self.assertEqual(result.verdict, "proved", result.text())
+    kinds = [s.calls[0].label.split()[:2] for s in result.matched]
+    self.assertEqual(
+      kinds,
+      [
+        ["collective", "mpi_allreduce_ffi"],
+        ["collective", "mpi_bcast_ffi"],
+        ["sendrecv", "mpi_sendrecv_ffi"],
+        ["collective", "mpi_barrier_ffi"],
+        ["collective", "mpi_allreduce_ffi"],
+      ],
+    )
+
+  def test_a_rank_that_broadcasts_from_another_root_is_a_mismatch(self):
+    rank1 = (DATA / "mpi4jax_rank1_of_2.txt").read_text()
+    rank1 = rank1.replace("root = 0 : i64", "root = 1 : i64")
+    result = races_across(
+      [(DATA / "mpi4jax_rank0_of_2.txt").read_text(), rank1],
+      declarations=self.mpi4jax(),
+    )
+    self.assertEqual(result.verdict, "mismatch")
+    assert result.mismatch is not None
+    self.assertIn("root", result.mismatch.differs)
+
+  def test_a_third_rank_with_the_wrong_peers_deadlocks(self):
+    # The one-process module's sendrecv talks to rank 0, not around a
+    # ring of three: ranks 0 and 1 exchange, then wait at the barrier.
+    ranks = [DATA / f"mpi4jax_rank{r}_of_2.txt" for r in (0, 1)]
+    result = races_across(
+      [*ranks, DATA / "mpi4jax_rank0_of_1.txt"],
+      declarations=self.mpi4jax(),
+    )
+    self.assertEqual(result.verdict, "deadlock", result.text())
+    assert result.deadlock is not None
+    zero, one, two = result.deadlock.blocked
+    assert zero is not None and one is not None and two is not None
+    self.assertIn("mpi_barrier_ffi", zero.label)
+    self.assertIn("mpi_barrier_ffi", one.label)
+    self.assertIn("sendrecv mpi_sendrecv_ffi to rank 0", two.label)
+
+
+class ExtraCollectiveTest(absltest.TestCase):
+  """Rank 0 makes one more allreduce than rank 1: rank 0 waits for ever."""
+
+  @staticmethod
+  def program(rank, x, extra):
+    x = allreduce(x)
+    if rank == 0 and extra:
+      x = allreduce(x * 2.0)
+    return x
+
+  def test_one_more_collective_on_rank_0_deadlocks(self):
+    result = check(functools.partial(self.program, extra=True))
+    self.assertEqual(result.verdict, "deadlock", result.text())
+    assert result.deadlock is not None
+    waiting, done = result.deadlock.blocked
+    assert waiting is not None
+    self.assertEqual(waiting.index, 2)
+    self.assertIsNone(done)
+    self.assertIn("rank 1: has made all its calls", result.text())
+
+  def test_control_the_same_collectives_is_proved(self):
+    result = check(functools.partial(self.program, extra=False))
+    self.assertEqual(result.verdict, "proved", result.text())
+
+
+class Mpi4jaxShapesTest(absltest.TestCase):
+  """Issue 70's shapes as real mpi4jax programs, compiled by each rank of
+  ``mpirun -n 2`` (data/ranks_mpi4jax/README.md)."""
+
+  def test_each_shape_gets_its_verdict(self):
+    (binding,) = [b for b in shipped.BINDINGS if b.distribution == "mpi4jax"]
+    mpi4jax = merged([binding.declarations(), sources.BUILT_IN], distinct=False)
+    found = {}
+    for shape in SHAPE_VERDICTS:
+      files = [
+        next((SHAPES / shape / f"rank{r}").glob("*.txt")) for r in (0, 1)
+      ]
+      found[shape] = races_across(files, declarations=mpi4jax).verdict
+    self.assertEqual(found, SHAPE_VERDICTS)
+
+  def test_the_command_reads_the_dump_folders(self):
+    for shape in ("while_local", "while_reduced"):
+      folders = [str(SHAPES / shape / f"rank{r}") for r in (0, 1)]
+      out, err = io.StringIO(), io.StringIO()
+      with shipped_mpi4jax():
+        status = command.main(["--ranks", *folders], out=out, err=err)
+      expected = 0 if shape == "while_reduced" else 1
+      self.assertEqual(status, expected, out.getvalue())
+    self.assertIn("Rank-dependent", command_text("while_local"))
+
+
+def command_text(shape: str) -> str:
+  folders = [str(SHAPES / shape / f"rank{r}") for r in (0, 1)]
+  out = io.StringIO()
+  with shipped_mpi4jax():
+    command.main(["--ranks", *folders], out=out, err=io.StringIO())
+  return out.getvalue()
+
+
+class DeclarationsTest(absltest.TestCase):
+  def test_a_table_declares_communication(self):
+    (target,) = table.from_table(
+      {"targets": {"t": {"communicates": {"kind": "recv", "peer": 1}}}}, "p"
+    ).targets
+    self.assertEqual(target.communicates, Communication("recv", peer=1))
+    self.assertIn("communicates: recv, peer operand 1", str(target))
+
+  def test_bad_communication_is_named(self):
+    for keys, said in [
+      ({"kind": "send"}, "a send needs its peer's place"),
+      ({"kind": "bcast"}, "kind must be one of"),
+      ({"kind": "collective", "peer": "dest"}, "a collective has no peer"),
+      ({"kind": "collective", "size": 2}, r"unknown keys \['size'\]"),
+    ]:
+      with self.assertRaisesRegex(ValueError, said):
+        table.from_table({"targets": {"t": {"communicates": keys}}}, "p")
+
+  def test_every_mpi4jax_target_with_a_peer_names_it(self):
+    (binding,) = [b for b in shipped.BINDINGS if b.distribution == "mpi4jax"]
+    declared = {
+      t.pattern: t.communicates for t in binding.targets if t.communicates
+    }
+    self.assertLen(declared, 12)
+    self.assertEqual(declared["mpi_send_ffi"].peer, "dest")
+    self.assertEqual(declared["mpi_recv_ffi"].peer, "source")
+    self.assertTrue(declared["mpi_allreduce_ffi"].same_result)
+
+  def test_modules_must_be_a_list(self):
+    with self.assertRaisesRegex(TypeError, "one module per rank"):
+      races_across("HloModule m")
+    with self.assertRaisesRegex(ValueError, "one module per rank"):
+      races_across([])
+
+
+class CommandTest(absltest.TestCase):
+  """``python -m entangle_jax.testing --ranks DIR0 DIR1``."""
+
+  def run_command(self, *args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    status = command.main(list(args), out=out, err=err)
+    return status, out.getvalue(), err.getvalue()
+
+  def dumps(self, texts: list[str]) -> list[str]:
+    root = pathlib.Path(tempfile.mkdtemp())
+    folders = []
+    for rank, text in enumerate(texts):
+      folder = root / f"rank{rank}"
+      folder.mkdir()
+      name = "module_0001.jit_program.cpu_after_optimizations.txt"
+      (folder / name).write_text(text)
+      folders.append(str(folder))
+    return folders
+
+  def test_mpi4jax_ranks_are_proved(self):
+    texts = [(DATA / f"mpi4jax_rank{r}_of_2.txt").read_text() for r in (0, 1)]
+    with shipped_mpi4jax():
+      status, out, _ = self.run_command("--ranks", *self.dumps(texts))
+    self.assertEqual(status, 0, out)
+    self.assertIn("Proved: the 2 ranks make 5 communicating calls", out)
+
+  def test_a_mismatch_exits_1_and_json_says_why(self):
+    texts = [(DATA / f"mpi4jax_rank{r}_of_2.txt").read_text() for r in (0, 1)]
+    texts[1] = texts[1].replace("root = 0 : i64", "root = 1 : i64")
+    folders = self.dumps(texts)
+    with shipped_mpi4jax():
+      status, out, _ = self.run_command("--ranks", *folders)
+      self.assertEqual(status, 1)
+      self.assertIn("Mismatch at call 2", out)
+      status, out, _ = self.run_command("--ranks", *folders, "--json")
+    self.assertEqual(status, 1)
+    (module,) = json.loads(out)["modules"]
+    self.assertEqual(module["verdict"], "mismatch")
+
+  def test_ranks_that_compiled_different_modules_exit_1(self):
+    text = (DATA / "mpi4jax_rank0_of_2.txt").read_text()
+    folders = self.dumps([text, text])
+    (
+      pathlib.Path(folders[1])
+      / "module_0002.jit_other.cpu_after_optimizations.txt"
+    ).write_text(text)
+    with shipped_mpi4jax():
+      status, out, _ = self.run_command("--ranks", *folders)
+    self.assertEqual(status, 1, out)
+    self.assertIn("rank 1 compiled 2", out)
+
+  def test_no_such_folder_exits_2(self):
+    status, _, err = self.run_command("--ranks", "/no/such/folder", "/no")
+    self.assertEqual(status, 2)
+    self.assertIn("no such file or directory", err)
+
+
+def shipped_mpi4jax():
+  """The shipped mpi4jax declarations in effect, as if mpi4jax 0.9.1 were
+  installed."""
+  from unittest import mock
+
+  (binding,) = [b for b in shipped.BINDINGS if b.distribution == "mpi4jax"]
+  return mock.patch.object(shipped, "installed", lambda: ((binding, "0.9.1"),))
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -1,0 +1,87 @@
+"""One process of across_ranks_distributed_test: rank PROCESS_ID of two
+under jax.distributed (gloo over loopback), one CPU device each.
+
+Usage: across_ranks_worker.py PROCESS_ID COORDINATOR_PORT OUT
+
+Compiles three programs over the two processes' devices, with the rank as
+a Python value, and writes each module to OUT/SHAPE/rankR.txt:
+
+* ``ordered``: psum, then all_gather of a value entangled with the psum;
+* ``swapped``: the same, but rank 1 makes all_gather first;
+* ``unordered``: rank 0 works first, then psum and all_gather that
+  nothing orders.
+
+Only ``ordered`` runs (the run-time control: it finishes, with the right
+values); the others would hang. A watchdog ends the process if anything
+does.
+"""
+
+import faulthandler
+import functools
+import pathlib
+import sys
+
+import jax
+
+jax.config.update("jax_num_cpu_devices", 1)
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+from entangle_jax import entangle  # noqa: E402
+
+WATCHDOG_S = 150
+
+
+def program(rank, shape, mesh, x):
+  def body(x):
+    if shape == "unordered" and rank == 0:
+      x = jnp.sin(x) * 2.0 + x  # rank 0 works first
+    swap = shape == "swapped" and rank == 1
+    if swap:
+      b = jax.lax.all_gather(x, "x")
+      a = jax.lax.psum(entangle(jnp.cos(x), b), "x")
+    else:
+      a = jax.lax.psum(x, "x")
+      y = jnp.cos(x) if shape == "unordered" else entangle(jnp.cos(x), a)
+      b = jax.lax.all_gather(y, "x")
+    return a.sum() + b.sum()
+
+  shard = jax.shard_map(
+    body, mesh=mesh, in_specs=P("x"), out_specs=P(), check_vma=False
+  )
+  return shard(x)
+
+
+def main() -> None:
+  faulthandler.dump_traceback_later(WATCHDOG_S, exit=True)
+  rank, port, out = int(sys.argv[1]), sys.argv[2], pathlib.Path(sys.argv[3])
+  jax.distributed.initialize(
+    f"127.0.0.1:{port}", num_processes=2, process_id=rank
+  )
+  mesh = jax.make_mesh((2,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+  sharding = NamedSharding(mesh, P("x"))
+  x = jax.make_array_from_callback(
+    (4,), sharding, lambda index: np.arange(4, dtype=np.float32)[index]
+  )
+  for shape in ("ordered", "swapped", "unordered"):
+    fn = jax.jit(functools.partial(program, rank, shape, mesh))
+    compiled = fn.lower(x).compile()
+    text = compiled.as_text()
+    assert text is not None, "the compiled program has no module text"
+    (out / shape).mkdir(parents=True, exist_ok=True)
+    (out / shape / f"rank{rank}.txt").write_text(text)
+    if shape == "ordered":
+      value = float(compiled(x))
+      # psum: [0+2, 1+3] summed = 6; all_gather of cos over all 4 values.
+      expected = 6.0 + float(np.cos(np.arange(4, dtype=np.float32)).sum())
+      assert abs(value - expected) < 1e-4, (value, expected)
+  print(f"process {rank}: compiled 3, ran ordered")
+  jax.distributed.shutdown()
+
+
+if __name__ == "__main__":
+  main()
