@@ -59,6 +59,13 @@ nitpick_ignore_regex = [
   # per-module result (race_check.results): none has a page to link to.
   ("py:class", r"entangle_jax\._src\.entangle\.T"),
   ("py:class", r"entangle_jax\.testing\._hlo\.instruction\.Instruction"),
+  # The access policy's answer, kept in Op's fields for the check's own
+  # use: private, with no page.
+  ("py:class", r"entangle_jax\._src\.access_policy\.Footprint"),
+  # autodoc's stand-in for a type alias of `autodoc_type_aliases` inside a
+  # subscript (races_across's Sequence[CompiledModule | ...]): the alias
+  # itself is shown and resolves.
+  ("py:class", r"TypeAliasForwardRef"),
   ("py:class", r"entangle_jax\.testing\._findings\.records\.ModuleResult"),
   # The sanitizer's private records of where a call ran (the loops and
   # branches around it) and of the pairs it could not compare: fields of

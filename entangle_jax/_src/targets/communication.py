@@ -63,14 +63,14 @@ class Communication:
       rank-local.
   """
 
-  kind: CommunicationKind = "collective"
-  communicator: Place | None = None
-  peer: Place | None = None
-  tag: Place | None = None
-  source: Place | None = None
-  source_tag: Place | None = None
-  op: Place | None = None
-  match: tuple[Place, ...] = ()
+  kind: Literal["collective", "send", "recv", "sendrecv"] = "collective"
+  communicator: int | str | None = None
+  peer: int | str | None = None
+  tag: int | str | None = None
+  source: int | str | None = None
+  source_tag: int | str | None = None
+  op: int | str | None = None
+  match: tuple[int | str, ...] = ()
   same_result: bool = False
 
   def __post_init__(self):

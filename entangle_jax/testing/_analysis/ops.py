@@ -33,8 +33,8 @@ class Op:
   )
   """What the op reads and writes (`entangle_jax.testing._order.access`)."""
   footprint: Footprint | None = dataclasses.field(compare=False, default=None)
-  """What the one access policy said the op touches (None: an op that is
-  no call, for which nobody asked)."""
+  """What the one access policy said the op touches, or None for an op
+  that is no call, which nobody asked it about."""
   operand_elements: bool = dataclasses.field(compare=False, default=True)
   """Whether one of its operands holds an element, so that an ``entangle``
   on it can order the op: XLA replaces a value of no element by a

@@ -82,8 +82,8 @@ class Mismatch:
   """The ranks reach different communicating calls at one step."""
 
   calls: tuple[RankCall | None, ...]
-  """Each rank's call at that step (None: the rank has made all its
-  calls)."""
+  """Each rank's call at that step, or None where the rank has made all
+  its calls."""
   differs: str
   """What differs, in words."""
 
@@ -93,7 +93,8 @@ class Deadlock:
   """No rank can go on, and some have calls left."""
 
   blocked: tuple[RankCall | None, ...]
-  """Each rank's blocked call (None: the rank has made all its calls)."""
+  """Each rank's blocked call, or None where the rank has made all its
+  calls."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,7 +141,7 @@ class CrossRankResult:
     unordered: pairs of a rank's communicating calls that nothing orders.
   """
 
-  verdict: Verdict
+  verdict: Literal["proved", "mismatch", "deadlock", "rank-dependent"]
   ranks: int
   matched: tuple[MatchedStep, ...] = ()
   mismatch: Mismatch | None = None
@@ -155,7 +156,7 @@ class CrossRankResult:
 
   @property
   def status(self) -> int:
-    """The command's exit status: 0 proved, 1 otherwise."""
+    """The ``--ranks`` command's exit status, 0 when proved and 1 otherwise."""
     return 0 if self.proved else 1
 
   def text(self) -> str:
