@@ -330,11 +330,24 @@ class _Static:
     built = self.analyses[module.serial]
     if built is None:
       return None
-    analysis, ops = built
+    analysis, ops, _ = built
     x, y = ops.get(a.site.number), ops.get(b.site.number)
     if x is None or y is None:
       return None
     return analysis, x, y
+
+  def _program_names(self, a: SanitizedCall, b: SanitizedCall):
+    """The names of the two calls' ops in the module before optimization
+    (where the static check's races that XLA hid name them); None where
+    it is not at hand."""
+    assert a.site is not None and b.site is not None
+    built = self.analyses.get(a.site.module.serial)
+    if not built:
+      return None
+    x, y = built[2].get(a.site.number), built[2].get(b.site.number)
+    if x is None or y is None:
+      return None
+    return {x.name, y.name}
 
   def _analyse(self, module: sites.SanitizedModule):
     from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
@@ -343,18 +356,24 @@ class _Static:
     if text is None:
       return None
     try:
-      analysis = OrderAnalysis(text, declarations=self.declarations)
+      # With the program beside it, the check also sees what XLA hid (a
+      # call moved out of its loop, calls merged): `checks.MERGED`.
+      analysis = OrderAnalysis(
+        text,
+        declarations=self.declarations,
+        before_optimization=module.program_text(),
+      )
     except ValueError:
       return None
-    lines = text.splitlines()
-    ops = {}
-    for op in analysis.user_native_calls():
-      line = op.instruction.line
-      if 0 < line <= len(lines):
-        match = _SITE.search(lines[line - 1])
-        if match:
-          ops[int(match.group(1))] = op
-    return analysis, ops
+    ops = _ops_by_site(analysis, text)
+    program: dict[int, Any] = {}
+    try:
+      before = analysis.program()
+    except ValueError:
+      before = None
+    if before is not None:
+      program = _ops_by_site(before, module.program_text() or "")
+    return analysis, ops, program
 
   def _verdicts(self, a: SanitizedCall, b: SanitizedCall):
     """The static check's verdicts on the two calls' ops
@@ -414,8 +433,13 @@ class _Static:
         self.races[serial] = list(analysis.races())
       except Exception:
         self.races[serial] = []
+    program = self._program_names(a, b)
     for race in self.races[serial]:
-      if {race.first.name, race.second.name} == {x.name, y.name}:
+      names = {race.first.name, race.second.name}
+      if race.xla_change is None:
+        if names == {x.name, y.name}:
+          return race
+      elif names == program:  # Named as the program made them.
         return race
     return None
 
@@ -440,6 +464,20 @@ class _Static:
 
     cause = cause_of(race)
     return f"{cause.code} {cause.headline}. Fix: {cause.fix}"
+
+
+def _ops_by_site(analysis, text: str) -> dict[int, Any]:
+  """The native calls' ops of `analysis` (of module `text`), by the site
+  number each carries."""
+  lines = text.splitlines()
+  ops = {}
+  for op in analysis.user_native_calls():
+    line = op.instruction.line
+    if 0 < line <= len(lines):
+      match = _SITE.search(lines[line - 1])
+      if match:
+        ops[int(match.group(1))] = op
+  return ops
 
 
 def _time(call: SanitizedCall, origin: int) -> str:
@@ -511,6 +549,13 @@ def format_seen(seen: Seen) -> str:
       lines.append(
         "    the second ran first: it returned before the first began, "
         "though the program made the first first"
+      )
+    elif race.kind == checks.MERGED and race.runs is not None:
+      lines.append(
+        f"    their places each run once an iteration of a loop both are "
+        f"in, but ran {race.runs[0]} and {race.runs[1]} times in this "
+        "execution: XLA moved one out of the loop or merged its calls, so "
+        "its calls cannot each keep the program's order with the other's"
       )
     elif race.kind == checks.INTERLEAVED and race.then is not None:
       lines.append(_call_line(race.then, origin))
