@@ -434,10 +434,10 @@ def out_of_order(
     ):
       pairs, why, merged = pairing(p, q, at[p], at[q])
       if merged:
-        runs = (len(at[p]), len(at[q]))
+        counts = (len(at[p]), len(at[q]))
         for a, b in pairs:
           for obj in _conflicts(found[a], found[b]):
-            yield SanitizerRace(MERGED, a, b, obj, runs=runs)
+            yield SanitizerRace(MERGED, a, b, obj, runs=counts)
         continue
       if why is not None:
         key = (p.number, q.number)
@@ -516,14 +516,16 @@ def races(
   found: dict[SanitizedCall, Touch],
   unpaired: list[Unpaired] | None = None,
   runs: dict[tuple[int, int], list[SanitizedCall]] | None = None,
+  ordered: dict[tuple[int, int], list[SanitizedCall]] | None = None,
 ) -> list[SanitizerRace]:
   """Every race: the overlaps, the calls out of order, then the
-  interleaved writes (`runs`: `executions`, when made already)."""
+  interleaved writes (`runs`: `executions`, when made already; `ordered`:
+  those of them the order check must see, when not all)."""
   if runs is None:
     runs = _executions(c for c, t in found.items() if t.objects)
   return [
     *overlaps(found),
-    *out_of_order(found, unpaired, runs),
+    *out_of_order(found, unpaired, runs if ordered is None else ordered),
     *interleaved(found, runs),
   ]
 

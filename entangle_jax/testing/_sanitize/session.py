@@ -286,7 +286,8 @@ def _fill(seen: Seen, columns: CallColumns, dropped: int, first: int) -> None:
     dtype=bool,
   )
   empty = np.zeros(0, dtype=bool)
-  picked = candidates.needed(
+  position, context = _places(columns.sites)
+  picked, order = candidates.needed(
     columns.start_ns,
     columns.end_ns,
     columns.serials(),
@@ -294,16 +295,42 @@ def _fill(seen: Seen, columns: CallColumns, dropped: int, first: int) -> None:
     columns.run_id,
     key_touches[columns.key] if len(touch) else empty,
     key_repeats[columns.key] if len(touch) else empty,
+    columns.key,
+    position[columns.site] if len(position) else columns.site,
+    context[columns.site] if len(context) else columns.site,
   )
   keys = columns.key[picked].tolist()
-  found = dict(zip(columns.at(picked), (touch[k] for k in keys), strict=True))
+  made = columns.at(picked)
+  found = dict(zip(made, (touch[k] for k in keys), strict=True))
   runs = checks.executions(found)
-  seen.races = checks.races(found, seen.unpaired, runs)
+  # The order check sees the executions whose calls it needs whole; the
+  # others ran plainly in program order (`candidates.plainly_in_order`).
+  checked = {c for c, o in zip(made, order.tolist(), strict=True) if o}
+  ordered = {k: v for k, v in runs.items() if v[0] in checked}
+  seen.races = checks.races(found, seen.unpaired, runs, ordered)
   static = _Static(declarations)
   seen._static = static
   seen.contradictions = checks.contradictions(
     found, declarations, static.distinct, runs
   )
+
+
+def _places(places: list) -> tuple[Any, Any]:
+  """Per site (`columns.CallColumns.sites`), its position in program
+  order and the loops and branches it is in, as a dense index (-1 for
+  no known place)."""
+  import numpy as np
+
+  contexts: dict[tuple, int] = {}
+  position, context = [], []
+  for site in places:
+    if site is None:
+      position.append(-1)
+      context.append(-1)
+    else:
+      position.append(site.position)
+      context.append(contexts.setdefault(site.context, len(contexts)))
+  return np.array(position, np.int64), np.array(context, np.int64)
 
 
 def _counts(index) -> list[int]:
@@ -341,10 +368,23 @@ class _Static:
     (where the static check's races that XLA hid name them); None where
     it is not at hand."""
     assert a.site is not None and b.site is not None
-    built = self.analyses.get(a.site.module.serial)
+    module = a.site.module
+    built = self.analyses.get(module.serial)
     if not built:
       return None
-    x, y = built[2].get(a.site.number), built[2].get(b.site.number)
+    analysis, ops, program = built
+    if program is None:
+      # Parsed only when a race asks (the races of the module's analysis
+      # parse it too).
+      program = {}
+      try:
+        before = analysis.program()
+      except ValueError:
+        before = None
+      if before is not None:
+        program = _ops_by_site(before, module.program_text() or "")
+      self.analyses[module.serial] = (analysis, ops, program)
+    x, y = program.get(a.site.number), program.get(b.site.number)
     if x is None or y is None:
       return None
     return {x.name, y.name}
@@ -365,15 +405,7 @@ class _Static:
       )
     except ValueError:
       return None
-    ops = _ops_by_site(analysis, text)
-    program: dict[int, Any] = {}
-    try:
-      before = analysis.program()
-    except ValueError:
-      before = None
-    if before is not None:
-      program = _ops_by_site(before, module.program_text() or "")
-    return analysis, ops, program
+    return analysis, _ops_by_site(analysis, text), None
 
   def _verdicts(self, a: SanitizedCall, b: SanitizedCall):
     """The static check's verdicts on the two calls' ops
