@@ -19,7 +19,7 @@ from entangle_jax._src.targets import sources
 from entangle_jax._src.targets.declaration import Declarations
 from entangle_jax.testing._sanitize import callbacks, checks, sites, wrapping
 from entangle_jax.testing._sanitize import calls as calls_module
-from entangle_jax.testing._sanitize.calls import SanitizedCall, from_callbacks
+from entangle_jax.testing._sanitize.calls import SanitizedCall
 from entangle_jax.testing._sanitize.checks import (
   Contradiction,
   SanitizerRace,
@@ -197,6 +197,7 @@ def sanitize(*, clear_caches: bool = True) -> Generator[Seen]:
       records, more_operands, more_values, dropped = native.drain()
       from entangle_jax.testing._sanitize.columns import (
         CallColumns,
+        HostRecords,
         NativeColumns,
       )
 
@@ -209,14 +210,21 @@ def sanitize(*, clear_caches: bool = True) -> Generator[Seen]:
           records, native.record_layout, more_operands, more_values
         )
         del records, more_operands, more_values
-        host = from_callbacks(callbacks.drain())
-        if host:
+        host = HostRecords(callbacks.drain())
+        if (host.run_id == callbacks.UNKNOWN_RUN).any() or any(
+          s.host_callback == sites.ANCHOR for s in host.sites
+        ):
+          # Calls of a loop or a branch to place, or a counter's to drop.
           with_native = {
             s.module.serial for s in recorded.sites if s is not None
           }
-          host = checks.place_host_calls(
-            host, _native_runs(recorded), with_native, seen.unknown_runs_why
+          placed = checks.place_host_calls(
+            host.every(),
+            _native_runs(recorded),
+            with_native,
+            seen.unknown_runs_why,
           )
+          host = HostRecords.of_calls(placed)
         _fill(seen, CallColumns(recorded, host), dropped, first_module)
       finally:
         if collecting:
@@ -264,10 +272,7 @@ def _fill(seen: Seen, columns: CallColumns, dropped: int, first: int) -> None:
     f"{t} ({reasons[t]})" if t in reasons else t
     for t in {t for m in sites.modules_since(first) for t in m.not_observed}
   )
-  seen.unknown_runs = sum(
-    c.function is not None and c.run_id == callbacks.UNKNOWN_RUN
-    for c in columns.host
-  )
+  seen.unknown_runs = int((columns.host.run_id == callbacks.UNKNOWN_RUN).sum())
   # What each key touches, asked of one call of it (`touches` as it is).
   representatives = columns.at(np.array(columns.representatives, np.int64))
   touch = [calls_module.touches(c, declarations) for c in representatives]
