@@ -81,10 +81,12 @@ class NeededTest(absltest.TestCase):
 def _plain(site, position, context, start, execution=None):
   n = len(site)
   e = np.zeros(n, np.int64) if execution is None else np.array(execution)
+  site = np.array(site, np.int64)
+  places = [len(set(site[e == k].tolist())) for k in range(int(e.max()) + 1)]
   return candidates.plainly_in_order(
     e,
-    int(e.max()) + 1,
-    np.array(site, np.int64),
+    np.array(places, np.int64),
+    site,
     np.array(position, np.int64),
     np.array(context, np.int64),
     np.array(start, np.int64),

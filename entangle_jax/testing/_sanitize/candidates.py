@@ -122,7 +122,7 @@ def needed(
     order[placed[several]] = True
   else:
     plain = plainly_in_order(
-      execution, n, site[placed], position[placed], context[placed],
+      execution, places, site[placed], position[placed], context[placed],
       start[placed],
     )[execution]  # fmt: skip
     whole = several & ~plain
@@ -139,14 +139,15 @@ def needed(
 
 def plainly_in_order(
   execution: np.ndarray,
-  n: int,
+  places: np.ndarray,
   site: np.ndarray,
   position: np.ndarray,
   context: np.ndarray,
   start: np.ndarray,
 ) -> np.ndarray:
   """Per execution (`execution`: per call, in order of start, its dense
-  index, of `n`), whether its calls ran in program order as plainly as
+  index; `places`: per execution, how many places its calls are of),
+  whether its calls ran in program order as plainly as
   can be: every place in one context (the same loops and branches: in a
   loop, each runs once an iteration), each run as often (rounds of m
   calls, m its places), and in order of start the calls are round after
@@ -155,21 +156,22 @@ def plainly_in_order(
   (`checks.pairing`), the earlier place's call first in each: no "out of
   order" race, none "merged", and nothing unpaired."""
   total = len(execution)
+  n = len(places)
   ok = np.ones(n, dtype=bool)
   if not total:
     return ok
-  by = np.argsort(execution, kind="stable")  # Each execution in start order.
-  e, s, p = execution[by], site[by], position[by]
-  c, t = context[by], start[by]
-  head = np.ones(total, dtype=bool)
-  head[1:] = e[1:] != e[:-1]
-  first = np.flatnonzero(head)
-  index = np.arange(total) - np.repeat(first, np.diff(np.append(first, total)))
+  if n == 1 or (execution[1:] >= execution[:-1]).all():
+    e, s, p, c, t = execution, site, position, context, start
+  else:
+    by = np.argsort(execution, kind="stable")  # Each in start order.
+    e, s, p = execution[by], site[by], position[by]
+    c, t = context[by], start[by]
   calls = np.bincount(e, None, n)
-  pairs, _ = groups(e, s)
-  m = np.bincount(e[np.unique(pairs, return_index=True)[1]], None, n)
+  first = np.cumsum(calls) - calls  # Each execution's first call.
+  index = np.arange(total) - first[e]
+  m = places
   ok &= calls % np.maximum(m, 1) == 0
-  ok[e[c != c[first][e]]] = False
+  ok[e[c != c[first[e]]]] = False
   mm = m[e]
   # A round's calls: the places in program order, each after the last.
   within = (index % mm) != 0
