@@ -121,10 +121,12 @@ def needed(
     keep[placed[several]] = True
     order[placed[several]] = True
   else:
-    plain = plainly_in_order(
-      execution, places, site[placed], position[placed], context[placed],
-      start[placed],
-    )[execution]  # fmt: skip
+    two = placed[several]  # Only executions of two places or more.
+    plain = np.ones(len(placed), dtype=bool)
+    plain[several] = plainly_in_order(
+      execution[several], places, site[two], position[two], context[two],
+      start[two],
+    )[execution[several]]  # fmt: skip
     whole = several & ~plain
     keep[placed[whole]] = True
     order[placed[whole]] = True

@@ -12,11 +12,13 @@ identity, so ``race.first`` is the one in ``seen.calls``).
 
 from __future__ import annotations
 
+import array
 from collections.abc import Iterator, Sequence
 from typing import Any, overload
 
 import numpy as np
 
+from entangle_jax.testing._sanitize import callbacks as _callbacks
 from entangle_jax.testing._sanitize import sites as _sites
 from entangle_jax.testing._sanitize import wrapping
 from entangle_jax.testing._sanitize.calls import (
@@ -199,7 +201,7 @@ def _operands(
 
 
 class HostRecords:
-  """The host callbacks' records (`callbacks.drain`'s tuples) as columns,
+  """The host callbacks' records (`callbacks.drain`'s list) as columns,
   each `SanitizedCall` made on first use: a loop of a million
   ``jax.debug.callback`` calls is a million records.
 
@@ -210,36 +212,31 @@ class HostRecords:
     sites: each distinct site.
   """
 
-  def __init__(self, records: list[tuple]):
+  def __init__(self, records: tuple[list, Any]):
+    placed, numbers = records
     self.sites: list[_sites.CallSite] = []
     self._made: list[SanitizedCall] | None = None
-    if not records:
-      empty = np.zeros(0, np.int64)
-      self.site = self.thread = self.start_ns = self.end_ns = empty
-      self.run_id = empty
-      self.failed = np.zeros(0, dtype=bool)
-      return
-    site, thread, start, end, run_id, failed = zip(*records, strict=True)
-    index: dict[int, int] = {}
-    for s in dict.fromkeys(site):
-      index[id(s)] = len(self.sites)
-      self.sites.append(s)
-    self.site: np.ndarray = np.array([index[id(s)] for s in site], np.int64)
-    self.thread: np.ndarray = np.array(thread, np.int64)
-    self.start_ns: np.ndarray = np.array(start, np.int64)
-    self.end_ns: np.ndarray = np.array(end, np.int64)
-    self.run_id: np.ndarray = np.array(run_id, np.int64)
-    self.failed: np.ndarray = np.array(failed, dtype=bool)
+    n = len(placed)
+    table = np.frombuffer(numbers, np.int64).reshape(n, _callbacks.FIELDS)
+    self.site: np.ndarray = np.zeros(0, np.int64)
+    if n:
+      ids = np.fromiter(map(id, placed), np.int64, n)
+      _, first, site = np.unique(ids, return_index=True, return_inverse=True)
+      self.sites = [placed[i] for i in first.tolist()]
+      self.site = site.reshape(-1).astype(np.int64)
+    self.thread: np.ndarray = table[:, 0]
+    self.start_ns: np.ndarray = table[:, 1]
+    self.end_ns: np.ndarray = table[:, 2]
+    self.run_id: np.ndarray = table[:, 3]
+    self.failed: np.ndarray = table[:, 4] != 0
 
   @classmethod
   def of_calls(cls, calls: list[SanitizedCall]) -> HostRecords:
     """The records of host callbacks made already (the objects kept)."""
-    out = cls(
-      [
-        (c.site, c.thread, c.start_ns, c.end_ns, c.run_id, c.failed)
-        for c in calls
-      ]
-    )
+    numbers = array.array("q")
+    for c in calls:
+      numbers.extend((c.thread, c.start_ns, c.end_ns, c.run_id, c.failed))
+    out = cls(([c.site for c in calls], numbers))
     out._made = list(calls)
     return out
 
