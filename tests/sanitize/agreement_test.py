@@ -41,6 +41,7 @@ def _static(text: str, declarations: Declarations, names: list[str]):
   static.analyses[module.serial] = (
     analysis,
     {k: ops[n] for k, n in enumerate(names)},
+    {},  # No module before optimization at hand.
   )
   placed = [
     sites.CallSite(k, module, k, W, in_loop=False, in_branch=False)

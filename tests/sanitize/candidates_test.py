@@ -22,7 +22,7 @@ def _needed(start, end, serial, site, run_id, touches=None, repeated=None):
     np.array(run_id, np.int64),
     np.ones(n, bool) if touches is None else np.array(touches, bool),
     np.zeros(n, bool) if repeated is None else np.array(repeated, bool),
-  ).tolist()
+  )[0].tolist()
 
 
 class OverlappingTest(absltest.TestCase):
@@ -76,6 +76,58 @@ class NeededTest(absltest.TestCase):
     start, end = [0, 2], [1, 3]
     got = _needed(start, end, [0, 0], [4, 4], [1, 1], repeated=[0, 1])
     self.assertEqual(got, [1])
+
+
+def _plain(site, position, context, start, execution=None):
+  n = len(site)
+  e = np.zeros(n, np.int64) if execution is None else np.array(execution)
+  site = np.array(site, np.int64)
+  places = [len(set(site[e == k].tolist())) for k in range(int(e.max()) + 1)]
+  return candidates.plainly_in_order(
+    e,
+    np.array(places, np.int64),
+    site,
+    np.array(position, np.int64),
+    np.array(context, np.int64),
+    np.array(start, np.int64),
+  ).tolist()
+
+
+class PlainlyInOrderTest(absltest.TestCase):
+  """An execution the order check may skip: rounds of its places in
+  program order. Each case beside a control one change away."""
+
+  def test_rounds_of_places_in_program_order(self):
+    # A write (place 0) and a read (place 1) a step, three steps.
+    self.assertEqual(_plain([0, 1] * 3, [0, 1] * 3, [0] * 6, range(6)), [True])
+
+  def test_a_read_before_its_write_is_checked(self):
+    # Control: the same calls with step 2's read first.
+    got = _plain([0, 1, 1, 0, 0, 1], [0, 1, 1, 0, 0, 1], [0] * 6, range(6))
+    self.assertEqual(got, [False])
+
+  def test_a_place_that_ran_fewer_times_is_checked(self):
+    # A read XLA hoisted: it ran once, before three writes.
+    got = _plain([1, 0, 0, 0], [1, 0, 0, 0], [0] * 4, range(4))
+    self.assertEqual(got, [False])
+    got = _plain([0, 1, 0, 0], [0, 1, 0, 0], [0] * 4, range(4))
+    self.assertEqual(got, [False])
+
+  def test_places_in_two_contexts_are_checked(self):
+    # A write outside the loop, a read in it.
+    got = _plain([0, 1, 1], [0, 1, 1], [0, 1, 1], range(3))
+    self.assertEqual(got, [False])
+
+  def test_two_calls_that_start_at_once_are_checked(self):
+    self.assertEqual(_plain([0, 1], [0, 1], [0, 0], [5, 5]), [False])
+    self.assertEqual(_plain([0, 1], [0, 1], [0, 0], [5, 6]), [True])
+
+  def test_each_execution_on_its_own(self):
+    got = _plain(
+      [0, 1, 0, 1, 1, 0], [0, 1, 0, 1, 1, 0], [0] * 6, range(6),
+      execution=[0, 0, 0, 0, 1, 1],
+    )  # fmt: skip
+    self.assertEqual(got, [True, False])
 
 
 LAZY = textwrap.dedent(

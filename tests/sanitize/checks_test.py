@@ -127,6 +127,58 @@ class LoopPairingTest(absltest.TestCase):
     self.assertEqual(_races(first, *late), ([], []))
 
 
+class MergedTest(absltest.TestCase):
+  """Two places that each run once an iteration, one of which ran fewer
+  times (XLA moved it out of the loop, or merged its calls)."""
+
+  def test_a_read_hoisted_before_the_writes_is_a_race(self):
+    module = sites.SanitizedModule("jit_f", 0, "Host")
+    write = _site(0, (LOOP,), module)
+    read = _site(1, (LOOP,), module, target="r")
+    # The read ran once, before 7 writes.
+    hoisted = _call("r", 0, 5, site=read)
+    writes = [
+      _call("w", 10 * i + 10, 10 * i + 15, site=write) for i in range(7)
+    ]
+    races, unpaired = _races(hoisted, *writes)
+    self.assertEqual(unpaired, [])
+    (race,) = races
+    self.assertEqual(race.kind, checks.MERGED)
+    self.assertEqual(race.runs, (7, 1))
+    # Paired with the first write it returned before.
+    self.assertEqual((race.first, race.second), (writes[0], hoisted))
+    # Control: one read an iteration, each after its write: no race.
+    reads = [_call("r", 10 * i + 16, 10 * i + 18, site=read) for i in range(7)]
+    self.assertEqual(_races(*reads, *writes), ([], []))
+
+  def test_a_call_that_ran_once_after_every_other_is_a_race_too(self):
+    # Sunk after the loop: it ran after every write, yet stands for each
+    # iteration's read, which comes before the next iteration's write.
+    module = sites.SanitizedModule("jit_f", 0, "Host")
+    write = _site(0, (LOOP,), module)
+    read = _site(1, (LOOP,), module, target="r")
+    writes = [_call("w", 10 * i, 10 * i + 5, site=write) for i in range(3)]
+    sunk = _call("r", 100, 105, site=read)
+    (race,) = _races(*writes, sunk)[0]
+    self.assertEqual((race.kind, race.first, race.second),
+                     (checks.MERGED, writes[-1], sunk))  # fmt: skip
+    # Control: a branch's place may run fewer times; not a race, but
+    # said (which iteration it ran in is not recorded).
+    branch = _site(1, (LOOP, _branch(0)), module, target="r")
+    races, unpaired = _races(*writes, _call("r", 100, 105, site=branch))
+    self.assertEqual(races, [])
+    self.assertLen(unpaired, 1)
+
+  def test_places_on_different_objects_are_no_race(self):
+    module = sites.SanitizedModule("jit_f", 0, "Host")
+    write = _site(0, (LOOP,), module)
+    read = _site(1, (LOOP,), module, target="r")
+    writes = [
+      _call("w", 10 * i + 10, 10 * i + 15, site=write) for i in range(3)
+    ]
+    self.assertEqual(_races(_call("r", 0, 5, (8,), site=read), *writes)[0], [])
+
+
 class TouchTest(absltest.TestCase):
   def test_pure_callbacks_touch_nothing(self):
     module = sites.SanitizedModule("jit_f", 0, "Host")

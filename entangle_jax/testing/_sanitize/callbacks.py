@@ -27,6 +27,7 @@ after the other on one thread).
 
 from __future__ import annotations
 
+import array
 import functools
 import itertools
 import threading
@@ -37,7 +38,13 @@ from entangle_jax.testing._sanitize import jax_hooks
 
 _lock = threading.Lock()
 _recording = False
-_records: list[tuple[Any, int, int, int, int, bool]] = []
+_sites: list[Any] = []
+"""Each record's site."""
+_numbers = array.array("q")
+"""Each record's (thread, start_ns, end_ns, run_id, failed), one after
+the other: a million records are read as columns at the block's end
+(`columns.HostRecords`) without a Python object each."""
+FIELDS = 5
 UNKNOWN_RUN = 0
 """The run id of a host callback whose execution its recorder cannot
 know (a call in a loop or a branch)."""
@@ -49,12 +56,14 @@ def set_recording(on: bool) -> None:
   _recording = on
 
 
-def drain() -> list[tuple[Any, int, int, int, int, bool]]:
-  """The records since the last drain: (site, thread, start_ns, end_ns,
-  run_id, failed)."""
-  global _records
+def drain() -> tuple[list[Any], array.array]:
+  """The records since the last drain: each record's site, and each
+  record's (thread, start_ns, end_ns, run_id, failed), one after the
+  other (`FIELDS` numbers a record)."""
+  global _sites, _numbers
   with _lock:
-    out, _records = _records, []
+    out = _sites, _numbers
+    _sites, _numbers = [], array.array("q")
   return out
 
 
@@ -93,7 +102,8 @@ def _recording_with(
       end = now()
       pairable = not site.context
       run_id = -1 - next(counter) if pairable else UNKNOWN_RUN
-      _records.append((site, thread, start, end, run_id, failed))
+      _sites.append(site)
+      _numbers.extend((thread, start, end, run_id, failed))
 
   return recorded
 
@@ -127,7 +137,8 @@ def execution_recorder(
       return out
     finally:
       end = now()
-      _records.append((site, thread, start, end, int(run_id), failed))
+      _sites.append(site)
+      _numbers.extend((thread, start, end, int(run_id), failed))
 
   return recorded
 

@@ -250,24 +250,3 @@ def record_dtype(layout: dict):
       "itemsize": layout["itemsize"],
     }
   )
-
-
-def from_callbacks(records: list[tuple]) -> list[SanitizedCall]:
-  """`SanitizedCall` records from `callbacks.drain`'s tuples."""
-  return [
-    SanitizedCall(
-      site.target,
-      site.module.platform,
-      HOST_FAMILY,
-      thread,
-      start,
-      end,
-      run_id,
-      site,
-      (),
-      failed,
-      False,
-      site.host_callback or "?",
-    )
-    for site, thread, start, end, run_id, failed in records
-  ]

@@ -9,7 +9,13 @@ can report is bounded by a test on the columns (numpy, O(n log n)):
   where a call starts after every earlier one ended) of two calls or more;
 * "out of order" and the safe-pair / ``Resource`` contradictions compare
   the calls of two places in one execution: only executions with calls of
-  two places or more;
+  two places or more. Of those, an execution that ran in program order as
+  plainly as can be (`plainly_in_order`: all its places in one context,
+  each run as often, and in order of start each round of its calls is
+  its places in program order, one after the other) gives no "out of
+  order" race, "merged" race or unpaired places: the order check skips it
+  (``order`` false), and the contradictions, which compare one call of
+  each place on each object, see the first call of each place and key;
 * an interleaved write lies between two calls of another execution: only
   when two executions' spans (first start to last end) meet, and then all
   placed calls (the check's per-object order is then read whole);
@@ -70,8 +76,13 @@ def needed(
   run_id: np.ndarray,
   touches_objects: np.ndarray,
   repeated_handle: np.ndarray,
-) -> np.ndarray:
-  """The indices of the calls (in order of start) the checks must see.
+  key: np.ndarray | None = None,
+  position: np.ndarray | None = None,
+  context: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+  """The indices of the calls (in order of start) the checks must see,
+  and per index whether the order check must see it (its execution's
+  calls are all there, and it did not plainly run in program order).
 
   Args:
     start, end: per call, when it ran.
@@ -82,24 +93,98 @@ def needed(
     touches_objects: per call, whether it touches an object at all.
     repeated_handle: per call, whether one of its handles is repeated
       where they are declared distinct.
+    key: per call, what it touches as an index (`columns.CallColumns`);
+      position, context: per call, its place's position in program order
+      and the loops and branches it is in, as an index. Without them,
+      every execution of two places or more is checked whole.
   """
   keep = repeated_handle.copy()
   active = np.flatnonzero(touches_objects)
   keep[active[overlapping(start[active], end[active])]] = True
+  order = np.zeros(len(start), dtype=bool)
   placed = active[
     (serial[active] >= 0) & (run_id[active] != callbacks.UNKNOWN_RUN)
   ]
   if not len(placed):
-    return np.flatnonzero(keep)
+    found = np.flatnonzero(keep)
+    return found, order[found]
   execution, n = groups(serial[placed], run_id[placed])
   pairs, _ = groups(execution, site[placed])
   places = np.bincount(
     execution[np.unique(pairs, return_index=True)[1]], None, n
   )
-  keep[placed[places[execution] >= 2]] = True
+  several = places[execution] >= 2
   if n >= 2 and _spans_meet(start[placed], end[placed], execution, n):
     keep[placed] = True
-  return np.flatnonzero(keep)
+    order[placed[several]] = True
+  elif key is None or position is None or context is None:
+    keep[placed[several]] = True
+    order[placed[several]] = True
+  else:
+    two = placed[several]  # Only executions of two places or more.
+    plain = np.ones(len(placed), dtype=bool)
+    plain[several] = plainly_in_order(
+      execution[several], places, site[two], position[two], context[two],
+      start[two],
+    )[execution[several]]  # fmt: skip
+    whole = several & ~plain
+    keep[placed[whole]] = True
+    order[placed[whole]] = True
+    # One call of each place and key for the contradictions.
+    rest = np.flatnonzero(several & plain)
+    if len(rest):
+      first = groups(execution[rest], site[placed][rest], key[placed][rest])[0]
+      keep[placed[rest[np.unique(first, return_index=True)[1]]]] = True
+  found = np.flatnonzero(keep)
+  return found, order[found]
+
+
+def plainly_in_order(
+  execution: np.ndarray,
+  places: np.ndarray,
+  site: np.ndarray,
+  position: np.ndarray,
+  context: np.ndarray,
+  start: np.ndarray,
+) -> np.ndarray:
+  """Per execution (`execution`: per call, in order of start, its dense
+  index; `places`: per execution, how many places its calls are of),
+  whether its calls ran in program order as plainly as
+  can be: every place in one context (the same loops and branches: in a
+  loop, each runs once an iteration), each run as often (rounds of m
+  calls, m its places), and in order of start the calls are round after
+  round, each round the m places in program order, each call starting
+  after the one before. Then each pair of places pairs round by round
+  (`checks.pairing`), the earlier place's call first in each: no "out of
+  order" race, none "merged", and nothing unpaired."""
+  total = len(execution)
+  n = len(places)
+  ok = np.ones(n, dtype=bool)
+  if not total:
+    return ok
+  if n == 1 or (execution[1:] >= execution[:-1]).all():
+    e, s, p, c, t = execution, site, position, context, start
+  else:
+    by = np.argsort(execution, kind="stable")  # Each in start order.
+    e, s, p = execution[by], site[by], position[by]
+    c, t = context[by], start[by]
+  calls = np.bincount(e, None, n)
+  first = np.cumsum(calls) - calls  # Each execution's first call.
+  index = np.arange(total) - first[e]
+  m = places
+  ok &= calls % np.maximum(m, 1) == 0
+  ok[e[c != c[first[e]]]] = False
+  mm = m[e]
+  # A round's calls: the places in program order, each after the last.
+  within = (index % mm) != 0
+  bad = np.zeros(total, dtype=bool)
+  bad[1:] = within[1:] & ((p[1:] <= p[:-1]) | (t[1:] <= t[:-1]))
+  # Each round the first one again.
+  later = index >= mm
+  back = np.flatnonzero(later)
+  bad[back] |= s[back] != s[back - mm[back]]
+  ok[e[bad]] = False
+  return ok
 
 
 def _spans_meet(

@@ -6,7 +6,11 @@
   order than the program's (``"out of order"``: the later call had
   returned before the earlier one began), or a write of another execution
   that ran between two calls of one execution on that object
-  (``"interleaved"``).
+  (``"interleaved"``); or, in one execution, two places that both run once
+  an iteration of a loop they are in whose calls ran different numbers of
+  times (``"merged"``: XLA moved one out of the loop, or merged its calls,
+  so its calls cannot each keep the program's order with their
+  iteration's call of the other).
 * Calls are paired by what ran: the calls of two places in one execution
   are compared for order only where the records say which ran in one
   iteration (see `pairing`); where they cannot, the pair of places is an
@@ -22,6 +26,7 @@
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import itertools
 from collections import defaultdict
@@ -40,6 +45,7 @@ from entangle_jax.testing._sanitize.calls import (
 OVERLAP = "overlap"
 OUT_OF_ORDER = "out of order"
 INTERLEAVED = "interleaved"
+MERGED = "merged"
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -51,13 +57,21 @@ class SanitizerRace:
       (in one execution, `second` returned before `first` began, though
       the program made `first` first) or ``"interleaved"`` (`second`, a
       write of another execution, ran after `first` and before `then`,
-      two calls of one execution).
-    first: for ``"out of order"`` the call the program made first; for
+      two calls of one execution) or ``"merged"`` (in one execution, the
+      places of `first` and `second`, each run once an iteration of a loop
+      both are in, ran `runs` times: XLA moved one out of the loop or
+      merged its calls, so each of the fewer calls stands for several of
+      the program's and cannot keep its order with every call of the
+      other place).
+    first: for ``"out of order"`` and ``"merged"`` the call the program
+      made first (for ``"merged"``, of the place made first); for
       ``"overlap"`` the one that began first; for ``"interleaved"`` the
       earlier call of the execution it landed in.
     second: the other call.
     object: the object both touched.
     then: for ``"interleaved"``, the later call of `first`'s execution.
+    runs: for ``"merged"``, how many times the places of `first` and
+      `second` ran in that execution.
   """
 
   kind: str
@@ -65,6 +79,7 @@ class SanitizerRace:
   second: SanitizedCall
   object: SanitizedObject
   then: SanitizedCall | None = None
+  runs: tuple[int, int] | None = None
 
   def __str__(self) -> str:
     return (
@@ -227,7 +242,7 @@ def pairing(
   q: sites.CallSite,
   before: list[SanitizedCall],
   after: list[SanitizedCall],
-) -> tuple[list[tuple[SanitizedCall, SanitizedCall]], str | None]:
+) -> tuple[list[tuple[SanitizedCall, SanitizedCall]], str | None, bool]:
   """The pairs of calls of places `p` and `q` (`p` first in program
   order; `before` and `after` their calls in one execution, in order of
   start) that ran in one instance of what both are inside, and why some
@@ -244,35 +259,84 @@ def pairing(
     only when it ran every iteration (as often as the other); else, and
     for a place in an inner loop, which iteration a call ran in is not
     recorded: unpaired.
+  * Two places that run once an iteration of a loop both are in, and ran
+    different numbers of times: XLA moved one out of the loop or merged
+    its calls (a read hoisted before the loop runs once, before every
+    write). Each call of the place that ran fewer times stands for
+    several of the program's, which cannot all keep their order with the
+    other place's calls: a ``"merged"`` race (`merged_pairs`), never
+    unpaired.
+
+  Returns the pairs, why some could not be paired, and whether the pairs
+  are ``"merged"`` ones (each a race, whatever its times).
   """
   if not before or not after:
-    return [], None
+    return [], None, False
   common, rest_p, rest_q, apart = _split(p, q)
   if apart:
     frame = rest_p[0]
     if frame.kind == sites.BRANCH:
-      return [], None
-    return [], "one is in a loop's condition, the other in its body"
+      return [], None, False
+    return [], "one is in a loop's condition, the other in its body", False
   if not any(f.kind == sites.LOOP for f in common):
     latest = max(before, key=lambda c: c.start_ns)
-    return [(latest, b) for b in after], None
+    return [(latest, b) for b in after], None, False
   tp, tq = _times(rest_p), _times(rest_q)
   if MANY in (tp, tq):
-    return [], (
-      "one is in a loop inside the loop both are in: which of its calls "
-      "ran in which iteration is not recorded"
+    return (
+      [],
+      (
+        "one is in a loop inside the loop both are in: which of its calls "
+        "ran in which iteration is not recorded"
+      ),
+      False,
     )
   if len(before) == len(after):
-    return list(zip(before, after, strict=True)), None
+    return list(zip(before, after, strict=True)), None, False
   if tp == ONCE and tq == ONCE:
-    return [], (
-      f"they ran {len(before)} and {len(after)} times, though both run "
-      "once an iteration"
-    )
-  return [], (
-    "one is in a branch inside a loop and did not run every iteration: "
-    "which iteration each call ran in is not recorded"
+    return merged_pairs(before, after), None, True
+  return (
+    [],
+    (
+      "one is in a branch inside a loop and did not run every iteration: "
+      "which iteration each call ran in is not recorded"
+    ),
+    False,
   )
+
+
+def merged_pairs(
+  before: list[SanitizedCall], after: list[SanitizedCall]
+) -> list[tuple[SanitizedCall, SanitizedCall]]:
+  """For two places that run once an iteration of one loop and ran
+  different numbers of times (`before`: the calls of the place the
+  program makes first, `after` the other's, each in order of start), one
+  pair for each call of the place that ran fewer times, with the call of
+  the other it breaks the program's order with most plainly.
+
+  A call that stands for several iterations' calls must come after the
+  other place's call of the first of them and before that of the last,
+  as the program made them. So a later place's call is paired with the
+  first call of the earlier place that began after it returned (the
+  program made that one first), else with the earlier place's last call
+  (it ran after every one, though some iteration's call of it comes
+  before the next iteration's); an earlier place's call with the last
+  call of the later place that had returned before it began, else with
+  the later place's first call.
+  """
+  out = []
+  if len(after) < len(before):
+    starts = [a.start_ns for a in before]
+    for x in after:
+      k = bisect.bisect_left(starts, x.end_ns)
+      out.append((before[k] if k < len(before) else before[-1], x))
+  else:
+    by_end = sorted(after, key=lambda c: c.end_ns)
+    ends = [b.end_ns for b in by_end]
+    for x in before:
+      k = bisect.bisect_right(ends, x.start_ns)
+      out.append((x, by_end[k - 1] if k else after[0]))
+  return out
 
 
 def _by_object(
@@ -357,8 +421,10 @@ def out_of_order(
   runs: dict[tuple[int, int], list[SanitizedCall]] | None = None,
 ) -> Iterator[SanitizerRace]:
   """Pairs on one object, one writing, that in one execution ran in
-  another order than the program's, paired by `pairing`; the pairs of
-  places it could not pair go to `unpaired` (one each, calls summed)."""
+  another order than the program's, paired by `pairing`, and the pairs
+  of places that ran fewer times than the program makes them
+  (``"merged"``); the pairs of places it could not pair go to `unpaired`
+  (one each, calls summed)."""
   left: dict[tuple[int, int], list] = {}
   for at in _runs_by_site(found, runs):
     for calls in at.values():
@@ -366,7 +432,13 @@ def out_of_order(
     for p, q in sorted(
       _site_pairs(at, found), key=lambda s: (s[0].position, s[1].position)
     ):
-      pairs, why = pairing(p, q, at[p], at[q])
+      pairs, why, merged = pairing(p, q, at[p], at[q])
+      if merged:
+        counts = (len(at[p]), len(at[q]))
+        for a, b in pairs:
+          for obj in _conflicts(found[a], found[b]):
+            yield SanitizerRace(MERGED, a, b, obj, runs=counts)
+        continue
       if why is not None:
         key = (p.number, q.number)
         n = len(at[p]) + len(at[q])
@@ -444,14 +516,16 @@ def races(
   found: dict[SanitizedCall, Touch],
   unpaired: list[Unpaired] | None = None,
   runs: dict[tuple[int, int], list[SanitizedCall]] | None = None,
+  ordered: dict[tuple[int, int], list[SanitizedCall]] | None = None,
 ) -> list[SanitizerRace]:
   """Every race: the overlaps, the calls out of order, then the
-  interleaved writes (`runs`: `executions`, when made already)."""
+  interleaved writes (`runs`: `executions`, when made already; `ordered`:
+  those of them the order check must see, when not all)."""
   if runs is None:
     runs = _executions(c for c, t in found.items() if t.objects)
   return [
     *overlaps(found),
-    *out_of_order(found, unpaired, runs),
+    *out_of_order(found, unpaired, runs if ordered is None else ordered),
     *interleaved(found, runs),
   ]
 

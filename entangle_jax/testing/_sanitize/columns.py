@@ -12,15 +12,18 @@ identity, so ``race.first`` is the one in ``seen.calls``).
 
 from __future__ import annotations
 
+import array
 from collections.abc import Iterator, Sequence
 from typing import Any, overload
 
 import numpy as np
 
+from entangle_jax.testing._sanitize import callbacks as _callbacks
 from entangle_jax.testing._sanitize import sites as _sites
 from entangle_jax.testing._sanitize import wrapping
 from entangle_jax.testing._sanitize.calls import (
   FIELDS,
+  HOST_FAMILY,
   SanitizedCall,
   record_dtype,
 )
@@ -197,6 +200,79 @@ def _operands(
   return at, table
 
 
+class HostRecords:
+  """The host callbacks' records (`callbacks.drain`'s list) as columns,
+  each `SanitizedCall` made on first use: a loop of a million
+  ``jax.debug.callback`` calls is a million records.
+
+  Attributes:
+    start_ns, end_ns, run_id, thread: per record.
+    failed: per record, whether the callback raised.
+    site: per record, its index in `sites`.
+    sites: each distinct site.
+  """
+
+  def __init__(self, records: tuple[list, Any]):
+    placed, numbers = records
+    self.sites: list[_sites.CallSite] = []
+    self._made: list[SanitizedCall] | None = None
+    n = len(placed)
+    table = np.frombuffer(numbers, np.int64).reshape(n, _callbacks.FIELDS)
+    self.site: np.ndarray = np.zeros(0, np.int64)
+    if n:
+      ids = np.fromiter(map(id, placed), np.int64, n)
+      _, first, site = np.unique(ids, return_index=True, return_inverse=True)
+      self.sites = [placed[i] for i in first.tolist()]
+      self.site = site.reshape(-1).astype(np.int64)
+    self.thread: np.ndarray = table[:, 0]
+    self.start_ns: np.ndarray = table[:, 1]
+    self.end_ns: np.ndarray = table[:, 2]
+    self.run_id: np.ndarray = table[:, 3]
+    self.failed: np.ndarray = table[:, 4] != 0
+
+  @classmethod
+  def of_calls(cls, calls: list[SanitizedCall]) -> HostRecords:
+    """The records of host callbacks made already (the objects kept)."""
+    numbers = array.array("q")
+    for c in calls:
+      numbers.extend((c.thread, c.start_ns, c.end_ns, c.run_id, c.failed))
+    out = cls(([c.site for c in calls], numbers))
+    out._made = list(calls)
+    return out
+
+  def __len__(self) -> int:
+    return len(self.start_ns)
+
+  def make(self, rows: np.ndarray) -> list[SanitizedCall]:
+    """The calls of records `rows`."""
+    if self._made is not None:
+      return [self._made[r] for r in rows.tolist()]
+    sites = _objects(self.sites)[self.site[rows]].tolist()
+    return list(
+      map(
+        SanitizedCall,
+        [s.target for s in sites],
+        [s.module.platform for s in sites],
+        [HOST_FAMILY] * len(rows),
+        self.thread[rows].tolist(),
+        self.start_ns[rows].tolist(),
+        self.end_ns[rows].tolist(),
+        self.run_id[rows].tolist(),
+        sites,
+        [()] * len(rows),
+        self.failed[rows].tolist(),
+        [False] * len(rows),
+        [s.host_callback or "?" for s in sites],
+      )
+    )
+
+  def every(self) -> list[SanitizedCall]:
+    """Every record's call, made now."""
+    if self._made is None:
+      self._made = self.make(np.arange(len(self)))
+    return self._made
+
+
 class CallColumns:
   """Every call of a run, native and host, in order of start (a stable
   sort: the native records in their order, then the host callbacks in
@@ -210,14 +286,12 @@ class CallColumns:
       truncated) as an index: calls with one key touch the same.
   """
 
-  def __init__(self, native: NativeColumns, host: list[SanitizedCall]):
+  def __init__(self, native: NativeColumns, host: HostRecords):
     self.native = native
     self.host = host
     n = len(native)
     columns = native.columns
-    start = np.concatenate(
-      [columns["start_ns"], np.array([c.start_ns for c in host], np.int64)]
-    )
+    start = np.concatenate([columns["start_ns"], host.start_ns])
     self.order: np.ndarray = np.argsort(start, kind="stable")
     """Per call, its row: below len(native) a native record's, else a
     host callback's (its index in `host` plus len(native))."""
@@ -225,17 +299,9 @@ class CallColumns:
     self.end_ns: np.ndarray = self._spread(columns["end_ns"], "end_ns")
     self.run_id: np.ndarray = self._spread(columns["run_id"], "run_id")
     # Host callbacks' sites and keys after the native ones'.
-    self.sites: list[_sites.CallSite | None] = list(native.sites)
-    site_of: dict[int, int] = {}
-    host_site = []
-    for call in host:
-      index = site_of.get(id(call.site))
-      if index is None:
-        index = site_of[id(call.site)] = len(self.sites)
-        self.sites.append(call.site)
-      host_site.append(index)
+    self.sites: list[_sites.CallSite | None] = [*native.sites, *host.sites]
     self.site: np.ndarray = np.concatenate(
-      [native.site, np.array(host_site, np.int64)]
+      [native.site, host.site + len(native.sites)]
     )[self.order]
     native_key, first = _native_keys(native)
     position = np.empty(len(self.order), dtype=np.int64)
@@ -243,23 +309,17 @@ class CallColumns:
     self.representatives: list[int] = position[first].tolist()
     """Per key, one call of it (its index): what a key touches is asked
     of it."""
-    host_key: list[int] = []
-    keys: dict[tuple, int] = {}
-    for k, call in enumerate(host):
-      found = (call.target, call.family, call.operands, call.site)
-      index = keys.get(found)
-      if index is None:
-        index = keys[found] = len(self.representatives)
-        self.representatives.append(int(position[n + k]))
-      host_key.append(index)
-    self.key: np.ndarray = np.concatenate(
-      [native_key, np.array(host_key, np.int64)]
-    )[self.order]
+    # A host callback's key is its site (its target and family come from
+    # it, and it records no operands).
+    _, host_first = np.unique(host.site, return_index=True)
+    host_key = len(self.representatives) + host.site
+    self.representatives += position[n + host_first].tolist()
+    self.key: np.ndarray = np.concatenate([native_key, host_key])[self.order]
     self._made = np.empty(len(self.order), dtype=object)
     self._is_made = np.zeros(len(self.order), dtype=bool)
 
   def _spread(self, native: np.ndarray, field: str) -> np.ndarray:
-    host = np.array([getattr(c, field) for c in self.host], np.int64)
+    host = getattr(self.host, field)
     return np.concatenate([native.astype(np.int64), host])[self.order]
 
   def __len__(self) -> int:
@@ -275,7 +335,7 @@ class CallColumns:
       made = np.empty(len(missing), dtype=object)
       made[native] = _objects(self.native.make(rows[native]))
       n = len(self.native)
-      made[~native] = _objects([self.host[r - n] for r in rows[~native]])
+      made[~native] = _objects(self.host.make(rows[~native] - n))
       self._made[missing] = made
       self._is_made[missing] = True
     return self._made[indices].tolist()

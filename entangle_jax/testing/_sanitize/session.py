@@ -19,7 +19,7 @@ from entangle_jax._src.targets import sources
 from entangle_jax._src.targets.declaration import Declarations
 from entangle_jax.testing._sanitize import callbacks, checks, sites, wrapping
 from entangle_jax.testing._sanitize import calls as calls_module
-from entangle_jax.testing._sanitize.calls import SanitizedCall, from_callbacks
+from entangle_jax.testing._sanitize.calls import SanitizedCall
 from entangle_jax.testing._sanitize.checks import (
   Contradiction,
   SanitizerRace,
@@ -197,6 +197,7 @@ def sanitize(*, clear_caches: bool = True) -> Generator[Seen]:
       records, more_operands, more_values, dropped = native.drain()
       from entangle_jax.testing._sanitize.columns import (
         CallColumns,
+        HostRecords,
         NativeColumns,
       )
 
@@ -209,14 +210,21 @@ def sanitize(*, clear_caches: bool = True) -> Generator[Seen]:
           records, native.record_layout, more_operands, more_values
         )
         del records, more_operands, more_values
-        host = from_callbacks(callbacks.drain())
-        if host:
+        host = HostRecords(callbacks.drain())
+        if (host.run_id == callbacks.UNKNOWN_RUN).any() or any(
+          s.host_callback == sites.ANCHOR for s in host.sites
+        ):
+          # Calls of a loop or a branch to place, or a counter's to drop.
           with_native = {
             s.module.serial for s in recorded.sites if s is not None
           }
-          host = checks.place_host_calls(
-            host, _native_runs(recorded), with_native, seen.unknown_runs_why
+          placed = checks.place_host_calls(
+            host.every(),
+            _native_runs(recorded),
+            with_native,
+            seen.unknown_runs_why,
           )
+          host = HostRecords.of_calls(placed)
         _fill(seen, CallColumns(recorded, host), dropped, first_module)
       finally:
         if collecting:
@@ -264,10 +272,7 @@ def _fill(seen: Seen, columns: CallColumns, dropped: int, first: int) -> None:
     f"{t} ({reasons[t]})" if t in reasons else t
     for t in {t for m in sites.modules_since(first) for t in m.not_observed}
   )
-  seen.unknown_runs = sum(
-    c.function is not None and c.run_id == callbacks.UNKNOWN_RUN
-    for c in columns.host
-  )
+  seen.unknown_runs = int((columns.host.run_id == callbacks.UNKNOWN_RUN).sum())
   # What each key touches, asked of one call of it (`touches` as it is).
   representatives = columns.at(np.array(columns.representatives, np.int64))
   touch = [calls_module.touches(c, declarations) for c in representatives]
@@ -286,7 +291,8 @@ def _fill(seen: Seen, columns: CallColumns, dropped: int, first: int) -> None:
     dtype=bool,
   )
   empty = np.zeros(0, dtype=bool)
-  picked = candidates.needed(
+  position, context = _places(columns.sites)
+  picked, order = candidates.needed(
     columns.start_ns,
     columns.end_ns,
     columns.serials(),
@@ -294,16 +300,42 @@ def _fill(seen: Seen, columns: CallColumns, dropped: int, first: int) -> None:
     columns.run_id,
     key_touches[columns.key] if len(touch) else empty,
     key_repeats[columns.key] if len(touch) else empty,
+    columns.key,
+    position[columns.site] if len(position) else columns.site,
+    context[columns.site] if len(context) else columns.site,
   )
   keys = columns.key[picked].tolist()
-  found = dict(zip(columns.at(picked), (touch[k] for k in keys), strict=True))
+  made = columns.at(picked)
+  found = dict(zip(made, (touch[k] for k in keys), strict=True))
   runs = checks.executions(found)
-  seen.races = checks.races(found, seen.unpaired, runs)
+  # The order check sees the executions whose calls it needs whole; the
+  # others ran plainly in program order (`candidates.plainly_in_order`).
+  checked = {c for c, o in zip(made, order.tolist(), strict=True) if o}
+  ordered = {k: v for k, v in runs.items() if v[0] in checked}
+  seen.races = checks.races(found, seen.unpaired, runs, ordered)
   static = _Static(declarations)
   seen._static = static
   seen.contradictions = checks.contradictions(
     found, declarations, static.distinct, runs
   )
+
+
+def _places(places: list) -> tuple[Any, Any]:
+  """Per site (`columns.CallColumns.sites`), its position in program
+  order and the loops and branches it is in, as a dense index (-1 for
+  no known place)."""
+  import numpy as np
+
+  contexts: dict[tuple, int] = {}
+  position, context = [], []
+  for site in places:
+    if site is None:
+      position.append(-1)
+      context.append(-1)
+    else:
+      position.append(site.position)
+      context.append(contexts.setdefault(site.context, len(contexts)))
+  return np.array(position, np.int64), np.array(context, np.int64)
 
 
 def _counts(index) -> list[int]:
@@ -330,11 +362,37 @@ class _Static:
     built = self.analyses[module.serial]
     if built is None:
       return None
-    analysis, ops = built
+    analysis, ops, _ = built
     x, y = ops.get(a.site.number), ops.get(b.site.number)
     if x is None or y is None:
       return None
     return analysis, x, y
+
+  def _program_names(self, a: SanitizedCall, b: SanitizedCall):
+    """The names of the two calls' ops in the module before optimization
+    (where the static check's races that XLA hid name them); None where
+    it is not at hand."""
+    assert a.site is not None and b.site is not None
+    module = a.site.module
+    built = self.analyses.get(module.serial)
+    if not built:
+      return None
+    analysis, ops, program = built
+    if program is None:
+      # Parsed only when a race asks (the races of the module's analysis
+      # parse it too).
+      program = {}
+      try:
+        before = analysis.program()
+      except ValueError:
+        before = None
+      if before is not None:
+        program = _ops_by_site(before, module.program_text() or "")
+      self.analyses[module.serial] = (analysis, ops, program)
+    x, y = program.get(a.site.number), program.get(b.site.number)
+    if x is None or y is None:
+      return None
+    return {x.name, y.name}
 
   def _analyse(self, module: sites.SanitizedModule):
     from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
@@ -343,18 +401,16 @@ class _Static:
     if text is None:
       return None
     try:
-      analysis = OrderAnalysis(text, declarations=self.declarations)
+      # With the program beside it, the check also sees what XLA hid (a
+      # call moved out of its loop, calls merged): `checks.MERGED`.
+      analysis = OrderAnalysis(
+        text,
+        declarations=self.declarations,
+        before_optimization=module.program_text(),
+      )
     except ValueError:
       return None
-    lines = text.splitlines()
-    ops = {}
-    for op in analysis.user_native_calls():
-      line = op.instruction.line
-      if 0 < line <= len(lines):
-        match = _SITE.search(lines[line - 1])
-        if match:
-          ops[int(match.group(1))] = op
-    return analysis, ops
+    return analysis, _ops_by_site(analysis, text), None
 
   def _verdicts(self, a: SanitizedCall, b: SanitizedCall):
     """The static check's verdicts on the two calls' ops
@@ -414,8 +470,13 @@ class _Static:
         self.races[serial] = list(analysis.races())
       except Exception:
         self.races[serial] = []
+    program = self._program_names(a, b)
     for race in self.races[serial]:
-      if {race.first.name, race.second.name} == {x.name, y.name}:
+      names = {race.first.name, race.second.name}
+      if race.xla_change is None:
+        if names == {x.name, y.name}:
+          return race
+      elif names == program:  # Named as the program made them.
         return race
     return None
 
@@ -440,6 +501,20 @@ class _Static:
 
     cause = cause_of(race)
     return f"{cause.code} {cause.headline}. Fix: {cause.fix}"
+
+
+def _ops_by_site(analysis, text: str) -> dict[int, Any]:
+  """The native calls' ops of `analysis` (of module `text`), by the site
+  number each carries."""
+  lines = text.splitlines()
+  ops = {}
+  for op in analysis.user_native_calls():
+    line = op.instruction.line
+    if 0 < line <= len(lines):
+      match = _SITE.search(lines[line - 1])
+      if match:
+        ops[int(match.group(1))] = op
+  return ops
 
 
 def _time(call: SanitizedCall, origin: int) -> str:
@@ -511,6 +586,13 @@ def format_seen(seen: Seen) -> str:
       lines.append(
         "    the second ran first: it returned before the first began, "
         "though the program made the first first"
+      )
+    elif race.kind == checks.MERGED and race.runs is not None:
+      lines.append(
+        f"    their places each run once an iteration of a loop both are "
+        f"in, but ran {race.runs[0]} and {race.runs[1]} times in this "
+        "execution: XLA moved one out of the loop or merged its calls, so "
+        "its calls cannot each keep the program's order with the other's"
       )
     elif race.kind == checks.INTERLEAVED and race.then is not None:
       lines.append(_call_line(race.then, origin))

@@ -92,6 +92,29 @@ class SanitizedModule:
   and branch, whose calls count the module's executions: added where the
   module's own host callbacks are all in loops or branches."""
 
+  program: bytes | None = None
+  """The module as the sanitizer handed it to XLA (MLIR bytecode, its
+  places in it), for the static check's comparison of the program with
+  what XLA made of it (`program_text`)."""
+
+  def program_text(self) -> str | None:
+    """The HLO text of the module before optimization (with each op's
+    scope and Python stack, as ``Lowered.as_text(dialect="hlo",
+    debug_info=True)`` prints it); None where this JAX cannot make it."""
+    if self.program is None:
+      return None
+    try:
+      from jax._src import stages
+
+      computation = stages._jax.mlir.mlir_module_to_xla_computation(
+        self.program, use_tuple_args=False
+      )
+      options = stages.hlo.HloPrintOptions.short_parsable()
+      options.print_metadata = True
+      return computation.as_hlo_module().to_string(options)
+    except Exception:
+      return None
+
   def text(self) -> str | None:
     """The optimized HLO text, while the executable is alive."""
     executable = self.executable() if self.executable is not None else None
@@ -266,6 +289,7 @@ def _prepare(computation, platform: str, args: tuple, kwargs: dict, *, route):
     module = annotate(copy, platform, given, route=False)
   if module is None:
     return None, computation, args, kwargs
+  module.program = _bytecode(copy)
   if module.transfer_callbacks and given is not None:
     # Their recorders are in place already (`_make_tpu_emit`).
     _place_tpu_callbacks(module, given)
