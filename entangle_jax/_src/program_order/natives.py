@@ -5,6 +5,7 @@ such calls."""
 from __future__ import annotations
 
 import dataclasses
+import enum
 import sys
 import warnings
 from typing import Any
@@ -127,13 +128,7 @@ def native_call(eqn, decls: Declarations) -> NativeCall | None:
   if name == primitive.entangle_p.name:
     return None
   if lowered.is_jax_primitive(eqn.primitive):
-    if any(True for _ in sub_jaxprs(eqn)):
-      return None  # Its sub-programs' calls are its rule's (`rules`).
-    # One of JAX's own first-order primitives. A list of those that make
-    # no native call cannot be trusted to be complete (``debug_print``
-    # and ``call_exported`` make host callbacks and the exported module's
-    # custom calls), so its lowering says, as a binding's does.
-    return _from_lowering(eqn, decls, jax_own=True)
+    return _jax_own_call(eqn, decls)
   # A binding's own primitive, a higher-order one included: its own
   # lowering may make native calls before or after its body, and its body
   # may make some. The lowering holds both, so the equation is ordered as
@@ -141,6 +136,92 @@ def native_call(eqn, decls: Declarations) -> NativeCall | None:
   # later calls after all of them (`Context.native` orders the body's own
   # calls among themselves).
   return _from_lowering(eqn, decls)
+
+
+def _jax_own_call(eqn, decls: Declarations) -> NativeCall | None:
+  """The native calls of one of JAX's own primitives, read from its
+  lowering: a list of those that make none cannot be trusted to be
+  complete (``debug_print`` and ``call_exported`` make host callbacks and
+  the exported module's custom calls), so its lowering says, as a
+  binding's does. Its sub-programs' calls are its rule's (`rules`).
+
+  A primitive whose parameters are all plain data (numbers, flags, dtypes,
+  enums, shapes: no function, program, text or other object, which is
+  where a native call's target, callback or module would be) is read once
+  per kind (`_kind`): when its first equation of a kind lowers to no
+  native call, neither do the others, whose parameters only size, index
+  or lay out the same operation (``slice`` at another start, a
+  ``concatenate`` of more operands). The first such equation is still
+  lowered and read; a kind that made a native call is read equation by
+  equation."""
+  if not _plain_params(eqn.params):
+    if any(True for _ in sub_jaxprs(eqn)):
+      return None  # Its sub-programs' calls are its rule's (`rules`).
+    return _from_lowering(eqn, decls, jax_own=True)
+  kind = _kind(eqn, decls)
+  if kind is not None and kind in _NO_NATIVE_KINDS:
+    return None
+  found = _from_lowering(eqn, decls, jax_own=True)
+  if found is None and kind is not None:
+    _NO_NATIVE_KINDS.add(kind)
+  return found
+
+
+_NO_NATIVE_KINDS: set[Any] = set()
+"""The kinds (`_kind`) of JAX's own primitives of plain parameters whose
+first equation lowered to no native call."""
+
+_PLAIN_SCALARS = (
+  bool,
+  int,
+  float,
+  complex,
+  np.number,
+  np.bool_,
+  np.dtype,
+  enum.Enum,
+)
+
+
+def _plain_params(params) -> bool:
+  """Whether every parameter is plain data (`_jax_own_call`): a number, a
+  flag, None, a dtype, an enum, or a tuple (a named one too) of those."""
+  return all(_plain(v) for v in params.values())
+
+
+def _plain(value) -> bool:
+  if value is None or isinstance(value, _PLAIN_SCALARS):
+    return True
+  if isinstance(value, tuple):
+    return all(_plain(v) for v in value)
+  return False
+
+
+def _kind(eqn, decls: Declarations):
+  """What a lowering of plain parameters is read once for: the primitive,
+  its operands' dtypes and ranks (not their number or sizes), the
+  backend, 64-bit types, and the declarations; None where they cannot be
+  hashed."""
+  operands = frozenset(
+    (
+      getattr(v.aval, "dtype", None),
+      len(getattr(v.aval, "shape", ())),
+      bool(getattr(v.aval, "weak_type", False)),
+    )
+    for v in eqn.invars
+  )
+  key = (
+    eqn.primitive,
+    operands,
+    jax.default_backend(),
+    bool(jax.config.jax_enable_x64),  # ty: ignore[missing-attribute]
+    decls,
+  )
+  try:
+    hash(key)
+  except TypeError:
+    return None
+  return key
 
 
 def lowered_call(eqn, decls: Declarations) -> NativeCall | None:
