@@ -41,6 +41,8 @@ ALLOWED: dict[tuple[str, str], str] = {
   (f"{_ORDER}.natives", "_FROM_LOWERING"): _CACHE,
   (f"{_ORDER}.natives", "_WARNED"): _WARNED,
   (f"{_ORDER}.natives", "_NO_NATIVE_KINDS"): _KINDS,
+  (f"{_ORDER}.natives", "_ONE"): _CACHE,
+  (f"{_ORDER}.api", "_DECLARATIONS"): _CACHE,
   (f"{_ORDER}.lowered", "_CACHE"): _CACHE,
   (f"{_ORDER}.lowered", "_BY_EQN"): _CACHE,
   (f"{_ORDER}.lowered", "_JAX_OWN"): _CACHE,

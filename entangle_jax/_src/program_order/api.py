@@ -14,6 +14,7 @@ from entangle_jax._src import arrays
 from entangle_jax._src.program_order import natives
 from entangle_jax._src.program_order.interpreter import Context
 from entangle_jax._src.targets import sources
+from entangle_jax._src.targets.declaration import Declarations
 
 
 @overload
@@ -183,7 +184,7 @@ def in_program_order(
 
     traced = [leaf for leaf, d in zip(leaves, dynamic, strict=True) if d]
     closed = jax.make_jaxpr(flat)(*traced)
-    decls = sources.current()
+    decls = _interned(sources.current())
     if not natives.has_native_jaxpr(closed.jaxpr, decls):
       # Nothing to order: the traced program as it is, with none of the
       # evaluation's bookkeeping.
@@ -193,7 +194,7 @@ def in_program_order(
         for i in range(out_tree[0].num_leaves)
       ]
       return jax.tree_util.tree_unflatten(out_tree[0], result)
-    ctx = Context(decls)
+    ctx = Context(decls, keys=natives.has_checkpoint(closed.jaxpr))
     if distinct_arguments:
       labels = [p for p, d in zip(paths, dynamic, strict=True) if d]
       ctx.name_arguments(traced, labels)
@@ -206,6 +207,19 @@ def in_program_order(
     return jax.tree_util.tree_unflatten(out_tree[0], result)
 
   return ordered
+
+
+_DECLARATIONS: dict[Declarations, Declarations] = {}
+"""Each value of the declarations seen: the object the transform's caches
+were keyed with."""
+
+
+def _interned(decls: Declarations) -> Declarations:
+  """`decls`, as the object first seen with its value: the declarations
+  are read afresh for each traced function, and the caches keyed by them
+  (`natives`) then find their keys by identity, where an equal new object
+  compared every declaration, at each native call."""
+  return _DECLARATIONS.setdefault(decls, decls)
 
 
 def _paths(tree: Any) -> list[str]:

@@ -49,6 +49,7 @@ from entangle_jax._src.program_order.touches import (
 from entangle_jax._src.program_order.values import (
   SAVED,
   aval_of,
+  entangled,
   scalar_after,
   size,
   token_of,
@@ -61,8 +62,18 @@ class Context:
   """One program's evaluation: the native calls made so far, and for each
   value the calls it depends on and the object it names."""
 
-  def __init__(self, decls: Declarations, accesses: Sequence[OrderedCall] = ()):
+  def __init__(
+    self,
+    decls: Declarations,
+    accesses: Sequence[OrderedCall] = (),
+    keys: bool = True,
+  ):
     self.decls = decls
+    # Whether values are keyed by what computes them (`keys`, `key`): only
+    # a checkpoint that JAX's differentiation recomputes reads the keys,
+    # and computing them for every equation of a long program costs as
+    # much as the bookkeeping of its native calls.
+    self.track_keys = keys
     self.accesses: list[OrderedCall] = list(accesses)
     # Those of `accesses` that write: all a call that only reads can
     # conflict with (`candidates`), so that reads of what one write wrote
@@ -216,10 +227,17 @@ class Context:
       env[var] = value
     for var, value in zip(jaxpr.invars, args, strict=True):
       env[var] = value
+    used = self.used
     for eqn in jaxpr.eqns:
       invals = [read(atom) for atom in eqn.invars]
-      for value in invals:
-        self.used.add(id(value))
+      used.update(map(id, invals))
+      if not self.track_keys:
+        self.pending = []
+        with jax_compat.equation_context(eqn):
+          outs = self.eval_eqn(eqn, invals)
+        for var, value in zip(eqn.outvars, outs, strict=True):
+          env[var] = value
+        continue
       in_keys = tuple(
         _literal_key(atom)
         if isinstance(atom, jex_core.Literal)
@@ -436,9 +454,7 @@ class Context:
         if len(indices) == 1 and only_reads(parts)
         else None
       )
-      tied = (
-        (shared,) if shared is not None else entangle(tuple(originals), *values)
-      )
+      tied = [shared] if shared is not None else entangled(originals, values)
       for k, original, new in zip(indices, originals, tied, strict=True):
         invals[k] = new
         self.set_root(new, self.root(original))
@@ -453,7 +469,7 @@ class Context:
     if self.saving:
       # Saved by the rebuilt checkpoint's policy: never made again.
       outs = [checkpoint_name(o, SAVED) for o in outs]
-    if self.top and not self.recompute:
+    if self.top and not self.recompute and self.track_keys:
       for k, out in zip(keys, outs, strict=True):
         self.saved.setdefault(k, out)
     bit = self.new_bit()
@@ -516,7 +532,7 @@ class Context:
     key = (id(root), tuple(id(v) for v in values))
     tied = self.entangled_roots.get(key)
     if tied is None:
-      tied = entangle(root, *values)
+      (tied,) = entangled([root], values)
       self.set_root(tied, self.root(root))
       self.set_dep(tied, stood)
       self.keep.append(root)
@@ -608,16 +624,14 @@ class Context:
       # reads covers none; nor does one that returns no array: nothing can
       # be ordered after it, so a later call must still be ordered after
       # the earlier ones itself.)
-      kept, dropped = [], set()
-      for a in self.accesses:
-        if comes_after(access.deps, a) and covers(
-          access.parts, a.parts, self.decls
-        ):
-          dropped.add(id(a))
-        else:
-          kept.append(a)
+      dropped = {
+        id(a)
+        for a in self._coverable(access)
+        if comes_after(access.deps, a)
+        and covers(access.parts, a.parts, self.decls)
+      }
       if dropped:
-        self.accesses[:] = kept
+        self.accesses[:] = [a for a in self.accesses if id(a) not in dropped]
         self.writing[:] = [a for a in self.writing if id(a) not in dropped]
         self.live -= dropped
     self.accesses.append(access)
@@ -625,6 +639,21 @@ class Context:
       self.writing.append(access)
     self.index(access)
     self.own.append(access)
+
+  def _coverable(self, access: OrderedCall) -> list[OrderedCall]:
+    """The recorded calls `access` may cover (`covers`): all of them, or,
+    when its parts all name constants, those indexed under one of its
+    constants. A part that names constants covers only a part that names
+    the same object (`_same_object`), which names the same constants."""
+    consts = access.constants
+    if consts is None or len(self.accesses) < 32:
+      return self.accesses
+    positions: set[int] = set()
+    for c in consts:
+      found = self.by_const.get(c)
+      if found:
+        positions.update(self._live(found))
+    return [self.log[p] for p in positions]
 
   def warn_dropped(self, outs: Sequence[Any]) -> None:
     for value in outs:
@@ -656,7 +685,11 @@ class Context:
     return access
 
   def child(self, accesses=None) -> Context:
-    ctx = Context(self.decls, self.accesses if accesses is None else accesses)
+    ctx = Context(
+      self.decls,
+      self.accesses if accesses is None else accesses,
+      self.track_keys,
+    )
     ctx.bit_counter = self.bit_counter
     ctx.roots = dict(self.roots)
     ctx.deps = dict(self.deps)
@@ -676,7 +709,7 @@ class Context:
     for i, o in zip(inner, outer, strict=True):
       child.set_dep(i, self.dep(o))
       child.set_root(i, self.root(o))
-      if i is not o:
+      if i is not o and self.track_keys:
         child.keys[id(i)] = self.key(o)
 
   def sub_parts(self, jaxprs) -> tuple[Part, ...]:

@@ -16,7 +16,7 @@ import numpy as np
 from jax.extend import core as jex_core
 
 from entangle_jax._src import access_policy, jax_compat, primitive
-from entangle_jax._src.program_order import lowered
+from entangle_jax._src.program_order import call_like, lowered
 from entangle_jax._src.program_order.dependence import shape_size
 from entangle_jax._src.program_order.touches import Part
 from entangle_jax._src.targets import names
@@ -79,6 +79,27 @@ def _one(
   Raises:
     ValueError: its declaration names an operand the call lacks.
   """
+  key = (target, decls, len(eqn.invars), side_effect, label)
+  try:
+    return _ONE[key]
+  except KeyError:
+    pass
+  found = _ONE[key] = _read_one(target, decls, eqn, side_effect, label)
+  return found
+
+
+_ONE: dict[Any, NativeCall | None] = {}
+"""`_one`'s answers by target, declarations, operand count, side effect
+and label (a program calls one target thousands of times)."""
+
+
+def _read_one(
+  target: str,
+  decls: Declarations,
+  eqn,
+  side_effect: bool,
+  label: str | None,
+) -> NativeCall | None:
   label = target if label is None else label
   found = access_policy.footprint(
     target, decls, operands=range(len(eqn.invars)), side_effect=side_effect
@@ -399,6 +420,13 @@ def has_native_jaxpr(jaxpr, decls, rules: bool = True) -> bool:
     or (rules and _custom_rules_native(e, decls))
     for e in all_eqns(jaxpr)
   )
+
+
+def has_checkpoint(jaxpr) -> bool:
+  """Whether `jaxpr` (or a sub-jaxpr) holds a checkpoint, which JAX's
+  differentiation may have made to recompute forward values: the only
+  reader of the keys of what computes each value (`Context.key`)."""
+  return any(e.primitive.name in call_like.CHECKPOINTS for e in all_eqns(jaxpr))
 
 
 def has_native(eqn, decls) -> bool:
