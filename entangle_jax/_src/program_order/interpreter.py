@@ -101,6 +101,11 @@ class Context:
     # read, the handle arrays already entangled after a set of witnesses
     # (`_read_operand`).
     self.viewed_from: dict[int, tuple[Any, Any]] = {}
+    # What each view of an object names (`view`), and the views of an
+    # entangled handle array already bound (`_read_operand`).
+    self.views: dict[Any, tuple[Any, Obj | None]] = {}
+    self.constants: dict[Any, Obj] = {}  # By value (`root`).
+    self.rebound: dict[Any, Any] = {}
     self.entangled_roots: dict[tuple[int, tuple[int, ...]], Any] = {}
     self.deps: dict[int, int] = {}
     self.roots: dict[int, Obj] = {}
@@ -152,9 +157,15 @@ class Context:
       return found
     array = constant_array(value)
     if array is not None:
-      return Obj(
-        consts=frozenset(int(v) for v in array.reshape(-1)), array=array
-      )
+      # One object for each constant's value: a program names its handles
+      # by a few constants thousands of times.
+      key = (array.dtype.str, array.shape, array.tobytes())
+      obj = self.constants.get(key)
+      if obj is None:
+        obj = self.constants[key] = Obj(
+          consts=frozenset(int(v) for v in array.reshape(-1)), array=array
+        )
+      return obj
     self.keep.append(value)
     return Obj(key=id(value))
 
@@ -162,16 +173,39 @@ class Context:
     """`out`, a view of `operand` (a slice, a reshape, ...), names the
     objects the elements it holds name."""
     obj = self.root(operand)
+    held = obj.array if obj.consts is not None else obj.index
+    key = (
+      obj,
+      id(held),
+      tuple(eqn.invars[0].aval.shape),
+      eqn.primitive,
+      _params_key(eqn.params),
+    )
+    cached = self.views.get(key)
+    if cached is not None and cached[0] is held:
+      found = cached[1]
+    else:
+      # Computed once for each view of one object (a read of
+      # ``slots[k % 64]`` 5,000 times takes 64 slices).
+      found = self._view_obj(eqn, obj)
+      self.views[key] = (held, found)
+    if found is None:
+      return
+    self.set_root(out, found)
+    if found.key is not None and len(eqn.invars) == 1 and len(eqn.outvars) == 1:
+      self.viewed_from[id(out)] = (eqn, operand)
+
+  def _view_obj(self, eqn, obj: Obj) -> Obj | None:
+    """What a view `eqn` of an operand naming `obj` names, or None: nothing
+    followed."""
     if obj.consts is not None and obj.array is not None:
       array = apply_view(eqn, obj.array)
-      if array is not None:
-        consts = frozenset(int(v) for v in array.reshape(-1))
-        self.set_root(
-          out, Obj(consts=consts, array=array, resource=obj.resource)
-        )
-      return
+      if array is None:
+        return None
+      consts = frozenset(int(v) for v in array.reshape(-1))
+      return Obj(consts=consts, array=array, resource=obj.resource)
     if obj.key is None:
-      return
+      return None
     dims = (
       eqn.params.get("dimensions") if eqn.primitive.name == "reshape" else None
     )
@@ -179,22 +213,20 @@ class Context:
       # A transposed read of a value (``jnp.ravel(order="F")``): XLA makes
       # it a transpose, whose elements the race check does not follow, so
       # neither does this: the view may be any object.
-      return
+      return None
     index = obj.index
     if index is None:
       shape = tuple(eqn.invars[0].aval.shape)
       if not all(isinstance(d, int | np.integer) for d in shape):
-        return  # Symbolic: its elements are not followed.
+        return None  # Symbolic: its elements are not followed.
       index = np.arange(int(np.prod(shape))).reshape(shape)
     index = apply_view(eqn, index)
-    if index is not None:
-      elements = frozenset(int(v) for v in index.reshape(-1))
-      self.set_root(
-        out,
-        Obj(key=obj.key, elements=elements, index=index, resource=obj.resource),
-      )
-      if len(eqn.invars) == 1 and len(eqn.outvars) == 1:
-        self.viewed_from[id(out)] = (eqn, operand)
+    if index is None:
+      return None
+    elements = frozenset(int(v) for v in index.reshape(-1))
+    return Obj(
+      key=obj.key, elements=elements, index=index, resource=obj.resource
+    )
 
   def name_arguments(self, values: Sequence[Any], labels: Sequence[str]):
     """The caller's word that `values` (the traced arguments) hold
@@ -398,7 +430,7 @@ class Context:
         if a.tokens & tokens:
           bits |= a.deps
     parts = tuple(
-      p if k is None else dataclasses.replace(p, obj=self.root(invals[k]))
+      p if k is None else Part(p.mode, self.root(invals[k]), p.target)
       for p, k in zip(call.parts, call.objects, strict=True)
     )
     object_index = next((k for k in call.objects if k is not None), None)
@@ -538,8 +570,15 @@ class Context:
       self.keep.append(root)
       self.entangled_roots[key] = tied
     for eqn in reversed(chain):
-      view = self.bind(eqn, [tied])[0]
-      self.view(eqn, tied, view)
+      # Each view of the entangled array bound once: later reads of the
+      # same element take the same value.
+      key = (id(tied), eqn.primitive, _params_key(eqn.params))
+      view = self.rebound.get(key)
+      if view is None:
+        view = self.bind(eqn, [tied])[0]
+        self.view(eqn, tied, view)
+        self.rebound[key] = view
+        self.keep.append(tied)
       tied = view
     return tied
 
