@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 from jax.extend import core as jex_core
 
 from entangle_jax._src import primitive
@@ -58,11 +59,13 @@ def entangled(payloads: Sequence[Any], witnesses: Sequence[Any]) -> list:
 
 def _bindable(value):
   """`value` as the primitive takes it, or None where `entangle` must
-  convert it: a JAX array whose dtype is NumPy's (not a PRNG key's, bound
-  as its key data), or a NumPy array of numbers or bools (a literal of the
-  traced program), which becomes a constant of the program as it would
-  converted, with no copy to a device first."""
-  if isinstance(value, jax.Array):
+  convert or check it: a traced value whose dtype is NumPy's (not a PRNG
+  key's, bound as its key data), or a NumPy array of numbers or bools (a
+  literal of the traced program), which becomes a constant of the program
+  as it would converted, with no copy to a device first. (A concrete JAX
+  array, evaluated eagerly, goes through `entangle`, which names arrays
+  committed to different devices.)"""
+  if isinstance(value, Tracer):
     return value if isinstance(value.dtype, np.dtype) else None
   if isinstance(value, np.ndarray | np.generic) and value.dtype.kind in "biufc":
     return np.asarray(value)
