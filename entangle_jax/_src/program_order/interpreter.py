@@ -269,6 +269,9 @@ class Context:
           outs = self.eval_eqn(eqn, invals)
         for var, value in zip(eqn.outvars, outs, strict=True):
           env[var] = value
+        # Kept to the end, as keyed values are: the tables here know a
+        # value by its id, which a value freed early would hand on.
+        self.keep.extend(outs)
         continue
       in_keys = tuple(
         _literal_key(atom)
