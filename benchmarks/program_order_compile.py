@@ -270,8 +270,9 @@ def summary(results: dict, calls: int | None = None) -> list[str]:
     "| program | native calls | plain, s (median) | in_program_order, s "
     "(median) | by hand, s (median) | ratio to plain, wall: median (range; "
     "95% CI) | ratio to plain, CPU: median (range) | ratio to by hand, wall: "
-    "median (range) | entangle calls (by hand) |",
-    "|---|---|---|---|---|---|---|---|---|",
+    "median (range) | ratio to by hand, CPU: median (range) | entangle calls "
+    "(by hand) |",
+    "|---|---|---|---|---|---|---|---|---|---|",
   ]
   for n, found in by_calls.items():
     for name, runs in found.items():
@@ -283,6 +284,7 @@ def summary(results: dict, calls: int | None = None) -> list[str]:
 
       hand_time = f"{median(hand):.2f}" if hand else "—"
       to_hand = _ratio(ordered, hand, "wall") if hand else "—"
+      to_hand_cpu = _ratio(ordered, hand, "cpu") if hand else "—"
       counts = f"{ordered[0]['entangles']}"
       if hand:
         counts += f" ({hand[0]['entangles']})"
@@ -290,7 +292,7 @@ def summary(results: dict, calls: int | None = None) -> list[str]:
         f"| {name} | {'—' if n is None else n} | {median(plain):.2f} | "
         f"{median(ordered):.2f} | {hand_time} | "
         f"{_ratio(ordered, plain, 'wall')} | {_ratio(ordered, plain, 'cpu')} "
-        f"| {to_hand} | {counts} |"
+        f"| {to_hand} | {to_hand_cpu} | {counts} |"
       )
   return lines
 

@@ -323,6 +323,45 @@ class JaxOwnPrimitivesTest(OrderedTestCase):
       self.assertTrue(lowered.is_jax_primitive(own_read_p))
       self.assert_ordered(hazards(own_read))
 
+  def test_plain_parameters_are_read_once_a_kind(self):
+    # Slices of one handle array at 40 starts: one lowering of ``slice``,
+    # not one a start (a long program made thousands).
+    def f(handles):
+      return [testing.read_slot(handles[k]) for k in range(40)]
+
+    handles = np.arange(40, dtype=np.int32)
+    seen = []
+    real = lowered._lower
+
+    def counted(eqn):
+      seen.append(eqn.primitive.name)
+      return real(eqn)
+
+    with (
+      unittest.mock.patch.object(natives, "_NO_NATIVE_KINDS", set()),
+      unittest.mock.patch.object(lowered, "_lower", counted),
+      unittest.mock.patch.dict(lowered._CACHE, clear=True),
+    ):
+      jax.jit(in_program_order(f)).lower(handles)
+    self.assertEqual(seen.count("slice"), 1)
+
+  def test_a_kind_that_made_a_native_call_is_read_each_time(self):
+    # The same primitive at two parameters: each equation read, each
+    # ordered (a kind is passed by only when it made no native call).
+    with (
+      unittest.mock.patch.dict(sys.modules, {_fake.__name__: _fake}),
+      unittest.mock.patch.object(natives, "_NO_NATIVE_KINDS", set()),
+    ):
+      jaxpr = jax.make_jaxpr(
+        lambda t: [
+          own_read_p.bind(t, delay_us=np.int64(1)),
+          own_read_p.bind(t, delay_us=np.int64(2)),
+        ]
+      )(jnp.int32(0))
+      decls = sources.current()
+      for eqn in jaxpr.eqns:
+        self.assertIsNotNone(natives.native_call(eqn, decls))
+
   def test_a_pure_kernel_is_no_native_call(self):
     # approx_max_k lowers to ApproxTopK, which XLA:CPU makes a TopK.
     jaxpr = jax.make_jaxpr(lambda v: lax.approx_max_k(v, 2))(jnp.ones(8))

@@ -22,6 +22,7 @@ some for plain ``jax.jit``: the control) and a run that reads what was
 written.
 """
 
+import gc
 from unittest import mock
 
 import jax
@@ -118,6 +119,14 @@ class ReadsOfOneArrayTest(absltest.TestCase):
     read = np.asarray(lowered.compile()(*args))
     np.testing.assert_array_equal(read[::SLOTS], np.full(reads // SLOTS, 7.0))
 
+  def test_each_element_of_the_entangled_array_is_taken_once(self):
+    # 24 reads of 4 elements: 4 slices of the entangled array (and the
+    # write's own), not one a read.
+    lowered = jax.jit(in_program_order(reads_after_one_write(24))).lower(
+      _slots(), jnp.float32(7.0)
+    )
+    self.assertEqual(lowered.as_text().count("stablehlo.slice"), SLOTS + 1)
+
   def test_a_read_after_a_second_write_takes_its_own(self):
     # The shared entangle is for one set of earlier writes: a read after
     # a second write waits for that one, through a second entangle.
@@ -137,6 +146,46 @@ class ReadsOfOneArrayTest(absltest.TestCase):
     self.assertEqual(first[0], 5.0)
     self.assertEqual(second[0], 5.0)
     self.assertEqual(second[1], 6.0)
+
+
+class CollectorTest(absltest.TestCase):
+  """The cyclic collector is paused while the transform evaluates the
+  program (a full collection there scans everything and frees nothing),
+  and runs again after it, whatever happened."""
+
+  def lower_seeing(self, run):
+    program = reads_after_one_write(4)
+    args = (_slots(), jnp.float32(1.0))
+    with mock.patch.object(interpreter.Context, "run", run):
+      jax.jit(in_program_order(program)).lower(*args)
+
+  def test_paused_while_it_evaluates_and_running_after(self):
+    seen = []
+    real = interpreter.Context.run
+
+    def run(ctx, *args):
+      seen.append(gc.isenabled())
+      return real(ctx, *args)
+
+    self.lower_seeing(run)
+    self.assertEqual(seen, [False])
+    self.assertTrue(gc.isenabled())
+
+  def test_running_after_an_error(self):
+    def run(ctx, *args):
+      raise RuntimeError("in the evaluation")
+
+    with self.assertRaisesRegex(RuntimeError, "in the evaluation"):
+      self.lower_seeing(run)
+    self.assertTrue(gc.isenabled())
+
+  def test_left_paused_when_the_caller_paused_it(self):
+    gc.disable()
+    try:
+      self.lower_seeing(interpreter.Context.run)
+      self.assertFalse(gc.isenabled())
+    finally:
+      gc.enable()
 
 
 def backward_counts(k: int):

@@ -24,6 +24,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "entangle_jax"
 
 _CACHE = "a cache: a pure function's answers by their whole input"
+_KINDS = (
+  "a cache: which kinds of JAX's own primitives (plain parameters, "
+  "operand dtypes and ranks) lowered to no native call"
+)
 _WARNED = "warn-once: what is warned, never what is answered"
 _REGISTRY = "a registry that the user's (or a rule module's) own call fills"
 _ONCE = "done once per process, as what it sets up (XLA's, JAX's) is"
@@ -36,6 +40,9 @@ ALLOWED: dict[tuple[str, str], str] = {
   ("entangle_jax", "_registered"): _ONCE,
   (f"{_ORDER}.natives", "_FROM_LOWERING"): _CACHE,
   (f"{_ORDER}.natives", "_WARNED"): _WARNED,
+  (f"{_ORDER}.natives", "_NO_NATIVE_KINDS"): _KINDS,
+  (f"{_ORDER}.natives", "_ONE"): _CACHE,
+  (f"{_ORDER}.api", "_DECLARATIONS"): _CACHE,
   (f"{_ORDER}.lowered", "_CACHE"): _CACHE,
   (f"{_ORDER}.lowered", "_BY_EQN"): _CACHE,
   (f"{_ORDER}.lowered", "_JAX_OWN"): _CACHE,

@@ -49,6 +49,7 @@ from entangle_jax._src.program_order.touches import (
 from entangle_jax._src.program_order.values import (
   SAVED,
   aval_of,
+  entangled,
   scalar_after,
   size,
   token_of,
@@ -61,8 +62,18 @@ class Context:
   """One program's evaluation: the native calls made so far, and for each
   value the calls it depends on and the object it names."""
 
-  def __init__(self, decls: Declarations, accesses: Sequence[OrderedCall] = ()):
+  def __init__(
+    self,
+    decls: Declarations,
+    accesses: Sequence[OrderedCall] = (),
+    keys: bool = True,
+  ):
     self.decls = decls
+    # Whether values are keyed by what computes them (`keys`, `key`): only
+    # a checkpoint that JAX's differentiation recomputes reads the keys,
+    # and computing them for every equation of a long program costs as
+    # much as the bookkeeping of its native calls.
+    self.track_keys = keys
     self.accesses: list[OrderedCall] = list(accesses)
     # Those of `accesses` that write: all a call that only reads can
     # conflict with (`candidates`), so that reads of what one write wrote
@@ -90,6 +101,11 @@ class Context:
     # read, the handle arrays already entangled after a set of witnesses
     # (`_read_operand`).
     self.viewed_from: dict[int, tuple[Any, Any]] = {}
+    # What each view of an object names (`view`), and the views of an
+    # entangled handle array already bound (`_read_operand`).
+    self.views: dict[Any, tuple[Any, Obj | None]] = {}
+    self.constants: dict[Any, Obj] = {}  # By value (`root`).
+    self.rebound: dict[Any, Any] = {}
     self.entangled_roots: dict[tuple[int, tuple[int, ...]], Any] = {}
     self.deps: dict[int, int] = {}
     self.roots: dict[int, Obj] = {}
@@ -147,9 +163,15 @@ class Context:
       return found
     array = constant_array(value)
     if array is not None:
-      return Obj(
-        consts=frozenset(int(v) for v in array.reshape(-1)), array=array
-      )
+      # One object for each constant's value: a program names its handles
+      # by a few constants thousands of times.
+      key = (array.dtype.str, array.shape, array.tobytes())
+      obj = self.constants.get(key)
+      if obj is None:
+        obj = self.constants[key] = Obj(
+          consts=frozenset(int(v) for v in array.reshape(-1)), array=array
+        )
+      return obj
     self.keep.append(value)
     return Obj(key=id(value))
 
@@ -157,16 +179,39 @@ class Context:
     """`out`, a view of `operand` (a slice, a reshape, ...), names the
     objects the elements it holds name."""
     obj = self.root(operand)
+    held = obj.array if obj.consts is not None else obj.index
+    key = (
+      obj,
+      id(held),
+      tuple(eqn.invars[0].aval.shape),
+      eqn.primitive,
+      _params_key(eqn.params),
+    )
+    cached = self.views.get(key)
+    if cached is not None and cached[0] is held:
+      found = cached[1]
+    else:
+      # Computed once for each view of one object (a read of
+      # ``slots[k % 64]`` 5,000 times takes 64 slices).
+      found = self._view_obj(eqn, obj)
+      self.views[key] = (held, found)
+    if found is None:
+      return
+    self.set_root(out, found)
+    if found.key is not None and len(eqn.invars) == 1 and len(eqn.outvars) == 1:
+      self.viewed_from[id(out)] = (eqn, operand)
+
+  def _view_obj(self, eqn, obj: Obj) -> Obj | None:
+    """What a view `eqn` of an operand naming `obj` names, or None: nothing
+    followed."""
     if obj.consts is not None and obj.array is not None:
       array = apply_view(eqn, obj.array)
-      if array is not None:
-        consts = frozenset(int(v) for v in array.reshape(-1))
-        self.set_root(
-          out, Obj(consts=consts, array=array, resource=obj.resource)
-        )
-      return
+      if array is None:
+        return None
+      consts = frozenset(int(v) for v in array.reshape(-1))
+      return Obj(consts=consts, array=array, resource=obj.resource)
     if obj.key is None:
-      return
+      return None
     dims = (
       eqn.params.get("dimensions") if eqn.primitive.name == "reshape" else None
     )
@@ -174,22 +219,20 @@ class Context:
       # A transposed read of a value (``jnp.ravel(order="F")``): XLA makes
       # it a transpose, whose elements the race check does not follow, so
       # neither does this: the view may be any object.
-      return
+      return None
     index = obj.index
     if index is None:
       shape = tuple(eqn.invars[0].aval.shape)
       if not all(isinstance(d, int | np.integer) for d in shape):
-        return  # Symbolic: its elements are not followed.
+        return None  # Symbolic: its elements are not followed.
       index = np.arange(int(np.prod(shape))).reshape(shape)
     index = apply_view(eqn, index)
-    if index is not None:
-      elements = frozenset(int(v) for v in index.reshape(-1))
-      self.set_root(
-        out,
-        Obj(key=obj.key, elements=elements, index=index, resource=obj.resource),
-      )
-      if len(eqn.invars) == 1 and len(eqn.outvars) == 1:
-        self.viewed_from[id(out)] = (eqn, operand)
+    if index is None:
+      return None
+    elements = frozenset(int(v) for v in index.reshape(-1))
+    return Obj(
+      key=obj.key, elements=elements, index=index, resource=obj.resource
+    )
 
   def name_arguments(self, values: Sequence[Any], labels: Sequence[str]):
     """The caller's word that `values` (the traced arguments) hold
@@ -222,10 +265,20 @@ class Context:
       env[var] = value
     for var, value in zip(jaxpr.invars, args, strict=True):
       env[var] = value
+    used = self.used
     for eqn in jaxpr.eqns:
       invals = [read(atom) for atom in eqn.invars]
-      for value in invals:
-        self.used.add(id(value))
+      used.update(map(id, invals))
+      if not self.track_keys:
+        self.pending = []
+        with jax_compat.equation_context(eqn):
+          outs = self.eval_eqn(eqn, invals)
+        for var, value in zip(eqn.outvars, outs, strict=True):
+          env[var] = value
+        # Kept to the end, as keyed values are: the tables here know a
+        # value by its id, which a value freed early would hand on.
+        self.keep.extend(outs)
+        continue
       in_keys = tuple(
         _literal_key(atom)
         if isinstance(atom, jex_core.Literal)
@@ -390,7 +443,7 @@ class Context:
         if a.tokens & tokens:
           bits |= a.deps
     parts = tuple(
-      p if k is None else dataclasses.replace(p, obj=self.root(invals[k]))
+      p if k is None else Part(p.mode, self.root(invals[k]), p.target)
       for p, k in zip(call.parts, call.objects, strict=True)
     )
     object_index = next((k for k in call.objects if k is not None), None)
@@ -446,9 +499,7 @@ class Context:
         if len(indices) == 1 and only_reads(parts)
         else None
       )
-      tied = (
-        (shared,) if shared is not None else entangle(tuple(originals), *values)
-      )
+      tied = [shared] if shared is not None else entangled(originals, values)
       for k, original, new in zip(indices, originals, tied, strict=True):
         invals[k] = new
         self.set_root(new, self.root(original))
@@ -463,7 +514,7 @@ class Context:
     if self.saving:
       # Saved by the rebuilt checkpoint's policy: never made again.
       outs = [checkpoint_name(o, SAVED) for o in outs]
-    if self.top and not self.recompute:
+    if self.top and not self.recompute and self.track_keys:
       for k, out in zip(keys, outs, strict=True):
         self.saved.setdefault(k, out)
     bit = self.new_bit()
@@ -526,14 +577,21 @@ class Context:
     key = (id(root), tuple(id(v) for v in values))
     tied = self.entangled_roots.get(key)
     if tied is None:
-      tied = entangle(root, *values)
+      (tied,) = entangled([root], values)
       self.set_root(tied, self.root(root))
       self.set_dep(tied, stood)
       self.keep.append(root)
       self.entangled_roots[key] = tied
     for eqn in reversed(chain):
-      view = self.bind(eqn, [tied])[0]
-      self.view(eqn, tied, view)
+      # Each view of the entangled array bound once: later reads of the
+      # same element take the same value.
+      key = (id(tied), eqn.primitive, _params_key(eqn.params))
+      view = self.rebound.get(key)
+      if view is None:
+        view = self.bind(eqn, [tied])[0]
+        self.view(eqn, tied, view)
+        self.rebound[key] = view
+        self.keep.append(tied)
       tied = view
     return tied
 
@@ -620,16 +678,14 @@ class Context:
       # reads covers none; nor does one that returns no array: nothing can
       # be ordered after it, so a later call must still be ordered after
       # the earlier ones itself.)
-      kept, dropped = [], set()
-      for a in self.accesses:
-        if comes_after(access.deps, a) and covers(
-          access.parts, a.parts, self.decls
-        ):
-          dropped.add(id(a))
-        else:
-          kept.append(a)
+      dropped = {
+        id(a)
+        for a in self._coverable(access)
+        if comes_after(access.deps, a)
+        and covers(access.parts, a.parts, self.decls)
+      }
       if dropped:
-        self.accesses[:] = kept
+        self.accesses[:] = [a for a in self.accesses if id(a) not in dropped]
         self.writing[:] = [a for a in self.writing if id(a) not in dropped]
         self.live -= dropped
     self.accesses.append(access)
@@ -637,6 +693,21 @@ class Context:
       self.writing.append(access)
     self.index(access)
     self.own.append(access)
+
+  def _coverable(self, access: OrderedCall) -> list[OrderedCall]:
+    """The recorded calls `access` may cover (`covers`): all of them, or,
+    when its parts all name constants, those indexed under one of its
+    constants. A part that names constants covers only a part that names
+    the same object (`_same_object`), which names the same constants."""
+    consts = access.constants
+    if consts is None or len(self.accesses) < 32:
+      return self.accesses
+    positions: set[int] = set()
+    for c in consts:
+      found = self.by_const.get(c)
+      if found:
+        positions.update(self._live(found))
+    return [self.log[p] for p in positions]
 
   def warn_dropped(self, outs: Sequence[Any]) -> None:
     for value in outs:
@@ -668,7 +739,11 @@ class Context:
     return access
 
   def child(self, accesses=None) -> Context:
-    ctx = Context(self.decls, self.accesses if accesses is None else accesses)
+    ctx = Context(
+      self.decls,
+      self.accesses if accesses is None else accesses,
+      self.track_keys,
+    )
     ctx.bit_counter = self.bit_counter
     ctx.roots = dict(self.roots)
     ctx.deps = dict(self.deps)
@@ -701,7 +776,7 @@ class Context:
     for i, o in zip(inner, outer, strict=True):
       child.set_dep(i, self.dep(o))
       child.set_root(i, self.root(o))
-      if i is not o:
+      if i is not o and self.track_keys:
         child.keys[id(i)] = self.key(o)
 
   def sub_parts(self, jaxprs) -> tuple[Part, ...]:

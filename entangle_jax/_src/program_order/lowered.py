@@ -208,16 +208,18 @@ def read_module(module, n_in: int, n_out: int) -> tuple[CustomCall, ...]:
   if main is None:
     return ()
   args = list(main.regions[0].blocks[0].arguments)
-  arrays = [a for a in args if not _is_token(a)]
-  mapped = len(arrays) == n_in
+  tokens = [_is_token(a) for a in args]
+  mapped = tokens.count(False) == n_in
   infos = []
-  for value in args:
-    if _is_token(value) or not mapped:
-      everything = frozenset(range(n_in))
-      infos.append(_Info(everything if not _is_token(value) else frozenset()))
+  k = 0  # The position of the next array argument among the arrays.
+  for token in tokens:
+    if token:
+      infos.append(_Info())
+    elif not mapped:
+      infos.append(_Info(frozenset(range(n_in))))
     else:
-      k = arrays.index(value)
       infos.append(_Info(frozenset({k}), frozenset(), k))
+      k += 1
   returned = reader.run_func(main, infos)
   result_types = list(main.type.results)
   outs = [

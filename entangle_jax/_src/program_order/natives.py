@@ -5,6 +5,7 @@ such calls."""
 from __future__ import annotations
 
 import dataclasses
+import enum
 import sys
 import warnings
 from typing import Any
@@ -16,7 +17,7 @@ from jax.extend import core as jex_core
 
 from entangle_jax._src import access_policy, jax_compat, primitive
 from entangle_jax._src.access_marker import Record
-from entangle_jax._src.program_order import lowered
+from entangle_jax._src.program_order import call_like, lowered
 from entangle_jax._src.program_order.dependence import shape_size
 from entangle_jax._src.program_order.touches import Part
 from entangle_jax._src.targets import names
@@ -83,6 +84,31 @@ def _one(
   Raises:
     ValueError: its declaration names an operand the call lacks.
   """
+  key = (target, decls, len(eqn.invars), side_effect, label, records)
+  try:
+    return _ONE[key]
+  except KeyError:
+    pass
+  found = _ONE[key] = _read_one(
+    target, decls, eqn, side_effect, label, records
+  )
+  return found
+
+
+_ONE: dict[Any, NativeCall | None] = {}
+"""`_one`'s answers by target, declarations, operand count, side effect,
+label and the Resource records it was made in (a program calls one
+target thousands of times)."""
+
+
+def _read_one(
+  target: str,
+  decls: Declarations,
+  eqn,
+  side_effect: bool,
+  label: str | None,
+  records: str,
+) -> NativeCall | None:
   label = target if label is None else label
   found = access_policy.footprint(
     target,
@@ -146,11 +172,9 @@ def native_call(
       bool(eqn.params.get("partitioned", False)),
     )
     return _one(target, decls, eqn, True, f"{name} ({target})", records)
-  # One of JAX's own first-order primitives. A list of those that make no
-  # native call cannot be trusted to be complete (``debug_print`` and
-  # ``call_exported`` make host callbacks and the exported module's custom
-  # calls), so its lowering says, as a binding's does.
-  # Or a binding's own primitive, a higher-order one included: its own
+  if jax_own:
+    return _jax_own_call(eqn, decls, records)
+  # A binding's own primitive, a higher-order one included: its own
   # lowering may make native calls before or after its body, and its body
   # may make some. The lowering holds both, so the equation is ordered as
   # one call: all of them after the earlier calls they conflict with, the
@@ -183,6 +207,95 @@ def lowered_call(eqn, decls: Declarations, scopes: str) -> NativeCall | None:
   read from its lowering alone, as one call (for a primitive whose
   sub-program the transform does not rebuild)."""
   return _from_lowering(eqn, decls, _records(scopes))
+
+
+def _jax_own_call(
+  eqn, decls: Declarations, records: str
+) -> NativeCall | None:
+  """The native calls of one of JAX's own primitives, read from its
+  lowering: a list of those that make none cannot be trusted to be
+  complete (``debug_print`` and ``call_exported`` make host callbacks and
+  the exported module's custom calls), so its lowering says, as a
+  binding's does. Its sub-programs' calls are its rule's (`rules`).
+
+  A primitive whose parameters are all plain data (numbers, flags, dtypes,
+  enums, shapes: no function, program, text or other object, which is
+  where a native call's target, callback or module would be) is read once
+  per kind (`_kind`): when its first equation of a kind lowers to no
+  native call, neither do the others, whose parameters only size, index
+  or lay out the same operation (``slice`` at another start, a
+  ``concatenate`` of more operands). The first such equation is still
+  lowered and read; a kind that made a native call is read equation by
+  equation."""
+  if not _plain_params(eqn.params):
+    if any(True for _ in sub_jaxprs(eqn)):
+      return None  # Its sub-programs' calls are its rule's (`rules`).
+    return _from_lowering(eqn, decls, records, jax_own=True)
+  kind = _kind(eqn, decls, records)
+  if kind is not None and kind in _NO_NATIVE_KINDS:
+    return None
+  found = _from_lowering(eqn, decls, records, jax_own=True)
+  if found is None and kind is not None:
+    _NO_NATIVE_KINDS.add(kind)
+  return found
+
+
+_NO_NATIVE_KINDS: set[Any] = set()
+"""The kinds (`_kind`) of JAX's own primitives of plain parameters whose
+first equation lowered to no native call."""
+
+_PLAIN_SCALARS = (
+  bool,
+  int,
+  float,
+  complex,
+  np.number,
+  np.bool_,
+  np.dtype,
+  enum.Enum,
+)
+
+
+def _plain_params(params) -> bool:
+  """Whether every parameter is plain data (`_jax_own_call`): a number, a
+  flag, None, a dtype, an enum, or a tuple (a named one too) of those."""
+  return all(_plain(v) for v in params.values())
+
+
+def _plain(value) -> bool:
+  if value is None or isinstance(value, _PLAIN_SCALARS):
+    return True
+  if isinstance(value, tuple):
+    return all(_plain(v) for v in value)
+  return False
+
+
+def _kind(eqn, decls: Declarations, records: str):
+  """What a lowering of plain parameters is read once for: the primitive,
+  its operands' dtypes and ranks (not their number or sizes), the
+  backend, 64-bit types, the declarations and the Resource records it is
+  made in; None where they cannot be hashed."""
+  operands = frozenset(
+    (
+      getattr(v.aval, "dtype", None),
+      len(getattr(v.aval, "shape", ())),
+      bool(getattr(v.aval, "weak_type", False)),
+    )
+    for v in eqn.invars
+  )
+  key = (
+    eqn.primitive,
+    operands,
+    jax.default_backend(),
+    bool(jax.config.jax_enable_x64),  # ty: ignore[missing-attribute]
+    decls,
+    records,
+  )
+  try:
+    hash(key)
+  except TypeError:
+    return None
+  return key
 
 
 _FROM_LOWERING: dict[Any, NativeCall | None] = {}
@@ -372,6 +485,13 @@ def has_native_jaxpr(
     or (rules and _custom_rules_native(e, decls))
     for e, full in eqns_in_scopes(jaxpr, scopes)
   )
+
+
+def has_checkpoint(jaxpr) -> bool:
+  """Whether `jaxpr` (or a sub-jaxpr) holds a checkpoint, which JAX's
+  differentiation may have made to recompute forward values: the only
+  reader of the keys of what computes each value (`Context.key`)."""
+  return any(e.primitive.name in call_like.CHECKPOINTS for e in all_eqns(jaxpr))
 
 
 def has_native(eqn, decls, scopes: str = "") -> bool:

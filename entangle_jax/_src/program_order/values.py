@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING, Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 from jax.extend import core as jex_core
 
+from entangle_jax._src import primitive
 from entangle_jax._src.entangle import entangle
 from entangle_jax._src.program_order.dependence import shape_size
 from entangle_jax._src.program_order.touches import Part
@@ -38,6 +40,36 @@ def token_of(values: Sequence[Any], aval, payload=None):
     )
     payload = jnp.zeros(shape, dtype)
   return entangle(payload, *values) if values else payload
+
+
+def entangled(payloads: Sequence[Any], witnesses: Sequence[Any]) -> list:
+  """``entangle(tuple(payloads), *witnesses)`` as a list. Where every value
+  is a JAX array (a tracer, as the transform's values are) of a NumPy
+  dtype, the primitive is bound directly: the public function's checks
+  and pytree handling, which such values need none of, cost more than the
+  bind, and a long program makes thousands."""
+  if not witnesses:
+    return list(payloads)
+  bound = [_bindable(v) for v in (*payloads, *witnesses)]
+  if any(b is None for b in bound):
+    return list(entangle(tuple(payloads), *witnesses))
+  n = len(payloads)
+  return list(primitive.bind(bound[:n], bound[n:]))
+
+
+def _bindable(value):
+  """`value` as the primitive takes it, or None where `entangle` must
+  convert or check it: a traced value whose dtype is NumPy's (not a PRNG
+  key's, bound as its key data), or a NumPy array of numbers or bools (a
+  literal of the traced program), which becomes a constant of the program
+  as it would converted, with no copy to a device first. (A concrete JAX
+  array, evaluated eagerly, goes through `entangle`, which names arrays
+  committed to different devices.)"""
+  if isinstance(value, Tracer):
+    return value if isinstance(value.dtype, np.dtype) else None
+  if isinstance(value, np.ndarray | np.generic) and value.dtype.kind in "biufc":
+    return np.asarray(value)
+  return None
 
 
 def scalar_after(values: Sequence[Any], payload):

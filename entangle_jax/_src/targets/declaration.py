@@ -155,6 +155,16 @@ class Declarations:
       return declaration.distinct_elements
     return self.distinct_elements
 
+  def __hash__(self) -> int:
+    return self._hash
+
+  @functools.cached_property
+  def _hash(self) -> int:
+    # Hashed once: the transform's caches key on the declarations for
+    # each equation of a program, and hashing every declaration each time
+    # cost more than the look-up it keyed. (Equality sees the same fields.)
+    return hash((self.targets, self.safe_pairs, self.distinct_elements))
+
   @functools.cached_property
   def _found(self) -> dict[str, TargetDeclaration | None]:
     # The answers so far: a module asks about each target thousands of
