@@ -7,12 +7,15 @@ before the first test (tests/conftest.py, or the Bazel test environment)
 holds for all.
 """
 
+import importlib
 import importlib.metadata
 import os
 import pathlib
 import re
+import socket
 import subprocess
 import sys
+import unittest
 
 import jax
 import jax.numpy as jnp
@@ -209,3 +212,52 @@ def write_then_branch(slot, pred, late_write=False):
     with jax.named_scope("late_write"):
       return out, testing.write_slot(token, 3.0)
   return out
+
+
+def development_tool(name: str):
+  """The module ``tools.<name>`` of the checkout; raises SkipTest (for the
+  whole test module that asks at import) where there is none: CI also
+  runs a copy of tests/ against the installed package, away from the
+  checkout, where the development tools are not there to test."""
+  try:
+    return importlib.import_module(f"tools.{name}")
+  except ModuleNotFoundError as missing:
+    if missing.name != "tools":
+      raise
+    raise unittest.SkipTest(
+      "no tools/ package: tests/ runs from a copy outside the checkout"
+    ) from missing
+
+
+def run_two_processes(
+  worker: str, *args: str, timeout: float
+) -> list[tuple[int, str]]:
+  """Runs `worker` (a Python file) as process 0 and process 1 of a
+  ``jax.distributed`` pair on a free localhost port, each given its number,
+  the port and `args`: their exit statuses and outputs. Either left
+  running past `timeout` seconds is killed."""
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = str(s.getsockname()[1])
+  env = child_env()
+  env.pop("XLA_FLAGS", None)
+  workers = [
+    subprocess.Popen(
+      [sys.executable, worker, str(i), port, *args],
+      stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT,
+      text=True,
+      env=env,
+    )
+    for i in range(2)
+  ]
+  outputs = []
+  try:
+    for process in workers:
+      outputs.append(process.communicate(timeout=timeout)[0])
+  finally:
+    for process in workers:
+      if process.poll() is None:
+        process.kill()
+        process.wait()
+  return [(p.returncode, o) for p, o in zip(workers, outputs, strict=True)]

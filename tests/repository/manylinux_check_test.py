@@ -4,20 +4,11 @@ consistent with that tag or an older one, with no library outside the
 policy. The texts are auditwheel 6.8's, wrapped as it wraps them.
 """
 
-import unittest
-
 from absl.testing import absltest
 
-try:
-  from tools import manylinux_check
-except ModuleNotFoundError as missing:
-  if missing.name != "tools":
-    raise
-  # CI also runs a copy of tests/ against the installed package, away from
-  # the checkout: the development tools are not there to test.
-  raise unittest.SkipTest(
-    "no tools/ package: tests/ runs from a copy outside the checkout"
-  ) from missing
+from tests import test_util
+
+manylinux_check = test_util.development_tool("manylinux_check")
 
 WHEEL = "dist/entangle_jax-0.6.0-cp311-cp311-manylinux_2_28_x86_64.whl"
 

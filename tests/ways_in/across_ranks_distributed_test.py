@@ -8,9 +8,6 @@ and this test an outer timeout.
 
 import os
 import pathlib
-import socket
-import subprocess
-import sys
 import tempfile
 
 from absl.testing import absltest
@@ -24,39 +21,12 @@ WORKER = os.path.join(
 TIMEOUT_S = 200
 
 
-def free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
 class DistributedTest(absltest.TestCase):
   def test_two_processes_compile_and_the_check_tells_them_apart(self):
     out = pathlib.Path(tempfile.mkdtemp())
-    port = str(free_port())
-    env = test_util.child_env()
-    env.pop("XLA_FLAGS", None)
-    workers = [
-      subprocess.Popen(
-        [sys.executable, WORKER, str(i), port, str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-      )
-      for i in range(2)
-    ]
-    outputs = []
-    try:
-      for worker in workers:
-        outputs.append(worker.communicate(timeout=TIMEOUT_S)[0])
-    finally:
-      for worker in workers:
-        if worker.poll() is None:
-          worker.kill()
-          worker.wait()
-    for i, (worker, output) in enumerate(zip(workers, outputs, strict=True)):
-      self.assertEqual(worker.returncode, 0, f"process {i}:\n{output}")
+    runs = test_util.run_two_processes(WORKER, str(out), timeout=TIMEOUT_S)
+    for i, (returncode, output) in enumerate(runs):
+      self.assertEqual(returncode, 0, f"process {i}:\n{output}")
       self.assertIn(f"process {i}: compiled 3, ran ordered", output)
 
     def verdict(shape: str):

@@ -89,9 +89,7 @@ def _one(
     return _ONE[key]
   except KeyError:
     pass
-  found = _ONE[key] = _read_one(
-    target, decls, eqn, side_effect, label, records
-  )
+  found = _ONE[key] = _read_one(target, decls, eqn, side_effect, label, records)
   return found
 
 
@@ -209,9 +207,7 @@ def lowered_call(eqn, decls: Declarations, scopes: str) -> NativeCall | None:
   return _from_lowering(eqn, decls, _records(scopes))
 
 
-def _jax_own_call(
-  eqn, decls: Declarations, records: str
-) -> NativeCall | None:
+def _jax_own_call(eqn, decls: Declarations, records: str) -> NativeCall | None:
   """The native calls of one of JAX's own primitives, read from its
   lowering: a list of those that make none cannot be trusted to be
   complete (``debug_print`` and ``call_exported`` make host callbacks and

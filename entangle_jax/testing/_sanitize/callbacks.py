@@ -91,21 +91,28 @@ def _recording_with(
     site = site_now()
     if not _recording or site is None:
       return fn(*args, **kwargs)
-    thread = threading.get_native_id()
-    start = now()
-    failed = True
-    try:
-      out = fn(*args, **kwargs)
-      failed = False
-      return out
-    finally:
-      end = now()
-      pairable = not site.context
-      run_id = -1 - next(counter) if pairable else UNKNOWN_RUN
-      _sites.append(site)
-      _numbers.extend((thread, start, end, run_id, failed))
+    # A call outside every loop and branch is one execution of its own
+    # (numbered apart, below zero); the others' execution is unknown.
+    run_id = -1 - next(counter) if not site.context else UNKNOWN_RUN
+    return _timed(fn, args, kwargs, site, run_id, now)
 
   return recorded
+
+
+def _timed(fn, args, kwargs, site: Any, run_id: int, now) -> Any:
+  """``fn(*args, **kwargs)``, recorded at `site` in execution `run_id`:
+  its thread, start and end (`now`), and whether it raised."""
+  thread = threading.get_native_id()
+  start = now()
+  failed = True
+  try:
+    out = fn(*args, **kwargs)
+    failed = False
+    return out
+  finally:
+    end = now()
+    _sites.append(site)
+    _numbers.extend((thread, start, end, run_id, failed))
 
 
 def execution_recorder(
@@ -128,17 +135,7 @@ def execution_recorder(
     site = site_of(int(number))
     if site is None:
       return fn(*args, **kwargs)
-    thread = threading.get_native_id()
-    start = now()
-    failed = True
-    try:
-      out = fn(*args, **kwargs)
-      failed = False
-      return out
-    finally:
-      end = now()
-      _sites.append(site)
-      _numbers.extend((thread, start, end, int(run_id), failed))
+    return _timed(fn, args, kwargs, site, int(run_id), now)
 
   return recorded
 
