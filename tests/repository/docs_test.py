@@ -13,16 +13,9 @@ import unittest
 
 from absl.testing import absltest, parameterized
 
-try:
-  from tools import doc_blocks
-except ModuleNotFoundError as missing:
-  if missing.name != "tools":
-    raise
-  # CI also runs a copy of tests/ against the installed package, away from
-  # the checkout: its development tools and docs are not there to test.
-  raise unittest.SkipTest(
-    "no tools/ package: tests/ runs from a copy outside the checkout"
-  ) from missing
+from tests import test_util
+
+doc_blocks = test_util.development_tool("doc_blocks")
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 if not (ROOT / "docs").is_dir():

@@ -8,20 +8,12 @@ import contextlib
 import io
 import pathlib
 import tempfile
-import unittest
 
 from absl.testing import absltest
 
-try:
-  from tools import readme_commands
-except ModuleNotFoundError as missing:
-  if missing.name != "tools":
-    raise
-  # CI also runs a copy of tests/ against the installed package, away from
-  # the checkout: the development tools are not there to test.
-  raise unittest.SkipTest(
-    "no tools/ package: tests/ runs from a copy outside the checkout"
-  ) from missing
+from tests import test_util
+
+readme_commands = test_util.development_tool("readme_commands")
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

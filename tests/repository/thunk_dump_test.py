@@ -12,22 +12,13 @@ real dump. The HLO is real: the entangle program XLA:GPU compiled on an H200
 (tests/ways_in/data/h200)."""
 
 import pathlib
-import unittest
 
 from absl.testing import absltest
 
-try:
-  from tools import thunk_dump
-except ModuleNotFoundError as missing:
-  if missing.name != "tools":
-    raise
-  # CI also runs a copy of tests/ against the installed package, away from
-  # the checkout: the tools are not there to test.
-  raise unittest.SkipTest(
-    "no tools/ package: tests/ runs from a copy outside the checkout"
-  ) from missing
-
 from entangle_jax._src.targets.names import ENTANGLE_TARGET
+from tests import test_util
+
+thunk_dump = test_util.development_tool("thunk_dump")
 
 H200 = pathlib.Path(__file__).resolve().parents[1] / "ways_in" / "data" / "h200"
 
