@@ -230,7 +230,10 @@ class LoopsTest(absltest.TestCase):
       if wrong:
         self.assertIn("race (merged)", shape["report"])
         self.assertIn("ran 7 and 1 times", shape["report"])
-        self.assertIn("EJ008", shape["report"])
+        if test_util.jax_version() >= (0, 7):
+          # jax 0.6.2's sanitizer keeps no module before optimization: its
+          # agreement line is the optimized module's (a known gap).
+          self.assertIn("EJ008", shape["report"])
     # The control that the shape is what it says: XLA:CPU hoists the read
     # of the first (hidden_by_xla_test asserts the same of races()).
     self.assertEqual(
