@@ -155,6 +155,21 @@ class JaxHooksTest(absltest.TestCase):
     )
     self.assertIn('loc("', copy.operation.get_asm(enable_debug_info=True))
 
+  @absltest.skipIf(
+    test_util.jax_version() < (0, 7),
+    "jax 0.6.2 cannot print a module before optimization this way",
+  )
+  def test_the_module_before_optimization_prints_as_hlo(self):
+    import jax
+    import jax.numpy as jnp
+
+    module = jax.jit(jnp.sin).lower(1.0).compiler_ir("stablehlo")
+    # As the sanitizer keeps it: the module's bytecode.
+    text = jax_hooks.hlo_text(sites._bytecode(module))
+    self.assertIn("HloModule", text)
+    self.assertIn("sine(", text)
+    self.assertIn('op_name="jit(sin)', text)
+
   def test_nothing_is_in_place_when_it_never_started(self):
     run = test_util.run_python(
       "import jax\n"

@@ -75,6 +75,25 @@ def mlir_ir() -> types.ModuleType:
   return ir
 
 
+def hlo_text(module: bytes) -> str:
+  """The HLO text of an MLIR module's bytecode, before optimization, with
+  each op's scope and Python stack (as ``Lowered.as_text(dialect="hlo",
+  debug_info=True)`` prints it), through ``jax._src.stages``'s converter
+  and printer options.
+
+  Raises:
+    Exception: where this JAX cannot convert or print it (jax 0.6.2).
+  """
+  from jax._src import stages
+
+  computation = stages._jax.mlir.mlir_module_to_xla_computation(
+    module, use_tuple_args=False
+  )
+  options = stages.hlo.HloPrintOptions.short_parsable()
+  options.print_metadata = True
+  return computation.as_hlo_module().to_string(options)
+
+
 def replace(
   module: types.ModuleType, name: str, make: Callable[[Any], Any]
 ) -> Callable[[], None]:

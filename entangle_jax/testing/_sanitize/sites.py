@@ -104,14 +104,7 @@ class SanitizedModule:
     if self.program is None:
       return None
     try:
-      from jax._src import stages
-
-      computation = stages._jax.mlir.mlir_module_to_xla_computation(
-        self.program, use_tuple_args=False
-      )
-      options = stages.hlo.HloPrintOptions.short_parsable()
-      options.print_metadata = True
-      return computation.as_hlo_module().to_string(options)
+      return jax_hooks.hlo_text(self.program)
     except Exception:
       return None
 
