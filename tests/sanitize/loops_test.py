@@ -13,10 +13,12 @@ a run-time control that does not depend on the sanitizer.
   counter (`example_store.next_sequence_number`), so which of an
   iteration's calls ran before which is known without the sanitizer. Every
   pair of one iteration's calls the program orders one way and that did
-  not run that way (or overlapped) is reported, and no other (precision
-  and recall 1.0); a pair that nothing records the iterations of (a native
-  write in the loop's body, callbacks in an inner loop) is "not compared",
-  with its reason.
+  not run that way (or overlapped) is reported (recall 1.0), and no other
+  but overlaps of a callback's handler (which runs longer than its body:
+  the GIL, the conversions) with a call on another thread, which the
+  stamps cannot see; a pair that
+  nothing records the iterations of (a native write in the loop's body,
+  callbacks in an inner loop) is "not compared", with its reason.
 
 In a fresh interpreter, where the example store registers after the
 sanitizer started.
@@ -171,16 +173,28 @@ PROGRAMS = textwrap.dedent(
     return pairs
 
   def reported(seen):
+    # Each race as (iteration, a, b), and whether it is one the stamps
+    # cannot see: an overlap on two threads with a host callback in it. A
+    # callback's handler runs longer than its body (it waits for the GIL,
+    # converts arguments and results), so the handlers can overlap while
+    # the bodies' stamps are in order, by luck: nothing in the program
+    # ordered them.
     rank, count = {}, {}
     for c in sorted(seen.calls, key=lambda c: c.start_ns):
       t = tag_of(c)
       rank[id(c)] = count.get(t, 0)
       count[t] = rank[id(c)] + 1
-    got = set()
+    got, beyond_stamps = set(), set()
     for r in seen.races:
       a, b = sorted((r.first, r.second), key=lambda c: TAGS.index(tag_of(c)))
-      got.add((rank[id(a)], tag_of(a), tag_of(b)))
-    return got
+      key = (rank[id(a)], tag_of(a), tag_of(b))
+      got.add(key)
+      if (
+        r.kind == "overlap" and a.thread != b.thread
+        and (a.function is not None or b.function is not None)
+      ):
+        beyond_stamps.add(key)
+    return got, beyond_stamps
 
   big = jnp.ones(1 << 18, jnp.float32)
   for shape in (while_, scan, cond, inner, write_outside):
@@ -193,9 +207,11 @@ PROGRAMS = textwrap.dedent(
         g = jax.jit(shape(late))
         for _ in range(RUNS):
           jax.block_until_ready(g(jnp.float32(1.0), big))
+      got, beyond_stamps = reported(seen)
       out[f"{shape.__name__}_{late}"] = {
         "truth": sorted(truth()),
-        "reported": sorted(reported(seen)),
+        "reported": sorted(got),
+        "beyond_stamps": sorted(beyond_stamps),
         "iterations": sum(1 for s in stamps if s[0] == "io"),
         "unpaired": [[u.calls, u.why] for u in seen.unpaired],
         "unknown_runs": seen.unknown_runs,
@@ -256,7 +272,21 @@ class LoopsTest(absltest.TestCase):
         # The control: the late call ran after what the program made
         # after it, in some iteration (else this shows nothing).
         self.assertTrue(shape["truth"], (name, late))
-        self.assertEqual(shape["reported"], shape["truth"], shape["report"])
+        reported = set(map(tuple, shape["reported"]))
+        truth = set(map(tuple, shape["truth"]))
+        # Recall 1.0: a handler's window holds its body, so every pair
+        # whose bodies raced is reported.
+        self.assertLessEqual(truth, reported, shape["report"])
+        # Precision 1.0 up to what the stamps cannot see: a pair reported
+        # beyond them is an overlap of a host callback's handler with a
+        # call on another thread (the bodies ran in order by luck, nothing
+        # in the program ordered them); never "out of order", which the
+        # stamps would show. The "none" shapes are the control that an
+        # ordered pair gives no overlap.
+        beyond = reported - truth
+        self.assertLessEqual(
+          beyond, set(map(tuple, shape["beyond_stamps"])), shape["report"]
+        )
         self.assertEqual(shape["unpaired"], [], shape["report"])
         self.assertEqual(shape["unknown_runs"], 0, shape["report"])
 
@@ -271,8 +301,9 @@ class LoopsTest(absltest.TestCase):
   def test_a_write_and_callbacks_of_an_inner_loop_are_not_compared(self):
     shape = self.out["write_outside_write"]
     # What it reports it saw; what it cannot pair it says, with why.
-    self.assertTrue(set(map(tuple, shape["reported"])) <= set(
-      map(tuple, shape["truth"])), shape["report"])  # fmt: skip
+    seen = set(map(tuple, shape["truth"] + shape["beyond_stamps"]))
+    self.assertLessEqual(set(map(tuple, shape["reported"])), seen,
+                         shape["report"])  # fmt: skip
     self.assertTrue(shape["unpaired"], shape["report"])
     for calls, why in shape["unpaired"]:
       self.assertGreater(calls, 0)
