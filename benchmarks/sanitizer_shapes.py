@@ -21,6 +21,7 @@ import numpy as np
 from jax import lax
 from jax.experimental import io_callback
 
+from benchmarks import sanitizer_execution_shapes
 from entangle_jax import entangle, testing
 
 
@@ -261,6 +262,9 @@ def main() -> dict:
       ),
       "anything": seen.anything,
     }
+  # One execution, one program (issue 68): callbacks among native calls,
+  # a helper called twice, loops, a hoisted read.
+  results.update(sanitizer_execution_shapes.run(store))
   print(json.dumps(results, indent=1))
   return results
 

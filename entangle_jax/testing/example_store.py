@@ -218,6 +218,20 @@ def reset_slots() -> None:
     _cuda.reset_device_slots()
 
 
+def clear_in_callback(token: np.ndarray) -> np.ndarray:
+  """A host callback's body that sets every host slot to 0.0 at once, and
+  returns `token` as int32 (a value to order later calls after).
+
+  For ``io_callback(clear_in_callback, jax.ShapeDtypeStruct((), jnp.int32),
+  token)``: a callback among the store's native calls, whose effect a
+  later read shows (0.0 after it, the written value before it). Unlike
+  `reset_slots` it neither waits for pending work (which, inside a
+  callback, waits for the callback itself) nor clears the call log.
+  """
+  _native.reset_host_slots()
+  return np.asarray(token, np.int32)
+
+
 def has_cuda_device() -> bool:
   """Whether JAX has a CUDA GPU (where the CUDA store is used)."""
   try:

@@ -33,7 +33,7 @@ from tests import test_util
 
 PROGRAMS = textwrap.dedent(
   """
-  import json, sys
+  import io, json, re, sys
   import jax
   import jax.numpy as jnp
   import numpy as np
@@ -214,6 +214,10 @@ PROGRAMS = textwrap.dedent(
         "beyond_stamps": sorted(beyond_stamps),
         "iterations": sum(1 for s in stamps if s[0] == "io"),
         "unpaired": [[u.calls, u.why] for u in seen.unpaired],
+        "calls": len(seen.calls),
+        "not_compared": int(re.search(
+          r"([0-9]+) calls not compared", seen.report(file=io.StringIO())
+        ).group(1)) if seen.unpaired or seen.unknown_runs else 0,
         "unknown_runs": seen.unknown_runs,
         "report": seen.report(file=sys.stderr),
       }
@@ -308,6 +312,11 @@ class LoopsTest(absltest.TestCase):
     for calls, why in shape["unpaired"]:
       self.assertGreater(calls, 0)
       self.assertIn("loop inside the loop", why)
+    # The write's place is unpaired with both callbacks' places: the
+    # pairs' counts add up to more calls than ran (the control), and the
+    # headline counts each call once.
+    self.assertGreater(sum(c for c, _ in shape["unpaired"]), shape["calls"])
+    self.assertEqual(shape["not_compared"], shape["calls"], shape["report"])
     self.assertIn("not compared for order", shape["report"])
 
 

@@ -121,12 +121,17 @@ class Unpaired:
     first, second: the places, in program order.
     why: why not, in words.
     calls: how many calls of the two places this left uncompared.
+    members: those calls (a place unpaired with two others is in both
+      pairs: the report counts the calls of all pairs once each).
   """
 
   first: sites.CallSite
   second: sites.CallSite
   why: str
   calls: int
+  members: frozenset[SanitizedCall] = dataclasses.field(
+    default=frozenset(), repr=False, compare=False
+  )
 
   def __str__(self) -> str:
     return f"{self.first} and {self.second}: {self.why}"
@@ -425,7 +430,7 @@ def out_of_order(
   of places that ran fewer times than the program makes them
   (``"merged"``); the pairs of places it could not pair go to `unpaired`
   (one each, calls summed)."""
-  left: dict[tuple[int, int], list] = {}
+  left: dict[tuple[int, int], tuple] = {}
   for at in _runs_by_site(found, runs):
     for calls in at.values():
       calls.sort(key=_start)
@@ -441,18 +446,19 @@ def out_of_order(
         continue
       if why is not None:
         key = (p.number, q.number)
-        n = len(at[p]) + len(at[q])
-        if key in left:
-          left[key][3] += n
-        else:
-          left[key] = [p, q, why, n]
+        if key not in left:
+          left[key] = (p, q, why, set())
+        left[key][3].update(at[p], at[q])
         continue
       for a, b in pairs:
         if b.end_ns <= a.start_ns:
           for obj in _conflicts(found[a], found[b]):
             yield SanitizerRace(OUT_OF_ORDER, a, b, obj)
   if unpaired is not None:
-    unpaired.extend(Unpaired(p, q, why, n) for p, q, why, n in left.values())
+    unpaired.extend(
+      Unpaired(p, q, why, len(m), frozenset(m))
+      for p, q, why, m in left.values()
+    )
 
 
 def interleaved(

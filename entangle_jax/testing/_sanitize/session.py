@@ -544,7 +544,9 @@ def _headline(seen: Seen) -> str:
       f"; {len(seen.not_observed)} called targets NOT OBSERVED (their "
       "races cannot be seen)"
     )
-  unchecked = sum(u.calls for u in seen.unpaired) + seen.unknown_runs
+  # Each call once, however many unpaired pairs its place is in.
+  unpaired = set().union(*(u.members for u in seen.unpaired))
+  unchecked = len(unpaired) + seen.unknown_runs
   if unchecked:
     line += f"; {unchecked} calls not compared for order"
   return line
