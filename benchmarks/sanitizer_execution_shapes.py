@@ -132,7 +132,8 @@ def _score(name: str, program, big) -> dict:
   for c in seen.calls:
     first_start.setdefault(c.run_id, c.start_ns)
   run_index = {
-    r: k for k, r in enumerate(sorted(first_start, key=first_start.get))
+    r: k
+    for k, r in enumerate(sorted(first_start, key=lambda r: first_start[r]))
   }
   reads: dict[int, list] = {}
   for c in sorted(seen.calls, key=lambda c: c.start_ns):
