@@ -334,27 +334,48 @@ def sanitizer() -> dict:
   return out
 
 
+def _iteration(call, when: dict, tag: str) -> list[int]:
+  """The (run, iteration) whose body stamp of `tag` lies in `call`'s
+  window ([-1, -1]: none)."""
+  for (t, r, i), at in when.items():
+    if t == tag and call.start_ns <= at <= call.end_ns:
+      return [r, i]
+  return [-1, -1]
+
+
 def sanitizer_loops() -> dict:
+  """Host callbacks in loops, scored per iteration against what their
+  bodies saw: each body stamps (its name, the iteration, the run, the
+  clock the sanitizer reads) so each recorded call is matched to its
+  iteration, and an iteration whose read's body ran before its write's
+  raced. ``truth`` and ``reported`` are (run, iteration) lists."""
   out = {}
-  tags: list[str] = []
+  stamps: list[tuple[str, int, int, int]] = []
+  run = [0]
 
-  def probe(x):
+  def stamp(tag, i):
+    stamps.append((tag, int(i), run[0], time.monotonic_ns()))
+
+  def probe(x, i):
     return np.float32(x)
 
-  def slow_write(x):
+  def slow_write(x, i):
     time.sleep(0.001)
-    tags.append("w")
+    stamp("w", i)
     return np.float32(x)
 
-  def read(x):
-    tags.append("r")
+  def read(x, i):
+    stamp("r", i)
     return np.float32(x)
+
+  def log(x, i):
+    stamp("r", i)
 
   def pure_first(x):
     def body(i, x):
-      p = jax.pure_callback(probe, F32, x)
-      a = io_callback(slow_write, F32, x + p)
-      b = io_callback(read, F32, x)
+      p = jax.pure_callback(probe, F32, x, i)
+      a = io_callback(slow_write, F32, x + p, i)
+      b = io_callback(read, F32, x, i)
       return a + b
 
     return jax.lax.fori_loop(0, 15, body, x)
@@ -362,34 +383,72 @@ def sanitizer_loops() -> dict:
   def two(ordered):
     def f(x):
       def body(i, x):
-        a = io_callback(slow_write, F32, x, ordered=ordered)
-        b = io_callback(read, F32, x, ordered=ordered)
+        a = io_callback(slow_write, F32, x, i, ordered=ordered)
+        b = io_callback(read, F32, x, i, ordered=ordered)
         return a + b
 
       return jax.lax.fori_loop(0, 3, body, x)
 
     return f
 
+  def with_log(x):
+    # The read is a jax.debug.callback: it returns nothing, and the device
+    # does not wait for it.
+    def body(i, x):
+      a = io_callback(slow_write, F32, x, i)
+      jax.debug.callback(log, x, i)
+      return a
+
+    return jax.lax.fori_loop(0, 4, body, x)
+
+  def two_loops(x):
+    # A loop's writes, then another loop's reads: no iteration joins them.
+    x = jax.lax.fori_loop(
+      0, 3, lambda i, x: io_callback(slow_write, F32, x, i), x
+    )
+    return jax.lax.fori_loop(0, 3, lambda i, x: io_callback(read, F32, x, i), x)
+
   for name, fn, runs in (
     ("pure_first_once", pure_first, 1),
+    ("pure_first_x3", pure_first, 3),
     ("two_unordered_x3", two(False), 3),
     ("two_ordered_x3", two(True), 3),
+    ("debug_callback_x3", with_log, 3),
+    ("two_loops_x3", two_loops, 3),
   ):
-    del tags[:]
+    del stamps[:]
     with ej_testing.sanitize() as seen:
       g = jax.jit(fn)
-      for _ in range(runs):
+      for r in range(runs):
+        run[0] = r
         jax.block_until_ready(g(jnp.float32(1.0)))
-    inverted = sum(
-      tags[k : k + 2] == ["r", "w"] for k in range(0, len(tags), 2)
+    jax.effects_barrier()
+    when = {}
+    for tag, i, r, t in stamps:
+      when[(tag, r, i)] = t
+    truth = sorted(
+      [r, i] for (tag, r, i), t in when.items()
+      if tag == "r" and ("w", r, i) in when and t < when[("w", r, i)]
+    )  # fmt: skip
+
+    reported = sorted(
+      {
+        tuple(_iteration(c, when, "r"))
+        for race in seen.races
+        for c in (race.first, race.second)
+        if c.function and c.function.rsplit(".", 1)[-1] in ("read", "log")
+      }
     )
     out[name] = {
-      "callbacks_ran": len(tags),
-      "iterations_out_of_order": inverted,
+      "callbacks_ran": len(stamps),
+      "truth": truth,
+      "reported": [list(x) for x in reported],
       "races": len(seen.races),
       "race_kinds": sorted({r.kind for r in seen.races}),
+      "threads": len({c.thread for c in seen.calls}),
       "unknown_runs": seen.unknown_runs,
       "unknown_runs_why": dict(seen.unknown_runs_why),
+      "unpaired": [[u.calls, u.why] for u in seen.unpaired],
       "unknown_places": seen.unknown_places,
       "functions": sorted(
         {getattr(c, "function", "?") or "?" for c in seen.calls}

@@ -395,5 +395,74 @@ class HostRunsTest(absltest.TestCase):
     self.assertEqual(self._why(self._twice()), {})
 
 
+class OneStreamTest(absltest.TestCase):
+  """A module of one accelerator device whose host callbacks are all in
+  loops, so that nothing counts its executions (a TPU module with
+  ``io_callback`` in a ``fori_loop``): they ran one after another in the
+  device's stream, and its calls are one sequence."""
+
+  def _calls(self, platform="tpu", *, one_device=True, loops=(LOOP, LOOP)):
+    """Three executions of two iterations each: a write (`w`, place 0)
+    then a read (`r`, place 1) each iteration, both host callbacks on
+    Python state; in the second execution's first iteration the read
+    ran before the write."""
+    module = sites.SanitizedModule("jit_f", 0, platform)
+    module.one_device = one_device
+    write = _site(0, (loops[0],), module, target="cb")
+    read = _site(1, (loops[1],), module, target="cb")
+    unknown = callbacks.UNKNOWN_RUN
+    calls = []
+    at = 0
+    for execution in range(3):
+      for i in range(2):
+        w, r = (at, at + 2), (at + 4, at + 6)
+        if (execution, i) == (1, 0):
+          w, r = r, w  # The read first.
+        calls += [
+          _call("cb", *w, None, site=write, run_id=unknown, function="w",
+                family=HOST_FAMILY),
+          _call("cb", *r, None, site=read, run_id=unknown, function="r",
+                family=HOST_FAMILY),
+        ]  # fmt: skip
+        at += 10
+    return sorted(calls, key=lambda c: c.start_ns)
+
+  def test_a_loops_iterations_pair_across_the_executions(self):
+    placed = checks.host_runs(self._calls())
+    self.assertEqual({c.run_id for c in placed}, {callbacks.SEQUENCE_RUN})
+    races, unpaired = _races(*placed)
+    self.assertEqual(unpaired, [])
+    # One race: the third iteration of the sequence (the second
+    # execution's first), its read before its write.
+    self.assertLen(races, 1)
+    race = races[0]
+    self.assertEqual(race.kind, checks.OUT_OF_ORDER)
+    self.assertEqual((race.first.function, race.second.function), ("w", "r"))
+    self.assertEqual(race.first.start_ns, 24)
+
+  def test_not_on_a_cpu_nor_on_several_devices(self):
+    # Controls: XLA:CPU runs executions at once on several threads, a GPU
+    # is not measured yet, and a module of several devices runs on each:
+    # the calls stay unplaced.
+    for calls in (
+      self._calls("Host"),
+      self._calls("cuda"),
+      self._calls(one_device=False),
+    ):
+      placed = checks.host_runs(calls)
+      self.assertEqual({c.run_id for c in placed}, {callbacks.UNKNOWN_RUN})
+
+  def test_places_of_two_loops_are_not_paired(self):
+    # A loop's write, then another loop's read: which execution each call
+    # ran in is not known, and no iteration joins them.
+    other = sites.Frame(sites.LOOP, 1, 1)
+    placed = checks.host_runs(self._calls(loops=(LOOP, other)))
+    races, unpaired = _races(*placed)
+    self.assertEqual(races, [])
+    self.assertLen(unpaired, 1)
+    self.assertIn("executions were not counted", unpaired[0].why)
+    self.assertEqual(unpaired[0].calls, 12)
+
+
 if __name__ == "__main__":
   absltest.main()

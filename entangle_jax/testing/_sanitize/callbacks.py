@@ -48,6 +48,11 @@ FIELDS = 5
 UNKNOWN_RUN = 0
 """The run id of a host callback whose execution its recorder cannot
 know (a call in a loop or a branch)."""
+SEQUENCE_RUN = -(1 << 62)
+"""The run id `checks.place_host_calls` gives every host callback of a
+module on one accelerator device whose executions nothing counted: they
+ran one after another in the device's stream, so its calls, in order of
+start, are one sequence of iterations, but not split into executions."""
 
 
 def set_recording(on: bool) -> None:

@@ -260,10 +260,13 @@ def pairing(
   * Inside a common loop, iterations run one after another (XLA:CPU runs
     a ``while`` body to its end before the next test), so the k-th call of
     a place that runs once an iteration is in the k-th iteration: two such
-    places pair by rank. A place in a branch of the loop pairs by rank
-    only when it ran every iteration (as often as the other); else, and
-    for a place in an inner loop, which iteration a call ran in is not
-    recorded: unpaired.
+    places pair by rank. So do the calls of a module's executions that
+    ran one after another in a device's stream and were not told apart
+    (`callbacks.SEQUENCE_RUN`): the k-th iteration of the sequence; there,
+    two places in no common loop are unpaired. A place in a branch of the
+    loop pairs by rank only when it ran every iteration (as often as the
+    other); else, and for a place in an inner loop, which iteration a
+    call ran in is not recorded: unpaired.
   * Two places that run once an iteration of a loop both are in, and ran
     different numbers of times: XLA moved one out of the loop or merged
     its calls (a read hoisted before the loop runs once, before every
@@ -284,6 +287,16 @@ def pairing(
       return [], None, False
     return [], "one is in a loop's condition, the other in its body", False
   if not any(f.kind == sites.LOOP for f in common):
+    if before[0].run_id == callbacks.SEQUENCE_RUN:
+      return (
+        [],
+        (
+          "their module's executions were not counted (nothing outside "
+          "every loop and branch ran), so only places of one loop are "
+          "compared, iteration by iteration"
+        ),
+        False,
+      )
     latest = max(before, key=lambda c: c.start_ns)
     return [(latest, b) for b in after], None, False
   tp, tq = _times(rest_p), _times(rest_q)
@@ -495,6 +508,8 @@ def interleaved(
     last: dict[tuple[int, int], int] = {}
     for j, b in enumerate(calls):
       key = key_of[b]
+      if key[1] == callbacks.SEQUENCE_RUN:
+        continue  # Several executions: between its calls, anything ran.
       i = last.get(key)
       last[key] = j
       if i is None or j - i < 2:
@@ -576,6 +591,12 @@ def place_host_calls(
   * or its module, which made no native call, ran more than once, and
     the records separate its executions (`_separated`).
 
+  * or its module runs on one TPU device and made no native call, and
+    nothing counted its executions: they ran one after another
+    in the device's stream, so its calls are one sequence
+    (`callbacks.SEQUENCE_RUN`), in which two places of one loop pair
+    iteration by iteration (`pairing`), and no other two.
+
   The others keep `callbacks.UNKNOWN_RUN`: not compared for order, and
   counted. The anchor's own calls are left out.
 
@@ -615,6 +636,8 @@ def place_host_calls(
         found = separated[serial]
         if found is not None:
           call = dataclasses.replace(call, run_id=found[id(call)])
+      elif not ids and not others and _in_one_stream(module, with_native):
+        call = dataclasses.replace(call, run_id=callbacks.SEQUENCE_RUN)
       if call.run_id == unknown and why is not None:
         reason = unplaced_reason(
           module, max(len(ids), len(others)), serial in with_native
@@ -623,6 +646,21 @@ def place_host_calls(
     if call.function != sites.ANCHOR:  # It only counted executions.
       out.append(call)
   return out
+
+
+def _in_one_stream(
+  module: sites.SanitizedModule, with_native: Collection[int]
+) -> bool:
+  """Whether `module`'s executions ran one after another, each to its
+  end, in one device's stream: a module of one TPU device (a TPU runs one
+  program at a time; XLA:CPU runs executions at once on several threads;
+  a GPU is left out until it is measured), with no native call (whose
+  executions are XLA's run ids, apart from its callbacks')."""
+  return (
+    module.one_device
+    and module.platform.lower() == "tpu"
+    and module.serial not in with_native
+  )
 
 
 def unplaced_reason(

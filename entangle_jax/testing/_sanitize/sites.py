@@ -82,6 +82,8 @@ class SanitizedModule:
   """Its host callbacks made of host transfers (TPU), in program order:
   the loops and branches each is in."""
   executable: Any = None
+  one_device: bool = False
+  """It runs on one device (one partition, one replica)."""
   executions: bool = False
   """Its host callbacks' custom calls each take two more operands
   (`route_executions`): XLA's id of the execution, from an execution op
@@ -405,6 +407,7 @@ def annotate(
     main = functions.get("main")
     if main is None:
       return None
+    module.one_device = _one_device(ir, computation)
     walker = _Walker(ir, computation, functions, module, host_callbacks)
     walker.function(main, context=())
     try:
@@ -644,6 +647,11 @@ def _one_cpu(ir, computation, module: SanitizedModule) -> bool:
   replica)."""
   if module.platform.lower() not in ("host", "cpu"):
     return False
+  return _one_device(ir, computation)
+
+
+def _one_device(ir, computation) -> bool:
+  """Whether a module runs on one device (one partition, one replica)."""
   attributes = computation.operation.attributes
   for name in ("mhlo.num_partitions", "mhlo.num_replicas"):
     # No OpAttributeMap.get in older bindings (jax 0.6.2).
@@ -775,11 +783,8 @@ def _add_anchor(
     return
   if module.platform.lower() not in ("host", "cpu"):
     return
-  attributes = computation.operation.attributes
-  for name in ("mhlo.num_partitions", "mhlo.num_replicas"):
-    count = attributes.get(name)
-    if count is not None and ir.IntegerAttr(count).value != 1:
-      return
+  if not module.one_device:
+    return
   template = callback_ops.get(own[0].number)
   if template is None:
     return
