@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from entangle_jax._src.conflict_rule import APART_REASON
 from entangle_jax.testing._findings.rank_findings import (
   RankFinding,
   RankModule,
@@ -30,8 +31,8 @@ def summary(run: Run) -> str:
   checked = len(run.results) - unchecked
   excused = run.left_out
   safe = (
-    f"; {excused} more pair{'s' * (excused != 1)} left out as safe by "
-    "declared safe_pairs"
+    f"; {excused} more pair{'s' * (excused != 1)} left out as safe "
+    + left_out_by([s for r in run.results for s in r.findings.left_out])
     if excused
     else ""
   )
@@ -46,6 +47,18 @@ def summary(run: Run) -> str:
     f"({run.with_native_calls} with native calls): {len(run.racing)} with "
     f"races, {run.pairs} pair{'s' * (run.pairs != 1)}{safe}.{not_checked}"
   )
+
+
+def left_out_by(left_out: Sequence[SafeCount]) -> str:
+  """Why pairs were left out as safe, in words: ``by declared
+  safe_pairs``, ``(on devices of different processes)`` (the device-to-
+  process map, `conflict_rule.APART_REASON`), or both."""
+  apart = {s.pair.reason == APART_REASON for s in left_out}
+  if apart == {True}:
+    return "(on devices of different processes)"
+  if apart == {True, False}:
+    return "(by declared safe_pairs, or on devices of different processes)"
+  return "by declared safe_pairs"
 
 
 def call_words(site: ReportedCall) -> str:

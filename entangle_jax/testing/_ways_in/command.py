@@ -20,6 +20,16 @@ answer for a module (a file it cannot read, text it cannot parse): then
 every other module is still checked and reported, the module is named with
 its reason, and the status is 2 whatever the others found.
 
+``--processes N`` (or ``--processes P0,P1,...``) says which process runs
+each device of a multi-process program's modules (``jax.distributed``):
+N processes over which each module's devices are split evenly, in device
+order, or one process index per device. Where each device is in a
+process of its own, copies of a call on two devices share no
+process-wide state: those pairs are left out, counted with the reason
+(`device_processes`). A value that is neither is an error (status 2,
+naming the flag); a map that does not fit a module's devices leaves that
+module unchecked, with the reason.
+
 ``--ranks DIR0 DIR1 ...`` checks a multi-process program instead: one
 dump directory (or module file) per rank, in rank order. Each rank's
 optimized modules that communicate (XLA's collectives, targets declared
@@ -46,6 +56,7 @@ from typing import TextIO
 
 from entangle_jax._src.targets import sources, table
 from entangle_jax._src.targets.declaration import Declarations
+from entangle_jax.testing._analysis import device_processes
 from entangle_jax.testing._analysis.ranks import RankProgram
 from entangle_jax.testing._emitters import formats, rank_formats, sentences
 from entangle_jax.testing._emitters.options import Options
@@ -93,6 +104,16 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     "directory",
   )
   parser.add_argument(
+    "--processes",
+    metavar="N|P0,P1,...",
+    help="which process runs each device of the dumped modules (a "
+    "multi-process program, jax.distributed): a number of processes, over "
+    "which each module's devices are split evenly in device order, or one "
+    "process index per device; calls on two devices of different "
+    "processes share no process-wide state, and are not reported as "
+    "racing there",
+  )
+  parser.add_argument(
     "--ranks",
     nargs="+",
     metavar="DIR",
@@ -102,6 +123,13 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
   args = parser.parse_args(argv)
   if args.ranks and args.paths:
     parser.error("give either PATHs or --ranks DIR..., not both")
+  if args.processes is not None:
+    if args.ranks:
+      parser.error("--processes applies to PATHs, not to --ranks")
+    try:
+      args.processes = device_processes.parse(args.processes)
+    except ValueError as error:
+      parser.error(str(error))
   if args.json and args.format not in (None, "json"):
     parser.error(f"--json and --format {args.format} ask for two formats")
   args.format = "json" if args.json else args.format or "text"
@@ -174,7 +202,12 @@ def main(
     return 2
   try:
     declarations, said, pyproject = _declarations(args.project)
-    results = check(args.paths, progress=err, declarations=declarations)
+    results = check(
+      args.paths,
+      progress=err,
+      declarations=declarations,
+      processes=args.processes,
+    )
   except CannotAnswer as error:
     if args.format == "json":
       json.dump({"status": 2, "error": str(error)}, out)
