@@ -7,7 +7,9 @@ declaration keys (`entangle_jax._src.targets.table.markdown`); on
 docs/finding_races.md the shipped declarations
 (`entangle_jax._src.targets.shipped.markdown`) and the causes a report
 gives, with their codes (`entangle_jax.testing._findings.causes.markdown`);
-on docs/fixing_races.md the primitives `in_program_order` orders inside
+on docs/multi_process.md the cross-rank check's codes
+(`entangle_jax.testing._findings.rank_findings.markdown`); on
+docs/fixing_races.md the primitives `in_program_order` orders inside
 (`entangle_jax._src.program_order.rules.registry.markdown`).
 ``python tools/rule_docs.py`` rewrites every block; ``--check`` only
 compares, exiting 1 when one differs. The tests of each table run the
@@ -24,7 +26,7 @@ from collections.abc import Callable
 from entangle_jax._src.program_order.rules import registry
 from entangle_jax._src.targets import library_kernels as _library_kernels
 from entangle_jax._src.targets import shipped, table
-from entangle_jax.testing._findings import causes
+from entangle_jax.testing._findings import causes, rank_findings
 from entangle_jax.testing._order import rules
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -49,6 +51,10 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "entangle_jax/testing/_findings/causes.py",
     causes.markdown,
   ),
+  "rank codes": (
+    "entangle_jax/testing/_findings/rank_findings.py",
+    rank_findings.markdown,
+  ),
   "supported primitives": (
     "entangle_jax/_src/program_order/rules/registry.py",
     registry.markdown,
@@ -59,6 +65,7 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
 PAGES: dict[str, pathlib.Path] = {
   "shipped declarations": ROOT / "docs" / "finding_races.md",
   "causes": ROOT / "docs" / "finding_races.md",
+  "rank codes": ROOT / "docs" / "multi_process.md",
   "supported primitives": ROOT / "docs" / "fixing_races.md",
 }
 """The blocks on a page other than `PAGE`, and their page."""

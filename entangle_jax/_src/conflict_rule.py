@@ -200,3 +200,13 @@ def shared_across_devices(devices: str | None) -> bool:
   its own (``"per-device"``). Nothing in one SPMD program orders the
   copies on two devices, so two that conflict race."""
   return devices is None or devices == "shared"
+
+
+APART_REASON = (
+  "on devices of different processes, which share no process-wide state "
+  "(Python, a host library's globals): each process has its own"
+)
+"""Why copies of one call on two devices of an SPMD module do not race on
+a target shared across devices when each device is in a process of its
+own (``jax.distributed``): the reason reports give for the pairs the
+device rule leaves out then."""

@@ -72,6 +72,7 @@ from entangle_jax._src.targets.in_code import (
 from entangle_jax._src.targets.sources import (
   current as declarations_in_effect,
 )
+from entangle_jax.testing._analysis.device_processes import ProcessMap
 from entangle_jax.testing._analysis.ops import Op, Race, XlaChange
 from entangle_jax.testing._analysis.order_analysis import (
   LeftOut,
@@ -151,6 +152,7 @@ __all__ = [
   "ObjectRef",
   "Op",
   "OrderAnalysis",
+  "ProcessMap",
   "PythonArgument",
   "Race",
   "RaceCheckError",

@@ -154,6 +154,7 @@ class TwoAllreducesTest(absltest.TestCase):
     self.assertEqual({u.rank for u in result.unordered}, {0, 1})
     self.assertIn(ALLREDUCE, result.unordered[0].first)
     self.assertRegex(result.unordered[0].first, r" at \S+:\d+")
+    self.assertRegex(result.unordered[0].second_location or "", r"\S+:\d+")
     self.assertIn("Possible deadlock", result.text())
     self.assertEqual(result.status, 1)
 
@@ -276,6 +277,7 @@ class CondTest(absltest.TestCase):
     self.assertEqual(found.construct, "conditional")
     self.assertEqual(found.ranks, (0, 1))
     self.assertIn("entry parameter 0", found.depends_on)
+    self.assertIn(str(found.location), found.label)
     self.assertIn(ALLREDUCE, found.calls[0])
     self.assertIn("reduce the decision across ranks first", result.text())
 

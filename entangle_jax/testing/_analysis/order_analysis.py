@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 
 from entangle_jax._src import access_policy
 from entangle_jax._src.access_policy import Footprint
-from entangle_jax._src.conflict_rule import Verdict
+from entangle_jax._src.conflict_rule import APART_REASON, Verdict
 from entangle_jax._src.targets import sources
 from entangle_jax._src.targets.declaration import (
   Declarations,
@@ -22,9 +22,10 @@ from entangle_jax._src.targets.declaration import (
 )
 from entangle_jax._src.targets.names import ENTANGLE_TARGET
 from entangle_jax.testing import _hlo
+from entangle_jax.testing._analysis import device_processes, xla_changes
 from entangle_jax.testing._analysis import gc as _gc
 from entangle_jax.testing._analysis import selectors as _selectors
-from entangle_jax.testing._analysis import xla_changes
+from entangle_jax.testing._analysis.device_processes import ProcessMap
 from entangle_jax.testing._analysis.ops import Op, Race, program_order_of
 from entangle_jax.testing._analysis.selectors import Selector
 from entangle_jax.testing._hlo import entry_shardings, host_callbacks
@@ -181,15 +182,23 @@ class OrderAnalysis:
       With it, ``races`` also reports the pairs that the program leaves
       unordered and that XLA's optimizer hid (`Race.xla_change`); without
       it, its answer says that it could not see them (`Races.unseen`).
+    processes: which process runs each of the module's devices
+      (`device_processes.ProcessMap`); by default a ``Compiled``'s own
+      (its devices' ``process_index``), none for text or a ``Lowered``.
+      Where each device is in a process of its own, the pairs across
+      devices (`Race.across_devices`) share no process-wide state, and
+      ``races`` leaves them out (in ``left_out``, with that reason).
 
   Every answer is a function of the module's text, `all_ops`,
-  `read_targets` and `declarations`.
+  `read_targets`, `declarations` and the map of processes.
 
   Raises:
-    TypeError: `compiled` is none of those, or `read_targets` is a string
-      or holds something other than strings.
-    ValueError: the text is not an optimized, scheduled module, or a line
-      of it cannot be read (the message names it).
+    TypeError: `compiled` is none of those, `read_targets` is a string
+      or holds something other than strings, or `processes` is no
+      ``ProcessMap``.
+    ValueError: the text is not an optimized, scheduled module, a line
+      of it cannot be read (the message names it), or `processes` does
+      not fit the module's devices (the message names its source).
 
   The methods that take `Op` objects raise ``TypeError`` for anything else
   and ``ValueError`` for an `Op` of another module.
@@ -203,10 +212,16 @@ class OrderAnalysis:
     read_targets: Iterable[str] | None = None,
     declarations: Declarations | None = None,
     before_optimization: str | None = None,
+    processes: ProcessMap | None = None,
     who: str = "OrderAnalysis",
     _optimized: bool = True,
   ):
     self._read_targets = _read_targets(read_targets)
+    if processes is not None and not isinstance(processes, ProcessMap):
+      raise TypeError(
+        "processes must be a ProcessMap (which process runs each device), "
+        f"not {type(processes).__name__}"
+      )
     if before_optimization is not None and not isinstance(
       before_optimization, str
     ):
@@ -236,10 +251,35 @@ class OrderAnalysis:
       compiled if _optimized and before_optimization is None else None
     )
     self._program: OrderAnalysis | None = None
+    self._apart = self._devices_apart(
+      processes, compiled if _optimized else None
+    )
     self._all_ops = all_ops
     self._ops: dict[tuple[str, str], Op] = {}
     self._native_calls: list[Op] | None = None
     self._chains: dict[str, list[call_graph.Chain]] | None = None
+
+  def _devices_apart(
+    self, processes: ProcessMap | None, compiled: object
+  ) -> ProcessMap | None:
+    """The map under which each of the module's devices is in a process
+    of its own (`device_processes.apart`), so that the device rule finds
+    no race on process-wide state; None when some process holds two of
+    them, or no map is at hand (given, or a ``Compiled``'s).
+
+    Raises:
+      ValueError: a given map that does not fit the module's devices.
+    """
+    devices = self.module.devices
+    if devices < 2:
+      return None
+    if processes is not None:
+      given = processes.for_devices(devices)
+      return processes if device_processes.apart(given) else None
+    found = device_processes.of_compiled(compiled)
+    if found is None or found.indices is None or len(found.indices) != devices:
+      return None  # Not this module's devices: claim nothing.
+    return found if device_processes.apart(found.indices) else None
 
   # Ops ----------------------------------------------------------------------
 
@@ -456,6 +496,9 @@ class OrderAnalysis:
     ops, found = self._all_races(among)
     hidden, kept.unseen = self._hidden_races(among, ops, found)
     for race in [*found, *hidden]:
+      if race.across_devices and self._apart is not None:
+        left_out.append(LeftOut(race, self._apart_pair(race)))
+        continue
       pair = access_policy.safe_pair(
         self.declarations, race.first.target, race.second.target
       )
@@ -467,6 +510,14 @@ class OrderAnalysis:
     applied = dict.fromkeys(op.declaration for op in ops)
     kept.declared = tuple(str(d) for d in applied if d is not None)
     return kept
+
+  def _apart_pair(self, race: Race) -> SafePair:
+    """What leaves out `race`, on two devices each in a process of its
+    own: its two targets, `APART_REASON`, and the map's source."""
+    first, second = (
+      op.target or op.instruction.opcode for op in (race.first, race.second)
+    )
+    return SafePair(first, second, APART_REASON, str(self._apart))
 
   def program(self) -> OrderAnalysis | None:
     """The analysis of the module before optimization, the program as JAX

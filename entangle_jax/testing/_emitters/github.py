@@ -40,21 +40,22 @@ UNCHECKED_TITLE = "entangle-jax module not checked"
 PLATFORM_TITLE = "entangle-jax runtime model"
 
 
-def _escape_data(text: str) -> str:
-  # The workflow-command syntax: %, CR and LF are escaped in a message.
+def escape_data(text: str) -> str:
+  """`text` as a workflow command's message: %, CR and LF escaped (the
+  syntax's rule)."""
   return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
-def _escape_property(text: str) -> str:
-  # ... and also : and , in a property's value.
-  return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+def escape_property(text: str) -> str:
+  """`text` as a property's value: as `escape_data`, and : and , too."""
+  return escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
 def _place(site: ReportedCall) -> str:
   """``file=...,line=...,`` for the call's user line, or nothing."""
   if site.path is None or site.line is None:
     return ""
-  return f"file={_escape_property(site.path)},line={site.line},"
+  return f"file={escape_property(site.path)},line={site.line},"
 
 
 def annotations(run: Run) -> Iterator[str]:
@@ -72,8 +73,8 @@ def annotations(run: Run) -> Iterator[str]:
           ("notice", EXPECTED_TITLE) if result.expected else ("error", TITLE)
         )
         yield (
-          f"::{kind} {_place(here)}title={_escape_property(title)}::"
-          f"{_escape_data(message)}"
+          f"::{kind} {_place(here)}title={escape_property(title)}::"
+          f"{escape_data(message)}"
         )
   for result in run.unchecked:
     message = (
@@ -81,24 +82,23 @@ def annotations(run: Run) -> Iterator[str]:
       f"{result.unchecked}"
     )
     yield (
-      f"::error title={_escape_property(UNCHECKED_TITLE)}::"
-      f"{_escape_data(message)}"
+      f"::error title={escape_property(UNCHECKED_TITLE)}::"
+      f"{escape_data(message)}"
     )
   for result in run.results:
     for safe in result.findings.left_out:
       message = left_out_as_safe(result, safe)
       yield (
-        f"::notice title={_escape_property(SAFE_TITLE)}::"
-        f"{_escape_data(message)}"
+        f"::notice title={escape_property(SAFE_TITLE)}::{escape_data(message)}"
       )
   for note in run.version_notes:
     yield (
-      f"::warning title={_escape_property(VERSION_TITLE)}::{_escape_data(note)}"
+      f"::warning title={escape_property(VERSION_TITLE)}::{escape_data(note)}"
     )
   platform = platform_note(run)
   for note in platform.splitlines() if platform else ():
     yield (
-      f"::notice title={_escape_property(PLATFORM_TITLE)}::{_escape_data(note)}"
+      f"::notice title={escape_property(PLATFORM_TITLE)}::{escape_data(note)}"
     )
 
 

@@ -46,7 +46,8 @@ SOURCE_ROOT = "%SRCROOT%"
 RULE_INDEX = {kind.code: index for index, kind in enumerate(CAUSES)}
 
 
-def _tool_version() -> str | None:
+def tool_version() -> str | None:
+  """The installed entangle-jax's version (None when not installed)."""
   try:
     return importlib.metadata.version("entangle-jax")
   except importlib.metadata.PackageNotFoundError:
@@ -61,13 +62,13 @@ def _uri(path: str) -> dict[str, str]:
   return {"uri": urllib.parse.quote(posix), "uriBaseId": SOURCE_ROOT}
 
 
-def _location(path: str, line: int, text: str | None = None) -> dict:
-  found: dict[str, Any] = {
-    "physicalLocation": {
-      "artifactLocation": _uri(path),
-      "region": {"startLine": line},
-    }
-  }
+def location(path: str, line: int | None, text: str | None = None) -> dict:
+  """A SARIF ``location`` at `path` (its `line`, when given; the file as
+  a whole otherwise), with `text` as its message when given."""
+  physical: dict[str, Any] = {"artifactLocation": _uri(path)}
+  if line is not None:
+    physical["region"] = {"startLine": line}
+  found: dict[str, Any] = {"physicalLocation": physical}
   if text is not None:
     found["message"] = {"text": text}
   return found
@@ -79,13 +80,13 @@ def _result(entry: Finding, module: str, module_path: str) -> dict:
     f"{finding_sentence(entry, entry.fix)} Module {module} ({module_path})."
   )
   if here.path is not None and here.line is not None:
-    locations = [_location(here.path, here.line)]
+    locations = [location(here.path, here.line)]
   else:
-    locations = [_location(module_path, 1)]
+    locations = [location(module_path, 1)]
   related = []
   if other.path is not None and other.line is not None and other is not here:
     related.append(
-      {"id": 1, **_location(other.path, other.line, f"`{other.name}`")}
+      {"id": 1, **location(other.path, other.line, f"`{other.name}`")}
     )
   key = "|".join(
     str(part)
@@ -140,7 +141,7 @@ def as_sarif(run: Run) -> dict[str, Any]:
     "name": "entangle-jax",
     "rules": rules,
   }
-  version = _tool_version()
+  version = tool_version()
   if version is not None:
     driver["version"] = version
   results = [

@@ -1,10 +1,18 @@
 """The sentences every emitter says of a run as a whole: the summary
-line, what was assumed of a platform, what a watched run could not see."""
+line, what was assumed of a platform, what a watched run could not see;
+and those of a cross-rank run (``--ranks``): its summary, each finding in
+one sentence."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from entangle_jax._src.conflict_rule import APART_REASON
+from entangle_jax.testing._findings.rank_findings import (
+  RankFinding,
+  RankModule,
+  RankRun,
+)
 from entangle_jax.testing._findings.records import (
   Coverage,
   Finding,
@@ -23,8 +31,8 @@ def summary(run: Run) -> str:
   checked = len(run.results) - unchecked
   excused = run.left_out
   safe = (
-    f"; {excused} more pair{'s' * (excused != 1)} left out as safe by "
-    "declared safe_pairs"
+    f"; {excused} more pair{'s' * (excused != 1)} left out as safe "
+    + left_out_by([s for r in run.results for s in r.findings.left_out])
     if excused
     else ""
   )
@@ -39,6 +47,18 @@ def summary(run: Run) -> str:
     f"({run.with_native_calls} with native calls): {len(run.racing)} with "
     f"races, {run.pairs} pair{'s' * (run.pairs != 1)}{safe}.{not_checked}"
   )
+
+
+def left_out_by(left_out: Sequence[SafeCount]) -> str:
+  """Why pairs were left out as safe, in words: ``by declared
+  safe_pairs``, ``(on devices of different processes)`` (the device-to-
+  process map, `conflict_rule.APART_REASON`), or both."""
+  apart = {s.pair.reason == APART_REASON for s in left_out}
+  if apart == {True}:
+    return "(on devices of different processes)"
+  if apart == {True, False}:
+    return "(by declared safe_pairs, or on devices of different processes)"
+  return "by declared safe_pairs"
 
 
 def call_words(site: ReportedCall) -> str:
@@ -205,3 +225,38 @@ def run_notes(run: Run) -> list[str]:
     *run.version_notes,
     *([platform] if platform else []),
   ]
+
+
+# The cross-rank check ----------------------------------------------------
+
+
+def rank_module_name(module: RankModule) -> str:
+  """How a report names a cross-rank module: its name and each rank's
+  file, or what the ranks' lists of modules are."""
+  if module.name is None:
+    return f"the ranks' communicating modules ({', '.join(module.files)})"
+  return f"module {module.name} ({', '.join(module.files)})"
+
+
+def rank_finding_sentence(finding: RankFinding) -> str:
+  """`finding` in one sentence, every rank's call with its line, then the
+  whole fix: what GitHub's annotation and SARIF's result say."""
+  sites = "; ".join(f"rank {s.rank}: {s.what}" for s in finding.sites)
+  detail = f" ({finding.detail})" if finding.detail else ""
+  return f"{finding.headline}: {sites}{detail}. Fix: {finding.fix}"
+
+
+def rank_summary(run: RankRun) -> str:
+  """One line: ranks, modules compared, how many proved, and the
+  findings by kind."""
+  checked = len(run.modules)
+  proved = sum(m.proved for m in run.modules)
+  counts: dict[str, int] = {}
+  for _, finding in run.findings:
+    counts[finding.kind.verdict] = counts.get(finding.kind.verdict, 0) + 1
+  found = ", ".join(f"{n} {verdict}" for verdict, n in counts.items())
+  return (
+    f"Checked {checked} communicating module{'s' * (checked != 1)} across "
+    f"{run.ranks} rank{'s' * (run.ranks != 1)}: {proved} proved"
+    + (f"; findings: {found}." if found else ".")
+  )

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from entangle_jax.testing._emitters.options import SHOWN_PER_GROUP, Options
 from entangle_jax.testing._emitters.sentences import (
+  left_out_by,
   run_notes,
   safe_entry,
   summary,
@@ -78,10 +79,11 @@ def findings_lines(
   reasons = f", for {len(causes)} reasons" if len(causes) > 1 else ""
   if not count:
     excused = findings.left_out_count
+    by = left_out_by(findings.left_out)
+    trusted = " (taken at their word, not checked)" if "declared" in by else ""
     lines = [
       f"{excused} pair{'s' * (excused != 1)} of calls may conflict and run "
-      "in either order, all left out as safe by declared safe_pairs (taken "
-      "at their word, not checked):",
+      f"in either order, all left out as safe {by}{trusted}:",
       *(f"  {s.count} x {safe_entry(s)}" for s in findings.left_out),
     ]
     if findings.applied:

@@ -79,6 +79,11 @@ def _cause_in_module(race: Race) -> Cause:
       "`distinct_elements = true`), declare the targets `devices = "
       '"per-device"` if each device has its own state, or order the '
       "devices' calls outside this module.",
+      # A dump does not say which process runs each device (a Compiled
+      # does): devices of different processes share no such state.
+      "If each device runs in a process of its own (jax.distributed), "
+      "they share no process-wide state: for a dump, say so with "
+      "--processes N.",
     )
   # The one rule's verdicts on the pair's accesses that conflict say why:
   # which evidence decided (`conflict_rule.Verdict`).

@@ -46,6 +46,7 @@ from entangle_jax.testing._analysis.ranks import (
   Loop,
   RankProgram,
 )
+from entangle_jax.testing._findings import rank_findings as kinds
 from entangle_jax.testing._hlo.module_text import CompiledModule
 
 Verdict = Literal["proved", "mismatch", "deadlock", "rank-dependent"]
@@ -110,6 +111,8 @@ class RankDependent:
   """The rank-local value its decision depends on, in words."""
   calls: tuple[str, ...]
   """The communicating calls inside it."""
+  location: str | None = None
+  """The loop's or conditional's ``file:line``, if recorded."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +122,9 @@ class UnorderedCalls:
   rank: int
   first: str
   second: str
+  first_location: str | None = None
+  """The first call's ``file:line``, if recorded."""
+  second_location: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,26 +180,8 @@ class CrossRankResult:
     return data
 
 
-_FIX_RANK_DEPENDENT = (
-  "Fix: reduce the decision across ranks first (an allreduce of the "
-  "predicate or residual, whose result every rank shares), or hoist the "
-  "collective out of the branch or loop."
-)
-_FIX_UNORDERED = (
-  "Fix: order them: entangle the later call's operand with the earlier "
-  "call's result (entangle_jax.entangle), or wrap the function in "
-  "entangle_jax.in_program_order (it orders declared native calls)."
-)
-_FIX_MISMATCH = (
-  "Fix: make every rank issue the same communicating calls, with the "
-  "same shapes, in the same order. Ranks that take different Python "
-  "paths compile different programs: this check reports them, no "
-  "transform can fix them."
-)
-_FIX_DEADLOCK = (
-  "Fix: order the calls so that each send meets its receive (one rank "
-  "receives first), or exchange with one sendrecv."
-)
+def _fix(kind: kinds.RankKind) -> str:
+  return f"Fix: {kind.fix}"
 
 
 def format_result(result: CrossRankResult) -> str:
@@ -214,7 +202,7 @@ def format_result(result: CrossRankResult) -> str:
     lines.append(
       "Rank-dependent: communicating calls sit under a loop or conditional "
       "whose decision may differ between ranks, so ranks may make "
-      "different numbers of them."
+      f"different numbers of them. [{kinds.RANK_DEPENDENT.code}]"
     )
     for r in result.rank_dependent:
       ranks = ", ".join(str(k) for k in r.ranks)
@@ -222,35 +210,39 @@ def format_result(result: CrossRankResult) -> str:
       lines.append(f"    decides on {r.depends_on}")
       for call in r.calls:
         lines.append(f"    holds {call}")
-    lines.append(_FIX_RANK_DEPENDENT)
+    lines.append(_fix(kinds.RANK_DEPENDENT))
   if result.unordered:
     lines.append(
       "Possible deadlock: a rank may make these communicating calls in "
-      "either order (nothing orders them), and another rank in the other."
+      "either order (nothing orders them), and another rank in the other. "
+      f"[{kinds.POSSIBLE_DEADLOCK.code}]"
     )
     for u in result.unordered:
       lines.append(f"  rank {u.rank}: {u.first}")
       lines.append(f"          and {u.second}")
-    lines.append(_FIX_UNORDERED)
+    lines.append(_fix(kinds.POSSIBLE_DEADLOCK))
   if result.mismatch is not None:
     m = result.mismatch
     index = next((c.index for c in m.calls if c is not None), 0)
-    lines.append(f"Mismatch at call {index}: the ranks make different calls.")
+    lines.append(
+      f"Mismatch at call {index}: the ranks make different calls. "
+      f"[{kinds.MISMATCH.code}]"
+    )
     for rank, call in enumerate(m.calls):
       lines.append(
         f"  {call}" if call is not None else f"  rank {rank}: no more calls"
       )
     lines.append(f"  differs: {m.differs}")
-    lines.append(_FIX_MISMATCH)
+    lines.append(_fix(kinds.MISMATCH))
   if result.deadlock is not None:
-    lines.append("Deadlock: no rank can go on.")
+    lines.append(f"Deadlock: no rank can go on. [{kinds.DEADLOCK.code}]")
     for rank, call in enumerate(result.deadlock.blocked):
       lines.append(
         f"  rank {rank}: blocked in call {call.index}: {call.label}"
         if call is not None
         else f"  rank {rank}: has made all its calls"
       )
-    lines.append(_FIX_DEADLOCK)
+    lines.append(_fix(kinds.DEADLOCK))
   if result.matched:
     lines.append(f"Matched before that: {len(result.matched)} step(s).")
   return "\n".join(lines)
@@ -504,7 +496,17 @@ def _rank_dependent(programs: list[RankProgram]) -> tuple[RankDependent, ...]:
         key = (construct, label, item.decision)
         ranks = found.setdefault(
           key,
-          ([], RankDependent((), construct, label, item.decision, calls)),
+          (
+            [],
+            RankDependent(
+              (),
+              construct,
+              label,
+              item.decision,
+              calls,
+              item.op.location,
+            ),
+          ),
         )[0]
         ranks.append(rank)
       walk(rank, inner)
@@ -578,7 +580,13 @@ def check_programs(programs: Sequence[RankProgram]) -> CrossRankResult:
   programs = list(programs)
   rank_dependent = _rank_dependent(programs)
   unordered = tuple(
-    UnorderedCalls(rank, _op_label(u.first), _op_label(u.second))
+    UnorderedCalls(
+      rank,
+      _op_label(u.first),
+      _op_label(u.second),
+      u.first.location,
+      u.second.location,
+    )
     for rank, p in enumerate(programs)
     for u in p.unordered
   )

@@ -20,6 +20,16 @@ answer for a module (a file it cannot read, text it cannot parse): then
 every other module is still checked and reported, the module is named with
 its reason, and the status is 2 whatever the others found.
 
+``--processes N`` (or ``--processes P0,P1,...``) says which process runs
+each device of a multi-process program's modules (``jax.distributed``):
+N processes over which each module's devices are split evenly, in device
+order, or one process index per device. Where each device is in a
+process of its own, copies of a call on two devices share no
+process-wide state: those pairs are left out, counted with the reason
+(`device_processes`). A value that is neither is an error (status 2,
+naming the flag); a map that does not fit a module's devices leaves that
+module unchecked, with the reason.
+
 ``--ranks DIR0 DIR1 ...`` checks a multi-process program instead: one
 dump directory (or module file) per rank, in rank order. Each rank's
 optimized modules that communicate (XLA's collectives, targets declared
@@ -27,8 +37,11 @@ to communicate) are paired in dump order, and each pair is checked with
 `entangle_jax.testing.races_across`; ranks that compiled different
 numbers of such modules, or modules of different names, are a mismatch.
 Exit 0 when every module is proved, 1 on a mismatch, a deadlock or a
-collective under rank-dependent control, 2 when it cannot answer; text,
-or JSON with ``--json``.
+collective under rank-dependent control, 2 when it cannot answer. Every
+``--format`` applies (`entangle_jax.testing._emitters.rank_formats`):
+each problem is a finding with a stable code (``EJ101`` rank-dependent
+control, ``EJ102`` possible deadlock, ``EJ103`` mismatch, ``EJ104``
+deadlock), every rank's call with its ``file:line``, and the fix.
 """
 
 from __future__ import annotations
@@ -43,11 +56,14 @@ from typing import TextIO
 
 from entangle_jax._src.targets import sources, table
 from entangle_jax._src.targets.declaration import Declarations
+from entangle_jax.testing._analysis import device_processes
 from entangle_jax.testing._analysis.ranks import RankProgram
-from entangle_jax.testing._emitters import formats, sentences
+from entangle_jax.testing._emitters import formats, rank_formats, sentences
 from entangle_jax.testing._emitters.options import Options
+from entangle_jax.testing._findings.rank_findings import RankRun
 from entangle_jax.testing._findings.records import DeclarationsRead, Run
 from entangle_jax.testing._hlo import dumped_module
+from entangle_jax.testing._ways_in import rank_report
 from entangle_jax.testing._ways_in.across_ranks import check_programs
 from entangle_jax.testing._ways_in.module_files import (
   CannotAnswer,
@@ -88,6 +104,16 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     "directory",
   )
   parser.add_argument(
+    "--processes",
+    metavar="N|P0,P1,...",
+    help="which process runs each device of the dumped modules (a "
+    "multi-process program, jax.distributed): a number of processes, over "
+    "which each module's devices are split evenly in device order, or one "
+    "process index per device; calls on two devices of different "
+    "processes share no process-wide state, and are not reported as "
+    "racing there",
+  )
+  parser.add_argument(
     "--ranks",
     nargs="+",
     metavar="DIR",
@@ -97,8 +123,13 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
   args = parser.parse_args(argv)
   if args.ranks and args.paths:
     parser.error("give either PATHs or --ranks DIR..., not both")
-  if args.ranks and args.format not in (None, "text", "json"):
-    parser.error("--ranks writes text or JSON")
+  if args.processes is not None:
+    if args.ranks:
+      parser.error("--processes applies to PATHs, not to --ranks")
+    try:
+      args.processes = device_processes.parse(args.processes)
+    except ValueError as error:
+      parser.error(str(error))
   if args.json and args.format not in (None, "json"):
     parser.error(f"--json and --format {args.format} ask for two formats")
   args.format = "json" if args.json else args.format or "text"
@@ -171,7 +202,12 @@ def main(
     return 2
   try:
     declarations, said, pyproject = _declarations(args.project)
-    results = check(args.paths, progress=err, declarations=declarations)
+    results = check(
+      args.paths,
+      progress=err,
+      declarations=declarations,
+      processes=args.processes,
+    )
   except CannotAnswer as error:
     if args.format == "json":
       json.dump({"status": 2, "error": str(error)}, out)
@@ -217,8 +253,8 @@ def _rank_modules(
 
 
 def _across_ranks(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-  """``--ranks``: the cross-rank check, one dump per rank."""
-  as_json = args.format == "json"
+  """``--ranks``: the cross-rank check, one dump per rank, in the format
+  ``--format`` names (`rank_formats`)."""
   try:
     declarations, said, _ = _declarations(args.project)
     ranks = [
@@ -226,46 +262,29 @@ def _across_ranks(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
       for rank, folder in enumerate(args.ranks)
     ]
   except CannotAnswer as error:
-    if as_json:
+    if args.format == "json":
       json.dump({"status": 2, "error": str(error)}, out)
       print(file=out)
     print(f"error: {error}", file=err)
     return 2
-  counts = [len(r) for r in ranks]
   names = [[name for name, _, _ in r] for r in ranks]
-  reports: list[dict] = []
-  lines: list[str] = []
-  status = 0
-  if len(set(counts)) > 1 or any(n != names[0] for n in names):
-    status = 1
-    said_modules = "; ".join(
-      f"rank {rank} compiled {len(n)} ({', '.join(n) or 'none'})"
-      for rank, n in enumerate(names)
-    )
-    lines.append(
-      "Mismatch: the ranks compiled different communicating modules: "
-      f"{said_modules}. Ranks that take different Python paths compile "
-      "different programs: this check reports them, no transform can fix "
-      "them."
-    )
-    reports.append({"verdict": "mismatch", "status": 1, "modules": names})
+  if any(n != names[0] for n in names):
+    files = [[file for _, file, _ in r] for r in ranks]
+    modules = [rank_report.modules_differ(args.ranks, names, files)]
   else:
-    for k, name in enumerate(names[0]):
-      result = check_programs([r[k][2] for r in ranks])
-      status = max(status, result.status)
-      files = [r[k][1] for r in ranks]
-      lines.append(f"{name} ({', '.join(files)}):")
-      lines.append(result.text())
-      reports.append({"module": name, "files": files, **result.to_json()})
-    if not names[0]:
-      lines.append(
-        "No communicating calls in any rank's modules: nothing to compare."
+    modules = [
+      rank_report.module_of(
+        name,
+        [r[k][1] for r in ranks],
+        check_programs([r[k][2] for r in ranks]),
       )
-  if as_json:
-    json.dump({"status": status, "modules": reports}, out, indent=1)
-    print(file=out)
-    print(said, file=err)
-  else:
-    print("\n".join(lines), file=out)
-    print(said, file=err)
-  return status
+      for k, name in enumerate(names[0])
+    ]
+  run = RankRun(len(args.ranks), tuple(modules), said)
+  body = rank_formats.render(args.format, run)
+  if body:  # GitHub annotations for a proved run: none.
+    print(body, file=out)
+  if not formats.FORMATS[args.format].for_people:
+    print(sentences.rank_summary(run), file=err)
+  print(said, file=err)
+  return run.status

@@ -13,6 +13,7 @@ from typing import TextIO
 
 from entangle_jax._src.targets import sources
 from entangle_jax._src.targets.declaration import Declarations
+from entangle_jax.testing._analysis.device_processes import ProcessMap
 from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
 from entangle_jax.testing._findings import platforms
 from entangle_jax.testing._findings.from_analysis import module_result
@@ -122,14 +123,18 @@ _LISTED: dict = {}
 
 
 def check_module(
-  path: pathlib.Path, declarations: Declarations
+  path: pathlib.Path,
+  declarations: Declarations,
+  processes: ProcessMap | None = None,
 ) -> ModuleResult:
   """The races of the module in file `path`; a module the check cannot
   answer for (its file cannot be read, its text is not an optimized
   module or is cut short, a declaration does not fit it) comes back with
   the reason in `ModuleResult.unchecked`, so that one
   module never stops the check of the others (the reason does not repeat
-  the path, which the result holds)."""
+  the path, which the result holds). `processes` says which process runs
+  each device (``--processes``); a map that does not fit the module's
+  devices is such a reason."""
   name_in_path = path.name
   result = ModuleResult(
     str(path), name_in_path, platforms.of_file_name(path.name), 0
@@ -152,7 +157,10 @@ def check_module(
     # The module before optimization is the program's own order: with it
     # the check also sees the races XLA's optimizer hid.
     analysis = OrderAnalysis(
-      text, declarations=declarations, before_optimization=before
+      text,
+      declarations=declarations,
+      before_optimization=before,
+      processes=processes,
     )
     native_calls = len(analysis.user_native_calls())
     if native_calls:
@@ -183,9 +191,11 @@ def check(
   paths: Sequence[str],
   progress: TextIO | None = None,
   declarations: Declarations | None = None,
+  processes: ProcessMap | None = None,
 ) -> list[ModuleResult]:
   """Checks every optimized module under `paths`, with `declarations`
-  (those in effect, `sources.current`, by default); reports progress on
+  (those in effect, `sources.current`, by default) and the map of
+  processes (`check_module`); reports progress on
   `progress` for many modules. A module that cannot be checked is in the
   list with its reason (`ModuleResult.unchecked`); the others are checked
   all the same.
@@ -197,7 +207,7 @@ def check(
   declarations = sources.current() if declarations is None else declarations
   results = []
   for n, path in enumerate(files, 1):
-    results.append(check_module(path, declarations))
+    results.append(check_module(path, declarations, processes))
     many = progress is not None and len(files) > PROGRESS_EVERY
     if many and (n % PROGRESS_EVERY == 0 or n == len(files)):
       print(f"checked {n}/{len(files)} modules", file=progress)
