@@ -343,6 +343,27 @@ def _iteration(call, when: dict, tag: str) -> list[int]:
   return [-1, -1]
 
 
+def _record(call) -> dict:
+  """One recorded call, as the sanitizer saw it before placing it."""
+  site = call.site
+  return {
+    "function": call.function,
+    "target": call.target,
+    "platform": call.platform,
+    "thread": call.thread,
+    "start_ns": call.start_ns,
+    "end_ns": call.end_ns,
+    "module": site.module.name if site else None,
+    "module_serial": site.module.serial if site else None,
+    "one_device": site.module.one_device if site else None,
+    "position": site.position if site else None,
+    "pure": site.pure if site else None,
+    "context": [[f.kind, f.construct, f.region] for f in site.context]
+    if site
+    else None,
+  }
+
+
 def sanitizer_loops() -> dict:
   """Host callbacks in loops, scored per iteration against what their
   bodies saw: each body stamps (its name, the iteration, the run, the
@@ -440,6 +461,10 @@ def sanitizer_loops() -> dict:
       }
     )
     out[name] = {
+      # The calls as recorded and the bodies' stamps, for a hermetic test
+      # that replays them (tests/sanitize/tpu_records_test.py).
+      "records": [_record(c) for c in seen.calls],
+      "stamps": [list(s) for s in stamps],
       "callbacks_ran": len(stamps),
       "truth": truth,
       "reported": [list(x) for x in reported],
