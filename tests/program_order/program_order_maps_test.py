@@ -135,6 +135,44 @@ class ProgramOrderMapsTest(OrderTestCase):
       out = jax.jit(in_program_order(f))(slots)
     np.testing.assert_array_equal(out, [1, 1])
 
+  def test_xla_collectives_in_program_order(self):
+    # The processes of a multi-process program must make their collectives
+    # in one order, and XLA schedules a psum and an all_gather that nothing
+    # orders as it likes, in each process apart (one that works first may
+    # get the other order: tests/ways_in/across_ranks_distributed_test.py
+    # runs that). in_program_order orders them as the program makes them.
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((2,), ("x",))
+
+    def f(x):
+      def body(x):
+        x = jnp.sin(x) * 2.0 + x
+        with jax.named_scope("reduce"):
+          a = jax.lax.psum(x, "x")
+        with jax.named_scope("gather"):
+          b = jax.lax.all_gather(jnp.cos(x), "x")
+        return a + b.sum()
+
+      return jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"))(
+        x
+      )
+
+    x = jax.device_put(jnp.arange(4.0), NamedSharding(mesh, P("x")))
+    # The control: without the transform, neither comes first.
+    plain = compiled(f, x)
+    self.assertFalse(testing.happens_before(plain, "reduce", "gather"))
+    self.assertFalse(testing.happens_before(plain, "gather", "reduce"))
+    with warnings.catch_warnings():
+      # A collective's copies on the devices are the collective itself:
+      # no warning of copies that may race.
+      warnings.simplefilter("error")
+      fixed = compiled(in_program_order(f), x)
+      out = jax.jit(in_program_order(f))(x)
+    self.assertTrue(testing.happens_before(fixed, "reduce", "gather"))
+    np.testing.assert_allclose(out, jax.jit(f)(x), rtol=1e-6)
+
   def test_backward_passes_in_shard_map(self):
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P

@@ -2,7 +2,7 @@
 compiled (gloo over loopback, one CPU device each; issue 70).
 
 The workers (across_ranks_worker.py) compile each shape with the rank as a
-Python value and run only the one the check proves; each has a watchdog,
+Python value and run only the ones the check proves; each has a watchdog,
 and this test an outer timeout.
 """
 
@@ -27,7 +27,9 @@ class DistributedTest(absltest.TestCase):
     runs = test_util.run_two_processes(WORKER, str(out), timeout=TIMEOUT_S)
     for i, (returncode, output) in enumerate(runs):
       self.assertEqual(returncode, 0, f"process {i}:\n{output}")
-      self.assertIn(f"process {i}: compiled 3, ran ordered", output)
+      self.assertIn(
+        f"process {i}: compiled 4, ran ordered and unordered_ipo", output
+      )
 
     def verdict(shape: str):
       return races_across([out / shape / f"rank{r}.txt" for r in (0, 1)])
@@ -43,6 +45,14 @@ class DistributedTest(absltest.TestCase):
     unordered = verdict("unordered")
     self.assertEqual(unordered.verdict, "deadlock", unordered.text())
     self.assertTrue(unordered.unordered)
+    # in_program_order orders XLA's collectives in each process: the same
+    # program is proved, and ran to the right value (the worker's check).
+    fixed = verdict("unordered_ipo")
+    self.assertEqual(fixed.verdict, "proved", fixed.text())
+    self.assertEqual(
+      [s.calls[0].label.split()[1] for s in fixed.matched],
+      ["all-reduce", "all-gather"],
+    )
 
 
 if __name__ == "__main__":

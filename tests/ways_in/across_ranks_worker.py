@@ -9,11 +9,13 @@ a Python value, and writes each module to OUT/SHAPE/rankR.txt:
 * ``ordered``: psum, then all_gather of a value entangled with the psum;
 * ``swapped``: the same, but rank 1 makes all_gather first;
 * ``unordered``: rank 0 works first, then psum and all_gather that
-  nothing orders.
+  nothing orders;
+* ``unordered_ipo``: ``unordered`` under ``in_program_order``, which
+  orders the all_gather after the psum in each process.
 
-Only ``ordered`` runs (the run-time control: it finishes, with the right
-values); the others would hang. A watchdog ends the process if anything
-does.
+Only ``ordered`` and ``unordered_ipo`` run (the run-time control: they
+finish, with the right values); the others would hang. A watchdog ends
+the process if anything does.
 """
 
 import faulthandler
@@ -31,7 +33,7 @@ import numpy as np  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from entangle_jax import entangle  # noqa: E402
+from entangle_jax import entangle, in_program_order  # noqa: E402
 
 WATCHDOG_S = 150
 
@@ -67,9 +69,12 @@ def main() -> None:
   x = jax.make_array_from_callback(
     (4,), sharding, lambda index: np.arange(4, dtype=np.float32)[index]
   )
-  for shape in ("ordered", "swapped", "unordered"):
-    fn = jax.jit(functools.partial(program, rank, shape, mesh))
-    compiled = fn.lower(x).compile()
+  for shape in ("ordered", "swapped", "unordered", "unordered_ipo"):
+    if shape == "unordered_ipo":
+      f = in_program_order(functools.partial(program, rank, "unordered", mesh))
+    else:
+      f = functools.partial(program, rank, shape, mesh)
+    compiled = jax.jit(f).lower(x).compile()
     text = compiled.as_text()
     assert text is not None, "the compiled program has no module text"
     (out / shape).mkdir(parents=True, exist_ok=True)
@@ -79,7 +84,14 @@ def main() -> None:
       # psum: [0+2, 1+3] summed = 6; all_gather of cos over all 4 values.
       expected = 6.0 + float(np.cos(np.arange(4, dtype=np.float32)).sum())
       assert abs(value - expected) < 1e-4, (value, expected)
-  print(f"process {rank}: compiled 3, ran ordered")
+    if shape == "unordered_ipo":
+      value = float(compiled(x))
+      # Rank 0's shard [0, 1] became sin(v) * 2 + v; rank 1's is [2, 3].
+      v = np.arange(4, dtype=np.float32)
+      v[:2] = np.sin(v[:2]) * 2.0 + v[:2]
+      expected = float(v.sum() + np.cos(v).sum())
+      assert abs(value - expected) < 1e-4, (value, expected)
+  print(f"process {rank}: compiled 4, ran ordered and unordered_ipo")
   jax.distributed.shutdown()
 
 

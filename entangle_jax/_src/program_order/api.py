@@ -43,7 +43,13 @@ def in_program_order(
   a binding's own primitive whose lowering emits custom calls (klujax's,
   jax-finufft's, mpi4jax's): every first-order primitive that is not
   JAX's own is lowered alone to see. ``pure_callback`` is not one: its user
-  declares it pure, and the race check does not look at it either.
+  declares it pure, and the race check does not look at it either. JAX's
+  explicit collectives (``lax.psum``, ``all_gather``, ``ppermute``,
+  ``psum_scatter``, ``all_to_all`` and their kin) are ordered as native
+  calls that write anything: every process of a multi-process program
+  must make them in one order, and this keeps each process's program
+  order (whether the processes' programs agree is
+  `entangle_jax.testing.races_across`'s to check).
 
   * a read runs after every earlier write of an object it may touch;
   * a write runs after every earlier read and write of such an object;

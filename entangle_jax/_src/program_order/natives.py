@@ -140,9 +140,10 @@ def native_call(
   """The native call `eqn` makes, for in_program_order to order, else None:
   an ``ffi_call`` (by its target), a host callback that may have effects
   (``pure_callback`` is declared pure by its user: neither this nor the
-  race check orders it), or any other first-order primitive, JAX's own
-  included, whose lowering emits custom calls that are not JAX's and
-  XLA's own kernels (`lowered`).
+  race check orders it), one of JAX's explicit collectives (`_collective`),
+  or any other first-order primitive, JAX's own included, whose lowering
+  emits custom calls that are not JAX's and XLA's own kernels
+  (`lowered`).
 
   What it touches is the access policy's answer for the call as the race
   check will see it: made in `scopes`, the equation's named scopes in
@@ -170,6 +171,8 @@ def native_call(
       bool(eqn.params.get("partitioned", False)),
     )
     return _one(target, decls, eqn, True, f"{name} ({target})", records)
+  if name in names.XLA_COLLECTIVE_PRIMITIVES:
+    return _collective(name)
   if jax_own:
     return _jax_own_call(eqn, decls, records)
   # A binding's own primitive, a higher-order one included: its own
@@ -179,6 +182,27 @@ def native_call(
   # later calls after all of them (`Context.native` orders the body's own
   # calls among themselves).
   return _from_lowering(eqn, decls, records, jax_own=jax_own)
+
+
+def _collective(name: str) -> NativeCall:
+  """An XLA collective (`names.XLA_COLLECTIVE_PRIMITIVES`), as a native
+  call that writes anything: in program order after every earlier native
+  call and collective, and before every later one. Every process of a
+  multi-process program must make its collectives in one order; left
+  free, XLA may schedule them apart in each process (one that works
+  first puts them in another order), and they wait for each other for
+  good. Ordering them in each process's program order is what a process
+  can do; processes whose Python makes them in different orders are the
+  cross-rank check's to find (`entangle_jax.testing.races_across`)."""
+  return NativeCall(
+    f"{name} (an XLA collective)",
+    (Part("write", None, name),),
+    (None,),
+    ((),),
+    (),
+    None,
+    True,
+  )
 
 
 def own_scopes(eqn) -> str:

@@ -47,6 +47,29 @@ HOST_CALLBACK_PRIMITIVES = (
 """The jaxpr primitives of the host callbacks that may have effects: each
 lowers to one call of a `HOST_CALLBACK_PATTERNS` target."""
 
+XLA_COLLECTIVE_PRIMITIVES = frozenset(
+  {
+    "psum",
+    "psum_invariant",
+    "pmax",
+    "pmin",
+    "ppermute",
+    "psend",
+    "precv",
+    "pbroadcast",
+    "all_gather",
+    "all_gather_invariant",
+    "all_to_all",
+    "ragged_all_to_all",
+    "reduce_scatter",
+  }
+)
+"""The jaxpr primitives of JAX's explicit collectives (``lax.psum``,
+``all_gather``, ``ppermute``, ``psum_scatter``, ``all_to_all`` and their
+kin, in ``shard_map`` or ``pmap``), jax 0.6.2 to 0.12: each lowers to an
+XLA collective, which every process of a multi-process program must make
+in one order (``in_program_order`` orders them as native calls)."""
+
 PURE_CALLBACK_PRIMITIVE = "pure_callback"
 """``jax.pure_callback``'s primitive. Its user declares it pure: XLA may run
 it at any time, merge identical ones and drop unused ones. Neither the race

@@ -22,6 +22,7 @@ from entangle_jax._src.program_order.values import (
   open_jaxpr,
   own_parts,
 )
+from entangle_jax._src.targets import names
 
 if TYPE_CHECKING:
   from entangle_jax._src.program_order.rule_inputs import Inlined, ShardMap
@@ -134,6 +135,8 @@ def _warn_across_devices(decls: Declarations, parts, split) -> None:
   for part in parts:
     if part.mode != "write" or part.target in named:
       continue
+    if part.target in names.XLA_COLLECTIVE_PRIMITIVES:
+      continue  # Its copies on the devices are the collective itself.
     scope = access_policy.device_scope(decls, part.target)
     obj = part.obj
     # The call and its copy on another device, as the one rule sees them
