@@ -446,10 +446,7 @@ class _Static:
           "in_program_order(f, distinct_arguments=True)), which say they "
           "are different objects"
         )
-    if any(
-      v.reason is Reason.DISTINCT_OBJECTS and v.evidence.elements
-      for v in verdicts
-    ):
+    if any(v.reason is Reason.DISTINCT_ELEMENTS for v in verdicts):
       return (
         "the declarations make them different objects (different elements "
         "of one array declared distinct)"
