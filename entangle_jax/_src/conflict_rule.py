@@ -28,7 +28,8 @@ which rule decided and, where two calls may be one object, what leaves
 them so (a call that names no object, elements nothing declares distinct,
 handles nothing tells apart), so what a report says of a pair (its cause,
 the sanitizer's agreement line) reads the verdict's reason rather than
-asking the question again.
+asking the question again, and finds each reason's words in one table
+(`entangle_jax._src.reason_words`).
 """
 
 from __future__ import annotations
