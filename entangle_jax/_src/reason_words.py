@@ -23,7 +23,8 @@ A headline or step may hold ``{fields}`` (`Words.headline_with`,
 also take steps that only the pair's context calls for (`TABLE_FIRST`,
 `RESOURCE_NAME_STEP`, `RESOURCE_NAMES_STEP`, `SIDE_EFFECT_NOTE`); and the
 fix of two calls on one object names the calls themselves, so the report
-writes it (`SAME_OBJECT`'s steps are empty).
+writes it (the steps of `Reason.SAME_OBJECT` and `Reason.NO_OBJECT` are
+empty).
 """
 
 from __future__ import annotations

@@ -85,7 +85,7 @@ _MOST_TELLING = (
 where a pair's accesses conflict for several."""
 
 
-def _reason(race: Race) -> Verdict | None:
+def _deciding_verdict(race: Race) -> Verdict | None:
   """The verdict that says why `race`'s calls conflict: of the one rule's
   verdicts on their accesses that conflict, the first of the most telling
   reason (`_MOST_TELLING`); None where none conflicts."""
@@ -97,18 +97,19 @@ def _reason(race: Race) -> Verdict | None:
 
 def _cause_in_module(race: Race) -> Cause:
   """Why `race`, a pair of one module, is reported: its verdict's reason
-  (`_reason`) and that reason's words (`reason_words.BY_REASON`), where
-  the pair says no more. What only the pair says: two calls on two devices
-  (`reason_words.ACROSS_DEVICES`); one object under two ``Resource``
-  names (`reason_words.TWO_NAMES`); a call of a backward pass, unless the
-  two are one object (`reason_words.BACKWARD`); a call made by a binding
-  or through a ``Resource``, whose fix takes one more step; and the calls
-  themselves, which the fix of two calls on one object names
-  (`_order_fix`)."""
+  (`_deciding_verdict`) and that reason's words
+  (`reason_words.BY_REASON`), where the pair says no more. What only the
+  pair says: two calls on two devices (`reason_words.ACROSS_DEVICES`);
+  one object under two ``Resource`` names (`reason_words.TWO_NAMES`); a
+  call of a backward pass, unless the two are one object
+  (`reason_words.BACKWARD`); a call made by a binding or through a
+  ``Resource``, whose fix takes one more step; and the calls themselves,
+  which the fix of two calls on one object names (`_order_fix`)."""
   if race.across_devices:
     words = reason_words.ACROSS_DEVICES
     return _cause(words, words.headline_with(), words.steps)
-  verdict = _reason(race)
+  verdict = _deciding_verdict(race)
+  # No verdict conflicts: nothing tells more than the least telling.
   reason = Reason.HANDLES_MAY_BE_ONE if verdict is None else verdict.reason
   if reason is Reason.SAME_OBJECT:
     assert verdict is not None
@@ -121,15 +122,16 @@ def _cause_in_module(race: Race) -> Cause:
     words = reason_words.BACKWARD
     return _cause(words, words.headline_with(), words.steps)
   words = reason_words.BY_REASON[reason]
+  if reason in (Reason.SAME_OBJECT, Reason.NO_OBJECT):
+    # One object: the fix orders the two, naming them.
+    return _cause(words, words.headline_with(), _order_fix(race))
   through_resource = any(
     op.scope != op.user_scope for op in (race.first, race.second)
   )
   steps = words.steps_with(
     names=reason_words.RESOURCE_NAMES_STEP if through_resource else ""
   )
-  if reason in (Reason.SAME_OBJECT, Reason.NO_OBJECT):
-    steps = _order_fix(race)  # It names the calls.
-  elif reason is Reason.UNDECLARED:
+  if reason is Reason.UNDECLARED:
     if through_resource:
       steps = (causes.RESOURCE_NAME_STEP, *steps)
     if any(
