@@ -23,9 +23,13 @@ elements of one array where both calls' declarations say its elements are
 different objects (`disjoint_elements`).
 
 The answer is a `Verdict`: whether they conflict, and why (`Reason`), with
-the modes, the evidence and the accesses it was asked about. What a report
-says of a pair (its cause, the sanitizer's agreement line) reads the
-verdict rather than asking the question again.
+the modes, the evidence and the accesses it was asked about. A reason says
+which rule decided and, where two calls may be one object, what leaves
+them so (a call that names no object, elements nothing declares distinct,
+handles nothing tells apart), so what a report says of a pair (its cause,
+the sanitizer's agreement line) reads the verdict's reason rather than
+asking the question again, and finds each reason's words in one table
+(`entangle_jax._src.reason_words`).
 """
 
 from __future__ import annotations
@@ -60,18 +64,37 @@ class Evidence:
   """The two are different elements of one array of handles (or shards of
   one split array): only a ``distinct_elements`` declaration tells them
   apart, and `distinct` says whether one does."""
+  undeclared: tuple[bool, bool] = (False, False)
+  """Per call, whether nothing declares what its target does: where
+  nothing names its object either (`anything`), it may write any object."""
 
 
 class Reason(enum.Enum):
-  """What decided a `Verdict`, first match wins (rules 1 to 3)."""
+  """What decided a `Verdict`, first match wins (rules 1 to 3). The last
+  four are why two calls may touch one object (rule 3 leaves them
+  conflicting), the most telling first."""
 
   READS = "both only read"
   PER_DEVICE = "on two devices, a per-device target touches two objects"
   SAFE_PAIR = "a declared safe pair covers their targets"
   SAME_OBJECT = "they provably touch one object"
-  DISTINCT_OBJECTS = "there is evidence of different objects"
+  DISTINCT_ELEMENTS = (
+    "they are different elements of one array declared distinct"
+  )
+  DISTINCT_HANDLES = (
+    "they hold different constant handles, or one value built to differ "
+    "on each device"
+  )
   DIFFERENT_NAMES = "they were made under two different Resource names"
-  MAY_SHARE = "nothing tells their objects apart"
+  UNDECLARED = "a call nothing declares names no object: it may write any"
+  NO_OBJECT = (
+    "a call names no object (declared with none, or an unnamed "
+    "Resource's): it may touch any"
+  )
+  ELEMENTS_NOT_DISTINCT = (
+    "different elements of one array, which nothing declares distinct"
+  )
+  HANDLES_MAY_BE_ONE = "nothing says their handles differ"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,14 +138,16 @@ def may_share(evidence: Evidence) -> bool:
   return a is None or b is None or a == b
 
 
-def _reason(
+def _decided(
   mode_a: str,
   mode_b: str,
   safe: bool,
   evidence: Evidence,
   devices: tuple[str | None, str | None] | None,
-) -> Reason:
-  """Rules 1 to 3, and the device rule: what decides, first match wins."""
+) -> Reason | None:
+  """Rules 1 to 3, and the device rule: what decides, first match wins;
+  None where nothing tells the two calls' objects apart (they may be one:
+  `_why_maybe_one` says why)."""
   if not modes_conflict(mode_a, mode_b):
     return Reason.READS
   if devices is not None and not all(map(shared_across_devices, devices)):
@@ -132,12 +157,40 @@ def _reason(
   if evidence.same:
     return Reason.SAME_OBJECT
   if evidence.distinct:
-    return Reason.DISTINCT_OBJECTS
-  return Reason.MAY_SHARE if may_share(evidence) else Reason.DIFFERENT_NAMES
+    if evidence.elements:
+      return Reason.DISTINCT_ELEMENTS
+    return Reason.DISTINCT_HANDLES
+  return None if may_share(evidence) else Reason.DIFFERENT_NAMES
 
 
-_CONFLICTING = frozenset({Reason.SAME_OBJECT, Reason.MAY_SHARE})
-"""The reasons that make two calls conflict."""
+def _why_maybe_one(evidence: Evidence) -> Reason:
+  """Why two calls that nothing tells apart may touch one object, the
+  most telling first: a call nothing declares and that names no object;
+  a call that names none (it touches anything its library holds);
+  different elements of one array (only a declaration tells them apart);
+  else handles that nothing says differ. (A call that names no object
+  takes no element: the last two never meet the first two.)"""
+  anything, undeclared = evidence.anything, evidence.undeclared
+  if (anything[0] and undeclared[0]) or (anything[1] and undeclared[1]):
+    return Reason.UNDECLARED
+  if anything[0] or anything[1]:
+    return Reason.NO_OBJECT
+  if evidence.elements:
+    return Reason.ELEMENTS_NOT_DISTINCT
+  return Reason.HANDLES_MAY_BE_ONE
+
+
+_CONFLICTING = frozenset(
+  {
+    Reason.SAME_OBJECT,
+    Reason.UNDECLARED,
+    Reason.NO_OBJECT,
+    Reason.ELEMENTS_NOT_DISTINCT,
+    Reason.HANDLES_MAY_BE_ONE,
+  }
+)
+"""The reasons that make two calls conflict: one object, or nothing that
+tells their objects apart (`_why_maybe_one`)."""
 
 
 def verdict(
@@ -162,7 +215,9 @@ def verdict(
       their targets' declared ``devices`` (`shared_across_devices`); None
       for two calls on one device.
   """
-  reason = _reason(mode_a, mode_b, safe, evidence, devices)
+  reason = _decided(mode_a, mode_b, safe, evidence, devices)
+  if reason is None:
+    reason = _why_maybe_one(evidence)
   return Verdict(
     reason in _CONFLICTING, reason, (mode_a, mode_b), evidence, accesses
   )
@@ -172,9 +227,11 @@ def conflict(
   mode_a: str, mode_b: str, *, safe: bool, evidence: Evidence
 ) -> bool:
   """Whether two calls on one device conflict: `verdict`'s answer alone
-  (its reason, without building the verdict: ``in_program_order`` asks
-  this for every pair its quick tests leave)."""
-  return _reason(mode_a, mode_b, safe, evidence, None) in _CONFLICTING
+  (its rule, without building the verdict or saying why two calls may be
+  one object: ``in_program_order`` asks this for every pair its quick
+  tests leave)."""
+  reason = _decided(mode_a, mode_b, safe, evidence, None)
+  return reason is None or reason in _CONFLICTING
 
 
 def distinct_constants(a: Collection[int], b: Collection[int]) -> bool:

@@ -102,7 +102,15 @@ class ConflictRuleTest(absltest.TestCase):
         False,
         Evidence(distinct=True),
         None,
-        R.DISTINCT_OBJECTS,
+        R.DISTINCT_HANDLES,
+      ),
+      (
+        "write",
+        "write",
+        False,
+        Evidence(distinct=True, elements=True),
+        None,
+        R.DISTINCT_ELEMENTS,
       ),
       (
         "write",
@@ -112,7 +120,41 @@ class ConflictRuleTest(absltest.TestCase):
         None,
         R.DIFFERENT_NAMES,
       ),
-      ("write", "write", False, Evidence(names=("r", None)), None, R.MAY_SHARE),
+      (
+        "write",
+        "write",
+        False,
+        Evidence(names=("r", None)),
+        None,
+        R.HANDLES_MAY_BE_ONE,
+      ),
+      # Why they may be one, the most telling first: a call nothing
+      # declares that names no object, one that names none, elements
+      # nothing declares distinct.
+      (
+        "write",
+        "read",
+        False,
+        Evidence(anything=(False, True), undeclared=(True, True)),
+        None,
+        R.UNDECLARED,
+      ),
+      (
+        "write",
+        "read",
+        False,
+        Evidence(anything=(True, False), undeclared=(False, True)),
+        None,
+        R.NO_OBJECT,
+      ),
+      (
+        "write",
+        "write",
+        False,
+        Evidence(elements=True, undeclared=(True, True)),
+        None,
+        R.ELEMENTS_NOT_DISTINCT,
+      ),
       (
         "write",
         "write",
@@ -130,7 +172,13 @@ class ConflictRuleTest(absltest.TestCase):
         R.SAME_OBJECT,
       ),
     ]
-    conflicting = {R.SAME_OBJECT, R.MAY_SHARE}
+    conflicting = {
+      R.SAME_OBJECT,
+      R.UNDECLARED,
+      R.NO_OBJECT,
+      R.ELEMENTS_NOT_DISTINCT,
+      R.HANDLES_MAY_BE_ONE,
+    }
     for mode_a, mode_b, safe, evidence, devices, reason in cases:
       found = conflict_rule.verdict(
         mode_a,
@@ -161,6 +209,48 @@ class ConflictRuleTest(absltest.TestCase):
       (check_access("unknown", None, "read", False),), (b,)
     )
     self.assertEqual(unknown.evidence.anything, (True, False))
+
+  def test_the_reasons_only_say_why(self):
+    # Over every evidence, the verdict conflicts exactly where rules 1 to
+    # 3 say so: why two calls may be one object refines the reason and
+    # never the answer.
+    flags = (False, True)
+    pairs = tuple(itertools.product(flags, flags))
+    cases = itertools.product(
+      MODES,
+      MODES,
+      flags,
+      flags,
+      flags,
+      itertools.product(NAMES, NAMES),
+      pairs,
+      flags,
+      pairs,
+      (None, ("shared", None), ("per-device", "shared")),
+    )
+    for case in cases:
+      mode_a, mode_b, safe, same, distinct, names, anything = case[:7]
+      elements, undeclared, devices = case[7:]
+      evidence = Evidence(same, distinct, names, anything, elements, undeclared)
+      found = conflict_rule.verdict(
+        mode_a, mode_b, safe=safe, evidence=evidence, devices=devices
+      )
+      shared = devices is None or all(
+        map(conflict_rule.shared_across_devices, devices)
+      )
+      expected = (
+        conflict_rule.modes_conflict(mode_a, mode_b)
+        and shared
+        and not safe
+        and conflict_rule.may_share(evidence)
+      )
+      self.assertEqual(found.conflict, expected, case)
+      if devices is None:
+        self.assertEqual(
+          conflict_rule.conflict(mode_a, mode_b, safe=safe, evidence=evidence),
+          expected,
+          case,
+        )
 
   def test_check_and_transform_agree_everywhere(self):
     answers = {True: 0, False: 0}

@@ -12,8 +12,9 @@ findings only ``from_analysis`` reads the analysis. Above them sit only
 the public face, the entry-point shims and the example store. Of the core
 package the stages read only what a native target does (``_src.targets``),
 how ``Resource`` records its accesses (``_src.access_marker``), what a
-call touches (``_src.access_policy``) and when two calls conflict
-(``_src.conflict_rule``), which load no extension; the core never
+call touches (``_src.access_policy``), when two calls conflict
+(``_src.conflict_rule``) and what is said of why (``_src.reason_words``),
+which load no extension; the core never
 imports ``entangle_jax.testing``."""
 
 import ast
@@ -61,6 +62,7 @@ LIGHT_CORE = (
   "entangle_jax._src.access_marker",
   "entangle_jax._src.access_policy",
   "entangle_jax._src.conflict_rule",
+  "entangle_jax._src.reason_words",
 )
 """What the stages may import of the core package: no extension, no
 registration."""

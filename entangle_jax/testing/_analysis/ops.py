@@ -311,6 +311,10 @@ class Race(tuple[str, str]):
       self.second.accesses,
       across_devices=self.across_devices,
       devices=(self.first.devices, self.second.devices),
+      undeclared=(
+        self.first.declaration is None,
+        self.second.declaration is None,
+      ),
     )
 
   def __getnewargs_ex__(self) -> tuple[tuple[Op, Op], dict[str, object]]:

@@ -452,6 +452,7 @@ class OrderAnalysis:
       safe=safe,
       across_devices=across_devices,
       devices=(a.devices, b.devices),
+      undeclared=(a.declaration is None, b.declaration is None),
     )
 
   def is_race(self, a: Op, b: Op) -> bool:

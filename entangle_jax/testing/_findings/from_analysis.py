@@ -20,7 +20,9 @@ import dataclasses
 import re
 from collections.abc import Iterable, Sequence
 
-from entangle_jax._src.conflict_rule import Reason
+from entangle_jax._src import reason_words
+from entangle_jax._src.conflict_rule import Reason, Verdict
+from entangle_jax._src.reason_words import Words
 from entangle_jax._src.targets import names, shipped
 from entangle_jax.testing._analysis import source_lines
 from entangle_jax.testing._analysis.ops import Op, Race
@@ -42,8 +44,10 @@ from entangle_jax.testing._order.access import Access
 from entangle_jax.testing._order.objects import ObjectRef
 
 
-def _cause(code: str, headline: str, *steps: str) -> Cause:
-  return Cause(code, causes.BY_CODE[code].rank, headline, steps)
+def _cause(words: Words, headline: str, steps: tuple[str, ...]) -> Cause:
+  """A cause of `words`' code, with its headline and steps filled in."""
+  assert words.code is not None, "a reason that clears a pair is no cause"
+  return Cause(words.code, words.rank, headline, steps)
 
 
 def cause_of(race: Race) -> Cause:
@@ -59,120 +63,84 @@ def cause_of(race: Race) -> Cause:
   steps = base.steps
   if change.call is not None:
     steps = (*steps, causes.SIDE_EFFECT_NOTE)
+  words = reason_words.HIDDEN_BY_XLA
   hidden = _cause(
-    "EJ008", f"{change.sentence()}; in the program: {base.headline}", *steps
+    words,
+    words.headline_with(change=change.sentence(), headline=base.headline),
+    steps,
   )
   # Two Resources on one handle (rank 0) stay what in_program_order
   # cannot fix (`program_order_fix`).
   return dataclasses.replace(hidden, rank=min(hidden.rank, base.rank))
 
 
+_MOST_TELLING = (
+  Reason.SAME_OBJECT,
+  Reason.UNDECLARED,
+  Reason.NO_OBJECT,
+  Reason.ELEMENTS_NOT_DISTINCT,
+  Reason.HANDLES_MAY_BE_ONE,
+)
+"""The reasons that make two calls conflict, the one a report gives first
+where a pair's accesses conflict for several."""
+
+
+def _deciding_verdict(race: Race) -> Verdict | None:
+  """The verdict that says why `race`'s calls conflict: of the one rule's
+  verdicts on their accesses that conflict, the first of the most telling
+  reason (`_MOST_TELLING`); None where none conflicts."""
+  conflicting = [v for v in race.verdicts if v.conflict]
+  if not conflicting:
+    return None
+  return min(conflicting, key=lambda v: _MOST_TELLING.index(v.reason))
+
+
 def _cause_in_module(race: Race) -> Cause:
-  """Why `race`, a pair of one module, is reported."""
+  """Why `race`, a pair of one module, is reported: its verdict's reason
+  (`_deciding_verdict`) and that reason's words
+  (`reason_words.BY_REASON`), where the pair says no more. What only the
+  pair says: two calls on two devices (`reason_words.ACROSS_DEVICES`);
+  one object under two ``Resource`` names (`reason_words.TWO_NAMES`); a
+  call of a backward pass, unless the two are one object
+  (`reason_words.BACKWARD`); a call made by a binding or through a
+  ``Resource``, whose fix takes one more step; and the calls themselves,
+  which the fix of two calls on one object names (`_order_fix`)."""
   if race.across_devices:
-    return _cause(
-      "EJ003",
-      "on another device: calls of this SPMD module on two devices, on "
-      "targets declared shared across devices, which nothing in one "
-      "module orders",
-      "give each device its own object (a handle per shard, and "
-      "`distinct_elements = true`), declare the targets `devices = "
-      '"per-device"` if each device has its own state, or order the '
-      "devices' calls outside this module.",
-      # A dump does not say which process runs each device (a Compiled
-      # does): devices of different processes share no such state.
-      "If each device runs in a process of its own (jax.distributed), "
-      "they share no process-wide state: for a dump, say so with "
-      "--processes N.",
-    )
-  # The one rule's verdicts on the pair's accesses that conflict say why:
-  # which evidence decided (`conflict_rule.Verdict`).
-  verdicts = [v for v in race.verdicts if v.conflict]
-  for v in verdicts:
-    if v.reason is Reason.SAME_OBJECT:
-      one, two = v.evidence.names
-      if one and two and one != two:
-        one, two = sorted((one, two))
-        return _cause(
-          "EJ001",
-          f"one object under two names, {one!r} and {two!r}: "
-          "two Resources were built on one handle",
-          "share one Resource for the handle: make every call on it "
-          "through that Resource, or pass its current token (res.token) to "
-          "the code that makes the other calls.",
-          "Two Resources never order each other's calls, whatever their "
-          "names (the same name only hides the race from this report).",
-        )
-      return _cause(
-        "EJ002",
-        "the same object, and nothing orders them",
-        *_order_fix(race),
-      )
-  if race.first.backward or race.second.backward:
-    return _cause(
-      "EJ004",
-      "a backward-pass call (a custom_vjp backward rule, under "
-      "transpose(...)) is not covered by the forward call's Resource",
-      "make the native calls of the backward rule through a Resource "
-      "(res.read / res.write on the token the forward pass saved), so "
-      "that they are ordered with the forward pass's calls.",
-    )
-  unknown = (_knows_nothing_of(race.first), _knows_nothing_of(race.second))
-  if any(
-    (v.evidence.anything[0] and unknown[0])
-    or (v.evidence.anything[1] and unknown[1])
-    for v in verdicts
-  ):
-    from_binding = any(
+    words = reason_words.ACROSS_DEVICES
+    steps = (*words.steps, reason_words.PROCESSES_STEP)
+    return _cause(words, words.headline_with(), steps)
+  verdict = _deciding_verdict(race)
+  # No verdict conflicts: nothing tells more than the least telling.
+  reason = Reason.HANDLES_MAY_BE_ONE if verdict is None else verdict.reason
+  if reason is Reason.SAME_OBJECT:
+    assert verdict is not None
+    one, two = verdict.evidence.names
+    if one and two and one != two:
+      words = reason_words.TWO_NAMES
+      names = reason_words.two_names((one, two))
+      return _cause(words, words.headline_with(**names), words.steps)
+  elif race.first.backward or race.second.backward:
+    words = reason_words.BACKWARD
+    return _cause(words, words.headline_with(), words.steps)
+  words = reason_words.BY_REASON[reason]
+  if reason in (Reason.SAME_OBJECT, Reason.NO_OBJECT):
+    # One object: the fix orders the two, naming them.
+    return _cause(words, words.headline_with(), _order_fix(race))
+  through_resource = any(
+    op.scope != op.user_scope for op in (race.first, race.second)
+  )
+  steps = words.steps_with(
+    names=reason_words.RESOURCE_NAMES_STEP if through_resource else ""
+  )
+  if reason is Reason.UNDECLARED:
+    if through_resource:
+      steps = (causes.RESOURCE_NAME_STEP, *steps)
+    if any(
       op.binding_location is not None and op.declaration is None
       for op in (race.first, race.second)
-    )
-    steps = (causes.DECLARE_STEP, causes.ANY_RESOURCE_NOTE)
-    if any(op.scope != op.user_scope for op in (race.first, race.second)):
-      steps = (causes.RESOURCE_NAME_STEP, *steps)  # Made through one.
-    if from_binding:
+    ):
       steps = (causes.TABLE_FIRST, *steps)
-    return _cause("EJ005", "a call the analysis knows nothing about", *steps)
-  if any(any(v.evidence.anything) for v in verdicts):
-    # Declared with no object operand: the call touches its whole library
-    # (a handle held as an attribute, Python state), which is one object.
-    return _cause(
-      "EJ002",
-      "the same object, and nothing orders them: a call declared with no "
-      "object touches its whole library",
-      *_order_fix(race),
-    )
-  if any(v.evidence.elements for v in verdicts):
-    in_resource = any(
-      op.scope != op.user_scope for op in (race.first, race.second)
-    )
-    names = (
-      "; or give each Resource its own name (Resource(token, name=...))"
-      if in_resource
-      else ""
-    )
-    return _cause(
-      "EJ006",
-      "may be one object: different elements of one array of handles, "
-      "which nothing declares distinct",
-      "if distinct elements of that array hold distinct handles, say "
-      "so: `distinct_elements = true` in the [tool.entangle-jax] table "
-      "of pyproject.toml (or for the target: declare_target(target, "
-      f"object=0, distinct_elements=True)){names}.",
-    )
-  return _cause(
-    "EJ007",
-    "may be one object: nothing says their handles differ",
-    "if they touch different objects, give their Resources different "
-    "names, or declare what the targets touch (declare_target(target, "
-    "object=..., ...)); otherwise " + causes.ORDER_FIX,
-  )
-
-
-def _knows_nothing_of(op: Op) -> bool:
-  """Whether nothing declares what `op`'s target touches: a call declared
-  with no object touches its whole library, which is what it says."""
-  return op.declaration is None
+  return _cause(words, words.headline_with(), steps)
 
 
 def _holds_an_array(shape: str) -> bool:

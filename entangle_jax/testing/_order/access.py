@@ -62,9 +62,15 @@ def accesses_of(found: Footprint[objects.ObjectRef]) -> tuple[Access, ...]:
   return (Access(None, found.mode, found.object),)
 
 
-def _evidence(x: Access, y: Access, across_devices: bool = False) -> Evidence:
+def _evidence(
+  x: Access,
+  y: Access,
+  across_devices: bool = False,
+  undeclared: tuple[bool, bool] = (False, False),
+) -> Evidence:
   """What the module shows of the objects of accesses `x` and `y`, for
-  the one rule (`entangle_jax._src.conflict_rule`). Made on two different
+  the one rule (`entangle_jax._src.conflict_rule`), with `undeclared`:
+  per call, whether nothing declares its target. Made on two different
   devices of one SPMD module, one value is one object only when every
   device holds it alike, and values built to differ on each device are
   different objects (`objects.ObjectRef.same_across_devices`,
@@ -84,6 +90,7 @@ def _evidence(x: Access, y: Access, across_devices: bool = False) -> Evidence:
     (x.resource, y.resource),
     (_anything(x), _anything(y)),
     elements,
+    undeclared,
   )
 
 
@@ -99,18 +106,20 @@ def verdicts(
   safe: bool = False,
   across_devices: bool = False,
   devices: tuple[str | None, str | None] = ("shared", "shared"),
+  undeclared: tuple[bool, bool] = (False, False),
 ) -> list[Verdict]:
   """The one rule's verdict on each pair of an access of `a` and one of
   `b` (`safe`: a declared safe pair covers their targets;
   `across_devices`: the calls run on two different devices of one SPMD
-  module, of targets declared `devices`). The calls conflict when one
-  verdict says so."""
+  module, of targets declared `devices`; `undeclared`: per call, whether
+  nothing declares its target, which only makes the reasons finer). The
+  calls conflict when one verdict says so."""
   return [
     conflict_rule.verdict(
       x.mode,
       y.mode,
       safe=safe,
-      evidence=_evidence(x, y, across_devices),
+      evidence=_evidence(x, y, across_devices, undeclared),
       accesses=(x, y),
       devices=devices if across_devices else None,
     )

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Generator, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
-from entangle_jax._src import access_policy
+from entangle_jax._src import access_policy, reason_words
 from entangle_jax._src.conflict_rule import Reason
 from entangle_jax._src.targets import sources
 from entangle_jax._src.targets.declaration import Declarations
@@ -30,6 +30,11 @@ if TYPE_CHECKING:  # numpy loads at a block's exit, not with the package.
   from entangle_jax.testing._sanitize.columns import CallColumns, NativeColumns
 
 _SITE = re.compile(sites.SITE_ATTRIBUTE + r"\s*=\s*(\d+)")
+
+_AGREEMENT = (Reason.DIFFERENT_NAMES, Reason.DISTINCT_ELEMENTS)
+"""The reasons that clear two calls for which the agreement line says why
+the static check takes them for different objects, in the order it looks
+for them (their words: `reason_words.BY_REASON`)."""
 _lock = threading.Lock()
 _active = False
 _undo_compile: Any = None
@@ -437,23 +442,11 @@ class _Static:
     verdicts = self._verdicts(a, b)
     if verdicts is None or any(v.conflict for v in verdicts):
       return None
-    for v in verdicts:
-      if v.reason is Reason.DIFFERENT_NAMES:
-        one, two = sorted(n or "" for n in v.evidence.names)
-        return (
-          f"they were made under different names, {one!r} and "
-          f"{two!r} (named Resource objects, or the arguments of "
-          "in_program_order(f, distinct_arguments=True)), which say they "
-          "are different objects"
-        )
-    if any(
-      v.reason is Reason.DISTINCT_OBJECTS and v.evidence.elements
-      for v in verdicts
-    ):
-      return (
-        "the declarations make them different objects (different elements "
-        "of one array declared distinct)"
-      )
+    for reason in _AGREEMENT:
+      for v in verdicts:
+        if v.reason is reason:
+          words = reason_words.BY_REASON[reason]
+          return words.headline_with(**reason_words.two_names(v.evidence.names))
     return None
 
   def _race(self, a: SanitizedCall, b: SanitizedCall):

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import jax
 
-from entangle_jax._src import access_policy, conflict_rule
+from entangle_jax._src import access_policy, conflict_rule, reason_words
 from entangle_jax._src.program_order import call_like, natives
 from entangle_jax._src.program_order.natives import (
   backward_in,
@@ -158,16 +158,14 @@ def _warn_across_devices(decls: Declarations, parts, split) -> None:
       continue
     named.add(part.target)
     verb = "writes" if scope.declared else "may write"
+    # The race check's words for such a pair, read from the one table.
+    words = reason_words.ACROSS_DEVICES
     warnings.warn(
       f"in_program_order: `{part.target}` {verb} inside a shard_map, which "
-      "runs its body on every device at once, and nothing in one program "
-      "orders the calls of two devices: its copies may race with each "
-      "other on an object the devices share (the race check reports such "
-      "pairs across devices). Give each device its own object (a handle "
-      "array split over the devices, its targets declared "
-      "distinct_elements), declare the target devices='per-device' if "
-      "each device has its own state, or order the devices' calls outside "
-      "this program.",
+      "runs its body on every device at once: its copies may race with "
+      "each other on an object the devices share, and the race check "
+      f"reports such pairs [{words.code}: {words.headline_with()}]. Fix: "
+      + " ".join(words.steps),
       stacklevel=natives.user_stacklevel(),
     )
 

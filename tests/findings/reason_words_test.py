@@ -1,0 +1,71 @@
+"""Each reason the one rule gives has its words once
+(`entangle_jax._src.reason_words`): a reason that makes two calls conflict
+has a cause's code, its headline and its fix; every code is some row's;
+and the report, the sanitizer and ``in_program_order``'s warning read
+that table (issue 69, "Reasons with their words")."""
+
+import collections
+
+from absl.testing import absltest
+
+from entangle_jax._src import conflict_rule, reason_words
+from entangle_jax._src.conflict_rule import Reason
+from entangle_jax.testing._findings import causes, from_analysis
+
+
+def _rows():
+  return [*reason_words.BY_REASON.values(), *reason_words.CONTEXT_CAUSES]
+
+
+class ReasonWordsTest(absltest.TestCase):
+  def test_each_reason_has_exactly_one_row(self):
+    self.assertEqual(list(reason_words.BY_REASON), list(Reason))
+    ids = collections.Counter(map(id, _rows()))
+    self.assertEqual(max(ids.values()), 1)
+
+  def test_every_conflicting_reason_maps_to_a_code(self):
+    for reason, words in reason_words.BY_REASON.items():
+      conflicting = reason in conflict_rule._CONFLICTING
+      self.assertEqual(words.code is not None, conflicting, reason)
+      if conflicting:
+        self.assertIn(words.code, reason_words.BY_CODE)
+        self.assertTrue(words.headline)
+    # The report ranks every conflicting reason, and no other.
+    self.assertEqual(
+      set(from_analysis._MOST_TELLING), set(conflict_rule._CONFLICTING)
+    )
+
+  def test_every_code_is_a_rows(self):
+    used = {words.code for words in _rows() if words.code is not None}
+    self.assertEqual(used, set(reason_words.BY_CODE))
+    self.assertEqual(
+      [kind.code for kind in reason_words.CODES],
+      [f"EJ00{k}" for k in range(1, 9)],
+    )
+    # The findings stage names the same table.
+    self.assertIs(causes.CAUSES, reason_words.CODES)
+    self.assertIs(causes.BY_CODE, reason_words.BY_CODE)
+
+  def test_each_sentence_is_written_once(self):
+    said = [w.headline for w in _rows() if w.headline is not None]
+    said += [step for w in _rows() for step in w.steps]
+    repeated = [s for s, n in collections.Counter(said).items() if n > 1]
+    self.assertEqual(repeated, [])
+
+  def test_the_fields_a_row_takes(self):
+    names = reason_words.two_names(("solver", None))
+    self.assertEqual(names, {"one": "''", "two": "'solver'"})
+    self.assertEqual(
+      reason_words.TWO_NAMES.headline_with(**names),
+      "one object under two names, '' and 'solver': two Resources were "
+      "built on one handle",
+    )
+    words = reason_words.BY_REASON[Reason.ELEMENTS_NOT_DISTINCT]
+    (step,) = words.steps_with(names="")
+    self.assertTrue(step.endswith("distinct_elements=True))."), step)
+    (step,) = words.steps_with(names=reason_words.RESOURCE_NAMES_STEP)
+    self.assertIn("its own name", step)
+
+
+if __name__ == "__main__":
+  absltest.main()
