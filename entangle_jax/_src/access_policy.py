@@ -95,6 +95,8 @@ class Footprint(Generic[P]):
       project's).
     argument: the Python argument that carries the object, for a fix's
       words (the declaration's ``argument``), or None.
+    communicates: how the call talks to other ranks (the declaration's
+      ``communicates``), or None: it does not.
   """
 
   mode: TargetMode
@@ -108,6 +110,7 @@ class Footprint(Generic[P]):
   devices: str | None = None
   distinct_elements: bool = False
   argument: PythonArgument | None = None
+  communicates: Communication | None = None
 
   @property
   def touches_nothing(self) -> bool:
@@ -246,6 +249,7 @@ def _declared(
     "devices": declaration.devices,
     "distinct_elements": declarations.distinct_for(declaration),
     "argument": declaration.argument,
+    "communicates": declaration.communicates,
   }
 
 

@@ -12,11 +12,12 @@ the one table of codes, headlines and fixes.
   the steps that fix it; one that clears them has no code, and its
   headline is why the race check takes the two for different objects,
   as the sanitizer's agreement line says it (None: nothing says it).
-* `TWO_NAMES`, `ACROSS_DEVICES`, `BACKWARD` and `HIDDEN_BY_XLA`: the
-  causes that need more of the pair than its reason (the two ``Resource``
-  names of one object, two devices, a backward pass, what XLA's optimizer
-  did), for the report (`entangle_jax.testing._findings.from_analysis`)
-  to apply where that context holds.
+* `TWO_NAMES`, `ACROSS_DEVICES`, `BACKWARD`, `HIDDEN_BY_XLA` and
+  `COMMUNICATION`: the causes that need more of the pair than its reason
+  (the two ``Resource`` names of one object, two devices, a backward pass,
+  what XLA's optimizer did, two calls that communicate), for the report
+  (`entangle_jax.testing._findings.from_analysis`) to apply where that
+  context holds.
 
 A headline or step may hold ``{fields}`` (`Words.headline_with`,
 `Words.steps_with`), which the reader fills in from the pair. Some fixes
@@ -103,6 +104,14 @@ CODES: tuple[Code, ...] = (
     "ordered by moving a call out of its loop, merging it with an "
     "identical call or deleting it (or by its own choice): the optimized "
     "module shows no race, and every run goes XLA's way.",
+  ),
+  Code(
+    "EJ009",
+    1,
+    "possible-deadlock",
+    "Two communicating calls of one process (collectives, sends, "
+    "receives) that nothing orders: the process may make them in either "
+    "order and another process in the other, and then both wait for good.",
   ),
 )
 """Every cause, by code."""
@@ -272,6 +281,24 @@ TWO_NAMES = Words(
 """`Reason.SAME_OBJECT` where the two calls were made under two different
 ``Resource`` names (`two_names`)."""
 
+COMMUNICATION = Words(
+  "a possible deadlock: two communicating calls that nothing orders, "
+  "which this process may make in either order and another process in "
+  "the other",
+  "EJ009",
+  (
+    "order them as the program makes them: pass the later call an operand "
+    "entangled with the earlier call's result (`x = entangle(x, r)`), or "
+    "`jax.jit(entangle_jax.in_program_order(f))`.",
+    "Then check that every process makes them in one order: `python -m "
+    "entangle_jax.testing --ranks DIR0 DIR1 ...` on one dump per process "
+    "(no transform of one process's program can make another's agree).",
+  ),
+)
+"""A conflicting reason of two calls that both communicate (their
+declarations' ``communicates``): more than a race, the processes may
+deadlock."""
+
 ACROSS_DEVICES = Words(
   "on another device: calls of this SPMD module on two devices, on "
   "targets declared shared across devices, which nothing in one module "
@@ -306,5 +333,11 @@ HIDDEN_BY_XLA = Words("{change}; in the program: {headline}", "EJ008")
 the cause in the program (its steps are that cause's, with
 `SIDE_EFFECT_NOTE` where XLA moved, merged or deleted a call)."""
 
-CONTEXT_CAUSES = (TWO_NAMES, ACROSS_DEVICES, BACKWARD, HIDDEN_BY_XLA)
+CONTEXT_CAUSES = (
+  TWO_NAMES,
+  ACROSS_DEVICES,
+  BACKWARD,
+  HIDDEN_BY_XLA,
+  COMMUNICATION,
+)
 """The causes no reason alone decides (see each)."""

@@ -40,7 +40,7 @@ class ReasonWordsTest(absltest.TestCase):
     self.assertEqual(used, set(reason_words.BY_CODE))
     self.assertEqual(
       [kind.code for kind in reason_words.CODES],
-      [f"EJ00{k}" for k in range(1, 9)],
+      [f"EJ00{k}" for k in range(1, 10)],
     )
     # The findings stage names the same table.
     self.assertIs(causes.CAUSES, reason_words.CODES)

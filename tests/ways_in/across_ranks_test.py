@@ -158,6 +158,35 @@ class TwoAllreducesTest(absltest.TestCase):
     self.assertIn("Possible deadlock", result.text())
     self.assertEqual(result.status, 1)
 
+  def test_one_ranks_race_check_calls_the_pair_a_possible_deadlock(self):
+    # The per-process check, on one rank's module: the two allreduces that
+    # nothing orders are EJ009, not a plain race; the same rank's
+    # allreduce against the example store's write is not (the control).
+    from entangle_jax.testing import OrderAnalysis
+    from entangle_jax.testing._findings.from_analysis import cause_of
+    from entangle_jax.testing.example_store import write_slot
+
+    def program(x):
+      a, b = self.program(0, x, ordered=False)
+      return a, b, write_slot(3, x[0])
+
+    x = jax.ShapeDtypeStruct((4,), jnp.float32)
+    compiled = jax.jit(program).lower(x).compile()
+    found = OrderAnalysis(compiled, declarations=declarations()).races()
+    causes = {
+      tuple(sorted(op.target for op in (r.first, r.second))): cause_of(r)
+      for r in found
+    }
+    both = causes[(ALLREDUCE, ALLREDUCE)]
+    self.assertEqual(both.code, "EJ009")
+    self.assertIn("possible deadlock", both.headline)
+    self.assertIn("--ranks", " ".join(both.steps))
+    mixed = [
+      c.code for pair, c in causes.items() if pair != (ALLREDUCE, ALLREDUCE)
+    ]
+    self.assertTrue(mixed, causes)
+    self.assertNotIn("EJ009", mixed)
+
   def test_control_ordered_with_entangle_is_proved(self):
     result = check(functools.partial(self.program, ordered=True))
     self.assertEqual(result.verdict, "proved", result.text())

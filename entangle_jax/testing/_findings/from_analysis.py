@@ -95,11 +95,18 @@ def _deciding_verdict(race: Race) -> Verdict | None:
   return min(conflicting, key=lambda v: _MOST_TELLING.index(v.reason))
 
 
+def _communicates(op: Op) -> bool:
+  """Whether `op` talks to other processes (its footprint's
+  ``communicates``)."""
+  return op.footprint is not None and op.footprint.communicates is not None
+
+
 def _cause_in_module(race: Race) -> Cause:
   """Why `race`, a pair of one module, is reported: its verdict's reason
   (`_deciding_verdict`) and that reason's words
   (`reason_words.BY_REASON`), where the pair says no more. What only the
   pair says: two calls on two devices (`reason_words.ACROSS_DEVICES`);
+  two calls that both communicate (`reason_words.COMMUNICATION`);
   one object under two ``Resource`` names (`reason_words.TWO_NAMES`); a
   call of a backward pass, unless the two are one object
   (`reason_words.BACKWARD`); a call made by a binding or through a
@@ -109,6 +116,9 @@ def _cause_in_module(race: Race) -> Cause:
     words = reason_words.ACROSS_DEVICES
     steps = (*words.steps, reason_words.PROCESSES_STEP)
     return _cause(words, words.headline_with(), steps)
+  if _communicates(race.first) and _communicates(race.second):
+    words = reason_words.COMMUNICATION
+    return _cause(words, words.headline_with(), words.steps)
   verdict = _deciding_verdict(race)
   # No verdict conflicts: nothing tells more than the least telling.
   reason = Reason.HANDLES_MAY_BE_ONE if verdict is None else verdict.reason
