@@ -21,9 +21,8 @@ import json
 from typing import Any
 
 from entangle_jax.testing._emitters.sarif import (
-  SCHEMA,
-  VERSION,
   location,
+  log,
   tool_version,
 )
 from entangle_jax.testing._emitters.sentences import (
@@ -113,20 +112,8 @@ def as_sarif(run: RankRun) -> dict[str, Any]:
     for m in run.modules
     if m.proved
   ]
-  invocation: dict[str, Any] = {"executionSuccessful": True}
-  if notes:
-    invocation["toolExecutionNotifications"] = notes
-  return {
-    "$schema": SCHEMA,
-    "version": VERSION,
-    "runs": [
-      {
-        "tool": {"driver": driver},
-        "invocations": [invocation],
-        "results": [_result(m, f) for m, f in run.findings],
-      }
-    ],
-  }
+  results = [_result(m, f) for m, f in run.findings]
+  return log(driver, results, notes, successful=True)
 
 
 def render(run: RankRun) -> str:

@@ -169,7 +169,20 @@ def as_sarif(run: Run) -> dict[str, Any]:
     _notification("note", n)
     for n in (platform.splitlines() if platform else ())
   ]
-  invocation: dict[str, Any] = {"executionSuccessful": not run.unchecked}
+  return log(driver, results, notes, successful=not run.unchecked)
+
+
+def log(
+  driver: dict[str, Any],
+  results: list[dict[str, Any]],
+  notes: list[dict[str, Any]],
+  *,
+  successful: bool,
+) -> dict[str, Any]:
+  """A SARIF log of one run of `driver` (the tool and its rules): its
+  `results`, and its notifications `notes` on the one invocation
+  (`successful`: whether it checked all it was given)."""
+  invocation: dict[str, Any] = {"executionSuccessful": successful}
   if notes:
     invocation["toolExecutionNotifications"] = notes
   return {
