@@ -286,8 +286,9 @@ def stored_modules_at(version: str):
 
 
 class Mpi4jaxModuleTest(absltest.TestCase):
-  """mpi4jax is installed by no CI lane: its declarations are checked on
-  the stored module of a real program (data/README.md)."""
+  """mpi4jax builds only against an MPI, which the suite's lanes lack: its
+  declarations are checked on the stored module of a real program
+  (data/README.md)."""
 
   def test_its_calls_stay_at_0_pairs_named_by_the_table(self):
     for name, found, decided_by in stored_modules_at("0.9.1"):
