@@ -12,6 +12,7 @@ import importlib.metadata
 import os
 import pathlib
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -261,3 +262,45 @@ def run_two_processes(
         process.kill()
         process.wait()
   return [(p.returncode, o) for p, o in zip(workers, outputs, strict=True)]
+
+
+def run_mpirun(
+  *args: str, timeout: float, env: dict[str, str] | None = None
+) -> tuple[int, str]:
+  """``mpirun -n 2`` of this interpreter with `args` (``--oversubscribe``;
+  as root, ``--allow-run-as-root``): its exit status and output (stderr
+  included). `env` (default `child_env`, without ``XLA_FLAGS`` and
+  ``JAX_NUM_CPU_DEVICES``: the ranks compile with one CPU device each,
+  without the flags of this run) is each rank's environment.
+
+  Raises:
+    AssertionError: it ran past `timeout` seconds; the whole process group
+      (mpirun and its ranks) is killed first, and the message holds the
+      output so far.
+  """
+  command = ["mpirun", "--oversubscribe", "-n", "2"]
+  if os.geteuid() == 0:  # Open MPI refuses root unless told.
+    command.append("--allow-run-as-root")
+  command += [sys.executable, *args]
+  if env is None:
+    env = child_env()
+    env.pop("XLA_FLAGS", None)
+    env.pop("JAX_NUM_CPU_DEVICES", None)
+  process = subprocess.Popen(
+    command,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    text=True,
+    env=env,
+    start_new_session=True,
+  )
+  try:
+    output, _ = process.communicate(timeout=timeout)
+  except subprocess.TimeoutExpired:
+    os.killpg(process.pid, signal.SIGKILL)
+    output, _ = process.communicate()
+    raise AssertionError(
+      f"{' '.join(command)} ran past {timeout} s and was killed (a hang in "
+      f"MPI?); its output:\n{output}"
+    ) from None
+  return process.returncode, output

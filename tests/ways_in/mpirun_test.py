@@ -30,7 +30,6 @@ import os
 import pathlib
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -67,41 +66,8 @@ def missing() -> str | None:
 
 
 def mpirun(*args: str) -> tuple[int, str]:
-  """``mpirun -n 2`` of this interpreter with `args`: its exit status and
-  output (stderr included).
-
-  Raises:
-    AssertionError: it ran past `MPIRUN_TIMEOUT_S`; the whole process group
-      (mpirun and its ranks) is killed first, and the message holds the
-      output so far.
-  """
-  command = ["mpirun", "--oversubscribe", "-n", "2"]
-  if os.geteuid() == 0:  # Open MPI refuses root unless told.
-    command.append("--allow-run-as-root")
-  command += [sys.executable, *args]
-  env = test_util.child_env()
-  # The ranks compile as the stored modules were compiled: one CPU device
-  # each, without the flags of this run.
-  env.pop("XLA_FLAGS", None)
-  env.pop("JAX_NUM_CPU_DEVICES", None)
-  process = subprocess.Popen(
-    command,
-    stdout=subprocess.PIPE,
-    stderr=subprocess.STDOUT,
-    text=True,
-    env=env,
-    start_new_session=True,
-  )
-  try:
-    output, _ = process.communicate(timeout=MPIRUN_TIMEOUT_S)
-  except subprocess.TimeoutExpired:
-    os.killpg(process.pid, signal.SIGKILL)
-    output, _ = process.communicate()
-    raise AssertionError(
-      f"{' '.join(command)} ran past {MPIRUN_TIMEOUT_S} s and was killed "
-      f"(a hang in MPI?); its output:\n{output}"
-    ) from None
-  return process.returncode, output
+  """``mpirun -n 2`` of this interpreter with `args` (`MPIRUN_TIMEOUT_S`)."""
+  return test_util.run_mpirun(*args, timeout=MPIRUN_TIMEOUT_S)
 
 
 def readme_verdicts() -> dict[str, str]:

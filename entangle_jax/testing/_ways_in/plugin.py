@@ -63,6 +63,18 @@ terminal reporter (``-p no:terminal``), removes it too, or names it on
 stderr when it keeps it. A dump ``XLA_FLAGS`` asked for is the user's:
 nothing in it is deleted.
 
+Under ``mpirun`` (or ``mpiexec``, ``srun``), ``--entangle-ranks=DIR``
+checks the ranks against each other too: each rank, a pytest of its own,
+dumps to ``DIR/rankR`` (DIR a folder every rank can see; the modules are
+kept) and checks its own modules as usual; when its tests are done it
+says so in DIR, and rank 0 waits for every rank (at most
+``ENTANGLE_JAX_RANKS_TIMEOUT`` seconds, 300 by default), then runs the
+cross-rank check (``python -m entangle_jax.testing --ranks``) on their
+dumps and prints its report in ``--entangle-format``'s format. In
+``fail`` mode rank 0's run fails where the check does not prove that the
+ranks make their communicating calls in one order, or a rank did not
+finish. It does not combine with pytest-xdist.
+
 pytest loads the plugin through the package's ``pytest11`` entry point
 (every wheel has it, the Bazel-built one too); where the package is not
 installed (Bazel's runfiles), pass ``-p entangle_jax.testing.pytest_plugin``.
@@ -81,6 +93,7 @@ import pytest
 
 if TYPE_CHECKING:
   from entangle_jax.testing._ways_in import dump_watch as _dump_watch
+  from entangle_jax.testing._ways_in import launcher_ranks as _launcher_ranks
 
 # pytest loads this module at every start, switched on or not: it imports
 # nothing of entangle_jax (and so nothing of jax) until the check is on.
@@ -92,6 +105,8 @@ BASE_ENV = "ENTANGLE_JAX_RACES_XDIST_DUMP"
 each worker dumps to a folder of its own."""
 OUTPUT = "entangle_races"  # The key of a worker's `workeroutput`.
 TEXT = "text"
+RANKS_TIMEOUT_ENV = "ENTANGLE_JAX_RANKS_TIMEOUT"
+RANKS_TIMEOUT_S = 300.0
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -124,6 +139,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     help=(
       "write the report in --entangle-format's format to PATH (the "
       "terminal summary says where) rather than into the terminal summary"
+    ),
+  )
+  group.addoption(
+    "--entangle-ranks",
+    default=None,
+    metavar="DIR",
+    help=(
+      "under mpirun (or mpiexec, srun), with --entangle-races: each rank "
+      "dumps its modules to DIR/rankR (DIR a folder every rank can see), "
+      "and rank 0, once every rank is done, checks them across ranks "
+      "(python -m entangle_jax.testing --ranks); in 'fail' mode a run whose "
+      "ranks are not proved to agree fails"
     ),
   )
   group.addoption(
@@ -177,6 +204,10 @@ class _State:
     self.coverages: list = []
     self.lost: list[str] = []  # Workers that sent nothing.
     self.told = False  # Whether the summary said where the dump is kept.
+    # Under --entangle-ranks: this process's rank, and on rank 0 the
+    # cross-rank check's report and exit status (None: not run yet).
+    self.ranks: _launcher_ranks.Ranks | None = None
+    self.across: tuple[str, int] | None = None
 
 
 _KEY = pytest.StashKey[_State]()
@@ -211,6 +242,11 @@ def _controller(config: pytest.Config) -> bool:
 def pytest_load_initial_conftests(early_config, parser, args) -> None:
   asked = _mode(early_config)
   if asked is None:
+    if early_config.known_args_namespace.entangle_ranks is not None:
+      raise pytest.UsageError(
+        "--entangle-ranks checks the modules the race check dumps: give "
+        "--entangle-races=fail or report too"
+      )
     return
   mode, source = asked
   from entangle_jax.testing._emitters import formats
@@ -230,7 +266,14 @@ def pytest_load_initial_conftests(early_config, parser, args) -> None:
 
   worker = os.environ.get("PYTEST_XDIST_WORKER")
   requested = _dump_watch.requested_dump()
-  if _controller(early_config):
+  ranks = _ranks(early_config, worker)
+  if ranks is not None:
+    # Each rank dumps where rank 0 reads it, and keeps every module.
+    dump = _dump_watch.request_dump(into=ranks.start())
+    watch = _dump_watch.DumpWatch(dump, prune=False)
+    state = _State(mode, source, watch, dump, owned=False)
+    state.ranks = ranks
+  elif _controller(early_config):
     # The workers (started later, with this environment) dump below it;
     # the controller compiles no test's module and watches nothing.
     dump = requested or _dump_watch.new_dump(tmpfs=True)
@@ -252,6 +295,36 @@ def pytest_load_initial_conftests(early_config, parser, args) -> None:
   if state.owned:
     # Runs however the run ends, even where no session or summary does.
     early_config.add_cleanup(lambda: _close_dump(state))
+
+
+def _ranks(config, worker: str | None) -> _launcher_ranks.Ranks | None:
+  """This rank's place, under ``--entangle-ranks`` (else None).
+
+  Raises:
+    pytest.UsageError: no launcher's rank is set, or pytest-xdist runs.
+  """
+  folder = config.known_args_namespace.entangle_ranks
+  if folder is None:
+    return None
+  if worker or _controller(config):
+    raise pytest.UsageError(
+      "--entangle-ranks does not combine with pytest-xdist (-n): run one "
+      "pytest a rank"
+    )
+  from entangle_jax.testing._ways_in import launcher_ranks
+
+  try:
+    ranks = launcher_ranks.from_environment(folder)
+  except ValueError as error:
+    raise pytest.UsageError(f"--entangle-ranks: {error}") from None
+  if ranks is None:
+    raise pytest.UsageError(
+      f"--entangle-ranks={folder}: this pytest is no rank of a launch of "
+      "two or more (mpirun -n 2 ... sets $OMPI_COMM_WORLD_RANK and "
+      "$OMPI_COMM_WORLD_SIZE; MPICH $PMI_RANK and $PMI_SIZE; srun "
+      "$SLURM_PROCID and $SLURM_NTASKS)"
+    )
+  return ranks
 
 
 def _state(config: pytest.Config) -> _State | None:
@@ -363,12 +436,50 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
           "failed": state.failed,
         }
       )
+  if state.ranks is not None:
+    _across_ranks(state, session.config)
   run = _run(state)
   unproven = (
     state.unattributed or run.coverage.incomplete or state.lost or run.unchecked
   )
+  if state.across is not None and state.across[1] != 0:
+    unproven = True
   if unproven and state.mode == "fail" and session.exitstatus == 0:
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _across_ranks(state: _State, config: pytest.Config) -> None:
+  """Says that this rank is done; on rank 0, once every rank is, checks
+  their dumps across ranks (`state.across`: the report and its status)."""
+  import io
+
+  ranks = state.ranks
+  assert ranks is not None
+  ranks.finished()
+  if ranks.rank != 0:
+    return
+  timeout = float(os.environ.get(RANKS_TIMEOUT_ENV, RANKS_TIMEOUT_S))
+  late = ranks.wait(timeout)
+  if late:
+    state.across = (
+      f"rank(s) {', '.join(map(str, late))} of {ranks.size} did not finish "
+      f"within {timeout:g} s (${RANKS_TIMEOUT_ENV}): the ranks are not "
+      "checked against each other.",
+      1,
+    )
+    return
+  from entangle_jax.testing._ways_in import command
+
+  out = io.StringIO()
+  folders = [str(ranks.dump(r)) for r in range(ranks.size)]
+  fmt = config.getoption("entangle_format", TEXT)
+  argv = ["--ranks", *folders, "--format", fmt]
+  if (config.rootpath / "pyproject.toml").is_file():
+    # The run's project declares its targets (else the command looks up
+    # from the working directory, as each rank's check does).
+    argv += ["--project", str(config.rootpath)]
+  status = command.main(argv, out, out)
+  state.across = (out.getvalue().rstrip(), status)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -472,6 +583,31 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
   if state.owned and _keep(state):
     write(_kept(state))
     state.told = True
+  if state.ranks is not None:
+    _ranks_summary(terminalreporter, state)
+
+
+def _ranks_summary(terminalreporter, state: _State) -> None:
+  """The cross-rank check's section: on rank 0 its report, on the others
+  where their modules went."""
+  ranks = state.ranks
+  assert ranks is not None
+  terminalreporter.section(
+    f"entangle-jax across {ranks.size} ranks (--entangle-ranks)"
+  )
+  if state.across is None:
+    terminalreporter.write_line(
+      f"rank {ranks.rank}: its modules are in {ranks.dump()}; rank 0 checks "
+      "them against the other ranks'."
+    )
+    return
+  report, status = state.across
+  for line in report.splitlines():
+    terminalreporter.write_line(line)
+  if status != 0 and state.mode == "fail":
+    terminalreporter.write_line(
+      f"The ranks are not proved to agree: the run fails ({state.source})."
+    )
 
 
 def _keep(state: _State) -> bool:
