@@ -109,9 +109,10 @@ CODES: tuple[Code, ...] = (
     "EJ009",
     1,
     "possible-deadlock",
-    "Two communicating calls of one process (collectives, sends, "
-    "receives) that nothing orders: the process may make them in either "
-    "order and another process in the other, and then both wait for good.",
+    "Two calls of one process that nothing orders, whose targets are "
+    "declared to communicate (collectives, sends, receives): the process "
+    "may make them in either order and another process in the other, and "
+    "then both wait for good.",
   ),
 )
 """Every cause, by code."""
@@ -287,9 +288,9 @@ COMMUNICATION = Words(
   "the other",
   "EJ009",
   (
-    "order them as the program makes them: pass the later call an operand "
-    "entangled with the earlier call's result (`x = entangle(x, r)`), or "
-    "`jax.jit(entangle_jax.in_program_order(f))`.",
+    "order them as the program makes them: pass the later call (listed "
+    "second) an operand entangled with the earlier call's result (`x = "
+    "entangle(x, r)` with `r` that result).",
     "Then check that every process makes them in one order: `python -m "
     "entangle_jax.testing --ranks DIR0 DIR1 ...` on one dump per process "
     "(no transform of one process's program can make another's agree).",

@@ -173,6 +173,46 @@ class ProgramOrderMapsTest(OrderTestCase):
     self.assertTrue(testing.happens_before(fixed, "reduce", "gather"))
     np.testing.assert_allclose(out, jax.jit(f)(x), rtol=1e-6)
 
+  def test_collectives_it_leaves_alone(self):
+    # A collective of no elements (a pytree's empty leaf under pmean), and
+    # one in a shard_map manual over some of the mesh's axes only, where an
+    # entangle would not pass JAX's mesh check: left as plain jit has them
+    # (each made in_program_order raise before it left them alone).
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((2, 2), ("a", "b"))
+
+    def empty_leaf(x):
+      def body(x):
+        grads = {"w": x, "none": jnp.zeros((0,))}
+        return jax.lax.pmean(grads, ("a", "b"))["w"]
+
+      return jax.shard_map(
+        body, mesh=mesh, in_specs=P("a", "b"), out_specs=P("a", "b")
+      )(x)
+
+    def partly_manual(x):
+      def body(x):
+        return jax.lax.psum(x, "a")
+
+      return jax.shard_map(
+        body,
+        mesh=mesh,
+        in_specs=P("a", None),
+        out_specs=P(None, None),
+        axis_names={"a"},
+      )(x)
+
+    x = jax.device_put(
+      jnp.arange(16.0).reshape(4, 4), NamedSharding(mesh, P("a", "b"))
+    )
+    for f in (empty_leaf, partly_manual):
+      with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = jax.jit(in_program_order(f))(x)
+      np.testing.assert_allclose(out, jax.jit(f)(x))
+
   def test_backward_passes_in_shard_map(self):
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P

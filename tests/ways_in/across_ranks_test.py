@@ -10,6 +10,7 @@ they are registered with entangle's no-op handler, only to compile (the
 check reads the compiled module; nothing here runs them).
 """
 
+import contextlib
 import functools
 import io
 import json
@@ -486,6 +487,18 @@ class Mpi4jaxShapesTest(absltest.TestCase):
       expected = 0 if shape == "while_reduced" else 1
       self.assertEqual(status, expected, out.getvalue())
     self.assertIn("Rank-dependent", command_text("while_local"))
+
+  def test_one_folder_or_one_folder_twice_is_a_usage_error(self):
+    rank0 = str(SHAPES / "while_reduced" / "rank0")
+    for folders, said in (
+      ([rank0], "two or more"),
+      ([rank0, rank0 + "/"], "for two ranks"),
+    ):
+      err = io.StringIO()
+      with contextlib.redirect_stderr(err), self.assertRaises(SystemExit) as e:
+        command.main(["--ranks", *folders], out=io.StringIO(), err=err)
+      self.assertEqual(e.exception.code, 2)
+      self.assertIn(said, err.getvalue())
 
 
 def command_text(shape: str) -> str:

@@ -172,7 +172,7 @@ def native_call(
     )
     return _one(target, decls, eqn, True, f"{name} ({target})", records)
   if name in names.XLA_COLLECTIVE_PRIMITIVES:
-    return _collective(name)
+    return _collective(eqn)
   if jax_own:
     return _jax_own_call(eqn, decls, records)
   # A binding's own primitive, a higher-order one included: its own
@@ -184,7 +184,7 @@ def native_call(
   return _from_lowering(eqn, decls, records, jax_own=jax_own)
 
 
-def _collective(name: str) -> NativeCall:
+def _collective(eqn) -> NativeCall | None:
   """An XLA collective (`names.XLA_COLLECTIVE_PRIMITIVES`), as a native
   call that writes anything: in program order after every earlier native
   call and collective, and before every later one. Every process of a
@@ -193,7 +193,18 @@ def _collective(name: str) -> NativeCall:
   first puts them in another order), and they wait for each other for
   good. Ordering them in each process's program order is what a process
   can do; processes whose Python makes them in different orders are the
-  cross-rank check's to find (`entangle_jax.testing.races_across`)."""
+  cross-rank check's to find (`entangle_jax.testing.races_across`).
+
+  Left alone (None): a collective of no elements (nothing to order it by;
+  XLA may drop it), and one in a ``shard_map`` manual over some of the
+  mesh's axes only, where JAX checks each operand's mesh against the
+  region's and an ``entangle`` there would not pass (nor could a native
+  call be made there: XLA does not replicate side effects)."""
+  if not any(shape_size(getattr(v.aval, "shape", ())) for v in eqn.invars):
+    return None
+  if any(_partly_manual(v.aval) for v in eqn.invars):
+    return None
+  name = eqn.primitive.name
   return NativeCall(
     f"{name} (an XLA collective)",
     (Part("write", None, name),),
@@ -203,6 +214,15 @@ def _collective(name: str) -> NativeCall:
     None,
     True,
   )
+
+
+def _partly_manual(aval) -> bool:
+  """Whether `aval` is of a ``shard_map`` region manual over some of its
+  mesh's axes and not all of them."""
+  mesh = getattr(getattr(aval, "sharding", None), "mesh", None)
+  types = tuple(getattr(mesh, "axis_types", ()) or ())
+  manual = [t == jax.sharding.AxisType.Manual for t in types]
+  return any(manual) and not all(manual)
 
 
 def own_scopes(eqn) -> str:

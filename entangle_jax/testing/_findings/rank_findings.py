@@ -26,7 +26,8 @@ FIX_RANK_DEPENDENT = (
 FIX_UNORDERED = (
   "order them: entangle the later call's operand with the earlier "
   "call's result (entangle_jax.entangle), or wrap the function in "
-  "entangle_jax.in_program_order (it orders declared native calls)."
+  "entangle_jax.in_program_order (it orders declared native calls and "
+  "JAX's collectives)."
 )
 FIX_MISMATCH = (
   "make every rank issue the same communicating calls, with the "

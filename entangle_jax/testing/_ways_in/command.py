@@ -123,6 +123,15 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
   args = parser.parse_args(argv)
   if args.ranks and args.paths:
     parser.error("give either PATHs or --ranks DIR..., not both")
+  if args.ranks is not None:
+    if len(args.ranks) < 2:
+      parser.error("--ranks takes one dump per rank: two or more")
+    seen = [os.path.realpath(r) for r in args.ranks]
+    twice = sorted(
+      {r for r in args.ranks if seen.count(os.path.realpath(r)) > 1}
+    )
+    if twice:
+      parser.error(f"--ranks names {', '.join(twice)} for two ranks")
   if args.processes is not None:
     if args.ranks:
       parser.error("--processes applies to PATHs, not to --ranks")
