@@ -160,18 +160,25 @@ class ProgramOrderMapsTest(OrderTestCase):
       )
 
     x = jax.device_put(jnp.arange(4.0), NamedSharding(mesh, P("x")))
-    # The control: without the transform, neither comes first.
-    plain = compiled(f, x)
-    self.assertFalse(testing.happens_before(plain, "reduce", "gather"))
-    self.assertFalse(testing.happens_before(plain, "gather", "reduce"))
+    # The control: without the transform, neither comes first; nor by
+    # default in one process, which schedules them once for its devices.
+    for program in (f, in_program_order(f)):
+      plain = compiled(program, x)
+      self.assertFalse(testing.happens_before(plain, "reduce", "gather"))
+      self.assertFalse(testing.happens_before(plain, "gather", "reduce"))
+    # As in a process of several (jax.process_count() > 1, the default
+    # there: tests/ways_in/across_ranks_distributed_test.py).
+    ordered = in_program_order(f, collectives=True)
     with warnings.catch_warnings():
       # A collective's copies on the devices are the collective itself:
       # no warning of copies that may race.
       warnings.simplefilter("error")
-      fixed = compiled(in_program_order(f), x)
-      out = jax.jit(in_program_order(f))(x)
+      fixed = compiled(ordered, x)
+      out = jax.jit(ordered)(x)
     self.assertTrue(testing.happens_before(fixed, "reduce", "gather"))
     np.testing.assert_allclose(out, jax.jit(f)(x), rtol=1e-6)
+    with self.assertRaisesRegex(TypeError, "collectives must be"):
+      in_program_order(f, collectives="yes")  # ty: ignore[no-matching-overload]
 
   def test_collectives_it_leaves_alone(self):
     # A collective of no elements (a pytree's empty leaf under pmean), and
@@ -210,7 +217,7 @@ class ProgramOrderMapsTest(OrderTestCase):
     for f in (empty_leaf, partly_manual):
       with warnings.catch_warnings():
         warnings.simplefilter("error")
-        out = jax.jit(in_program_order(f))(x)
+        out = jax.jit(in_program_order(f, collectives=True))(x)
       np.testing.assert_allclose(out, jax.jit(f)(x))
 
   def test_backward_passes_in_shard_map(self):

@@ -21,18 +21,27 @@ from entangle_jax._src.targets.declaration import Declarations
 
 @overload
 def in_program_order(
-  f: Callable[..., Any], *, distinct_arguments: bool = False
+  f: Callable[..., Any],
+  *,
+  distinct_arguments: bool = False,
+  collectives: bool | None = None,
 ) -> Callable[..., Any]: ...
 
 
 @overload
 def in_program_order(
-  f: None = None, *, distinct_arguments: bool = False
+  f: None = None,
+  *,
+  distinct_arguments: bool = False,
+  collectives: bool | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]: ...
 
 
 def in_program_order(
-  f: Callable[..., Any] | None = None, *, distinct_arguments: bool = False
+  f: Callable[..., Any] | None = None,
+  *,
+  distinct_arguments: bool = False,
+  collectives: bool | None = None,
 ) -> Any:
   """Returns `f` with every native call on one object in program order.
 
@@ -43,13 +52,18 @@ def in_program_order(
   a binding's own primitive whose lowering emits custom calls (klujax's,
   jax-finufft's, mpi4jax's): every first-order primitive that is not
   JAX's own is lowered alone to see. ``pure_callback`` is not one: its user
-  declares it pure, and the race check does not look at it either. JAX's
-  explicit collectives (``lax.psum``, ``all_gather``, ``ppermute``,
-  ``psum_scatter``, ``all_to_all`` and their kin) are ordered as native
-  calls that write anything: every process of a multi-process program
-  must make them in one order, and this keeps each process's program
-  order (whether the processes' programs agree is
-  `entangle_jax.testing.races_across`'s to check).
+  declares it pure, and the race check does not look at it either.
+
+  In a program of several processes (``jax.distributed``:
+  ``jax.process_count() > 1``), JAX's explicit collectives (``lax.psum``,
+  ``all_gather``, ``ppermute``, ``psum_scatter``, ``all_to_all`` and
+  their kin) are ordered too, as native calls that write anything: every
+  process must make them in one order, and XLA, left free, may schedule
+  them apart in each. This keeps each process's program order; whether
+  the processes' programs agree is `entangle_jax.testing.races_across`'s
+  to check. One process schedules its collectives once for all its
+  devices, so there they are left free (XLA may then merge, overlap or
+  delete them), unless ``collectives=True``.
 
   * a read runs after every earlier write of an object it may touch;
   * a write runs after every earlier read and write of such an object;
@@ -117,6 +131,9 @@ def in_program_order(
       ``in_program_order(distinct_arguments=True)`` is a decorator.
     distinct_arguments: whether different array arguments hold different
       objects (see above). Keyword only.
+    collectives: whether to order JAX's collectives as native calls (see
+      above); None (the default): where ``jax.process_count() > 1`` when
+      the function is traced. Keyword only.
 
   Returns:
     A function of `f`'s signature that returns what `f` returns (or,
@@ -146,9 +163,16 @@ def in_program_order(
       "in_program_order: distinct_arguments must be True or False, not "
       f"{distinct_arguments!r}"
     )
+  if collectives is not None and not isinstance(collectives, bool):
+    raise TypeError(
+      "in_program_order: collectives must be True, False or None, not "
+      f"{collectives!r}"
+    )
   if f is None:
     return functools.partial(
-      in_program_order, distinct_arguments=distinct_arguments
+      in_program_order,
+      distinct_arguments=distinct_arguments,
+      collectives=collectives,
     )
   if not callable(f):
     raise TypeError(f"in_program_order: f must be callable, not {f!r}")
@@ -157,6 +181,14 @@ def in_program_order(
   # ``lower``, ``trace``) would lower `f`, not the ordered function.
   @functools.wraps(f, updated=())
   def ordered(*args, **kwargs):
+    order = jax.process_count() > 1 if collectives is None else collectives
+    token = natives.ORDER_COLLECTIVES.set(order)
+    try:
+      return _ordered(args, kwargs)
+    finally:
+      natives.ORDER_COLLECTIVES.reset(token)
+
+  def _ordered(args, kwargs):
     leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
     paths = _paths((args, kwargs))
     for leaf, path in zip(leaves, paths, strict=True):

@@ -4,6 +4,7 @@ such calls."""
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import enum
 import sys
@@ -140,7 +141,8 @@ def native_call(
   """The native call `eqn` makes, for in_program_order to order, else None:
   an ``ffi_call`` (by its target), a host callback that may have effects
   (``pure_callback`` is declared pure by its user: neither this nor the
-  race check orders it), one of JAX's explicit collectives (`_collective`),
+  race check orders it), one of JAX's explicit collectives where
+  `ORDER_COLLECTIVES` says so (`_collective`),
   or any other first-order primitive, JAX's own included, whose lowering
   emits custom calls that are not JAX's and XLA's own kernels
   (`lowered`).
@@ -172,7 +174,7 @@ def native_call(
     )
     return _one(target, decls, eqn, True, f"{name} ({target})", records)
   if name in names.XLA_COLLECTIVE_PRIMITIVES:
-    return _collective(eqn)
+    return _collective(eqn) if ORDER_COLLECTIVES.get() else None
   if jax_own:
     return _jax_own_call(eqn, decls, records)
   # A binding's own primitive, a higher-order one included: its own
@@ -182,6 +184,13 @@ def native_call(
   # later calls after all of them (`Context.native` orders the body's own
   # calls among themselves).
   return _from_lowering(eqn, decls, records, jax_own=jax_own)
+
+
+ORDER_COLLECTIVES: contextvars.ContextVar[bool] = contextvars.ContextVar(
+  "entangle_jax_order_collectives", default=False
+)
+"""Whether `native_call` takes JAX's collectives for native calls, as
+``in_program_order``'s ``collectives`` says (set while it traces)."""
 
 
 def _collective(eqn) -> NativeCall | None:
@@ -542,20 +551,26 @@ def has_native(eqn, decls, scopes: str = "") -> bool:
   return _custom_rules_native(eqn, decls)
 
 
-_RULES_CACHE: dict[int, tuple[Any, Declarations, Any]] = {}
-_BACKWARD_CACHE: dict[int, tuple[Any, Declarations, Any]] = {}
+_RULES_CACHE: dict[int, tuple[Any, Declarations, bool, Any]] = {}
+_BACKWARD_CACHE: dict[int, tuple[Any, Declarations, bool, Any]] = {}
 
 
 def _once(cache: dict, compute, eqn, decls):
   """``compute(eqn, decls)``, once per equation and declarations (loop
   bodies are traced more than once)."""
   found = cache.get(id(eqn))
-  if found is not None and found[0] is eqn and found[1] == decls:
-    return found[2]
+  collectives = ORDER_COLLECTIVES.get()
+  if (
+    found is not None
+    and found[0] is eqn
+    and found[1] == decls
+    and found[2] == collectives
+  ):
+    return found[3]
   if len(cache) > 1024:
     cache.clear()
   result = compute(eqn, decls)
-  cache[id(eqn)] = (eqn, decls, result)
+  cache[id(eqn)] = (eqn, decls, collectives, result)
   return result
 
 
