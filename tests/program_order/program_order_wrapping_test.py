@@ -8,6 +8,7 @@ lowered the unordered program: 1 race there, none in what ran).
 Each test has its control: the same program without the transform races.
 """
 
+import functools
 import warnings
 
 import jax
@@ -57,6 +58,14 @@ class WrappingTest(absltest.TestCase):
     run = test_util.compiled(restored.call, *args)
     self.assertEqual(testing.races(run), [])
     np.testing.assert_array_equal(run(*args), [1.0] * 3)
+
+  def test_a_partial_names_its_module_as_jit_does(self):
+    args = (jnp.arange(3, dtype=jnp.int32), jnp.ones(3))
+    for f in (write_read_write, functools.partial(write_read_write)):
+      plain = jax.jit(f).lower(*args).as_text()
+      ordered = jax.jit(in_program_order(f)).lower(*args).as_text()
+      self.assertIn("jit_write_read_write", plain)  # The control.
+      self.assertIn("jit_write_read_write", ordered)
 
   def test_pmap_lowers_the_ordered_function(self):
     wrapped = in_program_order(jax.pmap(write_read_write))

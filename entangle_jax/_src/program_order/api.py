@@ -188,6 +188,13 @@ def in_program_order(
     finally:
       natives.ORDER_COLLECTIVES.reset(token)
 
+  if not hasattr(f, "__name__"):
+    # A functools.partial or a callable object: named for what it calls,
+    # as jax.jit names their modules (jit_f, not jit_ordered).
+    inner = getattr(f, "func", type(f))
+    name = getattr(inner, "__name__", "ordered")
+    ordered.__name__ = ordered.__qualname__ = name
+
   def _ordered(args, kwargs):
     leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
     paths = _paths((args, kwargs))

@@ -79,11 +79,13 @@ class ProcessMap:
       return self.indices
     assert self.count is not None
     if devices % self.count:
+      # An example of the form, over the processes asked for.
+      example = ",".join(str(k * self.count // devices) for k in range(devices))
       raise ValueError(
         f"{self.source} {self.count}: the module runs on {devices} devices, "
         f"which do not split evenly over {self.count} processes (give one "
-        "process index per device instead: "
-        f"{FLAG} {','.join(['0'] * devices)})"
+        "process index per device instead, each device's process in order: "
+        f"{FLAG} {example}, say)"
       )
     each = devices // self.count
     return tuple(k // each for k in range(devices))
