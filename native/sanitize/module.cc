@@ -28,6 +28,21 @@ XLA_FFI_Handler* HandlerOf(const pybind11::object& capsule) {
   return reinterpret_cast<XLA_FFI_Handler*>(pointer);
 }
 
+// drain's and peek's tuple: (records, overflow operands, overflow values,
+// dropped), the records as the bytes of packed ThreadRecord structs.
+pybind11::tuple AsTuple(const sanitize::Drained& drained) {
+  const auto& records = drained.records;
+  pybind11::bytes raw(reinterpret_cast<const char*>(records.data()),
+                      records.size() * sizeof(sanitize::ThreadRecord));
+  pybind11::bytes operands(
+      reinterpret_cast<const char*>(drained.overflow_operand.data()),
+      drained.overflow_operand.size());
+  pybind11::bytes values(
+      reinterpret_cast<const char*>(drained.overflow_values.data()),
+      drained.overflow_values.size() * sizeof(int64_t));
+  return pybind11::make_tuple(raw, operands, values, drained.dropped);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_sanitize_ffi, m) {
@@ -53,27 +68,33 @@ PYBIND11_MODULE(_sanitize_ffi, m) {
         "Starts (True) or stops (False) recording calls.");
   m.def("now_ns", &sanitize::NowNs, "The records' clock, in nanoseconds.");
   m.def(
-      "drain",
-      [] {
-        sanitize::Drained drained = sanitize::Drain();
-        const auto& records = drained.records;
-        pybind11::bytes raw(
-            reinterpret_cast<const char*>(records.data()),
-            records.size() * sizeof(sanitize::ThreadRecord));
-        pybind11::bytes operands(
-            reinterpret_cast<const char*>(drained.overflow_operand.data()),
-            drained.overflow_operand.size());
-        pybind11::bytes values(
-            reinterpret_cast<const char*>(drained.overflow_values.data()),
-            drained.overflow_values.size() * sizeof(int64_t));
-        return pybind11::make_tuple(raw, operands, values, drained.dropped);
-      },
+      "drain", [] { return AsTuple(sanitize::Drain()); },
       "(records, overflow_operands, overflow_values, dropped): the records "
       "made since the last drain, as the bytes of packed ThreadRecord "
       "structs (record_layout says where each field is); the values past "
       "max_values of records with more (uint8 operands, int64 values; a "
       "record's overflow field indexes them); dropped: calls a full log "
       "could not hold.");
+  m.def(
+      "peek", [] { return AsTuple(sanitize::Peek()); },
+      "drain's tuple, of the records made since the last drain, which the "
+      "logs keep (the next drain returns them too).");
+  m.def(
+      "in_flight",
+      [] {
+        pybind11::list out;
+        for (const sanitize::InFlight& call : sanitize::CallsInFlight()) {
+          out.append(pybind11::make_tuple(call.thread, call.start_ns,
+                                          call.site, call.wrapped,
+                                          call.device));
+        }
+        return out;
+      },
+      "The calls recorded threads are in now, one a thread at most: a list "
+      "of (thread, start_ns, site, wrapped, device), as a record names "
+      "them (start_ns on now_ns's clock; site -1: none; device -1: not "
+      "known).");
+  m.attr("max_threads") = sanitize::kMaxThreads;
   {
     using sanitize::Record;
     using sanitize::ThreadRecord;

@@ -133,30 +133,34 @@ bool IsMetadataQuery(const XLA_FFI_CallFrame* frame) {
 constexpr size_t kMaxFrameBytes = 1024;
 constexpr int64_t kMaxAttrs = 64;
 
-// Calls `original` with `frame` minus the site attribute, and returns the
-// site (-1 when the call has none) through `site`. The frame is copied with
+// The site attribute's index among the frame's attributes (-1: none), and
+// its value through `site` (-1 when absent or not an S64 scalar).
+int64_t FindSite(const XLA_FFI_CallFrame* frame, int64_t* site) {
+  *site = -1;
+  const XLA_FFI_Attrs& attrs = frame->attrs;
+  for (int64_t i = 0; i < attrs.size; ++i) {
+    if (!IsSiteName(attrs.names[i])) continue;
+    if (attrs.types[i] == XLA_FFI_AttrType_SCALAR) {
+      const auto* scalar = static_cast<const XLA_FFI_Scalar*>(attrs.attrs[i]);
+      if (scalar->dtype == XLA_FFI_DataType_S64) {
+        *site = *static_cast<const int64_t*>(scalar->value);
+      }
+    }
+    return i;
+  }
+  return -1;
+}
+
+// Calls `original` with `frame` minus its attribute `found` (the site's,
+// FindSite; -1: none, the frame goes as it is). The frame is copied with
 // the size XLA gives it (a newer XLA may append fields), and what the
 // handler writes into the copy (its future) is copied back.
 XLA_FFI_Error* Forward(XLA_FFI_Handler* original, XLA_FFI_CallFrame* frame,
-                       int64_t* site) {
-  *site = -1;
+                       int64_t found) {
   const XLA_FFI_Attrs& attrs = frame->attrs;
-  int64_t found = -1;
-  for (int64_t i = 0; i < attrs.size; ++i) {
-    if (IsSiteName(attrs.names[i])) {
-      found = i;
-      break;
-    }
-  }
   if (found < 0 || attrs.size > kMaxAttrs ||
       frame->struct_size > kMaxFrameBytes) {
     return original(frame);
-  }
-  if (attrs.types[found] == XLA_FFI_AttrType_SCALAR) {
-    const auto* scalar = static_cast<const XLA_FFI_Scalar*>(attrs.attrs[found]);
-    if (scalar->dtype == XLA_FFI_DataType_S64) {
-      *site = *static_cast<const int64_t*>(scalar->value);
-    }
   }
   // The attributes stay sorted by name with one taken out.
   std::array<XLA_FFI_AttrType, kMaxAttrs> types;
@@ -307,13 +311,72 @@ int32_t DeviceOrdinalOf(const XLA_FFI_CallFrame* frame) {
   return args.device_ordinal;
 }
 
+// Each thread's published call in flight (CallsInFlight): a slot of
+// atomics that only its thread writes. `start_ns` is the slot's sequence:
+// 0 while no call is in flight; the trampoline writes the other fields,
+// then the start (release), and stores 0 when the handler returns. A
+// reader loads the start (acquire), the fields, then the start again after
+// an acquire fence: the same nonzero start means the fields are that
+// call's (a later call's stores come after a release fence that follows
+// the store of 0). Two relaxed stores, one release store and one relaxed
+// store a call: plain moves on x86.
+struct alignas(64) Slot {
+  std::atomic<bool> taken{false};
+  std::atomic<int64_t> thread{0};
+  std::atomic<int64_t> start_ns{0};
+  std::atomic<int64_t> site{-1};
+  std::atomic<int64_t> where{0};  // wrapped << 32 | (uint32) device
+};
+
+std::array<Slot, kMaxThreads> slots;
+std::atomic<int> slots_high{0};  // slots below it have been taken once
+
+// A thread's slot, taken at its first recorded call and given back when
+// the thread ends (XLA's pools keep theirs; Python threads come and go).
+class MySlot {
+ public:
+  MySlot() {
+    for (int i = 0; i < kMaxThreads; ++i) {
+      bool expected = false;
+      if (slots[i].taken.compare_exchange_strong(expected, true,
+                                                 std::memory_order_acquire)) {
+        slot_ = &slots[i];
+        slot_->thread.store(static_cast<int64_t>(syscall(SYS_gettid)),
+                            std::memory_order_relaxed);
+        int high = slots_high.load(std::memory_order_relaxed);
+        while (high < i + 1 && !slots_high.compare_exchange_weak(
+                                   high, i + 1, std::memory_order_release)) {
+        }
+        return;
+      }
+    }
+  }
+  ~MySlot() {
+    if (slot_ == nullptr) return;
+    slot_->start_ns.store(0, std::memory_order_relaxed);
+    slot_->taken.store(false, std::memory_order_release);
+  }
+  MySlot(const MySlot&) = delete;
+  MySlot& operator=(const MySlot&) = delete;
+  Slot* get() const { return slot_; }
+
+ private:
+  Slot* slot_ = nullptr;  // none: every slot is taken
+};
+
+Slot* ThisThreadsSlot() {
+  thread_local MySlot mine;
+  return mine.get();
+}
+
 XLA_FFI_Error* Run(int index, XLA_FFI_CallFrame* frame) {
   const Binding& binding = bindings[index];
   XLA_FFI_Handler* original = binding.original.load(std::memory_order_acquire);
   int64_t site;
+  const int64_t found = FindSite(frame, &site);
   if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE ||
       !recording.load(std::memory_order_relaxed) || IsMetadataQuery(frame)) {
-    return Forward(original, frame, &site);
+    return Forward(original, frame, found);
   }
   Record record;
   record.start_ns = NowNs();
@@ -322,7 +385,19 @@ XLA_FFI_Error* Run(int index, XLA_FFI_CallFrame* frame) {
   record.device = DeviceOrdinalOf(frame);
   record.reserved = 0;
   RecordValues(binding, frame, &record);
-  XLA_FFI_Error* error = Forward(original, frame, &site);
+  Slot* slot = ThisThreadsSlot();
+  if (slot != nullptr) {
+    // Orders this thread's last store of 0 before the fields (see Slot).
+    std::atomic_thread_fence(std::memory_order_release);
+    slot->site.store(site, std::memory_order_relaxed);
+    slot->where.store(
+        (static_cast<int64_t>(index) << 32) |
+            static_cast<int64_t>(static_cast<uint32_t>(record.device)),
+        std::memory_order_relaxed);
+    slot->start_ns.store(record.start_ns, std::memory_order_release);
+  }
+  XLA_FFI_Error* error = Forward(original, frame, found);
+  if (slot != nullptr) slot->start_ns.store(0, std::memory_order_relaxed);
   record.end_ns = NowNs();
   record.site = site;
   record.failed = error != nullptr;
@@ -434,6 +509,55 @@ Drained Drain() {
                                 operands.end());
     out.overflow_values.insert(out.overflow_values.end(), values.begin(),
                                values.end());
+  }
+  return out;
+}
+
+Drained Peek() {
+  Drained out;
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  for (ThreadLog* log : Registry()) {
+    // Copied while holding the log: its thread's next append waits, once.
+    Holding hold(log);
+    const auto base = static_cast<int64_t>(out.overflow_values.size());
+    for (int64_t n = 0; n < log->count; ++n) {
+      ThreadRecord t{log->thread, log->chunks[n / kChunk][n % kChunk]};
+      if (t.record.overflow >= 0) t.record.overflow += base;
+      out.records.push_back(t);
+    }
+    out.dropped += log->dropped;
+    out.overflow_operand.insert(out.overflow_operand.end(),
+                                log->overflow_operand.begin(),
+                                log->overflow_operand.end());
+    out.overflow_values.insert(out.overflow_values.end(),
+                               log->overflow_values.begin(),
+                               log->overflow_values.end());
+  }
+  return out;
+}
+
+std::vector<InFlight> CallsInFlight() {
+  std::vector<InFlight> out;
+  const int high = slots_high.load(std::memory_order_acquire);
+  for (int i = 0; i < high; ++i) {
+    const Slot& slot = slots[i];
+    // A few tries: a thread that keeps starting short calls may change
+    // its slot under each read; such a thread is not hung.
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      const int64_t start = slot.start_ns.load(std::memory_order_acquire);
+      if (start == 0) break;
+      InFlight call;
+      call.thread = slot.thread.load(std::memory_order_relaxed);
+      call.site = slot.site.load(std::memory_order_relaxed);
+      const int64_t where = slot.where.load(std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (slot.start_ns.load(std::memory_order_relaxed) != start) continue;
+      call.start_ns = start;
+      call.wrapped = static_cast<int32_t>(where >> 32);
+      call.device = static_cast<int32_t>(static_cast<uint32_t>(where));
+      out.push_back(call);
+      break;
+    }
   }
   return out;
 }

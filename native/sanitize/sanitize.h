@@ -91,6 +91,30 @@ struct Drained {
 // its memory is freed.
 Drained Drain();
 
+// The records made since the last Drain, copied: the logs keep them (for
+// the watchdog, which reports a hang while the block that will drain them
+// has not ended).
+Drained Peek();
+
+// How many threads can publish the call they are in at once (a thread past
+// it runs its calls recorded, but not published).
+inline constexpr int kMaxThreads = 4096;
+
+// A call a thread is in now: published by the trampoline while recording,
+// from just before the original handler is called until it returns.
+struct InFlight {
+  int64_t thread;    // the OS thread id
+  int64_t start_ns;  // when the trampoline was entered (NowNs's clock)
+  int64_t site;      // the site attribute's value; -1 when absent
+  int32_t wrapped;   // which wrapped handler
+  int32_t device;    // XLA's device ordinal; -1 when unknown
+};
+
+// The calls in flight now, one a thread at most, read without a lock
+// (each thread's slot is a sequence of atomics that the reader checks
+// again after reading, so a call that ends meanwhile is not torn).
+std::vector<InFlight> CallsInFlight();
+
 // The steady clock the records use, in nanoseconds.
 int64_t NowNs();
 
