@@ -37,7 +37,13 @@ Seeing what did happen, at run time:
   it for each test); its ``Seen`` holds the calls (``SanitizedCall``), the
   races (``SanitizerRace``: calls on one ``SanitizedObject`` that overlapped
   or ran out of program order, each call at its ``CallSite``) and the
-  contradictions of the declarations (``Contradiction``).
+  contradictions of the declarations (``Contradiction``). With
+  ``watchdog=seconds`` a call in flight past the limit is reported (each
+  thread's call in flight); with ``ranks=DIR`` each rank of a
+  multi-process launch writes its communicating calls, and
+  ``merge_sanitized_ranks(DIR)`` (``python -m entangle_jax.testing
+  --sanitized-ranks DIR``) names the first call at which the ranks differ
+  (``SanitizedRanks``, ``SanitizedRankCall``).
 
 A tiny mutable native resource, for reproducing ordering hazards
 (`entangle_jax.testing.example_store`, whose names are reachable here too):
@@ -89,6 +95,11 @@ from entangle_jax.testing._order.access import Access
 from entangle_jax.testing._order.objects import ObjectRef
 from entangle_jax.testing._sanitize.calls import SanitizedCall, SanitizedObject
 from entangle_jax.testing._sanitize.checks import Contradiction, SanitizerRace
+from entangle_jax.testing._sanitize.rank_calls import (
+  SanitizedRankCall,
+  SanitizedRanks,
+  merge_sanitized_ranks,
+)
 from entangle_jax.testing._sanitize.session import Seen, sanitize
 from entangle_jax.testing._sanitize.sites import CallSite, SanitizedModule
 from entangle_jax.testing._ways_in.across_ranks import (
@@ -163,6 +174,8 @@ __all__ = [
   "SanitizedCall",
   "SanitizedModule",
   "SanitizedObject",
+  "SanitizedRankCall",
+  "SanitizedRanks",
   "SanitizerRace",
   "Seen",
   "TargetDeclaration",
@@ -179,6 +192,7 @@ __all__ = [
   "is_effectful",
   "is_user_native_call",
   "mark_library",
+  "merge_sanitized_ranks",
   "module_text",
   "order_graph",
   "race_check",

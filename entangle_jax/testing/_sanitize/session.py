@@ -7,6 +7,7 @@ import collections
 import contextlib
 import dataclasses
 import gc
+import os
 import re
 import sys
 import threading
@@ -17,7 +18,14 @@ from entangle_jax._src import access_policy, reason_words
 from entangle_jax._src.conflict_rule import Reason
 from entangle_jax._src.targets import sources
 from entangle_jax._src.targets.declaration import Declarations
-from entangle_jax.testing._sanitize import callbacks, checks, sites, wrapping
+from entangle_jax.testing._sanitize import (
+  callbacks,
+  checks,
+  rank_calls,
+  sites,
+  wrapping,
+)
+from entangle_jax.testing._sanitize import watchdog as _watchdog
 from entangle_jax.testing._sanitize import calls as calls_module
 from entangle_jax.testing._sanitize.calls import SanitizedCall
 from entangle_jax.testing._sanitize.checks import (
@@ -103,6 +111,8 @@ class Seen:
       (`checks.unplaced_reason`).
     anything: calls taken as touching any object, by why (an undeclared
       target, more values than a record holds, ...), counted.
+    hangs: the watchdog's reports (``sanitize(watchdog=...)``), each
+      written when a call had been in flight past its limit.
   """
 
   calls: Sequence[SanitizedCall] = dataclasses.field(default_factory=list)
@@ -116,6 +126,7 @@ class Seen:
   unknown_runs_why: dict[str, int] = dataclasses.field(default_factory=dict)
   anything: dict[str, int] = dataclasses.field(default_factory=dict)
   declarations: Declarations | None = None
+  hangs: list[str] = dataclasses.field(default_factory=list)
   _static: Any = dataclasses.field(default=None, repr=False)
 
   def static_finding(self, race: SanitizerRace) -> str | None:
@@ -142,7 +153,13 @@ class Seen:
 
 
 @contextlib.contextmanager
-def sanitize(*, clear_caches: bool = True) -> Generator[Seen]:
+def sanitize(
+  *,
+  clear_caches: bool = True,
+  watchdog: float | None = None,
+  on_hang: str = "report",
+  ranks: str | os.PathLike | None = None,
+) -> Generator[Seen]:
   """Records every call of a wrapped FFI target while the block runs.
 
   Targets registered (``jax.ffi.register_ffi_target``) after the sanitizer
@@ -157,15 +174,34 @@ def sanitize(*, clear_caches: bool = True) -> Generator[Seen]:
   no module compiled with the sanitizer's places and execution counter
   runs, or is checked by ``races``, after it.
 
+  Args:
+    clear_caches: clear JAX's in-memory compile caches on entry.
+    watchdog: seconds a recorded call may be in flight before a report
+      of every thread's call in flight is written to stderr (and to the
+      rank's folder under `ranks`): `watchdog.Watchdog`. None: no
+      watchdog.
+    on_hang: what the watchdog does once it reported: ``"report"`` (the
+      process goes on) or ``"exit"`` (it ends with
+      `watchdog.HANG_EXIT_STATUS`).
+    ranks: a folder every rank of a multi-process launch sees: this
+      rank's communicating calls are written to ``ranks/rankR``
+      (`rank_calls`) when the block ends, or when the watchdog reports a
+      hang; ``merge_sanitized_ranks(ranks)`` compares the ranks.
+
   Yields:
     A `Seen`, filled in on exit (after pending effects have run).
 
   Raises:
     RuntimeError: a sanitizer is active already (they do not nest).
+    TypeError, ValueError: `watchdog` is not a positive number of
+      seconds, or `on_hang` is not one of the two (named).
   """
   global _active
   import jax
 
+  if watchdog is not None:
+    _watchdog.check_limit(watchdog)
+  _watchdog.check_on_hang(on_hang)
   with _lock:
     if _active:
       raise RuntimeError("entangle_jax.testing.sanitize: already active")
@@ -182,14 +218,25 @@ def sanitize(*, clear_caches: bool = True) -> Generator[Seen]:
     seen = Seen()
     with _lock:
       _install_compile_hook()
+    recorder = None if ranks is None else rank_calls.recorder_for(ranks)
+    watching = None
+    if watchdog is not None:
+      watching = _watchdog.Watchdog(
+        watchdog, recorder=recorder, on_hang=on_hang
+      )
     native.set_recording(True)
     callbacks.set_recording(True)
+    if watching is not None:
+      watching.start()
     try:
       yield seen
     finally:
       try:
         jax.effects_barrier()
       finally:
+        if watching is not None:
+          watching.stop()
+          seen.hangs = list(watching.reports)
         native.set_recording(False)
         callbacks.set_recording(False)
         with _lock:
@@ -231,6 +278,8 @@ def sanitize(*, clear_caches: bool = True) -> Generator[Seen]:
           )
           host = HostRecords.of_calls(placed)
         _fill(seen, CallColumns(recorded, host), dropped, first_module)
+        if recorder is not None:
+          recorder.block_ended(recorded)
       finally:
         if collecting:
           gc.enable()
@@ -635,4 +684,6 @@ def format_seen(seen: Seen) -> str:
     )
   if seen.dropped:
     lines.append(f"  {seen.dropped} calls were not recorded (a log was full)")
+  for hang in seen.hangs:
+    lines += [f"  {line}" for line in hang.splitlines()]
   return "\n".join(lines)

@@ -42,6 +42,15 @@ collective under rank-dependent control, 2 when it cannot answer. Every
 each problem is a finding with a stable code (``EJ101`` rank-dependent
 control, ``EJ102`` possible deadlock, ``EJ103`` mismatch, ``EJ104``
 deadlock), every rank's call with its ``file:line``, and the fix.
+
+``--sanitized-ranks DIR`` compares what the sanitizer recorded at run time
+instead (``sanitize(ranks=DIR)``: each rank's communicating calls in
+``DIR/rankR``): the first call at which the ranks differ, on each rank,
+and the watchdog's reports of ranks that hung
+(`entangle_jax.testing.merge_sanitized_ranks`). Text (or ``--format
+json``); exit 0 when they agree and none hung, 1 when they differ or one
+hung, 2 when a rank's record is missing or of another launch, or there is
+none.
 """
 
 from __future__ import annotations
@@ -120,7 +129,19 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     help="check a multi-process program across ranks: one dump directory "
     "(or module file) per rank, in rank order",
   )
+  parser.add_argument(
+    "--sanitized-ranks",
+    metavar="DIR",
+    help="compare the communicating calls each rank recorded at run time "
+    "(sanitize(ranks=DIR)): the first call at which they differ, and the "
+    "watchdog's reports of ranks that hung",
+  )
   args = parser.parse_args(argv)
+  if args.sanitized_ranks is not None:
+    if args.paths or args.ranks:
+      parser.error("--sanitized-ranks DIR takes no PATHs and no --ranks")
+    if args.format not in (None, "text", "json"):
+      parser.error(f"--sanitized-ranks writes text or json, not {args.format}")
   if args.ranks and args.paths:
     parser.error("give either PATHs or --ranks DIR..., not both")
   if args.ranks is not None:
@@ -200,6 +221,8 @@ def main(
   out = out or sys.stdout
   err = err or sys.stderr
   args = _arguments(argv)
+  if args.sanitized_ranks is not None:
+    return _sanitized_ranks(args.sanitized_ranks, args.format, out, err)
   if args.ranks:
     return _across_ranks(args, out, err)
   if not args.paths:
@@ -297,3 +320,23 @@ def _across_ranks(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     print(sentences.rank_summary(run), file=err)
   print(said, file=err)
   return run.status
+
+
+def _sanitized_ranks(folder: str, fmt: str, out: TextIO, err: TextIO) -> int:
+  """``--sanitized-ranks``: the ranks' recorded calls compared."""
+  from entangle_jax.testing._sanitize import rank_calls
+
+  try:
+    merged = rank_calls.merge_sanitized_ranks(folder)
+  except (OSError, ValueError) as error:
+    if fmt == "json":
+      json.dump({"status": 2, "error": str(error)}, out)
+      print(file=out)
+    print(f"error: {error}", file=err)
+    return 2
+  if fmt == "json":
+    json.dump(merged.to_json(), out, indent=1)
+    print(file=out)
+  else:
+    print(merged.text(), file=out)
+  return merged.status

@@ -102,6 +102,20 @@ def from_environment(
     ValueError: a launcher's variable is not a rank below its size.
   """
   environ = os.environ if environ is None else environ
+  found = rank_and_size(environ)
+  if found is None or found[1] < 2:
+    return None
+  rank, size = found
+  return Ranks(rank, size, pathlib.Path(folder), launch_id(environ))
+
+
+def rank_and_size(environ: Mapping[str, str]) -> tuple[int, int] | None:
+  """(rank, size) by the launcher's variables in `environ` (the first pair
+  set wins); None where no launcher set them.
+
+  Raises:
+    ValueError: a launcher's variable is not a rank below its size.
+  """
   for rank_name, size_name in _RANK_SIZE:
     if rank_name in environ and size_name in environ:
       try:
@@ -115,7 +129,5 @@ def from_environment(
         raise ValueError(
           f"${rank_name}={rank} is not a rank of ${size_name}={size}"
         )
-      if size < 2:
-        return None
-      return Ranks(rank, size, pathlib.Path(folder), launch_id(environ))
+      return rank, size
   return None

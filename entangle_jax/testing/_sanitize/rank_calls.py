@@ -1,0 +1,573 @@
+"""The sanitizer across ranks: each rank's communicating calls, in the
+order they ran, and `merge_sanitized_ranks`, which compares the ranks' sequences
+and names the first call at which they differ.
+
+Under ``sanitize(ranks=DIR)`` each rank (a process of an ``mpirun``,
+``srun`` or ``jax.distributed`` launch; its rank from the launcher's
+variables, else ``jax.process_index()``) writes ``DIR/rankR/`` `RECORD`:
+the calls of targets whose declaration says they communicate
+(``communicates``), in order of start, with each one's target, operand and
+result types (its custom call's, from the module the sanitizer compiled)
+and the user's file:line. The first block of a process that writes a
+folder starts its record anew; later blocks add to it. The watchdog
+(``sanitize(watchdog=...)``) writes it too when a call hangs: the calls
+that returned so far, then the communicating calls in flight, and its
+report beside it (`HANG`).
+
+`merge_sanitized_ranks` reads every rank's record and walks the sequences in lock
+step: call k of every rank must have one target and one operand and
+result types (a collective of another size, or another collective, at one
+step is what makes MPI hang or abort). It names the first call k that
+differs, on each rank (a rank with no call k says so), or says the ranks
+agree, and gathers the hung ranks' watchdog reports. Each record carries
+its launch's id (`launcher_ranks.launch_id`), so a record an earlier
+launch left is named stale, never compared.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from entangle_jax._src import access_policy
+from entangle_jax._src.targets import sources
+
+if TYPE_CHECKING:
+  from entangle_jax.testing._sanitize.columns import NativeColumns
+  from entangle_jax.testing._sanitize.sites import CallSite
+  from entangle_jax.testing._sanitize.watchdog import CallInFlight
+
+RECORD = "sanitizer_calls.json"
+"""A rank's record, in its folder ``DIR/rankR``."""
+HANG = "sanitizer_hang.txt"
+"""The rank's watchdog reports, beside its record."""
+FORMAT = 1
+"""The record's format (its ``"format"`` key)."""
+ENDED = "ended"
+"""A record written when a block ended: every call returned."""
+HUNG = "hung"
+"""A record the watchdog wrote: some call had not returned."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SanitizedRankCall:
+  """One communicating call of one rank.
+
+  Attributes:
+    index: its place in the rank's sequence (0 first).
+    target: the FFI target.
+    kind: its declaration's kind of communication (``"collective"``, ...).
+    signature: its custom call's operand and result types, layouts left
+      out (``"(f32[4]) -> f32[4]"``); "" where not known.
+    source: the user's file:line ("" where not known).
+    place: its place in its program, in words.
+    thread: the OS thread that made it.
+    start_ns: when it began (the rank's own clock).
+    in_flight: it had not returned when the record was written.
+    seconds: for a call in flight, how long it had been.
+  """
+
+  index: int
+  target: str
+  kind: str
+  signature: str
+  source: str
+  place: str
+  thread: int
+  start_ns: int
+  in_flight: bool = False
+  seconds: float = 0.0
+
+  def matches(self, other: SanitizedRankCall) -> bool:
+    """Whether `other` (another rank's call at the same step) is the same
+    call: one target, and one signature where both are known."""
+    if self.target != other.target:
+      return False
+    return not (self.signature and other.signature) or (
+      self.signature == other.signature
+    )
+
+  def __str__(self) -> str:
+    signature = f" {self.signature}" if self.signature else ""
+    where = f" at {self.source}" if self.source else ""
+    flight = f", IN FLIGHT for {self.seconds:.1f} s" if self.in_flight else ""
+    return (
+      f"call {self.index}: {self.kind} {self.target}{signature}{where} "
+      f"({self.place}, thread {self.thread}){flight}"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class RankRecord:
+  """What one rank wrote (`RECORD`).
+
+  Attributes:
+    rank, size: the rank and how many the launch has.
+    launch: the launch's id ("" where the launcher sets none).
+    state: `ENDED` or `HUNG`.
+    calls: its communicating calls in order of start, those in flight
+      last.
+    hang: its watchdog's last report ("" where none).
+    final: the rank said that it will record no more calls (the pytest
+      plugin, at the end of the run).
+  """
+
+  rank: int
+  size: int
+  launch: str
+  state: str
+  calls: tuple[SanitizedRankCall, ...]
+  hang: str = ""
+  final: bool = False
+
+  def to_json(self) -> dict[str, Any]:
+    """The record as JSON data (`from_json` reads it back)."""
+    return {
+      "format": FORMAT,
+      "rank": self.rank,
+      "size": self.size,
+      "launch": self.launch,
+      "state": self.state,
+      "final": self.final,
+      "hang": self.hang,
+      "calls": [dataclasses.asdict(c) for c in self.calls],
+    }
+
+  @classmethod
+  def from_json(cls, data: Any, where: str) -> RankRecord:
+    """The record `data` holds (`where` names it in errors).
+
+    Raises:
+      ValueError: `data` is not a record of this format.
+    """
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+      raise ValueError(
+        f"{where}: not an entangle_jax sanitizer rank record of format {FORMAT}"
+      )
+    try:
+      calls = tuple(SanitizedRankCall(**c) for c in data["calls"])
+      return cls(
+        rank=int(data["rank"]),
+        size=int(data["size"]),
+        launch=str(data["launch"]),
+        state=str(data["state"]),
+        calls=calls,
+        hang=str(data.get("hang", "")),
+        final=bool(data.get("final", False)),
+      )
+    except (KeyError, TypeError, ValueError) as error:
+      raise ValueError(f"{where}: a malformed rank record ({error})") from None
+
+
+def read_record(path: str | os.PathLike) -> RankRecord:
+  """The record in file `path`.
+
+  Raises:
+    ValueError: it is not JSON, or not a record (the message names it).
+    OSError: it cannot be read.
+  """
+  text = pathlib.Path(path).read_text()
+  try:
+    data = json.loads(text)
+  except json.JSONDecodeError as error:
+    raise ValueError(f"{path}: not JSON ({error})") from None
+  return RankRecord.from_json(data, str(path))
+
+
+@dataclasses.dataclass(frozen=True)
+class Divergence:
+  """The first step at which the ranks' calls differ.
+
+  Attributes:
+    index: the step (each rank's call `index`).
+    calls: per rank, in rank order, its call `index`; None where it made
+      no such call (its sequence ended before).
+    ranks: the ranks of `calls`, in order.
+  """
+
+  index: int
+  calls: tuple[SanitizedRankCall | None, ...]
+  ranks: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class SanitizedRanks:
+  """The ranks' sequences compared (`merge_sanitized_ranks`).
+
+  Attributes:
+    records: the records compared, in rank order.
+    divergence: the first step at which they differ; None: they agree
+      over every step.
+    missing: ranks of the launch without a record.
+    stale: ranks whose record is of another launch than rank 0's (left
+      out).
+  """
+
+  records: tuple[RankRecord, ...]
+  divergence: Divergence | None
+  missing: tuple[int, ...] = ()
+  stale: tuple[int, ...] = ()
+
+  @property
+  def hung(self) -> tuple[RankRecord, ...]:
+    """The records of ranks whose watchdog reported a hang."""
+    return tuple(r for r in self.records if r.state == HUNG)
+
+  @property
+  def agree(self) -> bool:
+    """Every rank's record is here, of one launch, and their calls agree
+    step by step."""
+    return self.divergence is None and not self.missing and not self.stale
+
+  @property
+  def status(self) -> int:
+    """0: the ranks agree and none hung; 1: they differ, or one hung; 2:
+    a rank's record is missing or stale (nothing proved)."""
+    if self.divergence is not None or self.hung:
+      return 1
+    return 2 if self.missing or self.stale or not self.records else 0
+
+  def text(self) -> str:
+    """The report: the first divergence (each rank's call) or the
+    agreement, what is missing, then each hung rank's watchdog report."""
+    n = len(self.records)
+    head = f"entangle_jax sanitizer across {n} rank(s): "
+    lines = []
+    if not self.records:
+      lines.append(head + "no rank recorded anything")
+    elif self.divergence is not None:
+      d = self.divergence
+      lines.append(
+        head + f"the ranks' communicating calls DIFFER at call {d.index}:"
+      )
+      for rank, call in zip(d.ranks, d.calls, strict=True):
+        if call is None:
+          length = len(self._record(rank).calls)
+          lines.append(
+            f"  rank {rank}: made no call {d.index} (its record ends after "
+            f"{length} call(s))"
+          )
+        else:
+          lines.append(f"  rank {rank}: {call}")
+      lines.append(
+        "  Fix: make every rank issue the same communicating calls in the "
+        "same order (entangle or in_program_order orders each rank's own; "
+        "a rank-dependent Python path must make the same calls)"
+      )
+    else:
+      steps = len(self.records[0].calls)
+      lines.append(
+        head + f"the ranks' communicating calls agree: {steps} call(s) on "
+        "each rank, step by step (target, operand and result types)"
+      )
+    if self.missing:
+      lines.append(
+        f"  no record of rank(s) {', '.join(map(str, self.missing))}: they "
+        "were not compared"
+      )
+    if self.stale:
+      lines.append(
+        f"  the record of rank(s) {', '.join(map(str, self.stale))} is of "
+        "another launch than rank 0's: not compared"
+      )
+    for record in self.records:
+      if not record.hang:
+        continue
+      if record.state == HUNG:
+        lines.append(f"  rank {record.rank} HUNG; its watchdog reported:")
+      else:
+        lines.append(
+          f"  rank {record.rank}: a call was in flight past the watchdog's "
+          "limit, and returned later; its watchdog reported:"
+        )
+      lines += [f"    {line}" for line in record.hang.splitlines()]
+    return "\n".join(lines)
+
+  def to_json(self) -> dict[str, Any]:
+    """The merge as JSON data: ``status``, ``agree``, the ``divergence``
+    (its ``index`` and each rank's call, null for none), ``missing``,
+    ``stale``, ``hung`` (ranks) and each rank's ``records``."""
+    d = self.divergence
+    return {
+      "status": self.status,
+      "agree": self.agree,
+      "divergence": None
+      if d is None
+      else {
+        "index": d.index,
+        "calls": [
+          {"rank": r, "call": None if c is None else dataclasses.asdict(c)}
+          for r, c in zip(d.ranks, d.calls, strict=True)
+        ],
+      },
+      "missing": list(self.missing),
+      "stale": list(self.stale),
+      "hung": [r.rank for r in self.hung],
+      "records": [r.to_json() for r in self.records],
+    }
+
+  def _record(self, rank: int) -> RankRecord:
+    return next(r for r in self.records if r.rank == rank)
+
+
+def merge_rank_records(records: Sequence[RankRecord]) -> SanitizedRanks:
+  """Compares `records`, one a rank (any order), step by step.
+
+  Raises:
+    ValueError: two records name one rank.
+  """
+  by_rank: dict[int, RankRecord] = {}
+  for record in records:
+    if record.rank in by_rank:
+      raise ValueError(f"two records of rank {record.rank}")
+    by_rank[record.rank] = record
+  ordered = [by_rank[r] for r in sorted(by_rank)]
+  if not ordered:
+    return SanitizedRanks((), None)
+  size = max(r.size for r in ordered)
+  missing = tuple(r for r in range(size) if r not in by_rank)
+  launch = ordered[0].launch
+  stale = tuple(r.rank for r in ordered if r.launch != launch)
+  compared = [r for r in ordered if r.launch == launch]
+  steps = max(len(r.calls) for r in compared)
+  divergence = None
+  for k in range(steps):
+    calls = [r.calls[k] if k < len(r.calls) else None for r in compared]
+    first = calls[0]
+    if first is None or any(c is None or not first.matches(c) for c in calls):
+      divergence = Divergence(k, tuple(calls), tuple(r.rank for r in compared))
+      break
+  return SanitizedRanks(tuple(ordered), divergence, missing, stale)
+
+
+_RANK_FOLDER = re.compile(r"rank(\d+)")
+
+
+def merge_sanitized_ranks(folder: str | os.PathLike) -> SanitizedRanks:
+  """Compares the records every rank wrote under `folder` (``sanitize(
+  ranks=folder)``: ``folder/rankR/`` `RECORD`); see `merge_rank_records`.
+
+  Raises:
+    FileNotFoundError: `folder` is not a folder.
+    ValueError: a record is not one (the message names its file).
+  """
+  root = pathlib.Path(folder)
+  if not root.is_dir():
+    raise FileNotFoundError(f"{folder}: no such folder of rank records")
+  records = []
+  for path in sorted(root.iterdir()):
+    if _RANK_FOLDER.fullmatch(path.name) and (path / RECORD).is_file():
+      records.append(read_record(path / RECORD))
+  return merge_rank_records(records)
+
+
+_SITE = re.compile(r"entangle_jax_sanitize_site\s*=\s*(\d+)")
+_LAYOUT = re.compile(r"\{[^{}]*\}")
+_signatures: dict[int, dict[int, str]] = {}
+
+
+def signature(site: CallSite | None) -> str:
+  """The operand and result types of the custom call at `site`, layouts
+  left out (``"(s32[2], f32[2]) -> s32[2]"``), read from the module the
+  sanitizer handed XLA; "" where not known."""
+  if site is None:
+    return ""
+  module = site.module
+  if module.serial not in _signatures:
+    found: dict[int, str] = {}
+    for line in (module.program_text() or "").splitlines():
+      match = _SITE.search(line)
+      if match:
+        found[int(match.group(1))] = _types(line)
+    _signatures[module.serial] = found
+  return _signatures[module.serial].get(site.number, "")
+
+
+def _types(line: str) -> str:
+  """``(operands) -> result`` of one HLO custom-call line ("" where its
+  operand types are not printed)."""
+  head, call, _ = line.partition(" custom-call(")
+  if not call or "=" not in head:
+    return ""
+  result = _bare(head.split("=", 1)[1].strip())
+  start = line.find("operand_layout_constraints={")
+  if start < 0:
+    return ""
+  start += len("operand_layout_constraints={")
+  depth, end = 1, start
+  while end < len(line) and depth:
+    depth += {"{": 1, "}": -1}.get(line[end], 0)
+    end += 1
+  operands = _bare(line[start : end - 1])
+  return f"({operands}) -> {result}"
+
+
+def _bare(types: str) -> str:
+  """HLO types with their layouts taken out."""
+  while True:
+    stripped = _LAYOUT.sub("", types)
+    if stripped == types:
+      return types
+    types = stripped
+
+
+class RankRecorder:
+  """This process's record under a folder of rank records.
+
+  Args:
+    folder: the folder every rank sees (``sanitize(ranks=...)``).
+    rank_size: (rank, size); by default the launcher's variables, else
+      JAX's process index and count.
+    launch: the launch's id; by default `launcher_ranks.launch_id` of the
+      environment.
+  """
+
+  def __init__(
+    self,
+    folder: str | os.PathLike,
+    rank_size: tuple[int, int] | None = None,
+    launch: str | None = None,
+  ):
+    from entangle_jax.testing._ways_in import launcher_ranks
+
+    if rank_size is None:
+      rank_size = launcher_ranks.rank_and_size(os.environ)
+    if rank_size is None:
+      import jax
+
+      rank_size = (jax.process_index(), jax.process_count())
+    self.rank_size = rank_size
+    self.launch = (
+      launcher_ranks.launch_id(os.environ) if launch is None else launch
+    )
+    self.folder = pathlib.Path(folder) / f"rank{rank_size[0]}"
+    self.calls: list[SanitizedRankCall] = []
+    """The communicating calls of the blocks that ended."""
+    self.final = False
+    self.hang = ""
+    """The watchdog's last report in this process ("" where none)."""
+    self.folder.mkdir(parents=True, exist_ok=True)
+    (self.folder / HANG).unlink(missing_ok=True)
+    self._write(ENDED, [])
+
+  @property
+  def path(self) -> pathlib.Path:
+    """The record's file."""
+    return self.folder / RECORD
+
+  def block_ended(self, native: NativeColumns) -> None:
+    """Adds the communicating calls of a block's records `native` (in
+    order of start) and writes the record."""
+    self.calls += _communicating(native, len(self.calls))
+    self._write(ENDED, [])
+
+  def finish(self) -> None:
+    """Says that this rank records no more calls (the pytest plugin's
+    end of the run)."""
+    self.final = True
+    self._write(ENDED, [])
+
+  def hung(self, in_flight: list[CallInFlight], report: str) -> None:
+    """Writes the record of a hang: the calls so far (the running block's
+    too, copied from the logs), then the communicating calls in flight,
+    and the watchdog's `report` beside it."""
+    from entangle_jax.testing._sanitize import wrapping
+    from entangle_jax.testing._sanitize.columns import NativeColumns
+
+    native = wrapping.native()
+    raw, operands, values, _ = native.peek()
+    so_far = _communicating(
+      NativeColumns(raw, native.record_layout, operands, values),
+      len(self.calls),
+    )
+    calls = self.calls + so_far
+    for call in in_flight:
+      if call.communicates is None:
+        continue
+      calls.append(
+        SanitizedRankCall(
+          index=len(calls),
+          target=call.target,
+          kind=call.communicates.kind,
+          signature=signature(call.site),
+          source=call.source,
+          place=call.place,
+          thread=call.thread,
+          start_ns=call.start_ns,
+          in_flight=True,
+          seconds=call.seconds,
+        )
+      )
+    with open(self.folder / HANG, "a") as f:
+      f.write(report + "\n")
+    self.hang = report
+    self._write(HUNG, calls[len(self.calls) :])
+
+  def _write(self, state: str, more: list[SanitizedRankCall]) -> None:
+    record = RankRecord(
+      rank=self.rank_size[0],
+      size=self.rank_size[1],
+      launch=self.launch,
+      state=state,
+      calls=tuple(self.calls + more),
+      hang=self.hang,
+      final=self.final,
+    )
+    # Whole or not at all: rank 0 may read it while it is written.
+    partial = self.path.with_suffix(".json.partial")
+    partial.write_text(json.dumps(record.to_json(), indent=1))
+    os.replace(partial, self.path)
+
+
+def _communicating(
+  native: NativeColumns, first: int
+) -> list[SanitizedRankCall]:
+  """The calls of `native` whose targets communicate, in order of start,
+  numbered from `first`."""
+  import numpy as np
+
+  declarations = sources.current()
+  kinds = [
+    access_policy.communication(declarations, name)
+    for name, _, _ in native.targets
+  ]
+  talking = np.array([k is not None for k in kinds], dtype=bool)
+  if not len(native) or not talking.any():
+    return []
+  rows = np.flatnonzero(talking[native.target])
+  out = []
+  for k, (row, call) in enumerate(
+    zip(rows.tolist(), native.make(rows), strict=True)
+  ):
+    kind = kinds[int(native.target[row])]
+    assert kind is not None
+    out.append(
+      SanitizedRankCall(
+        index=first + k,
+        target=call.target,
+        kind=kind.kind,
+        signature=signature(call.site),
+        source=call.site.source if call.site is not None else "",
+        place=call.place,
+        thread=call.thread,
+        start_ns=call.start_ns,
+      )
+    )
+  return out
+
+
+_recorders: dict[pathlib.Path, RankRecorder] = {}
+
+
+def recorder_for(folder: str | os.PathLike) -> RankRecorder:
+  """This process's recorder under `folder`: made (its record started
+  anew) by the first block that names the folder, kept for later ones."""
+  key = pathlib.Path(folder).resolve()
+  if key not in _recorders:
+    _recorders[key] = RankRecorder(folder)
+  return _recorders[key]
