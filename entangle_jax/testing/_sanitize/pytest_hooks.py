@@ -16,9 +16,16 @@ summary is the one shown.
 
 from __future__ import annotations
 
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
 import pytest
 
-from entangle_jax.testing._sanitize import session
+from entangle_jax.testing._sanitize import rank_calls, session, watchdog
+
+if TYPE_CHECKING:
+  from entangle_jax.testing._ways_in import launcher_ranks
 
 EXPECTED = "entangle_races_expected"
 OUTPUT = "entangle_sanitize_unobserved"
@@ -28,23 +35,94 @@ that called unobserved targets: a list of [node id, [target, ...]]
 _SEEN = pytest.StashKey[session.Seen]()
 
 
-def register(config: pytest.Config, strict: bool = False) -> None:
+def options(config: pytest.Config) -> dict[str, Any]:
+  """`register`'s watchdog and ranks arguments, from ``--entangle-watchdog``
+  (``--entangle-watchdog-exit``) and ``--entangle-sanitize-ranks``.
+
+  Raises:
+    pytest.UsageError: a flag's value is wrong (named), or
+      ``--entangle-sanitize-ranks`` outside a launch of two ranks or more,
+      or with pytest-xdist.
+  """
+  found: dict[str, Any] = {}
+  limit = config.getoption("entangle_watchdog", None)
+  if limit is not None:
+    try:
+      found["watchdog"] = float(limit)
+      watchdog.check_limit(found["watchdog"])
+    except (TypeError, ValueError):
+      raise pytest.UsageError(
+        f"--entangle-watchdog={limit}: give the seconds a call may be in "
+        "flight (a positive number)"
+      ) from None
+  if config.getoption("entangle_watchdog_exit", False):
+    if limit is None:
+      raise pytest.UsageError(
+        "--entangle-watchdog-exit needs --entangle-watchdog=SECONDS"
+      )
+    found["on_hang"] = "exit"
+  folder = config.getoption("entangle_sanitize_ranks", None)
+  if folder is not None:
+    from entangle_jax.testing._ways_in import launcher_ranks
+
+    if hasattr(config, "workerinput") or config.getoption("numprocesses", None):
+      raise pytest.UsageError(
+        "--entangle-sanitize-ranks does not combine with pytest-xdist (-n): "
+        "run one pytest a rank"
+      )
+    try:
+      ranks = launcher_ranks.from_environment(folder)
+    except ValueError as error:
+      raise pytest.UsageError(f"--entangle-sanitize-ranks: {error}") from None
+    if ranks is None:
+      raise pytest.UsageError(
+        f"--entangle-sanitize-ranks={folder}: this pytest is no rank of a "
+        "launch of two ranks or more (run it under mpirun, mpiexec or srun)"
+      )
+    found["ranks"] = ranks
+  return found
+
+
+def register(
+  config: pytest.Config,
+  strict: bool = False,
+  watchdog: float | None = None,
+  on_hang: str = "report",
+  ranks: launcher_ranks.Ranks | None = None,
+) -> None:
   """Starts the sanitizer and adds the per-test hooks to `config`
-  (`strict`: a test that called an unobserved target fails)."""
+  (`strict`: a test that called an unobserved target fails; `watchdog`,
+  `on_hang`: each test's ``sanitize`` arguments; `ranks`: this rank's
+  place, whose communicating calls go to its folder)."""
   session.start()
-  config.pluginmanager.register(SanitizePlugin(strict), "entangle-sanitize")
+  plugin = SanitizePlugin(strict, watchdog, on_hang, ranks)
+  config.pluginmanager.register(plugin, "entangle-sanitize")
 
 
 class SanitizePlugin:
   """The per-test hooks of ``--entangle-sanitize``."""
 
-  def __init__(self, strict: bool = False):
+  def __init__(
+    self,
+    strict: bool = False,
+    watchdog: float | None = None,
+    on_hang: str = "report",
+    ranks: launcher_ranks.Ranks | None = None,
+  ):
     self.strict = strict
+    self.watchdog = watchdog
+    self.on_hang = on_hang
+    self.ranks = ranks
+    self.merged: rank_calls.SanitizedRanks | None = None
+    self.late: list[int] = []
     self.unobserved: list[tuple[str, list[str]]] = []
 
   @pytest.hookimpl(hookwrapper=True)
   def pytest_runtest_call(self, item: pytest.Item):
-    with session.sanitize() as seen:
+    folder = None if self.ranks is None else self.ranks.folder
+    with session.sanitize(
+      watchdog=self.watchdog, on_hang=self.on_hang, ranks=folder
+    ) as seen:
       yield
     item.stash[_SEEN] = seen
 
@@ -80,6 +158,8 @@ class SanitizePlugin:
         )
 
   def pytest_sessionfinish(self, session: pytest.Session) -> None:
+    if self.ranks is not None:
+      self._across_ranks(session)
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # An xdist worker: to the controller.
       workeroutput[OUTPUT] = [
@@ -92,7 +172,49 @@ class SanitizePlugin:
     sent = getattr(node, "workeroutput", {}).get(OUTPUT, [])
     self.unobserved += [(nodeid, list(targets)) for nodeid, targets in sent]
 
+  def _across_ranks(self, session: pytest.Session) -> None:
+    """This rank's record is final; on rank 0, once every rank's is (or
+    hung, or the wait ran out), the ranks compared: a run whose ranks
+    differ, hung, or did not all finish fails."""
+    ranks = self.ranks
+    assert ranks is not None
+    recorder = rank_calls.recorder_for(ranks.folder)
+    recorder.finish()
+    if ranks.rank != 0:
+      return
+    from entangle_jax.testing._ways_in.plugin import (
+      RANKS_TIMEOUT_ENV,
+      RANKS_TIMEOUT_S,
+    )
+
+    timeout = float(os.environ.get(RANKS_TIMEOUT_ENV, RANKS_TIMEOUT_S))
+    deadline = time.monotonic() + timeout
+    while True:
+      self.late = [r for r in range(ranks.size) if not _done(ranks, r)]
+      if not self.late or time.monotonic() >= deadline:
+        break
+      time.sleep(0.2)
+    self.merged = rank_calls.merge_sanitized_ranks(ranks.folder)
+    if (self.merged.status or self.late) and session.exitstatus == 0:
+      session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
   def pytest_terminal_summary(self, terminalreporter) -> None:
+    if self.ranks is not None:
+      terminalreporter.write_sep(
+        "=", f"entangle-jax sanitizer across {self.ranks.size} ranks"
+      )
+      if self.merged is None:
+        terminalreporter.write_line(
+          f"rank {self.ranks.rank}: its communicating calls are in "
+          f"{self.ranks.dump()}; rank 0 compares them with the other ranks'."
+        )
+      else:
+        if self.late:
+          terminalreporter.write_line(
+            f"rank(s) {', '.join(map(str, self.late))} did not finish "
+            "within the wait; their records so far are compared"
+          )
+        terminalreporter.write_line(self.merged.text())
     if not self.unobserved:
       return
     terminalreporter.write_sep("=", "entangle-jax sanitizer: not observed")
@@ -101,3 +223,15 @@ class SanitizePlugin:
         f"{nodeid}: called targets the sanitizer did not observe "
         f"(registered before it started): {', '.join(targets)}"
       )
+
+
+def _done(ranks: launcher_ranks.Ranks, rank: int) -> bool:
+  """Whether `rank` wrote its last record of this launch: final, or hung
+  (its watchdog wrote it while a call was in flight)."""
+  try:
+    record = rank_calls.read_record(ranks.dump(rank) / rank_calls.RECORD)
+  except (OSError, ValueError):
+    return False
+  return record.launch == ranks.launch and (
+    record.final or record.state == rank_calls.HUNG
+  )

@@ -1,6 +1,6 @@
 """The sanitizer across ranks: each rank's communicating calls, in the
-order they ran, and `merge_sanitized_ranks`, which compares the ranks' sequences
-and names the first call at which they differ.
+order they ran, and `merge_sanitized_ranks`, which compares the ranks'
+sequences and names the first call at which they differ.
 
 Under ``sanitize(ranks=DIR)`` each rank (a process of an ``mpirun``,
 ``srun`` or ``jax.distributed`` launch; its rank from the launcher's
@@ -14,8 +14,8 @@ folder starts its record anew; later blocks add to it. The watchdog
 that returned so far, then the communicating calls in flight, and its
 report beside it (`HANG`).
 
-`merge_sanitized_ranks` reads every rank's record and walks the sequences in lock
-step: call k of every rank must have one target and one operand and
+`merge_sanitized_ranks` reads every rank's record and walks the sequences
+in lock step: call k of every rank must have one target and one operand and
 result types (a collective of another size, or another collective, at one
 step is what makes MPI hang or abort). It names the first call k that
 differs, on each rank (a rank with no call k says so), or says the ranks

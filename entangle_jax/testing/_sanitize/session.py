@@ -25,8 +25,8 @@ from entangle_jax.testing._sanitize import (
   sites,
   wrapping,
 )
-from entangle_jax.testing._sanitize import watchdog as _watchdog
 from entangle_jax.testing._sanitize import calls as calls_module
+from entangle_jax.testing._sanitize import watchdog as _watchdog
 from entangle_jax.testing._sanitize.calls import SanitizedCall
 from entangle_jax.testing._sanitize.checks import (
   Contradiction,

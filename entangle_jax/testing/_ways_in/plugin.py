@@ -176,6 +176,37 @@ def pytest_addoption(parser: pytest.Parser) -> None:
       "the sanitizer did not observe"
     ),
   )
+  group.addoption(
+    "--entangle-watchdog",
+    default=None,
+    metavar="SECONDS",
+    help=(
+      "with --entangle-sanitize: a call in flight longer than SECONDS is "
+      "reported on stderr (each thread's call in flight, its file:line, "
+      "the rank); the test goes on"
+    ),
+  )
+  group.addoption(
+    "--entangle-watchdog-exit",
+    action="store_true",
+    default=False,
+    help=(
+      "with --entangle-watchdog: once it reported, end the process (exit "
+      "status 124), so that a hang fails the run"
+    ),
+  )
+  group.addoption(
+    "--entangle-sanitize-ranks",
+    default=None,
+    metavar="DIR",
+    help=(
+      "under mpirun (or mpiexec, srun), with --entangle-sanitize: each rank "
+      "records its communicating calls to DIR/rankR, and rank 0, once "
+      "every rank is done, names the first call at which they differ "
+      "(python -m entangle_jax.testing --sanitized-ranks DIR); a run whose "
+      "ranks differ, or hung, fails"
+    ),
+  )
 
 
 class _State:
@@ -342,7 +373,18 @@ def pytest_configure(config: pytest.Config) -> None:
   if sanitize_mode:
     from entangle_jax.testing._sanitize import pytest_hooks
 
-    pytest_hooks.register(config, strict=sanitize_mode == "strict")
+    pytest_hooks.register(
+      config,
+      strict=sanitize_mode == "strict",
+      **pytest_hooks.options(config),
+    )
+  else:
+    for flag in ("watchdog", "watchdog_exit", "sanitize_ranks"):
+      if config.getoption(f"entangle_{flag}", None):
+        name = flag.replace("_", "-")
+        raise pytest.UsageError(
+          f"--entangle-{name} applies to --entangle-sanitize runs"
+        )
   state = _state(config)
   if state is None:
     return
