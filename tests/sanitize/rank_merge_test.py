@@ -132,6 +132,25 @@ class MergeTest(absltest.TestCase):
     self.assertIsNone(stale.divergence)  # Its calls were not compared.
     self.assertEqual(stale.status, 2)
 
+  def test_a_rank_that_died_in_a_block_is_no_agreement(self):
+    # Rank 1 wrote its record as the block began, and never again (an MPI
+    # abort): its calls end where the block began.
+    died = record(1, SMALL, state=rank_calls.RUNNING)
+    merged = merge_rank_records([record(0, SMALL, LARGE), died])
+    self.assertIsNone(merged.divergence)  # Its later calls are unknown.
+    self.assertEqual(merged.unfinished, (1,))
+    self.assertFalse(merged.agree)
+    self.assertEqual(merged.status, 2)
+    self.assertIn("rank(s) 1 began a sanitize block that never ended",
+                  merged.text())  # fmt: skip
+    # What it did record is still compared.
+    wrong = merge_rank_records(
+      [record(0, SMALL, LARGE), record(1, LARGE, state=rank_calls.RUNNING)]
+    )
+    assert wrong.divergence is not None
+    self.assertEqual(wrong.divergence.index, 0)
+    self.assertEqual(wrong.status, 1)
+
   def test_two_records_of_one_rank_are_an_error_naming_it(self):
     with self.assertRaisesRegex(ValueError, "two records of rank 1"):
       merge_rank_records([record(1, SMALL), record(1, SMALL)])

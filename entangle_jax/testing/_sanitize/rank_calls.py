@@ -48,6 +48,9 @@ HANG = "sanitizer_hang.txt"
 """The rank's watchdog reports, beside its record."""
 FORMAT = 1
 """The record's format (its ``"format"`` key)."""
+RUNNING = "running"
+"""A record written when a block began: the block's calls are not in it
+(a rank whose record stays so died in the block, or is still in it)."""
 ENDED = "ended"
 """A record written when a block ended: every call returned."""
 HUNG = "hung"
@@ -109,7 +112,7 @@ class RankRecord:
   Attributes:
     rank, size: the rank and how many the launch has.
     launch: the launch's id ("" where the launcher sets none).
-    state: `ENDED` or `HUNG`.
+    state: `RUNNING`, `ENDED` or `HUNG`.
     calls: its communicating calls in order of start, those in flight
       last.
     hang: its watchdog's last report ("" where none).
@@ -206,12 +209,16 @@ class SanitizedRanks:
     missing: ranks of the launch without a record.
     stale: ranks whose record is of another launch than rank 0's (left
       out).
+    unfinished: ranks whose record was written as a block began
+      (`RUNNING`): the process died in the block (an MPI abort), or is
+      still in it; their calls are compared as far as they go.
   """
 
   records: tuple[RankRecord, ...]
   divergence: Divergence | None
   missing: tuple[int, ...] = ()
   stale: tuple[int, ...] = ()
+  unfinished: tuple[int, ...] = ()
 
   @property
   def hung(self) -> tuple[RankRecord, ...]:
@@ -222,15 +229,21 @@ class SanitizedRanks:
   def agree(self) -> bool:
     """Every rank's record is here, of one launch, and their calls agree
     step by step."""
-    return self.divergence is None and not self.missing and not self.stale
+    return (
+      self.divergence is None
+      and not self.missing
+      and not self.stale
+      and not self.unfinished
+    )
 
   @property
   def status(self) -> int:
     """0: the ranks agree and none hung; 1: they differ, or one hung; 2:
-    a rank's record is missing or stale (nothing proved)."""
+    a rank's record is missing, stale or unfinished (nothing proved)."""
     if self.divergence is not None or self.hung:
       return 1
-    return 2 if self.missing or self.stale or not self.records else 0
+    unknown = self.missing or self.stale or self.unfinished
+    return 2 if unknown or not self.records else 0
 
   def text(self) -> str:
     """The report: the first divergence (each rank's call) or the
@@ -259,11 +272,22 @@ class SanitizedRanks:
         "same order (entangle or in_program_order orders each rank's own; "
         "a rank-dependent Python path must make the same calls)"
       )
+    elif self.unfinished:
+      lines.append(
+        head + "the ranks' communicating calls agree as far as they were "
+        "recorded"
+      )
     else:
       steps = len(self.records[0].calls)
       lines.append(
         head + f"the ranks' communicating calls agree: {steps} call(s) on "
         "each rank, step by step (target, operand and result types)"
+      )
+    if self.unfinished:
+      lines.append(
+        f"  rank(s) {', '.join(map(str, self.unfinished))} began a sanitize "
+        "block that never ended (the process died in it, as in an MPI "
+        "abort, or is still running): that block's calls are not recorded"
       )
     if self.missing:
       lines.append(
@@ -307,6 +331,7 @@ class SanitizedRanks:
       },
       "missing": list(self.missing),
       "stale": list(self.stale),
+      "unfinished": list(self.unfinished),
       "hung": [r.rank for r in self.hung],
       "records": [r.to_json() for r in self.records],
     }
@@ -334,15 +359,21 @@ def merge_rank_records(records: Sequence[RankRecord]) -> SanitizedRanks:
   launch = ordered[0].launch
   stale = tuple(r.rank for r in ordered if r.launch != launch)
   compared = [r for r in ordered if r.launch == launch]
+  unfinished = tuple(r.rank for r in compared if r.state == RUNNING)
   steps = max(len(r.calls) for r in compared)
   divergence = None
   for k in range(steps):
     calls = [r.calls[k] if k < len(r.calls) else None for r in compared]
+    if any(
+      c is None and r.state == RUNNING
+      for c, r in zip(calls, compared, strict=True)
+    ):
+      break  # That rank's later calls are not known.
     first = calls[0]
     if first is None or any(c is None or not first.matches(c) for c in calls):
       divergence = Divergence(k, tuple(calls), tuple(r.rank for r in compared))
       break
-  return SanitizedRanks(tuple(ordered), divergence, missing, stale)
+  return SanitizedRanks(tuple(ordered), divergence, missing, stale, unfinished)
 
 
 _RANK_FOLDER = re.compile(r"rank(\d+)")
@@ -453,7 +484,11 @@ class RankRecorder:
     """The watchdog's last report in this process ("" where none)."""
     self.folder.mkdir(parents=True, exist_ok=True)
     (self.folder / HANG).unlink(missing_ok=True)
-    self._write(ENDED, [])
+
+  def block_started(self) -> None:
+    """Writes the record of a block under way (`RUNNING`): a rank that
+    dies in it (an MPI abort) leaves a record that says so."""
+    self._write(RUNNING, [])
 
   @property
   def path(self) -> pathlib.Path:

@@ -219,6 +219,8 @@ def sanitize(
     with _lock:
       _install_compile_hook()
     recorder = None if ranks is None else rank_calls.recorder_for(ranks)
+    if recorder is not None:
+      recorder.block_started()
     watching = None
     if watchdog is not None:
       watching = _watchdog.Watchdog(
