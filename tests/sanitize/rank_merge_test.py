@@ -41,14 +41,15 @@ def call(index: int, signature: str, line: int, **more) -> SanitizedRankCall:
   )
 
 
-def record(rank: int, *signatures: str, **more) -> RankRecord:
-  """A rank's record of allreduces of `signatures` in order, the first
-  made at line 10 when small and 11 when large."""
+def record(
+  rank: int, *signatures: str, launch: str = "L", state: str = rank_calls.ENDED
+) -> RankRecord:
+  """A rank's record of allreduces of `signatures` in order, each made at
+  line 10 when small and 11 when large."""
   calls = tuple(
     call(k, s, 10 if s == SMALL else 11) for k, s in enumerate(signatures)
   )
-  fields = {"launch": "L", "state": rank_calls.ENDED, **more}
-  return RankRecord(rank=rank, size=2, calls=calls, **fields)
+  return RankRecord(rank, 2, launch, state, calls)
 
 
 class MergeTest(absltest.TestCase):
@@ -93,7 +94,8 @@ class MergeTest(absltest.TestCase):
       calls=(dataclasses.replace(other.calls[0], target="mpi_bcast_ffi"),),
     )
     self.assertFalse(merge_rank_records([record(0, SMALL), other]).agree)
-    self.assertTrue(merge_rank_records([record(0, SMALL), record(1, SMALL)]).agree)  # fmt: skip
+    same = merge_rank_records([record(0, SMALL), record(1, SMALL)])
+    self.assertTrue(same.agree)  # Control: one target, one signature.
 
   def test_a_rank_that_made_fewer_calls_differs_at_its_end(self):
     merged = merge_rank_records([record(0, SMALL, LARGE), record(1, SMALL)])

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from typing import Any, cast
 
 from absl.testing import absltest
 
@@ -181,9 +182,7 @@ class WatchdogTest(absltest.TestCase):
           self.assertEqual((s0, s1), (0, 0), out0 + out1)
           self.assertTrue(merged.agree, text)
           self.assertEqual(merged.status, 0, text)
-          self.assertEqual(
-            [len(r.calls) for r in merged.records], [2, 2], text
-          )
+          self.assertEqual([len(r.calls) for r in merged.records], [2, 2], text)
           self.assertNotIn("watchdog", out0 + out1)
           continue
         # Rank 0's watchdog ended it; rank 1 made both calls and finished.
@@ -213,14 +212,21 @@ class ArgumentsTest(absltest.TestCase):
   def test_a_limit_that_is_not_positive_seconds_is_an_error_naming_it(self):
     from entangle_jax import testing
 
-    for bad, error in ((0, ValueError), (-1.5, ValueError), ("5", TypeError),
-                       (True, TypeError)):  # fmt: skip
-      with self.subTest(bad=bad), self.assertRaisesRegex(error, "watchdog"):
-        with testing.sanitize(watchdog=bad):
-          pass
-    with self.assertRaisesRegex(ValueError, "on_hang.*'kill'"):
-      with testing.sanitize(watchdog=1, on_hang="kill"):
+    bad_limits = (
+      (0, ValueError), (-1.5, ValueError), ("5", TypeError), (True, TypeError)
+    )  # fmt: skip
+    for bad, error in bad_limits:
+      with (
+        self.subTest(bad=bad),
+        self.assertRaisesRegex(error, "watchdog"),
+        testing.sanitize(watchdog=cast(Any, bad)),
+      ):
         pass
+    with (
+      self.assertRaisesRegex(ValueError, "on_hang.*'kill'"),
+      testing.sanitize(watchdog=1, on_hang="kill"),
+    ):
+      pass
 
 
 if __name__ == "__main__":
