@@ -43,7 +43,8 @@ Seeing what did happen, at run time:
   multi-process launch writes its communicating calls, and
   ``merge_sanitized_ranks(DIR)`` (``python -m entangle_jax.testing
   --sanitized-ranks DIR``) names the first call at which the ranks differ
-  (``SanitizedRanks``, ``SanitizedRankCall``).
+  (``SanitizedRanks``: each rank's ``SanitizedRankRecord`` of
+  ``SanitizedRankCall``, the first ``SanitizedRankDivergence``).
 
 A tiny mutable native resource, for reproducing ordering hazards
 (`entangle_jax.testing.example_store`, whose names are reachable here too):
@@ -97,6 +98,8 @@ from entangle_jax.testing._sanitize.calls import SanitizedCall, SanitizedObject
 from entangle_jax.testing._sanitize.checks import Contradiction, SanitizerRace
 from entangle_jax.testing._sanitize.rank_calls import (
   SanitizedRankCall,
+  SanitizedRankDivergence,
+  SanitizedRankRecord,
   SanitizedRanks,
   merge_sanitized_ranks,
 )
@@ -175,6 +178,8 @@ __all__ = [
   "SanitizedModule",
   "SanitizedObject",
   "SanitizedRankCall",
+  "SanitizedRankDivergence",
+  "SanitizedRankRecord",
   "SanitizedRanks",
   "SanitizerRace",
   "Seen",

@@ -17,8 +17,8 @@ from absl.testing import absltest
 from entangle_jax import testing
 from entangle_jax.testing._sanitize import rank_calls
 from entangle_jax.testing._sanitize.rank_calls import (
-  RankRecord,
   SanitizedRankCall,
+  SanitizedRankRecord,
   merge_rank_records,
 )
 from entangle_jax.testing._ways_in import command
@@ -43,13 +43,13 @@ def call(index: int, signature: str, line: int, **more) -> SanitizedRankCall:
 
 def record(
   rank: int, *signatures: str, launch: str = "L", state: str = rank_calls.ENDED
-) -> RankRecord:
+) -> SanitizedRankRecord:
   """A rank's record of allreduces of `signatures` in order, each made at
   line 10 when small and 11 when large."""
   calls = tuple(
     call(k, s, 10 if s == SMALL else 11) for k, s in enumerate(signatures)
   )
-  return RankRecord(rank, 2, launch, state, calls)
+  return SanitizedRankRecord(rank, 2, launch, state, calls)
 
 
 class MergeTest(absltest.TestCase):
@@ -109,7 +109,9 @@ class MergeTest(absltest.TestCase):
   def test_a_hung_rank_is_reported_with_its_call_in_flight(self):
     report = "entangle_jax sanitizer watchdog (rank 0 of 2): ...\n  thread 7"
     in_flight = call(0, SMALL, 10, in_flight=True, seconds=5.0)
-    hung = RankRecord(0, 2, "L", rank_calls.HUNG, (in_flight,), hang=report)
+    hung = SanitizedRankRecord(
+      0, 2, "L", rank_calls.HUNG, (in_flight,), hang=report
+    )
     merged = merge_rank_records([hung, record(1, LARGE, SMALL)])
     self.assertEqual(merged.status, 1)
     self.assertEqual([r.rank for r in merged.hung], [0])
@@ -158,20 +160,20 @@ class MergeTest(absltest.TestCase):
       merge_rank_records([record(1, SMALL), record(1, SMALL)])
 
   def test_a_record_round_trips_through_json(self):
-    hung = RankRecord(
+    hung = SanitizedRankRecord(
       0, 2, "L", rank_calls.HUNG,
       (call(0, SMALL, 10, in_flight=True, seconds=1.5),), hang="x", final=True,
     )  # fmt: skip
     data = json.loads(json.dumps(hung.to_json()))
-    self.assertEqual(RankRecord.from_json(data, "here"), hung)
+    self.assertEqual(SanitizedRankRecord.from_json(data, "here"), hung)
     with self.assertRaisesRegex(ValueError, "here: not an entangle_jax"):
-      RankRecord.from_json({"format": 0}, "here")
+      SanitizedRankRecord.from_json({"format": 0}, "here")
     with self.assertRaisesRegex(ValueError, "there: a malformed rank record"):
-      RankRecord.from_json({**data, "calls": [{"index": 0}]}, "there")
+      SanitizedRankRecord.from_json({**data, "calls": [{"index": 0}]}, "there")
 
 
 class FolderAndCommandTest(absltest.TestCase):
-  def write(self, root: pathlib.Path, *records: RankRecord) -> None:
+  def write(self, root: pathlib.Path, *records: SanitizedRankRecord) -> None:
     for r in records:
       folder = root / f"rank{r.rank}"
       folder.mkdir(parents=True, exist_ok=True)

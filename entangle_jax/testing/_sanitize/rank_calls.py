@@ -106,7 +106,7 @@ class SanitizedRankCall:
 
 
 @dataclasses.dataclass(frozen=True)
-class RankRecord:
+class SanitizedRankRecord:
   """What one rank wrote (`RECORD`).
 
   Attributes:
@@ -142,7 +142,7 @@ class RankRecord:
     }
 
   @classmethod
-  def from_json(cls, data: Any, where: str) -> RankRecord:
+  def from_json(cls, data: Any, where: str) -> SanitizedRankRecord:
     """The record `data` holds (`where` names it in errors).
 
     Raises:
@@ -167,7 +167,7 @@ class RankRecord:
       raise ValueError(f"{where}: a malformed rank record ({error})") from None
 
 
-def read_record(path: str | os.PathLike) -> RankRecord:
+def read_record(path: str | os.PathLike) -> SanitizedRankRecord:
   """The record in file `path`.
 
   Raises:
@@ -179,11 +179,11 @@ def read_record(path: str | os.PathLike) -> RankRecord:
     data = json.loads(text)
   except json.JSONDecodeError as error:
     raise ValueError(f"{path}: not JSON ({error})") from None
-  return RankRecord.from_json(data, str(path))
+  return SanitizedRankRecord.from_json(data, str(path))
 
 
 @dataclasses.dataclass(frozen=True)
-class Divergence:
+class SanitizedRankDivergence:
   """The first step at which the ranks' calls differ.
 
   Attributes:
@@ -214,14 +214,14 @@ class SanitizedRanks:
       still in it; their calls are compared as far as they go.
   """
 
-  records: tuple[RankRecord, ...]
-  divergence: Divergence | None
+  records: tuple[SanitizedRankRecord, ...]
+  divergence: SanitizedRankDivergence | None
   missing: tuple[int, ...] = ()
   stale: tuple[int, ...] = ()
   unfinished: tuple[int, ...] = ()
 
   @property
-  def hung(self) -> tuple[RankRecord, ...]:
+  def hung(self) -> tuple[SanitizedRankRecord, ...]:
     """The records of ranks whose watchdog reported a hang."""
     return tuple(r for r in self.records if r.state == HUNG)
 
@@ -238,8 +238,10 @@ class SanitizedRanks:
 
   @property
   def status(self) -> int:
-    """0: the ranks agree and none hung; 1: they differ, or one hung; 2:
-    a rank's record is missing, stale or unfinished (nothing proved)."""
+    """The exit status ``--sanitized-ranks`` gives this merge, which is 0
+    when the ranks agree and none hung, 1 when they differ or one hung, 2
+    when a rank's record is missing, stale or unfinished (nothing
+    proved)."""
     if self.divergence is not None or self.hung:
       return 1
     unknown = self.missing or self.stale or self.unfinished
@@ -336,17 +338,19 @@ class SanitizedRanks:
       "records": [r.to_json() for r in self.records],
     }
 
-  def _record(self, rank: int) -> RankRecord:
+  def _record(self, rank: int) -> SanitizedRankRecord:
     return next(r for r in self.records if r.rank == rank)
 
 
-def merge_rank_records(records: Sequence[RankRecord]) -> SanitizedRanks:
+def merge_rank_records(
+  records: Sequence[SanitizedRankRecord],
+) -> SanitizedRanks:
   """Compares `records`, one a rank (any order), step by step.
 
   Raises:
     ValueError: two records name one rank.
   """
-  by_rank: dict[int, RankRecord] = {}
+  by_rank: dict[int, SanitizedRankRecord] = {}
   for record in records:
     if record.rank in by_rank:
       raise ValueError(f"two records of rank {record.rank}")
@@ -371,7 +375,9 @@ def merge_rank_records(records: Sequence[RankRecord]) -> SanitizedRanks:
       break  # That rank's later calls are not known.
     first = calls[0]
     if first is None or any(c is None or not first.matches(c) for c in calls):
-      divergence = Divergence(k, tuple(calls), tuple(r.rank for r in compared))
+      divergence = SanitizedRankDivergence(
+        k, tuple(calls), tuple(r.rank for r in compared)
+      )
       break
   return SanitizedRanks(tuple(ordered), divergence, missing, stale, unfinished)
 
@@ -544,7 +550,7 @@ class RankRecorder:
     self._write(HUNG, calls[len(self.calls) :])
 
   def _write(self, state: str, more: list[SanitizedRankCall]) -> None:
-    record = RankRecord(
+    record = SanitizedRankRecord(
       rank=self.rank_size[0],
       size=self.rank_size[1],
       launch=self.launch,
