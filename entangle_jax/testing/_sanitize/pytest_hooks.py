@@ -16,16 +16,13 @@ summary is the one shown.
 
 from __future__ import annotations
 
-import os
+import pathlib
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
 import pytest
 
-from entangle_jax.testing._sanitize import rank_calls, session, watchdog
-
-if TYPE_CHECKING:
-  from entangle_jax.testing._ways_in import launcher_ranks
+from entangle_jax.testing._sanitize import rank_calls, session
 
 EXPECTED = "entangle_races_expected"
 OUTPUT = "entangle_sanitize_unobserved"
@@ -35,52 +32,15 @@ that called unobserved targets: a list of [node id, [target, ...]]
 _SEEN = pytest.StashKey[session.Seen]()
 
 
-def options(config: pytest.Config) -> dict[str, Any]:
-  """`register`'s watchdog and ranks arguments, from ``--entangle-watchdog``
-  (``--entangle-watchdog-exit``) and ``--entangle-sanitize-ranks``.
+class Ranks(Protocol):
+  """This rank's place in a launch (`Ranks`)."""
 
-  Raises:
-    pytest.UsageError: a flag's value is wrong (named), or
-      ``--entangle-sanitize-ranks`` outside a launch of two ranks or more,
-      or with pytest-xdist.
-  """
-  found: dict[str, Any] = {}
-  limit = config.getoption("entangle_watchdog", None)
-  if limit is not None:
-    try:
-      found["watchdog"] = float(limit)
-      watchdog.check_limit(found["watchdog"])
-    except (TypeError, ValueError):
-      raise pytest.UsageError(
-        f"--entangle-watchdog={limit}: give the seconds a call may be in "
-        "flight (a positive number)"
-      ) from None
-  if config.getoption("entangle_watchdog_exit", False):
-    if limit is None:
-      raise pytest.UsageError(
-        "--entangle-watchdog-exit needs --entangle-watchdog=SECONDS"
-      )
-    found["on_hang"] = "exit"
-  folder = config.getoption("entangle_sanitize_ranks", None)
-  if folder is not None:
-    from entangle_jax.testing._ways_in import launcher_ranks
+  rank: int
+  size: int
+  folder: pathlib.Path
+  launch: str
 
-    if hasattr(config, "workerinput") or config.getoption("numprocesses", None):
-      raise pytest.UsageError(
-        "--entangle-sanitize-ranks does not combine with pytest-xdist (-n): "
-        "run one pytest a rank"
-      )
-    try:
-      ranks = launcher_ranks.from_environment(folder)
-    except ValueError as error:
-      raise pytest.UsageError(f"--entangle-sanitize-ranks: {error}") from None
-    if ranks is None:
-      raise pytest.UsageError(
-        f"--entangle-sanitize-ranks={folder}: this pytest is no rank of a "
-        "launch of two ranks or more (run it under mpirun, mpiexec or srun)"
-      )
-    found["ranks"] = ranks
-  return found
+  def dump(self, rank: int | None = None) -> pathlib.Path: ...
 
 
 def register(
@@ -88,14 +48,16 @@ def register(
   strict: bool = False,
   watchdog: float | None = None,
   on_hang: str = "report",
-  ranks: launcher_ranks.Ranks | None = None,
+  ranks: Ranks | None = None,
+  ranks_timeout_s: float = 300.0,
 ) -> None:
   """Starts the sanitizer and adds the per-test hooks to `config`
   (`strict`: a test that called an unobserved target fails; `watchdog`,
   `on_hang`: each test's ``sanitize`` arguments; `ranks`: this rank's
-  place, whose communicating calls go to its folder)."""
+  place, whose communicating calls go to its folder; `ranks_timeout_s`:
+  how long rank 0 waits for the other ranks' records)."""
   session.start()
-  plugin = SanitizePlugin(strict, watchdog, on_hang, ranks)
+  plugin = SanitizePlugin(strict, watchdog, on_hang, ranks, ranks_timeout_s)
   config.pluginmanager.register(plugin, "entangle-sanitize")
 
 
@@ -107,9 +69,11 @@ class SanitizePlugin:
     strict: bool = False,
     watchdog: float | None = None,
     on_hang: str = "report",
-    ranks: launcher_ranks.Ranks | None = None,
+    ranks: Ranks | None = None,
+    ranks_timeout_s: float = 300.0,
   ):
     self.strict = strict
+    self.ranks_timeout_s = ranks_timeout_s
     self.watchdog = watchdog
     self.on_hang = on_hang
     self.ranks = ranks
@@ -182,13 +146,7 @@ class SanitizePlugin:
     recorder.finish()
     if ranks.rank != 0:
       return
-    from entangle_jax.testing._ways_in.plugin import (
-      RANKS_TIMEOUT_ENV,
-      RANKS_TIMEOUT_S,
-    )
-
-    timeout = float(os.environ.get(RANKS_TIMEOUT_ENV, RANKS_TIMEOUT_S))
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + self.ranks_timeout_s
     while True:
       self.late = [r for r in range(ranks.size) if not _done(ranks, r)]
       if not self.late or time.monotonic() >= deadline:
@@ -225,7 +183,7 @@ class SanitizePlugin:
       )
 
 
-def _done(ranks: launcher_ranks.Ranks, rank: int) -> bool:
+def _done(ranks: Ranks, rank: int) -> bool:
   """Whether `rank` wrote its last record of this launch: final, or hung
   (its watchdog wrote it while a call was in flight)."""
   try:

@@ -20,7 +20,7 @@ result types (a collective of another size, or another collective, at one
 step is what makes MPI hang or abort). It names the first call k that
 differs, on each rank (a rank with no call k says so), or says the ranks
 agree, and gathers the hung ranks' watchdog reports. Each record carries
-its launch's id (`launcher_ranks.launch_id`), so a record an earlier
+its launch's id (`launch.launch_id`), so a record an earlier
 launch left is named stale, never compared.
 """
 
@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from entangle_jax._src import access_policy
 from entangle_jax._src.targets import sources
+from entangle_jax.testing._sanitize.launch import launch_id, rank_and_size
 
 if TYPE_CHECKING:
   from entangle_jax.testing._sanitize.columns import NativeColumns
@@ -460,7 +461,7 @@ class RankRecorder:
     folder: the folder every rank sees (``sanitize(ranks=...)``).
     rank_size: (rank, size); by default the launcher's variables, else
       JAX's process index and count.
-    launch: the launch's id; by default `launcher_ranks.launch_id` of the
+    launch: the launch's id; by default `launch.launch_id` of the
       environment.
   """
 
@@ -470,18 +471,14 @@ class RankRecorder:
     rank_size: tuple[int, int] | None = None,
     launch: str | None = None,
   ):
-    from entangle_jax.testing._ways_in import launcher_ranks
-
     if rank_size is None:
-      rank_size = launcher_ranks.rank_and_size(os.environ)
+      rank_size = rank_and_size(os.environ)
     if rank_size is None:
       import jax
 
       rank_size = (jax.process_index(), jax.process_count())
     self.rank_size = rank_size
-    self.launch = (
-      launcher_ranks.launch_id(os.environ) if launch is None else launch
-    )
+    self.launch = launch_id(os.environ) if launch is None else launch
     self.folder = pathlib.Path(folder) / f"rank{rank_size[0]}"
     self.calls: list[SanitizedRankCall] = []
     """The communicating calls of the blocks that ended."""

@@ -21,15 +21,12 @@ import dataclasses
 import os
 import sys
 import threading
-from typing import IO, TYPE_CHECKING
+from typing import IO, Protocol
 
 from entangle_jax._src import access_policy
 from entangle_jax._src.targets import sources
 from entangle_jax._src.targets.communication import Communication
-from entangle_jax.testing._sanitize import sites, wrapping
-
-if TYPE_CHECKING:
-  from entangle_jax.testing._sanitize.rank_calls import RankRecorder
+from entangle_jax.testing._sanitize import launch, sites, wrapping
 
 HANG_EXIT_STATUS = 124
 """The exit status of a process that ``on_hang="exit"`` ends (as
@@ -112,13 +109,19 @@ def calls_in_flight() -> list[CallInFlight]:
   return sorted(out, key=lambda c: c.start_ns)
 
 
+class HangRecorder(Protocol):
+  """Where a rank's record goes (`rank_calls.RankRecorder`)."""
+
+  rank_size: tuple[int, int]
+
+  def hung(self, in_flight: list[CallInFlight], report: str) -> None: ...
+
+
 def this_rank() -> tuple[int, int] | None:
   """(rank, size) of this process by the launcher's variables (Open MPI,
   PMI, Slurm); None outside a launch, or where they do not make sense."""
-  from entangle_jax.testing._ways_in import launcher_ranks
-
   try:
-    return launcher_ranks.rank_and_size(os.environ)
+    return launch.rank_and_size(os.environ)
   except ValueError:
     return None
 
@@ -154,7 +157,7 @@ class Watchdog:
     self,
     limit_s: float,
     *,
-    recorder: RankRecorder | None = None,
+    recorder: HangRecorder | None = None,
     on_hang: str = "report",
     stream: IO[str] | None = None,
   ):

@@ -18,15 +18,7 @@ import shutil
 import time
 from collections.abc import Mapping
 
-# (rank, size) variables, the first pair set wins: Open MPI, PMIx, MPICH
-# and Intel MPI (Hydra's PMI), Slurm.
-_RANK_SIZE = (
-  ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
-  ("PMI_RANK", "PMI_SIZE"),
-  ("SLURM_PROCID", "SLURM_NTASKS"),
-)
-# What names one launch: Open MPI and PMIx, Slurm's job and step.
-_LAUNCH = ("PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "SLURM_STEP_ID")
+from entangle_jax.testing._sanitize.launch import launch_id, rank_and_size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,16 +73,6 @@ class Ranks:
       return False
 
 
-def launch_id(environ: Mapping[str, str]) -> str:
-  """What names the launch in `environ` ("" where nothing does)."""
-  for name in _LAUNCH:
-    if environ.get(name):
-      if name == "SLURM_STEP_ID":
-        return f"{environ.get('SLURM_JOB_ID', '')}.{environ[name]}"
-      return environ[name]
-  return ""
-
-
 def from_environment(
   folder: str | os.PathLike, environ: Mapping[str, str] | None = None
 ) -> Ranks | None:
@@ -107,27 +89,3 @@ def from_environment(
     return None
   rank, size = found
   return Ranks(rank, size, pathlib.Path(folder), launch_id(environ))
-
-
-def rank_and_size(environ: Mapping[str, str]) -> tuple[int, int] | None:
-  """(rank, size) by the launcher's variables in `environ` (the first pair
-  set wins); None where no launcher set them.
-
-  Raises:
-    ValueError: a launcher's variable is not a rank below its size.
-  """
-  for rank_name, size_name in _RANK_SIZE:
-    if rank_name in environ and size_name in environ:
-      try:
-        rank, size = int(environ[rank_name]), int(environ[size_name])
-      except ValueError:
-        raise ValueError(
-          f"${rank_name}={environ[rank_name]!r} and ${size_name}="
-          f"{environ[size_name]!r} are not a rank and a size"
-        ) from None
-      if not 0 <= rank < size:
-        raise ValueError(
-          f"${rank_name}={rank} is not a rank of ${size_name}={size}"
-        )
-      return rank, size
-  return None

@@ -87,7 +87,7 @@ import pathlib
 import pickle
 import shutil
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -328,6 +328,60 @@ def pytest_load_initial_conftests(early_config, parser, args) -> None:
     early_config.add_cleanup(lambda: _close_dump(state))
 
 
+def _sanitize_options(config: pytest.Config) -> dict[str, Any]:
+  """`pytest_hooks.register`'s watchdog and ranks arguments, from
+  ``--entangle-watchdog`` (``--entangle-watchdog-exit``) and
+  ``--entangle-sanitize-ranks``.
+
+  Raises:
+    pytest.UsageError: a flag's value is wrong (named), or
+      ``--entangle-sanitize-ranks`` outside a launch of two ranks or more,
+      or with pytest-xdist.
+  """
+  from entangle_jax.testing._sanitize import watchdog
+
+  found: dict[str, Any] = {}
+  limit = config.getoption("entangle_watchdog", None)
+  if limit is not None:
+    try:
+      found["watchdog"] = seconds = float(limit)
+      watchdog.check_limit(seconds)
+    except (TypeError, ValueError):
+      raise pytest.UsageError(
+        f"--entangle-watchdog={limit}: give the seconds a call may be in "
+        "flight (a positive number)"
+      ) from None
+  if config.getoption("entangle_watchdog_exit", False):
+    if limit is None:
+      raise pytest.UsageError(
+        "--entangle-watchdog-exit needs --entangle-watchdog=SECONDS"
+      )
+    found["on_hang"] = "exit"
+  folder = config.getoption("entangle_sanitize_ranks", None)
+  if folder is not None:
+    from entangle_jax.testing._ways_in import launcher_ranks
+
+    if hasattr(config, "workerinput") or config.getoption("numprocesses", None):
+      raise pytest.UsageError(
+        "--entangle-sanitize-ranks does not combine with pytest-xdist (-n): "
+        "run one pytest a rank"
+      )
+    try:
+      ranks = launcher_ranks.from_environment(folder)
+    except ValueError as error:
+      raise pytest.UsageError(f"--entangle-sanitize-ranks: {error}") from None
+    if ranks is None:
+      raise pytest.UsageError(
+        f"--entangle-sanitize-ranks={folder}: this pytest is no rank of a "
+        "launch of two ranks or more (run it under mpirun, mpiexec or srun)"
+      )
+    found["ranks"] = ranks
+    found["ranks_timeout_s"] = float(
+      os.environ.get(RANKS_TIMEOUT_ENV, RANKS_TIMEOUT_S)
+    )
+  return found
+
+
 def _ranks(config, worker: str | None) -> _launcher_ranks.Ranks | None:
   """This rank's place, under ``--entangle-ranks`` (else None).
 
@@ -376,7 +430,7 @@ def pytest_configure(config: pytest.Config) -> None:
     pytest_hooks.register(
       config,
       strict=sanitize_mode == "strict",
-      **pytest_hooks.options(config),
+      **_sanitize_options(config),
     )
   else:
     for flag in ("watchdog", "watchdog_exit", "sanitize_ranks"):
