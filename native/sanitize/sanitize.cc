@@ -27,6 +27,80 @@ std::array<Binding, kMaxWrapped> bindings;
 std::atomic<int> next_binding{0};
 std::atomic<bool> recording{false};
 
+// Each thread's published call in flight (CallsInFlight): a slot of
+// atomics that only its thread writes. `start_ns` is the slot's sequence:
+// 0 while no call is in flight; the trampoline writes the other fields,
+// then the start (release), and stores 0 when the handler returns. A
+// reader loads the start (acquire), the fields, then the start again after
+// an acquire fence: the same nonzero start means the fields are that
+// call's (a later call's stores come after a release fence that follows
+// the store of 0). A relaxed store and a release store as a call begins,
+// a relaxed store as it ends: plain moves on x86.
+struct alignas(64) Slot {
+  std::atomic<bool> taken{false};
+  std::atomic<int64_t> thread{0};
+  std::atomic<int64_t> start_ns{0};
+  std::atomic<uint64_t> where{0};  // Where(): site, wrapped and device
+};
+
+// A call's site, wrapped handler and device in one word, so that
+// publishing it is one store: the site + 1 in bits 0-39 (0: none; a site
+// past 2^40 - 2, which no process makes, reads as none), the wrapped index
+// in bits 40-49 (kMaxWrapped is 1024), the device + 1 in bits 50-63 (0:
+// not known; an ordinal past 16382 reads as not known).
+constexpr uint64_t kSiteBits = 40;
+constexpr uint64_t kWrappedBits = 10;
+static_assert(kMaxWrapped <= (1 << kWrappedBits));
+
+uint64_t Where(int64_t site, int32_t wrapped, int32_t device) {
+  constexpr uint64_t kSiteMask = (uint64_t{1} << kSiteBits) - 1;
+  constexpr uint64_t kDeviceMask =
+      (uint64_t{1} << (64 - kSiteBits - kWrappedBits)) - 1;
+  const uint64_t s = static_cast<uint64_t>(site + 1);
+  const uint64_t d = static_cast<uint64_t>(static_cast<int64_t>(device) + 1);
+  return (s <= kSiteMask ? s : 0) |
+         (static_cast<uint64_t>(wrapped) << kSiteBits) |
+         ((d <= kDeviceMask ? d : 0) << (kSiteBits + kWrappedBits));
+}
+
+std::array<Slot, kMaxThreads> slots;
+std::atomic<int> slots_high{0};  // slots below it have been taken once
+
+// A free slot for the calling thread, or nullptr when every one is taken.
+Slot* ClaimSlot() {
+  for (int i = 0; i < kMaxThreads; ++i) {
+    bool expected = false;
+    if (slots[i].taken.compare_exchange_strong(expected, true,
+                                               std::memory_order_acquire)) {
+      slots[i].thread.store(static_cast<int64_t>(syscall(SYS_gettid)),
+                            std::memory_order_relaxed);
+      int high = slots_high.load(std::memory_order_relaxed);
+      while (high < i + 1 && !slots_high.compare_exchange_weak(
+                                 high, i + 1, std::memory_order_release)) {
+      }
+      return &slots[i];
+    }
+  }
+  return nullptr;
+}
+
+// Gives a thread's slot back when the thread ends (XLA's pools keep their
+// threads; Python threads come and go).
+class SlotRelease {
+ public:
+  explicit SlotRelease(Slot* slot) : slot_(slot) {}
+  ~SlotRelease() {
+    if (slot_ == nullptr) return;
+    slot_->start_ns.store(0, std::memory_order_relaxed);
+    slot_->taken.store(false, std::memory_order_release);
+  }
+  SlotRelease(const SlotRelease&) = delete;
+  SlotRelease& operator=(const SlotRelease&) = delete;
+
+ private:
+  Slot* slot_;
+};
+
 // Per-thread logs: a thread appends to its own. Each log holds up to a
 // million records between two drains, its chunks allocated as it first
 // fills them; Drain copies them out, starts the log again at 0 and frees
@@ -40,6 +114,8 @@ constexpr int64_t kCapacity = kChunk * kMaxChunks;
 
 struct ThreadLog {
   int64_t thread = 0;
+  Slot* slot = nullptr;  // where its call in flight is published; none:
+                         // every slot was taken when it began
   std::atomic<bool> busy{false};
   int64_t count = 0;  // records held (guarded by busy)
   std::array<Record*, kMaxChunks> chunks{};
@@ -75,11 +151,16 @@ std::vector<ThreadLog*>& Registry() {
   return *registry;
 }
 
+// The calling thread's log (one trivial thread-local load a call; the
+// first call of a thread makes it and takes the thread's slot).
 ThreadLog* MyLog() {
   thread_local ThreadLog* log = nullptr;
   if (log == nullptr) {
     auto* made = new ThreadLog();
     made->thread = static_cast<int64_t>(syscall(SYS_gettid));
+    made->slot = ClaimSlot();
+    // Constructed here once, destroyed when the thread ends.
+    thread_local SlotRelease release(made->slot);
     std::lock_guard<std::mutex> lock(registry_mutex);
     Registry().push_back(made);
     log = made;
@@ -87,8 +168,7 @@ ThreadLog* MyLog() {
   return log;
 }
 
-void Append(const Record& record) {
-  ThreadLog* log = MyLog();
+void Append(ThreadLog* log, const Record& record) {
   Holding hold(log);
   const int64_t n = log->count;
   if (n >= kCapacity) {
@@ -311,64 +391,6 @@ int32_t DeviceOrdinalOf(const XLA_FFI_CallFrame* frame) {
   return args.device_ordinal;
 }
 
-// Each thread's published call in flight (CallsInFlight): a slot of
-// atomics that only its thread writes. `start_ns` is the slot's sequence:
-// 0 while no call is in flight; the trampoline writes the other fields,
-// then the start (release), and stores 0 when the handler returns. A
-// reader loads the start (acquire), the fields, then the start again after
-// an acquire fence: the same nonzero start means the fields are that
-// call's (a later call's stores come after a release fence that follows
-// the store of 0). Two relaxed stores, one release store and one relaxed
-// store a call: plain moves on x86.
-struct alignas(64) Slot {
-  std::atomic<bool> taken{false};
-  std::atomic<int64_t> thread{0};
-  std::atomic<int64_t> start_ns{0};
-  std::atomic<int64_t> site{-1};
-  std::atomic<int64_t> where{0};  // wrapped << 32 | (uint32) device
-};
-
-std::array<Slot, kMaxThreads> slots;
-std::atomic<int> slots_high{0};  // slots below it have been taken once
-
-// A thread's slot, taken at its first recorded call and given back when
-// the thread ends (XLA's pools keep theirs; Python threads come and go).
-class MySlot {
- public:
-  MySlot() {
-    for (int i = 0; i < kMaxThreads; ++i) {
-      bool expected = false;
-      if (slots[i].taken.compare_exchange_strong(expected, true,
-                                                 std::memory_order_acquire)) {
-        slot_ = &slots[i];
-        slot_->thread.store(static_cast<int64_t>(syscall(SYS_gettid)),
-                            std::memory_order_relaxed);
-        int high = slots_high.load(std::memory_order_relaxed);
-        while (high < i + 1 && !slots_high.compare_exchange_weak(
-                                   high, i + 1, std::memory_order_release)) {
-        }
-        return;
-      }
-    }
-  }
-  ~MySlot() {
-    if (slot_ == nullptr) return;
-    slot_->start_ns.store(0, std::memory_order_relaxed);
-    slot_->taken.store(false, std::memory_order_release);
-  }
-  MySlot(const MySlot&) = delete;
-  MySlot& operator=(const MySlot&) = delete;
-  Slot* get() const { return slot_; }
-
- private:
-  Slot* slot_ = nullptr;  // none: every slot is taken
-};
-
-Slot* ThisThreadsSlot() {
-  thread_local MySlot mine;
-  return mine.get();
-}
-
 XLA_FFI_Error* Run(int index, XLA_FFI_CallFrame* frame) {
   const Binding& binding = bindings[index];
   XLA_FFI_Handler* original = binding.original.load(std::memory_order_acquire);
@@ -385,15 +407,13 @@ XLA_FFI_Error* Run(int index, XLA_FFI_CallFrame* frame) {
   record.device = DeviceOrdinalOf(frame);
   record.reserved = 0;
   RecordValues(binding, frame, &record);
-  Slot* slot = ThisThreadsSlot();
+  ThreadLog* log = MyLog();
+  Slot* slot = log->slot;
   if (slot != nullptr) {
     // Orders this thread's last store of 0 before the fields (see Slot).
     std::atomic_thread_fence(std::memory_order_release);
-    slot->site.store(site, std::memory_order_relaxed);
-    slot->where.store(
-        (static_cast<int64_t>(index) << 32) |
-            static_cast<int64_t>(static_cast<uint32_t>(record.device)),
-        std::memory_order_relaxed);
+    slot->where.store(Where(site, index, record.device),
+                      std::memory_order_relaxed);
     slot->start_ns.store(record.start_ns, std::memory_order_release);
   }
   XLA_FFI_Error* error = Forward(original, frame, found);
@@ -401,7 +421,7 @@ XLA_FFI_Error* Run(int index, XLA_FFI_CallFrame* frame) {
   record.end_ns = NowNs();
   record.site = site;
   record.failed = error != nullptr;
-  Append(record);
+  Append(log, record);
   return error;
 }
 
@@ -548,13 +568,16 @@ std::vector<InFlight> CallsInFlight() {
       if (start == 0) break;
       InFlight call;
       call.thread = slot.thread.load(std::memory_order_relaxed);
-      call.site = slot.site.load(std::memory_order_relaxed);
-      const int64_t where = slot.where.load(std::memory_order_relaxed);
+      const uint64_t where = slot.where.load(std::memory_order_relaxed);
       std::atomic_thread_fence(std::memory_order_acquire);
       if (slot.start_ns.load(std::memory_order_relaxed) != start) continue;
       call.start_ns = start;
-      call.wrapped = static_cast<int32_t>(where >> 32);
-      call.device = static_cast<int32_t>(static_cast<uint32_t>(where));
+      call.site =
+          static_cast<int64_t>(where & ((uint64_t{1} << kSiteBits) - 1)) - 1;
+      call.wrapped = static_cast<int32_t>((where >> kSiteBits) &
+                                          ((uint64_t{1} << kWrappedBits) - 1));
+      call.device =
+          static_cast<int32_t>(where >> (kSiteBits + kWrappedBits)) - 1;
       out.push_back(call);
       break;
     }
