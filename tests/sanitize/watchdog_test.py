@@ -227,6 +227,13 @@ class ArgumentsTest(absltest.TestCase):
       testing.sanitize(watchdog=1, on_hang="kill"),
     ):
       pass
+    with (
+      self.assertRaisesRegex(
+        TypeError, r"ranks=\.\.\.\) takes a folder's path"
+      ),
+      testing.sanitize(ranks=cast(Any, 3)),
+    ):
+      pass
 
 
 if __name__ == "__main__":

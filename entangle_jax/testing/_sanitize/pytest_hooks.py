@@ -12,6 +12,15 @@ fails under ``--entangle-sanitize=strict``. Under pytest-xdist each worker
 does the same for its tests, and hands its list of such tests to the
 controller (``workeroutput``, as the race check hands its findings), whose
 summary is the one shown.
+
+``--entangle-watchdog=SECONDS`` runs each test's block with the watchdog
+(``--entangle-watchdog-exit``: ending the process at a hang).
+``--entangle-sanitize-ranks=DIR``, one pytest a rank under ``mpirun``,
+records each rank's communicating calls to ``DIR/rankR``; at the end each
+rank marks its record final, and rank 0 waits for every rank's (final,
+or hung) record of this launch, merges them (`rank_calls`), prints the
+merge in its summary and fails a run whose ranks differ, hung, or did not
+finish within the wait.
 """
 
 from __future__ import annotations

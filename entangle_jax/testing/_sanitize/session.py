@@ -194,7 +194,8 @@ def sanitize(
   Raises:
     RuntimeError: a sanitizer is active already (they do not nest).
     TypeError, ValueError: `watchdog` is not a positive number of
-      seconds, or `on_hang` is not one of the two (named).
+      seconds, `on_hang` is not one of the two, or `ranks` is no path
+      (named).
   """
   global _active
   import jax
@@ -202,6 +203,8 @@ def sanitize(
   if watchdog is not None:
     _watchdog.check_limit(watchdog)
   _watchdog.check_on_hang(on_hang)
+  if ranks is not None and not isinstance(ranks, (str, os.PathLike)):
+    raise TypeError(f"sanitize(ranks=...) takes a folder's path, not {ranks!r}")
   with _lock:
     if _active:
       raise RuntimeError("entangle_jax.testing.sanitize: already active")

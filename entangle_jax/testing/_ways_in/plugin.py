@@ -75,6 +75,12 @@ dumps and prints its report in ``--entangle-format``'s format. In
 ranks make their communicating calls in one order, or a rank did not
 finish. It does not combine with pytest-xdist.
 
+With ``--entangle-sanitize``, ``--entangle-watchdog=SECONDS`` reports a
+call in flight past the limit (``--entangle-watchdog-exit`` ends the
+process then), and ``--entangle-sanitize-ranks=DIR`` under ``mpirun``
+compares the communicating calls each rank ran (rank 0 names the first
+at which they differ): `entangle_jax.testing._sanitize.pytest_hooks`.
+
 pytest loads the plugin through the package's ``pytest11`` entry point
 (every wheel has it, the Bazel-built one too); where the package is not
 installed (Bazel's runfiles), pass ``-p entangle_jax.testing.pytest_plugin``.
