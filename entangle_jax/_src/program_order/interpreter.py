@@ -22,7 +22,6 @@ from jax.extend import core as jex_core
 
 from entangle_jax._src import access_marker, jax_compat
 from entangle_jax._src.access_marker import Record
-from entangle_jax._src.entangle import entangle
 from entangle_jax._src.program_order import natives, rule_inputs
 from entangle_jax._src.program_order.dependence import kept_deps
 from entangle_jax._src.program_order.natives import (
@@ -837,12 +836,6 @@ class Context:
     ctx.set_dep(token, bit | deps)
     ctx.prev_bit = bit
     return ctx
-
-  def token_after(self, ctx: Context):
-    """An int32 value that comes after every call made in child `ctx`."""
-    exported = self.exported(ctx)
-    token = jnp.zeros((), jnp.int32)
-    return entangle(token, *exported) if exported else token
 
   def take_chain(self):
     """The backward chain here, started (a float32 zero) if it was not."""

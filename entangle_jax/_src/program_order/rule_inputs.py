@@ -138,10 +138,6 @@ class SubPrograms(Dependences, Inlined, Protocol):
     """A child evaluation whose calls all come after `token`."""
     ...
 
-  def token_after(self, ctx: Self) -> Any:
-    """An int32 value after every call made in child `ctx`."""
-    ...
-
   def after_sub(
     self,
     parts: Any,

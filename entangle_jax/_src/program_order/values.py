@@ -87,6 +87,14 @@ def scalar_after(values: Sequence[Any], payload):
   return entangle(payload, *values) if values else payload
 
 
+def token_after(exported: Sequence[Any]):
+  """An int32 scalar that comes after all of `exported` (the values that
+  come after every call a sub-program made): an entangle after them, or a
+  zero when there are none."""
+  token = jnp.zeros((), jnp.int32)
+  return entangle(token, *exported) if exported else token
+
+
 def deps_of(ctx: Dependences, values: Sequence[Any]) -> int:
   """The calls an entangle after all of `values` comes after (in `ctx`)."""
   bits = 0

@@ -21,6 +21,7 @@ from entangle_jax._src.program_order.touches import (
 from entangle_jax._src.program_order.values import (
   open_jaxpr,
   own_parts,
+  token_after,
 )
 from entangle_jax._src.targets import names
 
@@ -83,7 +84,7 @@ def shard_map(ctx: ShardMap, eqn, invals) -> list:
       if _split(s, mesh, manual)
     }
     chain_out = [inner.chain.reshape((1,))] if chained else []
-    return (*outs, ctx.token_after(inner).reshape((1,)), *chain_out)
+    return (*outs, token_after(ctx.exported(inner)).reshape((1,)), *chain_out)
 
   mapped = jax.shard_map(
     body,
