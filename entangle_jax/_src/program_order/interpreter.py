@@ -33,6 +33,7 @@ from entangle_jax._src.program_order.natives import (
 )
 from entangle_jax._src.program_order.rules import registry
 from entangle_jax._src.program_order.touches import (
+  ANY,
   Obj,
   OrderedCall,
   Part,
@@ -729,6 +730,13 @@ class Context:
     evaluation."""
     return 1 << next(self.bit_counter)
 
+  def mark(self, value: Any) -> int:
+    """A new call's bit, which `value` comes after from now on (a loop
+    body's probe of which carries its calls come after)."""
+    bit = self.new_bit()
+    self.set_dep(value, bit)
+    return bit
+
   def summary(self, parts, witnesses, deps_in: int, label: str) -> OrderedCall:
     bit = self.new_bit()
     access = OrderedCall(
@@ -737,12 +745,44 @@ class Context:
     self.add(access)
     return access
 
-  def child(self, accesses=None) -> Context:
-    ctx = Context(
-      self.decls,
-      self.accesses if accesses is None else accesses,
-      self.track_keys,
-    )
+  def child(
+    self,
+    *,
+    after: Any = None,
+    deps: int = 0,
+    earlier: Sequence[tuple[Any, str]] | None = None,
+    seed: tuple[Sequence[Any], Sequence[Any]] = ((), ()),
+    chain: Any = None,
+    saving: bool | None = None,
+    recompute: bool = False,
+    log: bool = False,
+  ) -> Context:
+    """A child evaluation of a sub-program (`rule_inputs.SubPrograms.child`
+    says what each argument sets): a rule says how its sub-program starts,
+    and the child is set up here, so no rule sets another's attributes."""
+    prevs: list[OrderedCall] = []
+    if after is not None and after is not False:
+      # One call the order value `after` stands for: every call of the
+      # child comes after it, and so after the calls in `deps`.
+      prev_bit = self.new_bit()
+      prevs.append(
+        OrderedCall(
+          prev_bit,
+          (Part("write", None, "previous"),),
+          [after],
+          prev_bit,
+          "",
+        )
+      )
+    elif earlier is not None:
+      # Each a call on any object, which its value stands for (a backward
+      # pass after the forward pass's calls, and after later calls').
+      for value, label in earlier:
+        bit = self.new_bit()
+        prevs.append(OrderedCall(bit, ANY, [value], bit, label))
+    else:
+      prevs = self.accesses
+    ctx = Context(self.decls, prevs, self.track_keys)
     ctx.bit_counter = self.bit_counter
     ctx.roots = dict(self.roots)
     ctx.deps = dict(self.deps)
@@ -752,13 +792,21 @@ class Context:
     ctx.keys = self.keys
     ctx.saved = self.saved
     ctx.top = False
-    ctx.saving = self.saving
-    ctx.recompute = self.recompute
-    ctx.native_log = self.native_log
+    ctx.saving = self.saving if saving is None else saving
+    ctx.recompute = self.recompute or recompute
+    ctx.native_log = [] if log else self.native_log
+    ctx.chain = chain
     # A rule makes its children while it evaluates an equation, and may
     # make them inside the sub-program's own trace, whose name stack
     # starts anew: the equation's scopes are theirs.
     ctx.outer_scopes = self.eqn_scopes or self.scopes()
+    if after is not None and after is not False:
+      ctx.set_dep(after, prevs[0].bit | deps)
+      ctx.prev_bit = prevs[0].bit
+    elif earlier is not None:
+      for (value, _), prev in zip(earlier, prevs, strict=True):
+        ctx.set_dep(value, prev.bit)
+    self._seed(ctx, *seed)
     return ctx
 
   def scopes(self) -> str:
@@ -770,7 +818,7 @@ class Context:
       return current
     return f"{outer}/{current}" if current else outer
 
-  def seed(self, child: Context, inner: Sequence[Any], outer: Sequence[Any]):
+  def _seed(self, child: Context, inner: Sequence[Any], outer: Sequence[Any]):
     """Inner values of a sub-program stand for `outer` ones."""
     for i, o in zip(inner, outer, strict=True):
       child.set_dep(i, self.dep(o))
@@ -802,10 +850,12 @@ class Context:
     self.set_dep(token, stood)
     return token
 
-  def exported(self, ctx: Context) -> list:
-    """Values that come after every call made in child `ctx`."""
+  def exported(self) -> list:
+    """Values that come after every call made in this evaluation (not in
+    its parent): noted as used, in the set a child shares with its
+    parent."""
     values = []
-    for a in _not_covered(ctx.own):
+    for a in _not_covered(self.own):
       values += a.witnesses
     self.used.update(id(v) for v in values)
     return values
@@ -822,20 +872,6 @@ class Context:
     for t in tokens:
       self.set_dep(t, access.deps)
     return outs
-
-  def loop_child(self, token, deps: int = 0) -> Context:
-    """A child context whose calls all come after `token`, which comes
-    after the calls in `deps`."""
-    if token is False or token is None:
-      return self.child(accesses=[])
-    bit = self.new_bit()
-    prev = OrderedCall(
-      bit, (Part("write", None, "previous"),), [token], bit, ""
-    )
-    ctx = self.child(accesses=[prev])
-    ctx.set_dep(token, bit | deps)
-    ctx.prev_bit = bit
-    return ctx
 
   def take_chain(self):
     """The backward chain here, started (a float32 zero) if it was not."""
@@ -945,11 +981,12 @@ def _every_rule_input(
   rule_inputs.Checkpoint,
   rule_inputs.Loop,
   rule_inputs.ShardMap,
+  rule_inputs.SubEvaluation,
 ]:
   """`ctx` as each rule's input: never called; ty checks that `Context`
   has what every protocol of `rule_inputs` names, as the rules it hands
   itself to (`Context.eval_eqn`) read it."""
-  return ctx, ctx, ctx, ctx, ctx, ctx, ctx, ctx
+  return ctx, ctx, ctx, ctx, ctx, ctx, ctx, ctx, ctx
 
 
 def _literal_key(atom) -> Any:

@@ -21,7 +21,7 @@ from entangle_jax._src.program_order.touches import Part
 if TYPE_CHECKING:
   from entangle_jax._src.program_order.rule_inputs import (
     Dependences,
-    SubPrograms,
+    SubEvaluation,
   )
 
 SAVED = "entangle_jax_native_result"
@@ -113,7 +113,8 @@ def common(deps: Sequence[int]) -> int:
   return bits
 
 
-def own_parts(ctx: SubPrograms) -> tuple[Part, ...]:
+def own_parts(ctx: SubEvaluation) -> tuple[Part, ...]:
+  """What the calls made in child evaluation `ctx` touch."""
   return tuple(p for a in ctx.own for p in a.parts)
 
 

@@ -44,14 +44,15 @@ def remat(ctx: Checkpoint, eqn, invals) -> list:
   recompute = bool(params.get("differentiated", False))
 
   def fn(chain, *args):
-    inner = ctx.child()
-    inner.saving = not recompute
-    inner.recompute = inner.recompute or recompute
-    inner.chain = chain
-    ctx.seed(inner, args, invals)
+    inner = ctx.child(
+      seed=(args, invals),
+      chain=chain,
+      saving=not recompute,
+      recompute=recompute,
+    )
     outs = inner.run(jaxpr, (), list(args))
     holder["parts"] = own_parts(inner)
-    exported = ctx.exported(inner)
+    exported = inner.exported()
     holder["deps"] = common([inner.dep(e) for e in exported])
     return outs, exported, inner.chain
 

@@ -49,12 +49,10 @@ def cond(ctx: ChainedSubPrograms, eqn, invals) -> list:
 
   def branch_fn(closed, aval=None, found=None):
     def fn(*args):
-      inner = ctx.child()
-      inner.chain = chain
-      ctx.seed(inner, args, ops)
+      inner = ctx.child(seed=(args, ops), chain=chain)
       jaxpr, consts = open_jaxpr(closed)
       outs = inner.run(jaxpr, consts, list(args))
-      exported = ctx.exported(inner)
+      exported = inner.exported()
       if found is not None:
         found.append([aval_of(e) for e in exported])
       else:

@@ -34,7 +34,7 @@ from entangle_jax._src.program_order.values import (
 )
 
 if TYPE_CHECKING:
-  from entangle_jax._src.program_order.rule_inputs import Loop
+  from entangle_jax._src.program_order.rule_inputs import Loop, SubEvaluation
 
 LOOPS = family(
   "loops",
@@ -60,13 +60,17 @@ def scan(ctx: Loop, eqn, invals) -> list:
       carry, chain = carry
       if use_token:
         carry, token = carry
-      inner = ctx.loop_child(use_token and token, token_deps)
-      inner.chain = chain
-      ctx.seed(inner, consts, consts)
+      inner = body_child(
+        ctx,
+        use_token and token,
+        token_deps,
+        seed=(consts, consts),
+        chain=chain,
+      )
       outs = inner.run(jaxpr, jconsts, [*consts, *carry, *x])
       new_carry, ys = outs[:n_carry], outs[n_carry:]
       if use_token:
-        new_carry = (new_carry, loop_token(ctx, inner, token))
+        new_carry = (new_carry, loop_token(inner, token))
       return (new_carry, inner.chain), ys
 
     return fn
@@ -125,17 +129,17 @@ def while_loop(ctx: Loop, eqn, invals) -> list:
     def cond_fn(carry):
       if use_token:
         carry, token = carry
-      inner = ctx.loop_child(use_token and token, token_deps)
+      inner = body_child(ctx, use_token and token, token_deps)
       (pred,) = inner.run(cjaxpr, cjconsts, [*cconsts, *carry])
       return pred
 
     def body_fn(carry):
       if use_token:
         carry, token = carry
-      inner = ctx.loop_child(use_token and token, token_deps)
+      inner = body_child(ctx, use_token and token, token_deps)
       outs = inner.run(bjaxpr, bjconsts, [*bconsts, *carry])
       if use_token:
-        return outs, loop_token(ctx, inner, token)
+        return outs, loop_token(inner, token)
       return outs
 
     carry = (list(init), init_token) if use_token else list(init)
@@ -169,11 +173,22 @@ def while_loop(ctx: Loop, eqn, invals) -> list:
   )
 
 
-def loop_token(ctx: Loop, inner: Loop, token):
+def body_child(ctx: Loop, token, deps: int, **settings: Any) -> SubEvaluation:
+  """The evaluation of one iteration's body (or condition): its calls all
+  come after `token`, the order value in the carry, which comes after the
+  calls in `deps`; with no order value (`token` False), after none, the
+  carries alone ordering them. `settings`: the rest of
+  `rule_inputs.SubPrograms.child`'s."""
+  if token is False or token is None:
+    return ctx.child(earlier=(), **settings)
+  return ctx.child(after=token, deps=deps, **settings)
+
+
+def loop_token(inner: SubEvaluation, token):
   """The order value out of a loop body: after every call of the body
   and after `token`, the value that came in (so that the loop's last
   one comes after the first)."""
-  exported = [w for w in ctx.exported(inner) if w is not token]
+  exported = [w for w in inner.exported() if w is not token]
   if not exported:
     return token
   if deps_of(inner, exported) & inner.prev_bit:
@@ -203,18 +218,14 @@ def loop_analysis(ctx: Loop, run_body, init, consts, x_avals) -> BodyAnalysis:
 
   def probe(*flat_in):
     carry_in, x_in = flat_in[: len(init)], flat_in[len(init) :]
-    inner = ctx.child(accesses=[])
-    ctx.seed(inner, consts, consts)
-    carry_bits = []
-    for value in carry_in:
-      bit = ctx.new_bit()
-      carry_bits.append(bit)
-      inner.set_dep(value, bit)
+    inner = ctx.child(earlier=(), seed=(consts, consts))
+    # One bit a carry: which carries each call of the body comes after.
+    carry_bits = [inner.mark(value) for value in carry_in]
     carry_out = run_body(inner, list(carry_in), list(x_in))
     result["inner"] = inner
     result["carry_bits"] = carry_bits
     result["out_deps"] = [inner.dep(v) for v in carry_out]
-    exported = ctx.exported(inner)
+    exported = inner.exported()
     if len(exported) == 1:
       result["aval"] = aval_of(exported[0])
     return [jnp.zeros((), jnp.int32)]
@@ -257,7 +268,12 @@ def loop_analysis(ctx: Loop, run_body, init, consts, x_avals) -> BodyAnalysis:
   return BodyAnalysis(parts, True, carrying, aval)
 
 
-def loop(ctx: Loop, analyse, run_loop, invals, label, split, extra_jaxprs=()):
+def loop(
+  ctx: Loop, analyse, run_loop, invals, label, split, extra_jaxprs=()
+) -> list:
+  """Orders a loop: through its carries where the body's analysis trusts
+  them, else through an order value in the carry. `run_loop(use_token,
+  init_token)` rebuilds it: ``(carry, ys)``."""
   # None: a while loop with calls in its condition, its body not analysed.
   analysis = analyse() or BodyAnalysis((), trusted=False, carrying=[])
   parts, carrying = analysis.parts, analysis.carrying

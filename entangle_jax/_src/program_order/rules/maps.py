@@ -71,10 +71,10 @@ def shard_map(ctx: ShardMap, eqn, invals) -> list:
 
   def body(token, *args):
     chain, args = args[: len(chain_in)], args[len(chain_in) :]
-    inner = ctx.loop_child(token)
-    inner.native_log = []  # Every call in the body, nested ones included.
-    if chained:
-      inner.chain = chain[0]
+    # Every call in the body logged, nested ones included.
+    inner = ctx.child(
+      after=token, chain=chain[0] if chained else None, log=True
+    )
     outs = inner.run(jaxpr, consts, list(args))
     holder["parts"] = own_parts(inner)
     holder["calls"] = inner.native_log
@@ -84,7 +84,7 @@ def shard_map(ctx: ShardMap, eqn, invals) -> list:
       if _split(s, mesh, manual)
     }
     chain_out = [inner.chain.reshape((1,))] if chained else []
-    return (*outs, token_after(ctx.exported(inner)).reshape((1,)), *chain_out)
+    return (*outs, token_after(inner.exported()).reshape((1,)), *chain_out)
 
   mapped = jax.shard_map(
     body,
