@@ -319,7 +319,7 @@ class Context:
     name = eqn.primitive.name
     rule = registry.rule_for(name)
     if rule is not None and not rule.higher_order:
-      return rule.apply(self, eqn, invals)
+      return self.keep_books(rule.apply(self, eqn, invals))
     if not has_native(eqn, self.decls, scopes):
       return self.bind(eqn, invals)
     if rule is None:
@@ -330,7 +330,7 @@ class Context:
         "cannot order calls inside it. Move the native call out of it, or "
         "order it by hand with entangle_jax.entangle or Resource."
       )
-    return rule.apply(self, eqn, invals)
+    return self.keep_books(rule.apply(self, eqn, invals))
 
   def bind(self, eqn, invals: list) -> list:
     """Binds `eqn`'s primitive; its results depend on the calls that XLA
@@ -737,13 +737,35 @@ class Context:
     self.set_dep(value, bit)
     return bit
 
-  def summary(self, parts, witnesses, deps_in: int, label: str) -> OrderedCall:
+  def record(self, summary: rule_inputs.Summary) -> None:
+    """Records a sub-program's calls as one call here (a rule's
+    `rule_inputs.Summary`): its witnesses, and the values it names, come
+    after it and after the calls of its `deps`."""
     bit = self.new_bit()
     access = OrderedCall(
-      bit, tuple(parts), list(witnesses), bit | deps_in, label
+      bit,
+      tuple(summary.parts),
+      list(summary.witnesses),
+      bit | summary.deps,
+      summary.label,
     )
     self.add(access)
-    return access
+    for value in summary.after:
+      self.set_dep(value, access.deps)
+
+  def keep_books(self, result: rule_inputs.RuleResult) -> list:
+    """Records what a rule decided (`rule_inputs.RuleResult`) and returns
+    its outputs. The rule only returns it: the chain, the recorded calls
+    and what the backward passes touch are set here, in one place."""
+    if result.chain is not None:
+      self.chain = result.chain
+    if result.backward:
+      # In place: a child shares its parent's list (`child`), and the
+      # backward passes' parts are read once, at the end (`link`).
+      self.backward.extend(result.backward)
+    if result.summary is not None:
+      self.record(result.summary)
+    return result.outs
 
   def child(
     self,
@@ -859,19 +881,6 @@ class Context:
       values += a.witnesses
     self.used.update(id(v) for v in values)
     return values
-
-  def after_sub(self, parts, outs, token, invals, label, deps=0) -> list:
-    """Registers a sub-program's calls (`parts`) as one call here, which
-    `token` (a value, or a list of values) comes after; as do the calls in
-    `deps`, which every branch's `token` is an entangle after. The other
-    results depend on nothing (`dependence`): XLA may pass a value through
-    a loop or a branch, and drop the rest."""
-    del invals
-    tokens = list(token) if isinstance(token, list | tuple) else [token]
-    access = self.summary(parts, tokens, deps, label)
-    for t in tokens:
-      self.set_dep(t, access.deps)
-    return outs
 
   def take_chain(self):
     """The backward chain here, started (a float32 zero) if it was not."""

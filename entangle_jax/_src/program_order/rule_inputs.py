@@ -1,22 +1,32 @@
-"""What an ordering rule (`rules`) is handed: one protocol per concern,
-as JAX keeps one rule table per concern and hands each rule only what it
-reads (``pe.dce_rules``: the used outputs and the equation).
+"""What an ordering rule (`rules`) is handed, and what it hands back: one
+narrow protocol per concern, as JAX keeps one rule table per concern and
+hands each rule only what it reads (``pe.dce_rules``: the used outputs and
+the equation), and one result (`RuleResult`) that says what the rule
+decided.
 
 A rule names the protocol of what it needs: a first-order rule the
 values' calls and objects (`Values`), a rule that binds an equation again
 as one native call `NativeCalls`, a nested call `Inlined`, a rule that
 rebuilds a sub-program `SubPrograms` (a loop's `Loop`), and the child
-evaluations it makes for the sub-program `SubEvaluation`, whose settings
-(earlier calls, the backward chain in, checkpoint saving, a log of
-native calls) are arguments of `SubPrograms.child`, never set by the
-rule. The interpreter's evaluation (`interpreter.Context`) is the one
-object that has them all; ty checks it against each. This module imports
-no interpreter: a rule that says what it reads need not import what
+evaluations it makes for the sub-program `SubEvaluation`. Each is small
+(`tests/program_order/program_order_rule_inputs_test.py` holds them to a
+budget of members) and, past the first-order rules' values, read-only: a
+rule never sets the interpreter's attributes. What it decides besides its
+outputs (the backward chain out, the calls of a sub-program recorded as
+one, what backward passes touch) it returns in its `RuleResult`, which
+the interpreter records (``Context.eval_eqn``): the books (the chain,
+the recorded calls, a checkpoint's saving) are kept in one place, where
+their invariants are, and a rule reads as what it computes.
+
+The interpreter's evaluation (`interpreter.Context`) is the one object
+that has them all; ty checks it against each. This module imports no
+interpreter: a rule that says what it reads need not import what
 evaluates it, and the modules form no cycle.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -188,29 +198,10 @@ class SubPrograms(Dependences, Protocol):
     was not."""
     ...
 
-  chain: Any
-  """The backward chain here, or None until a backward pass makes a
-  native call."""
-  backward: list[Part]
-  """What those backward passes touch."""
-
-  def after_sub(
-    self,
-    parts: Any,
-    outs: list,
-    token: Any,
-    invals: Any,
-    label: str,
-    deps: int = 0,
-  ) -> list:
-    """Records a sub-program's calls as one call that `token` comes
-    after; `outs`, its results."""
-    ...
-
 
 class ChainedSubPrograms(SubPrograms, Protocol):
   """A conditional's rule, a custom derivative's: sub-programs and the
-  backward chain through them."""
+  backward chain through them (the chain out is a `RuleResult`'s)."""
 
 
 class Checkpoint(SubPrograms, Protocol):
@@ -238,12 +229,62 @@ class Loop(SubPrograms, Protocol):
     """The named scopes in effect, in full (a Resource's records)."""
     ...
 
-  def set_dep(self, value: Any, bits: int) -> None:
-    """Records that `value` comes after the calls in `bits` too."""
-    ...
 
-  def summary(
-    self, parts: Any, witnesses: Any, deps_in: int, label: str
-  ) -> OrderedCall:
-    """Records calls of `parts` as one call that `witnesses` come after."""
-    ...
+@dataclasses.dataclass(frozen=True)
+class Summary:
+  """A sub-program's native calls, recorded as one call of the evaluation
+  the rule ran in: later calls that conflict with what they touch come
+  after its witnesses."""
+
+  parts: tuple[Part, ...]
+  """What the sub-program's calls touch."""
+  witnesses: tuple[Any, ...]
+  """The values a later call waits for (an order value, carries)."""
+  deps: int
+  """The earlier calls the witnesses come after besides this one."""
+  label: str
+  """The call's name, in warnings (``scan``, ``cond``)."""
+  after: tuple[Any, ...]
+  """The values that come after this call (and its `deps`) from now on."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RuleResult:
+  """What a rule decided: the equation's results, and what the interpreter
+  records for it (``Context.eval_eqn``), in this order: the backward
+  chain, what backward passes touch, the sub-program's calls."""
+
+  outs: list
+  """The equation's results, in its outputs' order."""
+  chain: Any = None
+  """The backward chain out of the equation, or None: unchanged."""
+  backward: tuple[Part, ...] = ()
+  """What the backward passes of a rebuilt ``custom_vjp`` touch: the
+  chain's cotangent comes after the forward calls they conflict with."""
+  summary: Summary | None = None
+  """The sub-program's calls as one call, or None: none recorded."""
+
+
+def after_sub(
+  outs: Sequence[Any],
+  parts: Sequence[Part],
+  token: Any,
+  label: str,
+  deps: int = 0,
+  *,
+  chain: Any = None,
+  backward: Sequence[Part] = (),
+) -> RuleResult:
+  """The result of a rule that rebuilt a sub-program: `outs`, and its calls
+  (`parts`) recorded as one call, which `token` (a value, or a list of
+  values) comes after, as do the calls in `deps`, which every branch's
+  `token` is an entangle after. The other results depend on nothing
+  (`dependence`): XLA may pass a value through a loop or a branch, and
+  drop the rest."""
+  tokens = tuple(token) if isinstance(token, list | tuple) else (token,)
+  return RuleResult(
+    list(outs),
+    chain=chain,
+    backward=tuple(backward),
+    summary=Summary(tuple(parts), tokens, deps, label, after=tokens),
+  )

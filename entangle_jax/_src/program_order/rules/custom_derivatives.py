@@ -16,6 +16,7 @@ from entangle_jax._src.program_order.natives import (
   backward_parts,
   rule_parts,
 )
+from entangle_jax._src.program_order.rule_inputs import RuleResult, after_sub
 from entangle_jax._src.program_order.rules.registry import family, register
 from entangle_jax._src.program_order.touches import ANY
 from entangle_jax._src.program_order.values import (
@@ -41,7 +42,7 @@ CUSTOM_DERIVATIVES = family(
 
 
 @register(CUSTOM_DERIVATIVES, ("custom_jvp_call",))
-def custom_jvp(ctx: ChainedSubPrograms, eqn, invals) -> list:
+def custom_jvp(ctx: ChainedSubPrograms, eqn, invals) -> RuleResult:
   """Rebuilds the custom_jvp around the transformed primal and the
   transformed JVP rule (traced from ``jax.jvp`` of the original call).
   Earlier calls come in as an int32 order value, an argument: a
@@ -75,9 +76,7 @@ def custom_jvp(ctx: ChainedSubPrograms, eqn, invals) -> list:
     return (outs[:n], _token_out(inner, token, holder)), (outs[n:], zero)
 
   outs, token = fn(token_in, *invals)
-  return _rebuilt_outputs(
-    ctx, outs, token, invals, "custom_jvp", token_in, holder
-  )
+  return _rebuilt_outputs(ctx, outs, token, "custom_jvp", token_in, holder)
 
 
 def ordered_primal(ctx: ChainedSubPrograms, closed, invals, holder: dict):
@@ -134,17 +133,24 @@ def _token_out(inner: SubEvaluation, token, holder: dict):
 
 
 def _rebuilt_outputs(
-  ctx: ChainedSubPrograms, outs, token, invals, kind: str, token_in, holder
-) -> list:
+  ctx: ChainedSubPrograms,
+  outs,
+  token,
+  kind: str,
+  token_in,
+  holder,
+  **decided,
+) -> RuleResult:
   """The outputs of a rebuilt custom derivative of kind `kind`, after the
-  calls it made (``holder["parts"]``), as later calls see them."""
-  return ctx.after_sub(
+  calls it made (``holder["parts"]``), as later calls see them; with what
+  else the rule `decided` (`rule_inputs.after_sub`'s keywords)."""
+  return after_sub(
+    outs,
     holder.get("parts", ()),
-    list(outs),
     token,
-    invals,
     kind,
     _after_token_in(ctx, token_in, holder),
+    **decided,
   )
 
 
@@ -158,7 +164,7 @@ def _after_token_in(ctx: ChainedSubPrograms, token_in, holder: dict) -> int:
 
 
 @register(CUSTOM_DERIVATIVES, ("custom_vjp_call",))
-def custom_vjp(ctx: ChainedSubPrograms, eqn, invals) -> list:
+def custom_vjp(ctx: ChainedSubPrograms, eqn, invals) -> RuleResult:
   """Rebuilds the custom_vjp around transformed functions: the primal,
   the forward pass and the backward pass (traced from ``jax.vjp`` of the
   original call, so that its rules are the user's), each ordered; the
@@ -172,9 +178,10 @@ def custom_vjp(ctx: ChainedSubPrograms, eqn, invals) -> list:
   parts = ctx.sub_parts([closed.jaxpr]) + rule_parts(eqn, ctx.decls)
   holder = {"parts": parts}
   token_in = _token_in(ctx, parts, holder)
+  # What the backward pass touches, recorded by the interpreter from the
+  # result (the chain's cotangent is ordered by it only at the end).
   backward = backward_parts(eqn, ctx.decls)
   if backward:
-    ctx.backward.extend(backward)
     chain_in = ctx.take_chain()
 
   def original(*args):
@@ -227,8 +234,13 @@ def custom_vjp(ctx: ChainedSubPrograms, eqn, invals) -> list:
   fn.defvjp(fwd, bwd, **jax_compat.generic_batching_options())
   chain = chain_in if backward else jnp.zeros((), jnp.float32)
   outs, token, chain = fn(token_in, chain, *invals)
-  if backward:
-    ctx.chain = chain
   return _rebuilt_outputs(
-    ctx, outs, token, invals, "custom_vjp", token_in, holder
+    ctx,
+    outs,
+    token,
+    "custom_vjp",
+    token_in,
+    holder,
+    chain=chain if backward else None,
+    backward=backward,
   )

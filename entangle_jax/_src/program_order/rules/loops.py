@@ -17,6 +17,11 @@ from entangle_jax._src.program_order.natives import (
   backward_in,
   has_native_jaxpr,
 )
+from entangle_jax._src.program_order.rule_inputs import (
+  RuleResult,
+  Summary,
+  after_sub,
+)
 from entangle_jax._src.program_order.rules.registry import family, register
 from entangle_jax._src.program_order.touches import (
   ANY,
@@ -46,7 +51,7 @@ LOOPS = family(
 
 
 @register(LOOPS, ("scan",))
-def scan(ctx: Loop, eqn, invals) -> list:
+def scan(ctx: Loop, eqn, invals) -> RuleResult:
   p = eqn.params
   n_consts, n_carry = jax_compat.scan_counts(p)
   consts = invals[:n_consts]
@@ -92,9 +97,7 @@ def scan(ctx: Loop, eqn, invals) -> list:
       reverse=p["reverse"],
       unroll=p.get("unroll", 1),
     )
-    if chained:
-      ctx.chain = chain
-    return carry, ys
+    return carry, ys, chain if chained else None
 
   def analyse():
     return loop_analysis(
@@ -111,7 +114,7 @@ def scan(ctx: Loop, eqn, invals) -> list:
 
 
 @register(LOOPS, ("while",))
-def while_loop(ctx: Loop, eqn, invals) -> list:
+def while_loop(ctx: Loop, eqn, invals) -> RuleResult:
   p = eqn.params
   nc, nb = p["cond_nconsts"], p["body_nconsts"]
   cconsts, bconsts, init = (
@@ -144,7 +147,7 @@ def while_loop(ctx: Loop, eqn, invals) -> list:
 
     carry = (list(init), init_token) if use_token else list(init)
     out = jax.lax.while_loop(cond_fn, body_fn, carry)
-    return out, []
+    return out, [], None
 
   def analyse():
     if cond_native:
@@ -270,10 +273,10 @@ def loop_analysis(ctx: Loop, run_body, init, consts, x_avals) -> BodyAnalysis:
 
 def loop(
   ctx: Loop, analyse, run_loop, invals, label, split, extra_jaxprs=()
-) -> list:
+) -> RuleResult:
   """Orders a loop: through its carries where the body's analysis trusts
   them, else through an order value in the carry. `run_loop(use_token,
-  init_token)` rebuilds it: ``(carry, ys)``."""
+  init_token)` rebuilds it: ``(carry, ys, chain out or None)``."""
   # None: a while loop with calls in its condition, its body not analysed.
   analysis = analyse() or BodyAnalysis((), trusted=False, carrying=[])
   parts, carrying = analysis.parts, analysis.carrying
@@ -283,19 +286,21 @@ def loop(
     # that it is that result (no entangle), else an int32 scalar.
     every = ctx.sub_parts(extra_jaxprs) + parts
     init_token = ctx.order_token(every or ANY, analysis.aval)
-    carry, ys = run_loop(True, init_token)
+    carry, ys, chain = run_loop(True, init_token)
     carry, token = carry
     outs = list(carry) + list(ys)
     # Each body's order value comes after the one that came in
     # (`loop_token`): the last after the first, and what it follows.
-    return ctx.after_sub(
-      every or ANY, outs, token, invals, label, ctx.dep(init_token)
+    return after_sub(
+      outs, every or ANY, token, label, ctx.dep(init_token), chain=chain
     )
-  carry, ys = run_loop(False)
+  carry, ys, chain = run_loop(False)
   outs = list(carry) + list(ys)
-  if parts:
-    witnesses = [carry[k] for k in carrying if size(carry[k]) > 0]
-    access = ctx.summary(parts, witnesses, 0, label)
-    for k in carrying:
-      ctx.set_dep(carry[k], access.deps)
-  return outs
+  if not parts:
+    return RuleResult(outs, chain=chain)
+  # The carries that come after the body's calls stand for them.
+  witnesses = tuple(carry[k] for k in carrying if size(carry[k]) > 0)
+  after = tuple(carry[k] for k in carrying)
+  return RuleResult(
+    outs, chain=chain, summary=Summary(parts, witnesses, 0, label, after)
+  )

@@ -14,6 +14,7 @@ from entangle_jax._src.program_order import call_like, natives
 from entangle_jax._src.program_order.natives import (
   backward_in,
 )
+from entangle_jax._src.program_order.rule_inputs import RuleResult, after_sub
 from entangle_jax._src.program_order.rules.registry import family, register
 from entangle_jax._src.program_order.touches import (
   ANY,
@@ -40,17 +41,17 @@ MAPS = family(
 
 
 @register(MAPS, call_like.NESTED_CALLS)
-def call(ctx: Inlined, eqn, invals) -> list:
+def call(ctx: Inlined, eqn, invals) -> RuleResult:
   """Inlined; the shardings it was given stay as constraints."""
   closed = eqn.params.get("jaxpr", eqn.params.get("call_jaxpr"))
   jaxpr, consts = open_jaxpr(closed)
   invals = _constrained(invals, eqn.params.get("in_shardings"))
   outs = ctx.run(jaxpr, consts, invals)
-  return _constrained(outs, eqn.params.get("out_shardings"))
+  return RuleResult(_constrained(outs, eqn.params.get("out_shardings")))
 
 
 @register(MAPS, ("shard_map",))
-def shard_map(ctx: ShardMap, eqn, invals) -> list:
+def shard_map(ctx: ShardMap, eqn, invals) -> RuleResult:
   """Rebuilds the shard_map around the transformed body: earlier calls
   come in as a replicated int32 order value, and each device's calls go
   out as one element of an order value sharded over the manual axes."""
@@ -102,13 +103,14 @@ def shard_map(ctx: ShardMap, eqn, invals) -> list:
   _warn_across_devices(
     ctx.decls, holder.get("calls", ()), holder.get("split", ())
   )
+  chain = None
   if chained:
     *outs, token, chain = results
-    ctx.chain = chain.sum()
+    chain = chain.sum()
   else:
     *outs, token = results
-  return ctx.after_sub(
-    holder.get("parts", ()), list(outs), token, invals, "shard_map"
+  return after_sub(
+    outs, holder.get("parts", ()), token, "shard_map", chain=chain
   )
 
 
