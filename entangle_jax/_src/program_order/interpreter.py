@@ -2,7 +2,11 @@
 equation again, entangling native calls with the earlier calls they
 conflict with. Every other equation goes to its primitive's rule
 (`rules.registry`), which rebuilds a sub-program that holds native calls
-with what `Context` shares: child contexts, order values, summaries."""
+with what `Context` shares (child contexts, order values), reading it
+through a narrow protocol (`rule_inputs`), and returns what it decided (a
+`rule_inputs.RuleResult`), which `Context.keep_books` records: the
+evaluation's books (the backward chain, the recorded calls) are set here
+only."""
 
 from __future__ import annotations
 
