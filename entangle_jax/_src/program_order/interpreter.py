@@ -2,7 +2,11 @@
 equation again, entangling native calls with the earlier calls they
 conflict with. Every other equation goes to its primitive's rule
 (`rules.registry`), which rebuilds a sub-program that holds native calls
-with what `Context` shares: child contexts, order values, summaries."""
+with what `Context` shares (child contexts, order values), reading it
+through a narrow protocol (`rule_inputs`), and returns what it decided (a
+`rule_inputs.RuleResult`), which `Context.keep_books` records: the
+evaluation's books (the backward chain, the recorded calls) are set here
+only."""
 
 from __future__ import annotations
 
@@ -22,7 +26,6 @@ from jax.extend import core as jex_core
 
 from entangle_jax._src import access_marker, jax_compat
 from entangle_jax._src.access_marker import Record
-from entangle_jax._src.entangle import entangle
 from entangle_jax._src.program_order import natives, rule_inputs
 from entangle_jax._src.program_order.dependence import kept_deps
 from entangle_jax._src.program_order.natives import (
@@ -34,6 +37,7 @@ from entangle_jax._src.program_order.natives import (
 )
 from entangle_jax._src.program_order.rules import registry
 from entangle_jax._src.program_order.touches import (
+  ANY,
   Obj,
   OrderedCall,
   Part,
@@ -319,7 +323,7 @@ class Context:
     name = eqn.primitive.name
     rule = registry.rule_for(name)
     if rule is not None and not rule.higher_order:
-      return rule.apply(self, eqn, invals)
+      return self.keep_books(rule.apply(self, eqn, invals))
     if not has_native(eqn, self.decls, scopes):
       return self.bind(eqn, invals)
     if rule is None:
@@ -330,7 +334,7 @@ class Context:
         "cannot order calls inside it. Move the native call out of it, or "
         "order it by hand with entangle_jax.entangle or Resource."
       )
-    return rule.apply(self, eqn, invals)
+    return self.keep_books(rule.apply(self, eqn, invals))
 
   def bind(self, eqn, invals: list) -> list:
     """Binds `eqn`'s primitive; its results depend on the calls that XLA
@@ -730,20 +734,81 @@ class Context:
     evaluation."""
     return 1 << next(self.bit_counter)
 
-  def summary(self, parts, witnesses, deps_in: int, label: str) -> OrderedCall:
+  def mark(self, value: Any) -> int:
+    """A new call's bit, which `value` comes after from now on (a loop
+    body's probe of which carries its calls come after)."""
+    bit = self.new_bit()
+    self.set_dep(value, bit)
+    return bit
+
+  def record(self, summary: rule_inputs.Summary) -> None:
+    """Records a sub-program's calls as one call here (a rule's
+    `rule_inputs.Summary`): its witnesses, and the values it names, come
+    after it and after the calls of its `deps`."""
     bit = self.new_bit()
     access = OrderedCall(
-      bit, tuple(parts), list(witnesses), bit | deps_in, label
+      bit,
+      tuple(summary.parts),
+      list(summary.witnesses),
+      bit | summary.deps,
+      summary.label,
     )
     self.add(access)
-    return access
+    for value in summary.after:
+      self.set_dep(value, access.deps)
 
-  def child(self, accesses=None) -> Context:
-    ctx = Context(
-      self.decls,
-      self.accesses if accesses is None else accesses,
-      self.track_keys,
-    )
+  def keep_books(self, result: rule_inputs.RuleResult) -> list:
+    """Records what a rule decided (`rule_inputs.RuleResult`) and returns
+    its outputs. The rule only returns it: the chain, the recorded calls
+    and what the backward passes touch are set here, in one place."""
+    if result.chain is not None:
+      self.chain = result.chain
+    if result.backward:
+      # In place: a child shares its parent's list (`child`), and the
+      # backward passes' parts are read once, at the end (`link`).
+      self.backward.extend(result.backward)
+    if result.summary is not None:
+      self.record(result.summary)
+    return result.outs
+
+  def child(
+    self,
+    *,
+    after: Any = None,
+    deps: int = 0,
+    earlier: Sequence[tuple[Any, str]] | None = None,
+    seed: tuple[Sequence[Any], Sequence[Any]] = ((), ()),
+    chain: Any = None,
+    saving: bool | None = None,
+    recompute: bool = False,
+    log: bool = False,
+  ) -> Context:
+    """A child evaluation of a sub-program (`rule_inputs.SubPrograms.child`
+    says what each argument sets): a rule says how its sub-program starts,
+    and the child is set up here, so no rule sets another's attributes."""
+    prevs: list[OrderedCall] = []
+    if after is not None and after is not False:
+      # One call the order value `after` stands for: every call of the
+      # child comes after it, and so after the calls in `deps`.
+      prev_bit = self.new_bit()
+      prevs.append(
+        OrderedCall(
+          prev_bit,
+          (Part("write", None, "previous"),),
+          [after],
+          prev_bit,
+          "",
+        )
+      )
+    elif earlier is not None:
+      # Each a call on any object, which its value stands for (a backward
+      # pass after the forward pass's calls, and after later calls').
+      for value, label in earlier:
+        bit = self.new_bit()
+        prevs.append(OrderedCall(bit, ANY, [value], bit, label))
+    else:
+      prevs = self.accesses
+    ctx = Context(self.decls, prevs, self.track_keys)
     ctx.bit_counter = self.bit_counter
     ctx.roots = dict(self.roots)
     ctx.deps = dict(self.deps)
@@ -753,13 +818,21 @@ class Context:
     ctx.keys = self.keys
     ctx.saved = self.saved
     ctx.top = False
-    ctx.saving = self.saving
-    ctx.recompute = self.recompute
-    ctx.native_log = self.native_log
+    ctx.saving = self.saving if saving is None else saving
+    ctx.recompute = self.recompute or recompute
+    ctx.native_log = [] if log else self.native_log
+    ctx.chain = chain
     # A rule makes its children while it evaluates an equation, and may
     # make them inside the sub-program's own trace, whose name stack
     # starts anew: the equation's scopes are theirs.
     ctx.outer_scopes = self.eqn_scopes or self.scopes()
+    if after is not None and after is not False:
+      ctx.set_dep(after, prevs[0].bit | deps)
+      ctx.prev_bit = prevs[0].bit
+    elif earlier is not None:
+      for (value, _), prev in zip(earlier, prevs, strict=True):
+        ctx.set_dep(value, prev.bit)
+    self._seed(ctx, *seed)
     return ctx
 
   def scopes(self) -> str:
@@ -771,7 +844,7 @@ class Context:
       return current
     return f"{outer}/{current}" if current else outer
 
-  def seed(self, child: Context, inner: Sequence[Any], outer: Sequence[Any]):
+  def _seed(self, child: Context, inner: Sequence[Any], outer: Sequence[Any]):
     """Inner values of a sub-program stand for `outer` ones."""
     for i, o in zip(inner, outer, strict=True):
       child.set_dep(i, self.dep(o))
@@ -803,46 +876,15 @@ class Context:
     self.set_dep(token, stood)
     return token
 
-  def exported(self, ctx: Context) -> list:
-    """Values that come after every call made in child `ctx`."""
+  def exported(self) -> list:
+    """Values that come after every call made in this evaluation (not in
+    its parent): noted as used, in the set a child shares with its
+    parent."""
     values = []
-    for a in _not_covered(ctx.own):
+    for a in _not_covered(self.own):
       values += a.witnesses
     self.used.update(id(v) for v in values)
     return values
-
-  def after_sub(self, parts, outs, token, invals, label, deps=0) -> list:
-    """Registers a sub-program's calls (`parts`) as one call here, which
-    `token` (a value, or a list of values) comes after; as do the calls in
-    `deps`, which every branch's `token` is an entangle after. The other
-    results depend on nothing (`dependence`): XLA may pass a value through
-    a loop or a branch, and drop the rest."""
-    del invals
-    tokens = list(token) if isinstance(token, list | tuple) else [token]
-    access = self.summary(parts, tokens, deps, label)
-    for t in tokens:
-      self.set_dep(t, access.deps)
-    return outs
-
-  def loop_child(self, token, deps: int = 0) -> Context:
-    """A child context whose calls all come after `token`, which comes
-    after the calls in `deps`."""
-    if token is False or token is None:
-      return self.child(accesses=[])
-    bit = self.new_bit()
-    prev = OrderedCall(
-      bit, (Part("write", None, "previous"),), [token], bit, ""
-    )
-    ctx = self.child(accesses=[prev])
-    ctx.set_dep(token, bit | deps)
-    ctx.prev_bit = bit
-    return ctx
-
-  def token_after(self, ctx: Context):
-    """An int32 value that comes after every call made in child `ctx`."""
-    exported = self.exported(ctx)
-    token = jnp.zeros((), jnp.int32)
-    return entangle(token, *exported) if exported else token
 
   def take_chain(self):
     """The backward chain here, started (a float32 zero) if it was not."""
@@ -952,11 +994,12 @@ def _every_rule_input(
   rule_inputs.Checkpoint,
   rule_inputs.Loop,
   rule_inputs.ShardMap,
+  rule_inputs.SubEvaluation,
 ]:
   """`ctx` as each rule's input: never called; ty checks that `Context`
   has what every protocol of `rule_inputs` names, as the rules it hands
   itself to (`Context.eval_eqn`) read it."""
-  return ctx, ctx, ctx, ctx, ctx, ctx, ctx, ctx
+  return ctx, ctx, ctx, ctx, ctx, ctx, ctx, ctx, ctx
 
 
 def _literal_key(atom) -> Any:

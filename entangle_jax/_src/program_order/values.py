@@ -21,7 +21,7 @@ from entangle_jax._src.program_order.touches import Part
 if TYPE_CHECKING:
   from entangle_jax._src.program_order.rule_inputs import (
     Dependences,
-    SubPrograms,
+    SubEvaluation,
   )
 
 SAVED = "entangle_jax_native_result"
@@ -87,6 +87,14 @@ def scalar_after(values: Sequence[Any], payload):
   return entangle(payload, *values) if values else payload
 
 
+def token_after(exported: Sequence[Any]):
+  """An int32 scalar that comes after all of `exported` (the values that
+  come after every call a sub-program made): an entangle after them, or a
+  zero when there are none."""
+  token = jnp.zeros((), jnp.int32)
+  return entangle(token, *exported) if exported else token
+
+
 def deps_of(ctx: Dependences, values: Sequence[Any]) -> int:
   """The calls an entangle after all of `values` comes after (in `ctx`)."""
   bits = 0
@@ -105,7 +113,8 @@ def common(deps: Sequence[int]) -> int:
   return bits
 
 
-def own_parts(ctx: SubPrograms) -> tuple[Part, ...]:
+def own_parts(ctx: SubEvaluation) -> tuple[Part, ...]:
+  """What the calls made in child evaluation `ctx` touch."""
   return tuple(p for a in ctx.own for p in a.parts)
 
 
