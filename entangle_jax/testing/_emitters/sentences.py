@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from entangle_jax._src.conflict_rule import APART_REASON
+from entangle_jax._src import reason_words
+from entangle_jax._src.reason_words import left_out_count, safe_pair_named
 from entangle_jax.testing._findings.rank_findings import (
   RankFinding,
   RankModule,
@@ -31,7 +32,7 @@ def summary(run: Run) -> str:
   checked = len(run.results) - unchecked
   excused = run.left_out
   safe = (
-    f"; {excused} more pair{'s' * (excused != 1)} left out as safe "
+    f"; {left_out_count(excused, 'more')} "
     + left_out_by([s for r in run.results for s in r.findings.left_out])
     if excused
     else ""
@@ -50,15 +51,9 @@ def summary(run: Run) -> str:
 
 
 def left_out_by(left_out: Sequence[SafeCount]) -> str:
-  """Why pairs were left out as safe, in words: ``by declared
-  safe_pairs``, ``(on devices of different processes)`` (the device-to-
-  process map, `conflict_rule.APART_REASON`), or both."""
-  apart = {s.pair.reason == APART_REASON for s in left_out}
-  if apart == {True}:
-    return "(on devices of different processes)"
-  if apart == {True, False}:
-    return "(by declared safe_pairs, or on devices of different processes)"
-  return "by declared safe_pairs"
+  """Why the entries of `left_out` left their pairs out as safe, in words
+  (`reason_words.left_out_by`)."""
+  return reason_words.left_out_by(s.pair.reason for s in left_out)
 
 
 def call_words(site: ReportedCall) -> str:
@@ -91,18 +86,21 @@ def finding_sentence(entry: Finding, fix: str) -> str:
 
 def safe_entry(safe: SafeCount) -> str:
   """The declared safe pair that left `safe`'s pairs out: its two
-  targets, why, and where it was declared."""
-  p = safe.pair
-  return f"`{p.first}` / `{p.second}` ({p.reason}; from {p.source})"
+  targets, why, and where it was declared (`reason_words.safe_pair_named`)."""
+  return safe_pair_named(safe.pair)
+
+
+def left_out_list(left_out: Sequence[SafeCount]) -> list[str]:
+  """A line for each entry of `left_out`, indented: how many pairs it
+  left out, and the entry (`safe_entry`)."""
+  return [f"  {s.count} x {safe_entry(s)}" for s in left_out]
 
 
 def left_out_as_safe(result: ModuleResult, safe: SafeCount) -> str:
   """One sentence for the pairs of `result`'s module that the declared
   safe pair of `safe` left out (the notices of GitHub and SARIF)."""
-  count = safe.count
   return (
-    f"{count} pair{'s' * (count != 1)} of calls that may conflict and run "
-    f"in either order left out as safe by {safe_entry(safe)}. Module "
+    f"{left_out_count(safe.count, 'each')} by {safe_entry(safe)}. Module "
     f"{result.module} ({result.path})."
   )
 

@@ -32,7 +32,7 @@ import itertools
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Iterator
 
-from entangle_jax._src import access_policy, conflict_rule
+from entangle_jax._src import access_policy, conflict_rule, reason_words
 from entangle_jax._src.targets.declaration import Declarations
 from entangle_jax.testing._sanitize import callbacks, sites
 from entangle_jax.testing._sanitize.calls import (
@@ -804,8 +804,8 @@ def contradictions(
               a,
               b,
               obj,
-              f"the safe pair {pair.first} / {pair.second} ({pair.reason}; "
-              f"from {pair.source}) says their calls never conflict",
+              f"the safe pair {reason_words.safe_pair_named(pair, quote='')} "
+              "says their calls never conflict",
             )
           )
         elif distinct_by_analysis is not None and (
