@@ -6,6 +6,8 @@ from __future__ import annotations
 import fnmatch
 import functools
 
+from entangle_jax._src.targets import platforms
+
 ENTANGLE_TARGET = "entangle_jax_entangle"
 """The custom-call target name of entangle's no-op handler."""
 
@@ -24,7 +26,7 @@ each shard (``partitioned``); ``jax.experimental.buffer_callback`` calls
 ``xla_python_{cpu,gpu}_callback``. Only ``pure_callback``'s call is not
 marked ``custom_call_has_side_effect=true``."""
 
-TPU_HOST_CALLBACK_TARGET = "xla_python_tpu_callback"
+TPU_HOST_CALLBACK_TARGET = platforms.TRANSFER_CALLBACK_TARGET
 """The target the race check gives a host callback on TPU. There JAX lowers
 a host callback to host transfers (``send``/``recv`` with
 ``is_host_transfer=true``), not to a custom call; the check reads each

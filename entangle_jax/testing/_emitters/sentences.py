@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from entangle_jax._src import reason_words
 from entangle_jax._src.reason_words import left_out_count, safe_pair_named
+from entangle_jax._src.targets import platforms
 from entangle_jax.testing._findings.rank_findings import (
   RankFinding,
   RankModule,
@@ -105,26 +106,10 @@ def left_out_as_safe(result: ModuleResult, safe: SafeCount) -> str:
   )
 
 
-GPU_MODEL = (
-  "XLA:GPU runs a module's thunks in order on one stream by default, but "
-  "the order of calls with no data dependency between them is its "
-  "scheduler's choice, and concurrent command buffers (CUDA graphs), "
-  "stream annotations and async wrappers run such calls at once: there "
-  'too, "not ordered" is a race, and the check reports it as on CPU.'
-)
-"""What the check assumes of a GPU module (docs/finding_races.md, "What
-the check can and cannot see", cites XLA's sources)."""
-
-TPU_MODEL = (
-  "on TPU a host callback (io_callback, jax.debug.callback, pure_callback) "
-  "is a run of host transfers (send/recv), which the check reads as one "
-  "call, declared as on CPU; TPU runs them in the order of the optimized "
-  "module's schedule, which keeps no optimization_barrier: the check takes "
-  "entangle's barriers from the module before optimization dumped beside "
-  "it, where the schedule agrees, and reports any other pair that no data "
-  "orders, since that order is the scheduler's choice."
-)
-"""What the check assumes of a TPU module (docs/platforms.md, "TPU")."""
+GPU_MODEL = platforms.CUDA.model
+"""What the check assumes of a GPU module (`platforms.Platform.model`)."""
+TPU_MODEL = platforms.TPU.model
+"""What the check assumes of a TPU module (`platforms.Platform.model`)."""
 
 OTHER_MODEL = (
   "the rules describe XLA:CPU's runtime (a call starts once its operands "

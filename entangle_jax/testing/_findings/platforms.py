@@ -19,26 +19,16 @@ from __future__ import annotations
 import dataclasses
 import re
 
-CPU_RUNTIME = "XLA:CPU"
-GPU_RUNTIME = "XLA:GPU"
-TPU_RUNTIME = "XLA:TPU"
+from entangle_jax._src.targets import platforms as table
 
-_SUFFIX = r"_after_optimizations\.txt$"
-# The compute capability as XLA writes it, major.minor and a feature letter
-# ("9.0a"); CUDA writes it without the dot ("sm_90a").
-_CUDA = re.compile(
-  r"\.(?P<written>sm_(?P<capability>\d[\d.]*[a-z]*)_gpu)" + _SUFFIX
-)
-# ROCm's architecture name ("gfx942", "gfx90a"), target features
-# (":sramecc+:xnack-") kept as written.
-_ROCM = re.compile(
-  r"\.(?P<written>(?P<device>gfx[0-9a-z]+[^.]*?)_gpu)" + _SUFFIX
-)
-# Any other platform: the part of the name between the last dot and the
-# suffix, as written.
-_OTHER = re.compile(r"\.(?P<written>[^.]+?)" + _SUFFIX)
-# TPU: a ``cl_NNN`` part, then ``.after_optimizations.txt``.
-_TPU = re.compile(r"\.cl_\d+\.after_optimizations\.txt$")
+# The runtimes, as the table names them, for this stage's readers.
+from entangle_jax._src.targets.platforms import CPU_RUNTIME as CPU_RUNTIME
+from entangle_jax._src.targets.platforms import GPU_RUNTIME as GPU_RUNTIME
+from entangle_jax._src.targets.platforms import TPU_RUNTIME as TPU_RUNTIME
+
+# Any platform the table's file names do not match: the part of the name
+# between the last dot and the suffix, as written.
+_OTHER = re.compile(r"\.(?P<written>[^.]+?)_after_optimizations\.txt$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,13 +75,11 @@ def of_file_name(name: str) -> Platform | None:
   """The platform of the optimized module dumped in a file called `name`;
   None when the name gives none (a module loaded from JAX's persistent
   compilation cache, or a file named otherwise)."""
-  if found := _CUDA.search(name):
-    capability = found["capability"].replace(".", "")
-    return Platform(found["written"], "CUDA", f"sm_{capability}")
-  if found := _ROCM.search(name):
-    return Platform(found["written"], "ROCm", found["device"])
-  if _TPU.search(name):
-    return TPU
+  if matched := table.of_file_name(name):
+    row, found = matched
+    if row.device_of is None:  # TPU's name holds no device.
+      return TPU
+    return Platform(found["written"], row.vendor, row.device_of(found))
   if found := _OTHER.search(name):
     return CPU if found["written"] == "cpu" else Platform(found["written"])
   return None

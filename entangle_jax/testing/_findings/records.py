@@ -24,15 +24,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from entangle_jax._src.targets import platforms
 from entangle_jax._src.targets.declaration import SafePair
-from entangle_jax.testing._findings.platforms import (
-  CPU_RUNTIME,
-  GPU_RUNTIME,
-  TPU_RUNTIME,
-  Platform,
-)
+from entangle_jax._src.targets.platforms import GPU_RUNTIME, TPU_RUNTIME
+from entangle_jax.testing._findings.platforms import Platform
 
-KNOWN_RUNTIMES = (CPU_RUNTIME, GPU_RUNTIME, TPU_RUNTIME)
+KNOWN_RUNTIMES = platforms.RUNTIMES
 """The runtimes whose model the rules describe: XLA:CPU's, XLA:GPU's and
 TPU's for host callbacks (docs/finding_races.md, "What the check can and
 cannot see"; docs/platforms.md, "TPU")."""
