@@ -130,9 +130,11 @@ def host_callback_target(
   lowers to host transfers, the target the race check reads them as
   (`TPU_HOST_CALLBACK_TARGET`), so that one declaration of it applies to
   both."""
-  if platform == "tpu":
-    return TPU_HOST_CALLBACK_TARGET
-  device = "gpu" if platform in ("gpu", "cuda", "rocm") else "cpu"
+  # A platform not in the table: its callbacks are taken for the CPU's.
+  row = platforms.of_jax_name(platform) or platforms.CPU
+  if row.transfer_target is not None:
+    return row.transfer_target
+  device = row.callback_device
   if primitive == "buffer_callback":
     return f"xla_buffer_python_{device}_callback"
   partition = "_partitioned" if partitioned else ""

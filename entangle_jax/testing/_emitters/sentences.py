@@ -131,14 +131,15 @@ def _modules_for(results: Sequence[ModuleResult]) -> str:
 
 
 def platform_note(run: Run) -> str | None:
-  """What the check assumed of modules for platforms other than CPU: the
-  model of XLA:GPU for GPU modules, TPU's for TPU modules, XLA:CPU's for
-  any other (a line each)."""
+  """What the check assumed of modules for platforms other than CPU: for
+  each runtime of the platform table with a model (`Platform.model`: the
+  model of XLA:GPU for GPU modules, TPU's for TPU modules), in the
+  table's order, then XLA:CPU's for any other platform (a line each)."""
   notes = []
-  if gpu := run.gpu_modules:
-    notes.append(f"Note: {_modules_for(gpu)}: {GPU_MODEL}")
-  if tpu := run.tpu_modules:
-    notes.append(f"Note: {_modules_for(tpu)}: {TPU_MODEL}")
+  for runtime in platforms.RUNTIMES:
+    model = platforms.model_of(runtime)
+    if model is not None and (modules := run.modules_run_by(runtime)):
+      notes.append(f"Note: {_modules_for(modules)}: {model}")
   if others := run.other_platforms:
     notes.append(f"Note: {_modules_for(others)}: {OTHER_MODEL}")
   return "\n".join(notes) or None

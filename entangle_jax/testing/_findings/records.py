@@ -26,13 +26,13 @@ from collections.abc import Sequence
 
 from entangle_jax._src.targets import platforms
 from entangle_jax._src.targets.declaration import SafePair
-from entangle_jax._src.targets.platforms import GPU_RUNTIME, TPU_RUNTIME
 from entangle_jax.testing._findings.platforms import Platform
 
 KNOWN_RUNTIMES = platforms.RUNTIMES
-"""The runtimes whose model the rules describe: XLA:CPU's, XLA:GPU's and
-TPU's for host callbacks (docs/finding_races.md, "What the check can and
-cannot see"; docs/platforms.md, "TPU")."""
+"""The runtimes whose model the rules describe, those of the platform
+table: XLA:CPU's, XLA:GPU's and TPU's for host callbacks
+(docs/finding_races.md, "What the check can and cannot see";
+docs/platforms.md, "TPU")."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -375,22 +375,13 @@ class Run:
       dict.fromkeys(n for r in self.racing for n in r.findings.notes)
     )
 
-  @property
-  def gpu_modules(self) -> list[ModuleResult]:
-    """Modules for a GPU (XLA:GPU runs them)."""
+  def modules_run_by(self, runtime: str) -> list[ModuleResult]:
+    """Modules for a platform whose runtime is `runtime` (the platform
+    table's `Platform.runtime`: XLA:GPU runs a GPU's)."""
     return [
       r
       for r in self.results
-      if r.platform is not None and r.platform.runtime == GPU_RUNTIME
-    ]
-
-  @property
-  def tpu_modules(self) -> list[ModuleResult]:
-    """Modules for a TPU."""
-    return [
-      r
-      for r in self.results
-      if r.platform is not None and r.platform.runtime == TPU_RUNTIME
+      if r.platform is not None and r.platform.runtime == runtime
     ]
 
   @property
