@@ -102,7 +102,9 @@ class Platform:
   is a custom call."""
   dump_words: tuple[str, ...] = ()
   """The words a dump file's name ends with for it, before
-  ``_after_optimizations.txt`` (``gpu``: XLA:GPU's, either maker)."""
+  ``_after_optimizations.txt`` (``gpu``: XLA:GPU's, either maker), and
+  its `name` where its files name no platform (TPU's): what
+  ``entangle_jax.testing._findings.platforms.Platform.written`` holds."""
   file_name: re.Pattern[str] | None = None
   """How a dump file's name says it, where no word of `dump_words` does:
   a match's ``written`` group is the name as written (this row's `name`
