@@ -5,7 +5,9 @@ Importing this module registers, for `entangle_jax._src.primitive.entangle_p`:
 * the lowering on every platform with user FFI handlers (CPU, CUDA, ROCm):
   an FFI custom call to entangle's no-op handler whose payload operands
   alias its results, annotated with a Shardy sharding rule;
-* on TPU, a Pallas kernel that does nothing (`entangle_jax._src.tpu_kernel`);
+* where the platform table names a kernel module instead
+  (`platforms.Platform.kernel`), that module's lowering: on TPU, a Pallas
+  kernel that does nothing (`entangle_jax._src.tpu_kernel`);
 * the partitioner for entangle's target (`entangle_jax._src.partitioning`),
   with `shard_program` as the per-device program.
 """
@@ -13,12 +15,14 @@ Importing this module registers, for `entangle_jax._src.primitive.entangle_p`:
 from __future__ import annotations
 
 import functools
+import importlib
 
 import jax
 from jax.interpreters import mlir
 
-from entangle_jax._src import native, partitioning, tpu_kernel
+from entangle_jax._src import native, partitioning
 from entangle_jax._src.primitive import entangle_p
+from entangle_jax._src.targets import platforms
 
 
 def custom_call_lowering(ctx, *operands, num_payload: int):
@@ -54,5 +58,10 @@ def shard_program(operands, num_payload: int) -> str:
 
 
 mlir.register_lowering(entangle_p, _lowering)
-mlir.register_lowering(entangle_p, tpu_kernel.lowering, platform="tpu")
+# Where entangle has a kernel module instead of its FFI custom call
+# (`platforms.Platform.kernel`: the TPU's), that module lowers it.
+for _row in platforms.PLATFORMS:
+  if _row.kernel is not None:
+    _kernel = importlib.import_module(_row.kernel)
+    mlir.register_lowering(entangle_p, _kernel.lowering, platform=_row.name)
 partitioning.register_partitioner(native.ENTANGLE_TARGET, shard_program)
