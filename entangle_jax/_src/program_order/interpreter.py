@@ -35,6 +35,7 @@ from entangle_jax._src.program_order.natives import (
   has_native,
   native_call,
 )
+from entangle_jax._src.program_order.rule_inputs import AS_PARENT, ChildStart
 from entangle_jax._src.program_order.rules import registry
 from entangle_jax._src.program_order.touches import (
   ANY,
@@ -771,21 +772,11 @@ class Context:
       self.record(result.summary)
     return result.outs
 
-  def child(
-    self,
-    *,
-    after: Any = None,
-    deps: int = 0,
-    earlier: Sequence[tuple[Any, str]] | None = None,
-    seed: tuple[Sequence[Any], Sequence[Any]] = ((), ()),
-    chain: Any = None,
-    saving: bool | None = None,
-    recompute: bool = False,
-    log: bool = False,
-  ) -> Context:
-    """A child evaluation of a sub-program (`rule_inputs.SubPrograms.child`
-    says what each argument sets): a rule says how its sub-program starts,
+  def child(self, start: ChildStart = AS_PARENT) -> Context:
+    """A child evaluation of a sub-program, set up as `start` says
+    (`rule_inputs.ChildStart`): a rule says how its sub-program starts,
     and the child is set up here, so no rule sets another's attributes."""
+    after, deps, earlier = start.after, start.deps, start.earlier
     prevs: list[OrderedCall] = []
     if after is not None and after is not False:
       # One call the order value `after` stands for: every call of the
@@ -818,10 +809,10 @@ class Context:
     ctx.keys = self.keys
     ctx.saved = self.saved
     ctx.top = False
-    ctx.saving = self.saving if saving is None else saving
-    ctx.recompute = self.recompute or recompute
-    ctx.native_log = [] if log else self.native_log
-    ctx.chain = chain
+    ctx.saving = self.saving if start.saving is None else start.saving
+    ctx.recompute = self.recompute or start.recompute
+    ctx.native_log = [] if start.log else self.native_log
+    ctx.chain = start.chain
     # A rule makes its children while it evaluates an equation, and may
     # make them inside the sub-program's own trace, whose name stack
     # starts anew: the equation's scopes are theirs.
@@ -832,7 +823,7 @@ class Context:
     elif earlier is not None:
       for (value, _), prev in zip(earlier, prevs, strict=True):
         ctx.set_dep(value, prev.bit)
-    self._seed(ctx, *seed)
+    self._seed(ctx, *start.seed)
     return ctx
 
   def scopes(self) -> str:

@@ -36,6 +36,38 @@ if TYPE_CHECKING:
   from entangle_jax._src.targets.declaration import Declarations
 
 
+@dataclasses.dataclass(frozen=True)
+class ChildStart:
+  """How a rule starts a child evaluation of its sub-program
+  (`SubPrograms.child`): the interpreter sets the child up from it, so no
+  rule sets another's attributes.
+
+  The child's earlier calls: where `after` is a value (an order value,
+  which comes after the calls in `deps`), one call that value stands for,
+  so that all its calls come after it; else those of `earlier`, each a
+  value standing for a call on any object and a label (``()``: none);
+  else (None) the parent's. The sub-program's values ``seed[0]`` stand
+  for the parent's ``seed[1]``; `chain` is the backward chain in; `saving`
+  (None: as in the parent) whether native results are saved by name (a
+  rebuilt checkpoint), `recompute` whether they are taken from those saved
+  (a recomputation; one inside another is one too); `log` whether to
+  collect what its native calls touch (`SubEvaluation.native_log`)."""
+
+  after: Any = None
+  deps: int = 0
+  earlier: Sequence[tuple[Any, str]] | None = None
+  seed: tuple[Sequence[Any], Sequence[Any]] = ((), ())
+  chain: Any = None
+  saving: bool | None = None
+  recompute: bool = False
+  log: bool = False
+
+
+AS_PARENT = ChildStart()
+"""A child that starts as its parent: after its earlier calls, with no
+values seeded and no chain in."""
+
+
 class Dependences(Protocol):
   """The native calls each value comes after (as bits)."""
 
@@ -159,29 +191,9 @@ class SubPrograms(Dependences, Protocol):
     """The declarations in effect."""
     ...
 
-  def child(
-    self,
-    *,
-    after: Any = None,
-    deps: int = 0,
-    earlier: Sequence[tuple[Any, str]] | None = None,
-    seed: tuple[Sequence[Any], Sequence[Any]] = ((), ()),
-    chain: Any = None,
-    saving: bool | None = None,
-    recompute: bool = False,
-    log: bool = False,
-  ) -> SubEvaluation:
-    """A child evaluation of a sub-program, with this one's values. Its
-    earlier calls: where `after` is a value (an order value, which comes
-    after the calls in `deps`), one call that value stands for, so that
-    all its calls come after it; else those of `earlier`, each a value
-    standing for a call on any object and a label (``()``: none); else
-    (None) this evaluation's. The sub-program's values ``seed[0]`` stand
-    for this one's ``seed[1]``; `chain` is the backward chain in; `saving`
-    (None: as here) whether native results are saved by name (a rebuilt
-    checkpoint), `recompute` whether they are taken from those saved (a
-    recomputation; one inside another is one too); `log` whether to
-    collect what its native calls touch (`SubEvaluation.native_log`)."""
+  def child(self, start: ChildStart = AS_PARENT) -> SubEvaluation:
+    """A child evaluation of a sub-program, with this one's values,
+    started as `start` says."""
     ...
 
   def sub_parts(self, jaxprs: Any) -> tuple[Part, ...]:

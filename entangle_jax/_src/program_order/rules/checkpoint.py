@@ -11,7 +11,11 @@ from entangle_jax._src.program_order import call_like
 from entangle_jax._src.program_order.natives import (
   backward_in,
 )
-from entangle_jax._src.program_order.rule_inputs import RuleResult, after_sub
+from entangle_jax._src.program_order.rule_inputs import (
+  ChildStart,
+  RuleResult,
+  after_sub,
+)
 from entangle_jax._src.program_order.rules.registry import family, register
 from entangle_jax._src.program_order.values import (
   SAVED,
@@ -46,10 +50,12 @@ def remat(ctx: Checkpoint, eqn, invals) -> RuleResult:
 
   def fn(chain, *args):
     inner = ctx.child(
-      seed=(args, invals),
-      chain=chain,
-      saving=not recompute,
-      recompute=recompute,
+      ChildStart(
+        seed=(args, invals),
+        chain=chain,
+        saving=not recompute,
+        recompute=recompute,
+      )
     )
     outs = inner.run(jaxpr, (), list(args))
     holder["parts"] = own_parts(inner)

@@ -12,7 +12,11 @@ from entangle_jax._src import jax_compat
 from entangle_jax._src.program_order.natives import (
   backward_in,
 )
-from entangle_jax._src.program_order.rule_inputs import RuleResult, after_sub
+from entangle_jax._src.program_order.rule_inputs import (
+  ChildStart,
+  RuleResult,
+  after_sub,
+)
 from entangle_jax._src.program_order.rules.registry import family, register
 from entangle_jax._src.program_order.values import (
   aval_of,
@@ -50,7 +54,7 @@ def cond(ctx: ChainedSubPrograms, eqn, invals) -> RuleResult:
 
   def branch_fn(closed, aval=None, found=None):
     def fn(*args):
-      inner = ctx.child(seed=(args, ops), chain=chain)
+      inner = ctx.child(ChildStart(seed=(args, ops), chain=chain))
       jaxpr, consts = open_jaxpr(closed)
       outs = inner.run(jaxpr, consts, list(args))
       exported = inner.exported()

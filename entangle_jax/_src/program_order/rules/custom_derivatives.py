@@ -16,7 +16,11 @@ from entangle_jax._src.program_order.natives import (
   backward_parts,
   rule_parts,
 )
-from entangle_jax._src.program_order.rule_inputs import RuleResult, after_sub
+from entangle_jax._src.program_order.rule_inputs import (
+  ChildStart,
+  RuleResult,
+  after_sub,
+)
 from entangle_jax._src.program_order.rules.registry import family, register
 from entangle_jax._src.program_order.touches import ANY
 from entangle_jax._src.program_order.values import (
@@ -115,8 +119,8 @@ def _inner(ctx: ChainedSubPrograms, token, holder: dict, seed) -> SubEvaluation:
   anything; else a zero, which an entangle with would order nothing, and
   its calls come after none."""
   if holder.get("orders", True):
-    return ctx.child(after=token, seed=seed)
-  return ctx.child(earlier=(), seed=seed)
+    return ctx.child(ChildStart(after=token, seed=seed))
+  return ctx.child(ChildStart(earlier=(), seed=seed))
 
 
 def _token_out(inner: SubEvaluation, token, holder: dict):
@@ -221,7 +225,7 @@ def custom_vjp(ctx: ChainedSubPrograms, eqn, invals) -> RuleResult:
     before = [(token, "forward pass")]
     if backward:
       before.append((chain_ct, "later calls"))
-    inner = ctx.child(earlier=before)
+    inner = ctx.child(ChildStart(earlier=before))
     flat_in = jax.tree_util.tree_leaves((list(residuals), list(cts)))
     outs = inner.run(traced.jaxpr, traced.consts, flat_in)
     # The chain's cotangent handed on after this pass's calls: one of

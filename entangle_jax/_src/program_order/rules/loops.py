@@ -18,6 +18,8 @@ from entangle_jax._src.program_order.natives import (
   has_native_jaxpr,
 )
 from entangle_jax._src.program_order.rule_inputs import (
+  AS_PARENT,
+  ChildStart,
   RuleResult,
   Summary,
   after_sub,
@@ -69,8 +71,7 @@ def scan(ctx: Loop, eqn, invals) -> RuleResult:
         ctx,
         use_token and token,
         token_deps,
-        seed=(consts, consts),
-        chain=chain,
+        ChildStart(seed=(consts, consts), chain=chain),
       )
       outs = inner.run(jaxpr, jconsts, [*consts, *carry, *x])
       new_carry, ys = outs[:n_carry], outs[n_carry:]
@@ -176,15 +177,16 @@ def while_loop(ctx: Loop, eqn, invals) -> RuleResult:
   )
 
 
-def body_child(ctx: Loop, token, deps: int, **settings: Any) -> SubEvaluation:
+def body_child(
+  ctx: Loop, token, deps: int, start: ChildStart = AS_PARENT
+) -> SubEvaluation:
   """The evaluation of one iteration's body (or condition): its calls all
   come after `token`, the order value in the carry, which comes after the
   calls in `deps`; with no order value (`token` False), after none, the
-  carries alone ordering them. `settings`: the rest of
-  `rule_inputs.SubPrograms.child`'s."""
+  carries alone ordering them. `start`: the rest of how it starts."""
   if token is False or token is None:
-    return ctx.child(earlier=(), **settings)
-  return ctx.child(after=token, deps=deps, **settings)
+    return ctx.child(dataclasses.replace(start, earlier=()))
+  return ctx.child(dataclasses.replace(start, after=token, deps=deps))
 
 
 def loop_token(inner: SubEvaluation, token):
@@ -221,7 +223,7 @@ def loop_analysis(ctx: Loop, run_body, init, consts, x_avals) -> BodyAnalysis:
 
   def probe(*flat_in):
     carry_in, x_in = flat_in[: len(init)], flat_in[len(init) :]
-    inner = ctx.child(earlier=(), seed=(consts, consts))
+    inner = ctx.child(ChildStart(earlier=(), seed=(consts, consts)))
     # One bit a carry: which carries each call of the body comes after.
     carry_bits = [inner.mark(value) for value in carry_in]
     carry_out = run_body(inner, list(carry_in), list(x_in))

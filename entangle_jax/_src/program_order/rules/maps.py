@@ -14,7 +14,11 @@ from entangle_jax._src.program_order import call_like, natives
 from entangle_jax._src.program_order.natives import (
   backward_in,
 )
-from entangle_jax._src.program_order.rule_inputs import RuleResult, after_sub
+from entangle_jax._src.program_order.rule_inputs import (
+  ChildStart,
+  RuleResult,
+  after_sub,
+)
 from entangle_jax._src.program_order.rules.registry import family, register
 from entangle_jax._src.program_order.touches import (
   ANY,
@@ -74,7 +78,7 @@ def shard_map(ctx: ShardMap, eqn, invals) -> RuleResult:
     chain, args = args[: len(chain_in)], args[len(chain_in) :]
     # Every call in the body logged, nested ones included.
     inner = ctx.child(
-      after=token, chain=chain[0] if chained else None, log=True
+      ChildStart(after=token, chain=chain[0] if chained else None, log=True)
     )
     outs = inner.run(jaxpr, consts, list(args))
     holder["parts"] = own_parts(inner)
