@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 import jax
 from jax.core import Tracer
 
-from entangle_jax._src import arrays, primitive
+from entangle_jax._src import arrays, jax_compat, primitive
 
 T = TypeVar("T")
 
@@ -73,7 +73,7 @@ def entangle(payload: T, *witnesses: Any) -> T:
   """
   witness_leaves, witness_names = [], []
   for index, witness in enumerate(witnesses):
-    leaves, _, _, names = _flatten(witness, f"witnesses[{index}]")
+    leaves, _, _, names = _flatten(witness, f"witnesses[{index}]", tokens=True)
     witness_leaves += leaves
     witness_names += names
   if witnesses and not witness_leaves:
@@ -109,13 +109,27 @@ def entangle(payload: T, *witnesses: Any) -> T:
   return jax.tree_util.tree_unflatten(treedef, rewrapped)
 
 
-def _flatten(tree: Any, name: str):
+def _flatten(tree: Any, name: str, tokens: bool = False):
   """`tree`'s leaves as plain arrays (PRNG keys as their key data), its
-  leaves as given, its structure, and each leaf's path for messages."""
+  leaves as given, its structure, and each leaf's path for messages.
+  With `tokens` (a witness), a JAX token leaf is kept as it is; otherwise
+  (the payload) it raises, naming the leaf."""
   with_paths, treedef = jax.tree_util.tree_flatten_with_path(tree)
   physical, names = [], []
   for path, leaf in with_paths:
     where = name + jax.tree_util.keystr(path)
+    if jax_compat.is_token(leaf):
+      if not tokens:
+        raise TypeError(
+          f"entangle: {where} is a JAX token, which cannot be a payload: "
+          "it holds no value to hand back. Entangle an array after the "
+          "token instead (entangle(x, token)), and pass that array on."
+        )
+      # A token has no dtype: it becomes an operand of the custom call as
+      # it is (a !stablehlo.token), which XLA orders after its producer.
+      physical.append(leaf)
+      names.append(where)
+      continue
     array = _as_array(leaf, where)
     if jax.dtypes.issubdtype(array.dtype, jax.dtypes.extended):
       array = jax.random.key_data(array)

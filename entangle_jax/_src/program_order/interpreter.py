@@ -53,6 +53,7 @@ from entangle_jax._src.program_order.values import (
   scalar_after,
   size,
   token_of,
+  waitable,
 )
 from entangle_jax._src.targets.declaration import Declarations
 from entangle_jax._src.targets.names import DEBUG_CALLBACK_PRIMITIVES
@@ -527,14 +528,16 @@ class Context:
       for r in back:
         if r < len(outs):
           self.set_root(outs[r], obj)
+    # A token result is a witness as an array is (issue 70): a binding
+    # whose call returns only a token is waited for through it.
     if extra:
       witnesses = extra  # The result it was given (`_bind_carried`).
     elif call.witnesses is None:
-      witnesses = [w for w in outs if size(w) > 0][:1]
+      witnesses = [w for w in outs if waitable(w)][:1]
     elif call.returns_nothing:
       witnesses = []  # A call nothing can wait for: warned when needed.
     else:
-      witnesses = [outs[i] for i in call.witnesses if size(outs[i]) > 0]
+      witnesses = [outs[i] for i in call.witnesses if waitable(outs[i])]
     access = OrderedCall(
       bit,
       parts,
@@ -934,9 +937,11 @@ def _warn_unwaited(
     f"call{'s' if many else ''} {names}, which return{'' if many else 's'} "
     f"no array: nothing can wait for {'them' if many else 'it'}, so they "
     f"may run in either order. {keeps} To order them, give the earlier "
-    "call a result (a jax.debug.callback made an io_callback, which "
-    "in_program_order gives a result when it has none; an ffi_call "
-    "result).",
+    "call a result: make a jax.debug.callback an io_callback (which "
+    "in_program_order gives a result when it has none), give an ffi_call "
+    "a result, or have a binding's own primitive return one, an array or "
+    "a JAX token (its lowering's custom call returning a "
+    "!stablehlo.token), which later calls are then entangled after.",
     stacklevel=natives.user_stacklevel(),
   )
 
