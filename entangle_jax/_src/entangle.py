@@ -29,6 +29,11 @@ def entangle(payload: T, *witnesses: Any) -> T:
     payload: a pytree of arrays (JAX or NumPy arrays, NumPy or Python
       scalars, typed PRNG key arrays).
     *witnesses: pytrees of arrays that the result must be ordered after.
+      A leaf may also be a JAX token (``jax.lax.create_token()``'s type,
+      or what a native call that returns only a token returns): it is an
+      operand of the custom call as it is, a ``!stablehlo.token``, so the
+      result comes after the token's producer. A token gets no tangent
+      and holds no value; it orders only.
 
   Returns:
     ``payload``'s tree with the same shapes, dtypes, weak types and values;
@@ -48,7 +53,8 @@ def entangle(payload: T, *witnesses: Any) -> T:
       Or a leaf of ``payload`` or of a witness is not an array of a
       dtype JAX supports (a string, object or datetime array, a Python int
       too large for its dtype, a NumPy masked array, ...); the message names
-      the leaf's path.
+      the leaf's path. Or a leaf of ``payload`` is a JAX token, which
+      has no value to hand back; the message names the leaf.
     ValueError: called outside ``jit`` on arrays committed to different
       devices; the message names the leaves and their devices.
 
