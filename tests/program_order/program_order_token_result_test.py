@@ -11,17 +11,21 @@ reports the pair and neither call comes before the other.
 """
 
 import functools
+import inspect
+import time
 import warnings
 
 import jax
 import jax.numpy as jnp
 from absl.testing import absltest
 from jax.extend import core as jex_core
+from jax.extend.mlir.dialects import stablehlo
 from jax.interpreters import mlir
 
 from entangle_jax import in_program_order, testing
 from entangle_jax._src import jax_compat, native
 from entangle_jax._src.native import ENTANGLE_TARGET
+from entangle_jax.testing import example_store
 from tests import test_util
 
 SEND = "entangle_jax_test_token_send"
@@ -63,6 +67,41 @@ quiet_p.def_abstract_eval(lambda x: [])
 mlir.register_lowering(
   quiet_p, jax.ffi.ffi_lowering(QUIET, has_side_effect=True)
 )
+
+
+# host_send(x) -> token, for run time: a host callback (a custom call
+# XLA:CPU runs) that returns only its token, as a send would, and logs when
+# it ended on the example store's counter.
+ENDED: list[int] = []
+_RETURNS_TOKEN = (
+  "returns_token" in inspect.signature(mlir.emit_python_callback).parameters
+)
+
+
+def _slow_send(x):
+  time.sleep(0.005)  # Long enough for an unordered write to run first.
+  ENDED.append(example_store.next_sequence_number())
+  return ()
+
+
+def _host_send_lowering(ctx, x):
+  token = stablehlo.CreateTokenOp().result
+  _, token, _ = mlir.emit_python_callback(
+    ctx,
+    _slow_send,
+    token,
+    [x],
+    ctx.avals_in,
+    [],
+    has_side_effect=True,
+    returns_token=True,
+  )
+  return [token]
+
+
+host_send_p = jex_core.Primitive("token_result_test_host_send")
+host_send_p.def_abstract_eval(lambda x: TOKEN)
+mlir.register_lowering(host_send_p, _host_send_lowering, platform="cpu")
 
 
 def recv(x):
@@ -148,6 +187,48 @@ class TokenResultTest(absltest.TestCase):
     # Control: the token-returning send in its place is not warned about.
     _, messages = compiled_quietly(in_program_order(send_then_recv))
     self.assertEqual(messages, [])
+
+  @absltest.skipUnless(_RETURNS_TOKEN, "jax 0.7 or newer: a callback's token")
+  def test_at_run_time_the_write_waits_for_the_token_only_call(self):
+    def program(slot, x):
+      # The send's operand takes a while to compute, so that XLA:CPU runs
+      # the independent write first when nothing orders it.
+      m = jnp.full((256, 256), x)
+      for _ in range(4):
+        m = jnp.tanh(m @ m)
+      with jax.named_scope("send"):
+        token = host_send_p.bind(m[0, 0])
+      with jax.named_scope("write"):
+        written = testing.write_slot(slot, jnp.sin(x))
+      return written, token
+
+    args = (jnp.int32(5), jnp.float32(1.0))
+
+    def early_writes(fn) -> int:
+      """Runs in which the write began before the send had ended."""
+      early = 0
+      for _ in range(5):
+        testing.reset_slots()
+        del ENDED[:]
+        jax.block_until_ready(fn(*args))
+        jax.effects_barrier()
+        (write,) = testing.call_log()
+        (ended,) = ENDED
+        early += not ended < write.start
+      return early
+
+    fixed = jax.jit(in_program_order(program))
+    self.assertTrue(
+      testing.happens_before(fixed.lower(*args).compile(), "send", "write")
+    )
+    self.assertEqual(early_writes(fixed), 0)
+    # Control: the plain program leaves the pair unordered, and the write
+    # runs first.
+    plain = jax.jit(program)
+    self.assertFalse(
+      testing.happens_before(plain.lower(*args).compile(), "send", "write")
+    )
+    self.assertGreater(early_writes(plain), 0)
 
   def test_a_call_that_takes_and_returns_a_token(self):
     def program(x):
