@@ -245,6 +245,61 @@ class TokenResultTest(absltest.TestCase):
     plain, _ = compiled_quietly(program)
     self.assertFalse(testing.happens_before(plain, "send", "recv"))
 
+  def test_a_token_only_send_in_a_loop_body(self):
+    # The body's token is its order value's witness; it leaves the body as
+    # an int32 scalar entangled after it (a loop carries no token).
+    def program(x):
+      def body(carry):
+        with jax.named_scope("send"):
+          send_p.bind(carry[1])
+        return carry[0] + 1, carry[1] + 1
+
+      carry = jax.lax.while_loop(lambda c: c[0] < 3, body, (0, x))
+      with jax.named_scope("recv"):
+        return recv(jnp.sin(x)), carry
+
+    fixed, messages = compiled_quietly(in_program_order(program))
+    self.assertEqual(messages, [])
+    self.assertEqual(testing.races(fixed), [])
+    self.assertTrue(testing.happens_before(fixed, "send", "recv"))
+    # Control.
+    plain, _ = compiled_quietly(program)
+    self.assertEqual(race_pairs(plain), {frozenset((SEND, RECV))})
+
+  def test_a_token_only_send_in_a_branch_and_a_scan(self):
+    # JAX drops these sends from the plain program (their tokens are
+    # unused and the primitive declares no effect), so the plain program
+    # has no pair to race; the transform keeps them, ordered before the
+    # receive.
+    def in_cond(x):
+      def send(x):
+        with jax.named_scope("send"):
+          send_p.bind(x)
+        return x + 1
+
+      y = jax.lax.cond(x[0] > 0, send, lambda x: x - 1, x)
+      with jax.named_scope("recv"):
+        return recv(jnp.sin(y))
+
+    def in_scan(x):
+      def body(c, _):
+        with jax.named_scope("send"):
+          send_p.bind(c)
+        return c + 1, None
+
+      c, _ = jax.lax.scan(body, x, None, length=3)
+      with jax.named_scope("recv"):
+        return recv(jnp.sin(x)), c
+
+    for program in (in_cond, in_scan):
+      with self.subTest(program.__name__):
+        fixed, messages = compiled_quietly(in_program_order(program))
+        self.assertEqual(messages, [])
+        self.assertEqual(testing.races(fixed), [])
+        self.assertTrue(testing.happens_before(fixed, "send", "recv"))
+        plain, _ = compiled_quietly(program)
+        self.assertNotIn(SEND, testing.module_text(plain))
+
   def test_a_chain_of_token_only_sends(self):
     def sends(x):
       tokens = []

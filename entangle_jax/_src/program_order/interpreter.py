@@ -812,7 +812,12 @@ class Context:
     for a in _not_covered(ctx.own):
       values += a.witnesses
     self.used.update(id(v) for v in values)
-    return values
+    # A token (of a call that returns only one) is no value a branch or a
+    # loop body can hand out as its order value: an int32 scalar entangled
+    # after it is, and comes after the same calls.
+    return [
+      _after_token(ctx, v) if jax_compat.is_token(v) else v for v in values
+    ]
 
   def after_sub(self, parts, outs, token, invals, label, deps=0) -> list:
     """Registers a sub-program's calls (`parts`) as one call here, which
@@ -913,6 +918,14 @@ def _not_covered(calls: Sequence[OrderedCall]) -> list[OrderedCall]:
     if a.witnesses:
       covered |= a.deps & ~a.bit
   return [a for a in calls if not (a.bit & covered)]
+
+
+def _after_token(ctx: Context, token) -> Any:
+  """An int32 scalar after `token`, which comes after what it does."""
+  (after,) = entangled([jnp.zeros((), jnp.int32)], [token])
+  ctx.set_dep(after, ctx.dep(token))
+  ctx.keep.append(after)
+  return after
 
 
 def _warn_unwaited(
