@@ -97,9 +97,12 @@ def annotate(op) -> None:
   rule for a call with a token operand (a token witness), so such a call
   gets no rule: the partitioner alone then keeps its shardings.
   """
-  shapes = [_shape(value.type) for value in op.operands]
-  if any(shape is None for shape in shapes):
-    return
+  shapes = []
+  for value in op.operands:
+    shape = _shape(value.type)
+    if shape is None:
+      return
+    shapes.append(shape)
   if any(size < 0 for shape in shapes for size in shape):
     return
   op.attributes["sdy.sharding_rule"] = mlir.ir.Attribute.parse(
