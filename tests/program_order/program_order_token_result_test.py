@@ -22,9 +22,11 @@ from jax.extend import core as jex_core
 from jax.extend.mlir.dialects import stablehlo
 from jax.interpreters import mlir
 
+import entangle_jax
 from entangle_jax import in_program_order, testing
 from entangle_jax._src import jax_compat, native
 from entangle_jax._src.native import ENTANGLE_TARGET
+from entangle_jax._src.targets import in_code
 from entangle_jax.testing import example_store
 from tests import test_util
 
@@ -60,10 +62,18 @@ mlir.register_lowering(
   send_on_p, jax.ffi.ffi_lowering(SEND, has_side_effect=True)
 )
 
+
 # quiet(x) -> (): the control for a call that returns truly nothing.
+class _Quiet(jax_compat.Effect):
+  """quiet's effect, unordered: JAX keeps the call, and orders it not."""
+
+  __str__ = lambda self: "TokenResultTestQuiet"  # noqa: E731
+
+
+jax_compat.lowerable_effects.add_type(_Quiet)
 quiet_p = jex_core.Primitive("token_result_test_quiet")
 quiet_p.multiple_results = True
-quiet_p.def_abstract_eval(lambda x: [])
+quiet_p.def_effectful_abstract_eval(lambda x: ([], {_Quiet()}))
 mlir.register_lowering(
   quiet_p, jax.ffi.ffi_lowering(QUIET, has_side_effect=True)
 )
@@ -229,6 +239,23 @@ class TokenResultTest(absltest.TestCase):
       testing.happens_before(plain.lower(*args).compile(), "send", "write")
     )
     self.assertGreater(early_writes(plain), 0)
+
+  def test_the_race_report_says_to_wait_for_the_token(self):
+    # Declared (so that the report gives the order fix, not "declare it"),
+    # the token-only send is one the later call can wait for: the fix says
+    # to entangle with its result, and names in_program_order; a call that
+    # returns nothing at all is the control.
+    for target in (SEND, RECV, QUIET):
+      entangle_jax.declare_target(target, mode="write")
+      self.addCleanup(in_code.forget, target)
+    plain, _ = compiled_quietly(send_then_recv)
+    text = testing.format_races(testing.races(plain))
+    self.assertNotIn("returns no array", text)
+    self.assertIn("entangle(x, r)", text)
+    self.assertIn("in_program_order", text)
+    quiet, _ = compiled_quietly(quiet_then_recv)
+    text = testing.format_races(testing.races(quiet))
+    self.assertIn("returns no array", text)
 
   def test_a_call_that_takes_and_returns_a_token(self):
     def program(x):
