@@ -41,7 +41,8 @@ def entangle(payload: T, *witnesses: Any) -> T:
     the JAX array it converts to, which is why the annotation ``T`` is exact
     for trees of JAX arrays). With no witnesses, ``payload`` itself is
     returned and no operation is emitted; witnesses none of which has an
-    array leaf raise (one with none beside one with arrays is passed by).
+    array or token leaf raise (one with none beside one with arrays is
+    passed by).
 
   Raises:
     TypeError: ``payload`` or a witness has no array leaves (``None``,
@@ -49,7 +50,7 @@ def entangle(payload: T, *witnesses: Any) -> T:
       wrapper whose handle is not a leaf): nothing could carry the order, so the
       message names its type and asks for the array that holds the
       handle, or what the earlier call returned. (For the witnesses: when
-      none of them has an array leaf.)
+      none of them has an array or token leaf.)
       Or a leaf of ``payload`` or of a witness is not an array of a
       dtype JAX supports (a string, object or datetime array, a Python int
       too large for its dtype, a NumPy masked array, ...); the message names
