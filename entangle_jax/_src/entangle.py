@@ -90,8 +90,9 @@ def entangle(payload: T, *witnesses: Any) -> T:
     raise TypeError(
       f"entangle: the witnesses ({given}) have no array leaves, so the "
       "result could not wait for them: entangle would order nothing. Pass "
-      "what the earlier call returned (an array), not a value with no "
-      "arrays (None, {}, or an object registered as a pytree with none)."
+      "what the earlier call returned (an array, or a JAX token), not a "
+      "value with no arrays (None, {}, or an object registered as a pytree "
+      "with none)."
     )
   # Checked even when there is nothing to order, so that whether a bad leaf
   # raises does not depend on the witnesses.
