@@ -289,9 +289,12 @@ class TokenResultTest(absltest.TestCase):
     self.assertEqual(messages, [])
     self.assertEqual(testing.races(fixed), [])
     self.assertTrue(testing.happens_before(fixed, "send", "recv"))
-    # Control.
+    # Control: the plain program leaves the pair racing (jax 0.10), or
+    # drops the send, whose token nothing uses (jax 0.12 removes it from
+    # the loop body too); either way nothing orders it before the receive.
     plain, _ = compiled_quietly(program)
-    self.assertEqual(race_pairs(plain), {frozenset((SEND, RECV))})
+    if SEND in testing.module_text(plain):
+      self.assertEqual(race_pairs(plain), {frozenset((SEND, RECV))})
 
   def test_a_token_only_send_in_a_branch_and_a_scan(self):
     # JAX drops these sends from the plain program (their tokens are
@@ -326,6 +329,7 @@ class TokenResultTest(absltest.TestCase):
         self.assertTrue(testing.happens_before(fixed, "send", "recv"))
         plain, _ = compiled_quietly(program)
         self.assertNotIn(SEND, testing.module_text(plain))
+        self.assertIn(SEND, testing.module_text(fixed))
 
   def test_a_chain_of_token_only_sends(self):
     def sends(x):
