@@ -26,7 +26,10 @@ from entangle_jax._src.targets import platforms
 
 
 def custom_call_lowering(ctx, *operands, num_payload: int):
-  """Lowers to one FFI custom call; payload operands alias the results."""
+  """Lowers to one FFI custom call; payload operands alias the results.
+
+  A token witness is an operand too (a ``!stablehlo.token``, with an empty
+  layout), so XLA schedules the call after the token's producer."""
   lower = jax.ffi.ffi_lowering(
     native.ENTANGLE_TARGET,
     operand_output_aliases={i: i for i in range(num_payload)},
@@ -52,7 +55,13 @@ def _lowering(ctx, *operands, num_payload: int):
 def shard_program(operands, num_payload: int) -> str:
   """What each device runs when XLA partitions an entangle: the same custom
   call on the local shards, lowered for one device, as MLIR text."""
-  specs = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in operands]
+  # A token witness is given as a token: JAX lowers it to a token parameter.
+  specs = [
+    jax.lax.create_token()
+    if operand == partitioning.TOKEN
+    else jax.ShapeDtypeStruct(*operand)
+    for operand in operands
+  ]
   fn = jax.jit(functools.partial(entangle_p.bind, num_payload=num_payload))
   return fn.lower(*specs).as_text()
 

@@ -58,6 +58,7 @@ from entangle_jax._src.program_order.values import (
   scalar_after,
   size,
   token_of,
+  waitable,
 )
 from entangle_jax._src.targets.declaration import Declarations
 from entangle_jax._src.targets.names import DEBUG_CALLBACK_PRIMITIVES
@@ -532,14 +533,16 @@ class Context:
       for r in back:
         if r < len(outs):
           self.set_root(outs[r], obj)
+    # A token result is a witness as an array is (issue 70): a binding
+    # whose call returns only a token is waited for through it.
     if extra:
       witnesses = extra  # The result it was given (`_bind_carried`).
     elif call.witnesses is None:
-      witnesses = [w for w in outs if size(w) > 0][:1]
+      witnesses = [w for w in outs if waitable(w)][:1]
     elif call.returns_nothing:
       witnesses = []  # A call nothing can wait for: warned when needed.
     else:
-      witnesses = [outs[i] for i in call.witnesses if size(outs[i]) > 0]
+      witnesses = [outs[i] for i in call.witnesses if waitable(outs[i])]
     access = OrderedCall(
       bit,
       parts,
@@ -875,7 +878,12 @@ class Context:
     for a in _not_covered(self.own):
       values += a.witnesses
     self.used.update(id(v) for v in values)
-    return values
+    # A token (of a call that returns only one) is no value a branch or a
+    # loop body can hand out as its order value: an int32 scalar entangled
+    # after it is, and comes after the same calls.
+    return [
+      _after_token(ctx, v) if jax_compat.is_token(v) else v for v in values
+    ]
 
   def take_chain(self):
     """The backward chain here, started (a float32 zero) if it was not."""
@@ -945,6 +953,14 @@ def _not_covered(calls: Sequence[OrderedCall]) -> list[OrderedCall]:
   return [a for a in calls if not (a.bit & covered)]
 
 
+def _after_token(ctx: Context, token) -> Any:
+  """An int32 scalar after `token`, which comes after what it does."""
+  (after,) = entangled([jnp.zeros((), jnp.int32)], [token])
+  ctx.set_dep(after, ctx.dep(token))
+  ctx.keep.append(after)
+  return after
+
+
 def _warn_unwaited(
   later: str, unwaited: Sequence[OrderedCall], kept: Sequence[OrderedCall]
 ) -> None:
@@ -967,9 +983,11 @@ def _warn_unwaited(
     f"call{'s' if many else ''} {names}, which return{'' if many else 's'} "
     f"no array: nothing can wait for {'them' if many else 'it'}, so they "
     f"may run in either order. {keeps} To order them, give the earlier "
-    "call a result (a jax.debug.callback made an io_callback, which "
-    "in_program_order gives a result when it has none; an ffi_call "
-    "result).",
+    "call a result: make a jax.debug.callback an io_callback (which "
+    "in_program_order gives a result when it has none), give an ffi_call "
+    "a result, or have a binding's own primitive return one, an array or "
+    "a JAX token (its lowering's custom call returning a "
+    "!stablehlo.token), which later calls are then entangled after.",
     stacklevel=natives.user_stacklevel(),
   )
 

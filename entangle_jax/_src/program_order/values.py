@@ -13,7 +13,7 @@ import numpy as np
 from jax.core import Tracer
 from jax.extend import core as jex_core
 
-from entangle_jax._src import primitive
+from entangle_jax._src import jax_compat, primitive
 from entangle_jax._src.entangle import entangle
 from entangle_jax._src.program_order.dependence import shape_size
 from entangle_jax._src.program_order.touches import Part
@@ -64,8 +64,10 @@ def _bindable(value):
   literal of the traced program), which becomes a constant of the program
   as it would converted, with no copy to a device first. (A concrete JAX
   array, evaluated eagerly, goes through `entangle`, which names arrays
-  committed to different devices.)"""
+  committed to different devices; so does an eager token.)"""
   if isinstance(value, Tracer):
+    if jax_compat.is_token_aval(value.aval):
+      return value  # A token witness: the primitive takes it as it is.
     return value if isinstance(value.dtype, np.dtype) else None
   if isinstance(value, np.ndarray | np.generic) and value.dtype.kind in "biufc":
     return np.asarray(value)
@@ -153,4 +155,16 @@ def is_bool(value) -> bool:
 
 
 def size(value) -> int:
+  """How many elements `value` holds: none for a JAX token, which has no
+  shape (an entangle on it orders nothing; as a witness it does, see
+  `waitable`)."""
+  if jax_compat.is_token(value):
+    return 0
   return shape_size(np.shape(value))
+
+
+def waitable(value) -> bool:
+  """Whether a later call can be ordered after `value`'s producer by
+  entangling with it: a value with elements, or a JAX token (a native call
+  that returns only a token), which entangle takes as a witness."""
+  return jax_compat.is_token(value) or size(value) > 0
