@@ -882,7 +882,7 @@ class Context:
     # loop body can hand out as its order value: an int32 scalar entangled
     # after it is, and comes after the same calls.
     return [
-      _after_token(ctx, v) if jax_compat.is_token(v) else v for v in values
+      _after_token(self, v) if jax_compat.is_token(v) else v for v in values
     ]
 
   def take_chain(self):
