@@ -31,7 +31,8 @@ def registered() -> None:
     jax.ffi.register_ffi_target(target, handler, platform="cpu")
 
 
-TOKEN = jax.typeof(jax.lax.create_token())
+# Traced, not made: an eager token would start a JAX backend at import.
+TOKEN = jax.make_jaxpr(jax.lax.create_token)().out_avals[0]
 send_p = jex_core.Primitive("token_witness_test_send")
 send_p.def_abstract_eval(lambda x: TOKEN)
 mlir.register_lowering(send_p, jax.ffi.ffi_lowering(SEND, has_side_effect=True))

@@ -46,7 +46,8 @@ def registered() -> None:
 
 # The abstract value JAX gives a token (`jax.lax.create_token()`'s): JAX
 # tells tokens from arrays by this very object.
-TOKEN = jax.typeof(jax.lax.create_token())
+# Traced, not made: an eager token would start a JAX backend at import.
+TOKEN = jax.make_jaxpr(jax.lax.create_token)().out_avals[0]
 
 # send(x) -> token: the custom call returns only a token, as a binding
 # written with jax.ffi's lowering and a token result type does.

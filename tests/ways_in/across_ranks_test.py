@@ -113,7 +113,9 @@ def recv(after, shape, source, tag=0):
 # binding's send), the same target as `send`: a binding's own primitive
 # whose custom call returns a !stablehlo.token.
 token_send_p = jex_core.Primitive("across_ranks_test_token_send")
-_TOKEN = jax.typeof(jax.lax.create_token())  # What JAX types a token by.
+# What JAX types a token by: traced, not made (an eager token would start
+# a JAX backend at import).
+_TOKEN = jax.make_jaxpr(jax.lax.create_token)().out_avals[0]
 token_send_p.def_abstract_eval(lambda x, **_: _TOKEN)
 mlir.register_lowering(
   token_send_p, jax.ffi.ffi_lowering(SEND, has_side_effect=True)
