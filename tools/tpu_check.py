@@ -518,6 +518,30 @@ def cost(steps: int = 10_000, repeats: int = 9) -> dict:
   }
 
 
+def token_witness() -> dict:
+  """``entangle(x, token)`` on the TPU: a Pallas kernel takes no token, so
+  the call falls back to the barrier op (docs/platforms.md). Compiles and
+  runs there, and gives the payload back bit for bit; the optimized
+  module's ops that take the token."""
+  from entangle_jax import entangle
+
+  x = jnp.arange(8, dtype=jnp.float32) * 1.5
+
+  def f(x):
+    return entangle(x, jax.lax.create_token())
+
+  compiled = jax.jit(f).lower(x).compile()
+  out = np.asarray(compiled(x))
+  text = compiled.as_text() or ""
+  bits = np.asarray(x).view(np.int32)
+  return {
+    "same_bits": bool(np.array_equal(out.view(np.int32), bits)),
+    "token_ops": [
+      line.strip()[:160] for line in text.splitlines() if "token[]" in line
+    ][:6],
+  }
+
+
 def main() -> int:
   OUT.mkdir(parents=True, exist_ok=True)
   import entangle_jax
@@ -534,6 +558,7 @@ def main() -> int:
     ("programs", further_programs),
     ("sanitizer", sanitizer),
     ("sanitizer_loops", sanitizer_loops),
+    ("token_witness", token_witness),
     ("cost", cost),
   ):
     t = time.perf_counter()

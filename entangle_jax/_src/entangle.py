@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 import jax
 from jax.core import Tracer
 
-from entangle_jax._src import arrays, primitive
+from entangle_jax._src import arrays, jax_compat, primitive
 
 T = TypeVar("T")
 
@@ -29,6 +29,11 @@ def entangle(payload: T, *witnesses: Any) -> T:
     payload: a pytree of arrays (JAX or NumPy arrays, NumPy or Python
       scalars, typed PRNG key arrays).
     *witnesses: pytrees of arrays that the result must be ordered after.
+      A leaf may also be a JAX token (``jax.lax.create_token()``'s type,
+      or what a native call that returns only a token returns): it is an
+      operand of the custom call as it is, a ``!stablehlo.token``, so the
+      result comes after the token's producer. A token gets no tangent
+      and holds no value; it orders only.
 
   Returns:
     ``payload``'s tree with the same shapes, dtypes, weak types and values;
@@ -36,7 +41,8 @@ def entangle(payload: T, *witnesses: Any) -> T:
     the JAX array it converts to, which is why the annotation ``T`` is exact
     for trees of JAX arrays). With no witnesses, ``payload`` itself is
     returned and no operation is emitted; witnesses none of which has an
-    array leaf raise (one with none beside one with arrays is passed by).
+    array or token leaf raise (one with none beside one with arrays is
+    passed by).
 
   Raises:
     TypeError: ``payload`` or a witness has no array leaves (``None``,
@@ -44,11 +50,12 @@ def entangle(payload: T, *witnesses: Any) -> T:
       wrapper whose handle is not a leaf): nothing could carry the order, so the
       message names its type and asks for the array that holds the
       handle, or what the earlier call returned. (For the witnesses: when
-      none of them has an array leaf.)
+      none of them has an array or token leaf.)
       Or a leaf of ``payload`` or of a witness is not an array of a
       dtype JAX supports (a string, object or datetime array, a Python int
       too large for its dtype, a NumPy masked array, ...); the message names
-      the leaf's path.
+      the leaf's path. Or a leaf of ``payload`` is a JAX token, which
+      has no value to hand back; the message names the leaf.
     ValueError: called outside ``jit`` on arrays committed to different
       devices; the message names the leaves and their devices.
 
@@ -73,7 +80,7 @@ def entangle(payload: T, *witnesses: Any) -> T:
   """
   witness_leaves, witness_names = [], []
   for index, witness in enumerate(witnesses):
-    leaves, _, _, names = _flatten(witness, f"witnesses[{index}]")
+    leaves, _, _, names = _flatten(witness, f"witnesses[{index}]", tokens=True)
     witness_leaves += leaves
     witness_names += names
   if witnesses and not witness_leaves:
@@ -83,8 +90,9 @@ def entangle(payload: T, *witnesses: Any) -> T:
     raise TypeError(
       f"entangle: the witnesses ({given}) have no array leaves, so the "
       "result could not wait for them: entangle would order nothing. Pass "
-      "what the earlier call returned (an array), not a value with no "
-      "arrays (None, {}, or an object registered as a pytree with none)."
+      "what the earlier call returned (an array, or a JAX token), not a "
+      "value with no arrays (None, {}, or an object registered as a pytree "
+      "with none)."
     )
   # Checked even when there is nothing to order, so that whether a bad leaf
   # raises does not depend on the witnesses.
@@ -109,13 +117,27 @@ def entangle(payload: T, *witnesses: Any) -> T:
   return jax.tree_util.tree_unflatten(treedef, rewrapped)
 
 
-def _flatten(tree: Any, name: str):
+def _flatten(tree: Any, name: str, tokens: bool = False):
   """`tree`'s leaves as plain arrays (PRNG keys as their key data), its
-  leaves as given, its structure, and each leaf's path for messages."""
+  leaves as given, its structure, and each leaf's path for messages.
+  With `tokens` (a witness), a JAX token leaf is kept as it is; otherwise
+  (the payload) it raises, naming the leaf."""
   with_paths, treedef = jax.tree_util.tree_flatten_with_path(tree)
   physical, names = [], []
   for path, leaf in with_paths:
     where = name + jax.tree_util.keystr(path)
+    if jax_compat.is_token(leaf):
+      if not tokens:
+        raise TypeError(
+          f"entangle: {where} is a JAX token, which cannot be a payload: "
+          "it holds no value to hand back. Entangle an array after the "
+          "token instead (entangle(x, token)), and pass that array on."
+        )
+      # A token has no dtype: it becomes an operand of the custom call as
+      # it is (a !stablehlo.token), which XLA orders after its producer.
+      physical.append(leaf)
+      names.append(where)
+      continue
     array = _as_array(leaf, where)
     if jax.dtypes.issubdtype(array.dtype, jax.dtypes.extended):
       array = jax.random.key_data(array)

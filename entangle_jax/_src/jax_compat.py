@@ -38,6 +38,12 @@ which evaluates a jaxpr again equation by equation:
   params alone, with the subfuns under the key ``"subfuns"`` where the
   primitive has any.
 
+Public, but moved between releases, for token witnesses (`is_token`):
+
+* ``AbstractToken``, the type of a token's abstract value, and ``Token``,
+  an eager token (``jax.lax.create_token()``): ``jax.extend.core`` on
+  jax 0.7 and newer, ``jax.core`` before.
+
 Public extension API that the primitive is built on and that this module
 does not wrap: ``jax.extend.core.Primitive``, ``jax.interpreters.ad``,
 ``jax.interpreters.batching``, ``jax.interpreters.mlir``, ``jax.ffi``.
@@ -52,7 +58,9 @@ from jax._src import effects as _effects
 from jax._src import source_info_util as _source_info_util
 from jax._src import xla_bridge as _xla_bridge
 from jax._src.lib import xla_client as _xla_client
+from jax.core import Tracer
 from jax.experimental import jet as _jet
+from jax.extend import core as _jex_core
 
 register_custom_call_partitioner = _xla_client.register_custom_call_partitioner
 HloSharding = _xla_client.HloSharding
@@ -61,6 +69,28 @@ jet_rules = _jet.jet_rules
 ordered_effects = _effects.ordered_effects
 lowerable_effects = _effects.lowerable_effects
 Effect = _effects.Effect  # jax.extend.core.Effect from jax 0.7 or so on.
+
+try:
+  from jax.extend.core import AbstractToken
+except ImportError:  # jax 0.6 has it in jax.core only.
+  from jax.core import AbstractToken  # ty: ignore[missing-module-member]
+Token = _jex_core.Token
+
+
+def is_token_aval(aval) -> bool:
+  """Whether `aval` is the abstract value of a JAX token (a jaxpr's
+  ``Tok``, a ``!stablehlo.token`` once lowered)."""
+  return isinstance(aval, AbstractToken)
+
+
+def is_token(value) -> bool:
+  """Whether `value` is a JAX token: an eager one (what
+  ``jax.lax.create_token()`` returns, or a binding's primitive that returns
+  a token, run eagerly) or a traced one. A token holds no elements and has
+  no dtype or shape; it only orders."""
+  if isinstance(value, Token):
+    return True
+  return isinstance(value, Tracer) and is_token_aval(value.aval)
 
 
 def ordered_effects_of(eqn) -> frozenset:

@@ -8,11 +8,15 @@ import importlib
 import types
 from collections.abc import Iterable, Mapping
 
+from entangle_jax._src.targets import platforms
 from entangle_jax._src.targets.names import ENTANGLE_TARGET
 
-# JAX hands custom-call targets to GPU plugins under these platform names
-# (lowercase "cuda" would stay queued and never reach a plugin).
-ENTANGLE_PLATFORMS = ("cpu", "CUDA", "ROCM")
+ENTANGLE_PLATFORMS = tuple(
+  p.ffi_name for p in platforms.PLATFORMS if p.ffi_name is not None
+)
+"""The platform names entangle's FFI handler is registered under
+(`platforms.Platform.ffi_name`): those where entangle lowers to its FFI
+custom call."""
 
 # Each handler the extension's `registrations()` table names, by target.
 _TARGETS = {"entangle": ENTANGLE_TARGET}

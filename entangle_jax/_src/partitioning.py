@@ -38,10 +38,14 @@ from jax.interpreters import mlir
 
 from entangle_jax._src import jax_compat
 
-# (local operand shapes and dtypes, number of payload leaves) -> the
-# per-device program as MLIR text.
+TOKEN = "token"
+"""A token witness among a partitioned call's local operands (it has no
+shape or dtype)."""
+
+# (local operand shapes and dtypes, or `TOKEN`, number of payload leaves)
+# -> the per-device program as MLIR text.
 ShardProgram = Callable[
-  [tuple[tuple[tuple[int, ...], np.dtype], ...], int], str
+  [tuple[tuple[tuple[int, ...], np.dtype] | str, ...], int], str
 ]
 
 # Shardy names factors i, j, ..., z, then z_1, z_2, ... in its text form.
@@ -89,15 +93,29 @@ def annotate(op) -> None:
 
   Shapes come from `op`'s own operands, and its results are taken to alias
   its leading operands, result ``i`` to operand ``i``. Shape-polymorphic
-  (dynamic) dimensions have no size a rule can name, so such a call gets no
-  rule: the partitioner alone then keeps its shardings.
+  (dynamic) dimensions have no size a rule can name, and Shardy takes no
+  rule for a call with a token operand (a token witness), so such a call
+  gets no rule: the partitioner alone then keeps its shardings.
   """
-  shapes = [mlir.ir.RankedTensorType(value.type).shape for value in op.operands]
+  shapes = []
+  for value in op.operands:
+    shape = _shape(value.type)
+    if shape is None:
+      return
+    shapes.append(shape)
   if any(size < 0 for shape in shapes for size in shape):
     return
   op.attributes["sdy.sharding_rule"] = mlir.ir.Attribute.parse(
     sharding_rule(shapes, len(op.results))
   )
+
+
+def _shape(type_) -> list[int] | None:
+  """The dimensions of an operand of type `type_`; None for a token."""
+  try:
+    return list(mlir.ir.RankedTensorType(type_).shape)
+  except ValueError:  # Not a ranked tensor: a token.
+    return None
 
 
 def register_partitioner(target: str, shard_program: ShardProgram) -> None:
@@ -147,7 +165,9 @@ def _partition(
   del result_sharding, backend_config
   num_payload = len(_result_shapes(result_shape))
   local = tuple(
-    (
+    TOKEN
+    if shape.is_token()
+    else (
       tuple(sharding.tile(shape).dimensions()),
       np.dtype(shape.numpy_dtype()),
     )

@@ -12,6 +12,10 @@ the one table of codes, headlines and fixes.
   the steps that fix it; one that clears them has no code, and its
   headline is why the race check takes the two for different objects,
   as the sanitizer's agreement line says it (None: nothing says it).
+* `safe_pair_named`, `LEFT_OUT`, `left_out_count` and `left_out_by`:
+  the words of `Reason.SAFE_PAIR`, what every report and the sanitizer
+  say of a declared safe pair and of the pairs it (or the
+  device-to-process map) left out.
 * `TWO_NAMES`, `ACROSS_DEVICES`, `BACKWARD`, `HIDDEN_BY_XLA` and
   `COMMUNICATION`: the causes that need more of the pair than its reason
   (the two ``Resource`` names of one object, two devices, a backward pass,
@@ -31,8 +35,11 @@ empty).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
+from typing import Literal
 
-from entangle_jax._src.conflict_rule import Reason
+from entangle_jax._src.conflict_rule import APART_REASON, Reason
+from entangle_jax._src.targets.declaration import SafePair
 
 
 @dataclasses.dataclass(frozen=True)
@@ -342,3 +349,45 @@ CONTEXT_CAUSES = (
   COMMUNICATION,
 )
 """The causes no reason alone decides (see each)."""
+
+
+# The pairs left out as safe (`Reason.SAFE_PAIR`) -----------------------
+
+
+def safe_pair_named(pair: SafePair, quote: str = "`") -> str:
+  """`pair` as reports name it: its two targets, each between `quote`s
+  (the sanitizer's prose quotes none), why, and where it was declared."""
+  first, second = f"{quote}{pair.first}{quote}", f"{quote}{pair.second}{quote}"
+  return f"{first} / {second} ({pair.reason}; from {pair.source})"
+
+
+LEFT_OUT = "left out as safe"
+"""What every report says of the pairs a declared safe pair (or the
+device-to-process map) left out: written here only."""
+
+
+def left_out_count(count: int, form: Literal["more", "all", "each"]) -> str:
+  """The start of each sentence about `count` pairs left out as safe, up
+  to and with `LEFT_OUT`: ``more`` beside pairs reported (``N more pairs
+  left out as safe``), ``all`` for a module whose every pair was left
+  out, ``each`` for one entry's pairs (a notice)."""
+  pairs = f"{count} pair{'s' * (count != 1)}"
+  if form == "more":
+    return f"{count} more pair{'s' * (count != 1)} {LEFT_OUT}"
+  may = "may conflict and run in either order"
+  if form == "all":
+    return f"{pairs} of calls {may}, all {LEFT_OUT}"
+  return f"{pairs} of calls that {may} {LEFT_OUT}"
+
+
+def left_out_by(reasons: Iterable[str]) -> str:
+  """Why pairs were left out as safe, from the `SafePair.reason` of the
+  entries that left them out: ``by declared safe_pairs``, ``(on devices
+  of different processes)`` (`conflict_rule.APART_REASON`: the
+  device-to-process map), or both."""
+  apart = {reason == APART_REASON for reason in reasons}
+  if apart == {True}:
+    return "(on devices of different processes)"
+  if apart == {True, False}:
+    return "(by declared safe_pairs, or on devices of different processes)"
+  return "by declared safe_pairs"

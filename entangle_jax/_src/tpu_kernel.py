@@ -21,6 +21,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.extend.mlir.dialects import stablehlo
 from jax.interpreters import mlir
 
 from entangle_jax._src import jax_compat
@@ -260,7 +261,13 @@ def call(*operands, num_payload: int, two_d: bool | None = None):
 
 def lowering(ctx, *operands, num_payload: int):
   """entangle's TPU lowering: the kernel (`call`) where every operand has a
-  `carrier`, else XLA's ``optimization_barrier``."""
+  `carrier`, else XLA's ``optimization_barrier``. A token witness is no
+  array a Pallas kernel takes: a call with one keeps the barrier, which
+  takes tokens (and which XLA:TPU removes: docs/platforms.md, "TPU")."""
+  if any(jax_compat.is_token_aval(aval) for aval in ctx.avals_in):
+    # JAX's optimization_barrier takes no token: the op itself does.
+    barrier = stablehlo.OptimizationBarrierOp(list(operands))
+    return list(barrier.results)[:num_payload]
   if all(
     carrier(aval.shape, aval.dtype, payload=i < num_payload) is not None
     for i, aval in enumerate(ctx.avals_in)

@@ -7,6 +7,7 @@ import pathlib
 
 from absl.testing import absltest
 
+from entangle_jax._src.targets import platforms
 from entangle_jax.testing._hlo import dumped_module, entry_shardings
 
 DATA = pathlib.Path(__file__).parent / "data"
@@ -33,8 +34,8 @@ class DumpedModuleTest(absltest.TestCase):
     cpu = read(SHARDED, "after_optimizations.txt")
     tpu = read(TPU, "after_optimizations.txt")
     self.assertEqual(dumped_module.module_name(cpu), "jit_hazard")
-    self.assertFalse(dumped_module.is_tpu(cpu))
-    self.assertTrue(dumped_module.is_tpu(tpu))
+    self.assertIsNone(dumped_module.platform_of(cpu))
+    self.assertIs(dumped_module.platform_of(tpu), platforms.TPU)
     # A TPU callback is no custom call: its transfers are the native call.
     self.assertNotIn("custom-call", tpu)
     self.assertTrue(dumped_module.has_native_calls(tpu))

@@ -159,6 +159,30 @@ class PrivateApiTest(absltest.TestCase):
     if jax.devices()[0].platform != "tpu":
       self.assertTrue(jax_compat.pallas_tpu_rank1_needs_rows())
 
+  def test_token_types_are_what_jax_gives_a_token(self):
+    # AbstractToken and Token (jax.extend.core, or jax.core on jax 0.6):
+    # an eager token is a Token, a traced one's aval an AbstractToken, and
+    # neither is an array; a token lowers to !stablehlo.token.
+    token = jax.lax.create_token()
+    self.assertIsInstance(token, jax_compat.Token)
+    self.assertTrue(jax_compat.is_token(token))
+    self.assertTrue(jax_compat.is_token_aval(jax.typeof(token)))
+    (var,) = jax.make_jaxpr(jax.lax.create_token)().jaxpr.outvars
+    self.assertTrue(jax_compat.is_token_aval(var.aval))
+    seen = []
+
+    def f(x):
+      t = jax.lax.create_token()
+      seen.append((jax_compat.is_token(t), jax_compat.is_token(x)))
+      return entangle(x, t)
+
+    text = jax.jit(f).lower(jnp.ones(2)).as_text()
+    self.assertEqual(seen, [(True, False)])
+    self.assertIn("!stablehlo.token", text)
+    for value in (jnp.ones(2), 1.0, None):
+      self.assertFalse(jax_compat.is_token(value))
+    self.assertFalse(jax_compat.is_token_aval(jax.typeof(jnp.ones(2))))
+
   def test_ordered_effects_are_the_ones_jax_threads_a_token_through(self):
     # effects.ordered_effects / lowerable_effects: registries of effect
     # types with add_type and contains; io_callback(ordered=True) has an

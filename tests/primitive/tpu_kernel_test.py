@@ -154,6 +154,16 @@ class TpuKernelTest(parameterized.TestCase):
     self.assertEqual(kernel_calls(text), [])
     self.assertIn("stablehlo.optimization_barrier", text)
 
+  def test_a_token_witness_takes_the_barrier_with_the_token(self):
+    # A Pallas kernel takes no token: the barrier takes the token itself.
+    text = tpu_text(lambda x: entangle(x, jax.lax.create_token()), spec((8,)))
+    self.assertEqual(kernel_calls(text), [])
+    barrier = match(r"stablehlo.optimization_barrier (.*)", text).group(1)
+    self.assertIn("!stablehlo.token", barrier)
+    # Control: an array witness in its place takes the kernel.
+    text = tpu_text(lambda x, w: entangle(x, w), spec((8,)), spec((8,)))
+    self.assertLen(kernel_calls(text), 1)
+
   def test_float64_falls_back_to_the_barrier(self):
     # On the v5e, float64 as 32-bit words did not come back bit for bit.
     self.addCleanup(

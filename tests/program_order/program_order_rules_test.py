@@ -7,7 +7,7 @@ import jax.numpy as jnp
 from absl.testing import absltest
 
 from entangle_jax import in_program_order
-from entangle_jax._src.program_order import call_like
+from entangle_jax._src.program_order import call_like, rule_inputs
 from entangle_jax._src.program_order.interpreter import Context
 from entangle_jax._src.program_order.rules import registry
 from entangle_jax._src.targets import sources
@@ -48,7 +48,7 @@ class RegistryTest(absltest.TestCase):
   def test_a_primitive_is_registered_once(self):
     with self.assertRaisesRegex(ValueError, "two ordering rules"):
       registry.register(registry.FAMILIES["loops"], ("scan",))(
-        lambda *a: list(a)
+        lambda *a: rule_inputs.RuleResult(list(a))
       )
 
   def test_eval_eqn_applies_the_registered_rule(self):

@@ -175,13 +175,19 @@ def cycle(graph: dict[str, set[str]]) -> list[str]:
 
 
 class ImportLayersTest(absltest.TestCase):
-  def setUp(self):
-    super().setUp()
+  graph: dict[str, set[str]]
+  anywhere: dict[str, set[str]]
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
     if not PACKAGE.is_dir():
       raise unittest.SkipTest(f"no entangle_jax/ beside {ROOT / 'tests'}")
+    # Once for the class: parsing every module of the package took most of
+    # each test's time, and no test changes the package.
     modules = module_names()
-    self.graph = {m: imported(p, modules) for m, p in modules.items()}
-    self.anywhere = {
+    cls.graph = {m: imported(p, modules) for m, p in modules.items()}
+    cls.anywhere = {
       m: imported_anywhere(p, modules) for m, p in modules.items()
     }
 

@@ -138,6 +138,27 @@ class ShardingTest(parameterized.TestCase):
     self.assertNotEqual(collectives(fn.lower(payload, witness).compile()), [])
     np.testing.assert_array_equal(fn(payload, witness), payload)
 
+  def test_a_token_witness_keeps_the_sharding(self):
+    # A call with a token operand gets no Shardy rule; the partitioner
+    # keeps the payload's sharding and takes the token as it is.
+    mesh = mesh_1d()
+    payload = put(mesh, jnp.arange(16.0), P("x"))
+    token_fn = jax.jit(
+      lambda p: entangle(p, jax.lax.after_all(jax.lax.create_token()))
+    )
+    compiled = token_fn.lower(payload).compile()
+    self.assertEqual(collectives(compiled), [])
+    (line,) = [
+      line
+      for line in module_text(compiled).splitlines()
+      if f'"{native.ENTANGLE_TARGET}"' in line
+    ]
+    self.assertIn("f32[2]", line)  # The local shard, with the token.
+    self.assertIn("token[]", line)
+    out = token_fn(payload)
+    self.assertTrue(out.sharding.is_equivalent_to(payload.sharding, 1))
+    np.testing.assert_array_equal(out, payload)
+
   def test_several_leaves_one_call(self):
     mesh = mesh_2d()
     a = put(mesh, jnp.ones((8, 4)), P("x", "y"))

@@ -21,8 +21,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest
+from jax.extend import core as jex_core
+from jax.interpreters import mlir
 
-from entangle_jax import entangle
+from entangle_jax import entangle, in_program_order
 from entangle_jax._src import native
 from entangle_jax._src.targets import shipped, sources, table
 from entangle_jax._src.targets.communication import Communication
@@ -105,6 +107,24 @@ def recv(after, shape, source, tag=0):
     RECV, jax.ShapeDtypeStruct(shape, jnp.float32), has_side_effect=True
   )
   return call(after, source=np.int64(source), tag=np.int64(tag))
+
+
+# A send whose only result is a JAX token (issue 70: a hand-written MPI
+# binding's send), the same target as `send`: a binding's own primitive
+# whose custom call returns a !stablehlo.token.
+token_send_p = jex_core.Primitive("across_ranks_test_token_send")
+# What JAX types a token by: traced, not made (an eager token would start
+# a JAX backend at import).
+_TOKEN = jax.make_jaxpr(jax.lax.create_token)().out_avals[0]
+token_send_p.def_abstract_eval(lambda x, **_: _TOKEN)
+mlir.register_lowering(
+  token_send_p, jax.ffi.ffi_lowering(SEND, has_side_effect=True)
+)
+
+
+def token_send(x, dest, tag=0):
+  registered()
+  return token_send_p.bind(x, dest=np.int64(dest), tag=np.int64(tag))
 
 
 def check(program, ranks=2, *args) -> CrossRankResult:
@@ -375,6 +395,34 @@ class SendRecvTest(absltest.TestCase):
     result = check(functools.partial(self.program, rank1_receives_first=True))
     self.assertEqual(result.verdict, "proved", result.text())
     self.assertLen(result.matched, 2)
+
+  def test_a_token_only_send_ordered_by_its_token_is_proved(self):
+    # Each rank sends, then receives; rank 1 receives first. The receive
+    # after a send is ordered after the send's token only, by entangle or
+    # by in_program_order: the check reads the token operand of the
+    # entangle as an order, and proves the program.
+    def program(order, rank, x):
+      other = 1 - rank
+      if rank == 1:
+        got = recv(x, (4,), source=other)
+        return got, token_send(entangle(x, got), dest=other)
+      token = token_send(x, dest=other)
+      return recv(order(x, token), (4,), source=other), token
+
+    result = check(functools.partial(program, entangle))
+    self.assertEqual(result.verdict, "proved", result.text())
+
+    def transformed(rank, x):
+      return in_program_order(
+        functools.partial(program, lambda x, token: x, rank)
+      )(x)
+
+    result = check(transformed)
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 2)
+    # Control: nothing orders rank 0's receive after its send.
+    result = check(functools.partial(program, lambda x, token: x))
+    self.assertEqual(result.verdict, "deadlock", result.text())
 
   def test_a_tag_that_never_matches_deadlocks(self):
     def program(rank, x):

@@ -73,6 +73,7 @@ def _pytest_args(folder: pathlib.Path, dump: pathlib.Path) -> list[str]:
     "-q",
     "-p",
     "no:cacheprovider",
+    *test_util.UNUSED_PLUGINS,
     *([] if installed else ["-p", test_util.PYTEST_PLUGIN]),
     "--rootdir",
     str(folder),

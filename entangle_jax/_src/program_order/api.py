@@ -120,11 +120,15 @@ def in_program_order(
   made again in the backward pass (it would see a later state), with
   ``grad`` on either side.
 
+  A call whose only result is a JAX token (a binding's primitive whose
+  custom call returns a ``!stablehlo.token``) is waited for through that
+  token: later calls are entangled after it as after an array.
+
   Not ordered, and it warns: later calls after a call that returns nothing
-  (``jax.debug.callback``). A primitive that cannot be lowered alone warns,
-  naming it, and is ordered as a call that may write anything; a call
-  whose object operand its lowering computes is ordered against every
-  other native call.
+  (``jax.debug.callback``), with what to do (return an array or a token).
+  A primitive that cannot be lowered alone warns, naming it, and is
+  ordered as a call that may write anything; a call whose object operand
+  its lowering computes is ordered against every other native call.
 
   Args:
     f: the function whose native calls to order. Without it,

@@ -2,7 +2,11 @@
 equation again, entangling native calls with the earlier calls they
 conflict with. Every other equation goes to its primitive's rule
 (`rules.registry`), which rebuilds a sub-program that holds native calls
-with what `Context` shares: child contexts, order values, summaries."""
+with what `Context` shares (child contexts, order values), reading it
+through a narrow protocol (`rule_inputs`), and returns what it decided (a
+`rule_inputs.RuleResult`), which `Context.keep_books` records: the
+evaluation's books (the backward chain, the recorded calls) are set here
+only."""
 
 from __future__ import annotations
 
@@ -22,7 +26,6 @@ from jax.extend import core as jex_core
 
 from entangle_jax._src import access_marker, jax_compat
 from entangle_jax._src.access_marker import Record
-from entangle_jax._src.entangle import entangle
 from entangle_jax._src.program_order import natives, rule_inputs
 from entangle_jax._src.program_order.dependence import kept_deps
 from entangle_jax._src.program_order.natives import (
@@ -32,8 +35,10 @@ from entangle_jax._src.program_order.natives import (
   has_native,
   native_call,
 )
+from entangle_jax._src.program_order.rule_inputs import AS_PARENT, ChildStart
 from entangle_jax._src.program_order.rules import registry
 from entangle_jax._src.program_order.touches import (
+  ANY,
   Obj,
   OrderedCall,
   Part,
@@ -53,6 +58,7 @@ from entangle_jax._src.program_order.values import (
   scalar_after,
   size,
   token_of,
+  waitable,
 )
 from entangle_jax._src.targets.declaration import Declarations
 from entangle_jax._src.targets.names import DEBUG_CALLBACK_PRIMITIVES
@@ -319,7 +325,7 @@ class Context:
     name = eqn.primitive.name
     rule = registry.rule_for(name)
     if rule is not None and not rule.higher_order:
-      return rule.apply(self, eqn, invals)
+      return self.keep_books(rule.apply(self, eqn, invals))
     if not has_native(eqn, self.decls, scopes):
       return self.bind(eqn, invals)
     if rule is None:
@@ -330,7 +336,7 @@ class Context:
         "cannot order calls inside it. Move the native call out of it, or "
         "order it by hand with entangle_jax.entangle or Resource."
       )
-    return rule.apply(self, eqn, invals)
+    return self.keep_books(rule.apply(self, eqn, invals))
 
   def bind(self, eqn, invals: list) -> list:
     """Binds `eqn`'s primitive; its results depend on the calls that XLA
@@ -527,14 +533,16 @@ class Context:
       for r in back:
         if r < len(outs):
           self.set_root(outs[r], obj)
+    # A token result is a witness as an array is (issue 70): a binding
+    # whose call returns only a token is waited for through it.
     if extra:
       witnesses = extra  # The result it was given (`_bind_carried`).
     elif call.witnesses is None:
-      witnesses = [w for w in outs if size(w) > 0][:1]
+      witnesses = [w for w in outs if waitable(w)][:1]
     elif call.returns_nothing:
       witnesses = []  # A call nothing can wait for: warned when needed.
     else:
-      witnesses = [outs[i] for i in call.witnesses if size(outs[i]) > 0]
+      witnesses = [outs[i] for i in call.witnesses if waitable(outs[i])]
     access = OrderedCall(
       bit,
       parts,
@@ -730,20 +738,71 @@ class Context:
     evaluation."""
     return 1 << next(self.bit_counter)
 
-  def summary(self, parts, witnesses, deps_in: int, label: str) -> OrderedCall:
+  def mark(self, value: Any) -> int:
+    """A new call's bit, which `value` comes after from now on (a loop
+    body's probe of which carries its calls come after)."""
+    bit = self.new_bit()
+    self.set_dep(value, bit)
+    return bit
+
+  def record(self, summary: rule_inputs.Summary) -> None:
+    """Records a sub-program's calls as one call here (a rule's
+    `rule_inputs.Summary`): its witnesses, and the values it names, come
+    after it and after the calls of its `deps`."""
     bit = self.new_bit()
     access = OrderedCall(
-      bit, tuple(parts), list(witnesses), bit | deps_in, label
+      bit,
+      tuple(summary.parts),
+      list(summary.witnesses),
+      bit | summary.deps,
+      summary.label,
     )
     self.add(access)
-    return access
+    for value in summary.after:
+      self.set_dep(value, access.deps)
 
-  def child(self, accesses=None) -> Context:
-    ctx = Context(
-      self.decls,
-      self.accesses if accesses is None else accesses,
-      self.track_keys,
-    )
+  def keep_books(self, result: rule_inputs.RuleResult) -> list:
+    """Records what a rule decided (`rule_inputs.RuleResult`) and returns
+    its outputs. The rule only returns it: the chain, the recorded calls
+    and what the backward passes touch are set here, in one place."""
+    if result.chain is not None:
+      self.chain = result.chain
+    if result.backward:
+      # In place: a child shares its parent's list (`child`), and the
+      # backward passes' parts are read once, at the end (`link`).
+      self.backward.extend(result.backward)
+    if result.summary is not None:
+      self.record(result.summary)
+    return result.outs
+
+  def child(self, start: ChildStart = AS_PARENT) -> Context:
+    """A child evaluation of a sub-program, set up as `start` says
+    (`rule_inputs.ChildStart`): a rule says how its sub-program starts,
+    and the child is set up here, so no rule sets another's attributes."""
+    after, deps, earlier = start.after, start.deps, start.earlier
+    prevs: list[OrderedCall] = []
+    if after is not None and after is not False:
+      # One call the order value `after` stands for: every call of the
+      # child comes after it, and so after the calls in `deps`.
+      prev_bit = self.new_bit()
+      prevs.append(
+        OrderedCall(
+          prev_bit,
+          (Part("write", None, "previous"),),
+          [after],
+          prev_bit,
+          "",
+        )
+      )
+    elif earlier is not None:
+      # Each a call on any object, which its value stands for (a backward
+      # pass after the forward pass's calls, and after later calls').
+      for value, label in earlier:
+        bit = self.new_bit()
+        prevs.append(OrderedCall(bit, ANY, [value], bit, label))
+    else:
+      prevs = self.accesses
+    ctx = Context(self.decls, prevs, self.track_keys)
     ctx.bit_counter = self.bit_counter
     ctx.roots = dict(self.roots)
     ctx.deps = dict(self.deps)
@@ -753,13 +812,21 @@ class Context:
     ctx.keys = self.keys
     ctx.saved = self.saved
     ctx.top = False
-    ctx.saving = self.saving
-    ctx.recompute = self.recompute
-    ctx.native_log = self.native_log
+    ctx.saving = self.saving if start.saving is None else start.saving
+    ctx.recompute = self.recompute or start.recompute
+    ctx.native_log = [] if start.log else self.native_log
+    ctx.chain = start.chain
     # A rule makes its children while it evaluates an equation, and may
     # make them inside the sub-program's own trace, whose name stack
     # starts anew: the equation's scopes are theirs.
     ctx.outer_scopes = self.eqn_scopes or self.scopes()
+    if after is not None and after is not False:
+      ctx.set_dep(after, prevs[0].bit | deps)
+      ctx.prev_bit = prevs[0].bit
+    elif earlier is not None:
+      for (value, _), prev in zip(earlier, prevs, strict=True):
+        ctx.set_dep(value, prev.bit)
+    self._seed(ctx, *start.seed)
     return ctx
 
   def scopes(self) -> str:
@@ -771,7 +838,7 @@ class Context:
       return current
     return f"{outer}/{current}" if current else outer
 
-  def seed(self, child: Context, inner: Sequence[Any], outer: Sequence[Any]):
+  def _seed(self, child: Context, inner: Sequence[Any], outer: Sequence[Any]):
     """Inner values of a sub-program stand for `outer` ones."""
     for i, o in zip(inner, outer, strict=True):
       child.set_dep(i, self.dep(o))
@@ -803,46 +870,20 @@ class Context:
     self.set_dep(token, stood)
     return token
 
-  def exported(self, ctx: Context) -> list:
-    """Values that come after every call made in child `ctx`."""
+  def exported(self) -> list:
+    """Values that come after every call made in this evaluation (not in
+    its parent): noted as used, in the set a child shares with its
+    parent."""
     values = []
-    for a in _not_covered(ctx.own):
+    for a in _not_covered(self.own):
       values += a.witnesses
     self.used.update(id(v) for v in values)
-    return values
-
-  def after_sub(self, parts, outs, token, invals, label, deps=0) -> list:
-    """Registers a sub-program's calls (`parts`) as one call here, which
-    `token` (a value, or a list of values) comes after; as do the calls in
-    `deps`, which every branch's `token` is an entangle after. The other
-    results depend on nothing (`dependence`): XLA may pass a value through
-    a loop or a branch, and drop the rest."""
-    del invals
-    tokens = list(token) if isinstance(token, list | tuple) else [token]
-    access = self.summary(parts, tokens, deps, label)
-    for t in tokens:
-      self.set_dep(t, access.deps)
-    return outs
-
-  def loop_child(self, token, deps: int = 0) -> Context:
-    """A child context whose calls all come after `token`, which comes
-    after the calls in `deps`."""
-    if token is False or token is None:
-      return self.child(accesses=[])
-    bit = self.new_bit()
-    prev = OrderedCall(
-      bit, (Part("write", None, "previous"),), [token], bit, ""
-    )
-    ctx = self.child(accesses=[prev])
-    ctx.set_dep(token, bit | deps)
-    ctx.prev_bit = bit
-    return ctx
-
-  def token_after(self, ctx: Context):
-    """An int32 value that comes after every call made in child `ctx`."""
-    exported = self.exported(ctx)
-    token = jnp.zeros((), jnp.int32)
-    return entangle(token, *exported) if exported else token
+    # A token (of a call that returns only one) is no value a branch or a
+    # loop body can hand out as its order value: an int32 scalar entangled
+    # after it is, and comes after the same calls.
+    return [
+      _after_token(self, v) if jax_compat.is_token(v) else v for v in values
+    ]
 
   def take_chain(self):
     """The backward chain here, started (a float32 zero) if it was not."""
@@ -912,6 +953,14 @@ def _not_covered(calls: Sequence[OrderedCall]) -> list[OrderedCall]:
   return [a for a in calls if not (a.bit & covered)]
 
 
+def _after_token(ctx: Context, token) -> Any:
+  """An int32 scalar after `token`, which comes after what it does."""
+  (after,) = entangled([jnp.zeros((), jnp.int32)], [token])
+  ctx.set_dep(after, ctx.dep(token))
+  ctx.keep.append(after)
+  return after
+
+
 def _warn_unwaited(
   later: str, unwaited: Sequence[OrderedCall], kept: Sequence[OrderedCall]
 ) -> None:
@@ -934,9 +983,11 @@ def _warn_unwaited(
     f"call{'s' if many else ''} {names}, which return{'' if many else 's'} "
     f"no array: nothing can wait for {'them' if many else 'it'}, so they "
     f"may run in either order. {keeps} To order them, give the earlier "
-    "call a result (a jax.debug.callback made an io_callback, which "
-    "in_program_order gives a result when it has none; an ffi_call "
-    "result).",
+    "call a result: make a jax.debug.callback an io_callback (which "
+    "in_program_order gives a result when it has none), give an ffi_call "
+    "a result, or have a binding's own primitive return one, an array or "
+    "a JAX token (its lowering's custom call returning a "
+    "!stablehlo.token), which later calls are then entangled after.",
     stacklevel=natives.user_stacklevel(),
   )
 
@@ -952,11 +1003,12 @@ def _every_rule_input(
   rule_inputs.Checkpoint,
   rule_inputs.Loop,
   rule_inputs.ShardMap,
+  rule_inputs.SubEvaluation,
 ]:
   """`ctx` as each rule's input: never called; ty checks that `Context`
   has what every protocol of `rule_inputs` names, as the rules it hands
   itself to (`Context.eval_eqn`) read it."""
-  return ctx, ctx, ctx, ctx, ctx, ctx, ctx, ctx
+  return ctx, ctx, ctx, ctx, ctx, ctx, ctx, ctx, ctx
 
 
 def _literal_key(atom) -> Any:

@@ -305,7 +305,14 @@ def _aval_key(aval):
 
 
 def _lower(eqn) -> Lowered:
-  avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in eqn.invars]
+  # A token input (a binding's call that takes one) is lowered from a
+  # token: it has no shape or dtype to describe it by.
+  avals = [
+    jax.lax.create_token()
+    if jax_compat.is_token_aval(v.aval)
+    else jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype)
+    for v in eqn.invars
+  ]
 
   def one(*args):
     return jax_compat.bind_equation(eqn, args)

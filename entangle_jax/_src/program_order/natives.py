@@ -448,7 +448,11 @@ def _read_lowering(
       orderable = False  # A call that depends on no input with elements.
       break
     order.append(pick)
-  out_sizes = [_size(v.aval) for v in eqn.outvars]
+  # A token output is waited for as an array is (`values.waitable`).
+  out_sizes = [
+    1 if jax_compat.is_token_aval(v.aval) else _size(v.aval)
+    for v in eqn.outvars
+  ]
   witnesses: list[int] = []
   nothing = False
   for call in calls:
@@ -474,6 +478,10 @@ def _read_lowering(
 
 
 def _size(aval) -> int:
+  """The elements of a value of `aval`: none for a token, which an
+  entangle on it cannot order."""
+  if jax_compat.is_token_aval(aval):
+    return 0
   return shape_size(getattr(aval, "shape", ()))
 
 

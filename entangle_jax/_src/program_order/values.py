@@ -13,7 +13,7 @@ import numpy as np
 from jax.core import Tracer
 from jax.extend import core as jex_core
 
-from entangle_jax._src import primitive
+from entangle_jax._src import jax_compat, primitive
 from entangle_jax._src.entangle import entangle
 from entangle_jax._src.program_order.dependence import shape_size
 from entangle_jax._src.program_order.touches import Part
@@ -21,7 +21,7 @@ from entangle_jax._src.program_order.touches import Part
 if TYPE_CHECKING:
   from entangle_jax._src.program_order.rule_inputs import (
     Dependences,
-    SubPrograms,
+    SubEvaluation,
   )
 
 SAVED = "entangle_jax_native_result"
@@ -64,8 +64,10 @@ def _bindable(value):
   literal of the traced program), which becomes a constant of the program
   as it would converted, with no copy to a device first. (A concrete JAX
   array, evaluated eagerly, goes through `entangle`, which names arrays
-  committed to different devices.)"""
+  committed to different devices; so does an eager token.)"""
   if isinstance(value, Tracer):
+    if jax_compat.is_token_aval(value.aval):
+      return value  # A token witness: the primitive takes it as it is.
     return value if isinstance(value.dtype, np.dtype) else None
   if isinstance(value, np.ndarray | np.generic) and value.dtype.kind in "biufc":
     return np.asarray(value)
@@ -87,6 +89,14 @@ def scalar_after(values: Sequence[Any], payload):
   return entangle(payload, *values) if values else payload
 
 
+def token_after(exported: Sequence[Any]):
+  """An int32 scalar that comes after all of `exported` (the values that
+  come after every call a sub-program made): an entangle after them, or a
+  zero when there are none."""
+  token = jnp.zeros((), jnp.int32)
+  return entangle(token, *exported) if exported else token
+
+
 def deps_of(ctx: Dependences, values: Sequence[Any]) -> int:
   """The calls an entangle after all of `values` comes after (in `ctx`)."""
   bits = 0
@@ -105,7 +115,8 @@ def common(deps: Sequence[int]) -> int:
   return bits
 
 
-def own_parts(ctx: SubPrograms) -> tuple[Part, ...]:
+def own_parts(ctx: SubEvaluation) -> tuple[Part, ...]:
+  """What the calls made in child evaluation `ctx` touch."""
   return tuple(p for a in ctx.own for p in a.parts)
 
 
@@ -144,4 +155,16 @@ def is_bool(value) -> bool:
 
 
 def size(value) -> int:
+  """How many elements `value` holds: none for a JAX token, which has no
+  shape (an entangle on it orders nothing; as a witness it does, see
+  `waitable`)."""
+  if jax_compat.is_token(value):
+    return 0
   return shape_size(np.shape(value))
+
+
+def waitable(value) -> bool:
+  """Whether a later call can be ordered after `value`'s producer by
+  entangling with it: a value with elements, or a JAX token (a native call
+  that returns only a token), which entangle takes as a witness."""
+  return jax_compat.is_token(value) or size(value) > 0

@@ -6,6 +6,8 @@ from __future__ import annotations
 import fnmatch
 import functools
 
+from entangle_jax._src.targets import platforms
+
 ENTANGLE_TARGET = "entangle_jax_entangle"
 """The custom-call target name of entangle's no-op handler."""
 
@@ -24,7 +26,7 @@ each shard (``partitioned``); ``jax.experimental.buffer_callback`` calls
 ``xla_python_{cpu,gpu}_callback``. Only ``pure_callback``'s call is not
 marked ``custom_call_has_side_effect=true``."""
 
-TPU_HOST_CALLBACK_TARGET = "xla_python_tpu_callback"
+TPU_HOST_CALLBACK_TARGET = platforms.TRANSFER_CALLBACK_TARGET
 """The target the race check gives a host callback on TPU. There JAX lowers
 a host callback to host transfers (``send``/``recv`` with
 ``is_host_transfer=true``), not to a custom call; the check reads each
@@ -128,9 +130,11 @@ def host_callback_target(
   lowers to host transfers, the target the race check reads them as
   (`TPU_HOST_CALLBACK_TARGET`), so that one declaration of it applies to
   both."""
-  if platform == "tpu":
-    return TPU_HOST_CALLBACK_TARGET
-  device = "gpu" if platform in ("gpu", "cuda", "rocm") else "cpu"
+  # A platform not in the table: its callbacks are taken for the CPU's.
+  row = platforms.of_jax_name(platform) or platforms.CPU
+  if row.transfer_target is not None:
+    return row.transfer_target
+  device = row.callback_device
   if primitive == "buffer_callback":
     return f"xla_buffer_python_{device}_callback"
   partition = "_partitioned" if partitioned else ""

@@ -761,9 +761,7 @@ def _with_host_callback_order(compiled: CompiledModule, text: str) -> str:
   gives them in the module before optimization, which the ``Lowered``
   prints (`host_callbacks.complete`). A ``Compiled`` holds no such
   module: its analysis sees the order that data gives alone."""
-  if not (
-    host_callbacks.has_host_transfers(text) and host_callbacks.is_tpu_text(text)
-  ):
+  if not host_callbacks.has_transfer_callbacks(text):
     return text
   before = lowered_hlo_text(compiled)
   return text if before is None else host_callbacks.complete(text, before)

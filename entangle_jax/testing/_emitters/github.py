@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from entangle_jax._src import reason_words
 from entangle_jax.testing._emitters.options import Options
 from entangle_jax.testing._emitters.sentences import (
   finding_ends,
@@ -33,7 +34,7 @@ from entangle_jax.testing._emitters.sentences import (
 from entangle_jax.testing._findings.records import ReportedCall, Run
 
 TITLE = "entangle-jax race"
-SAFE_TITLE = "entangle-jax pairs left out as safe"
+SAFE_TITLE = f"entangle-jax pairs {reason_words.LEFT_OUT}"
 VERSION_TITLE = "entangle-jax declarations not applied"
 EXPECTED_TITLE = "entangle-jax race (expected: a control)"
 UNCHECKED_TITLE = "entangle-jax module not checked"

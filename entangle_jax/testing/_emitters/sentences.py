@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from entangle_jax._src.conflict_rule import APART_REASON
+from entangle_jax._src import reason_words
+from entangle_jax._src.reason_words import left_out_count, safe_pair_named
+from entangle_jax._src.targets import platforms
 from entangle_jax.testing._findings.rank_findings import (
   RankFinding,
   RankModule,
@@ -31,7 +33,7 @@ def summary(run: Run) -> str:
   checked = len(run.results) - unchecked
   excused = run.left_out
   safe = (
-    f"; {excused} more pair{'s' * (excused != 1)} left out as safe "
+    f"; {left_out_count(excused, 'more')} "
     + left_out_by([s for r in run.results for s in r.findings.left_out])
     if excused
     else ""
@@ -50,15 +52,9 @@ def summary(run: Run) -> str:
 
 
 def left_out_by(left_out: Sequence[SafeCount]) -> str:
-  """Why pairs were left out as safe, in words: ``by declared
-  safe_pairs``, ``(on devices of different processes)`` (the device-to-
-  process map, `conflict_rule.APART_REASON`), or both."""
-  apart = {s.pair.reason == APART_REASON for s in left_out}
-  if apart == {True}:
-    return "(on devices of different processes)"
-  if apart == {True, False}:
-    return "(by declared safe_pairs, or on devices of different processes)"
-  return "by declared safe_pairs"
+  """Why the entries of `left_out` left their pairs out as safe, in words
+  (`reason_words.left_out_by`)."""
+  return reason_words.left_out_by(s.pair.reason for s in left_out)
 
 
 def call_words(site: ReportedCall) -> str:
@@ -91,42 +87,29 @@ def finding_sentence(entry: Finding, fix: str) -> str:
 
 def safe_entry(safe: SafeCount) -> str:
   """The declared safe pair that left `safe`'s pairs out: its two
-  targets, why, and where it was declared."""
-  p = safe.pair
-  return f"`{p.first}` / `{p.second}` ({p.reason}; from {p.source})"
+  targets, why, and where it was declared (`reason_words.safe_pair_named`)."""
+  return safe_pair_named(safe.pair)
+
+
+def left_out_list(left_out: Sequence[SafeCount]) -> list[str]:
+  """A line for each entry of `left_out`, indented: how many pairs it
+  left out, and the entry (`safe_entry`)."""
+  return [f"  {s.count} x {safe_entry(s)}" for s in left_out]
 
 
 def left_out_as_safe(result: ModuleResult, safe: SafeCount) -> str:
   """One sentence for the pairs of `result`'s module that the declared
   safe pair of `safe` left out (the notices of GitHub and SARIF)."""
-  count = safe.count
   return (
-    f"{count} pair{'s' * (count != 1)} of calls that may conflict and run "
-    f"in either order left out as safe by {safe_entry(safe)}. Module "
+    f"{left_out_count(safe.count, 'each')} by {safe_entry(safe)}. Module "
     f"{result.module} ({result.path})."
   )
 
 
-GPU_MODEL = (
-  "XLA:GPU runs a module's thunks in order on one stream by default, but "
-  "the order of calls with no data dependency between them is its "
-  "scheduler's choice, and concurrent command buffers (CUDA graphs), "
-  "stream annotations and async wrappers run such calls at once: there "
-  'too, "not ordered" is a race, and the check reports it as on CPU.'
-)
-"""What the check assumes of a GPU module (docs/finding_races.md, "What
-the check can and cannot see", cites XLA's sources)."""
-
-TPU_MODEL = (
-  "on TPU a host callback (io_callback, jax.debug.callback, pure_callback) "
-  "is a run of host transfers (send/recv), which the check reads as one "
-  "call, declared as on CPU; TPU runs them in the order of the optimized "
-  "module's schedule, which keeps no optimization_barrier: the check takes "
-  "entangle's barriers from the module before optimization dumped beside "
-  "it, where the schedule agrees, and reports any other pair that no data "
-  "orders, since that order is the scheduler's choice."
-)
-"""What the check assumes of a TPU module (docs/platforms.md, "TPU")."""
+GPU_MODEL = platforms.CUDA.model
+"""What the check assumes of a GPU module (`platforms.Platform.model`)."""
+TPU_MODEL = platforms.TPU.model
+"""What the check assumes of a TPU module (`platforms.Platform.model`)."""
 
 OTHER_MODEL = (
   "the rules describe XLA:CPU's runtime (a call starts once its operands "
@@ -148,14 +131,15 @@ def _modules_for(results: Sequence[ModuleResult]) -> str:
 
 
 def platform_note(run: Run) -> str | None:
-  """What the check assumed of modules for platforms other than CPU: the
-  model of XLA:GPU for GPU modules, TPU's for TPU modules, XLA:CPU's for
-  any other (a line each)."""
+  """What the check assumed of modules for platforms other than CPU: for
+  each runtime of the platform table with a model (`Platform.model`: the
+  model of XLA:GPU for GPU modules, TPU's for TPU modules), in the
+  table's order, then XLA:CPU's for any other platform (a line each)."""
   notes = []
-  if gpu := run.gpu_modules:
-    notes.append(f"Note: {_modules_for(gpu)}: {GPU_MODEL}")
-  if tpu := run.tpu_modules:
-    notes.append(f"Note: {_modules_for(tpu)}: {TPU_MODEL}")
+  for runtime in platforms.RUNTIMES:
+    model = platforms.model_of(runtime)
+    if model is not None and (modules := run.modules_run_by(runtime)):
+      notes.append(f"Note: {_modules_for(modules)}: {model}")
   if others := run.other_platforms:
     notes.append(f"Note: {_modules_for(others)}: {OTHER_MODEL}")
   return "\n".join(notes) or None

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from entangle_jax._src.reason_words import left_out_count
 from entangle_jax.testing._emitters.options import SHOWN_PER_GROUP, Options
 from entangle_jax.testing._emitters.sentences import (
   left_out_by,
+  left_out_list,
   run_notes,
   safe_entry,
   summary,
@@ -82,9 +84,8 @@ def findings_lines(
     by = left_out_by(findings.left_out)
     trusted = " (taken at their word, not checked)" if "declared" in by else ""
     lines = [
-      f"{excused} pair{'s' * (excused != 1)} of calls may conflict and run "
-      f"in either order, all left out as safe {by}{trusted}:",
-      *(f"  {s.count} x {safe_entry(s)}" for s in findings.left_out),
+      f"{left_out_count(excused, 'all')} {by}{trusted}:",
+      *left_out_list(findings.left_out),
     ]
     if findings.applied:
       lines.append(_once(APPLIED_LINE, "; ".join(findings.applied) + ".", said))
@@ -136,13 +137,10 @@ def left_out_lines(findings: Findings) -> list[str]:
   excused = findings.left_out_count
   if not excused:
     return []
-  head = f"{excused} more pair{'s' * (excused != 1)} left out as safe"
+  head = left_out_count(excused, "more")
   if len(findings.left_out) == 1:
     return [f"{head}: {safe_entry(findings.left_out[0])}"]
-  return [
-    f"{head}:",
-    *(f"  {s.count} x {safe_entry(s)}" for s in findings.left_out),
-  ]
+  return [f"{head}:", *left_out_list(findings.left_out)]
 
 
 def _once(start: str, text: str, said: set[str] | None) -> str:

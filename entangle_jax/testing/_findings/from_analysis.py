@@ -167,6 +167,21 @@ def _holds_an_array(shape: str) -> bool:
 _ARRAYS = re.compile(r"\b([a-z]+[0-9a-z]*)\[([^\]]*)\]")
 
 
+def _can_be_waited_for(op: Op) -> bool:
+  """Whether a later call can be made to wait for `op` through a result:
+  one that holds an array with elements, or a JAX token that a binding's
+  own call returns (``entangle(x, token)`` takes it). A host callback's
+  token is JAX's, threaded for its ordered effect, which the program never
+  sees as a value."""
+  if _holds_an_array(op.instruction.shape):
+    return True
+  return (
+    "token[" in op.instruction.shape
+    and op.target is not None
+    and not names.is_host_callback(op.target)
+  )
+
+
 def _name(op: Op) -> str:
   return op.target or op.instruction.opcode
 
@@ -210,7 +225,7 @@ def _order_fix(race: Race) -> tuple[str, ...]:
     f"(`{_name(first)}`, listed first), as the program made them: "
   )
   returned = _handed_back(first)
-  if not _holds_an_array(first.instruction.shape):
+  if not _can_be_waited_for(first):
     # Nothing to entangle with: the usual fix names a result it lacks.
     fix += (
       "the earlier call returns no array, so nothing can be made to wait "
@@ -314,9 +329,10 @@ def _carried_by_transform(op: Op) -> bool:
 
 def _waited_for_by_transform(op: Op) -> bool:
   """Whether ``in_program_order`` can make later calls wait for `op`: it
-  returns an array, or is an ``io_callback``, which the transform gives
-  a result when it returns none."""
-  if _holds_an_array(op.instruction.shape):
+  returns an array or a binding's token (`_can_be_waited_for`), or is an
+  ``io_callback``, which the transform gives a result when it returns
+  none."""
+  if _can_be_waited_for(op):
     return True
   return (
     op.target is not None

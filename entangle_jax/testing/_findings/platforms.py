@@ -9,7 +9,9 @@ ROCm. On TPU the name holds no platform word but a ``cl_NNN`` part that
 the TPU compiler writes (``module_0003.jit_f.cl_933746096.after_
 optimizations.txt``, jax 0.10.2 on a TPU v5e), and the module's layouts
 carry TPU's tiling (``f32[8]{0:T(128)}``): `of_file_name` reads the first,
-``entangle_jax.testing._hlo.host_callbacks.is_tpu_text`` the second. A
+``entangle_jax.testing._hlo.dumped_module.platform_of`` the second, each
+from the platform table (``entangle_jax._src.targets.platforms``: a row's
+`file_name`, `dump_words` and `text_mark`). A
 module XLA loaded from JAX's persistent compilation cache is dumped as
 ``...after_optimizations.txt``, with no platform.
 """
@@ -19,26 +21,16 @@ from __future__ import annotations
 import dataclasses
 import re
 
-CPU_RUNTIME = "XLA:CPU"
-GPU_RUNTIME = "XLA:GPU"
-TPU_RUNTIME = "XLA:TPU"
+from entangle_jax._src.targets import platforms as table
 
-_SUFFIX = r"_after_optimizations\.txt$"
-# The compute capability as XLA writes it, major.minor and a feature letter
-# ("9.0a"); CUDA writes it without the dot ("sm_90a").
-_CUDA = re.compile(
-  r"\.(?P<written>sm_(?P<capability>\d[\d.]*[a-z]*)_gpu)" + _SUFFIX
-)
-# ROCm's architecture name ("gfx942", "gfx90a"), target features
-# (":sramecc+:xnack-") kept as written.
-_ROCM = re.compile(
-  r"\.(?P<written>(?P<device>gfx[0-9a-z]+[^.]*?)_gpu)" + _SUFFIX
-)
-# Any other platform: the part of the name between the last dot and the
-# suffix, as written.
-_OTHER = re.compile(r"\.(?P<written>[^.]+?)" + _SUFFIX)
-# TPU: a ``cl_NNN`` part, then ``.after_optimizations.txt``.
-_TPU = re.compile(r"\.cl_\d+\.after_optimizations\.txt$")
+# The runtimes, as the table names them, for this stage's readers.
+from entangle_jax._src.targets.platforms import CPU_RUNTIME as CPU_RUNTIME
+from entangle_jax._src.targets.platforms import GPU_RUNTIME as GPU_RUNTIME
+from entangle_jax._src.targets.platforms import TPU_RUNTIME as TPU_RUNTIME
+
+# Any platform the table's file names do not match: the part of the name
+# between the last dot and the suffix, as written.
+_OTHER = re.compile(r"\.(?P<written>[^.]+?)_after_optimizations\.txt$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,29 +46,37 @@ class Platform:
   ``gfx942`` (ROCm); else None."""
 
   @property
+  def row(self) -> table.Platform | None:
+    """Its row of the platform table, or None for a platform the check
+    does not know."""
+    return table.of_dump_word(self.written, self.vendor)
+
+  @property
   def runtime(self) -> str | None:
     """The XLA runtime that runs the module (`CPU_RUNTIME`,
-    `GPU_RUNTIME`), or None for a platform the check does not know."""
-    if self.written == "cpu":
-      return CPU_RUNTIME
-    if self.vendor is not None or self.written == "gpu":
-      return GPU_RUNTIME
-    if self.written == "tpu":
-      return TPU_RUNTIME
-    return None
+    `GPU_RUNTIME`, `TPU_RUNTIME`), or None for a platform the check does
+    not know."""
+    row = self.row
+    return row.runtime if row is not None else None
 
   def __str__(self) -> str:
     """How reports name it: ``cpu``, ``CUDA sm_90a``, ``ROCm gfx942``,
     ``TPU``; any other as written."""
     if self.vendor is not None and self.device is not None:
       return f"{self.vendor} {self.device}"
-    if self.written == "tpu":
-      return "TPU"
+    row = self.row
+    if row is not None and row.shown is not None:
+      return row.shown
     return self.written
 
 
-CPU = Platform("cpu")
-TPU = Platform("tpu")
+def of_row(row: table.Platform) -> Platform:
+  """`row`'s platform as a file that names no device writes it."""
+  return Platform(row.name)
+
+
+CPU = of_row(table.CPU)
+TPU = of_row(table.TPU)
 """A TPU: its file name has a ``cl_NNN`` part and no platform word, or
 its text has TPU's tiled layouts."""
 
@@ -85,13 +85,11 @@ def of_file_name(name: str) -> Platform | None:
   """The platform of the optimized module dumped in a file called `name`;
   None when the name gives none (a module loaded from JAX's persistent
   compilation cache, or a file named otherwise)."""
-  if found := _CUDA.search(name):
-    capability = found["capability"].replace(".", "")
-    return Platform(found["written"], "CUDA", f"sm_{capability}")
-  if found := _ROCM.search(name):
-    return Platform(found["written"], "ROCm", found["device"])
-  if _TPU.search(name):
-    return TPU
+  if matched := table.of_file_name(name):
+    row, found = matched
+    if row.device_of is None:
+      return of_row(row)
+    return Platform(found["written"], row.vendor, row.device_of(found))
   if found := _OTHER.search(name):
-    return CPU if found["written"] == "cpu" else Platform(found["written"])
+    return Platform(found["written"])
   return None

@@ -187,12 +187,8 @@ class RankModule:
 
   @property
   def proved(self) -> bool:
+    """Whether the ranks' calls match, in an order each rank keeps."""
     return self.verdict == "proved"
-
-  @property
-  def status(self) -> int:
-    """0 when proved, else 1."""
-    return 0 if self.proved else 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,7 +204,7 @@ class RankRun:
   @property
   def status(self) -> int:
     """0 when every module is proved, else 1."""
-    return max((m.status for m in self.modules), default=0)
+    return 0 if all(m.proved for m in self.modules) else 1
 
   @property
   def findings(self) -> tuple[tuple[RankModule, RankFinding], ...]:

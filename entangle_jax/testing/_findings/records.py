@@ -24,18 +24,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from entangle_jax._src.targets import platforms
 from entangle_jax._src.targets.declaration import SafePair
-from entangle_jax.testing._findings.platforms import (
-  CPU_RUNTIME,
-  GPU_RUNTIME,
-  TPU_RUNTIME,
-  Platform,
-)
+from entangle_jax.testing._findings.platforms import Platform
 
-KNOWN_RUNTIMES = (CPU_RUNTIME, GPU_RUNTIME, TPU_RUNTIME)
-"""The runtimes whose model the rules describe: XLA:CPU's, XLA:GPU's and
-TPU's for host callbacks (docs/finding_races.md, "What the check can and
-cannot see"; docs/platforms.md, "TPU")."""
+KNOWN_RUNTIMES = platforms.RUNTIMES
+"""The runtimes whose model the rules describe, those of the platform
+table: XLA:CPU's, XLA:GPU's and TPU's for host callbacks
+(docs/finding_races.md, "What the check can and cannot see";
+docs/platforms.md, "TPU")."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -378,22 +375,13 @@ class Run:
       dict.fromkeys(n for r in self.racing for n in r.findings.notes)
     )
 
-  @property
-  def gpu_modules(self) -> list[ModuleResult]:
-    """Modules for a GPU (XLA:GPU runs them)."""
+  def modules_run_by(self, runtime: str) -> list[ModuleResult]:
+    """Modules for a platform whose runtime is `runtime` (the platform
+    table's `Platform.runtime`: XLA:GPU runs a GPU's)."""
     return [
       r
       for r in self.results
-      if r.platform is not None and r.platform.runtime == GPU_RUNTIME
-    ]
-
-  @property
-  def tpu_modules(self) -> list[ModuleResult]:
-    """Modules for a TPU."""
-    return [
-      r
-      for r in self.results
-      if r.platform is not None and r.platform.runtime == TPU_RUNTIME
+      if r.platform is not None and r.platform.runtime == runtime
     ]
 
   @property

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from entangle_jax._src.targets import platforms
 from entangle_jax.testing._hlo import entry_shardings, host_callbacks, parser
 
 _MODULE_NAME = re.compile(r"HloModule\s+([^\s,]+)")
@@ -19,9 +20,10 @@ def module_name(text: str) -> str | None:
   return found.group(1) if found else None
 
 
-def is_tpu(text: str) -> bool:
-  """Whether the text is a TPU module (its layouts' tiling says so)."""
-  return host_callbacks.is_tpu_text(text)
+def platform_of(text: str) -> platforms.Platform | None:
+  """The platform table's row for the platform module `text` says it was
+  compiled for (`platforms.of_text`: TPU's tiled layouts), or None."""
+  return platforms.of_text(text)
 
 
 def has_native_calls(text: str) -> bool:
@@ -55,8 +57,8 @@ def why_unreadable(text: str) -> str | None:
 def needs_before(text: str) -> bool:
   """Whether `completed` would take anything from the module before
   optimization (so that a dump's other file is read only then)."""
-  return entry_shardings.missing(text) or (
-    host_callbacks.has_host_transfers(text) and is_tpu(text)
+  return entry_shardings.missing(text) or host_callbacks.has_transfer_callbacks(
+    text
   )
 
 
@@ -64,12 +66,13 @@ def completed(text: str, before: str | None) -> str:
   """The optimized `text` with what it leaves out taken from `before`, the
   module before optimization XLA dumped beside it (None: not there):
   the entry parameters' shardings that jax 0.11 and newer no longer print
-  (`entry_shardings`), and, for a TPU module with host callbacks, the
-  order ``optimization_barrier`` gives them (`host_callbacks.complete`)."""
+  (`entry_shardings`), and, for a module whose host callbacks are host
+  transfers (a TPU's), the order ``optimization_barrier`` gives them
+  (`host_callbacks.complete`)."""
   if before is None:
     return text
   if entry_shardings.missing(text):
     text = entry_shardings.complete(text, entry_shardings.from_text(before))
-  if host_callbacks.has_host_transfers(text) and is_tpu(text):
+  if host_callbacks.has_transfer_callbacks(text):
     text = host_callbacks.complete(text, before)
   return text

@@ -61,6 +61,7 @@ import dataclasses
 import re
 from collections.abc import Iterable, Sequence
 
+from entangle_jax._src.targets import platforms
 from entangle_jax._src.targets.names import TPU_HOST_CALLBACK_TARGET
 from entangle_jax.testing._hlo.attributes import Stack
 from entangle_jax.testing._hlo.instruction import Instruction, InstructionReader
@@ -75,8 +76,6 @@ SIDE_EFFECT_FREE = frozenset({"pure_callback"})
 not side-effecting, as ``pure_callback``'s custom call on CPU."""
 
 _PAIR = re.compile(r"(\d+)<(\d+)")
-# A TPU layout's tiling: ``f32[]{:T(128)}``, ``f32[8,128]{1,0:T(8,128)}``.
-_TPU_TILING = re.compile(r"\{[\d,]*:T\(\d")
 _ENTRY_NAME = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=")
 
 
@@ -351,8 +350,20 @@ def read_orders(text: str) -> frozenset[tuple[int, int]]:
 def is_tpu_text(text: str) -> bool:
   """Whether module `text` was compiled for a TPU: its ``HloModule`` line
   (the entry's layout) or its first instructions carry TPU's tiling
-  (``{:T(128)}``), which no CPU or GPU module of XLA writes."""
-  return _TPU_TILING.search(text, 0, 20000) is not None
+  (``{:T(128)}``), which no CPU or GPU module of XLA writes (the platform
+  table's `Platform.text_mark`)."""
+  return platforms.of_text(text) is platforms.TPU
+
+
+def has_transfer_callbacks(text: str) -> bool:
+  """Whether module `text` holds host transfers and is for a platform
+  whose host callbacks are made of them (`Platform.transfer_target`, the
+  platform known by its text: `platforms.of_text`), which this module
+  reads as one call each."""
+  if not has_host_transfers(text):
+    return False
+  row = platforms.of_text(text)
+  return row is not None and row.transfer_target is not None
 
 
 def has_host_transfers(text: str) -> bool:

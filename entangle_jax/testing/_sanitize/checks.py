@@ -32,7 +32,8 @@ import itertools
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Iterator
 
-from entangle_jax._src import access_policy, conflict_rule
+from entangle_jax._src import access_policy, conflict_rule, reason_words
+from entangle_jax._src.targets import platforms
 from entangle_jax._src.targets.declaration import Declarations
 from entangle_jax.testing._sanitize import callbacks, sites
 from entangle_jax.testing._sanitize.calls import (
@@ -658,7 +659,7 @@ def _in_one_stream(
   executions are XLA's run ids, apart from its callbacks')."""
   return (
     module.one_device
-    and module.platform.lower() == "tpu"
+    and platforms.one_stream(module.platform)
     and module.serial not in with_native
   )
 
@@ -804,8 +805,8 @@ def contradictions(
               a,
               b,
               obj,
-              f"the safe pair {pair.first} / {pair.second} ({pair.reason}; "
-              f"from {pair.source}) says their calls never conflict",
+              f"the safe pair {reason_words.safe_pair_named(pair, quote='')} "
+              "says their calls never conflict",
             )
           )
         elif distinct_by_analysis is not None and (

@@ -25,6 +25,7 @@ import weakref
 from typing import Any
 
 from entangle_jax._src import access_policy
+from entangle_jax._src.targets import platforms
 from entangle_jax._src.targets.library_kernels import is_library_target
 from entangle_jax._src.targets.names import (
   ENTANGLE_TARGET,
@@ -644,8 +645,9 @@ def _is_host_transfer(ir, op) -> bool:
 
 def _one_cpu(ir, computation, module: SanitizedModule) -> bool:
   """Whether `module` runs on one device of a CPU (one partition, one
-  replica)."""
-  if module.platform.lower() not in ("host", "cpu"):
+  replica): of a platform whose calls run on the host
+  (`platforms.Platform.host_side`)."""
+  if not platforms.host_side(module.platform):
     return False
   return _one_device(ir, computation)
 
@@ -781,7 +783,7 @@ def _add_anchor(
   own = list(module.callbacks.values())
   if host_callbacks is None or not own or any(not s.context for s in own):
     return
-  if module.platform.lower() not in ("host", "cpu"):
+  if not platforms.host_side(module.platform):
     return
   if not module.one_device:
     return

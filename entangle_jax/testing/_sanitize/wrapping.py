@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from entangle_jax._src import access_policy
-from entangle_jax._src.targets import sources
+from entangle_jax._src.targets import platforms, sources
 from entangle_jax._src.targets.names import (
   ENTANGLE_TARGET,
   SANITIZER_EXECUTION_TARGET,
@@ -139,19 +139,22 @@ _execution_registered = False
 
 def execution_target() -> str:
   """The target of the op that hands a host callback its execution's id
-  and its place (`sites`), registered with XLA for the CPU on first use
-  (native/sanitize's ``Execution``); its name is
+  and its place (`sites`), registered with XLA on first use for the
+  platforms that have it (`platforms.Platform.execution_op`: the CPU;
+  native/sanitize's ``Execution``); its name is
   `names.SANITIZER_EXECUTION_TARGET`."""
   global _execution_registered
   with _lock:
     if not _execution_registered:
       import jax
 
-      jax.ffi.register_ffi_target(
-        SANITIZER_EXECUTION_TARGET,
-        native().execution_handler(),
-        platform="cpu",
-      )
+      for row in platforms.PLATFORMS:
+        if row.execution_op and row.ffi_name is not None:
+          jax.ffi.register_ffi_target(
+            SANITIZER_EXECUTION_TARGET,
+            native().execution_handler(),
+            platform=row.ffi_name,
+          )
       _execution_registered = True
   return SANITIZER_EXECUTION_TARGET
 
@@ -170,7 +173,7 @@ def _wrap(name: str, fn: Any, platform: str, api_version: int) -> Any:
   # policy picks it (-1: none to record).
   operand = access_policy.footprint(name, sources.current()).operand
   operand = -1 if operand is None else operand
-  host = platform.lower() in ("host", "cpu")
+  host = platforms.host_side(platform)
   handlers = fn if isinstance(fn, dict) else {"execute": fn}
   wrapped_handlers: dict[str, Any] = {}
   stages: list[tuple[str, int]] = []

@@ -166,6 +166,18 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
   return args
 
 
+def _cannot_answer(
+  error: CannotAnswer, fmt: str, out: TextIO, err: TextIO
+) -> int:
+  """Says why the check could not answer (as JSON too, for ``--format
+  json``, so that a tool reading the output gets a document); exit 2."""
+  if fmt == "json":
+    json.dump({"status": 2, "error": str(error)}, out)
+    print(file=out)
+  print(f"error: {error}", file=err)
+  return 2
+
+
 def _declarations(project: str | None) -> tuple[Declarations, str, str | None]:
   """The declarations to apply, the sentence that says where they came
   from, and the pyproject.toml read (None when none).
@@ -241,11 +253,7 @@ def main(
       processes=args.processes,
     )
   except CannotAnswer as error:
-    if args.format == "json":
-      json.dump({"status": 2, "error": str(error)}, out)
-      print(file=out)
-    print(f"error: {error}", file=err)
-    return 2
+    return _cannot_answer(error, args.format, out, err)
   run = Run(results, declarations=DeclarationsRead(said, pyproject))
   shown = None if args.all else Options().shown_per_group
   chosen = formats.FORMATS[args.format]
@@ -294,11 +302,7 @@ def _across_ranks(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
       for rank, folder in enumerate(args.ranks)
     ]
   except CannotAnswer as error:
-    if args.format == "json":
-      json.dump({"status": 2, "error": str(error)}, out)
-      print(file=out)
-    print(f"error: {error}", file=err)
-    return 2
+    return _cannot_answer(error, args.format, out, err)
   names = [[name for name, _, _ in r] for r in ranks]
   if any(n != names[0] for n in names):
     files = [[file for _, file, _ in r] for r in ranks]

@@ -145,8 +145,8 @@ def check_module(
     result.unchecked = f"cannot read it: {error}"
     return result
   result.module = dumped_module.module_name(text) or name_in_path
-  if result.platform is None and dumped_module.is_tpu(text):
-    result.platform = platforms.TPU
+  if result.platform is None and (row := dumped_module.platform_of(text)):
+    result.platform = platforms.of_row(row)
   if not dumped_module.has_native_calls(text):  # Nothing to race.
     result.unchecked = dumped_module.why_unreadable(text)
     return result

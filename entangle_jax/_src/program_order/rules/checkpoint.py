@@ -11,6 +11,11 @@ from entangle_jax._src.program_order import call_like
 from entangle_jax._src.program_order.natives import (
   backward_in,
 )
+from entangle_jax._src.program_order.rule_inputs import (
+  ChildStart,
+  RuleResult,
+  after_sub,
+)
 from entangle_jax._src.program_order.rules.registry import family, register
 from entangle_jax._src.program_order.values import (
   SAVED,
@@ -30,7 +35,7 @@ CHECKPOINT = family(
 
 
 @register(CHECKPOINT, call_like.CHECKPOINTS)
-def remat(ctx: Checkpoint, eqn, invals) -> list:
+def remat(ctx: Checkpoint, eqn, invals) -> RuleResult:
   """Rebuilds a checkpoint around its transformed body. Its native
   calls' results are saved (a policy that saves them by name), never
   made again under differentiation: a call made again would see a later
@@ -44,14 +49,17 @@ def remat(ctx: Checkpoint, eqn, invals) -> list:
   recompute = bool(params.get("differentiated", False))
 
   def fn(chain, *args):
-    inner = ctx.child()
-    inner.saving = not recompute
-    inner.recompute = inner.recompute or recompute
-    inner.chain = chain
-    ctx.seed(inner, args, invals)
+    inner = ctx.child(
+      ChildStart(
+        seed=(args, invals),
+        chain=chain,
+        saving=not recompute,
+        recompute=recompute,
+      )
+    )
     outs = inner.run(jaxpr, (), list(args))
     holder["parts"] = own_parts(inner)
-    exported = ctx.exported(inner)
+    exported = inner.exported()
     holder["deps"] = common([inner.dep(e) for e in exported])
     return outs, exported, inner.chain
 
@@ -64,13 +72,11 @@ def remat(ctx: Checkpoint, eqn, invals) -> list:
   kwargs["policy"] = saving
   chain = ctx.take_chain() if chained else None
   outs, exported, chain = jax.checkpoint(fn, **kwargs)(chain, *invals)
-  if chained:
-    ctx.chain = chain
-  return ctx.after_sub(
+  return after_sub(
+    outs,
     holder.get("parts", ()),
-    list(outs),
     exported,
-    invals,
     "checkpoint",
     holder.get("deps", 0),
+    chain=chain if chained else None,
   )

@@ -12,6 +12,11 @@ from entangle_jax._src import jax_compat
 from entangle_jax._src.program_order.natives import (
   backward_in,
 )
+from entangle_jax._src.program_order.rule_inputs import (
+  ChildStart,
+  RuleResult,
+  after_sub,
+)
 from entangle_jax._src.program_order.rules.registry import family, register
 from entangle_jax._src.program_order.values import (
   aval_of,
@@ -34,7 +39,7 @@ CONDITIONALS = family(
 
 
 @register(CONDITIONALS, ("cond",))
-def cond(ctx: ChainedSubPrograms, eqn, invals) -> list:
+def cond(ctx: ChainedSubPrograms, eqn, invals) -> RuleResult:
   branches = eqn.params["branches"]
   index, *ops = invals
   parts = ctx.sub_parts([b.jaxpr for b in branches])
@@ -49,12 +54,10 @@ def cond(ctx: ChainedSubPrograms, eqn, invals) -> list:
 
   def branch_fn(closed, aval=None, found=None):
     def fn(*args):
-      inner = ctx.child()
-      inner.chain = chain
-      ctx.seed(inner, args, ops)
+      inner = ctx.child(ChildStart(seed=(args, ops), chain=chain))
       jaxpr, consts = open_jaxpr(closed)
       outs = inner.run(jaxpr, consts, list(args))
-      exported = ctx.exported(inner)
+      exported = inner.exported()
       if found is not None:
         found.append([aval_of(e) for e in exported])
       else:
@@ -78,8 +81,11 @@ def cond(ctx: ChainedSubPrograms, eqn, invals) -> list:
     outs, token, chain = jax.lax.cond(index, fns[1], fns[0], *ops)
   else:
     outs, token, chain = jax.lax.switch(index, fns, *ops)
-  if chained:
-    ctx.chain = chain
-  return ctx.after_sub(
-    parts, list(outs), token, invals, "cond", common(follows)
+  return after_sub(
+    outs,
+    parts,
+    token,
+    "cond",
+    common(follows),
+    chain=chain if chained else None,
   )

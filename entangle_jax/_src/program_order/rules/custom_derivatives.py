@@ -16,11 +16,13 @@ from entangle_jax._src.program_order.natives import (
   backward_parts,
   rule_parts,
 )
-from entangle_jax._src.program_order.rules.registry import family, register
-from entangle_jax._src.program_order.touches import (
-  ANY,
-  OrderedCall,
+from entangle_jax._src.program_order.rule_inputs import (
+  ChildStart,
+  RuleResult,
+  after_sub,
 )
+from entangle_jax._src.program_order.rules.registry import family, register
+from entangle_jax._src.program_order.touches import ANY
 from entangle_jax._src.program_order.values import (
   open_jaxpr,
   own_parts,
@@ -28,7 +30,10 @@ from entangle_jax._src.program_order.values import (
 )
 
 if TYPE_CHECKING:
-  from entangle_jax._src.program_order.rule_inputs import ChainedSubPrograms
+  from entangle_jax._src.program_order.rule_inputs import (
+    ChainedSubPrograms,
+    SubEvaluation,
+  )
 
 CUSTOM_DERIVATIVES = family(
   "custom derivatives",
@@ -41,7 +46,7 @@ CUSTOM_DERIVATIVES = family(
 
 
 @register(CUSTOM_DERIVATIVES, ("custom_jvp_call",))
-def custom_jvp(ctx: ChainedSubPrograms, eqn, invals) -> list:
+def custom_jvp(ctx: ChainedSubPrograms, eqn, invals) -> RuleResult:
   """Rebuilds the custom_jvp around the transformed primal and the
   transformed JVP rule (traced from ``jax.jvp`` of the original call).
   Earlier calls come in as an int32 order value, an argument: a
@@ -67,18 +72,15 @@ def custom_jvp(ctx: ChainedSubPrograms, eqn, invals) -> list:
     rule = jax.make_jaxpr(lambda p, t: jax.jvp(original, tuple(p), tuple(t)))(
       list(primals), list(tangents)
     )
-    inner = _inner(ctx, token, holder)
-    ctx.seed(inner, primals, invals)
+    inner = _inner(ctx, token, holder, (primals, invals))
     outs = inner.run(rule.jaxpr, rule.consts, [*primals, *tangents])
     holder["parts"] = holder.get("parts", ()) + own_parts(inner)
     n = len(outs) // 2
     zero = np.zeros((), jax.dtypes.float0)
-    return (outs[:n], _token_out(ctx, inner, token, holder)), (outs[n:], zero)
+    return (outs[:n], _token_out(inner, token, holder)), (outs[n:], zero)
 
   outs, token = fn(token_in, *invals)
-  return _rebuilt_outputs(
-    ctx, outs, token, invals, "custom_jvp", token_in, holder
-  )
+  return _rebuilt_outputs(ctx, outs, token, "custom_jvp", token_in, holder)
 
 
 def ordered_primal(ctx: ChainedSubPrograms, closed, invals, holder: dict):
@@ -88,12 +90,11 @@ def ordered_primal(ctx: ChainedSubPrograms, closed, invals, holder: dict):
   ``holder["parts"]``."""
 
   def primal(token, *args):
-    inner = _inner(ctx, token, holder)
-    ctx.seed(inner, args, invals)
+    inner = _inner(ctx, token, holder, (args, invals))
     jaxpr, consts = open_jaxpr(closed)
     outs = inner.run(jaxpr, consts, list(args))
     holder["parts"] = holder.get("parts", ()) + own_parts(inner)
-    return outs, _token_out(ctx, inner, token, holder)
+    return outs, _token_out(inner, token, holder)
 
   return primal
 
@@ -112,20 +113,23 @@ def _token_in(ctx: ChainedSubPrograms, parts, holder: dict):
   return token
 
 
-def _inner(ctx: ChainedSubPrograms, token, holder: dict):
-  """The context of a rebuilt function's calls: after `token` where it
-  orders anything; else a zero, which an entangle with would order
-  nothing."""
-  return ctx.loop_child(token if holder.get("orders", True) else None)
+def _inner(ctx: ChainedSubPrograms, token, holder: dict, seed) -> SubEvaluation:
+  """The context of a rebuilt function's calls, its values ``seed[0]``
+  standing for ``seed[1]`` outside: after `token` where it orders
+  anything; else a zero, which an entangle with would order nothing, and
+  its calls come after none."""
+  if holder.get("orders", True):
+    return ctx.child(ChildStart(after=token, seed=seed))
+  return ctx.child(ChildStart(earlier=(), seed=seed))
 
 
-def _token_out(ctx: ChainedSubPrograms, inner, token, holder: dict):
+def _token_out(inner: SubEvaluation, token, holder: dict):
   """The order value after every call made in `inner`: one of their
   scalar results converted, else an entangle (`scalar_after`). Records in
   ``holder["after_in"]`` whether it comes after `token` too (every result
   it is made of does), so that later calls after it are known to come
   after what `token` came after (`_after_token_in`)."""
-  exported = ctx.exported(inner)
+  exported = inner.exported()
   before = inner.dep(token)
   after_in = bool(exported) and all(inner.dep(v) & before for v in exported)
   holder["after_in"] = holder.get("after_in", True) and after_in
@@ -133,17 +137,24 @@ def _token_out(ctx: ChainedSubPrograms, inner, token, holder: dict):
 
 
 def _rebuilt_outputs(
-  ctx: ChainedSubPrograms, outs, token, invals, kind: str, token_in, holder
-) -> list:
+  ctx: ChainedSubPrograms,
+  outs,
+  token,
+  kind: str,
+  token_in,
+  holder,
+  **decided,
+) -> RuleResult:
   """The outputs of a rebuilt custom derivative of kind `kind`, after the
-  calls it made (``holder["parts"]``), as later calls see them."""
-  return ctx.after_sub(
+  calls it made (``holder["parts"]``), as later calls see them; with what
+  else the rule `decided` (`rule_inputs.after_sub`'s keywords)."""
+  return after_sub(
+    outs,
     holder.get("parts", ()),
-    list(outs),
     token,
-    invals,
     kind,
     _after_token_in(ctx, token_in, holder),
+    **decided,
   )
 
 
@@ -157,7 +168,7 @@ def _after_token_in(ctx: ChainedSubPrograms, token_in, holder: dict) -> int:
 
 
 @register(CUSTOM_DERIVATIVES, ("custom_vjp_call",))
-def custom_vjp(ctx: ChainedSubPrograms, eqn, invals) -> list:
+def custom_vjp(ctx: ChainedSubPrograms, eqn, invals) -> RuleResult:
   """Rebuilds the custom_vjp around transformed functions: the primal,
   the forward pass and the backward pass (traced from ``jax.vjp`` of the
   original call, so that its rules are the user's), each ordered; the
@@ -171,9 +182,10 @@ def custom_vjp(ctx: ChainedSubPrograms, eqn, invals) -> list:
   parts = ctx.sub_parts([closed.jaxpr]) + rule_parts(eqn, ctx.decls)
   holder = {"parts": parts}
   token_in = _token_in(ctx, parts, holder)
+  # What the backward pass touches, recorded by the interpreter from the
+  # result (the chain's cotangent is ordered by it only at the end).
   backward = backward_parts(eqn, ctx.decls)
   if backward:
-    ctx.backward.extend(backward)
     chain_in = ctx.take_chain()
 
   def original(*args):
@@ -195,11 +207,10 @@ def custom_vjp(ctx: ChainedSubPrograms, eqn, invals) -> list:
       return [*outs, *leaves]
 
     traced = jax.make_jaxpr(vjp_leaves)(*args)
-    inner = _inner(ctx, token, holder)
-    ctx.seed(inner, args, invals)
+    inner = _inner(ctx, token, holder, (args, invals))
     outs = inner.run(traced.jaxpr, traced.consts, list(args))
     holder["parts"] = holder.get("parts", ()) + own_parts(inner)
-    token = _token_out(ctx, inner, token, holder)
+    token = _token_out(inner, token, holder)
     return (outs[:n_out], token, chain), (outs[n_out:], token)
 
   def bwd(res, cts):
@@ -214,18 +225,12 @@ def custom_vjp(ctx: ChainedSubPrograms, eqn, invals) -> list:
     before = [(token, "forward pass")]
     if backward:
       before.append((chain_ct, "later calls"))
-    prevs = []
-    for value, label in before:
-      bit = ctx.new_bit()
-      prevs.append(OrderedCall(bit, ANY, [value], bit, label))
-    inner = ctx.child(accesses=prevs)
-    for value, prev in zip(before, prevs, strict=True):
-      inner.set_dep(value[0], prev.bit)
+    inner = ctx.child(ChildStart(earlier=before))
     flat_in = jax.tree_util.tree_leaves((list(residuals), list(cts)))
     outs = inner.run(traced.jaxpr, traced.consts, flat_in)
     # The chain's cotangent handed on after this pass's calls: one of
     # their results converted, or an entangle (`scalar_after`).
-    chain_ct = scalar_after(ctx.exported(inner), chain_ct)
+    chain_ct = scalar_after(inner.exported(), chain_ct)
     return (np.zeros((), jax.dtypes.float0), chain_ct, *outs)
 
   # The chain's cotangent, one of the backward calls' results converted,
@@ -233,8 +238,13 @@ def custom_vjp(ctx: ChainedSubPrograms, eqn, invals) -> list:
   fn.defvjp(fwd, bwd, **jax_compat.generic_batching_options())
   chain = chain_in if backward else jnp.zeros((), jnp.float32)
   outs, token, chain = fn(token_in, chain, *invals)
-  if backward:
-    ctx.chain = chain
   return _rebuilt_outputs(
-    ctx, outs, token, invals, "custom_vjp", token_in, holder
+    ctx,
+    outs,
+    token,
+    "custom_vjp",
+    token_in,
+    holder,
+    chain=chain if backward else None,
+    backward=backward,
   )

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from entangle_jax._src import jax_compat, primitive
+from entangle_jax._src.program_order.rule_inputs import RuleResult
 from entangle_jax._src.program_order.rules.registry import family, register
 from entangle_jax._src.program_order.touches import VIEWS
 
@@ -26,7 +27,7 @@ FIRST_ORDER = family(
 
 
 @register(FIRST_ORDER, (primitive.entangle_p.name,), higher_order=False)
-def entangle_rule(ctx: Values, eqn, invals: list) -> list:
+def entangle_rule(ctx: Values, eqn, invals: list) -> RuleResult:
   outs = jax_compat.bind_equation(eqn, invals)
   bits = 0
   for value in invals:
@@ -34,11 +35,11 @@ def entangle_rule(ctx: Values, eqn, invals: list) -> list:
   for value, out in zip(invals, outs, strict=False):  # Payloads first.
     ctx.set_root(out, ctx.root(value))
     ctx.set_dep(out, bits)
-  return outs
+  return RuleResult(outs)
 
 
 @register(FIRST_ORDER, VIEWS, higher_order=False)
-def view(ctx: Values, eqn, invals: list) -> list:
+def view(ctx: Values, eqn, invals: list) -> RuleResult:
   outs = ctx.bind(eqn, invals)
   ctx.view(eqn, invals[0], outs[0])
-  return outs
+  return RuleResult(outs)

@@ -17,6 +17,13 @@ from entangle_jax._src.program_order.natives import (
   backward_in,
   has_native_jaxpr,
 )
+from entangle_jax._src.program_order.rule_inputs import (
+  AS_PARENT,
+  ChildStart,
+  RuleResult,
+  Summary,
+  after_sub,
+)
 from entangle_jax._src.program_order.rules.registry import family, register
 from entangle_jax._src.program_order.touches import (
   ANY,
@@ -34,7 +41,7 @@ from entangle_jax._src.program_order.values import (
 )
 
 if TYPE_CHECKING:
-  from entangle_jax._src.program_order.rule_inputs import Loop
+  from entangle_jax._src.program_order.rule_inputs import Loop, SubEvaluation
 
 LOOPS = family(
   "loops",
@@ -46,7 +53,7 @@ LOOPS = family(
 
 
 @register(LOOPS, ("scan",))
-def scan(ctx: Loop, eqn, invals) -> list:
+def scan(ctx: Loop, eqn, invals) -> RuleResult:
   p = eqn.params
   n_consts, n_carry = jax_compat.scan_counts(p)
   consts = invals[:n_consts]
@@ -60,13 +67,16 @@ def scan(ctx: Loop, eqn, invals) -> list:
       carry, chain = carry
       if use_token:
         carry, token = carry
-      inner = ctx.loop_child(use_token and token, token_deps)
-      inner.chain = chain
-      ctx.seed(inner, consts, consts)
+      inner = body_child(
+        ctx,
+        use_token and token,
+        token_deps,
+        ChildStart(seed=(consts, consts), chain=chain),
+      )
       outs = inner.run(jaxpr, jconsts, [*consts, *carry, *x])
       new_carry, ys = outs[:n_carry], outs[n_carry:]
       if use_token:
-        new_carry = (new_carry, loop_token(ctx, inner, token))
+        new_carry = (new_carry, loop_token(inner, token))
       return (new_carry, inner.chain), ys
 
     return fn
@@ -88,9 +98,7 @@ def scan(ctx: Loop, eqn, invals) -> list:
       reverse=p["reverse"],
       unroll=p.get("unroll", 1),
     )
-    if chained:
-      ctx.chain = chain
-    return carry, ys
+    return carry, ys, chain if chained else None
 
   def analyse():
     return loop_analysis(
@@ -107,7 +115,7 @@ def scan(ctx: Loop, eqn, invals) -> list:
 
 
 @register(LOOPS, ("while",))
-def while_loop(ctx: Loop, eqn, invals) -> list:
+def while_loop(ctx: Loop, eqn, invals) -> RuleResult:
   p = eqn.params
   nc, nb = p["cond_nconsts"], p["body_nconsts"]
   cconsts, bconsts, init = (
@@ -125,22 +133,22 @@ def while_loop(ctx: Loop, eqn, invals) -> list:
     def cond_fn(carry):
       if use_token:
         carry, token = carry
-      inner = ctx.loop_child(use_token and token, token_deps)
+      inner = body_child(ctx, use_token and token, token_deps)
       (pred,) = inner.run(cjaxpr, cjconsts, [*cconsts, *carry])
       return pred
 
     def body_fn(carry):
       if use_token:
         carry, token = carry
-      inner = ctx.loop_child(use_token and token, token_deps)
+      inner = body_child(ctx, use_token and token, token_deps)
       outs = inner.run(bjaxpr, bjconsts, [*bconsts, *carry])
       if use_token:
-        return outs, loop_token(ctx, inner, token)
+        return outs, loop_token(inner, token)
       return outs
 
     carry = (list(init), init_token) if use_token else list(init)
     out = jax.lax.while_loop(cond_fn, body_fn, carry)
-    return out, []
+    return out, [], None
 
   def analyse():
     if cond_native:
@@ -169,11 +177,23 @@ def while_loop(ctx: Loop, eqn, invals) -> list:
   )
 
 
-def loop_token(ctx: Loop, inner: Loop, token):
+def body_child(
+  ctx: Loop, token, deps: int, start: ChildStart = AS_PARENT
+) -> SubEvaluation:
+  """The evaluation of one iteration's body (or condition): its calls all
+  come after `token`, the order value in the carry, which comes after the
+  calls in `deps`; with no order value (`token` False), after none, the
+  carries alone ordering them. `start`: the rest of how it starts."""
+  if token is False or token is None:
+    return ctx.child(dataclasses.replace(start, earlier=()))
+  return ctx.child(dataclasses.replace(start, after=token, deps=deps))
+
+
+def loop_token(inner: SubEvaluation, token):
   """The order value out of a loop body: after every call of the body
   and after `token`, the value that came in (so that the loop's last
   one comes after the first)."""
-  exported = [w for w in ctx.exported(inner) if w is not token]
+  exported = [w for w in inner.exported() if w is not token]
   if not exported:
     return token
   if deps_of(inner, exported) & inner.prev_bit:
@@ -203,18 +223,14 @@ def loop_analysis(ctx: Loop, run_body, init, consts, x_avals) -> BodyAnalysis:
 
   def probe(*flat_in):
     carry_in, x_in = flat_in[: len(init)], flat_in[len(init) :]
-    inner = ctx.child(accesses=[])
-    ctx.seed(inner, consts, consts)
-    carry_bits = []
-    for value in carry_in:
-      bit = ctx.new_bit()
-      carry_bits.append(bit)
-      inner.set_dep(value, bit)
+    inner = ctx.child(ChildStart(earlier=(), seed=(consts, consts)))
+    # One bit a carry: which carries each call of the body comes after.
+    carry_bits = [inner.mark(value) for value in carry_in]
     carry_out = run_body(inner, list(carry_in), list(x_in))
     result["inner"] = inner
     result["carry_bits"] = carry_bits
     result["out_deps"] = [inner.dep(v) for v in carry_out]
-    exported = ctx.exported(inner)
+    exported = inner.exported()
     if len(exported) == 1:
       result["aval"] = aval_of(exported[0])
     return [jnp.zeros((), jnp.int32)]
@@ -257,7 +273,12 @@ def loop_analysis(ctx: Loop, run_body, init, consts, x_avals) -> BodyAnalysis:
   return BodyAnalysis(parts, True, carrying, aval)
 
 
-def loop(ctx: Loop, analyse, run_loop, invals, label, split, extra_jaxprs=()):
+def loop(
+  ctx: Loop, analyse, run_loop, invals, label, split, extra_jaxprs=()
+) -> RuleResult:
+  """Orders a loop: through its carries where the body's analysis trusts
+  them, else through an order value in the carry. `run_loop(use_token,
+  init_token)` rebuilds it: ``(carry, ys, chain out or None)``."""
   # None: a while loop with calls in its condition, its body not analysed.
   analysis = analyse() or BodyAnalysis((), trusted=False, carrying=[])
   parts, carrying = analysis.parts, analysis.carrying
@@ -267,19 +288,21 @@ def loop(ctx: Loop, analyse, run_loop, invals, label, split, extra_jaxprs=()):
     # that it is that result (no entangle), else an int32 scalar.
     every = ctx.sub_parts(extra_jaxprs) + parts
     init_token = ctx.order_token(every or ANY, analysis.aval)
-    carry, ys = run_loop(True, init_token)
+    carry, ys, chain = run_loop(True, init_token)
     carry, token = carry
     outs = list(carry) + list(ys)
     # Each body's order value comes after the one that came in
     # (`loop_token`): the last after the first, and what it follows.
-    return ctx.after_sub(
-      every or ANY, outs, token, invals, label, ctx.dep(init_token)
+    return after_sub(
+      outs, every or ANY, token, label, ctx.dep(init_token), chain=chain
     )
-  carry, ys = run_loop(False)
+  carry, ys, chain = run_loop(False)
   outs = list(carry) + list(ys)
-  if parts:
-    witnesses = [carry[k] for k in carrying if size(carry[k]) > 0]
-    access = ctx.summary(parts, witnesses, 0, label)
-    for k in carrying:
-      ctx.set_dep(carry[k], access.deps)
-  return outs
+  if not parts:
+    return RuleResult(outs, chain=chain)
+  # The carries that come after the body's calls stand for them.
+  witnesses = tuple(carry[k] for k in carrying if size(carry[k]) > 0)
+  after = tuple(carry[k] for k in carrying)
+  return RuleResult(
+    outs, chain=chain, summary=Summary(parts, witnesses, 0, label, after)
+  )

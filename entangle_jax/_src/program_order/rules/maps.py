@@ -14,6 +14,11 @@ from entangle_jax._src.program_order import call_like, natives
 from entangle_jax._src.program_order.natives import (
   backward_in,
 )
+from entangle_jax._src.program_order.rule_inputs import (
+  ChildStart,
+  RuleResult,
+  after_sub,
+)
 from entangle_jax._src.program_order.rules.registry import family, register
 from entangle_jax._src.program_order.touches import (
   ANY,
@@ -21,6 +26,7 @@ from entangle_jax._src.program_order.touches import (
 from entangle_jax._src.program_order.values import (
   open_jaxpr,
   own_parts,
+  token_after,
 )
 from entangle_jax._src.targets import names
 
@@ -39,17 +45,17 @@ MAPS = family(
 
 
 @register(MAPS, call_like.NESTED_CALLS)
-def call(ctx: Inlined, eqn, invals) -> list:
+def call(ctx: Inlined, eqn, invals) -> RuleResult:
   """Inlined; the shardings it was given stay as constraints."""
   closed = eqn.params.get("jaxpr", eqn.params.get("call_jaxpr"))
   jaxpr, consts = open_jaxpr(closed)
   invals = _constrained(invals, eqn.params.get("in_shardings"))
   outs = ctx.run(jaxpr, consts, invals)
-  return _constrained(outs, eqn.params.get("out_shardings"))
+  return RuleResult(_constrained(outs, eqn.params.get("out_shardings")))
 
 
 @register(MAPS, ("shard_map",))
-def shard_map(ctx: ShardMap, eqn, invals) -> list:
+def shard_map(ctx: ShardMap, eqn, invals) -> RuleResult:
   """Rebuilds the shard_map around the transformed body: earlier calls
   come in as a replicated int32 order value, and each device's calls go
   out as one element of an order value sharded over the manual axes."""
@@ -70,10 +76,10 @@ def shard_map(ctx: ShardMap, eqn, invals) -> list:
 
   def body(token, *args):
     chain, args = args[: len(chain_in)], args[len(chain_in) :]
-    inner = ctx.loop_child(token)
-    inner.native_log = []  # Every call in the body, nested ones included.
-    if chained:
-      inner.chain = chain[0]
+    # Every call in the body logged, nested ones included.
+    inner = ctx.child(
+      ChildStart(after=token, chain=chain[0] if chained else None, log=True)
+    )
     outs = inner.run(jaxpr, consts, list(args))
     holder["parts"] = own_parts(inner)
     holder["calls"] = inner.native_log
@@ -83,7 +89,7 @@ def shard_map(ctx: ShardMap, eqn, invals) -> list:
       if _split(s, mesh, manual)
     }
     chain_out = [inner.chain.reshape((1,))] if chained else []
-    return (*outs, ctx.token_after(inner).reshape((1,)), *chain_out)
+    return (*outs, token_after(inner.exported()).reshape((1,)), *chain_out)
 
   mapped = jax.shard_map(
     body,
@@ -101,13 +107,14 @@ def shard_map(ctx: ShardMap, eqn, invals) -> list:
   _warn_across_devices(
     ctx.decls, holder.get("calls", ()), holder.get("split", ())
   )
+  chain = None
   if chained:
     *outs, token, chain = results
-    ctx.chain = chain.sum()
+    chain = chain.sum()
   else:
     *outs, token = results
-  return ctx.after_sub(
-    holder.get("parts", ()), list(outs), token, invals, "shard_map"
+  return after_sub(
+    outs, holder.get("parts", ()), token, "shard_map", chain=chain
   )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from entangle_jax._src.program_order import natives
+from entangle_jax._src.program_order.rule_inputs import RuleResult
 from entangle_jax._src.program_order.rules.registry import family, register
 
 if TYPE_CHECKING:
@@ -28,8 +29,8 @@ OPAQUE = family(
 
 
 @register(OPAQUE, ("custom_vmap_call", "custom_partitioning"))
-def opaque_call(ctx: NativeCalls, eqn, invals: list) -> list:
+def opaque_call(ctx: NativeCalls, eqn, invals: list) -> RuleResult:
   found = natives.lowered_call(eqn, ctx.decls, ctx.scopes())
   if found is None:  # Its calls are declared to touch nothing.
-    return ctx.bind(ctx.ordered_bodies(eqn), invals)
-  return ctx.native(eqn, invals, found)
+    return RuleResult(ctx.bind(ctx.ordered_bodies(eqn), invals))
+  return RuleResult(ctx.native(eqn, invals, found))

@@ -1,11 +1,15 @@
 """The ordering rules of `in_program_order`, one per primitive, as JAX keeps
 its per-primitive rule tables (``pe.dce_rules[scan_p]``).
 
-A rule evaluates one equation again (``rule(ctx, eqn, invals) -> outs``),
-entangling the native calls it holds; ``ctx`` is what the rule reads of
-the evaluation it runs in, typed by the protocol of its concern
-(`rule_inputs`: a first-order rule's `Values`, a loop's `Loop`, ...),
-which `interpreter.Context` satisfies. Each family of
+A rule evaluates one equation again (``rule(ctx, eqn, invals) ->
+RuleResult``), entangling the native calls it holds; ``ctx`` is what the
+rule reads of the evaluation it runs in, typed by the narrow protocol of
+its concern (`rule_inputs`: a first-order rule's `Values`, a loop's
+`Loop`, ...), which `interpreter.Context` satisfies. The rule returns
+what it decided (`rule_inputs.RuleResult`: its outputs, the backward
+chain out, its sub-program's calls as one), which the interpreter records
+(``Context.keep_books``): a rule sets none of the interpreter's
+attributes. Each family of
 primitives has its module here, which registers its rules on import
 (`register`); `interpreter.Context.eval_eqn` looks the equation's primitive
 up (`rule_for`). `supported` lists the families and their primitives, and
@@ -22,12 +26,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-RuleFn = Callable[[Any, Any, list], list]
-"""``rule(ctx, eqn, invals) -> outs``: the equation's results, ordered.
-``ctx`` is typed by each rule (a protocol of `rule_inputs`): one table
-holds rules of every concern, so it names none of them."""
+if TYPE_CHECKING:
+  from entangle_jax._src.program_order.rule_inputs import RuleResult
+
+RuleFn = Callable[[Any, Any, list], "RuleResult"]
+"""``rule(ctx, eqn, invals) -> RuleResult``: the equation's results,
+ordered, and what the rule decided. ``ctx`` is typed by each rule (a
+protocol of `rule_inputs`): one table holds rules of every concern, so it
+names none of them."""
 
 
 @dataclasses.dataclass(frozen=True)
