@@ -312,3 +312,49 @@ def run_mpirun(
       f"MPI?); its output:\n{output}"
     ) from None
   return process.returncode, output
+
+
+REQUIRE_MPI = os.environ.get("ENTANGLE_JAX_REQUIRE_MPI") == "1"
+"""CI's release lane sets it: a missing MPI then fails a test that needs
+one, instead of skipping it."""
+
+
+def needs_mpirun(test: unittest.TestCase) -> None:
+  """Skips `test` where ``mpirun`` is not on PATH (Debian's openmpi-bin),
+  or fails it there under ``ENTANGLE_JAX_REQUIRE_MPI=1``."""
+  import shutil
+
+  if shutil.which("mpirun") is None:
+    reason = "no `mpirun` on PATH (Debian's openmpi-bin)"
+    if REQUIRE_MPI:
+      test.fail(f"ENTANGLE_JAX_REQUIRE_MPI=1, but {reason}")
+    test.skipTest(reason)
+
+
+def mpirun_pytest(
+  folder: pathlib.Path, *options: str, swap: bool, timeout: float
+) -> tuple[int, str]:
+  """pytest on `folder`'s ``test_ranks.py`` with `options`, under
+  ``mpirun -n 2`` (`run_mpirun`): the plugin loaded as `pytest_run` loads
+  it, each rank's ``SWAP`` variable "1" when `swap`, else "0". Its exit
+  status and output."""
+  env = child_env()
+  env.pop("XLA_FLAGS", None)
+  env.pop("JAX_NUM_CPU_DEVICES", None)
+  env["SWAP"] = "1" if swap else "0"
+  load = [] if pytest_plugin_installed() else ["-p", PYTEST_PLUGIN]
+  return run_mpirun(
+    "-m",
+    "pytest",
+    "-q",
+    "-p",
+    "no:cacheprovider",
+    *UNUSED_PLUGINS,
+    *load,
+    "--rootdir",
+    str(folder),
+    str(folder / "test_ranks.py"),
+    *options,
+    timeout=timeout,
+    env=env,
+  )

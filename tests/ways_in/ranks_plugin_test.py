@@ -12,7 +12,6 @@ Needs ``mpirun`` (Debian's openmpi-bin); skipped without it unless
 Bazel, as tests/ways_in/pytest_plugin_test.py.
 """
 
-import os
 import pathlib
 import shutil
 import subprocess
@@ -24,7 +23,6 @@ from absl.testing import absltest
 from entangle_jax.testing._ways_in import launcher_ranks
 from tests import test_util
 
-REQUIRE_MPI = os.environ.get("ENTANGLE_JAX_REQUIRE_MPI") == "1"
 TIMEOUT_S = 240
 
 SUITE = textwrap.dedent(
@@ -65,45 +63,22 @@ SUITE = textwrap.dedent(
 )
 
 
-def _pytest_args(folder: pathlib.Path, dump: pathlib.Path) -> list[str]:
-  installed = test_util.pytest_plugin_installed()
-  return [
-    "-m",
-    "pytest",
-    "-q",
-    "-p",
-    "no:cacheprovider",
-    *test_util.UNUSED_PLUGINS,
-    *([] if installed else ["-p", test_util.PYTEST_PLUGIN]),
-    "--rootdir",
-    str(folder),
-    str(folder / "test_ranks.py"),
-    "--entangle-races=fail",
-    f"--entangle-ranks={dump}",
-  ]
-
-
 class RanksPluginTest(absltest.TestCase):
   def setUp(self):
     super().setUp()
-    if shutil.which("mpirun") is None:
-      reason = "no `mpirun` on PATH (Debian's openmpi-bin)"
-      if REQUIRE_MPI:
-        self.fail(f"ENTANGLE_JAX_REQUIRE_MPI=1, but {reason}")
-      self.skipTest(reason)
+    test_util.needs_mpirun(self)
     folder = tempfile.TemporaryDirectory()
     self.addCleanup(folder.cleanup)
     self.folder = pathlib.Path(folder.name)
     (self.folder / "test_ranks.py").write_text(SUITE)
 
   def run_ranks(self, swap: bool) -> tuple[int, str]:
-    env = test_util.child_env()
-    env.pop("XLA_FLAGS", None)
-    env.pop("JAX_NUM_CPU_DEVICES", None)
-    env["SWAP"] = "1" if swap else "0"
-    dump = self.folder / "ranks"
-    return test_util.run_mpirun(
-      *_pytest_args(self.folder, dump), timeout=TIMEOUT_S, env=env
+    return test_util.mpirun_pytest(
+      self.folder,
+      "--entangle-races=fail",
+      f"--entangle-ranks={self.folder / 'ranks'}",
+      swap=swap,
+      timeout=TIMEOUT_S,
     )
 
   def test_ranks_in_one_order_pass(self):

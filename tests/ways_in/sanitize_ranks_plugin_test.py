@@ -15,9 +15,7 @@ Needs ``mpirun`` (Debian's openmpi-bin); skipped without it unless
 tests/ways_in/ranks_plugin_test.py.
 """
 
-import os
 import pathlib
-import shutil
 import subprocess
 import tempfile
 import textwrap
@@ -26,7 +24,6 @@ from absl.testing import absltest
 
 from tests import test_util
 
-REQUIRE_MPI = os.environ.get("ENTANGLE_JAX_REQUIRE_MPI") == "1"
 TIMEOUT_S = 240
 
 SUITE = textwrap.dedent(
@@ -71,46 +68,23 @@ SUITE = textwrap.dedent(
 )
 
 
-def _pytest_args(folder: pathlib.Path, ranks: pathlib.Path) -> list[str]:
-  installed = test_util.pytest_plugin_installed()
-  return [
-    "-m",
-    "pytest",
-    "-q",
-    "-p",
-    "no:cacheprovider",
-    *([] if installed else ["-p", test_util.PYTEST_PLUGIN]),
-    "--rootdir",
-    str(folder),
-    str(folder / "test_ranks.py"),
-    "--entangle-sanitize",
-    f"--entangle-sanitize-ranks={ranks}",
-    "--entangle-watchdog=1",
-  ]
-
-
 class SanitizeRanksPluginTest(absltest.TestCase):
   def setUp(self):
     super().setUp()
-    if shutil.which("mpirun") is None:
-      reason = "no `mpirun` on PATH (Debian's openmpi-bin)"
-      if REQUIRE_MPI:
-        self.fail(f"ENTANGLE_JAX_REQUIRE_MPI=1, but {reason}")
-      self.skipTest(reason)
+    test_util.needs_mpirun(self)
     folder = tempfile.TemporaryDirectory()
     self.addCleanup(folder.cleanup)
     self.folder = pathlib.Path(folder.name)
     (self.folder / "test_ranks.py").write_text(SUITE)
 
   def run_ranks(self, swap: bool) -> tuple[int, str]:
-    env = test_util.child_env()
-    env.pop("XLA_FLAGS", None)
-    env.pop("JAX_NUM_CPU_DEVICES", None)
-    env["SWAP"] = "1" if swap else "0"
-    return test_util.run_mpirun(
-      *_pytest_args(self.folder, self.folder / "ranks"),
+    return test_util.mpirun_pytest(
+      self.folder,
+      "--entangle-sanitize",
+      f"--entangle-sanitize-ranks={self.folder / 'ranks'}",
+      "--entangle-watchdog=1",
+      swap=swap,
       timeout=TIMEOUT_S,
-      env=env,
     )
 
   def test_ranks_in_one_order_pass(self):
