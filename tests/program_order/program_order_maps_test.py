@@ -220,6 +220,47 @@ class ProgramOrderMapsTest(OrderTestCase):
         out = jax.jit(in_program_order(f, collectives=True))(x)
       np.testing.assert_allclose(out, jax.jit(f)(x))
 
+  def test_a_loop_in_a_shard_map_body(self):
+    # The loop's carry varies over the manual axis. The transform traces
+    # the body once more to see what its calls touch; there the carry
+    # must vary too, or binding it with the device's slot (varying) fails
+    # to trace (it did on jax 0.10, whose types say so in another field).
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((2,), ("x",))
+    slots = jax.device_put(
+      jnp.arange(11, 13, dtype=jnp.int32), NamedSharding(mesh, P("x"))
+    )
+    write, read = calls_of("own")
+
+    def step(s, v):
+      write(s, v)
+      # Of this iteration (XLA would hoist a read of `s` alone out of the
+      # loop), and ordered after the write by nothing but the order.
+      return v + read(s + (v * 0).astype(s.dtype))
+
+    def scan(s):
+      v = s.astype(jnp.float32)
+      return jax.lax.scan(lambda v, _: (step(s, v), None), v, None, length=2)[0]
+
+    def while_loop(s):
+      # Its bound is an argument: a while loop, not a scan.
+      return jax.lax.fori_loop(
+        0, s[0] * 0 + 2, lambda _, v: step(s, v), s.astype(jnp.float32)
+      )
+
+    for loop in (scan, while_loop):
+      with self.subTest(loop.__name__):
+        f = jax.shard_map(loop, mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+        self.assert_fixed(f, slots)  # The plain program races (the control).
+        testing.reset_slots()
+        # In program order each step reads what it wrote, doubling the
+        # carry.
+        np.testing.assert_array_equal(
+          jax.jit(in_program_order(f))(slots), 4.0 * np.asarray(slots)
+        )
+
   def test_backward_passes_in_shard_map(self):
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
