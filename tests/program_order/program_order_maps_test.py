@@ -261,6 +261,37 @@ class ProgramOrderMapsTest(OrderTestCase):
           jax.jit(in_program_order(f))(slots), 4.0 * np.asarray(slots)
         )
 
+  def test_a_shard_map_on_one_device_is_silent(self):
+    # Its body has no copy on another device to race with; the race check
+    # reports nothing there either. The control: the same body on two
+    # devices is warned about.
+    from jax.sharding import PartitionSpec as P
+
+    write, read = undeclared_calls((1,))
+
+    def on(mesh):
+      def f(slots):
+        def body(s):
+          return read(write(s, jnp.ones(s.shape)))
+
+        return jax.shard_map(
+          body, mesh=mesh, in_specs=P("x"), out_specs=P("x")
+        )(slots)
+
+      return f
+
+    auto = (jax.sharding.AxisType.Auto,)
+    one = jax.make_mesh(
+      (1,), ("x",), axis_types=auto, devices=jax.devices()[:1]
+    )
+    with warnings.catch_warnings():
+      warnings.simplefilter("error")
+      fixed = compiled(in_program_order(on(one)), jnp.arange(11, 12))
+    self.assertEqual(testing.races(fixed), [])
+    two = jax.make_mesh((2,), ("x",), axis_types=auto)
+    with self.assertWarnsRegex(UserWarning, "may write inside a shard_map"):
+      compiled(in_program_order(on(two)), jnp.arange(11, 13))
+
   def test_backward_passes_in_shard_map(self):
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P

@@ -157,10 +157,10 @@ def in_program_order(
       target); or later calls cannot be ordered after a call that returns
       nothing; or a primitive could not be lowered alone to see whether it
       makes a native call (the message names it); or a native call inside
-      a ``shard_map`` may write an object the devices share, so its copies
-      on two devices may race, which no order within one program can
-      prevent (the message names the target; the race check reports such
-      pairs across devices).
+      a ``shard_map`` over a mesh of more than one device may write an
+      object the devices share, so its copies on two devices may race,
+      which no order within one program can prevent (the message names
+      the target; the race check reports such pairs across devices).
   """
   if not isinstance(distinct_arguments, bool):
     raise TypeError(
