@@ -101,7 +101,9 @@ def in_program_order(
   one more int32 value in the carry.
 
   Works under ``jit``, eagerly, under ``jax.disable_jit()`` (where `f`
-  runs as it is: each call runs before the next starts), with ``vmap`` and
+  runs as it is: each call runs before the next starts, but for the calls
+  in a ``shard_map``'s body, which JAX compiles there too and XLA
+  schedules unordered), with ``vmap`` and
   ``grad`` on either side, and through ``jax.export``. Inside it, calls in
   the higher-order primitives that have an ordering rule are ordered too
   (the list: "What it orders inside" on docs/fixing_races.md, generated
