@@ -74,7 +74,8 @@ def entangle(payload: T, *witnesses: Any) -> T:
   On TPU the call is a Pallas kernel that does nothing (a Mosaic custom
   call, opaque to XLA:TPU); scalar payloads go in padded and other dtypes
   as the same bits. A zero-size array, a 2-bit integer, float64 or
-  complex128 lowers to ``optimization_barrier`` instead, which XLA:TPU
+  complex128, and a call with a JAX token witness (a Pallas kernel takes
+  no token), lower to ``optimization_barrier`` instead, which XLA:TPU
   removes, so it does not order host callbacks there (docs/platforms.md,
   "TPU").
   """

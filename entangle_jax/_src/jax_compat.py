@@ -159,9 +159,16 @@ def scan_counts(params) -> tuple[int, int]:
 
 def varying_axes(value) -> frozenset:
   """The manual mesh axes over which `value` varies inside a
-  ``shard_map`` (its type's ``vma``); empty outside one, or on a jax that
-  does not track them."""
-  return frozenset(getattr(jax.typeof(value), "vma", None) or ())
+  ``shard_map``: its type's ``manual_axis_type.varying`` (jax 0.10 and
+  newer), or ``vma`` (before); empty outside one, or on a jax that does
+  not track them."""
+  aval = jax.typeof(value)
+  # jax 0.10 moved ``vma`` into ``manual_axis_type``; reading ``vma``
+  # alone there answered "none" for every value.
+  manual = getattr(aval, "manual_axis_type", None)
+  if manual is not None:
+    return frozenset(getattr(manual, "varying", None) or ())
+  return frozenset(getattr(aval, "vma", None) or ())
 
 
 def make_varying(value, axes: frozenset):

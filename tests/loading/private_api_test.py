@@ -224,6 +224,34 @@ class PrivateApiTest(absltest.TestCase):
     ]
     self.assertEqual(jax_compat.scan_counts(eqn.params), (2, 2))
 
+  def test_varying_axes_reads_this_jaxs_types(self):
+    # A value's type says over which manual axes of a shard_map it varies
+    # (``vma`` before jax 0.10, ``manual_axis_type.varying`` since): a
+    # split input varies over its axis, a constant over none, and
+    # make_varying adds the axis. Where neither field is read, every value
+    # would seem to vary over none.
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((2,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+    seen = {}
+
+    def body(s):
+      constant = jnp.zeros(s.shape, s.dtype)
+      seen["split"] = jax_compat.varying_axes(s)
+      seen["constant"] = jax_compat.varying_axes(constant)
+      made = jax_compat.make_varying(constant, frozenset({"x"}))
+      seen["made"] = jax_compat.varying_axes(made)
+      return s
+
+    jax.make_jaxpr(
+      jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+    )(jnp.arange(2.0))
+    self.assertEqual(
+      seen,
+      {"split": {"x"}, "constant": frozenset(), "made": {"x"}},
+    )
+    self.assertEqual(jax_compat.varying_axes(jnp.ones(2)), frozenset())
+
   def test_sharding_rule_text_is_shardys(self):
     # The rule is built as Shardy's text form; parsing and printing it back
     # must give the same text, factor names included (i..z, then z_1, ...).

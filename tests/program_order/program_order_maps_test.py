@@ -220,6 +220,78 @@ class ProgramOrderMapsTest(OrderTestCase):
         out = jax.jit(in_program_order(f, collectives=True))(x)
       np.testing.assert_allclose(out, jax.jit(f)(x))
 
+  def test_a_loop_in_a_shard_map_body(self):
+    # The loop's carry varies over the manual axis. The transform traces
+    # the body once more to see what its calls touch; there the carry
+    # must vary too, or binding it with the device's slot (varying) fails
+    # to trace (it did on jax 0.10, whose types say so in another field).
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((2,), ("x",))
+    slots = jax.device_put(
+      jnp.arange(11, 13, dtype=jnp.int32), NamedSharding(mesh, P("x"))
+    )
+    write, read = calls_of("own")
+
+    def step(s, v):
+      write(s, v)
+      # Of this iteration (XLA would hoist a read of `s` alone out of the
+      # loop), and ordered after the write by nothing but the order.
+      return v + read(s + (v * 0).astype(s.dtype))
+
+    def scan(s):
+      v = s.astype(jnp.float32)
+      return jax.lax.scan(lambda v, _: (step(s, v), None), v, None, length=2)[0]
+
+    def while_loop(s):
+      # Its bound is an argument: a while loop, not a scan.
+      return jax.lax.fori_loop(
+        0, s[0] * 0 + 2, lambda _, v: step(s, v), s.astype(jnp.float32)
+      )
+
+    for loop in (scan, while_loop):
+      with self.subTest(loop.__name__):
+        f = jax.shard_map(loop, mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+        self.assert_fixed(f, slots)  # The plain program races (the control).
+        testing.reset_slots()
+        # In program order each step reads what it wrote, doubling the
+        # carry.
+        np.testing.assert_array_equal(
+          jax.jit(in_program_order(f))(slots), 4.0 * np.asarray(slots)
+        )
+
+  def test_a_shard_map_on_one_device_is_silent(self):
+    # Its body has no copy on another device to race with; the race check
+    # reports nothing there either. The control: the same body on two
+    # devices is warned about.
+    from jax.sharding import PartitionSpec as P
+
+    write, read = undeclared_calls((1,))
+
+    def on(mesh):
+      def f(slots):
+        def body(s):
+          return read(write(s, jnp.ones(s.shape)))
+
+        return jax.shard_map(
+          body, mesh=mesh, in_specs=P("x"), out_specs=P("x")
+        )(slots)
+
+      return f
+
+    auto = (jax.sharding.AxisType.Auto,)
+    one = jax.make_mesh(
+      (1,), ("x",), axis_types=auto, devices=jax.devices()[:1]
+    )
+    with warnings.catch_warnings():
+      warnings.simplefilter("error")
+      fixed = compiled(in_program_order(on(one)), jnp.arange(11, 12))
+    self.assertEqual(testing.races(fixed), [])
+    two = jax.make_mesh((2,), ("x",), axis_types=auto)
+    with self.assertWarnsRegex(UserWarning, "may write inside a shard_map"):
+      compiled(in_program_order(on(two)), jnp.arange(11, 13))
+
   def test_backward_passes_in_shard_map(self):
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P

@@ -101,7 +101,9 @@ def in_program_order(
   one more int32 value in the carry.
 
   Works under ``jit``, eagerly, under ``jax.disable_jit()`` (where `f`
-  runs as it is: each call runs before the next starts), with ``vmap`` and
+  runs as it is: each call runs before the next starts, but for the calls
+  in a ``shard_map``'s body, which JAX compiles there too and XLA
+  schedules unordered), with ``vmap`` and
   ``grad`` on either side, and through ``jax.export``. Inside it, calls in
   the higher-order primitives that have an ordering rule are ordered too
   (the list: "What it orders inside" on docs/fixing_races.md, generated
@@ -157,10 +159,10 @@ def in_program_order(
       target); or later calls cannot be ordered after a call that returns
       nothing; or a primitive could not be lowered alone to see whether it
       makes a native call (the message names it); or a native call inside
-      a ``shard_map`` may write an object the devices share, so its copies
-      on two devices may race, which no order within one program can
-      prevent (the message names the target; the race check reports such
-      pairs across devices).
+      a ``shard_map`` over a mesh of more than one device may write an
+      object the devices share, so its copies on two devices may race,
+      which no order within one program can prevent (the message names
+      the target; the race check reports such pairs across devices).
   """
   if not isinstance(distinct_arguments, bool):
     raise TypeError(

@@ -76,16 +76,19 @@ def scan(ctx: Loop, eqn, invals) -> RuleResult:
       outs = inner.run(jaxpr, jconsts, [*consts, *carry, *x])
       new_carry, ys = outs[:n_carry], outs[n_carry:]
       if use_token:
-        new_carry = (new_carry, loop_token(inner, token))
+        new_carry = (new_carry, loop_token(inner, token, axes))
       return (new_carry, inner.chain), ys
 
     return fn
 
   token_deps = 0
+  axes = varying_axes(invals)
 
   def run_loop(use_token, init_token=None):
     nonlocal token_deps
     token_deps = ctx.dep(init_token) if use_token else 0
+    if use_token:
+      init_token = jax_compat.make_varying(init_token, axes)
     carry = (init, init_token) if use_token else init
     # The backward chain goes through the loop's carry when its body
     # calls a custom_vjp whose backward pass makes native calls.
@@ -108,7 +111,7 @@ def scan(ctx: Loop, eqn, invals) -> RuleResult:
       )[:n_carry],
       init,
       consts,
-      [placeholder_x(x) for x in xs],
+      xs,
     )
 
   return loop(ctx, analyse, run_loop, invals, "scan", split=n_carry)
@@ -127,8 +130,12 @@ def while_loop(ctx: Loop, eqn, invals) -> RuleResult:
   bjaxpr, bjconsts = open_jaxpr(p["body_jaxpr"])
   cond_native = has_native_jaxpr(cjaxpr, ctx.decls, scopes=ctx.scopes())
 
+  axes = varying_axes(invals)
+
   def run_loop(use_token, init_token=None):
     token_deps = ctx.dep(init_token) if use_token else 0
+    if use_token:
+      init_token = jax_compat.make_varying(init_token, axes)
 
     def cond_fn(carry):
       if use_token:
@@ -143,7 +150,7 @@ def while_loop(ctx: Loop, eqn, invals) -> RuleResult:
       inner = body_child(ctx, use_token and token, token_deps)
       outs = inner.run(bjaxpr, bjconsts, [*bconsts, *carry])
       if use_token:
-        return outs, loop_token(inner, token)
+        return outs, loop_token(inner, token, axes)
       return outs
 
     carry = (list(init), init_token) if use_token else list(init)
@@ -189,16 +196,26 @@ def body_child(
   return ctx.child(dataclasses.replace(start, after=token, deps=deps))
 
 
-def loop_token(inner: SubEvaluation, token):
+def varying_axes(values) -> frozenset:
+  """The manual mesh axes any of a loop's inputs `values` varies over
+  inside a ``shard_map``: what its order value varies over, in and out
+  of each iteration, so that the two types agree (a value the body
+  computes varies over no axis its inputs do not)."""
+  return frozenset().union(*(jax_compat.varying_axes(v) for v in values))
+
+
+def loop_token(inner: SubEvaluation, token, axes: frozenset = frozenset()):
   """The order value out of a loop body: after every call of the body
   and after `token`, the value that came in (so that the loop's last
-  one comes after the first)."""
+  one comes after the first); varying over `axes` (`varying_axes`)."""
   exported = [w for w in inner.exported() if w is not token]
   if not exported:
     return token
   if deps_of(inner, exported) & inner.prev_bit:
-    return token_of(exported, aval_of(token), payload=token)
-  return entangle(token, *exported)
+    out = token_of(exported, aval_of(token), payload=token)
+  else:
+    out = entangle(token, *exported)
+  return jax_compat.make_varying(out, axes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,11 +234,22 @@ class BodyAnalysis:
   the order value's type, so that it is that value (no entangle)."""
 
 
-def loop_analysis(ctx: Loop, run_body, init, consts, x_avals) -> BodyAnalysis:
-  """Traces the loop body once with no order value (`BodyAnalysis`)."""
+def loop_analysis(ctx: Loop, run_body, init, consts, xs) -> BodyAnalysis:
+  """Traces the loop body once with no order value (`BodyAnalysis`):
+  on placeholders of the initial carries `init` and of one element of
+  each scanned array in `xs`, each varying over the manual mesh axes its
+  value varies over (inside a ``shard_map``), as the body's own trace
+  had them."""
   result = {}
 
   def probe(*flat_in):
+    # A placeholder's type varies over no axis: without its value's axes,
+    # a body that passes a carry and a varying value to one native call
+    # fails to trace here, where the loop itself traced.
+    flat_in = [
+      jax_compat.make_varying(v, jax_compat.varying_axes(like))
+      for v, like in zip(flat_in, [*init, *xs], strict=True)
+    ]
     carry_in, x_in = flat_in[: len(init)], flat_in[len(init) :]
     inner = ctx.child(ChildStart(earlier=(), seed=(consts, consts)))
     # One bit a carry: which carries each call of the body comes after.
@@ -235,7 +263,9 @@ def loop_analysis(ctx: Loop, run_body, init, consts, x_avals) -> BodyAnalysis:
       result["aval"] = aval_of(exported[0])
     return [jnp.zeros((), jnp.int32)]
 
-  jax.make_jaxpr(probe)(*[placeholder(v) for v in init], *x_avals)
+  jax.make_jaxpr(probe)(
+    *[placeholder(v) for v in init], *[placeholder_x(x) for x in xs]
+  )
   aval = result.get("aval")
   inner = result["inner"]
   own = inner.own
