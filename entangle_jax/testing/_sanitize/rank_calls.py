@@ -412,13 +412,17 @@ _signatures: dict[int, dict[int, str]] = {}
 def signature(site: CallSite | None) -> str:
   """The operand and result types of the custom call at `site`, layouts
   left out (``"(s32[2], f32[2]) -> s32[2]"``), read from the module the
-  sanitizer handed XLA; "" where not known."""
+  sanitizer handed XLA (or what XLA made of it); "" where not known."""
   if site is None:
     return ""
   module = site.module
   if module.serial not in _signatures:
     found: dict[int, str] = {}
-    for line in (module.program_text() or "").splitlines():
+    # The module before optimization; the optimized one where this JAX
+    # cannot print that (jax 0.6): the calls keep their operand and result
+    # types through optimization, and their site attribute.
+    text = module.program_text() or module.text() or ""
+    for line in text.splitlines():
       match = _SITE.search(line)
       if match:
         found[int(match.group(1))] = _types(line)
