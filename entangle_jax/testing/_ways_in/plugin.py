@@ -365,23 +365,10 @@ def _sanitize_options(config: pytest.Config) -> dict[str, Any]:
     found["on_hang"] = "exit"
   folder = config.getoption("entangle_sanitize_ranks", None)
   if folder is not None:
-    from entangle_jax.testing._ways_in import launcher_ranks
-
-    if hasattr(config, "workerinput") or config.getoption("numprocesses", None):
-      raise pytest.UsageError(
-        "--entangle-sanitize-ranks does not combine with pytest-xdist (-n): "
-        "run one pytest a rank"
-      )
-    try:
-      ranks = launcher_ranks.from_environment(folder)
-    except ValueError as error:
-      raise pytest.UsageError(f"--entangle-sanitize-ranks: {error}") from None
-    if ranks is None:
-      raise pytest.UsageError(
-        f"--entangle-sanitize-ranks={folder}: this pytest is no rank of a "
-        "launch of two ranks or more (run it under mpirun, mpiexec or srun)"
-      )
-    found["ranks"] = ranks
+    xdist = hasattr(config, "workerinput") or bool(
+      config.getoption("numprocesses", None)
+    )
+    found["ranks"] = _rank_of_launch("--entangle-sanitize-ranks", folder, xdist)
     found["ranks_timeout_s"] = float(
       os.environ.get(RANKS_TIMEOUT_ENV, RANKS_TIMEOUT_S)
     )
@@ -397,21 +384,34 @@ def _ranks(config, worker: str | None) -> _launcher_ranks.Ranks | None:
   folder = config.known_args_namespace.entangle_ranks
   if folder is None:
     return None
-  if worker or _controller(config):
+  xdist = bool(worker or _controller(config))
+  return _rank_of_launch("--entangle-ranks", folder, xdist)
+
+
+def _rank_of_launch(
+  option: str, folder: str, xdist: bool
+) -> _launcher_ranks.Ranks:
+  """This pytest's rank of its launch, for `option` (``--entangle-ranks``
+  or ``--entangle-sanitize-ranks``), which names `folder`.
+
+  Raises:
+    pytest.UsageError: pytest-xdist runs (`xdist`), the launcher's
+      variables make no rank, or none is set.
+  """
+  if xdist:
     raise pytest.UsageError(
-      "--entangle-ranks does not combine with pytest-xdist (-n): run one "
-      "pytest a rank"
+      f"{option} does not combine with pytest-xdist (-n): run one pytest a rank"
     )
   from entangle_jax.testing._ways_in import launcher_ranks
 
   try:
     ranks = launcher_ranks.from_environment(folder)
   except ValueError as error:
-    raise pytest.UsageError(f"--entangle-ranks: {error}") from None
+    raise pytest.UsageError(f"{option}: {error}") from None
   if ranks is None:
     raise pytest.UsageError(
-      f"--entangle-ranks={folder}: this pytest is no rank of a launch of "
-      "two or more (mpirun -n 2 ... sets $OMPI_COMM_WORLD_RANK and "
+      f"{option}={folder}: this pytest is no rank of a launch of two or "
+      "more (mpirun -n 2 ... sets $OMPI_COMM_WORLD_RANK and "
       "$OMPI_COMM_WORLD_SIZE; MPICH $PMI_RANK and $PMI_SIZE; srun "
       "$SLURM_PROCID and $SLURM_NTASKS)"
     )
