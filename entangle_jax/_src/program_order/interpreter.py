@@ -780,8 +780,10 @@ class Context:
     (`rule_inputs.ChildStart`): a rule says how its sub-program starts,
     and the child is set up here, so no rule sets another's attributes."""
     after, deps, earlier = start.after, start.deps, start.earlier
+    # False where a loop's rule has no order value in the carry.
+    ordered = after is not None and after is not False
     prevs: list[OrderedCall] = []
-    if after is not None and after is not False:
+    if ordered:
       # One call the order value `after` stands for: every call of the
       # child comes after it, and so after the calls in `deps`.
       prev_bit = self.new_bit()
@@ -820,7 +822,7 @@ class Context:
     # make them inside the sub-program's own trace, whose name stack
     # starts anew: the equation's scopes are theirs.
     ctx.outer_scopes = self.eqn_scopes or self.scopes()
-    if after is not None and after is not False:
+    if ordered:
       ctx.set_dep(after, prevs[0].bit | deps)
       ctx.prev_bit = prevs[0].bit
     elif earlier is not None:
