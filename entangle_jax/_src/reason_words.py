@@ -171,6 +171,26 @@ SIDE_EFFECT_NOTE = (
 """The last step of a race XLA hid by moving, merging or deleting a
 call."""
 
+HOISTED_STEP = (
+  "Keep the moved call in every iteration: mark it side-effecting "
+  "(`has_side_effect=True` in `jax.ffi.ffi_call`, or a binding's own "
+  "flag), so that each iteration's call runs after the iterations "
+  "before; or pass it a value of the loop state that changes, e.g. "
+  "`token = entangle(token, w)` with `w` the result of the loop's write, "
+  "carried from the iteration before."
+)
+"""The step of a race that XLA may hide by moving a call out of its loop:
+what keeps the call in the loop."""
+
+DELETED_STEP = (
+  "Keep the write: mark it side-effecting (`has_side_effect=True` in "
+  "`jax.ffi.ffi_call`, or a binding's own flag), or use its result: pass "
+  "the later call a value computed from it (`token = entangle(token, w)` "
+  "with `w` the write's result)."
+)
+"""The step of a race that XLA may hide by deleting a write nothing uses:
+what keeps the write."""
+
 ORDER_FIX = (
   "make the later call consume a value computed from the earlier call's "
   "result, e.g. pass it `token = entangle(token, r)` with `r` a result of "

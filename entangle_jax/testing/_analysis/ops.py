@@ -217,24 +217,40 @@ def stack_order(a: Stack, b: Stack) -> int | None:
 
 @dataclasses.dataclass(frozen=True)
 class XlaChange:
-  """What XLA's optimizer did to a pair of calls that the program leaves
-  unordered, so that its optimized module orders them (or runs one of
-  them elsewhere, or not at all) and hides the race there
-  (`entangle_jax.testing._analysis.xla_changes`)."""
+  """What XLA's optimizer did, or may do, to a pair of calls whose order
+  the program does not fix whatever XLA does, so that its optimized module
+  orders them (or runs one of them elsewhere, or not at all) and hides the
+  race there (`entangle_jax.testing._analysis.xla_changes`)."""
 
   kind: str
   """``"hoisted"`` (moved out of a loop), ``"merged"`` (with an identical
-  call: XLA's CSE), ``"deleted"``, or ``"ordered"`` (both calls kept in
-  place, and the optimized module happens to order them)."""
+  call: XLA's CSE), ``"deleted"``, ``"folded"`` (the program orders the
+  two only through an edge XLA folds away: an ``optimization_barrier``, a
+  ``select`` on a constant, a product with zero), or ``"ordered"`` (both
+  calls kept in place, and the optimized module happens to order them)."""
   call: Op | None = None
   """The call XLA moved, merged or deleted, as the program made it (an op
-  of the module before optimization); None for ``"ordered"``."""
+  of the module before optimization); None for ``"ordered"`` and
+  ``"folded"``."""
   twin: Op | None = None
   """For ``"merged"``: the identical call it became, as the program made
   it."""
+  seen: bool = True
+  """Whether this compile did it (its optimized module shows it); False
+  for what the program allows any XLA to do, which this one did not (or
+  did where the optimized module cannot show it)."""
+  loop_runs: str = ""
+  """For ``"hoisted"``: how often the loop may run, in words."""
 
   def sentence(self) -> str:
-    """What XLA did, in words, naming the call where the program made it."""
+    """What XLA did or may do, in words, naming the call where the program
+    made it."""
+    if self.kind == "folded":
+      return (
+        "the program orders them only through an edge XLA folds away "
+        "(an optimization_barrier, a select on a constant, a product with "
+        "zero): no value the earlier call computes reaches the later one"
+      )
     if self.call is None:
       return (
         "XLA's optimized module orders them, but the program does not: "
@@ -243,6 +259,8 @@ class XlaChange:
     what = f"`{self.call.target or self.call.instruction.opcode}`"
     if self.call.location:
       what += f" at {self.call.location}"
+    if not self.seen:
+      return self._may_sentence(what)
     if self.kind == "hoisted":
       return (
         f"XLA moved {what} out of its loop: it runs once, before the loop, "
@@ -256,6 +274,21 @@ class XlaChange:
         "once, where that one does"
       )
     return f"XLA deleted {what}: its result is unused, so it never runs"
+
+  def _may_sentence(self, what: str) -> str:
+    if self.kind == "hoisted":
+      runs = f" ({self.loop_runs})" if self.loop_runs else ""
+      return (
+        f"XLA may move {what} out of its loop{runs}: it has no side effect "
+        "and its operands do not change in the loop, so it may run once, "
+        "before the loop, not in every iteration"
+      )
+    if self.kind == "deleted":
+      return (
+        f"XLA may delete {what}: it has no side effect and nothing that "
+        "runs uses its results, so its write may never happen"
+      )
+    return f"XLA may move {what}: it has no side effect"
 
 
 class Race(tuple[str, str]):

@@ -34,7 +34,7 @@ from entangle_jax.testing._hlo.module_text import (
   lowered_hlo_text,
   module_text,
 )
-from entangle_jax.testing._order import access, call_graph
+from entangle_jax.testing._order import access, call_graph, may_order
 from entangle_jax.testing._order.dataflow import Dataflow
 from entangle_jax.testing._order.identity import ObjectFinder
 from entangle_jax.testing._order.objects import ObjectRef
@@ -566,34 +566,22 @@ class OrderAnalysis:
       return [], xla_changes.NOT_SEEN
     optimized_placement = xla_changes.Placement(self.module)
     program_placement = xla_changes.Placement(program.module)
-    if (
-      among is None
-      and not program._shared.any_may_overlap()
-      and not xla_changes.any_moved_out_of_a_loop(
-        optimized_placement,
-        self._shared.native_calls(),
-        program_placement,
-        program._shared.native_calls(),
-      )
-    ):
-      # Every two native calls of the program are ordered, and none runs
-      # out of its loop: nothing XLA did can hide a race (the usual module
-      # of a clean test suite, answered without finding what each call
-      # touches).
-      return [], None
     # A selector that picks nothing there (an op XLA made) picks nothing.
     among = None if among is None else list(among)
     if among is not None:
       among = [s for s in among if program._picks_any(s)]
-    program_ops, program_races = program._all_races(among)
+    program_ops = program.ops_among(among)
+    names = {op.instruction.name for op in program_ops}
+    may = may_order.MayOrder(program.module, lambda i: i.name in names)
     hidden = xla_changes.hidden_races(
       optimized_placement,
       found,
       ops,
       program_placement,
       program_ops,
-      program_races,
+      may,
       program.conflict,
+      program.precedes,
     )
     return hidden, None
 

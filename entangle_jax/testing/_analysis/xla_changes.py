@@ -23,9 +23,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from entangle_jax._src import access_marker
-from entangle_jax.testing._analysis.ops import Op, Race, XlaChange
+from entangle_jax.testing._analysis.ops import (
+  Op,
+  Race,
+  XlaChange,
+  program_order_of,
+)
 from entangle_jax.testing._hlo import Instruction, Module
-from entangle_jax.testing._order import call_graph
+from entangle_jax.testing._order import call_graph, may_order
 
 Key = tuple[object, ...]
 
@@ -112,55 +117,95 @@ def hidden_races(
   optimized_ops: Sequence[Op],
   program: Placement,
   program_ops: Sequence[Op],
-  program_races: Sequence[Race],
+  may: may_order.MayOrder,
   conflict: Callable[[Op, Op], bool],
+  program_precedes: Callable[[Op, Op], bool],
 ) -> list[Race]:
-  """The races of the program (`program_races`, among `program_ops` of
-  the module before optimization) that the optimized module's races
-  (`optimized_races`, among `optimized_ops`) do not hold, each with the
-  `XlaChange` that hid it; then the calls XLA moved out of a loop paired
-  with each call of that loop they conflict with (`conflict`, the
-  program's rule), which the program made in the iterations before.
-
-  One iteration of a loop runs after the one before it (rule 5), so the
-  program orders a read of one iteration after the writes of the
-  iterations before. A read whose operands do not change in the loop (the
-  handle it was given, not a write's result) is one XLA may move out of
-  it: then it runs once, before every write of the loop, and the
-  program's order between iterations is gone, with no pair in either
-  module.
+  """The pairs of the program's calls (`program_ops`, ops of the module
+  before optimization) that conflict (`conflict`, the program's rule) and
+  that no compile has to keep in order (`may`, `may_order.MayOrder` of
+  that module), less those the optimized module's races
+  (`optimized_races`, among `optimized_ops`) already hold: each with the
+  `XlaChange` that says what XLA may do, and what this compile did
+  (`Placement`s of both modules tell it). `program_precedes` is the
+  program's order by its edges, barriers included: a pair it orders and
+  `may` does not is ordered only through an edge XLA folds away.
   """
   known = {_pair_key(race) for race in optimized_races}
-  hidden = [race for race in program_races if _pair_key(race) not in known]
-  before = program.of(program_ops)
-  after = optimized.of(optimized_ops)
-  changes = _Changes(after, before, program_ops)
-  found = [
-    Race(
-      race.first,
-      race.second,
-      across_devices=race.across_devices,
-      order_known=race.order_known,
-      xla_change=changes.of(race),
-    )
-    for race in hidden
+  changes = _Changes(
+    optimized.of(optimized_ops), program.of(program_ops), program_ops
+  )
+  op_of = {op.instruction.name: op for op in program_ops}
+  instances = may.by_instruction()
+  placed = [
+    (op, instance)
+    for op in program_ops
+    for instance in instances.get(op.instruction.name, ())
   ]
-  known |= {_pair_key(race) for race in found}
-  for moved in program_ops:
-    change = changes.of_call(moved)
-    if change is None or change.kind != "hoisted":
-      continue
-    _, kept_depth = after[call_key(moved)]
-    left = program.enclosing.get(moved.computation, ())[kept_depth:]
-    for other in program_ops:
-      around = program.enclosing.get(other.computation, ())
-      if other is moved or not any(loop in around for loop in left):
+
+  def writes(instance: may_order.CallInstance) -> bool:
+    op = op_of[instance.instruction.name]
+    return any(a.mode != "read" for a in op.accesses)
+
+  conflicts: dict[tuple[int, int], bool] = {}
+  found: dict[tuple[Op, Op], Race] = {}
+  for n, (op_a, a) in enumerate(placed):
+    for op_b, b in placed[n + 1 :]:
+      pair = (id(op_a), id(op_b))
+      if pair not in conflicts:
+        conflicts[pair] = conflict(op_a, op_b)
+      if not conflicts[pair]:
         continue
-      race = Race(other, moved, xla_change=change)
-      if _pair_key(race) not in known and conflict(other, moved):
-        known.add(_pair_key(race))
-        found.append(race)
-  return found
+      why = may.unordered(a, b, writes)
+      if why is None:
+        continue
+      first, second, order_known = program_order_of(op_a, op_b)
+      if why.kind == "hoisted":
+        # Across iterations the other call comes first: the iteration
+        # before ran it, and the moved call of the next must follow.
+        moved_first = why.moved is a
+        first, second = (op_b, op_a) if moved_first else (op_a, op_b)
+        order_known = True
+      if (first, second) in found:
+        continue
+      race = Race(first, second, order_known=order_known)
+      if _pair_key(race) in known:
+        continue
+      race.xla_change = _change_of(why, race, op_of, changes, program_precedes)
+      found[(first, second)] = race
+  return list(found.values())
+
+
+def _change_of(
+  why: may_order.Unordered,
+  race: Race,
+  op_of: dict[str, Op],
+  changes: _Changes,
+  program_precedes: Callable[[Op, Op], bool],
+) -> XlaChange:
+  """What XLA did to `race`'s calls (`changes`), or else what it may do
+  (`why`)."""
+  if why.moved is not None:
+    moved = op_of[why.moved.instruction.name]
+    seen = changes.of_call(moved)
+    if seen is not None and seen.kind == why.kind:
+      return seen
+    runs = ""
+    if why.loop is not None:
+      trips = why.loop.trips
+      runs = (
+        "its trip count is not known here"
+        if trips is None
+        else f"the loop runs {trips} times"
+      )
+    return XlaChange(why.kind, moved, seen=False, loop_runs=runs)
+  seen = changes.of(race)
+  if seen.call is not None:
+    return seen
+  first, second = race.first, race.second
+  if program_precedes(first, second) or program_precedes(second, first):
+    return XlaChange("folded")
+  return seen
 
 
 def _pair_key(race: Race) -> tuple[object, ...]:

@@ -61,7 +61,11 @@ def cause_of(race: Race) -> Cause:
     Race(race.first, race.second, order_known=race.order_known)
   )
   steps = base.steps
-  if change.call is not None:
+  if change.kind == "hoisted":
+    steps = (*steps, reason_words.HOISTED_STEP)
+  elif change.kind == "deleted" and not change.seen:
+    steps = (*steps, reason_words.DELETED_STEP)
+  elif change.call is not None:
     steps = (*steps, causes.SIDE_EFFECT_NOTE)
   words = reason_words.HIDDEN_BY_XLA
   hidden = _cause(

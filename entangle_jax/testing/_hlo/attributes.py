@@ -119,6 +119,8 @@ def attribute_fields(
       and "maximal" not in sharding
     )
     fields["replicated"] = sharding.strip("{}").strip() == "replicated"
+  if opcode == "compare":
+    fields["direction"] = attributes.word("direction")
   if opcode == "slice" and (found := _SLICE.search(masked)):
     fields["slice_starts"] = tuple(
       int(start) for start in _SLICE_START.findall(found.group(1))

@@ -75,6 +75,8 @@ class Instruction:
   """A ``constant``'s literal as written (``3``, ``{0, 1}``)."""
   slice_starts: tuple[int, ...] | None = None
   """A ``slice``'s start index in each dimension."""
+  direction: str | None = None
+  """A ``compare``'s direction (``LT``, ``EQ``...)."""
   tiled: bool = False
   """A parameter whose sharding splits it over the devices with no
   replication: each device holds different elements of it."""

@@ -48,7 +48,42 @@ def call_chains(module: Module) -> dict[str, list[Chain]]:
 def reachable(module: Module) -> frozenset[str]:
   """The computations the entry runs, itself included. No other ever runs
   (and XLA's optimizer deletes them; only hand-written text has them)."""
-  return frozenset(callers_first(module))
+  order = post_order(module.entry, lambda name: _run_callees(module, name))
+  return frozenset(order)
+
+
+def _run_callees(module: Module, name: str) -> Iterable[str]:
+  """The computations that `name`'s instructions may run: a conditional
+  whose index or predicate is a constant of `name` runs only the branch it
+  picks (XLA keeps such a conditional until its simplifier runs)."""
+  constants = {
+    i.name: i.literal
+    for i in module.computations[name]
+    if i.opcode == "constant"
+  }
+  for i in module.computations[name]:
+    picked = None
+    if i.opcode == "conditional" and i.branches and i.operands:
+      picked = _picked_branch(constants.get(i.operands[0]), len(i.branches))
+    if picked is None:
+      yield from i.callees
+    else:
+      yield i.branches[picked]
+
+
+def _picked_branch(literal: str | None, branches: int) -> int | None:
+  """The branch a constant predicate (``true``: branch 0) or index picks;
+  None for no constant."""
+  if literal is None:
+    return None
+  text = literal.strip()
+  if text in ("true", "false"):
+    return 0 if text == "true" else 1
+  try:
+    index = int(text)
+  except ValueError:
+    return None
+  return index if 0 <= index < branches else branches - 1
 
 
 def callers_first(module: Module) -> list[str]:

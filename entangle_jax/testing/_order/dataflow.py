@@ -277,6 +277,14 @@ class Dataflow:
       self._forwarded[key] = list(dict.fromkeys(self._find_forwarded(i, path)))
     return self._forwarded[key]
 
+  def _passes_on(self, body: ComputationGraph, element: Path) -> bool:
+    """Whether a loop `body`'s root holds state element `element` as the
+    body was given it."""
+    return all(
+      body.parameter_number(position) == 0 and found == element
+      for position, found in self.sources(body, body.root, element)
+    )
+
   def _find_forwarded(self, i: Instruction, path: Path) -> Iterator[Source]:
     if rules.rule_for(i.opcode).parameters is Parameters.LOOP_STATE:
       if i.body is None:
@@ -284,8 +292,17 @@ class Dataflow:
         return
       body = self.computation(i.body)
       for position, element in self.sources(body, body.root, path):
-        carried = body.parameter_number(position) == 0 and element == path
-        yield (0, path) if carried else (None, path)
+        from_state = body.parameter_number(position) == 0
+        if from_state and element == path:
+          yield 0, path
+        elif from_state and self._passes_on(body, element):
+          # Another state element, one the body hands back unchanged:
+          # after any iteration this one holds that element's initial
+          # value, before the first its own.
+          yield 0, element
+          yield 0, path
+        else:
+          yield None, path
       return
     for operand, name in rules.callee_parameters(i):
       computation = self.computation(name)

@@ -1,0 +1,673 @@
+"""The order no compiler may break: decided from the program, for every XLA.
+
+The module before optimization is the program. XLA's optimizer may change
+each call that nothing marks side-effecting, and the next jaxlib may do
+more of it than this one did:
+
+* move it out of a loop when its operands do not change in the loop
+  (loop-invariant code motion): it then runs once, before the loop;
+* merge it with an identical call on the same operands (CSE): it then
+  runs where that one runs, earlier or later;
+* delete it when nothing uses its results (DCE).
+
+Inlining a ``call`` (a jitted helper, a ``custom_vjp``, a checkpoint) comes
+first, so a computation called at two places is two calls, one per place.
+
+What survives every such change is data: a call that has no side effect
+runs after the values its operands are computed from, and before the
+calls that consume its results; nothing else holds it in place. So a pair
+is ordered here only when one call's operands are computed from the
+other's results, through edges that no compiler folds away:
+
+* ``optimization_barrier`` passes each operand on to its own result and
+  orders nothing else (XLA:CPU expands it away);
+* a ``select`` on a constant predicate is the branch it picks (or, where
+  the constant cannot be read here, only what both branches share);
+* a product with a constant that may be zero, an ``and`` with ``false``
+  and an ``or`` with ``true`` are constants;
+* a loop's state element is what its initial value and the body's results
+  for it are; one the body hands back unchanged is its initial value;
+* a ``conditional`` with a constant predicate runs the branch it picks
+  only: the other branches' calls never run.
+
+A call that has a side effect is never moved, merged or deleted. It runs,
+besides, after the predicates that decide whether it runs (a conditional's,
+a loop's condition), and the iterations of a loop run in turn: iteration
+``k + 1``'s calls run after iteration ``k``'s, except a call without side
+effect whose operands do not change in the loop, where the loop may run
+twice or more (a loop that runs once has no earlier iteration).
+
+`MayOrder` evaluates the program once per call site (each computation in
+the context of the chain of instructions that runs it), as sets of the
+calls each value is computed from, as bits. Loops are evaluated to a fixed
+point of their state, all loops at once: a pass over the whole program,
+repeated until no loop's state grows (about as many passes as loops are
+nested).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+from entangle_jax._src.targets.names import ENTANGLE_TARGET
+from entangle_jax.testing._hlo import Instruction, Module
+
+
+@dataclasses.dataclass(frozen=True)
+class Leaf:
+  """What one array of a value is computed from."""
+
+  deps: int = 0
+  """Bits of the selected call instances whose results reach it through
+  edges that no compiler may fold away."""
+  var: int = 0
+  """Bits of the loops (`MayOrder.loops`) over whose iterations it may
+  change."""
+  const: bool = False
+  """Computed from constants alone: XLA may fold it to its value."""
+  lit: object = None
+  """Its value, where it is a constant this module can read (a scalar, or
+  a broadcast of one); None otherwise."""
+  origin: tuple | None = None
+  """A loop state element it is unchanged (``("state", loop, path)``),
+  that element plus a constant (``("step", loop, path, step)``), or a
+  comparison of such an element with a constant (``("compare", ...)``):
+  what tells a loop's trip count and the elements its body hands back."""
+
+
+Value = Leaf | tuple
+"""A `Leaf`, or a tuple of values for a tuple-shaped result."""
+
+NOTHING = Leaf()
+
+_PASSES_LIMIT = 64
+"""Passes before the fixed point is given up on (each adds a bit to some
+loop's state, so a program needs about as many as it nests loops); past
+it every loop's state is taken as computed from everything before it."""
+
+_FORWARDING = frozenset({"copy", "bitcast", "reshape", "opt-barrier"})
+"""Opcodes whose result is their operand, unchanged."""
+
+_NEVER_SPECULATED = frozenset(
+  {"send", "recv", "infeed", "outfeed", "rng", "rng-get-and-update-state"}
+)
+"""Opcodes besides side-effecting custom calls whose results change from
+one iteration to the next whatever their operands."""
+
+
+@dataclasses.dataclass
+class CallInstance:
+  """One selected call at one place of the program: one chain of the
+  instructions that run its computation, from the entry."""
+
+  bit: int
+  instruction: Instruction
+  chain: tuple[str, ...]
+  """The names of the ``call``, ``while`` and ``conditional``
+  instructions that lead to it, outermost first."""
+  loops: tuple[int, ...]
+  """The loops around it (`MayOrder.loops` indices), outermost first."""
+  branches: tuple[tuple[int, int], ...]
+  """The conditionals around it and the branch it is in:
+  ``(conditional, branch)``, by `MayOrder`'s numbering of conditionals."""
+  deps: int = 0
+  """The instances its operands are computed from (and, for a call with a
+  side effect, the decisions that run it)."""
+  var: int = 0
+  """The loops over whose iterations its operands may change."""
+
+  @property
+  def side_effect(self) -> bool:
+    return self.instruction.side_effect
+
+
+@dataclasses.dataclass
+class Loop:
+  """One ``while`` at one place of the program."""
+
+  instruction: Instruction
+  chain: tuple[str, ...]
+  trips: int | None = None
+  """Its trip count, where the program states it (a counter from a
+  constant, stepped by a constant, compared with a constant); None
+  otherwise."""
+  passed_on: frozenset = frozenset()
+  """The paths of the state elements its body hands back unchanged."""
+  state: Value | None = None
+  """What each state element is computed from, over every iteration."""
+  root: Value | None = None
+  """What the body's root held in the last pass."""
+
+  @property
+  def may_repeat(self) -> bool:
+    """Whether the loop may run its body twice or more."""
+    return self.trips is None or self.trips > 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Unordered:
+  """Two call instances that no compiler has to keep in order, and why."""
+
+  first: CallInstance
+  second: CallInstance
+  kind: str
+  """``"order"`` (neither is computed from the other), ``"hoisted"`` (one
+  may run once before the loop both are in), or ``"deleted"`` (one is a
+  call without side effect whose results nothing uses)."""
+  moved: CallInstance | None = None
+  """For ``"hoisted"`` and ``"deleted"``: the call XLA may move or
+  delete."""
+  loop: Loop | None = None
+  """For ``"hoisted"``: the loop it may leave."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Context:
+  chain: tuple[str, ...] = ()
+  loops: tuple[int, ...] = ()
+  branches: tuple[tuple[int, int], ...] = ()
+  control: int = 0
+  """Instances the decisions that run this code are computed from."""
+  control_var: int = 0
+
+
+class MayOrder:
+  """The program's calls, each at each of its places, and what orders
+  them whatever XLA does to calls that have no side effect.
+
+  Args:
+    module: the module before optimization.
+    selected: which custom calls are calls of the program (the analysis'
+      native calls); only they get instances.
+  """
+
+  def __init__(self, module: Module, selected: Callable[[Instruction], bool]):
+    self.module = module
+    self._selected = selected
+    self._bits: dict[tuple[tuple[str, ...], str], int] = {}
+    self._loop_index: dict[tuple[tuple[str, ...], str], int] = {}
+    self._conditional_index: dict[tuple[tuple[str, ...], str], int] = {}
+    self.loops: list[Loop] = []
+    self.instances: dict[int, CallInstance] = {}
+    self.live = 0
+    """Bits of the instances whose results something that runs uses."""
+    self.fixed_point = False
+    for _ in range(_PASSES_LIMIT):
+      self._grew = False
+      self.instances = {}
+      self.live = 0
+      root = self._computation(module.entry, None, _Context())
+      self.live |= _deps_of(root)
+      if not self._grew:
+        self.fixed_point = True
+        break
+
+  def by_instruction(self) -> dict[str, list[CallInstance]]:
+    """The instances of each selected instruction, by its name."""
+    found: dict[str, list[CallInstance]] = {}
+    for instance in self.instances.values():
+      found.setdefault(instance.instruction.name, []).append(instance)
+    return found
+
+  def deletable(self, instance: CallInstance) -> bool:
+    """Whether XLA may delete `instance`: it has no side effect and nothing
+    that runs uses its results."""
+    return not instance.side_effect and not self.live >> instance.bit & 1
+
+  def unordered(
+    self,
+    a: CallInstance,
+    b: CallInstance,
+    writes: Callable[[CallInstance], bool],
+  ) -> Unordered | None:
+    """Why `a` and `b` may run in either order, or at once, after what XLA
+    may do; None when every compile keeps them in order, or when they
+    never both run (two branches of one conditional, or a call XLA may
+    delete that only reads). `writes` says whether a call may write
+    (only a deleted write loses anything)."""
+    if _exclusive(a, b):
+      return None
+    for call in (a, b):
+      if self.deletable(call):
+        if writes(call):
+          return Unordered(a, b, "deleted", moved=call)
+        return None
+    if not self.fixed_point:
+      return Unordered(a, b, "order")
+    for call in (a, b):
+      loop = self._hoistable_from(call, a if call is b else b)
+      if loop is not None:
+        return Unordered(a, b, "hoisted", moved=call, loop=loop)
+    if a.deps >> b.bit & 1 or b.deps >> a.bit & 1:
+      return None
+    return Unordered(a, b, "order")
+
+  def _hoistable_from(
+    self, call: CallInstance, other: CallInstance
+  ) -> Loop | None:
+    """The outermost loop around both calls that XLA may move `call` out
+    of and that may run twice or more; None when there is none."""
+    if call.side_effect:
+      return None
+    for index in call.loops:
+      if index not in other.loops:
+        continue
+      loop = self.loops[index]
+      if loop.may_repeat and not call.var >> index & 1:
+        return loop
+    return None
+
+  # The evaluation: one pass over the program.
+
+  def _computation(
+    self, name: str, arguments: list[Value] | None, context: _Context
+  ) -> Value:
+    values: dict[str, Value] = {}
+    root: Value = NOTHING
+    for i in self.module.computations[name]:
+      value = self._instruction(i, values, arguments, context)
+      values[i.name] = value
+      if i.root:
+        root = value
+    return root
+
+  def _instruction(
+    self,
+    i: Instruction,
+    values: dict[str, Value],
+    arguments: list[Value] | None,
+    context: _Context,
+  ) -> Value:
+    operands = [values.get(o, NOTHING) for o in i.operands]
+    opcode = i.opcode
+    if opcode == "parameter":
+      if arguments is None or i.parameter_number is None:
+        return _shaped(i.shape, NOTHING)
+      if i.parameter_number < len(arguments):
+        return arguments[i.parameter_number]
+      return _shaped(i.shape, NOTHING)
+    if opcode == "constant":
+      return Leaf(const=True, lit=_literal(i.literal))
+    if opcode == "iota":
+      return Leaf(const=True)
+    if opcode == "tuple":
+      return tuple(operands)
+    if opcode == "get-tuple-element":
+      whole = operands[0] if operands else NOTHING
+      if (
+        isinstance(whole, tuple)
+        and i.tuple_index is not None
+        and i.tuple_index < len(whole)
+      ):
+        return whole[i.tuple_index]
+      return _joined([whole]) if isinstance(whole, tuple) else whole
+    if opcode in _FORWARDING:
+      return operands[0] if operands else NOTHING
+    if opcode == "broadcast" or opcode == "convert":
+      return _unchanged_constant(operands[0]) if operands else NOTHING
+    if opcode == "select" and len(operands) == 3:
+      return _select(*operands)
+    if opcode in ("multiply", "and", "or") and len(operands) == 2:
+      folded = _absorbed(opcode, operands)
+      if folded is not None:
+        return folded
+    if opcode == "add" and len(operands) == 2:
+      return _add(operands)
+    if opcode == "compare" and len(operands) == 2:
+      return _compare(i.direction, operands)
+    if opcode == "call" and i.callees:
+      inner = dataclasses.replace(context, chain=(*context.chain, i.name))
+      return self._computation(i.callees[0], operands, inner)
+    if opcode == "while" and i.body and i.condition:
+      return self._while(i, operands, context)
+    if opcode == "conditional" and i.branches:
+      return self._conditional(i, operands, context)
+    if opcode == "custom-call":
+      return self._custom_call(i, operands, context)
+    joined = _joined(operands)
+    if opcode in _NEVER_SPECULATED:
+      joined = dataclasses.replace(
+        joined, var=joined.var | _bits(context.loops)
+      )
+      self.live |= joined.deps
+    return _shaped(i.shape, joined)
+
+  def _custom_call(
+    self, i: Instruction, operands: list[Value], context: _Context
+  ) -> Value:
+    joined = _joined(operands)
+    if i.target == ENTANGLE_TARGET:
+      return _shaped(i.shape, dataclasses.replace(joined, const=False))
+    if not self._selected(i):
+      if i.side_effect:
+        self.live |= joined.deps
+        joined = dataclasses.replace(
+          joined, var=joined.var | _bits(context.loops)
+        )
+      return _shaped(i.shape, dataclasses.replace(joined, const=False))
+    key = (context.chain, i.name)
+    bit = self._bits.setdefault(key, len(self._bits))
+    deps, var = joined.deps, joined.var
+    if i.side_effect:
+      deps |= context.control
+      var |= _bits(context.loops) | context.control_var
+      self.live |= deps | 1 << bit
+    self.instances[bit] = CallInstance(
+      bit, i, context.chain, context.loops, context.branches, deps, var
+    )
+    return _shaped(i.shape, Leaf(deps=deps | 1 << bit, var=var))
+
+  def _while(
+    self, i: Instruction, operands: list[Value], context: _Context
+  ) -> Value:
+    key = (context.chain, i.name)
+    index = self._loop_index.get(key)
+    if index is None:
+      index = self._loop_index[key] = len(self.loops)
+      self.loops.append(Loop(i, context.chain))
+    loop = self.loops[index]
+    initial = operands[0] if operands else NOTHING
+    state = initial
+    if loop.root is not None:
+      state = _merged(initial, loop.root, loop.passed_on, ())
+    grown = loop.state is None or state != loop.state
+    if loop.state is not None and grown:
+      self._grew = True
+    loop.state = state
+    mark = 1 << index
+    parameter = _parameter(state, loop.passed_on, index, mark, ())
+    inner = dataclasses.replace(
+      context, chain=(*context.chain, i.name), loops=(*context.loops, index)
+    )
+    decision = self._computation(i.condition, [parameter], inner)
+    decided = decision if isinstance(decision, Leaf) else _joined([decision])
+    self.live |= decided.deps
+    body_context = dataclasses.replace(
+      inner,
+      control=inner.control | decided.deps,
+      control_var=inner.control_var | decided.var,
+    )
+    root = self._computation(i.body, [parameter], body_context)
+    passed_on = frozenset(_passed_on(root, index, ()))
+    if loop.root is None or passed_on != loop.passed_on:
+      # The first pass took every element as changing: one more pass
+      # with the elements the body hands back.
+      self._grew = True
+    loop.passed_on = passed_on
+    loop.root = root
+    loop.trips = _trips(decided, root, initial, index)
+    return _merged(initial, root, passed_on, ())
+
+  def _conditional(
+    self, i: Instruction, operands: list[Value], context: _Context
+  ) -> Value:
+    key = (context.chain, i.name)
+    index = self._conditional_index.setdefault(
+      key, len(self._conditional_index)
+    )
+    decision = _joined(operands[:1])
+    self.live |= decision.deps
+    taken = range(len(i.branches))
+    picked = _branch_picked(decision, len(i.branches))
+    if picked is not None:
+      taken = range(picked, picked + 1)
+    results = []
+    for k in taken:
+      inner = _Context(
+        (*context.chain, i.name),
+        context.loops,
+        (*context.branches, (index, k)),
+        context.control | decision.deps,
+        context.control_var | decision.var,
+      )
+      argument = operands[k + 1] if k + 1 < len(operands) else NOTHING
+      results.append(self._computation(i.branches[k], [argument], inner))
+    return _joined_values(results)
+
+
+def _exclusive(a: CallInstance, b: CallInstance) -> bool:
+  """Whether `a` and `b` lie in two branches of one conditional."""
+  mine = dict(a.branches)
+  return any(
+    conditional in mine and mine[conditional] != branch
+    for conditional, branch in b.branches
+  )
+
+
+def _bits(indices: tuple[int, ...]) -> int:
+  found = 0
+  for index in indices:
+    found |= 1 << index
+  return found
+
+
+def _leaves(value: Value):
+  if isinstance(value, Leaf):
+    yield value
+  else:
+    for element in value:
+      yield from _leaves(element)
+
+
+def _deps_of(value: Value) -> int:
+  found = 0
+  for leaf in _leaves(value):
+    found |= leaf.deps
+  return found
+
+
+def _joined(values: list[Value]) -> Leaf:
+  """One leaf computed from every leaf of `values`."""
+  deps = var = 0
+  const = True
+  for value in values:
+    for leaf in _leaves(value):
+      deps |= leaf.deps
+      var |= leaf.var
+      const = const and leaf.const
+  return Leaf(deps, var, const)
+
+
+def _joined_values(values: list[Value]) -> Value:
+  """Element by element, where every value has one structure; else one
+  leaf."""
+  if not values:
+    return NOTHING
+  if len(values) == 1:
+    return values[0]
+  first = values[0]
+  if isinstance(first, tuple) and all(
+    isinstance(v, tuple) and len(v) == len(first) for v in values
+  ):
+    return tuple(
+      _joined_values([v[k] for v in values]) for k in range(len(first))
+    )
+  return _joined(values)
+
+
+def _shaped(shape: str, leaf: Leaf) -> Value:
+  """`leaf` in the structure of an HLO shape (``(f32[], (s32[]))``)."""
+  arity = _tuple_arity(shape)
+  if arity is None:
+    return leaf
+  return tuple(_shaped(element, leaf) for element in arity)
+
+
+def _tuple_arity(shape: str) -> list[str] | None:
+  """The element shapes of a tuple shape; None for an array."""
+  shape = shape.strip()
+  if not shape.startswith("("):
+    return None
+  elements, depth, start = [], 0, 1
+  for n, char in enumerate(shape):
+    if char in "([{":
+      depth += 1
+    elif char in ")]}":
+      depth -= 1
+      if depth == 0:
+        if shape[start:n].strip():
+          elements.append(shape[start:n])
+        break
+    elif char == "," and depth == 1:
+      elements.append(shape[start:n])
+      start = n + 1
+  return elements
+
+
+def _literal(text: str | None) -> object:
+  """A scalar constant's value (``0``, ``true``, ``1.5``); None for any
+  other literal."""
+  if text is None:
+    return None
+  text = text.strip()
+  if text in ("true", "false"):
+    return text == "true"
+  try:
+    return int(text)
+  except ValueError:
+    pass
+  try:
+    return float(text)
+  except ValueError:
+    return None
+
+
+def _unchanged_constant(value: Value) -> Value:
+  """A broadcast or conversion of `value`: the same dependences; a
+  constant keeps its value (``broadcast(constant(true))``), a state
+  element no longer is itself."""
+  if isinstance(value, tuple):
+    return _joined([value])
+  return dataclasses.replace(value, origin=None)
+
+
+def _select(predicate: Value, yes: Value, no: Value) -> Value:
+  choice = _joined([predicate])
+  if choice.const:
+    if isinstance(choice.lit, bool):
+      return yes if choice.lit else no
+    # A constant that cannot be read here: only what both share.
+    a, b = _joined([yes]), _joined([no])
+    return Leaf(a.deps & b.deps, a.var & b.var, a.const and b.const)
+  return _joined([predicate, yes, no])
+
+
+def _absorbed(opcode: str, operands: list[Value]) -> Leaf | None:
+  """The constant a product with zero, an ``and`` with false or an ``or``
+  with true is (XLA's algebraic simplifier folds it); None otherwise. A
+  constant this module cannot read may be that one."""
+  absorbing = {"multiply": 0, "and": False, "or": True}[opcode]
+  for leaf in (_joined([o]) for o in operands):
+    if leaf.const and (leaf.lit is None or leaf.lit == absorbing):
+      return Leaf(const=True, lit=leaf.lit)
+  return None
+
+
+def _add(operands: list[Value]) -> Leaf:
+  a, b = (_joined([o]) if isinstance(o, tuple) else o for o in operands)
+  joined = _joined([a, b])
+  for x, y in ((a, b), (b, a)):
+    if (
+      x.origin is not None
+      and x.origin[0] == "state"
+      and y.const
+      and isinstance(y.lit, int)
+      and not isinstance(y.lit, bool)
+    ):
+      return dataclasses.replace(joined, origin=("step", *x.origin[1:], y.lit))
+  return joined
+
+
+def _compare(direction: str | None, operands: list[Value]) -> Leaf:
+  a, b = (_joined([o]) if isinstance(o, tuple) else o for o in operands)
+  joined = _joined([a, b])
+  if direction in ("LT", "LE") and b.const and isinstance(b.lit, int):
+    limit = b.lit + (direction == "LE")
+    if a.origin is not None and a.origin[0] == "state":
+      return dataclasses.replace(joined, origin=("below", *a.origin[1:], limit))
+  return joined
+
+
+def _parameter(
+  state: Value, passed_on: frozenset, index: int, mark: int, path: tuple
+) -> Value:
+  """The body's parameter: each state element as `state` has it, marked
+  as changing over the loop's iterations unless the body hands it back
+  unchanged, and tagged with its path for `_passed_on` and `_trips`."""
+  if isinstance(state, tuple):
+    return tuple(
+      _parameter(element, passed_on, index, mark, (*path, k))
+      for k, element in enumerate(state)
+    )
+  if path in passed_on:
+    return dataclasses.replace(state, origin=("state", index, path))
+  return Leaf(state.deps, state.var | mark, False, None, ("state", index, path))
+
+
+def _passed_on(root: Value, index: int, path: tuple):
+  """The paths of the elements that the body's `root` hands back as the
+  parameter had them."""
+  if isinstance(root, tuple):
+    for k, element in enumerate(root):
+      yield from _passed_on(element, index, (*path, k))
+  elif root.origin == ("state", index, path):
+    yield path
+
+
+def _merged(
+  initial: Value, root: Value, passed_on: frozenset, path: tuple
+) -> Value:
+  """A loop's state over every iteration: each element as computed from
+  its initial value and the body's results for it; one the body hands
+  back unchanged keeps its initial value."""
+  if (
+    isinstance(initial, tuple)
+    and isinstance(root, tuple)
+    and len(initial) == len(root)
+  ):
+    return tuple(
+      _merged(a, b, passed_on, (*path, k))
+      for k, (a, b) in enumerate(zip(initial, root, strict=True))
+    )
+  if path in passed_on:
+    return initial
+  joined = _joined([initial, root])
+  return dataclasses.replace(joined, const=False)
+
+
+def _trips(decision: Leaf, root: Value, initial: Value, index: int):
+  """The trip count of a loop whose condition compares a counter with a
+  constant (``i < n``), the body stepping the counter by a constant from a
+  constant start; None for any other loop."""
+  origin = decision.origin
+  if origin is None or origin[0] != "below" or origin[1] != index:
+    return None
+  path, limit = origin[2], origin[3]
+  counter, start = root, initial
+  for k in path:
+    if not isinstance(counter, tuple) or not isinstance(start, tuple):
+      return None
+    counter, start = counter[k], start[k]
+  if not isinstance(counter, Leaf) or not isinstance(start, Leaf):
+    return None
+  step_origin = counter.origin
+  if step_origin is None or step_origin[:3] != ("step", index, path):
+    return None
+  step = step_origin[3]
+  if not start.const or not isinstance(start.lit, int) or step <= 0:
+    return None
+  return max(0, math.ceil((limit - start.lit) / step))
+
+
+def _branch_picked(decision: Leaf, branches: int) -> int | None:
+  """The branch a constant predicate or index picks; None where it is not
+  a constant this module can read."""
+  if not decision.const or decision.lit is None:
+    return None
+  if isinstance(decision.lit, bool):
+    return 0 if decision.lit else 1
+  if isinstance(decision.lit, int):
+    return decision.lit if 0 <= decision.lit < branches else branches - 1
+  return None

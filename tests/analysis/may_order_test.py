@@ -1,0 +1,337 @@
+""" "Proved" holds for every XLA: the check decides from what XLA may do to a
+call that has no side effect (move it out of its loop, merge it, delete
+it), not from what one compile did (issue 76).
+
+Each shape runs with the example store and is compared with its value in
+program order (the same function under ``jax.disable_jit()``, which runs
+each call as the program makes it). Each reported shape has its fix,
+applied as the report says, that computes the program-order value with no
+pair left. What the shapes computed on jax 0.10.2 (CPU), before this
+check reported them (0 pairs each):
+
+    helper_in_loop       jit 0.0   program order 3.0   (the loop's read
+                         of the jitted helper moved out of the loop)
+    read_merged          jit 0.0   program order 3.0
+    query_behind_barrier jit (0.0, 0.0)   program order (0.0, 5.0)
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl.testing import absltest, parameterized
+from jax import lax
+
+from entangle_jax import entangle
+from entangle_jax.testing import (
+  example_store,
+  format_races,
+  races,
+  read_slot,
+  reset_slots,
+  write_slot,
+)
+from entangle_jax.testing._analysis.selectors import is_user_native_call
+from entangle_jax.testing._hlo import parse
+from entangle_jax.testing._hlo.module_text import lowered_hlo_text
+from entangle_jax.testing._order.may_order import MayOrder
+
+SLOT = 3
+
+
+@jax.jit
+def query(token):
+  """A jitted helper: its computation is called from every place."""
+  return read_slot(token)
+
+
+def side_effecting_read(token):
+  """The example store's read, marked side-effecting: the fix the report
+  gives for a read XLA may move out of its loop."""
+  return jax.ffi.ffi_call(
+    example_store.READ_SLOT_TARGET,
+    jax.ShapeDtypeStruct(jnp.shape(token), jnp.float32),
+    has_side_effect=True,
+  )(token)
+
+
+def pure_write(slot, value):
+  """The example store's write, not side-effecting (a binding that forgot
+  the flag): XLA may delete it when nothing uses its result."""
+  return jax.ffi.ffi_call(
+    example_store.WRITE_SLOT_TARGET,
+    jax.ShapeDtypeStruct(jnp.shape(slot), jnp.int32),
+  )(slot, jnp.asarray(value, jnp.float32))
+
+
+def helper_in_loop(slot, read=query):
+  """A jitted query called before a loop and in it; the body writes the
+  slot after its read. XLA inlines the helper, moves the loop's read out
+  of the loop and merges it with the first."""
+  first = read(slot)
+
+  def body(i, total):
+    value = read(slot)
+    write_slot(entangle(slot, value), total + value + 1.0)
+    return total + value
+
+  return lax.fori_loop(0, 3, body, first)
+
+
+def helper_in_loop_fixed(slot):
+  """The report's fix, literally: the loop's read marked side-effecting."""
+  return helper_in_loop(slot, read=side_effecting_read)
+
+
+def helper_in_loop_carried(slot):
+  """The report's other fix: the read takes the write's result, carried
+  from the iteration before."""
+  first = query(slot)
+
+  def body(i, carry):
+    total, token = carry
+    value = query(token)
+    token = write_slot(entangle(token, value), total + value + 1.0)
+    return total + value, token
+
+  return lax.fori_loop(0, 3, body, (first, slot))[0]
+
+
+def read_merged(slot):
+  """The same shape without the helper: a read before the loop and its
+  twin in the body, which XLA moves out and merges."""
+  first = read_slot(slot)
+
+  def body(i, total):
+    value = read_slot(slot)
+    write_slot(entangle(slot, value), total + value + 1.0)
+    return total + value
+
+  return lax.fori_loop(0, 3, body, first)
+
+
+def query_behind_barrier(slot):
+  """A query, an update ordered after it, and the query again, made to
+  wait for the update through an optimization_barrier: XLA expands the
+  barrier, and merges the second query into the first."""
+  first = read_slot(slot)
+  written = write_slot(entangle(slot, first), first + 5.0)
+  token, _ = lax.optimization_barrier((slot, written))
+  return first, read_slot(token)
+
+
+def query_behind_where(slot):
+  """The same wait through a select on a constant, which XLA folds."""
+  first = read_slot(slot)
+  written = write_slot(entangle(slot, first), first + 5.0)
+  token = jnp.where(jnp.ones((), bool), slot, written)
+  return first, read_slot(token)
+
+
+def query_after_update(slot):
+  """The control: the second query consumes the update's result."""
+  first = read_slot(slot)
+  written = write_slot(entangle(slot, first), first + 5.0)
+  return first, read_slot(written)
+
+
+def deleted_write(slot):
+  """A write with no side effect whose result is used only through an
+  optimization_barrier: XLA deletes it, and the read sees the old value."""
+  token, _ = lax.optimization_barrier((slot, pure_write(slot, 7.0)))
+  return read_slot(token)
+
+
+def kept_write(slot):
+  """The control: the read consumes the write's result."""
+  return read_slot(pure_write(slot, 7.0))
+
+
+def one_trip_loop(slot):
+  """A loop that runs once, its read ordered after the write by data."""
+
+  def body(i, total):
+    token = write_slot(slot, total + 1.0)
+    return total + read_slot(token)
+
+  return lax.fori_loop(0, 1, body, 0.0)
+
+
+def one_trip_scan(slot):
+  def body(total, x):
+    token = write_slot(slot, total + x)
+    return total + read_slot(token), None
+
+  return lax.scan(body, 0.0, jnp.ones((1,), jnp.float32))[0]
+
+
+def one_trip_loop_unordered(slot):
+  """The control: the read takes the slot, not the write's result."""
+
+  def body(i, total):
+    write_slot(slot, total + 1.0)
+    return total + read_slot(slot)
+
+  return lax.fori_loop(0, 1, body, 0.0)
+
+
+def state_from_outside(slot):
+  """A loop whose body sets its state from a token made before it."""
+  token = write_slot(slot, 4.0)
+  (out,) = lax.fori_loop(0, 3, lambda i, c: (token,), (token,))
+  return read_slot(out)
+
+
+def state_from_outside_unordered(slot):
+  """The control: the read takes the slot."""
+  token = write_slot(slot, 4.0)
+  lax.fori_loop(0, 3, lambda i, c: (token,), (token,))
+  return read_slot(slot)
+
+
+def constant_predicate(slot):
+  """A cond whose predicate XLA folds (``x * 0 == 0``): the dead
+  branch's write is ordered before the read by data anyway."""
+  predicate = slot * 0 == 0
+  token = lax.cond(
+    predicate,
+    lambda s: write_slot(s, 2.0),
+    lambda s: write_slot(s, 3.0),
+    slot,
+  )
+  return read_slot(token)
+
+
+def constant_predicate_unordered(slot):
+  """The control: the read takes the slot."""
+  predicate = slot * 0 == 0
+  lax.cond(
+    predicate,
+    lambda s: write_slot(s, 2.0),
+    lambda s: write_slot(s, 3.0),
+    slot,
+  )
+  return read_slot(slot)
+
+
+def _jit_values(fn, times=3):
+  values = []
+  for _ in range(times):
+    reset_slots()
+    values.append(jax.tree.map(float, fn(jnp.int32(SLOT))))
+  return values
+
+
+def _program_order_value(fn):
+  reset_slots()
+  with jax.disable_jit():
+    return jax.tree.map(float, fn(jnp.int32(SLOT)))
+
+
+def _races(fn):
+  return races(jax.jit(fn).lower(jnp.int32(SLOT)))
+
+
+class ReportedWithAWorkingFixTest(parameterized.TestCase):
+  """Shapes that every run computes wrong, which the check proved before:
+  each is reported now, and its fix, applied literally, is right and
+  clean."""
+
+  @parameterized.named_parameters(
+    ("helper_in_loop", helper_in_loop, helper_in_loop_fixed, "hoisted"),
+    ("helper_carried", helper_in_loop, helper_in_loop_carried, "hoisted"),
+    ("read_merged", read_merged, helper_in_loop_fixed, "hoisted"),
+    ("barrier", query_behind_barrier, query_after_update, None),
+    ("where", query_behind_where, query_after_update, None),
+    ("deleted_write", deleted_write, kept_write, "deleted"),
+  )
+  def test_reported_and_fixed(self, program, fixed, kind):
+    found = _races(program)
+    report = format_races(found)
+    self.assertNotEmpty(found, report)
+    self.assertIn("[EJ008]", report)
+    if kind is not None:
+      self.assertIn(kind, [r.xla_change.kind for r in found], report)
+    if kind == "hoisted":
+      self.assertIn("side-effecting", report)
+    # The wrong run, where this XLA shows it (it may not: "may").
+    wrong = _jit_values(jax.jit(program))
+    right = _program_order_value(program)
+    if program is not query_behind_where:
+      self.assertNotIn(right, wrong)
+    # The fix: right in every run, and nothing reported.
+    self.assertEqual(_races(fixed), [], format_races(_races(fixed)))
+    self.assertEqual(
+      _jit_values(jax.jit(fixed)), [_program_order_value(fixed)] * 3
+    )
+
+
+class NoFalseReportTest(parameterized.TestCase):
+  """Programs ordered by data on every path stay clean; their controls,
+  the same programs without that order, are reported."""
+
+  @parameterized.named_parameters(
+    ("one_trip_loop", one_trip_loop, one_trip_loop_unordered),
+    ("one_trip_scan", one_trip_scan, one_trip_loop_unordered),
+    ("state_from_outside", state_from_outside, state_from_outside_unordered),
+    ("constant_predicate", constant_predicate, constant_predicate_unordered),
+  )
+  def test_clean_and_control_reported(self, program, control):
+    self.assertEqual(_races(program), [], format_races(_races(program)))
+    self.assertEqual(
+      _jit_values(jax.jit(program)), [_program_order_value(program)] * 3
+    )
+    self.assertNotEmpty(_races(control))
+
+
+class MayOrderTest(absltest.TestCase):
+  """The evaluation itself, on the module before optimization."""
+
+  def _may(self, fn):
+    text = lowered_hlo_text(jax.jit(fn).lower(jnp.int32(SLOT)))
+    return MayOrder(parse(text, optimized=False), is_user_native_call)
+
+  def test_a_helper_called_at_two_places_is_two_calls(self):
+    may = self._may(helper_in_loop)
+    reads = [
+      i
+      for i in may.instances.values()
+      if i.instruction.target == example_store.READ_SLOT_TARGET
+    ]
+    self.assertLen(reads, 2)
+    self.assertEqual(reads[0].instruction, reads[1].instruction)
+    self.assertEqual([len(r.loops) for r in reads], [0, 1])
+
+  def test_trip_counts(self):
+    self.assertEqual([loop.trips for loop in self._may(read_merged).loops], [3])
+    self.assertEqual(
+      [loop.trips for loop in self._may(one_trip_scan).loops], [1]
+    )
+
+    def traced_bound(slot):
+      return lax.fori_loop(0, slot, lambda i, c: c + read_slot(slot), 0.0)
+
+    self.assertEqual(
+      [loop.trips for loop in self._may(traced_bound).loops], [None]
+    )
+
+  def test_a_deleted_write_is_no_live_call(self):
+    may = self._may(deleted_write)
+    (write,) = [
+      i
+      for i in may.instances.values()
+      if not i.side_effect
+      and i.instruction.target == example_store.WRITE_SLOT_TARGET
+    ]
+    self.assertTrue(may.deletable(write))
+    may = self._may(kept_write)
+    (write,) = [
+      i
+      for i in may.instances.values()
+      if i.instruction.target == example_store.WRITE_SLOT_TARGET
+    ]
+    self.assertFalse(may.deletable(write))
+
+
+if __name__ == "__main__":
+  np.set_printoptions(precision=3)
+  absltest.main()
