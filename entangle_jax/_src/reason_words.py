@@ -172,7 +172,8 @@ SIDE_EFFECT_NOTE = (
 call."""
 
 HOISTED_STEP = (
-  "Keep the moved call in every iteration: mark it side-effecting "
+  "Where that order holds within an iteration already, keep the moved "
+  "call in every iteration: mark it side-effecting "
   "(`has_side_effect=True` in `jax.ffi.ffi_call`, or a binding's own "
   "flag), so that each iteration's call runs after the iterations "
   "before; or pass it a value of the loop state that changes, e.g. "

@@ -288,6 +288,7 @@ class MayOrderTest(absltest.TestCase):
 
   def _may(self, fn):
     text = lowered_hlo_text(jax.jit(fn).lower(jnp.int32(SLOT)))
+    assert text is not None
     return MayOrder(parse(text, optimized=False), is_user_native_call)
 
   def test_a_helper_called_at_two_places_is_two_calls(self):

@@ -300,6 +300,45 @@ class ProgramOrderTest(OrderTestCase):
       any(UNDECLARED_WRITE in str(w.message) for w in caught), caught
     )
 
+  def test_a_dropped_write_in_a_branch_or_a_loop_warns(self):
+    """A write without side effect whose result the program never uses,
+    in a cond branch or a one-trip loop: XLA deletes it in every run
+    (issue 76 saw 5 of 5 lost, with no warning); the control uses the
+    result and is not warned about."""
+    write = jax.ffi.ffi_call(
+      UNDECLARED_WRITE, jax.ShapeDtypeStruct((), jnp.int32)
+    )
+
+    def in_branch(x):
+      def branch(v):
+        write(jnp.int32(0), v)
+        return v
+
+      return jax.lax.cond(x > 0, branch, lambda v: v, x)
+
+    def in_loop(x):
+      def body(i, v):
+        write(jnp.int32(0), v)
+        return v
+
+      return jax.lax.fori_loop(0, 1, body, x)
+
+    def used_in_branch(x):
+      def branch(v):
+        return v + write(jnp.int32(0), v).astype(v.dtype)
+
+      return jax.lax.cond(x > 0, branch, lambda v: v, x)
+
+    def warned(f):
+      with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        jax.jit(in_program_order(f)).lower(jnp.float32(1))
+      return [w for w in caught if UNDECLARED_WRITE in str(w.message)]
+
+    self.assertLen(warned(in_branch), 1)
+    self.assertLen(warned(in_loop), 1)
+    self.assertEqual(warned(used_in_branch), [])
+
 
 if __name__ == "__main__":
   absltest.main()

@@ -116,6 +116,13 @@ class Context:
     self.deps: dict[int, int] = {}
     self.roots: dict[int, Obj] = {}
     self.used: set[int] = set()
+    # What the program itself uses (the equations' operands and the
+    # jaxprs' outputs), not the witnesses the transform adds; and every
+    # call recorded in this evaluation and its children, with whether it
+    # was made in a child (a branch, a loop body, a helper).
+    self.program_used: set[int] = set()
+    self.every_call: list[tuple[OrderedCall, bool]] = []
+    self.is_child = False
     self.keep: list[Any] = []
     # The backward chain: a float32 scalar threaded through every rebuilt
     # custom_vjp whose backward pass makes native calls (None until one
@@ -272,9 +279,11 @@ class Context:
     for var, value in zip(jaxpr.invars, args, strict=True):
       env[var] = value
     used = self.used
+    program_used = self.program_used
     for eqn in jaxpr.eqns:
       invals = [read(atom) for atom in eqn.invars]
       used.update(map(id, invals))
+      program_used.update(map(id, invals))
       if not self.track_keys:
         self.pending = []
         with jax_compat.equation_context(eqn):
@@ -309,6 +318,7 @@ class Context:
     outs = [read(atom) for atom in jaxpr.outvars]
     for value in outs:
       self.used.add(id(value))
+      self.program_used.add(id(value))
     return outs
 
   def eval_eqn(self, eqn, invals: list) -> list:
@@ -701,6 +711,7 @@ class Context:
       self.writing.append(access)
     self.index(access)
     self.own.append(access)
+    self.every_call.append((access, self.is_child))
 
   def _coverable(self, access: OrderedCall) -> list[OrderedCall]:
     """The recorded calls `access` may cover (`covers`): all of them, or,
@@ -718,16 +729,26 @@ class Context:
     return [self.log[p] for p in positions]
 
   def warn_dropped(self, outs: Sequence[Any]) -> None:
+    """Warns of each native call that may write, has no side effect, and
+    whose results nothing uses, so that XLA may delete it: one made here
+    when the transform's witnesses do not use its results either, and one
+    made in a branch, a loop body or a helper when the program does not
+    (the order value the transform hands out of it keeps it only while a
+    later call consumes that value)."""
     for value in outs:
       self.used.add(id(value))
-    for a in self.own:
+      self.program_used.add(id(value))
+    warned: set[str] = set()
+    for a, in_child in self.every_call:
       writes = any(p.mode == "write" for p in a.parts)
-      used = any(id(r) in self.used for r in a.results)
-      if writes and not a.side_effect and not used:
+      seen = self.program_used if in_child else self.used
+      used = any(id(r) in seen for r in a.results)
+      if writes and not a.side_effect and not used and a.label not in warned:
+        warned.add(a.label)
         warnings.warn(
           f"in_program_order: the native call `{a.label}` may write, but "
           "nothing uses its results and it is not side-effecting, so XLA "
-          "drops it. Use its result, or declare it has_side_effect=True.",
+          "may drop it. Use its result, or declare it has_side_effect=True.",
           stacklevel=natives.user_stacklevel(),
         )
 
@@ -810,6 +831,9 @@ class Context:
     ctx.deps = dict(self.deps)
     ctx.keep = self.keep
     ctx.used = self.used
+    ctx.program_used = self.program_used
+    ctx.every_call = self.every_call
+    ctx.is_child = True
     ctx.backward = self.backward
     ctx.keys = self.keys
     ctx.saved = self.saved

@@ -241,6 +241,10 @@ class XlaChange:
   did where the optimized module cannot show it)."""
   loop_runs: str = ""
   """For ``"hoisted"``: how often the loop may run, in words."""
+  place: str | None = None
+  """``file:line`` of the call that made this instance of the moved call,
+  where a helper called at several places made it (one place of several);
+  None otherwise."""
 
   def sentence(self) -> str:
     """What XLA did or may do, in words, naming the call where the program
@@ -259,6 +263,8 @@ class XlaChange:
     what = f"`{self.call.target or self.call.instruction.opcode}`"
     if self.call.location:
       what += f" at {self.call.location}"
+    if self.place and self.place != self.call.location:
+      what += f" (as called at {self.place})"
     if not self.seen:
       return self._may_sentence(what)
     if self.kind == "hoisted":

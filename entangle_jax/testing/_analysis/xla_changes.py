@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from entangle_jax._src import access_marker
+from entangle_jax.testing._analysis import source_lines
 from entangle_jax.testing._analysis.ops import (
   Op,
   Race,
@@ -171,12 +172,15 @@ def hidden_races(
       race = Race(first, second, order_known=order_known)
       if _pair_key(race) in known:
         continue
-      race.xla_change = _change_of(why, race, op_of, changes, program_precedes)
+      race.xla_change = _change_of(
+        may, why, race, op_of, changes, program_precedes
+      )
       found[(first, second)] = race
   return list(found.values())
 
 
 def _change_of(
+  may: may_order.MayOrder,
   why: may_order.Unordered,
   race: Race,
   op_of: dict[str, Op],
@@ -198,7 +202,12 @@ def _change_of(
         if trips is None
         else f"the loop runs {trips} times"
       )
-    return XlaChange(why.kind, moved, seen=False, loop_runs=runs)
+    site = may.call_site(why.moved)
+    place = None
+    if site is not None:
+      user, _ = source_lines.lines(site.stack)
+      place = None if user is None else source_lines.shown(user)
+    return XlaChange(why.kind, moved, seen=False, loop_runs=runs, place=place)
   seen = changes.of(race)
   if seen.call is not None:
     return seen

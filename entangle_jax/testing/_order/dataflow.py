@@ -277,7 +277,7 @@ class Dataflow:
       self._forwarded[key] = list(dict.fromkeys(self._find_forwarded(i, path)))
     return self._forwarded[key]
 
-  def _passes_on(self, body: ComputationGraph, element: Path) -> bool:
+  def _passes_on(self, body: Computation, element: Path) -> bool:
     """Whether a loop `body`'s root holds state element `element` as the
     body was given it."""
     return all(
@@ -295,7 +295,9 @@ class Dataflow:
         from_state = body.parameter_number(position) == 0
         if from_state and element == path:
           yield 0, path
-        elif from_state and self._passes_on(body, element):
+        elif (
+          from_state and element is not None and self._passes_on(body, element)
+        ):
           # Another state element, one the body hands back unchanged:
           # after any iteration this one holds that element's initial
           # value, before the first its own.

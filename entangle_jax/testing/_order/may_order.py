@@ -194,6 +194,7 @@ class MayOrder:
     self.live = 0
     """Bits of the instances whose results something that runs uses."""
     self.fixed_point = False
+    self._by_name: dict[str, Instruction] | None = None
     for _ in range(_PASSES_LIMIT):
       self._grew = False
       self.instances = {}
@@ -210,6 +211,19 @@ class MayOrder:
     for instance in self.instances.values():
       found.setdefault(instance.instruction.name, []).append(instance)
     return found
+
+  def call_site(self, instance: CallInstance) -> Instruction | None:
+    """The innermost ``call`` that leads to `instance` (a jitted helper's
+    call at this place), or None where no ``call`` does."""
+    if self._by_name is None:
+      self._by_name = {
+        i.name: i for body in self.module.computations.values() for i in body
+      }
+    for name in reversed(instance.chain):
+      found = self._by_name.get(name)
+      if found is not None and found.opcode == "call":
+        return found
+    return None
 
   def deletable(self, instance: CallInstance) -> bool:
     """Whether XLA may delete `instance`: it has no side effect and nothing
@@ -381,6 +395,7 @@ class MayOrder:
     inner = dataclasses.replace(
       context, chain=(*context.chain, i.name), loops=(*context.loops, index)
     )
+    assert i.condition is not None and i.body is not None
     decision = self._computation(i.condition, [parameter], inner)
     decided = decision if isinstance(decision, Leaf) else _joined([decision])
     self.live |= decided.deps
@@ -482,7 +497,8 @@ def _joined_values(values: list[Value]) -> Value:
     isinstance(v, tuple) and len(v) == len(first) for v in values
   ):
     return tuple(
-      _joined_values([v[k] for v in values]) for k in range(len(first))
+      _joined_values([v[k] for v in values if isinstance(v, tuple)])
+      for k in range(len(first))
     )
   return _joined(values)
 
