@@ -16,6 +16,7 @@ import io
 import json
 import pathlib
 import tempfile
+from unittest import mock
 
 import jax
 import jax.numpy as jnp
@@ -647,6 +648,91 @@ class CommandTest(absltest.TestCase):
     status, _, err = self.run_command("--ranks", "/no/such/folder", "/no")
     self.assertEqual(status, 2)
     self.assertIn("no such file or directory", err)
+
+
+class CollectivesInEveryBranchTest(absltest.TestCase):
+  """Issue 77, defect 6: the docs' own fix (the decision reduced across
+  ranks first) with a collective in both branches of a ``cond``, or in
+  two branches of a 3-way ``switch``, crashed the order analysis
+  (IndexError in ``Reach._combine``: the conditional is itself a
+  selected op, and its branches' calls lie under it)."""
+
+  @staticmethod
+  def both(rank, x, sizes=(1, 1)):
+    decision = allreduce(jnp.sum(x))
+    return jax.lax.cond(
+      decision > 0,
+      lambda v: allreduce(v),
+      lambda v: allreduce(jnp.tile(v, sizes[rank])).sum() * v,
+      x,
+    )
+
+  @staticmethod
+  def switch(rank, x):
+    del rank
+    decision = allreduce(jnp.sum(x)).astype(jnp.int32) % 3
+    return jax.lax.switch(
+      decision, [allreduce, lambda v: v, lambda v: allreduce(v * 3.0)], x
+    )
+
+  def test_a_collective_in_both_branches_is_proved(self):
+    result = check(self.both)
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 3)  # the decision's, then each branch's
+
+  def test_a_three_way_switch_is_proved(self):
+    result = check(self.switch)
+    self.assertEqual(result.verdict, "proved", result.text())
+
+  def test_control_branches_that_differ_across_ranks_are_a_mismatch(self):
+    # The same shape still compares the branches: rank 1's second branch
+    # reduces twice the data.
+    result = check(functools.partial(self.both, sizes=(1, 2)))
+    self.assertEqual(result.verdict, "mismatch", result.text())
+    assert result.mismatch is not None
+    self.assertIn("f32[8]", result.mismatch.differs)
+
+
+class CrashIsNoFindingTest(absltest.TestCase):
+  """Issue 77: a crash of the cross-rank check exits 2 with its cause
+  ("could not answer"), never 1, the status of a problem found."""
+
+  def dumps(self, program) -> list[str]:
+    x = jax.ShapeDtypeStruct((4,), jnp.float32)
+    texts = [
+      jax.jit(functools.partial(program, r)).lower(x).compile().as_text()
+      for r in (0, 1)
+    ]
+    return CommandTest.dumps(self, texts)  # type: ignore[arg-type]
+
+  def run_command(self, folders) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with mock.patch.object(sources, "of_pyproject", lambda _: declarations()):
+      status = command.main(["--ranks", *folders], out=out, err=err)
+    return status, out.getvalue(), err.getvalue()
+
+  def test_a_crash_comparing_the_ranks_exits_2_with_its_cause(self):
+    folders = self.dumps(CollectivesInEveryBranchTest.both)
+    boom = IndexError("tuple index out of range")
+    with mock.patch.object(command, "check_programs", side_effect=boom):
+      status, _, err = self.run_command(folders)
+    self.assertEqual(status, 2, err)
+    self.assertIn("could not answer", err)
+    self.assertIn("IndexError: tuple index out of range", err)
+
+  def test_a_crash_reading_a_rank_exits_2_naming_the_rank(self):
+    folders = self.dumps(CollectivesInEveryBranchTest.both)
+    with mock.patch.object(command, "RankProgram", side_effect=KeyError("x")):
+      status, _, err = self.run_command(folders)
+    self.assertEqual(status, 2, err)
+    self.assertIn("crashed (rank 0: ", err)
+
+  def test_control_the_same_dumps_are_proved(self):
+    status, out, err = self.run_command(
+      self.dumps(CollectivesInEveryBranchTest.both)
+    )
+    self.assertEqual(status, 0, out + err)
+    self.assertIn("Proved", out)
 
 
 def shipped_mpi4jax():

@@ -286,6 +286,8 @@ def _rank_modules(
       program = RankProgram(text, declarations)
     except (TypeError, ValueError) as error:
       raise CannotAnswer(f"rank {rank}: {path}: {error}") from None
+    except Exception as error:  # noqa: BLE001: a crash: "could not answer"
+      raise CannotAnswer(_crashed(error, f"rank {rank}: {path}")) from None
     if any(True for _ in program.calls()):
       name = dumped_module.module_name(text) or path.name
       found.append((name, str(path), program))
@@ -303,10 +305,42 @@ def _across_ranks(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     ]
   except CannotAnswer as error:
     return _cannot_answer(error, args.format, out, err)
+  try:
+    run = _rank_run(args.ranks, ranks, said)
+  except Exception as error:  # noqa: BLE001: any crash is "could not answer"
+    # A crash of the check is no finding: exit 2 with its cause, never the
+    # status of a mismatch (1), which a CI job or the pytest plugin would
+    # take for a problem in the program.
+    crash = CannotAnswer(_crashed(error, "comparing the ranks"))
+    return _cannot_answer(crash, args.format, out, err)
+  body = rank_formats.render(args.format, run)
+  if body:  # GitHub annotations for a proved run: none.
+    print(body, file=out)
+  if not formats.FORMATS[args.format].for_people:
+    print(sentences.rank_summary(run), file=err)
+  print(said, file=err)
+  return run.status
+
+
+def _crashed(error: Exception, where: str) -> str:
+  """Why the cross-rank check could not answer: it crashed at `where`."""
+  return (
+    f"could not answer: the cross-rank check crashed ({where}: "
+    f"{type(error).__name__}: {error}); nothing is proved across ranks. "
+    "Please report it with the dumps."
+  )
+
+
+def _rank_run(
+  folders: Sequence[str],
+  ranks: list[list[tuple[str, str, RankProgram]]],
+  said: str,
+) -> RankRun:
+  """The cross-rank check of each rank's communicating modules."""
   names = [[name for name, _, _ in r] for r in ranks]
   if any(n != names[0] for n in names):
     files = [[file for _, file, _ in r] for r in ranks]
-    modules = [rank_report.modules_differ(args.ranks, names, files)]
+    modules = [rank_report.modules_differ(folders, names, files)]
   else:
     modules = [
       rank_report.module_of(
@@ -316,14 +350,7 @@ def _across_ranks(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
       )
       for k, name in enumerate(names[0])
     ]
-  run = RankRun(len(args.ranks), tuple(modules), said)
-  body = rank_formats.render(args.format, run)
-  if body:  # GitHub annotations for a proved run: none.
-    print(body, file=out)
-  if not formats.FORMATS[args.format].for_people:
-    print(sentences.rank_summary(run), file=err)
-  print(said, file=err)
-  return run.status
+  return RankRun(len(folders), tuple(modules), said)
 
 
 def _sanitized_ranks(folder: str, fmt: str, out: TextIO, err: TextIO) -> int:

@@ -544,7 +544,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
   unproven = (
     state.unattributed or run.coverage.incomplete or state.lost or run.unchecked
   )
-  if state.across is not None and state.across[1] != 0:
+  if state.across is not None and state.across[1] == 1:
+    # 1: a problem found, or a rank that did not finish. 2 (the check
+    # could not answer, a crash of its own included) is said in the
+    # summary but fails no test: it is no finding about the program.
     unproven = True
   if unproven and state.mode == "fail" and session.exitstatus == 0:
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -706,9 +709,14 @@ def _ranks_summary(terminalreporter, state: _State) -> None:
   report, status = state.across
   for line in report.splitlines():
     terminalreporter.write_line(line)
-  if status != 0 and state.mode == "fail":
+  if status == 1 and state.mode == "fail":
     terminalreporter.write_line(
       f"The ranks are not proved to agree: the run fails ({state.source})."
+    )
+  elif status == 2:
+    terminalreporter.write_line(
+      "The cross-rank check could not answer (above): nothing is proved "
+      "across ranks, and the run does not fail on it."
     )
 
 
