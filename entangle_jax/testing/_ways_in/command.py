@@ -286,7 +286,7 @@ def _rank_modules(
       program = RankProgram(text, declarations)
     except (TypeError, ValueError) as error:
       raise CannotAnswer(f"rank {rank}: {path}: {error}") from None
-    except Exception as error:  # noqa: BLE001: a crash: "could not answer"
+    except Exception as error:  # A crash: "could not answer".
       raise CannotAnswer(_crashed(error, f"rank {rank}: {path}")) from None
     if any(True for _ in program.calls()):
       name = dumped_module.module_name(text) or path.name
@@ -307,7 +307,7 @@ def _across_ranks(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return _cannot_answer(error, args.format, out, err)
   try:
     run = _rank_run(args.ranks, ranks, said)
-  except Exception as error:  # noqa: BLE001: any crash is "could not answer"
+  except Exception as error:  # Any crash: "could not answer".
     # A crash of the check is no finding: exit 2 with its cause, never the
     # status of a mismatch (1), which a CI job or the pytest plugin would
     # take for a problem in the program.
