@@ -155,6 +155,46 @@ class MergeTest(absltest.TestCase):
     self.assertEqual(wrong.divergence.index, 0)
     self.assertEqual(wrong.status, 1)
 
+  def test_no_call_recorded_is_nothing_proved(self):
+    # Issue 77, defect 11: mpi4jax imported before sanitize() leaves every
+    # record empty; that is blindness, not agreement.
+    blind = merge_rank_records([record(0), record(1)])
+    self.assertFalse(blind.agree)
+    self.assertTrue(blind.blind)
+    self.assertEqual(blind.status, 2)
+    self.assertIn("NOTHING PROVED", blind.text())
+    self.assertNotIn("calls agree", blind.text())
+    # Control: one call on each rank is compared, and agrees.
+    seen = merge_rank_records([record(0, SMALL), record(1, SMALL)])
+    self.assertFalse(seen.blind)
+    self.assertTrue(seen.agree)
+    self.assertEqual(seen.status, 0)
+
+  def test_a_hung_rank_never_agrees(self):
+    # Issue 77, defect 11: a hung ring (each rank's one call in flight,
+    # the same call) said "agree": true with status 1.
+    report = "entangle_jax sanitizer watchdog (rank 0 of 2): ..."
+    hung = [
+      SanitizedRankRecord(
+        r,
+        2,
+        "L",
+        rank_calls.HUNG,
+        (call(0, SMALL, 10, in_flight=True, seconds=4.0),),
+        hang=report,
+      )
+      for r in (0, 1)
+    ]
+    merged = merge_rank_records(hung)
+    self.assertIsNone(merged.divergence)
+    self.assertEqual(merged.status, 1)
+    self.assertFalse(merged.agree)
+    self.assertFalse(json.loads(json.dumps(merged.to_json()))["agree"])
+    self.assertIn("proves nothing", merged.text())
+    # Control: the same calls, returned, agree.
+    done = merge_rank_records([record(0, SMALL), record(1, SMALL)])
+    self.assertTrue(done.to_json()["agree"])
+
   def test_two_records_of_one_rank_are_an_error_naming_it(self):
     with self.assertRaisesRegex(ValueError, "two records of rank 1"):
       merge_rank_records([record(1, SMALL), record(1, SMALL)])
@@ -206,6 +246,18 @@ class FolderAndCommandTest(absltest.TestCase):
           self.assertEqual(calls, ["prog.py:10", "prog.py:11"])
         else:
           self.assertIsNone(data["divergence"])
+
+  def test_the_command_says_nothing_proved_when_nothing_was_recorded(self):
+    with tempfile.TemporaryDirectory() as tmp:
+      self.write(pathlib.Path(tmp), record(0), record(1))
+      status, out, _ = self.run_command("--sanitized-ranks", tmp)
+      self.assertEqual(status, 2, out)
+      self.assertIn("NOTHING PROVED", out)
+      status, out, _ = self.run_command(
+        "--sanitized-ranks", tmp, "--format", "json"
+      )
+      data = json.loads(out)
+      self.assertEqual((data["status"], data["agree"]), (2, False))
 
   def test_a_missing_folder_or_a_bad_record_cannot_be_answered(self):
     with tempfile.TemporaryDirectory() as tmp:

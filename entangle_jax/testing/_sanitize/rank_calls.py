@@ -227,25 +227,35 @@ class SanitizedRanks:
     return tuple(r for r in self.records if r.state == HUNG)
 
   @property
+  def blind(self) -> bool:
+    """No rank recorded a single communicating call: the sanitizer saw
+    nothing to compare (a binding whose targets were registered before
+    ``sanitize()`` began, a target nobody declared ``communicates``, or
+    XLA's own collectives), so nothing is proved."""
+    return not any(r.calls for r in self.records)
+
+  @property
   def agree(self) -> bool:
-    """Every rank's record is here, of one launch, and their calls agree
-    step by step."""
+    """Every rank's record is here, of one launch, none hung, at least one
+    call was recorded, and their calls agree step by step."""
     return (
       self.divergence is None
       and not self.missing
       and not self.stale
       and not self.unfinished
+      and not self.hung
+      and not self.blind
     )
 
   @property
   def status(self) -> int:
     """The exit status ``--sanitized-ranks`` gives this merge, which is 0
-    when the ranks agree and none hung, 1 when they differ or one hung, 2
-    when a rank's record is missing, stale or unfinished (nothing
-    proved)."""
+    when the ranks agree, 1 when they differ or one hung, 2 when a rank's
+    record is missing, stale or unfinished, or no rank recorded any call
+    (nothing proved)."""
     if self.divergence is not None or self.hung:
       return 1
-    unknown = self.missing or self.stale or self.unfinished
+    unknown = self.missing or self.stale or self.unfinished or self.blind
     return 2 if unknown or not self.records else 0
 
   def text(self) -> str:
@@ -275,10 +285,18 @@ class SanitizedRanks:
         "same order (entangle or in_program_order orders each rank's own; "
         "a rank-dependent Python path must make the same calls)"
       )
-    elif self.unfinished:
+    elif self.blind:
+      lines.append(
+        head + "no rank recorded a communicating call: NOTHING PROVED. The "
+        "sanitizer sees only the calls of targets declared `communicates` "
+        "and registered after sanitize() began (import the binding, mpi4jax "
+        "say, inside the block or after the plugin starts); XLA's own "
+        "collectives are never recorded"
+      )
+    elif self.unfinished or self.hung:
       lines.append(
         head + "the ranks' communicating calls agree as far as they were "
-        "recorded"
+        "recorded, which proves nothing (a rank did not finish)"
       )
     else:
       steps = len(self.records[0].calls)
