@@ -422,6 +422,23 @@ def _state(config: pytest.Config) -> _State | None:
   return config.stash.get(_KEY, None)
 
 
+def _watchdog_reaches_the_terminal(config: pytest.Config) -> None:
+  """A watchdog that ends the process at a hang (``on_hang="exit"``)
+  writes its report to the real stderr: this gives it pytest's capture to
+  suspend first, since ``os._exit`` leaves what the capture holds unread
+  (issue 77)."""
+  capture = config.pluginmanager.getplugin("capturemanager")
+  if capture is None:
+    return
+  from entangle_jax.testing._sanitize import watchdog as _watchdog
+
+  config.add_cleanup(
+    _watchdog.release_terminal_with(
+      lambda: capture.suspend_global_capture(in_=False)
+    )
+  )
+
+
 def pytest_configure(config: pytest.Config) -> None:
   # Registered whether the check is on or not, for --strict-markers.
   config.addinivalue_line(
@@ -429,6 +446,7 @@ def pytest_configure(config: pytest.Config) -> None:
     f"{EXPECTED}: this test races on purpose (a control); the race check "
     "reports its racing modules but does not fail it",
   )
+  _watchdog_reaches_the_terminal(config)
   sanitize_mode = config.getoption("entangle_sanitize", None)
   if sanitize_mode:
     from entangle_jax.testing._sanitize import pytest_hooks
