@@ -602,15 +602,7 @@ class CommandTest(absltest.TestCase):
     return status, out.getvalue(), err.getvalue()
 
   def dumps(self, texts: list[str]) -> list[str]:
-    root = pathlib.Path(tempfile.mkdtemp())
-    folders = []
-    for rank, text in enumerate(texts):
-      folder = root / f"rank{rank}"
-      folder.mkdir()
-      name = "module_0001.jit_program.cpu_after_optimizations.txt"
-      (folder / name).write_text(text)
-      folders.append(str(folder))
-    return folders
+    return write_dumps(texts)
 
   def test_mpi4jax_ranks_are_proved(self):
     texts = [(DATA / f"mpi4jax_rank{r}_of_2.txt").read_text() for r in (0, 1)]
@@ -693,6 +685,96 @@ class CollectivesInEveryBranchTest(absltest.TestCase):
     self.assertIn("f32[8]", result.mismatch.differs)
 
 
+class RankVaryingConstantsTest(absltest.TestCase):
+  """Issue 77, defect 1: each rank compiles its own module, so a constant
+  may differ between ranks though each module holds it as a constant. A
+  decision that reads one, around a collective, differs between ranks:
+  rank 0 computes wrong values and rank 1 hangs. Each shape beside its
+  control, where every rank holds the same constant."""
+
+  @staticmethod
+  def fori(rank, x, extra=(0, 1)):
+    # Runs 3 + rank times: the dumps' known_trip_count are 3 and 4.
+    return jax.lax.fori_loop(0, 3 + extra[rank], lambda i, v: allreduce(v), x)
+
+  @staticmethod
+  def threshold(rank, x, limits=(0.0, 1.0)):
+    decision = allreduce(jnp.sum(x))  # the same on every rank
+    return jax.lax.cond(decision > limits[rank], allreduce, lambda v: v, x)
+
+  @staticmethod
+  def residual(rank, x, limits=(0.0, 1.0)):
+    def body(carry):
+      v = allreduce(carry[0] * 0.5)
+      return v, allreduce(jnp.abs(v).sum())
+
+    return jax.lax.while_loop(
+      lambda carry: carry[1] > limits[rank], body, (x, jnp.float32(9.0))
+    )
+
+  @staticmethod
+  def psum_fori(rank, x, extra=(0, 1)):
+    def body(v):
+      return jax.lax.fori_loop(
+        0, 3 + extra[rank], lambda i, w: jax.lax.psum(w, "x"), v
+      )
+
+    return on_mesh(body)(x)
+
+  def assert_differs(self, result, construct, rank0, rank1):
+    self.assertEqual(result.verdict, "rank-dependent", result.text())
+    (found,) = result.rank_dependent
+    self.assertEqual(found.construct, construct)
+    self.assertEqual(found.ranks, (0, 1))
+    self.assertIn(f"rank 0: constant {rank0}", found.depends_on)
+    self.assertIn(f"rank 1: constant {rank1}", found.depends_on)
+    self.assertRegex(found.label, r" at \S+:\d+")
+    self.assertIn("constant that differs between the ranks", result.text())
+
+  def test_a_trip_count_that_differs_between_ranks(self):
+    self.assert_differs(check(self.fori), "loop", "s32[] 3", "s32[] 4")
+
+  def test_control_the_same_trip_count_is_proved(self):
+    result = check(functools.partial(self.fori, extra=(1, 1)))
+    self.assertEqual(result.verdict, "proved", result.text())
+
+  def test_a_cond_on_a_shared_value_and_a_per_rank_threshold(self):
+    self.assert_differs(
+      check(self.threshold), "conditional", "f32[] 0", "f32[] 1"
+    )
+
+  def test_control_one_threshold_is_proved(self):
+    result = check(functools.partial(self.threshold, limits=(1.0, 1.0)))
+    self.assertEqual(result.verdict, "proved", result.text())
+
+  def test_a_while_on_a_shared_residual_and_a_per_rank_limit(self):
+    self.assert_differs(check(self.residual), "loop", "f32[] 0", "f32[] 1")
+
+  def test_control_one_limit_is_proved(self):
+    result = check(functools.partial(self.residual, limits=(1.0, 1.0)))
+    self.assertEqual(result.verdict, "proved", result.text())
+
+  def test_xla_psum_in_a_loop_of_a_per_rank_trip_count(self):
+    self.assert_differs(check(self.psum_fori), "loop", "s32[] 3", "s32[] 4")
+    result = check(functools.partial(self.psum_fori, extra=(0, 0)))
+    self.assertEqual(result.verdict, "proved", result.text())  # control
+
+  def test_a_per_rank_scale_of_the_data_is_no_difference(self):
+    # Only what the decision reads is compared: rank 1 scales the data it
+    # reduces, and the loop's decision reads the shared result.
+    def program(rank, x):
+      def body(carry):
+        v = allreduce(carry[0] * (0.5 + rank))
+        return v, allreduce(jnp.abs(v).sum())
+
+      return jax.lax.while_loop(
+        lambda carry: carry[1] > 1.0, body, (x, jnp.float32(9.0))
+      )
+
+    result = check(program)
+    self.assertEqual(result.verdict, "proved", result.text())
+
+
 class CrashIsNoFindingTest(absltest.TestCase):
   """Issue 77: a crash of the cross-rank check exits 2 with its cause
   ("could not answer"), never 1, the status of a problem found."""
@@ -700,10 +782,10 @@ class CrashIsNoFindingTest(absltest.TestCase):
   def dumps(self, program) -> list[str]:
     x = jax.ShapeDtypeStruct((4,), jnp.float32)
     texts = [
-      jax.jit(functools.partial(program, r)).lower(x).compile().as_text()
+      str(jax.jit(functools.partial(program, r)).lower(x).compile().as_text())
       for r in (0, 1)
     ]
-    return CommandTest.dumps(self, texts)  # type: ignore[arg-type]
+    return write_dumps(texts)
 
   def run_command(self, folders) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
@@ -733,6 +815,19 @@ class CrashIsNoFindingTest(absltest.TestCase):
     )
     self.assertEqual(status, 0, out + err)
     self.assertIn("Proved", out)
+
+
+def write_dumps(texts: list[str]) -> list[str]:
+  """One dump folder per rank, each holding its rank's module of `texts`."""
+  root = pathlib.Path(tempfile.mkdtemp())
+  folders = []
+  for rank, text in enumerate(texts):
+    folder = root / f"rank{rank}"
+    folder.mkdir()
+    name = "module_0001.jit_program.cpu_after_optimizations.txt"
+    (folder / name).write_text(text)
+    folders.append(str(folder))
+  return folders
 
 
 def shipped_mpi4jax():

@@ -44,6 +44,7 @@ from entangle_jax._src.targets.names import ENTANGLE_TARGET
 from entangle_jax.testing import _hlo
 from entangle_jax.testing._analysis.ops import Op
 from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
+from entangle_jax.testing._analysis.rank_values import DecisionSlice, Signature
 from entangle_jax.testing._hlo.module_text import CompiledModule, module_text
 
 # Whether a value is the same on every rank: True, False, or one such tree
@@ -156,6 +157,10 @@ class Loop:
   decision: str | None
   """None when its decision is the same on every rank; else the
   rank-local value it depends on, in words."""
+  signature: Signature | None = None
+  """How its decision is computed (`rank_values`): the ranks' loops at
+  one step must have equal signatures, else their constants (a trip
+  count) differ between ranks."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,6 +171,8 @@ class Branch:
   branches: tuple[tuple[Item, ...], ...]
   decision: str | None
   """As `Loop.decision`."""
+  signature: Signature | None = None
+  """As `Loop.signature`: its predicate's or branch index's."""
 
 
 Item = Call | Loop | Branch
@@ -287,7 +294,39 @@ class RankProgram:
     self._values(self.module.entry, ())
     self._holds: dict[str, bool] = {}
     self.unordered: list[Unordered] = []
-    self.items: tuple[Item, ...] = self._items(self.module.entry)
+    items = self._items(self.module.entry)
+    # Each communicating call's position in the rank's program order, for
+    # the decisions' signatures: a shared result is named by it.
+    where = {
+      (c.op.instruction.computation, c.op.instruction.name): k
+      for k, c in enumerate(_walk(items))
+    }
+    self._slice = DecisionSlice(
+      self.module,
+      self._lines,
+      self.communication,
+      lambda i: where.get((i.computation, i.name)),
+    )
+    self.items: tuple[Item, ...] = self._signed(items)
+
+  def _signed(self, items: tuple[Item, ...]) -> tuple[Item, ...]:
+    """`items`, each loop and conditional with its decision's signature."""
+    out: list[Item] = []
+    for item in items:
+      if isinstance(item, Loop):
+        item = dataclasses.replace(
+          item,
+          body=self._signed(item.body),
+          signature=self._slice.loop(item.op.instruction),
+        )
+      elif isinstance(item, Branch):
+        item = dataclasses.replace(
+          item,
+          branches=tuple(self._signed(b) for b in item.branches),
+          signature=self._slice.conditional(item.op.instruction),
+        )
+      out.append(item)
+    return tuple(out)
 
   # Which values are the same on every rank ---------------------------------
 
@@ -621,18 +660,19 @@ class RankProgram:
 
   def calls(self) -> Iterator[Call]:
     """Every communicating call, loops and branches included."""
+    return _walk(self.items)
 
-    def walk(items: tuple[Item, ...]) -> Iterator[Call]:
-      for item in items:
-        if isinstance(item, Call):
-          yield item
-        elif isinstance(item, Loop):
-          yield from walk(item.body)
-        else:
-          for branch in item.branches:
-            yield from walk(branch)
 
-    return walk(self.items)
+def _walk(items: tuple[Item, ...]) -> Iterator[Call]:
+  """The calls of `items`, in order, loops' and branches' included."""
+  for item in items:
+    if isinstance(item, Call):
+      yield item
+    elif isinstance(item, Loop):
+      yield from _walk(item.body)
+    else:
+      for branch in item.branches:
+        yield from _walk(branch)
 
 
 def _entry_parameter(i: _hlo.Instruction) -> str:

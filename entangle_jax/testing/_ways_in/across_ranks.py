@@ -276,6 +276,9 @@ class _Simulation:
     self.count = count
     self.calls_made = [0] * count
     self.matched: list[MatchedStep] = []
+    self.diverging: list[RankDependent] = []
+    """Loops and conditionals whose decisions the ranks compute from
+    different constants (`_compare_decisions`)."""
     # Per rank and namespace: that rank's value -> rank 0's, and back.
     self.forward: list[dict[tuple[str, object], object]] = [
       {} for _ in range(count)
@@ -359,6 +362,7 @@ class _Simulation:
         continue
       if all(isinstance(h, Loop) for h in heads):
         loops = [h for h in heads if isinstance(h, Loop)]
+        self._compare_decisions(loops)
         found = self.run([loop.body for loop in loops])
         if found is not None:
           return found
@@ -372,6 +376,7 @@ class _Simulation:
             tuple(self.rank_call(r, branches[r]) for r in range(n)),
             "the conditionals have different numbers of branches",
           )
+        self._compare_decisions(branches)
         for k in range(counts.pop()):
           found = self.run([b.branches[k] for b in branches])
           if found is not None:
@@ -379,6 +384,58 @@ class _Simulation:
         position[:] = [p + 1 for p in position]
         continue
       return self._stuck(heads)
+
+  def _compare_decisions(self, items: list[Loop] | list[Branch]) -> None:
+    """The ranks' loops (or conditionals) at one step must compute their
+    decisions alike (`rank_values`): else a constant the decision reads
+    (a trip count, a threshold) differs between the ranks' modules, and
+    the ranks may run the body a different number of times, or take
+    different branches. Each such step is kept in `diverging`."""
+    signatures = [item.signature for item in items]
+    if any(s is None for s in signatures):
+      return
+    digests = {s.digest for s in signatures if s is not None}
+    if len(digests) == 1:
+      return
+    leaves = [s.leaves if s is not None else () for s in signatures]
+    longest = max(len(x) for x in leaves)
+    first = next(
+      (
+        k
+        for k in range(longest)
+        if len({x[k] if k < len(x) else None for x in leaves}) > 1
+      ),
+      None,
+    )
+    if first is None:
+      said = (
+        "a decision the ranks' modules compute differently (the same "
+        "constants, in another expression)"
+      )
+    else:
+      each = "; ".join(
+        f"rank {r}: {x[first] if first < len(x) else 'nothing'}"
+        for r, x in enumerate(leaves)
+      )
+      said = f"a constant that differs between the ranks' modules ({each})"
+    construct: Literal["loop", "conditional"] = (
+      "loop" if isinstance(items[0], Loop) else "conditional"
+    )
+    inner = [
+      x
+      for item in items[:1]
+      for x in (item.body if isinstance(item, Loop) else sum(item.branches, ()))
+    ]
+    self.diverging.append(
+      RankDependent(
+        tuple(range(self.count)),
+        construct,
+        _label(items[0]).removeprefix(f"{construct} "),
+        said,
+        tuple(_label(x) for x in inner),
+        items[0].op.location,
+      )
+    )
 
   def _point_to_point(self, heads: list[Item | None], advance) -> bool:
     """Completes the sends and receives that meet, and the sendrecvs whose
@@ -592,6 +649,7 @@ def check_programs(programs: Sequence[RankProgram]) -> CrossRankResult:
   )
   simulation = _Simulation(len(programs))
   stopped = simulation.run([p.items for p in programs])
+  rank_dependent += tuple(simulation.diverging)
   mismatch = stopped if isinstance(stopped, Mismatch) else None
   deadlock = stopped if isinstance(stopped, Deadlock) else None
   verdict: Verdict = "proved"
