@@ -775,6 +775,46 @@ class RankVaryingConstantsTest(absltest.TestCase):
     self.assertEqual(result.verdict, "proved", result.text())
 
 
+class SubgroupTest(absltest.TestCase):
+  """Issue 77, defect 2: 2 processes x 2 devices, the decision a psum over
+  one process's devices (``replica_groups={{0,1},{2,3}}``): each group
+  has its own result, so the ranks may decide differently around the
+  psum over every device, and hang."""
+
+  @staticmethod
+  def program(rank, x, axes):
+    del rank
+    mesh = jax.make_mesh(
+      (2, 2), ("p", "d"), axis_types=(jax.sharding.AxisType.Auto,) * 2
+    )
+
+    def body(v):
+      decision = jax.lax.psum(v.sum(), axes)
+      return jax.lax.cond(
+        decision > 0, lambda w: jax.lax.psum(w, ("p", "d")), lambda w: w, v
+      )
+
+    return jax.shard_map(
+      body,
+      mesh=mesh,
+      in_specs=jax.sharding.PartitionSpec(("p", "d")),
+      out_specs=jax.sharding.PartitionSpec(("p", "d")),
+      check_vma=False,
+    )(x)
+
+  def test_a_decision_reduced_within_one_process_is_rank_dependent(self):
+    result = check(functools.partial(self.program, axes="d"))
+    self.assertEqual(result.verdict, "rank-dependent", result.text())
+    (found,) = result.rank_dependent
+    self.assertEqual(found.construct, "conditional")
+    self.assertIn("over replica groups", found.depends_on)
+    self.assertIn("the same only within each group", found.depends_on)
+
+  def test_control_a_decision_reduced_over_every_device_is_proved(self):
+    result = check(functools.partial(self.program, axes=("p", "d")))
+    self.assertEqual(result.verdict, "proved", result.text())
+
+
 class CrashIsNoFindingTest(absltest.TestCase):
   """Issue 77: a crash of the cross-rank check exits 2 with its cause
   ("could not answer"), never 1, the status of a problem found."""

@@ -379,7 +379,7 @@ class RankProgram:
       return False
     communication = self.communication(i)
     if communication is not None:
-      return communication.same_result
+      return communication.same_result and self.spans_all(i)
     if opcode == "custom-call":
       if i.target == ENTANGLE_TARGET and i.aliased_operands:
         payload = tuple(
@@ -412,6 +412,17 @@ class RankProgram:
     if opcode == "call" and i.callees:
       return self._root(i.callees[0], self._values(i.callees[0], tuple(ins)))
     return all(_all_same(v) for v in ins)
+
+  def spans_all(self, i: _hlo.Instruction) -> bool:
+    """Whether XLA collective `i` spans every device of the module: one
+    replica group, or none written (all devices). A collective over
+    several groups gives each group its own result, and a group need not
+    hold every process's devices (a psum over one process's devices), so
+    its result is taken to differ between ranks. A native call's
+    communicator is declared, not read: taken to span all the ranks."""
+    if i.opcode == "custom-call":
+      return True
+    return _group_count(_raw_attribute(self._line(i), "replica_groups")) <= 1
 
   def same(self, i: _hlo.Instruction) -> Same:
     """Whether `i`'s value is the same on every rank (in every context its
@@ -474,6 +485,14 @@ class RankProgram:
       )
     if i.opcode in _LOCAL_SOURCES:
       return f"%{i.name} ({i.opcode}), which differs between devices"
+    if self.communication(i) is not None and not self.spans_all(i):
+      groups = _raw_attribute(self._line(i), "replica_groups")
+      op = self.analysis.op(i)
+      where = f" at {op.location}" if op.location else ""
+      return (
+        f"the result of {i.opcode} %{i.name}{where} over replica groups "
+        f"{groups}: the same only within each group, not on every rank"
+      )
     if (
       i.opcode == "custom-call"
       and i.target != ENTANGLE_TARGET
@@ -673,6 +692,20 @@ def _walk(items: tuple[Item, ...]) -> Iterator[Call]:
     else:
       for branch in item.branches:
         yield from _walk(branch)
+
+
+def _group_count(groups: str | None) -> int:
+  """How many replica groups ``replica_groups=`` writes: ``{{0,1},{2,3}}``
+  is 2, ``[2,2]<=[4]`` (the iota form) is 2, ``{}`` or none is 1 (every
+  device in one)."""
+  if groups is None:
+    return 1
+  groups = groups.strip()
+  iota = re.match(r"\[(\d+)\s*,", groups)
+  if iota is not None:
+    return int(iota.group(1))
+  inner = groups[1:-1].strip() if groups.startswith("{") else groups
+  return max(1, inner.count("{"))
 
 
 def _entry_parameter(i: _hlo.Instruction) -> str:
