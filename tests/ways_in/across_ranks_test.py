@@ -14,6 +14,7 @@ import contextlib
 import functools
 import io
 import json
+import os
 import pathlib
 import tempfile
 from unittest import mock
@@ -636,6 +637,59 @@ class CommandTest(absltest.TestCase):
     self.assertEqual(status, 1, out)
     self.assertIn("rank 1 compiled 2", out)
 
+  def test_several_modules_a_rank_are_not_proved_as_a_sequence(self):
+    # Issue 77, defect 4: rank 1 calls g before f. The dumps hold each
+    # module, not the order each rank ran them in: never "proved".
+    texts = [(DATA / f"mpi4jax_rank{r}_of_2.txt").read_text() for r in (0, 1)]
+    folders = self.dumps(texts)
+    for folder, text in zip(folders, texts, strict=True):
+      (
+        pathlib.Path(folder)
+        / "module_0002.jit_other.cpu_after_optimizations.txt"
+      ).write_text(text.replace("HloModule jit_", "HloModule jit_other_", 1))
+    with shipped_mpi4jax():
+      status, out, _ = self.run_command("--ranks", *folders)
+      self.assertEqual(status, 2, out)
+      self.assertIn("2 proved.", out)
+      self.assertIn("NOT PROVED: a rank compiled 2 communicating modules", out)
+      status, out, _ = self.run_command("--ranks", *folders, "--json")
+    self.assertEqual(json.loads(out)["status"], 2)
+
+  def test_modules_are_paired_by_number_not_by_name(self):
+    # module_10000 was compiled after module_9999 (XLA's numbers grow
+    # past four digits): by name it sorts first.
+    texts = [(DATA / f"mpi4jax_rank{r}_of_2.txt").read_text() for r in (0, 1)]
+    folders = self.dumps(texts)
+    for folder, text in zip(folders, texts, strict=True):
+      (pathlib.Path(folder) / next(iter(os.listdir(folder)))).unlink()
+      for number, name in ((9999, "first"), (10000, "second")):
+        renamed = text.replace("HloModule jit_", f"HloModule jit_{name}_", 1)
+        (
+          pathlib.Path(folder)
+          / f"module_{number:04d}.jit_{name}.cpu_after_optimizations.txt"
+        ).write_text(renamed)
+    with shipped_mpi4jax():
+      status, out, _ = self.run_command("--ranks", *folders, "--json")
+    modules = [m["module"] for m in json.loads(out)["modules"]]
+    self.assertEqual([m.split("_")[1] for m in modules], ["first", "second"])
+    self.assertEqual(status, 2)  # Two modules a rank: see above.
+
+  def test_no_communicating_module_is_nothing_proved(self):
+    # Issue 77: nothing compared is no proof (exit 2), as for the
+    # sanitizer's merge.
+    status, out, _ = self.run_command(
+      "--ranks", *self.dumps([_plain_module(), _plain_module()])
+    )
+    self.assertEqual(status, 2, out)
+    self.assertIn("nothing proved", out)
+
+  def test_control_one_module_a_rank_is_proved(self):
+    texts = [(DATA / f"mpi4jax_rank{r}_of_2.txt").read_text() for r in (0, 1)]
+    with shipped_mpi4jax():
+      status, out, _ = self.run_command("--ranks", *self.dumps(texts))
+    self.assertEqual(status, 0, out)
+    self.assertNotIn("NOT PROVED", out)
+
   def test_no_such_folder_exits_2(self):
     status, _, err = self.run_command("--ranks", "/no/such/folder", "/no")
     self.assertEqual(status, 2)
@@ -855,6 +909,12 @@ class CrashIsNoFindingTest(absltest.TestCase):
     )
     self.assertEqual(status, 0, out + err)
     self.assertIn("Proved", out)
+
+
+def _plain_module() -> str:
+  """A compiled module that makes no communicating call."""
+  x = jax.ShapeDtypeStruct((4,), jnp.float32)
+  return str(jax.jit(jnp.sin).lower(x).compile().as_text())
 
 
 def write_dumps(texts: list[str]) -> list[str]:

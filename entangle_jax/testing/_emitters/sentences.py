@@ -243,4 +243,5 @@ def rank_summary(run: RankRun) -> str:
     f"Checked {checked} communicating module{'s' * (checked != 1)} across "
     f"{run.ranks} rank{'s' * (run.ranks != 1)}: {proved} proved"
     + (f"; findings: {found}." if found else ".")
+    + (f" NOT PROVED: {run.unproved}" if run.unproved else "")
   )

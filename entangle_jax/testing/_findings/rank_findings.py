@@ -200,11 +200,20 @@ class RankRun:
   declarations: str | None = None
   """Where the declarations came from, in one sentence (None when the
   way in does not say)."""
+  unproved: str = ""
+  """Why the run proves nothing beyond its modules' findings, in one
+  sentence; empty when it does (one communicating module a rank, every
+  rank's proved). Several modules a rank: the dumps do not say in which
+  order, or how often, each rank ran them. None at all: nothing was
+  compared."""
 
   @property
   def status(self) -> int:
-    """0 when every module is proved, else 1."""
-    return 0 if all(m.proved for m in self.modules) else 1
+    """1 when a module is not proved (a finding); else 2 when nothing is
+    proved (`unproved`, or no communicating module); else 0."""
+    if not all(m.proved for m in self.modules):
+      return 1
+    return 2 if self.unproved or not self.modules else 0
 
   @property
   def findings(self) -> tuple[tuple[RankModule, RankFinding], ...]:

@@ -59,6 +59,7 @@ import argparse
 import json
 import os
 import pathlib
+import re
 import sys
 from collections.abc import Sequence
 from typing import TextIO
@@ -277,7 +278,7 @@ def _rank_modules(
       the check cannot read.
   """
   found = []
-  for path in optimized_modules([folder]):
+  for path in sorted(optimized_modules([folder]), key=_module_number):
     try:
       text = path.read_text()
     except (OSError, UnicodeDecodeError) as error:
@@ -322,6 +323,14 @@ def _across_ranks(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
   return run.status
 
 
+def _module_number(path: pathlib.Path) -> tuple[int, str]:
+  """A dumped module's place in its process's compile order: XLA's
+  ``module_NNNN`` number, as a number (``module_10000`` comes after
+  ``module_9999``, though not by name)."""
+  found = re.match(r"module_(\d+)\.", path.name)
+  return (int(found.group(1)) if found else -1, str(path))
+
+
 def _crashed(error: Exception, where: str) -> str:
   """Why the cross-rank check could not answer: it crashed at `where`."""
   return (
@@ -350,7 +359,19 @@ def _rank_run(
       )
       for k, name in enumerate(names[0])
     ]
-  return RankRun(len(folders), tuple(modules), said)
+  most = max((len(n) for n in names), default=0)
+  unproved = ""
+  if most > 1:
+    # Paired in the order each rank compiled them: the dumps hold no
+    # record of the order the ranks ran them in, nor of how often.
+    unproved = (
+      f"a rank compiled {most} communicating modules, each checked against "
+      "the other ranks' module of its place in compile order (module "
+      "numbers); the dumps do not record in which order, or how many "
+      "times, each rank ran them, so a rank that calls them in another "
+      "order (g before f) is not seen."
+    )
+  return RankRun(len(folders), tuple(modules), said, unproved)
 
 
 def _sanitized_ranks(folder: str, fmt: str, out: TextIO, err: TextIO) -> int:
