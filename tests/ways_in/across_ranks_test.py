@@ -164,7 +164,9 @@ class TwoAllreducesTest(absltest.TestCase):
     if rank == 0:
       x = jnp.sin(x) * 2.0  # extra work on rank 0
     a = allreduce(x)
-    y = jnp.cos(x)
+    # Twice the size: two allreduces of one type whose operands rank 0
+    # computes differently could be swapped (see SwapTest).
+    y = jnp.tile(jnp.cos(x), 2)
     if ordered:
       y = entangle(y, a)
     b = allreduce(y)
@@ -867,6 +869,57 @@ class SubgroupTest(absltest.TestCase):
   def test_control_a_decision_reduced_over_every_device_is_proved(self):
     result = check(functools.partial(self.program, axes=("p", "d")))
     self.assertEqual(result.verdict, "proved", result.text())
+
+
+class SwapTest(absltest.TestCase):
+  """Issue 77, defect 5: two collectives of one type in another order on
+  one rank. MPI matches them by count and type, so the program runs,
+  with each rank's data in the other's call: 200/200 wrong values, and
+  "proved". Each call's operand origin tells them apart."""
+
+  TWO = (jax.ShapeDtypeStruct((4,), jnp.float32),) * 2
+
+  @staticmethod
+  def program(rank, a, b, swap=True, local=False):
+    if local and rank == 1:  # rank 1 computes its operands its own way
+      a, b = jnp.cos(a), jnp.cos(b)
+    if swap and rank == 1:
+      a, b = b, a
+    first = allreduce(a)
+    return first, allreduce(entangle(b, first))
+
+  def test_a_swap_of_one_size_is_a_mismatch(self):
+    result = check(self.program, 2, *self.TWO)
+    self.assertEqual(result.verdict, "mismatch", result.text())
+    assert result.mismatch is not None
+    self.assertIn("the two calls are swapped", result.mismatch.differs)
+    self.assertEqual([c.index for c in result.mismatch.calls if c], [1, 1])
+
+  def test_control_the_same_order_is_proved(self):
+    result = check(functools.partial(self.program, swap=False), 2, *self.TWO)
+    self.assertEqual(result.verdict, "proved", result.text())
+
+  def test_origins_that_cannot_tell_the_calls_apart_are_not_proved(self):
+    result = check(
+      functools.partial(self.program, swap=False, local=True), 2, *self.TWO
+    )
+    self.assertEqual(result.verdict, "matched-by-type", result.text())
+    self.assertEqual(result.status, 2)
+    self.assertFalse(result.proved)
+    (said,) = result.by_type_only
+    self.assertIn("calls 1 and 2", said)
+    self.assertIn("could be swapped", said)
+    self.assertIn("NOT proved", result.text())
+
+  def test_the_same_expression_twice_needs_no_telling_apart(self):
+    # Control: both calls reduce the same value on every rank, so a swap
+    # changes nothing.
+    def program(rank, x):
+      del rank
+      first = allreduce(x)
+      return first, allreduce(entangle(x, first))
+
+    self.assertEqual(check(program).verdict, "proved")
 
 
 class CrashIsNoFindingTest(absltest.TestCase):

@@ -44,6 +44,7 @@ import re
 from collections.abc import Callable
 
 from entangle_jax._src.targets.communication import Communication
+from entangle_jax._src.targets.names import ENTANGLE_TARGET
 from entangle_jax.testing import _hlo
 
 # Attributes that name things rather than say what is computed: callee
@@ -69,6 +70,9 @@ _NAMING = frozenset(
   }
 )
 _LAYOUT = re.compile(r"\{[^{}]*\}")
+_SAME_VALUE = frozenset({"copy", "opt-barrier", "custom-call"})
+"""Opcodes whose result is an operand's value: a copy, and entangle's
+custom call (its payload; the other operands only order it)."""
 _TRIP = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)"?')
 ALL = -1
 """A read of the whole carry (the parameter used other than through
@@ -214,6 +218,25 @@ class DecisionSlice:
     elif communication is not None and communication.same_result:
       index = self._call_index(i)
       digest = _hash("shared", i.target or i.opcode, shape, index)
+    elif i.opcode in _SAME_VALUE and i.operands:
+      # The value of its operand: an order witness adds nothing to it.
+      payload = i.aliased_operands or (0,)
+      if i.opcode == "custom-call" and i.target != ENTANGLE_TARGET:
+        payload = ()
+      if payload:
+        nodes = [self._node(self._operand(i, k)) for k in payload]
+        digest = nodes[0][0] if len(nodes) == 1 else _hash(*nodes)
+        for _, read in nodes:
+          reads |= read
+        leaves = tuple(
+          x
+          for k in payload
+          for x in self._leaves[(i.computation, self._operand(i, k).name)]
+        )
+        self._nodes[key] = (digest, reads)
+        self._leaves[key] = leaves
+        return digest, reads
+      digest, reads, leaves = self._plain(i, shape)
     elif (
       i.opcode == "get-tuple-element"
       and i.operands
@@ -223,35 +246,40 @@ class DecisionSlice:
       digest = _hash("carry", i.tuple_index, shape)
       reads = frozenset({i.tuple_index if i.tuple_index is not None else ALL})
     else:
-      parts: list[object] = [
-        i.opcode,
-        shape,
-        i.target,
-        _attributes(self._line(i), i.opcode == "custom-call"),
-      ]
-      operand_leaves: list[str] = []
-      for k in range(len(i.operands)):
-        digest, read = self._node(self._operand(i, k))
-        parts.append(digest)
-        reads |= read
-        operand_leaves += self._leaves[
-          (i.computation, self._operand(i, k).name)
-        ]
-      if i.opcode == "while" and i.body and i.condition:
-        parts.append(self._whole(i.condition))
-        parts.append(self._whole(i.body))
-        trip = _TRIP.search(self._line(i))
-        if trip is not None:
-          operand_leaves.append(f"known_trip_count {trip.group(1)}")
-      else:
-        for callee in i.callees:
-          parts.append(self._whole(callee))
-          operand_leaves += self._leaves[(callee, self._root(callee).name)]
-      digest = _hash(*parts)
-      leaves = tuple(operand_leaves)
+      digest, reads, leaves = self._plain(i, shape)
     self._nodes[key] = (digest, reads)
     self._leaves[key] = leaves
     return digest, reads
+
+  def _plain(
+    self, i: _hlo.Instruction, shape: str
+  ) -> tuple[str, frozenset[int], tuple[str, ...]]:
+    """An instruction's node: opcode, type, attributes, operands, the
+    computations it calls."""
+    parts: list[object] = [
+      i.opcode,
+      shape,
+      i.target,
+      _attributes(self._line(i), i.opcode == "custom-call"),
+    ]
+    reads: frozenset[int] = frozenset()
+    operand_leaves: list[str] = []
+    for k in range(len(i.operands)):
+      digest, read = self._node(self._operand(i, k))
+      parts.append(digest)
+      reads |= read
+      operand_leaves += self._leaves[(i.computation, self._operand(i, k).name)]
+    if i.opcode == "while" and i.body and i.condition:
+      parts.append(self._whole(i.condition))
+      parts.append(self._whole(i.body))
+      trip = _TRIP.search(self._line(i))
+      if trip is not None:
+        operand_leaves.append(f"known_trip_count {trip.group(1)}")
+    else:
+      for callee in i.callees:
+        parts.append(self._whole(callee))
+        operand_leaves += self._leaves[(callee, self._root(callee).name)]
+    return _hash(*parts), reads, tuple(operand_leaves)
 
   def _whole(self, computation: str) -> str:
     """A called computation's root, its parameters symbolic."""
@@ -259,6 +287,17 @@ class DecisionSlice:
 
   def _operand(self, i: _hlo.Instruction, k: int) -> _hlo.Instruction:
     return self._defined[(i.computation, i.operands[k])]
+
+  def origin(self, i: _hlo.Instruction) -> str:
+    """What communicating call `i`'s data operands (its tokens left out)
+    are computed from, as one hash: equal on two ranks whose calls send
+    the same expression of the same inputs."""
+    parts = [
+      self._node(self._operand(i, k))[0]
+      for k in range(len(i.operands))
+      if not self._operand(i, k).shape.startswith("token")
+    ]
+    return _hash("origin", *parts)
 
   def conditional(self, i: _hlo.Instruction) -> Signature:
     """The signature of conditional `i`'s predicate or branch index."""

@@ -121,6 +121,10 @@ class Call:
   tag: int | None = None
   source: int | None = None
   source_tag: int | None = None
+  origin: str = ""
+  """What its data operands are computed from (`DecisionSlice.origin`):
+  which entry parameters, constants, shared results and ops, up to the
+  instructions' names. Two calls of one type are told apart by it."""
 
   @property
   def kind(self) -> str:
@@ -310,7 +314,8 @@ class RankProgram:
     self.items: tuple[Item, ...] = self._signed(items)
 
   def _signed(self, items: tuple[Item, ...]) -> tuple[Item, ...]:
-    """`items`, each loop and conditional with its decision's signature."""
+    """`items`, each loop and conditional with its decision's signature,
+    each call with its operands' origin."""
     out: list[Item] = []
     for item in items:
       if isinstance(item, Loop):
@@ -324,6 +329,10 @@ class RankProgram:
           item,
           branches=tuple(self._signed(b) for b in item.branches),
           signature=self._slice.conditional(item.op.instruction),
+        )
+      else:
+        item = dataclasses.replace(
+          item, origin=self._slice.origin(item.op.instruction)
         )
       out.append(item)
     return tuple(out)

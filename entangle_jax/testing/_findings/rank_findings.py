@@ -165,6 +165,11 @@ class RankFinding:
     return self.kind.fix
 
 
+FOUND = frozenset({"rank-dependent", "mismatch", "deadlock"})
+"""The verdicts that are a problem found (the others: ``proved``, and
+``matched-by-type``, which proves nothing and finds nothing)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class RankModule:
   """One communicating module, compiled by every rank and checked across
@@ -209,11 +214,13 @@ class RankRun:
 
   @property
   def status(self) -> int:
-    """1 when a module is not proved (a finding); else 2 when nothing is
-    proved (`unproved`, or no communicating module); else 0."""
-    if not all(m.proved for m in self.modules):
+    """1 when a module has a finding; else 2 when something is not proved
+    (a module matched by type only, `unproved`, or no communicating
+    module); else 0."""
+    if any(m.findings or m.verdict in FOUND for m in self.modules):
       return 1
-    return 2 if self.unproved or not self.modules else 0
+    proved = all(m.proved for m in self.modules)
+    return 0 if proved and self.modules and not self.unproved else 2
 
   @property
   def findings(self) -> tuple[tuple[RankModule, RankFinding], ...]:

@@ -49,7 +49,9 @@ from entangle_jax.testing._analysis.ranks import (
 from entangle_jax.testing._findings import rank_findings as kinds
 from entangle_jax.testing._hlo.module_text import CompiledModule
 
-Verdict = Literal["proved", "mismatch", "deadlock", "rank-dependent"]
+Verdict = Literal[
+  "proved", "mismatch", "deadlock", "rank-dependent", "matched-by-type"
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,13 +149,17 @@ class CrossRankResult:
     unordered: pairs of a rank's communicating calls that nothing orders.
   """
 
-  verdict: Literal["proved", "mismatch", "deadlock", "rank-dependent"]
+  verdict: Verdict
   ranks: int
   matched: tuple[MatchedStep, ...] = ()
   mismatch: Mismatch | None = None
   deadlock: Deadlock | None = None
   rank_dependent: tuple[RankDependent, ...] = ()
   unordered: tuple[UnorderedCalls, ...] = ()
+  by_type_only: tuple[str, ...] = ()
+  """Pairs of matched calls of one type that nothing tells apart (their
+  operands' origins differ between ranks): the verdict is then
+  ``"matched-by-type"``, not proved."""
 
   @property
   def proved(self) -> bool:
@@ -162,8 +168,11 @@ class CrossRankResult:
 
   @property
   def status(self) -> int:
-    """The ``--ranks`` command's exit status, 0 when proved and 1 otherwise."""
-    return 0 if self.proved else 1
+    """The ``--ranks`` command's exit status: 0 when proved, 2 when
+    matched by type only (nothing proved, nothing found), else 1."""
+    if self.proved:
+      return 0
+    return 2 if self.verdict == "matched-by-type" else 1
 
   def text(self) -> str:
     """The report, for people."""
@@ -194,6 +203,21 @@ def format_result(result: CrossRankResult) -> str:
       f"Proved: the {result.ranks} rank{'s' * (result.ranks != 1)} make "
       f"{steps} communicating "
       f"call{'s' * (steps != 1)} in one order, each rank's ordered."
+    )
+    for n, step in enumerate(result.matched, 1):
+      lines.append(f"  {n}. {_step_text(step)}")
+    return "\n".join(lines)
+  if result.verdict == "matched-by-type":
+    steps = len(result.matched)
+    lines.append(
+      f"NOT proved: the {result.ranks} ranks make {steps} communicating "
+      "calls that match, but matched by type only:"
+    )
+    lines += [f"  {sentence}" for sentence in result.by_type_only]
+    lines.append(
+      "  MPI matches calls by count and type, so a swap of two such calls "
+      "runs, with each rank's data in the other's call. Compute their "
+      "operands alike on every rank, or give them different types."
     )
     for n, step in enumerate(result.matched, 1):
       lines.append(f"  {n}. {_step_text(step)}")
@@ -276,6 +300,8 @@ class _Simulation:
     self.count = count
     self.calls_made = [0] * count
     self.matched: list[MatchedStep] = []
+    self.collectives: list[tuple[tuple[Call, ...], tuple[RankCall, ...]]] = []
+    """Each collective step matched: every rank's call, as reports name it."""
     self.diverging: list[RankDependent] = []
     """Loops and conditionals whose decisions the ranks compute from
     different constants (`_compare_decisions`)."""
@@ -358,6 +384,9 @@ class _Simulation:
           return Mismatch(
             tuple(self.rank_call(r, calls[r]) for r in range(n)), differs
           )
+        self.collectives.append(
+          (tuple(calls), tuple(self.rank_call(r, calls[r]) for r in range(n)))
+        )
         advance(list(range(n)))
         continue
       if all(isinstance(h, Loop) for h in heads):
@@ -536,6 +565,65 @@ def _sends_to(item: Item | None, rank: int, tag: int | None) -> bool:
   return False
 
 
+def _swaps(
+  steps: list[tuple[tuple[Call, ...], tuple[RankCall, ...]]],
+) -> tuple[Mismatch | None, tuple[str, ...]]:
+  """Two matched collective steps of one type (fingerprint and, on rank
+  0, communicator and reduction) that MPI would match either way: each
+  call's operand origin (`Call.origin`) must be the same on every rank.
+  Where a rank's two origins are the other's crossed, the calls are
+  swapped (a `Mismatch`: each rank gets the other's data). Where the
+  origins differ otherwise, nothing tells the calls apart: the pair is
+  matched by type only (a sentence in the second element)."""
+  groups: dict[object, list[int]] = {}
+  for k, (calls, _) in enumerate(steps):
+    key = (calls[0].fingerprint, calls[0].renamed)
+    groups.setdefault(key, []).append(k)
+  unclear: list[str] = []
+  for members in groups.values():
+    for a, i in enumerate(members):
+      for j in members[a + 1 :]:
+        first, second = steps[i][0], steps[j][0]
+        same_first = all(c.origin == first[0].origin for c in first)
+        same_second = all(c.origin == second[0].origin for c in second)
+        if same_first and same_second:
+          continue
+        names = steps[i][1], steps[j][1]
+        crossed = next(
+          (
+            r
+            for r in range(1, len(first))
+            if first[r].origin == second[0].origin
+            and second[r].origin == first[0].origin
+            and first[0].origin != second[0].origin
+          ),
+          None,
+        )
+        if crossed is not None:
+          return (
+            Mismatch(
+              tuple(
+                names[0][r] if r in (0, crossed) else None
+                for r in range(len(first))
+              ),
+              f"the operands: rank {crossed}'s call {names[0][crossed].index} "
+              f"sends what rank 0's call {names[1][0].index} sends, and its "
+              f"call {names[1][crossed].index} what rank 0's call "
+              f"{names[0][0].index} sends: the two calls are swapped (same "
+              "type, so MPI matches them, and each rank gets the other's "
+              "data)",
+            ),
+            (),
+          )
+        unclear.append(
+          f"calls {names[0][0].index} and {names[1][0].index} "
+          f"({names[0][0].label.split(' at ')[0]}) could be swapped on a "
+          "rank: the ranks compute their operands differently, so nothing "
+          "tells the two calls apart"
+        )
+  return None, tuple(unclear)
+
+
 def _rank_dependent(programs: list[RankProgram]) -> tuple[RankDependent, ...]:
   found: dict[tuple[str, str, str], tuple[list[int], RankDependent]] = {}
 
@@ -650,9 +738,12 @@ def check_programs(programs: Sequence[RankProgram]) -> CrossRankResult:
   simulation = _Simulation(len(programs))
   stopped = simulation.run([p.items for p in programs])
   rank_dependent += tuple(simulation.diverging)
+  by_type_only: tuple[str, ...] = ()
+  if stopped is None:
+    stopped, by_type_only = _swaps(simulation.collectives)
   mismatch = stopped if isinstance(stopped, Mismatch) else None
   deadlock = stopped if isinstance(stopped, Deadlock) else None
-  verdict: Verdict = "proved"
+  verdict: Verdict = "matched-by-type" if by_type_only else "proved"
   if rank_dependent:
     verdict = "rank-dependent"
   elif unordered:
@@ -669,4 +760,5 @@ def check_programs(programs: Sequence[RankProgram]) -> CrossRankResult:
     deadlock,
     rank_dependent,
     unordered,
+    by_type_only,
   )
