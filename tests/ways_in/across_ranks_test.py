@@ -922,6 +922,36 @@ class SwapTest(absltest.TestCase):
     self.assertEqual(check(program).verdict, "proved")
 
 
+class WildcardReceiveTest(absltest.TestCase):
+  """Issue 77, defect 3: three ranks, rank 0 receives from any rank, then
+  from rank 2; ranks 1 and 2 each send to it once. When the first receive
+  meets rank 2's send, the second waits for ever: it hung, and the check
+  said "proved ... recv from rank -1"."""
+
+  @staticmethod
+  def program(rank, x, second_source=2):
+    if rank == 0:
+      got = recv(x, (4,), source=-1)
+      return recv(got, (4,), source=second_source)
+    return send(x, dest=0)
+
+  def test_a_matching_that_deadlocks_is_reported(self):
+    result = check(self.program, 3)
+    self.assertEqual(result.verdict, "deadlock", result.text())
+    assert result.deadlock is not None
+    self.assertIn("meets rank 2's send", result.deadlock.matching)
+    blocked = result.deadlock.blocked[0]
+    assert blocked is not None
+    self.assertIn("recv", blocked.label)
+    self.assertIn("from rank 2", blocked.label)
+    self.assertIn("when rank 0's receive from any rank", result.text())
+
+  def test_control_two_receives_from_any_rank_are_proved(self):
+    result = check(functools.partial(self.program, second_source=-1), 3)
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 2)
+
+
 class CrashIsNoFindingTest(absltest.TestCase):
   """Issue 77: a crash of the cross-rank check exits 2 with its cause
   ("could not answer"), never 1, the status of a problem found."""

@@ -38,6 +38,7 @@ from typing import Any, Literal
 
 from entangle_jax._src.targets.communication import ANY
 from entangle_jax._src.targets.declaration import Declarations
+from entangle_jax.testing._analysis import wildcards
 from entangle_jax.testing._analysis.ops import Op
 from entangle_jax.testing._analysis.ranks import (
   Branch,
@@ -98,6 +99,8 @@ class Deadlock:
   blocked: tuple[RankCall | None, ...]
   """Each rank's blocked call, or None where the rank has made all its
   calls."""
+  matching: str = ""
+  """Which sender each receive from any source met on the way here."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -260,6 +263,8 @@ def format_result(result: CrossRankResult) -> str:
     lines.append(_fix(kinds.MISMATCH))
   if result.deadlock is not None:
     lines.append(f"Deadlock: no rank can go on. [{kinds.DEADLOCK.code}]")
+    if result.deadlock.matching:
+      lines.append(f"  when {result.deadlock.matching}:")
     for rank, call in enumerate(result.deadlock.blocked):
       lines.append(
         f"  rank {rank}: blocked in call {call.index}: {call.label}"
@@ -303,6 +308,8 @@ class _Simulation:
     self.collectives: list[tuple[tuple[Call, ...], tuple[RankCall, ...]]] = []
     """Each collective step matched: every rank's call, as reports name it."""
     self.diverging: list[RankDependent] = []
+    self.stuck: list[tuple[int, Item | None]] = []
+    """Each rank's item where the simulation stopped, if it did."""
     """Loops and conditionals whose decisions the ranks compute from
     different constants (`_compare_decisions`)."""
     # Per rank and namespace: that rank's value -> rank 0's, and back.
@@ -511,6 +518,7 @@ class _Simulation:
 
   def _stuck(self, heads: list[Item | None]) -> Mismatch | Deadlock:
     n = self.count
+    self.stuck = list(enumerate(heads))
     waiting = [h for h in heads if h is not None]
     kinds = {
       "call" if isinstance(h, Call) and h.kind == "collective" else type(h)
@@ -720,6 +728,31 @@ def races_across(
   return check_programs(programs)
 
 
+def _simulate(
+  sequences: list[tuple[Item, ...]],
+) -> tuple[_Simulation, Mismatch | Deadlock | None]:
+  """The simulation of every matching of the wildcard receives
+  (`wildcards.matchings`): the first that ends in a problem, else the
+  first that ends well. A matching whose fixed receive is never met did
+  not happen so; where none did, the first one's deadlock stands."""
+  first: tuple[_Simulation, Mismatch | Deadlock | None] | None = None
+  clean = None
+  for matching in wildcards.matchings(sequences):
+    simulation = _Simulation(len(sequences))
+    stopped = simulation.run(matching.sequences)
+    if isinstance(stopped, Deadlock) and matching.said:
+      stopped = dataclasses.replace(stopped, matching=matching.said)
+    first = first or (simulation, stopped)
+    stuck = {(r, h.op.name) for r, h in simulation.stuck if h is not None}
+    if stuck & matching.fixed:
+      continue  # That receive met no send this way: not this matching.
+    if stopped is not None:
+      return simulation, stopped
+    clean = clean or (simulation, stopped)
+  assert first is not None
+  return clean or first
+
+
 def check_programs(programs: Sequence[RankProgram]) -> CrossRankResult:
   """`races_across` over modules already read, one per rank."""
   programs = list(programs)
@@ -735,8 +768,7 @@ def check_programs(programs: Sequence[RankProgram]) -> CrossRankResult:
     for rank, p in enumerate(programs)
     for u in p.unordered
   )
-  simulation = _Simulation(len(programs))
-  stopped = simulation.run([p.items for p in programs])
+  simulation, stopped = _simulate([p.items for p in programs])
   rank_dependent += tuple(simulation.diverging)
   by_type_only: tuple[str, ...] = ()
   if stopped is None:
