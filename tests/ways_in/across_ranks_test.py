@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest
+from jax.experimental import io_callback
 from jax.extend import core as jex_core
 from jax.interpreters import mlir
 
@@ -950,6 +951,63 @@ class WildcardReceiveTest(absltest.TestCase):
     result = check(functools.partial(self.program, second_source=-1), 3)
     self.assertEqual(result.verdict, "proved", result.text())
     self.assertLen(result.matched, 2)
+
+
+class UndeclaredCallsTest(absltest.TestCase):
+  """Issue 77, defect 8: an ``io_callback`` doing host MPI under
+  ``jax.distributed``, or a binding nobody declared, was "no
+  communicating calls, nothing to compare", exit 0. Both are now
+  compared across ranks as calls that may communicate."""
+
+  @staticmethod
+  def callback(rank, x, on=(0, 1)):
+    if rank in on:
+      x = io_callback(lambda v: v, jax.ShapeDtypeStruct((4,), jnp.float32), x)
+    return x * 2.0
+
+  def test_an_io_callback_on_one_rank_only_deadlocks(self):
+    result = check(functools.partial(self.callback, on=(0,)))
+    self.assertEqual(result.verdict, "deadlock", result.text())
+    self.assertIn("possibly communicating (undeclared)", result.text())
+
+  def test_control_an_io_callback_on_every_rank_is_matched(self):
+    result = check(self.callback)
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 1)
+
+  def test_a_debug_callback_on_one_rank_is_no_call(self):
+    # Control: jax.debug.callback and pure_callback do not communicate.
+    def program(rank, x):
+      if rank == 0:
+        jax.debug.callback(lambda v: None, x)
+        x = jax.pure_callback(
+          lambda v: v, jax.ShapeDtypeStruct((4,), jnp.float32), x
+        )
+      return allreduce(x)
+
+    result = check(program)
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 1)
+
+  def test_an_undeclared_native_call_is_compared(self):
+    # The test's allreduce target, its declaration left out: rank 1 makes
+    # one more call.
+    def program(rank, x):
+      x = allreduce(x)
+      return allreduce(entangle(x * 2.0, x)) if rank == 1 else x
+
+    x = jax.ShapeDtypeStruct((4,), jnp.float32)
+    modules = [
+      jax.jit(functools.partial(program, r)).lower(x).compile() for r in (0, 1)
+    ]
+    result = races_across(modules, declarations=sources.BUILT_IN)
+    self.assertEqual(result.verdict, "deadlock", result.text())
+    self.assertIn(f"possibly communicating (undeclared) {ALLREDUCE}",
+                  result.text())  # fmt: skip
+    # Control: declared, the same verdict for the declared reason.
+    declared = races_across(modules, declarations=declarations())
+    self.assertEqual(declared.verdict, "deadlock", declared.text())
+    self.assertNotIn("undeclared", declared.text())
 
 
 class CrashIsNoFindingTest(absltest.TestCase):

@@ -40,7 +40,12 @@ from entangle_jax._src.targets.communication import (
 )
 from entangle_jax._src.targets.declaration import Declarations
 from entangle_jax._src.targets.library_kernels import is_library_target
-from entangle_jax._src.targets.names import ENTANGLE_TARGET
+from entangle_jax._src.targets.names import (
+  DEBUG_CALLBACK_PRIMITIVES,
+  ENTANGLE_TARGET,
+  is_host_callback,
+  is_sanitizer_counter,
+)
 from entangle_jax.testing import _hlo
 from entangle_jax.testing._analysis.ops import Op
 from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
@@ -72,6 +77,11 @@ _LOCAL_SOURCES = frozenset(
   }
 )
 """Opcodes whose result may differ between ranks whatever their operands."""
+
+
+MAY_COMMUNICATE = Communication("collective")
+"""What an undeclared native call or a host callback with effects is
+taken for: a call every rank must make alike, in one order."""
 
 
 def _all_same(value: Same) -> bool:
@@ -146,9 +156,10 @@ class Call:
       peer = f" to rank {self.peer}, from rank {self.source}"
     else:
       peer = ""
-    return f"{self.kind} {self.what}{peer} {shapes} at {where}".replace(
-      "  ", " "
-    )
+    kind = self.kind
+    if self.communication is MAY_COMMUNICATE:
+      kind = "possibly communicating (undeclared)"
+    return f"{kind} {self.what}{peer} {shapes} at {where}".replace("  ", " ")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -340,12 +351,34 @@ class RankProgram:
   # Which values are the same on every rank ---------------------------------
 
   def communication(self, i: _hlo.Instruction) -> Communication | None:
-    """How `i` communicates with other ranks; None if it does not."""
+    """How `i` communicates with other ranks; None if it does not.
+
+    A call that no declaration covers, and a host callback that may have
+    effects (``io_callback``, ``buffer_callback``; not ``pure_callback``
+    nor ``jax.debug.callback``), may communicate (host MPI under
+    ``jax.distributed``): it is compared across ranks as a collective
+    (`MAY_COMMUNICATE`), never left out as silent."""
     if i.opcode in XLA_COLLECTIVES:
       return XLA_COLLECTIVES[i.opcode]
     if i.opcode == "custom-call":
-      return access_policy.communication(self.declarations, i.target)
+      declared = access_policy.communication(self.declarations, i.target)
+      if declared is not None:
+        return declared
+      return MAY_COMMUNICATE if self.may_communicate(i) else None
     return None
+
+  def may_communicate(self, i: _hlo.Instruction) -> bool:
+    """Whether custom call `i`, declared to communicate by nothing, may
+    communicate anyway: an undeclared native call, or a host callback
+    with effects."""
+    target = i.target
+    if target is None or target == ENTANGLE_TARGET:
+      return False
+    if is_library_target(target) or is_sanitizer_counter(target, i.op_name):
+      return False
+    if is_host_callback(target):
+      return i.side_effect and i.op_type not in DEBUG_CALLBACK_PRIMITIVES
+    return self.declarations.for_target(target) is None
 
   def _values(self, computation: str, params: tuple) -> dict[str, Same]:
     key = (computation, params)
