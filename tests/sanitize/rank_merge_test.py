@@ -212,6 +212,92 @@ class MergeTest(absltest.TestCase):
       SanitizedRankRecord.from_json({**data, "calls": [{"index": 0}]}, "there")
 
 
+def p2p(
+  index: int, kind: str, peer: int, line: int, **more
+) -> SanitizedRankCall:
+  """A send (to `peer`) or receive (from `peer`, below 0: any)."""
+  return dataclasses.replace(
+    call(index, SMALL, line, **more),
+    target=f"mpi_{kind}_ffi",
+    kind=kind,
+    peer=peer,
+    tag=0,
+  )
+
+
+def bcast(index: int, root: int, is_root: bool) -> SanitizedRankCall:
+  """mpi4jax's bcast: the root's call and the others' have other types."""
+  types = "(f32[4]) -> f32[4]" if is_root else "(f32[4]) -> f32[0]"
+  return dataclasses.replace(
+    call(index, types, 20), target="mpi_bcast_ffi", root=f"root={root}"
+  )
+
+
+def ranks_of(*per_rank: tuple[SanitizedRankCall, ...]) -> list:
+  return [
+    SanitizedRankRecord(r, len(per_rank), "L", rank_calls.ENDED, calls)
+    for r, calls in enumerate(per_rank)
+  ]
+
+
+class PairingTest(absltest.TestCase):
+  """Issue 77, defects 9 and 10: the merge pairs a send with its receive,
+  as MPI does, and compares a rooted collective's root, letting the
+  root's types differ from the others'."""
+
+  def test_a_send_meets_its_receive(self):
+    # Rank 0 sends then receives; rank 1 receives then sends: right.
+    right = merge_rank_records(
+      ranks_of(
+        (p2p(0, "send", 1, 30), p2p(1, "recv", 1, 31)),
+        (p2p(0, "recv", 0, 40), p2p(1, "send", 0, 41)),
+      )
+    )
+    self.assertTrue(right.agree, right.text())
+    self.assertEqual(right.status, 0)
+
+  def test_both_ranks_receiving_first_differ(self):
+    # Control: both receive first, each waits for the other.
+    stuck = merge_rank_records(
+      ranks_of(
+        (p2p(0, "recv", 1, 30), p2p(1, "send", 1, 31)),
+        (p2p(0, "recv", 0, 40), p2p(1, "send", 0, 41)),
+      )
+    )
+    self.assertFalse(stuck.agree)
+    self.assertEqual(stuck.status, 1)
+    assert stuck.divergence is not None
+    self.assertEqual([c.kind for c in stuck.divergence.calls if c],
+                     ["recv", "recv"])  # fmt: skip
+
+  def test_a_receive_from_any_rank_meets_a_send(self):
+    merged = merge_rank_records(
+      ranks_of((p2p(0, "recv", -1, 30),), (p2p(0, "send", 0, 40),))
+    )
+    self.assertTrue(merged.agree, merged.text())
+
+  def test_a_bcast_with_one_root_agrees_though_its_types_differ(self):
+    merged = merge_rank_records(
+      ranks_of((bcast(0, 0, True),), (bcast(0, 0, False),))
+    )
+    self.assertTrue(merged.agree, merged.text())
+
+  def test_a_bcast_where_each_rank_names_itself_root_differs(self):
+    # Each rank names itself: every rank thinks it sends, wrong values.
+    merged = merge_rank_records(
+      ranks_of((bcast(0, 0, True),), (bcast(0, 1, True),))
+    )
+    self.assertFalse(merged.agree, merged.text())
+    self.assertEqual(merged.status, 1)
+
+  def test_the_others_of_one_root_must_agree_with_each_other(self):
+    other = dataclasses.replace(bcast(0, 0, False), signature=LARGE)
+    merged = merge_rank_records(
+      ranks_of((bcast(0, 0, True),), (bcast(0, 0, False),), (other,))
+    )
+    self.assertEqual(merged.status, 1, merged.text())
+
+
 class FolderAndCommandTest(absltest.TestCase):
   def write(self, root: pathlib.Path, *records: SanitizedRankRecord) -> None:
     for r in records:
