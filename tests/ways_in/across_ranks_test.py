@@ -1010,6 +1010,28 @@ class UndeclaredCallsTest(absltest.TestCase):
     self.assertNotIn("undeclared", declared.text())
 
 
+class CountAndTypeTest(absltest.TestCase):
+  """Issue 77, defect 7: MPI matches a message's count and type, not its
+  shape. f32[2,2] on one rank and f32[4] on the other is a match, which
+  the check called a mismatch."""
+
+  @staticmethod
+  def program(rank, x, count=4):
+    return allreduce(x.reshape(2, 2) if rank == 0 else x[:count])
+
+  def test_one_count_in_two_shapes_is_proved(self):
+    result = check(self.program)
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertIn("f32[2,2]", result.text())  # The label keeps the shape.
+
+  def test_control_another_count_is_a_mismatch(self):
+    result = check(functools.partial(self.program, count=2))
+    self.assertEqual(result.verdict, "mismatch", result.text())
+    assert result.mismatch is not None
+    self.assertIn("f32[4]", result.mismatch.differs)
+    self.assertIn("f32[2]", result.mismatch.differs)
+
+
 class CrashIsNoFindingTest(absltest.TestCase):
   """Issue 77: a crash of the cross-rank check exits 2 with its cause
   ("could not answer"), never 1, the status of a problem found."""

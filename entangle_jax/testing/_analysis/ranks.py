@@ -131,6 +131,9 @@ class Call:
   tag: int | None = None
   source: int | None = None
   source_tag: int | None = None
+  shapes: str = ""
+  """Its operands' (a receive's results') shapes, as the module has them;
+  the fingerprint of a native call holds their counts."""
   origin: str = ""
   """What its data operands are computed from (`DecisionSlice.origin`):
   which entry parameters, constants, shared results and ops, up to the
@@ -147,7 +150,7 @@ class Call:
 
   def label(self) -> str:
     """One line naming the call: what, its shapes, where."""
-    shapes = dict(self.fingerprint).get("shapes", "")
+    shapes = self.shapes or dict(self.fingerprint).get("shapes", "")
     where = self.op.location or f"%{self.op.name}"
     if self.kind in ("send", "recv"):
       direction = "to" if self.kind == "send" else "from"
@@ -685,10 +688,18 @@ class RankProgram:
         for o in i.operands
         if not self._defined[(i.computation, o)].shape.startswith("token")
       )
+    if i.opcode == "custom-call":
+      # MPI matches a message's count and type, not its shape: f32[2,2]
+      # on one rank meets f32[4] on another.
+      compared = ", ".join(
+        _counted(x) for x in re.findall(r"\w+\[[^\]]*\]", shapes)
+      )
+    else:
+      compared = shapes
     fingerprint: list[tuple[str, object]] = [
       ("kind", c.kind),
       ("call", i.target or i.opcode.removesuffix("-start")),
-      ("shapes", f"({shapes})"),
+      ("shapes", f"({compared})"),
     ]
     renamed: list[tuple[str, object]] = []
     if i.opcode != "custom-call":
@@ -717,6 +728,7 @@ class RankProgram:
       tag=self._number(i, c.tag, "tag"),
       source=self._number(i, c.source, "source"),
       source_tag=self._number(i, c.source_tag, "source tag"),
+      shapes=f"({shapes})",
     )
 
   def calls(self) -> Iterator[Call]:
@@ -734,6 +746,20 @@ def _walk(items: tuple[Item, ...]) -> Iterator[Call]:
     else:
       for branch in item.branches:
         yield from _walk(branch)
+
+
+def _counted(shape: str) -> str:
+  """An array type as MPI matches it: its element type and count
+  (``f32[2,2]`` is ``f32[4]``, ``f32[]`` is ``f32[1]``); other text as
+  it is."""
+  found = re.fullmatch(r"(\w+)\[([\d,\s]*)\]", shape)
+  if found is None:
+    return shape
+  count = 1
+  for dim in found.group(2).split(","):
+    if dim.strip():
+      count *= int(dim)
+  return f"{found.group(1)}[{count}]"
 
 
 def _group_count(groups: str | None) -> int:
