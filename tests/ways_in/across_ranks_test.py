@@ -1032,6 +1032,40 @@ class CountAndTypeTest(absltest.TestCase):
     self.assertIn("f32[2]", result.mismatch.differs)
 
 
+class NegatedBranchesTest(absltest.TestCase):
+  """Issue 77, defect 7: rank 1 writes ``cond(not p, noop, allreduce)``
+  where rank 0 writes ``cond(p, allreduce, noop)``: one decision, the
+  branches the other way round. Branches are matched by the predicate
+  with its negations taken off, not by their index."""
+
+  @staticmethod
+  def program(rank, x, negate=True, limits=(0.0, 0.0)):
+    p = allreduce(jnp.sum(x)) > limits[rank]
+    if rank == 1 and negate:
+      return jax.lax.cond(jnp.logical_not(p), lambda v: v, allreduce, x)
+    return jax.lax.cond(p, allreduce, lambda v: v, x)
+
+  def test_the_negated_decision_with_swapped_branches_is_proved(self):
+    result = check(self.program)
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 2)
+
+  def test_control_negated_without_swapping_the_branches(self):
+    # cond(not p, allreduce, noop): rank 1 reduces where rank 0 does not.
+    def program(rank, x):
+      p = allreduce(jnp.sum(x)) > 0
+      if rank == 1:
+        p = jnp.logical_not(p)
+      return jax.lax.cond(p, allreduce, lambda v: v, x)
+
+    result = check(program)
+    self.assertNotEqual(result.verdict, "proved", result.text())
+
+  def test_control_a_negated_decision_on_another_threshold(self):
+    result = check(functools.partial(self.program, limits=(0.0, 1.0)))
+    self.assertEqual(result.verdict, "rank-dependent", result.text())
+
+
 class CrashIsNoFindingTest(absltest.TestCase):
   """Issue 77: a crash of the cross-rank check exits 2 with its cause
   ("could not answer"), never 1, the status of a problem found."""

@@ -88,6 +88,12 @@ class Signature:
   leaves: tuple[str, ...]
   """The constants (type and literal) and trip counts it reads, in
   order."""
+  base: str = ""
+  """A two-way conditional's predicate with its negations taken off
+  (``not``, and the ``convert`` to a branch index, through fusions):
+  two ranks whose bases are equal decide alike, or opposite ways when
+  `negated` differs; "" where not read."""
+  negated: bool = False
 
 
 def _strip_layout(shape: str) -> str:
@@ -303,7 +309,41 @@ class DecisionSlice:
     """The signature of conditional `i`'s predicate or branch index."""
     predicate = self._operand(i, 0)
     digest, _ = self._node(predicate)
-    return Signature(digest, self._leaves[(i.computation, predicate.name)])
+    base, negated = self._polarity(predicate, ())
+    return Signature(
+      digest,
+      self._leaves[(i.computation, predicate.name)],
+      base if len(i.branches) == 2 else "",
+      negated,
+    )
+
+  def _polarity(
+    self, i: _hlo.Instruction, arguments: tuple[str, ...]
+  ) -> tuple[str, bool]:
+    """`i` with its negations peeled: (the digest of what is left, whether
+    an odd number of ``not`` were taken off). Follows ``not``, a
+    ``convert`` of a scalar and a fusion's root; `arguments` are the
+    digests of the fusion operands that the parameters of `i`'s
+    computation stand for."""
+    negated = False
+    while True:
+      if i.opcode == "not" and i.operands:
+        negated = not negated
+        i = self._operand(i, 0)
+      elif (
+        i.opcode == "convert"
+        and i.operands
+        and self._operand(i, 0).shape.startswith("pred[]")
+      ):  # A predicate as a branch index: 0 or 1, as it was.
+        i = self._operand(i, 0)
+      elif i.opcode == "fusion" and i.callees and i.operands:
+        outer = tuple(
+          self._node(self._operand(i, k))[0] for k in range(len(i.operands))
+        )
+        base, inner = self._polarity(self._root(i.callees[0]), outer)
+        return base, negated != inner
+      else:
+        return _hash("base", self._node(i)[0], arguments), negated
 
   def loop(self, i: _hlo.Instruction) -> Signature:
     """The signature of while `i`'s decision: its condition, and each

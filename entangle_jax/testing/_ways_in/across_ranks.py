@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 from entangle_jax._src.targets.communication import ANY
 from entangle_jax._src.targets.declaration import Declarations
-from entangle_jax.testing._analysis import wildcards
+from entangle_jax.testing._analysis import origins, wildcards
 from entangle_jax.testing._analysis.ops import Op
 from entangle_jax.testing._analysis.ranks import (
   Branch,
@@ -412,7 +412,7 @@ class _Simulation:
             tuple(self.rank_call(r, branches[r]) for r in range(n)),
             "the conditionals have different numbers of branches",
           )
-        self._compare_decisions(branches)
+        branches = self._compare_decisions(branches)
         for k in range(counts.pop()):
           found = self.run([b.branches[k] for b in branches])
           if found is not None:
@@ -421,7 +421,7 @@ class _Simulation:
         continue
       return self._stuck(heads)
 
-  def _compare_decisions(self, items: list[Loop] | list[Branch]) -> None:
+  def _compare_decisions(self, items: list[Loop] | list[Branch]) -> list:
     """The ranks' loops (or conditionals) at one step must compute their
     decisions alike (`rank_values`): else a constant the decision reads
     (a trip count, a threshold) differs between the ranks' modules, and
@@ -429,10 +429,21 @@ class _Simulation:
     different branches. Each such step is kept in `diverging`."""
     signatures = [item.signature for item in items]
     if any(s is None for s in signatures):
-      return
+      return list(items)
     digests = {s.digest for s in signatures if s is not None}
     if len(digests) == 1:
-      return
+      return list(items)
+    bases = {s.base for s in signatures if s is not None}
+    if isinstance(items[0], Branch) and len(bases) == 1 and "" not in bases:
+      # cond(not p, b, a) on one rank and cond(p, a, b) on another decide
+      # alike: that rank's two branches are met the other way round.
+      flip = signatures[0] is not None and signatures[0].negated
+      return [
+        item
+        if s is None or s.negated == flip or not isinstance(item, Branch)
+        else dataclasses.replace(item, branches=item.branches[::-1])
+        for item, s in zip(items, signatures, strict=True)
+      ]
     leaves = [s.leaves if s is not None else () for s in signatures]
     longest = max(len(x) for x in leaves)
     first = next(
@@ -472,6 +483,7 @@ class _Simulation:
         items[0].op.location,
       )
     )
+    return list(items)
 
   def _point_to_point(self, heads: list[Item | None], advance) -> bool:
     """Completes the sends and receives that meet, and the sendrecvs whose
@@ -576,59 +588,30 @@ def _sends_to(item: Item | None, rank: int, tag: int | None) -> bool:
 def _swaps(
   steps: list[tuple[tuple[Call, ...], tuple[RankCall, ...]]],
 ) -> tuple[Mismatch | None, tuple[str, ...]]:
-  """Two matched collective steps of one type (fingerprint and, on rank
-  0, communicator and reduction) that MPI would match either way: each
-  call's operand origin (`Call.origin`) must be the same on every rank.
-  Where a rank's two origins are the other's crossed, the calls are
-  swapped (a `Mismatch`: each rank gets the other's data). Where the
-  origins differ otherwise, nothing tells the calls apart: the pair is
-  matched by type only (a sentence in the second element)."""
-  groups: dict[object, list[int]] = {}
-  for k, (calls, _) in enumerate(steps):
-    key = (calls[0].fingerprint, calls[0].renamed)
-    groups.setdefault(key, []).append(k)
+  """`origins.undistinguished` over the matched collective steps: a
+  crossed pair is a `Mismatch` (each rank gets the other's data); the
+  others are matched by type only (a sentence each)."""
   unclear: list[str] = []
-  for members in groups.values():
-    for a, i in enumerate(members):
-      for j in members[a + 1 :]:
-        first, second = steps[i][0], steps[j][0]
-        same_first = all(c.origin == first[0].origin for c in first)
-        same_second = all(c.origin == second[0].origin for c in second)
-        if same_first and same_second:
-          continue
-        names = steps[i][1], steps[j][1]
-        crossed = next(
-          (
-            r
-            for r in range(1, len(first))
-            if first[r].origin == second[0].origin
-            and second[r].origin == first[0].origin
-            and first[0].origin != second[0].origin
-          ),
-          None,
-        )
-        if crossed is not None:
-          return (
-            Mismatch(
-              tuple(
-                names[0][r] if r in (0, crossed) else None
-                for r in range(len(first))
-              ),
-              f"the operands: rank {crossed}'s call {names[0][crossed].index} "
-              f"sends what rank 0's call {names[1][0].index} sends, and its "
-              f"call {names[1][crossed].index} what rank 0's call "
-              f"{names[0][0].index} sends: the two calls are swapped (same "
-              "type, so MPI matches them, and each rank gets the other's "
-              "data)",
-            ),
-            (),
-          )
-        unclear.append(
-          f"calls {names[0][0].index} and {names[1][0].index} "
-          f"({names[0][0].label.split(' at ')[0]}) could be swapped on a "
-          "rank: the ranks compute their operands differently, so nothing "
-          "tells the two calls apart"
-        )
+  for i, j, crossed in origins.undistinguished([c for c, _ in steps]):
+    names = steps[i][1], steps[j][1]
+    if crossed is not None:
+      return Mismatch(
+        tuple(
+          names[0][r] if r in (0, crossed) else None
+          for r in range(len(names[0]))
+        ),
+        f"the operands: rank {crossed}'s call {names[0][crossed].index} "
+        f"sends what rank 0's call {names[1][0].index} sends, and its "
+        f"call {names[1][crossed].index} what rank 0's call "
+        f"{names[0][0].index} sends: the two calls are swapped (same "
+        "type, so MPI matches them, and each rank gets the other's data)",
+      ), ()
+    unclear.append(
+      f"calls {names[0][0].index} and {names[1][0].index} "
+      f"({names[0][0].label.split(' at ')[0]}) could be swapped on a "
+      "rank: the ranks compute their operands differently, so nothing "
+      "tells the two calls apart"
+    )
   return None, tuple(unclear)
 
 
