@@ -1100,6 +1100,24 @@ class CrashIsNoFindingTest(absltest.TestCase):
     self.assertEqual(status, 2, err)
     self.assertIn("crashed (rank 0: ", err)
 
+  def test_the_plugin_fails_a_run_on_a_finding_not_on_a_crash(self):
+    from entangle_jax.testing._ways_in import plugin
+
+    folders = self.dumps(CollectivesInEveryBranchTest.both)
+    boom = IndexError("tuple index out of range")
+    with mock.patch.object(command, "check_programs", side_effect=boom):
+      crashed = self.run_command(folders)
+    self.assertFalse(plugin.across_fails((crashed[2], crashed[0])))
+    # Control: a mismatch (status 1) fails it, a proof does not.
+    mismatch = self.run_command(
+      self.dumps(
+        functools.partial(CollectivesInEveryBranchTest.both, sizes=(1, 2))
+      )
+    )
+    self.assertEqual(mismatch[0], 1, mismatch[1])
+    self.assertTrue(plugin.across_fails((mismatch[1], mismatch[0])))
+    self.assertFalse(plugin.across_fails(("Proved", 0)))
+
   def test_control_the_same_dumps_are_proved(self):
     status, out, err = self.run_command(
       self.dumps(CollectivesInEveryBranchTest.both)

@@ -562,13 +562,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
   unproven = (
     state.unattributed or run.coverage.incomplete or state.lost or run.unchecked
   )
-  if state.across is not None and state.across[1] == 1:
-    # 1: a problem found, or a rank that did not finish. 2 (the check
-    # could not answer, a crash of its own included) is said in the
-    # summary but fails no test: it is no finding about the program.
+  if across_fails(state.across):
     unproven = True
   if unproven and state.mode == "fail" and session.exitstatus == 0:
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def across_fails(across: tuple[str, int] | None) -> bool:
+  """Whether the cross-rank check's answer (its report and ``--ranks``
+  status) fails the run in ``fail`` mode: 1, a problem found or a rank
+  that did not finish. 2 (nothing proved, or the check could not answer,
+  a crash of its own included) is said in the summary but fails no test:
+  it is no finding about the program."""
+  return across is not None and across[1] == 1
 
 
 def _across_ranks(state: _State, config: pytest.Config) -> None:
