@@ -240,7 +240,7 @@ class DecisionSlice:
           for x in self._leaves[(i.computation, self._operand(i, k).name)]
         )
         self._nodes[key] = (digest, reads)
-        self._leaves[key] = leaves
+        self._leaves[key] = _few(leaves)
         return digest, reads
       digest, reads, leaves = self._plain(i, shape)
     elif (
@@ -254,7 +254,7 @@ class DecisionSlice:
     else:
       digest, reads, leaves = self._plain(i, shape)
     self._nodes[key] = (digest, reads)
-    self._leaves[key] = leaves
+    self._leaves[key] = _few(leaves)
     return digest, reads
 
   def _plain(
@@ -378,7 +378,18 @@ class DecisionSlice:
         leaves += self._leaves[(part.computation, part.name)]
         if part is update:
           todo |= read - done
-    return Signature(_hash(*parts), tuple(leaves))
+    return Signature(_hash(*parts), _few(tuple(leaves)))
+
+
+LEAVES = 64
+"""The most leaves kept for a node: the report names the first that
+differs; a node's hash, not its leaves, decides."""
+
+
+def _few(leaves: tuple[str, ...]) -> tuple[str, ...]:
+  """`leaves` without repeats, the first `LEAVES` of them (an expression
+  that reads one value twice would double them at each level)."""
+  return tuple(dict.fromkeys(leaves))[:LEAVES]
 
 
 def _element(
