@@ -155,6 +155,46 @@ class MergeTest(absltest.TestCase):
     self.assertEqual(wrong.divergence.index, 0)
     self.assertEqual(wrong.status, 1)
 
+  def test_no_call_recorded_is_nothing_proved(self):
+    # Issue 77, defect 11: mpi4jax imported before sanitize() leaves every
+    # record empty; that is blindness, not agreement.
+    blind = merge_rank_records([record(0), record(1)])
+    self.assertFalse(blind.agree)
+    self.assertTrue(blind.blind)
+    self.assertEqual(blind.status, 2)
+    self.assertIn("NOTHING PROVED", blind.text())
+    self.assertNotIn("calls agree", blind.text())
+    # Control: one call on each rank is compared, and agrees.
+    seen = merge_rank_records([record(0, SMALL), record(1, SMALL)])
+    self.assertFalse(seen.blind)
+    self.assertTrue(seen.agree)
+    self.assertEqual(seen.status, 0)
+
+  def test_a_hung_rank_never_agrees(self):
+    # Issue 77, defect 11: a hung ring (each rank's one call in flight,
+    # the same call) said "agree": true with status 1.
+    report = "entangle_jax sanitizer watchdog (rank 0 of 2): ..."
+    hung = [
+      SanitizedRankRecord(
+        r,
+        2,
+        "L",
+        rank_calls.HUNG,
+        (call(0, SMALL, 10, in_flight=True, seconds=4.0),),
+        hang=report,
+      )
+      for r in (0, 1)
+    ]
+    merged = merge_rank_records(hung)
+    self.assertIsNone(merged.divergence)
+    self.assertEqual(merged.status, 1)
+    self.assertFalse(merged.agree)
+    self.assertFalse(json.loads(json.dumps(merged.to_json()))["agree"])
+    self.assertIn("proves nothing", merged.text())
+    # Control: the same calls, returned, agree.
+    done = merge_rank_records([record(0, SMALL), record(1, SMALL)])
+    self.assertTrue(done.to_json()["agree"])
+
   def test_two_records_of_one_rank_are_an_error_naming_it(self):
     with self.assertRaisesRegex(ValueError, "two records of rank 1"):
       merge_rank_records([record(1, SMALL), record(1, SMALL)])
@@ -170,6 +210,92 @@ class MergeTest(absltest.TestCase):
       SanitizedRankRecord.from_json({"format": 0}, "here")
     with self.assertRaisesRegex(ValueError, "there: a malformed rank record"):
       SanitizedRankRecord.from_json({**data, "calls": [{"index": 0}]}, "there")
+
+
+def p2p(
+  index: int, kind: str, peer: int, line: int, **more
+) -> SanitizedRankCall:
+  """A send (to `peer`) or receive (from `peer`, below 0: any)."""
+  return dataclasses.replace(
+    call(index, SMALL, line, **more),
+    target=f"mpi_{kind}_ffi",
+    kind=kind,
+    peer=peer,
+    tag=0,
+  )
+
+
+def bcast(index: int, root: int, is_root: bool) -> SanitizedRankCall:
+  """mpi4jax's bcast: the root's call and the others' have other types."""
+  types = "(f32[4]) -> f32[4]" if is_root else "(f32[4]) -> f32[0]"
+  return dataclasses.replace(
+    call(index, types, 20), target="mpi_bcast_ffi", root=f"root={root}"
+  )
+
+
+def ranks_of(*per_rank: tuple[SanitizedRankCall, ...]) -> list:
+  return [
+    SanitizedRankRecord(r, len(per_rank), "L", rank_calls.ENDED, calls)
+    for r, calls in enumerate(per_rank)
+  ]
+
+
+class PairingTest(absltest.TestCase):
+  """Issue 77, defects 9 and 10: the merge pairs a send with its receive,
+  as MPI does, and compares a rooted collective's root, letting the
+  root's types differ from the others'."""
+
+  def test_a_send_meets_its_receive(self):
+    # Rank 0 sends then receives; rank 1 receives then sends: right.
+    right = merge_rank_records(
+      ranks_of(
+        (p2p(0, "send", 1, 30), p2p(1, "recv", 1, 31)),
+        (p2p(0, "recv", 0, 40), p2p(1, "send", 0, 41)),
+      )
+    )
+    self.assertTrue(right.agree, right.text())
+    self.assertEqual(right.status, 0)
+
+  def test_both_ranks_receiving_first_differ(self):
+    # Control: both receive first, each waits for the other.
+    stuck = merge_rank_records(
+      ranks_of(
+        (p2p(0, "recv", 1, 30), p2p(1, "send", 1, 31)),
+        (p2p(0, "recv", 0, 40), p2p(1, "send", 0, 41)),
+      )
+    )
+    self.assertFalse(stuck.agree)
+    self.assertEqual(stuck.status, 1)
+    assert stuck.divergence is not None
+    self.assertEqual([c.kind for c in stuck.divergence.calls if c],
+                     ["recv", "recv"])  # fmt: skip
+
+  def test_a_receive_from_any_rank_meets_a_send(self):
+    merged = merge_rank_records(
+      ranks_of((p2p(0, "recv", -1, 30),), (p2p(0, "send", 0, 40),))
+    )
+    self.assertTrue(merged.agree, merged.text())
+
+  def test_a_bcast_with_one_root_agrees_though_its_types_differ(self):
+    merged = merge_rank_records(
+      ranks_of((bcast(0, 0, True),), (bcast(0, 0, False),))
+    )
+    self.assertTrue(merged.agree, merged.text())
+
+  def test_a_bcast_where_each_rank_names_itself_root_differs(self):
+    # Each rank names itself: every rank thinks it sends, wrong values.
+    merged = merge_rank_records(
+      ranks_of((bcast(0, 0, True),), (bcast(0, 1, True),))
+    )
+    self.assertFalse(merged.agree, merged.text())
+    self.assertEqual(merged.status, 1)
+
+  def test_the_others_of_one_root_must_agree_with_each_other(self):
+    other = dataclasses.replace(bcast(0, 0, False), signature=LARGE)
+    merged = merge_rank_records(
+      ranks_of((bcast(0, 0, True),), (bcast(0, 0, False),), (other,))
+    )
+    self.assertEqual(merged.status, 1, merged.text())
 
 
 class FolderAndCommandTest(absltest.TestCase):
@@ -206,6 +332,18 @@ class FolderAndCommandTest(absltest.TestCase):
           self.assertEqual(calls, ["prog.py:10", "prog.py:11"])
         else:
           self.assertIsNone(data["divergence"])
+
+  def test_the_command_says_nothing_proved_when_nothing_was_recorded(self):
+    with tempfile.TemporaryDirectory() as tmp:
+      self.write(pathlib.Path(tmp), record(0), record(1))
+      status, out, _ = self.run_command("--sanitized-ranks", tmp)
+      self.assertEqual(status, 2, out)
+      self.assertIn("NOTHING PROVED", out)
+      status, out, _ = self.run_command(
+        "--sanitized-ranks", tmp, "--format", "json"
+      )
+      data = json.loads(out)
+      self.assertEqual((data["status"], data["agree"]), (2, False))
 
   def test_a_missing_folder_or_a_bad_record_cannot_be_answered(self):
     with tempfile.TemporaryDirectory() as tmp:

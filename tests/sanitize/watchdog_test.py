@@ -209,6 +209,46 @@ class WatchdogTest(absltest.TestCase):
         self.assertIn("rank_allreduce", hang)
 
 
+UNDER_PYTEST = textwrap.dedent(
+  """
+  import jax, jax.numpy as jnp
+  from entangle_jax import testing
+
+  with testing.sanitize():  # Starts it before the store registers.
+    from entangle_jax.testing import example_store as store
+
+  def test_a_call(delay_us={delay_us}):
+    run = jax.jit(lambda s: store.write_slot(s, 1.0, delay_us=delay_us))
+    with testing.sanitize(watchdog=0.3, on_hang="exit"):
+      jax.block_until_ready(run(jnp.int32(3)))  # THE CALL
+  """
+)
+
+
+class UnderPytestTest(absltest.TestCase):
+  """Issue 77, defect 12: under pytest (its capture of fd 2 on, as by
+  default) a watchdog that ends the process wrote its report into the
+  capture, which ``os._exit`` threw away: no terminal saw it."""
+
+  def run_suite(self, delay_us: int):
+    with tempfile.TemporaryDirectory() as tmp:
+      pathlib.Path(tmp, "test_hang.py").write_text(
+        UNDER_PYTEST.format(delay_us=delay_us)
+      )
+      return test_util.pytest_run(tmp, "test_hang.py")
+
+  def test_the_report_of_a_hang_reaches_the_real_stderr(self):
+    done = self.run_suite(delay_us=3_000_000)
+    self.assertEqual(done.returncode, watchdog.HANG_EXIT_STATUS, done.stdout)
+    self.assertIn("entangle_jax sanitizer watchdog", done.stderr)
+    self.assertRegex(done.stderr, r"entangle_jax_write_slot at \S*test_hang")
+
+  def test_control_a_call_in_time_passes_without_a_report(self):
+    done = self.run_suite(delay_us=20_000)
+    self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+    self.assertNotIn("watchdog", done.stdout + done.stderr)
+
+
 class ArgumentsTest(absltest.TestCase):
   def test_a_limit_that_is_not_positive_seconds_is_an_error_naming_it(self):
     from entangle_jax import testing

@@ -14,13 +14,16 @@ import contextlib
 import functools
 import io
 import json
+import os
 import pathlib
 import tempfile
+from unittest import mock
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest
+from jax.experimental import io_callback
 from jax.extend import core as jex_core
 from jax.interpreters import mlir
 
@@ -162,7 +165,9 @@ class TwoAllreducesTest(absltest.TestCase):
     if rank == 0:
       x = jnp.sin(x) * 2.0  # extra work on rank 0
     a = allreduce(x)
-    y = jnp.cos(x)
+    # Twice the size: two allreduces of one type whose operands rank 0
+    # computes differently could be swapped (see SwapTest).
+    y = jnp.tile(jnp.cos(x), 2)
     if ordered:
       y = entangle(y, a)
     b = allreduce(y)
@@ -601,15 +606,7 @@ class CommandTest(absltest.TestCase):
     return status, out.getvalue(), err.getvalue()
 
   def dumps(self, texts: list[str]) -> list[str]:
-    root = pathlib.Path(tempfile.mkdtemp())
-    folders = []
-    for rank, text in enumerate(texts):
-      folder = root / f"rank{rank}"
-      folder.mkdir()
-      name = "module_0001.jit_program.cpu_after_optimizations.txt"
-      (folder / name).write_text(text)
-      folders.append(str(folder))
-    return folders
+    return write_dumps(texts)
 
   def test_mpi4jax_ranks_are_proved(self):
     texts = [(DATA / f"mpi4jax_rank{r}_of_2.txt").read_text() for r in (0, 1)]
@@ -643,10 +640,509 @@ class CommandTest(absltest.TestCase):
     self.assertEqual(status, 1, out)
     self.assertIn("rank 1 compiled 2", out)
 
+  def test_several_modules_a_rank_are_not_proved_as_a_sequence(self):
+    # Issue 77, defect 4: rank 1 calls g before f. The dumps hold each
+    # module, not the order each rank ran them in: never "proved".
+    texts = [(DATA / f"mpi4jax_rank{r}_of_2.txt").read_text() for r in (0, 1)]
+    folders = self.dumps(texts)
+    for folder, text in zip(folders, texts, strict=True):
+      (
+        pathlib.Path(folder)
+        / "module_0002.jit_other.cpu_after_optimizations.txt"
+      ).write_text(text.replace("HloModule jit_", "HloModule jit_other_", 1))
+    with shipped_mpi4jax():
+      status, out, _ = self.run_command("--ranks", *folders)
+      self.assertEqual(status, 2, out)
+      self.assertIn("2 proved.", out)
+      self.assertIn("NOT PROVED: a rank compiled 2 communicating modules", out)
+      status, out, _ = self.run_command("--ranks", *folders, "--json")
+    self.assertEqual(json.loads(out)["status"], 2)
+
+  def test_modules_are_paired_by_number_not_by_name(self):
+    # module_10000 was compiled after module_9999 (XLA's numbers grow
+    # past four digits): by name it sorts first.
+    texts = [(DATA / f"mpi4jax_rank{r}_of_2.txt").read_text() for r in (0, 1)]
+    folders = self.dumps(texts)
+    for folder, text in zip(folders, texts, strict=True):
+      (pathlib.Path(folder) / next(iter(os.listdir(folder)))).unlink()
+      for number, name in ((9999, "first"), (10000, "second")):
+        renamed = text.replace("HloModule jit_", f"HloModule jit_{name}_", 1)
+        (
+          pathlib.Path(folder)
+          / f"module_{number:04d}.jit_{name}.cpu_after_optimizations.txt"
+        ).write_text(renamed)
+    with shipped_mpi4jax():
+      status, out, _ = self.run_command("--ranks", *folders, "--json")
+    modules = [m["module"] for m in json.loads(out)["modules"]]
+    self.assertEqual([m.split("_")[1] for m in modules], ["first", "second"])
+    self.assertEqual(status, 2)  # Two modules a rank: see above.
+
+  def test_no_communicating_module_is_nothing_proved(self):
+    # Issue 77: nothing compared is no proof (exit 2), as for the
+    # sanitizer's merge.
+    status, out, _ = self.run_command(
+      "--ranks", *self.dumps([_plain_module(), _plain_module()])
+    )
+    self.assertEqual(status, 2, out)
+    self.assertIn("nothing proved", out)
+
+  def test_control_one_module_a_rank_is_proved(self):
+    texts = [(DATA / f"mpi4jax_rank{r}_of_2.txt").read_text() for r in (0, 1)]
+    with shipped_mpi4jax():
+      status, out, _ = self.run_command("--ranks", *self.dumps(texts))
+    self.assertEqual(status, 0, out)
+    self.assertNotIn("NOT PROVED", out)
+
   def test_no_such_folder_exits_2(self):
     status, _, err = self.run_command("--ranks", "/no/such/folder", "/no")
     self.assertEqual(status, 2)
     self.assertIn("no such file or directory", err)
+
+
+class CollectivesInEveryBranchTest(absltest.TestCase):
+  """Issue 77, defect 6: the docs' own fix (the decision reduced across
+  ranks first) with a collective in both branches of a ``cond``, or in
+  two branches of a 3-way ``switch``, crashed the order analysis
+  (IndexError in ``Reach._combine``: the conditional is itself a
+  selected op, and its branches' calls lie under it)."""
+
+  @staticmethod
+  def both(rank, x, sizes=(1, 1)):
+    decision = allreduce(jnp.sum(x))
+    return jax.lax.cond(
+      decision > 0,
+      lambda v: allreduce(v),
+      lambda v: allreduce(jnp.tile(v, sizes[rank])).sum() * v,
+      x,
+    )
+
+  @staticmethod
+  def switch(rank, x):
+    del rank
+    decision = allreduce(jnp.sum(x)).astype(jnp.int32) % 3
+    return jax.lax.switch(
+      decision, [allreduce, lambda v: v, lambda v: allreduce(v * 3.0)], x
+    )
+
+  def test_a_collective_in_both_branches_is_proved(self):
+    result = check(self.both)
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 3)  # the decision's, then each branch's
+
+  def test_a_three_way_switch_is_proved(self):
+    result = check(self.switch)
+    self.assertEqual(result.verdict, "proved", result.text())
+
+  def test_control_branches_that_differ_across_ranks_are_a_mismatch(self):
+    # The same shape still compares the branches: rank 1's second branch
+    # reduces twice the data.
+    result = check(functools.partial(self.both, sizes=(1, 2)))
+    self.assertEqual(result.verdict, "mismatch", result.text())
+    assert result.mismatch is not None
+    self.assertIn("f32[8]", result.mismatch.differs)
+
+
+class RankVaryingConstantsTest(absltest.TestCase):
+  """Issue 77, defect 1: each rank compiles its own module, so a constant
+  may differ between ranks though each module holds it as a constant. A
+  decision that reads one, around a collective, differs between ranks:
+  rank 0 computes wrong values and rank 1 hangs. Each shape beside its
+  control, where every rank holds the same constant."""
+
+  @staticmethod
+  def fori(rank, x, extra=(0, 1)):
+    # Runs 3 + rank times: the dumps' known_trip_count are 3 and 4.
+    return jax.lax.fori_loop(0, 3 + extra[rank], lambda i, v: allreduce(v), x)
+
+  @staticmethod
+  def threshold(rank, x, limits=(0.0, 1.0)):
+    decision = allreduce(jnp.sum(x))  # the same on every rank
+    return jax.lax.cond(decision > limits[rank], allreduce, lambda v: v, x)
+
+  @staticmethod
+  def residual(rank, x, limits=(0.0, 1.0)):
+    def body(carry):
+      v = allreduce(carry[0] * 0.5)
+      return v, allreduce(jnp.abs(v).sum())
+
+    return jax.lax.while_loop(
+      lambda carry: carry[1] > limits[rank], body, (x, jnp.float32(9.0))
+    )
+
+  @staticmethod
+  def psum_fori(rank, x, extra=(0, 1)):
+    def body(v):
+      return jax.lax.fori_loop(
+        0, 3 + extra[rank], lambda i, w: jax.lax.psum(w, "x"), v
+      )
+
+    return on_mesh(body)(x)
+
+  def assert_differs(self, result, construct, rank0, rank1):
+    self.assertEqual(result.verdict, "rank-dependent", result.text())
+    (found,) = result.rank_dependent
+    self.assertEqual(found.construct, construct)
+    self.assertEqual(found.ranks, (0, 1))
+    self.assertIn(f"rank 0: constant {rank0}", found.depends_on)
+    self.assertIn(f"rank 1: constant {rank1}", found.depends_on)
+    self.assertRegex(found.label, r" at \S+:\d+")
+    self.assertIn("constant that differs between the ranks", result.text())
+
+  def test_a_trip_count_that_differs_between_ranks(self):
+    self.assert_differs(check(self.fori), "loop", "s32[] 3", "s32[] 4")
+
+  def test_control_the_same_trip_count_is_proved(self):
+    result = check(functools.partial(self.fori, extra=(1, 1)))
+    self.assertEqual(result.verdict, "proved", result.text())
+
+  def test_a_cond_on_a_shared_value_and_a_per_rank_threshold(self):
+    self.assert_differs(
+      check(self.threshold), "conditional", "f32[] 0", "f32[] 1"
+    )
+
+  def test_control_one_threshold_is_proved(self):
+    result = check(functools.partial(self.threshold, limits=(1.0, 1.0)))
+    self.assertEqual(result.verdict, "proved", result.text())
+
+  def test_a_while_on_a_shared_residual_and_a_per_rank_limit(self):
+    self.assert_differs(check(self.residual), "loop", "f32[] 0", "f32[] 1")
+
+  def test_control_one_limit_is_proved(self):
+    result = check(functools.partial(self.residual, limits=(1.0, 1.0)))
+    self.assertEqual(result.verdict, "proved", result.text())
+
+  def test_xla_psum_in_a_loop_of_a_per_rank_trip_count(self):
+    self.assert_differs(check(self.psum_fori), "loop", "s32[] 3", "s32[] 4")
+    result = check(functools.partial(self.psum_fori, extra=(0, 0)))
+    self.assertEqual(result.verdict, "proved", result.text())  # control
+
+  def test_a_per_rank_scale_of_the_data_is_no_difference(self):
+    # Only what the decision reads is compared: rank 1 scales the data it
+    # reduces, and the loop's decision reads the shared result.
+    def program(rank, x):
+      def body(carry):
+        v = allreduce(carry[0] * (0.5 + rank))
+        return v, allreduce(jnp.abs(v).sum())
+
+      return jax.lax.while_loop(
+        lambda carry: carry[1] > 1.0, body, (x, jnp.float32(9.0))
+      )
+
+    result = check(program)
+    self.assertEqual(result.verdict, "proved", result.text())
+
+
+class SubgroupTest(absltest.TestCase):
+  """Issue 77, defect 2: 2 processes x 2 devices, the decision a psum over
+  one process's devices (``replica_groups={{0,1},{2,3}}``): each group
+  has its own result, so the ranks may decide differently around the
+  psum over every device, and hang."""
+
+  @staticmethod
+  def program(rank, x, axes):
+    del rank
+    mesh = jax.make_mesh(
+      (2, 2), ("p", "d"), axis_types=(jax.sharding.AxisType.Auto,) * 2
+    )
+
+    def body(v):
+      decision = jax.lax.psum(v.sum(), axes)
+      return jax.lax.cond(
+        decision > 0, lambda w: jax.lax.psum(w, ("p", "d")), lambda w: w, v
+      )
+
+    return jax.shard_map(
+      body,
+      mesh=mesh,
+      in_specs=jax.sharding.PartitionSpec(("p", "d")),
+      out_specs=jax.sharding.PartitionSpec(("p", "d")),
+      check_vma=False,
+    )(x)
+
+  def test_a_decision_reduced_within_one_process_is_rank_dependent(self):
+    result = check(functools.partial(self.program, axes="d"))
+    self.assertEqual(result.verdict, "rank-dependent", result.text())
+    (found,) = result.rank_dependent
+    self.assertEqual(found.construct, "conditional")
+    self.assertIn("over replica groups", found.depends_on)
+    self.assertIn("the same only within each group", found.depends_on)
+
+  def test_control_a_decision_reduced_over_every_device_is_proved(self):
+    result = check(functools.partial(self.program, axes=("p", "d")))
+    self.assertEqual(result.verdict, "proved", result.text())
+
+
+class SwapTest(absltest.TestCase):
+  """Issue 77, defect 5: two collectives of one type in another order on
+  one rank. MPI matches them by count and type, so the program runs,
+  with each rank's data in the other's call: 200/200 wrong values, and
+  "proved". Each call's operand origin tells them apart."""
+
+  TWO = (jax.ShapeDtypeStruct((4,), jnp.float32),) * 2
+
+  @staticmethod
+  def program(rank, a, b, swap=True, local=False):
+    if local and rank == 1:  # rank 1 computes its operands its own way
+      a, b = jnp.cos(a), jnp.cos(b)
+    if swap and rank == 1:
+      a, b = b, a
+    first = allreduce(a)
+    return first, allreduce(entangle(b, first))
+
+  def test_a_swap_of_one_size_is_a_mismatch(self):
+    result = check(self.program, 2, *self.TWO)
+    self.assertEqual(result.verdict, "mismatch", result.text())
+    assert result.mismatch is not None
+    self.assertIn("the two calls are swapped", result.mismatch.differs)
+    self.assertEqual([c.index for c in result.mismatch.calls if c], [1, 1])
+
+  def test_control_the_same_order_is_proved(self):
+    result = check(functools.partial(self.program, swap=False), 2, *self.TWO)
+    self.assertEqual(result.verdict, "proved", result.text())
+
+  def test_origins_that_cannot_tell_the_calls_apart_are_not_proved(self):
+    result = check(
+      functools.partial(self.program, swap=False, local=True), 2, *self.TWO
+    )
+    self.assertEqual(result.verdict, "matched-by-type", result.text())
+    self.assertEqual(result.status, 2)
+    self.assertFalse(result.proved)
+    (said,) = result.by_type_only
+    self.assertIn("calls 1 and 2", said)
+    self.assertIn("could be swapped", said)
+    self.assertIn("NOT proved", result.text())
+
+  def test_the_same_expression_twice_needs_no_telling_apart(self):
+    # Control: both calls reduce the same value on every rank, so a swap
+    # changes nothing.
+    def program(rank, x):
+      del rank
+      first = allreduce(x)
+      return first, allreduce(entangle(x, first))
+
+    self.assertEqual(check(program).verdict, "proved")
+
+
+class WildcardReceiveTest(absltest.TestCase):
+  """Issue 77, defect 3: three ranks, rank 0 receives from any rank, then
+  from rank 2; ranks 1 and 2 each send to it once. When the first receive
+  meets rank 2's send, the second waits for ever: it hung, and the check
+  said "proved ... recv from rank -1"."""
+
+  @staticmethod
+  def program(rank, x, second_source=2):
+    if rank == 0:
+      got = recv(x, (4,), source=-1)
+      return recv(got, (4,), source=second_source)
+    return send(x, dest=0)
+
+  def test_a_matching_that_deadlocks_is_reported(self):
+    result = check(self.program, 3)
+    self.assertEqual(result.verdict, "deadlock", result.text())
+    assert result.deadlock is not None
+    self.assertIn("meets rank 2's send", result.deadlock.matching)
+    blocked = result.deadlock.blocked[0]
+    assert blocked is not None
+    self.assertIn("recv", blocked.label)
+    self.assertIn("from rank 2", blocked.label)
+    self.assertIn("when rank 0's receive from any rank", result.text())
+
+  def test_control_two_receives_from_any_rank_are_proved(self):
+    result = check(functools.partial(self.program, second_source=-1), 3)
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 2)
+
+
+class UndeclaredCallsTest(absltest.TestCase):
+  """Issue 77, defect 8: an ``io_callback`` doing host MPI under
+  ``jax.distributed``, or a binding nobody declared, was "no
+  communicating calls, nothing to compare", exit 0. Both are now
+  compared across ranks as calls that may communicate."""
+
+  @staticmethod
+  def callback(rank, x, on=(0, 1)):
+    if rank in on:
+      x = io_callback(lambda v: v, jax.ShapeDtypeStruct((4,), jnp.float32), x)
+    return x * 2.0
+
+  def test_an_io_callback_on_one_rank_only_deadlocks(self):
+    result = check(functools.partial(self.callback, on=(0,)))
+    self.assertEqual(result.verdict, "deadlock", result.text())
+    self.assertIn("possibly communicating (undeclared)", result.text())
+
+  def test_control_an_io_callback_on_every_rank_is_matched(self):
+    result = check(self.callback)
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 1)
+
+  def test_a_debug_callback_on_one_rank_is_no_call(self):
+    # Control: jax.debug.callback and pure_callback do not communicate.
+    def program(rank, x):
+      if rank == 0:
+        jax.debug.callback(lambda v: None, x)
+        x = jax.pure_callback(
+          lambda v: v, jax.ShapeDtypeStruct((4,), jnp.float32), x
+        )
+      return allreduce(x)
+
+    result = check(program)
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 1)
+
+  def test_an_undeclared_native_call_is_compared(self):
+    # The test's allreduce target, its declaration left out: rank 1 makes
+    # one more call.
+    def program(rank, x):
+      x = allreduce(x)
+      return allreduce(entangle(x * 2.0, x)) if rank == 1 else x
+
+    x = jax.ShapeDtypeStruct((4,), jnp.float32)
+    modules = [
+      jax.jit(functools.partial(program, r)).lower(x).compile() for r in (0, 1)
+    ]
+    result = races_across(modules, declarations=sources.BUILT_IN)
+    self.assertEqual(result.verdict, "deadlock", result.text())
+    self.assertIn(f"possibly communicating (undeclared) {ALLREDUCE}",
+                  result.text())  # fmt: skip
+    # Control: declared, the same verdict for the declared reason.
+    declared = races_across(modules, declarations=declarations())
+    self.assertEqual(declared.verdict, "deadlock", declared.text())
+    self.assertNotIn("undeclared", declared.text())
+
+
+class CountAndTypeTest(absltest.TestCase):
+  """Issue 77, defect 7: MPI matches a message's count and type, not its
+  shape. f32[2,2] on one rank and f32[4] on the other is a match, which
+  the check called a mismatch."""
+
+  @staticmethod
+  def program(rank, x, count=4):
+    return allreduce(x.reshape(2, 2) if rank == 0 else x[:count])
+
+  def test_one_count_in_two_shapes_is_proved(self):
+    result = check(self.program)
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertIn("f32[2,2]", result.text())  # The label keeps the shape.
+
+  def test_control_another_count_is_a_mismatch(self):
+    result = check(functools.partial(self.program, count=2))
+    self.assertEqual(result.verdict, "mismatch", result.text())
+    assert result.mismatch is not None
+    self.assertIn("f32[4]", result.mismatch.differs)
+    self.assertIn("f32[2]", result.mismatch.differs)
+
+
+class NegatedBranchesTest(absltest.TestCase):
+  """Issue 77, defect 7: rank 1 writes ``cond(not p, noop, allreduce)``
+  where rank 0 writes ``cond(p, allreduce, noop)``: one decision, the
+  branches the other way round. Branches are matched by the predicate
+  with its negations taken off, not by their index."""
+
+  @staticmethod
+  def program(rank, x, negate=True, limits=(0.0, 0.0)):
+    p = allreduce(jnp.sum(x)) > limits[rank]
+    if rank == 1 and negate:
+      return jax.lax.cond(jnp.logical_not(p), lambda v: v, allreduce, x)
+    return jax.lax.cond(p, allreduce, lambda v: v, x)
+
+  def test_the_negated_decision_with_swapped_branches_is_proved(self):
+    result = check(self.program)
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 2)
+
+  def test_control_negated_without_swapping_the_branches(self):
+    # cond(not p, allreduce, noop): rank 1 reduces where rank 0 does not.
+    def program(rank, x):
+      p = allreduce(jnp.sum(x)) > 0
+      if rank == 1:
+        p = jnp.logical_not(p)
+      return jax.lax.cond(p, allreduce, lambda v: v, x)
+
+    result = check(program)
+    self.assertNotEqual(result.verdict, "proved", result.text())
+
+  def test_control_a_negated_decision_on_another_threshold(self):
+    result = check(functools.partial(self.program, limits=(0.0, 1.0)))
+    self.assertEqual(result.verdict, "rank-dependent", result.text())
+
+
+class CrashIsNoFindingTest(absltest.TestCase):
+  """Issue 77: a crash of the cross-rank check exits 2 with its cause
+  ("could not answer"), never 1, the status of a problem found."""
+
+  def dumps(self, program) -> list[str]:
+    x = jax.ShapeDtypeStruct((4,), jnp.float32)
+    texts = [
+      str(jax.jit(functools.partial(program, r)).lower(x).compile().as_text())
+      for r in (0, 1)
+    ]
+    return write_dumps(texts)
+
+  def run_command(self, folders) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with mock.patch.object(sources, "of_pyproject", lambda _: declarations()):
+      status = command.main(["--ranks", *folders], out=out, err=err)
+    return status, out.getvalue(), err.getvalue()
+
+  def test_a_crash_comparing_the_ranks_exits_2_with_its_cause(self):
+    folders = self.dumps(CollectivesInEveryBranchTest.both)
+    boom = IndexError("tuple index out of range")
+    with mock.patch.object(command, "check_programs", side_effect=boom):
+      status, _, err = self.run_command(folders)
+    self.assertEqual(status, 2, err)
+    self.assertIn("could not answer", err)
+    self.assertIn("IndexError: tuple index out of range", err)
+
+  def test_a_crash_reading_a_rank_exits_2_naming_the_rank(self):
+    folders = self.dumps(CollectivesInEveryBranchTest.both)
+    with mock.patch.object(command, "RankProgram", side_effect=KeyError("x")):
+      status, _, err = self.run_command(folders)
+    self.assertEqual(status, 2, err)
+    self.assertIn("crashed (rank 0: ", err)
+
+  def test_the_plugin_fails_a_run_on_a_finding_not_on_a_crash(self):
+    from entangle_jax.testing._ways_in import plugin
+
+    folders = self.dumps(CollectivesInEveryBranchTest.both)
+    boom = IndexError("tuple index out of range")
+    with mock.patch.object(command, "check_programs", side_effect=boom):
+      crashed = self.run_command(folders)
+    self.assertFalse(plugin.across_fails((crashed[2], crashed[0])))
+    # Control: a mismatch (status 1) fails it, a proof does not.
+    mismatch = self.run_command(
+      self.dumps(
+        functools.partial(CollectivesInEveryBranchTest.both, sizes=(1, 2))
+      )
+    )
+    self.assertEqual(mismatch[0], 1, mismatch[1])
+    self.assertTrue(plugin.across_fails((mismatch[1], mismatch[0])))
+    self.assertFalse(plugin.across_fails(("Proved", 0)))
+
+  def test_control_the_same_dumps_are_proved(self):
+    status, out, err = self.run_command(
+      self.dumps(CollectivesInEveryBranchTest.both)
+    )
+    self.assertEqual(status, 0, out + err)
+    self.assertIn("Proved", out)
+
+
+def _plain_module() -> str:
+  """A compiled module that makes no communicating call."""
+  x = jax.ShapeDtypeStruct((4,), jnp.float32)
+  return str(jax.jit(jnp.sin).lower(x).compile().as_text())
+
+
+def write_dumps(texts: list[str]) -> list[str]:
+  """One dump folder per rank, each holding its rank's module of `texts`."""
+  root = pathlib.Path(tempfile.mkdtemp())
+  folders = []
+  for rank, text in enumerate(texts):
+    folder = root / f"rank{rank}"
+    folder.mkdir()
+    name = "module_0001.jit_program.cpu_after_optimizations.txt"
+    (folder / name).write_text(text)
+    folders.append(str(folder))
+  return folders
 
 
 def shipped_mpi4jax():

@@ -12,8 +12,8 @@ Two things the stored modules of data/ranks_mpi4jax/ cannot show:
 * that the verdicts mean what they say at run time (mpirun_worker.py):
   the proved program computes the right values on both ranks; the program
   whose rank 1 makes its two allreduces in the other order is flagged and
-  aborts in MPI; with sizes that agree it computes wrong values, which the
-  check cannot see (docs/multi_process.md, "What it cannot do").
+  aborts in MPI; with sizes that agree it computes wrong values, and the
+  check names the swap by its operands' origins (issue 77).
 
 Needs Open MPI's ``mpirun`` and mpi4jax (with mpi4py) in this interpreter.
 Without them the test skips and says which is missing, unless
@@ -201,15 +201,17 @@ class MpirunTest(absltest.TestCase):
     ran = [(out / "swapped" / f"rank{r}.json").exists() for r in (0, 1)]
     self.assertNotEqual(ran, [True, True], output)
 
-  def test_swapped_with_one_size_runs_wrong_unseen_by_the_check(self):
-    # The limit docs/multi_process.md states: both allreduces are the same
-    # call (f32[4], MPI.SUM), so the check proves an order that sums each
-    # rank's first operand with the other's. A check that learns to see it
-    # fails here: then update that page.
+  def test_swapped_with_one_size_runs_wrong_and_is_a_mismatch(self):
+    # Both allreduces are the same call by type (f32[4], MPI.SUM), so MPI
+    # sums each rank's first operand with the other's. Issue 77: their
+    # operands' origins (x, and 10 * x) are crossed on rank 1, so the
+    # check names the swap instead of proving the order.
     status, output, out = worker_run("same_order", "swapped_same_size")
     self.assertEqual(status, 0, output)
     result = races_across(rank_files(out / "swapped_same_size"))
-    self.assert_verdict(result, "proved", "swapped_same_size")
+    self.assert_verdict(result, "mismatch at call 1", "swapped_same_size")
+    assert result.mismatch is not None
+    self.assertIn("the two calls are swapped", result.mismatch.differs)
     x0, x1 = [0.0, 1.0, 2.0, 3.0], [1.0, 2.0, 3.0, 4.0]
     first = [a + 10 * b for a, b in zip(x0, x1, strict=True)]  # x0 + 10 x1
     second = [10 * a + b for a, b in zip(x0, x1, strict=True)]  # 10 x0 + x1

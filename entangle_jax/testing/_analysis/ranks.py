@@ -40,10 +40,16 @@ from entangle_jax._src.targets.communication import (
 )
 from entangle_jax._src.targets.declaration import Declarations
 from entangle_jax._src.targets.library_kernels import is_library_target
-from entangle_jax._src.targets.names import ENTANGLE_TARGET
+from entangle_jax._src.targets.names import (
+  DEBUG_CALLBACK_PRIMITIVES,
+  ENTANGLE_TARGET,
+  is_host_callback,
+  is_sanitizer_counter,
+)
 from entangle_jax.testing import _hlo
 from entangle_jax.testing._analysis.ops import Op
 from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
+from entangle_jax.testing._analysis.rank_values import DecisionSlice, Signature
 from entangle_jax.testing._hlo.module_text import CompiledModule, module_text
 
 # Whether a value is the same on every rank: True, False, or one such tree
@@ -71,6 +77,11 @@ _LOCAL_SOURCES = frozenset(
   }
 )
 """Opcodes whose result may differ between ranks whatever their operands."""
+
+
+MAY_COMMUNICATE = Communication("collective")
+"""What an undeclared native call or a host callback with effects is
+taken for: a call every rank must make alike, in one order."""
 
 
 def _all_same(value: Same) -> bool:
@@ -120,6 +131,13 @@ class Call:
   tag: int | None = None
   source: int | None = None
   source_tag: int | None = None
+  shapes: str = ""
+  """Its operands' (a receive's results') shapes, as the module has them;
+  the fingerprint of a native call holds their counts."""
+  origin: str = ""
+  """What its data operands are computed from (`DecisionSlice.origin`):
+  which entry parameters, constants, shared results and ops, up to the
+  instructions' names. Two calls of one type are told apart by it."""
 
   @property
   def kind(self) -> str:
@@ -132,7 +150,7 @@ class Call:
 
   def label(self) -> str:
     """One line naming the call: what, its shapes, where."""
-    shapes = dict(self.fingerprint).get("shapes", "")
+    shapes = self.shapes or dict(self.fingerprint).get("shapes", "")
     where = self.op.location or f"%{self.op.name}"
     if self.kind in ("send", "recv"):
       direction = "to" if self.kind == "send" else "from"
@@ -141,9 +159,10 @@ class Call:
       peer = f" to rank {self.peer}, from rank {self.source}"
     else:
       peer = ""
-    return f"{self.kind} {self.what}{peer} {shapes} at {where}".replace(
-      "  ", " "
-    )
+    kind = self.kind
+    if self.communication is MAY_COMMUNICATE:
+      kind = "possibly communicating (undeclared)"
+    return f"{kind} {self.what}{peer} {shapes} at {where}".replace("  ", " ")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,6 +175,10 @@ class Loop:
   decision: str | None
   """None when its decision is the same on every rank; else the
   rank-local value it depends on, in words."""
+  signature: Signature | None = None
+  """How its decision is computed (`rank_values`): the ranks' loops at
+  one step must have equal signatures, else their constants (a trip
+  count) differ between ranks."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,6 +189,8 @@ class Branch:
   branches: tuple[tuple[Item, ...], ...]
   decision: str | None
   """As `Loop.decision`."""
+  signature: Signature | None = None
+  """As `Loop.signature`: its predicate's or branch index's."""
 
 
 Item = Call | Loop | Branch
@@ -287,17 +312,76 @@ class RankProgram:
     self._values(self.module.entry, ())
     self._holds: dict[str, bool] = {}
     self.unordered: list[Unordered] = []
-    self.items: tuple[Item, ...] = self._items(self.module.entry)
+    items = self._items(self.module.entry)
+    # Each communicating call's position in the rank's program order, for
+    # the decisions' signatures: a shared result is named by it.
+    where = {
+      (c.op.instruction.computation, c.op.instruction.name): k
+      for k, c in enumerate(_walk(items))
+    }
+    self._slice = DecisionSlice(
+      self.module,
+      self._lines,
+      self.communication,
+      lambda i: where.get((i.computation, i.name)),
+    )
+    self.items: tuple[Item, ...] = self._signed(items)
+
+  def _signed(self, items: tuple[Item, ...]) -> tuple[Item, ...]:
+    """`items`, each loop and conditional with its decision's signature,
+    each call with its operands' origin."""
+    out: list[Item] = []
+    for item in items:
+      if isinstance(item, Loop):
+        item = dataclasses.replace(
+          item,
+          body=self._signed(item.body),
+          signature=self._slice.loop(item.op.instruction),
+        )
+      elif isinstance(item, Branch):
+        item = dataclasses.replace(
+          item,
+          branches=tuple(self._signed(b) for b in item.branches),
+          signature=self._slice.conditional(item.op.instruction),
+        )
+      else:
+        item = dataclasses.replace(
+          item, origin=self._slice.origin(item.op.instruction)
+        )
+      out.append(item)
+    return tuple(out)
 
   # Which values are the same on every rank ---------------------------------
 
   def communication(self, i: _hlo.Instruction) -> Communication | None:
-    """How `i` communicates with other ranks; None if it does not."""
+    """How `i` communicates with other ranks; None if it does not.
+
+    A call that no declaration covers, and a host callback that may have
+    effects (``io_callback``, ``buffer_callback``; not ``pure_callback``
+    nor ``jax.debug.callback``), may communicate (host MPI under
+    ``jax.distributed``): it is compared across ranks as a collective
+    (`MAY_COMMUNICATE`), never left out as silent."""
     if i.opcode in XLA_COLLECTIVES:
       return XLA_COLLECTIVES[i.opcode]
     if i.opcode == "custom-call":
-      return access_policy.communication(self.declarations, i.target)
+      declared = access_policy.communication(self.declarations, i.target)
+      if declared is not None:
+        return declared
+      return MAY_COMMUNICATE if self.may_communicate(i) else None
     return None
+
+  def may_communicate(self, i: _hlo.Instruction) -> bool:
+    """Whether custom call `i`, declared to communicate by nothing, may
+    communicate anyway: an undeclared native call, or a host callback
+    with effects."""
+    target = i.target
+    if target is None or target == ENTANGLE_TARGET:
+      return False
+    if is_library_target(target) or is_sanitizer_counter(target, i.op_name):
+      return False
+    if is_host_callback(target):
+      return i.side_effect and i.op_type not in DEBUG_CALLBACK_PRIMITIVES
+    return self.declarations.for_target(target) is None
 
   def _values(self, computation: str, params: tuple) -> dict[str, Same]:
     key = (computation, params)
@@ -340,7 +424,7 @@ class RankProgram:
       return False
     communication = self.communication(i)
     if communication is not None:
-      return communication.same_result
+      return communication.same_result and self.spans_all(i)
     if opcode == "custom-call":
       if i.target == ENTANGLE_TARGET and i.aliased_operands:
         payload = tuple(
@@ -373,6 +457,17 @@ class RankProgram:
     if opcode == "call" and i.callees:
       return self._root(i.callees[0], self._values(i.callees[0], tuple(ins)))
     return all(_all_same(v) for v in ins)
+
+  def spans_all(self, i: _hlo.Instruction) -> bool:
+    """Whether XLA collective `i` spans every device of the module: one
+    replica group, or none written (all devices). A collective over
+    several groups gives each group its own result, and a group need not
+    hold every process's devices (a psum over one process's devices), so
+    its result is taken to differ between ranks. A native call's
+    communicator is declared, not read: taken to span all the ranks."""
+    if i.opcode == "custom-call":
+      return True
+    return _group_count(_raw_attribute(self._line(i), "replica_groups")) <= 1
 
   def same(self, i: _hlo.Instruction) -> Same:
     """Whether `i`'s value is the same on every rank (in every context its
@@ -435,6 +530,14 @@ class RankProgram:
       )
     if i.opcode in _LOCAL_SOURCES:
       return f"%{i.name} ({i.opcode}), which differs between devices"
+    if self.communication(i) is not None and not self.spans_all(i):
+      groups = _raw_attribute(self._line(i), "replica_groups")
+      op = self.analysis.op(i)
+      where = f" at {op.location}" if op.location else ""
+      return (
+        f"the result of {i.opcode} %{i.name}{where} over replica groups "
+        f"{groups}: the same only within each group, not on every rank"
+      )
     if (
       i.opcode == "custom-call"
       and i.target != ENTANGLE_TARGET
@@ -585,10 +688,18 @@ class RankProgram:
         for o in i.operands
         if not self._defined[(i.computation, o)].shape.startswith("token")
       )
+    if i.opcode == "custom-call":
+      # MPI matches a message's count and type, not its shape: f32[2,2]
+      # on one rank meets f32[4] on another.
+      compared = ", ".join(
+        _counted(x) for x in re.findall(r"\w+\[[^\]]*\]", shapes)
+      )
+    else:
+      compared = shapes
     fingerprint: list[tuple[str, object]] = [
       ("kind", c.kind),
       ("call", i.target or i.opcode.removesuffix("-start")),
-      ("shapes", f"({shapes})"),
+      ("shapes", f"({compared})"),
     ]
     renamed: list[tuple[str, object]] = []
     if i.opcode != "custom-call":
@@ -617,22 +728,52 @@ class RankProgram:
       tag=self._number(i, c.tag, "tag"),
       source=self._number(i, c.source, "source"),
       source_tag=self._number(i, c.source_tag, "source tag"),
+      shapes=f"({shapes})",
     )
 
   def calls(self) -> Iterator[Call]:
     """Every communicating call, loops and branches included."""
+    return _walk(self.items)
 
-    def walk(items: tuple[Item, ...]) -> Iterator[Call]:
-      for item in items:
-        if isinstance(item, Call):
-          yield item
-        elif isinstance(item, Loop):
-          yield from walk(item.body)
-        else:
-          for branch in item.branches:
-            yield from walk(branch)
 
-    return walk(self.items)
+def _walk(items: tuple[Item, ...]) -> Iterator[Call]:
+  """The calls of `items`, in order, loops' and branches' included."""
+  for item in items:
+    if isinstance(item, Call):
+      yield item
+    elif isinstance(item, Loop):
+      yield from _walk(item.body)
+    else:
+      for branch in item.branches:
+        yield from _walk(branch)
+
+
+def _counted(shape: str) -> str:
+  """An array type as MPI matches it: its element type and count
+  (``f32[2,2]`` is ``f32[4]``, ``f32[]`` is ``f32[1]``); other text as
+  it is."""
+  found = re.fullmatch(r"(\w+)\[([\d,\s]*)\]", shape)
+  if found is None:
+    return shape
+  count = 1
+  for dim in found.group(2).split(","):
+    if dim.strip():
+      count *= int(dim)
+  return f"{found.group(1)}[{count}]"
+
+
+def _group_count(groups: str | None) -> int:
+  """How many replica groups ``replica_groups=`` writes: ``{{0,1},{2,3}}``
+  is 2, ``[2,2]<=[4]`` (the iota form) is 2, ``{}`` or none is 1 (every
+  device in one)."""
+  if groups is None:
+    return 1
+  groups = groups.strip()
+  iota = re.match(r"\[(\d+)\s*,", groups)
+  if iota is not None:
+    return int(iota.group(1))
+  inner = groups[1:-1].strip() if groups.startswith("{") else groups
+  return max(1, inner.count("{"))
 
 
 def _entry_parameter(i: _hlo.Instruction) -> str:

@@ -7,7 +7,11 @@ from __future__ import annotations
 from entangle_jax.testing._emitters.sentences import rank_summary
 from entangle_jax.testing._findings.rank_findings import RankRun
 
-NOTHING = "No communicating calls in any rank's modules: nothing to compare."
+NOTHING = (
+  "No communicating calls in any rank's modules: nothing to compare, "
+  "nothing proved. XLA's collectives are read from the modules; a native "
+  "call communicates only where a declaration says so."
+)
 
 
 def render(run: RankRun) -> str:

@@ -165,6 +165,11 @@ class RankFinding:
     return self.kind.fix
 
 
+FOUND = frozenset({"rank-dependent", "mismatch", "deadlock"})
+"""The verdicts that are a problem found (the others: ``proved``, and
+``matched-by-type``, which proves nothing and finds nothing)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class RankModule:
   """One communicating module, compiled by every rank and checked across
@@ -200,11 +205,22 @@ class RankRun:
   declarations: str | None = None
   """Where the declarations came from, in one sentence (None when the
   way in does not say)."""
+  unproved: str = ""
+  """Why the run proves nothing beyond its modules' findings, in one
+  sentence; empty when it does (one communicating module a rank, every
+  rank's proved). Several modules a rank: the dumps do not say in which
+  order, or how often, each rank ran them. None at all: nothing was
+  compared."""
 
   @property
   def status(self) -> int:
-    """0 when every module is proved, else 1."""
-    return 0 if all(m.proved for m in self.modules) else 1
+    """1 when a module has a finding; else 2 when something is not proved
+    (a module matched by type only, `unproved`, or no communicating
+    module); else 0."""
+    if any(m.findings or m.verdict in FOUND for m in self.modules):
+      return 1
+    proved = all(m.proved for m in self.modules)
+    return 0 if proved and self.modules and not self.unproved else 2
 
   @property
   def findings(self) -> tuple[tuple[RankModule, RankFinding], ...]:

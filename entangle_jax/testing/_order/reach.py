@@ -125,7 +125,11 @@ class Reach:
       after |= local_after.get(key, 0)
       before |= local_before.get(key, 0)
       split = apart.get(key)
-      if split is None:
+      if split is None or depth + 1 == len(levels):
+        # The op is this call site itself (a selected conditional or
+        # loop): the instances in the computations it calls run inside
+        # its work, so they may overlap it; neither exclusive nor
+        # sequenced.
         continue
       inside = split[levels[depth + 1][0]]
       others = 0

@@ -39,6 +39,7 @@ from entangle_jax._src.targets import sources
 from entangle_jax.testing._sanitize.launch import launch_id, rank_and_size
 
 if TYPE_CHECKING:
+  from entangle_jax._src.targets.communication import Communication
   from entangle_jax.testing._sanitize.columns import NativeColumns
   from entangle_jax.testing._sanitize.sites import CallSite
   from entangle_jax.testing._sanitize.watchdog import CallInFlight
@@ -86,15 +87,39 @@ class SanitizedRankCall:
   start_ns: int
   in_flight: bool = False
   seconds: float = 0.0
+  peer: int | None = None
+  """A send's destination, a receive's source (below 0: any), a
+  sendrecv's destination; None where not declared or not known."""
+  tag: int | None = None
+  """Its tag (a sendrecv's send tag); None: not declared (tag 0)."""
+  source_rank: int | None = None
+  """A sendrecv's source."""
+  source_tag: int | None = None
+  """A sendrecv's receive tag."""
+  root: str = ""
+  """The values its declaration says must match on every rank (a
+  broadcast's root: ``"root=0"``); "" where none."""
 
   def matches(self, other: SanitizedRankCall) -> bool:
     """Whether `other` (another rank's call at the same step) is the same
-    call: one target, and one signature where both are known."""
-    if self.target != other.target:
+    call: one target, one root, and one signature where both are known."""
+    if self.target != other.target or self.root != other.root:
       return False
     return not (self.signature and other.signature) or (
       self.signature == other.signature
     )
+
+  def is_root(self, rank: int) -> bool | None:
+    """Whether `rank` is this rooted collective's root (None: it has no
+    root)."""
+    for part in self.root.split(", "):
+      name, _, value = part.partition("=")
+      if name == "root":
+        try:
+          return int(value) == rank
+        except ValueError:
+          return None
+    return None
 
   def __str__(self) -> str:
     signature = f" {self.signature}" if self.signature else ""
@@ -227,25 +252,35 @@ class SanitizedRanks:
     return tuple(r for r in self.records if r.state == HUNG)
 
   @property
+  def blind(self) -> bool:
+    """No rank recorded a single communicating call: the sanitizer saw
+    nothing to compare (a binding whose targets were registered before
+    ``sanitize()`` began, a target nobody declared ``communicates``, or
+    XLA's own collectives), so nothing is proved."""
+    return not any(r.calls for r in self.records)
+
+  @property
   def agree(self) -> bool:
-    """Every rank's record is here, of one launch, and their calls agree
-    step by step."""
+    """Every rank's record is here, of one launch, none hung, at least one
+    call was recorded, and their calls agree step by step."""
     return (
       self.divergence is None
       and not self.missing
       and not self.stale
       and not self.unfinished
+      and not self.hung
+      and not self.blind
     )
 
   @property
   def status(self) -> int:
     """The exit status ``--sanitized-ranks`` gives this merge, which is 0
-    when the ranks agree and none hung, 1 when they differ or one hung, 2
-    when a rank's record is missing, stale or unfinished (nothing
-    proved)."""
+    when the ranks agree, 1 when they differ or one hung, 2 when a rank's
+    record is missing, stale or unfinished, or no rank recorded any call
+    (nothing proved)."""
     if self.divergence is not None or self.hung:
       return 1
-    unknown = self.missing or self.stale or self.unfinished
+    unknown = self.missing or self.stale or self.unfinished or self.blind
     return 2 if unknown or not self.records else 0
 
   def text(self) -> str:
@@ -275,10 +310,18 @@ class SanitizedRanks:
         "same order (entangle or in_program_order orders each rank's own; "
         "a rank-dependent Python path must make the same calls)"
       )
-    elif self.unfinished:
+    elif self.blind:
+      lines.append(
+        head + "no rank recorded a communicating call: NOTHING PROVED. The "
+        "sanitizer sees only the calls of targets declared `communicates` "
+        "and registered after sanitize() began (import the binding, mpi4jax "
+        "say, inside the block or after the plugin starts); XLA's own "
+        "collectives are never recorded"
+      )
+    elif self.unfinished or self.hung:
       lines.append(
         head + "the ranks' communicating calls agree as far as they were "
-        "recorded"
+        "recorded, which proves nothing (a rank did not finish)"
       )
     else:
       steps = len(self.records[0].calls)
@@ -365,22 +408,110 @@ def merge_rank_records(
   stale = tuple(r.rank for r in ordered if r.launch != launch)
   compared = [r for r in ordered if r.launch == launch]
   unfinished = tuple(r.rank for r in compared if r.state == RUNNING)
-  steps = max(len(r.calls) for r in compared)
-  divergence = None
-  for k in range(steps):
-    calls = [r.calls[k] if k < len(r.calls) else None for r in compared]
-    if any(
-      c is None and r.state == RUNNING
-      for c, r in zip(calls, compared, strict=True)
-    ):
-      break  # That rank's later calls are not known.
-    first = calls[0]
-    if first is None or any(c is None or not first.matches(c) for c in calls):
-      divergence = SanitizedRankDivergence(
-        k, tuple(calls), tuple(r.rank for r in compared)
-      )
-      break
+  divergence = _walk(compared)
   return SanitizedRanks(tuple(ordered), divergence, missing, stale, unfinished)
+
+
+def _walk(
+  compared: list[SanitizedRankRecord],
+) -> SanitizedRankDivergence | None:
+  """The ranks' calls met as MPI meets them: a send with the receive on
+  its peer that accepts it (source and tag, or any), sendrecvs whose
+  peers and sources are all at theirs, a collective when every rank is
+  at one of one target and root (the root's types may differ from the
+  others'). The first step where no rank can go on and some have calls
+  left is the divergence, each rank at its next call; None when every
+  call was met, or a rank whose block never ended ran out of calls (its
+  later calls are not known)."""
+  ranks = [r.rank for r in compared]
+  at = [0] * len(compared)
+
+  def head(k: int) -> SanitizedRankCall | None:
+    calls = compared[k].calls
+    return calls[at[k]] if at[k] < len(calls) else None
+
+  where = {rank: k for k, rank in enumerate(ranks)}
+  while True:
+    heads = [head(k) for k in range(len(compared))]
+    if all(h is None for h in heads):
+      return None
+    if any(
+      h is None and r.state == RUNNING
+      for h, r in zip(heads, compared, strict=True)
+    ):
+      return None  # That rank's later calls are not known.
+    moved = _point_to_point(heads, ranks, where)
+    if moved:
+      for k in moved:
+        at[k] += 1
+      continue
+    collectives = all(h is not None and h.kind == "collective" for h in heads)
+    if collectives and _collectives_meet(heads, ranks):
+      at = [a + 1 for a in at]
+      continue
+    index = next(h.index for h in heads if h is not None)
+    return SanitizedRankDivergence(index, tuple(heads), tuple(ranks))
+
+
+def _accepts(wanted: int | None, got: int | None) -> bool:
+  wanted = 0 if wanted is None else wanted
+  got = 0 if got is None else got
+  return wanted < 0 or got < 0 or wanted == got
+
+
+def _point_to_point(
+  heads: list[SanitizedRankCall | None], ranks: list[int], where: dict
+) -> list[int]:
+  """The positions (in `heads`) of a send and the receive it meets, or of
+  sendrecvs that all meet; [] when none can."""
+  for k, h in enumerate(heads):
+    if h is None or h.kind != "send" or h.peer not in where:
+      continue
+    other = heads[where[h.peer]]
+    if (
+      other is not None
+      and other.kind == "recv"
+      and _accepts(other.peer, ranks[k])
+      and _accepts(other.tag, h.tag)
+    ):
+      return [k, where[h.peer]]
+  ready = {
+    k
+    for k, h in enumerate(heads)
+    if h is not None
+    and h.kind == "sendrecv"
+    and h.peer in where
+    and h.source_rank in where
+  }
+  changed = True
+  while changed:  # Each one's peer and source must be ready too.
+    changed = False
+    for k in list(ready):
+      h = heads[k]
+      assert h is not None
+      if where[h.peer] not in ready or where[h.source_rank] not in ready:
+        ready.discard(k)
+        changed = True
+  return sorted(ready)
+
+
+def _collectives_meet(
+  heads: list[SanitizedRankCall | None], ranks: list[int]
+) -> bool:
+  """Whether every rank's collective is the same call: one target and
+  root; one signature among the root's and among the others' (MPI's
+  bindings give a root and the others different types)."""
+  calls = [h for h in heads if h is not None]
+  first = calls[0]
+  if any(c.target != first.target or c.root != first.root for c in calls):
+    return False
+  if first.is_root(ranks[0]) is None:
+    return all(first.matches(c) for c in calls)
+  roots = [c for c, r in zip(calls, ranks, strict=True) if c.is_root(r)]
+  others = [c for c, r in zip(calls, ranks, strict=True) if not c.is_root(r)]
+  if len(roots) != 1:
+    return False  # The root names no rank of the launch.
+  return all(others[0].matches(c) for c in others[1:]) if others else True
 
 
 _RANK_FOLDER = re.compile(r"rank(\d+)")
@@ -406,17 +537,16 @@ def merge_sanitized_ranks(folder: str | os.PathLike) -> SanitizedRanks:
 
 _SITE = re.compile(r"entangle_jax_sanitize_site\s*=\s*(\d+)")
 _LAYOUT = re.compile(r"\{[^{}]*\}")
-_signatures: dict[int, dict[int, str]] = {}
+_lines: dict[int, dict[int, str]] = {}
 
 
-def signature(site: CallSite | None) -> str:
-  """The operand and result types of the custom call at `site`, layouts
-  left out (``"(s32[2], f32[2]) -> s32[2]"``), read from the module the
+def site_line(site: CallSite | None) -> str:
+  """The HLO line of the custom call at `site`, in the module the
   sanitizer handed XLA (or what XLA made of it); "" where not known."""
   if site is None:
     return ""
   module = site.module
-  if module.serial not in _signatures:
+  if module.serial not in _lines:
     found: dict[int, str] = {}
     # The module before optimization; the optimized one where this JAX
     # cannot print that (jax 0.6): the calls keep their operand and result
@@ -425,9 +555,42 @@ def signature(site: CallSite | None) -> str:
     for line in text.splitlines():
       match = _SITE.search(line)
       if match:
-        found[int(match.group(1))] = _types(line)
-    _signatures[module.serial] = found
-  return _signatures[module.serial].get(site.number, "")
+        found[int(match.group(1))] = line
+    _lines[module.serial] = found
+  return _lines[module.serial].get(site.number, "")
+
+
+def signature(site: CallSite | None) -> str:
+  """The operand and result types of the custom call at `site`, layouts
+  left out (``"(s32[2], f32[2]) -> s32[2]"``); "" where not known."""
+  return _types(site_line(site))
+
+
+def _declared_values(line: str, c: Communication) -> dict[str, Any]:
+  """The peer, tags and matched values (a root) that `c` declares, read
+  from the call's attributes in `line` (an operand place is not read)."""
+  from entangle_jax.testing._analysis.ranks import backend_attributes
+
+  attributes = backend_attributes(line) if line else {}
+
+  def number(place) -> int | None:
+    if not isinstance(place, str) or place not in attributes:
+      return None
+    try:
+      return int(attributes[place].strip())
+    except ValueError:
+      return None
+
+  root = ", ".join(
+    f"{p}={attributes.get(p, '?')}" for p in c.match if isinstance(p, str)
+  )
+  return {
+    "peer": number(c.peer),
+    "tag": number(c.tag),
+    "source_rank": number(c.source),
+    "source_tag": number(c.source_tag),
+    "root": root,
+  }
 
 
 def _types(line: str) -> str:
@@ -543,6 +706,7 @@ class RankRecorder:
           start_ns=call.start_ns,
           in_flight=True,
           seconds=call.seconds,
+          **_declared_values(site_line(call.site), call.communicates),
         )
       )
     with open(self.folder / HANG, "a") as f:
@@ -598,6 +762,7 @@ def _communicating(
         place=call.place,
         thread=call.thread,
         start_ns=call.start_ns,
+        **_declared_values(site_line(call.site), kind),
       )
     )
   return out

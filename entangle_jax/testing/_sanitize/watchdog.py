@@ -17,10 +17,12 @@ under ``mpirun``); by default it goes on, and the call may still return.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
 import threading
+from collections.abc import Callable
 from typing import IO, Protocol
 
 from entangle_jax._src import access_policy
@@ -224,8 +226,47 @@ class Watchdog:
         )
     if self.on_hang == "exit":
       sys.stdout.flush()
+      if stream is not sys.__stderr__:
+        # Under pytest `stream` is its capture, which os._exit throws
+        # away with the process: the report must reach the terminal.
+        to_terminal(text)
       os._exit(HANG_EXIT_STATUS)
     return text
+
+
+_RELEASES: list[Callable[[], None]] = []
+"""What `to_terminal` calls first: each gives the process's own stderr
+back (pytest's plugin registers its capture's suspension)."""
+
+
+def release_terminal_with(release: Callable[[], None]) -> Callable[[], None]:
+  """Registers `release`, which gives the process's own stderr (fd 2)
+  back from a capture, for `to_terminal` to call before it writes; returns
+  what unregisters it."""
+  _RELEASES.append(release)
+  return lambda: _RELEASES.remove(release) if release in _RELEASES else None
+
+
+def to_terminal(text: str) -> None:
+  """Writes `text` to the process's real stderr: each registered capture
+  released first, then ``sys.__stderr__`` (fd 2 where that is gone). For a
+  report that must be seen though the process ends at once
+  (``os._exit``), which leaves a capture unread."""
+  for release in list(_RELEASES):
+    # Best effort: the write below is tried anyway.
+    with contextlib.suppress(Exception):
+      release()
+  data = text if text.endswith("\n") else text + "\n"
+  real = sys.__stderr__
+  try:
+    if real is not None:
+      real.write(data)
+      real.flush()
+      return
+  except (OSError, ValueError):  # Closed or detached: fd 2 itself.
+    pass
+  with contextlib.suppress(OSError):
+    os.write(2, data.encode("utf-8", "replace"))
 
 
 def check_limit(limit_s: object) -> None:

@@ -38,6 +38,7 @@ from typing import Any, Literal
 
 from entangle_jax._src.targets.communication import ANY
 from entangle_jax._src.targets.declaration import Declarations
+from entangle_jax.testing._analysis import origins, wildcards
 from entangle_jax.testing._analysis.ops import Op
 from entangle_jax.testing._analysis.ranks import (
   Branch,
@@ -49,7 +50,9 @@ from entangle_jax.testing._analysis.ranks import (
 from entangle_jax.testing._findings import rank_findings as kinds
 from entangle_jax.testing._hlo.module_text import CompiledModule
 
-Verdict = Literal["proved", "mismatch", "deadlock", "rank-dependent"]
+Verdict = Literal[
+  "proved", "mismatch", "deadlock", "rank-dependent", "matched-by-type"
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +99,8 @@ class Deadlock:
   blocked: tuple[RankCall | None, ...]
   """Each rank's blocked call, or None where the rank has made all its
   calls."""
+  matching: str = ""
+  """Which sender each receive from any source met on the way here."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,13 +152,17 @@ class CrossRankResult:
     unordered: pairs of a rank's communicating calls that nothing orders.
   """
 
-  verdict: Literal["proved", "mismatch", "deadlock", "rank-dependent"]
+  verdict: Verdict
   ranks: int
   matched: tuple[MatchedStep, ...] = ()
   mismatch: Mismatch | None = None
   deadlock: Deadlock | None = None
   rank_dependent: tuple[RankDependent, ...] = ()
   unordered: tuple[UnorderedCalls, ...] = ()
+  by_type_only: tuple[str, ...] = ()
+  """Pairs of matched calls of one type that nothing tells apart (their
+  operands' origins differ between ranks): the verdict is then
+  ``"matched-by-type"``, not proved."""
 
   @property
   def proved(self) -> bool:
@@ -162,8 +171,11 @@ class CrossRankResult:
 
   @property
   def status(self) -> int:
-    """The ``--ranks`` command's exit status, 0 when proved and 1 otherwise."""
-    return 0 if self.proved else 1
+    """The ``--ranks`` command's exit status: 0 when proved, 2 when
+    matched by type only (nothing proved, nothing found), else 1."""
+    if self.proved:
+      return 0
+    return 2 if self.verdict == "matched-by-type" else 1
 
   def text(self) -> str:
     """The report, for people."""
@@ -194,6 +206,21 @@ def format_result(result: CrossRankResult) -> str:
       f"Proved: the {result.ranks} rank{'s' * (result.ranks != 1)} make "
       f"{steps} communicating "
       f"call{'s' * (steps != 1)} in one order, each rank's ordered."
+    )
+    for n, step in enumerate(result.matched, 1):
+      lines.append(f"  {n}. {_step_text(step)}")
+    return "\n".join(lines)
+  if result.verdict == "matched-by-type":
+    steps = len(result.matched)
+    lines.append(
+      f"NOT proved: the {result.ranks} ranks make {steps} communicating "
+      "calls that match, but matched by type only:"
+    )
+    lines += [f"  {sentence}" for sentence in result.by_type_only]
+    lines.append(
+      "  MPI matches calls by count and type, so a swap of two such calls "
+      "runs, with each rank's data in the other's call. Compute their "
+      "operands alike on every rank, or give them different types."
     )
     for n, step in enumerate(result.matched, 1):
       lines.append(f"  {n}. {_step_text(step)}")
@@ -236,6 +263,8 @@ def format_result(result: CrossRankResult) -> str:
     lines.append(_fix(kinds.MISMATCH))
   if result.deadlock is not None:
     lines.append(f"Deadlock: no rank can go on. [{kinds.DEADLOCK.code}]")
+    if result.deadlock.matching:
+      lines.append(f"  when {result.deadlock.matching}:")
     for rank, call in enumerate(result.deadlock.blocked):
       lines.append(
         f"  rank {rank}: blocked in call {call.index}: {call.label}"
@@ -276,6 +305,13 @@ class _Simulation:
     self.count = count
     self.calls_made = [0] * count
     self.matched: list[MatchedStep] = []
+    self.collectives: list[tuple[tuple[Call, ...], tuple[RankCall, ...]]] = []
+    """Each collective step matched: every rank's call, as reports name it."""
+    self.diverging: list[RankDependent] = []
+    self.stuck: list[tuple[int, Item | None]] = []
+    """Each rank's item where the simulation stopped, if it did."""
+    """Loops and conditionals whose decisions the ranks compute from
+    different constants (`_compare_decisions`)."""
     # Per rank and namespace: that rank's value -> rank 0's, and back.
     self.forward: list[dict[tuple[str, object], object]] = [
       {} for _ in range(count)
@@ -355,10 +391,14 @@ class _Simulation:
           return Mismatch(
             tuple(self.rank_call(r, calls[r]) for r in range(n)), differs
           )
+        self.collectives.append(
+          (tuple(calls), tuple(self.rank_call(r, calls[r]) for r in range(n)))
+        )
         advance(list(range(n)))
         continue
       if all(isinstance(h, Loop) for h in heads):
         loops = [h for h in heads if isinstance(h, Loop)]
+        self._compare_decisions(loops)
         found = self.run([loop.body for loop in loops])
         if found is not None:
           return found
@@ -372,6 +412,7 @@ class _Simulation:
             tuple(self.rank_call(r, branches[r]) for r in range(n)),
             "the conditionals have different numbers of branches",
           )
+        branches = self._compare_decisions(branches)
         for k in range(counts.pop()):
           found = self.run([b.branches[k] for b in branches])
           if found is not None:
@@ -379,6 +420,70 @@ class _Simulation:
         position[:] = [p + 1 for p in position]
         continue
       return self._stuck(heads)
+
+  def _compare_decisions(self, items: list[Loop] | list[Branch]) -> list:
+    """The ranks' loops (or conditionals) at one step must compute their
+    decisions alike (`rank_values`): else a constant the decision reads
+    (a trip count, a threshold) differs between the ranks' modules, and
+    the ranks may run the body a different number of times, or take
+    different branches. Each such step is kept in `diverging`."""
+    signatures = [item.signature for item in items]
+    if any(s is None for s in signatures):
+      return list(items)
+    digests = {s.digest for s in signatures if s is not None}
+    if len(digests) == 1:
+      return list(items)
+    bases = {s.base for s in signatures if s is not None}
+    if isinstance(items[0], Branch) and len(bases) == 1 and "" not in bases:
+      # cond(not p, b, a) on one rank and cond(p, a, b) on another decide
+      # alike: that rank's two branches are met the other way round.
+      flip = signatures[0] is not None and signatures[0].negated
+      return [
+        item
+        if s is None or s.negated == flip or not isinstance(item, Branch)
+        else dataclasses.replace(item, branches=item.branches[::-1])
+        for item, s in zip(items, signatures, strict=True)
+      ]
+    leaves = [s.leaves if s is not None else () for s in signatures]
+    longest = max(len(x) for x in leaves)
+    first = next(
+      (
+        k
+        for k in range(longest)
+        if len({x[k] if k < len(x) else None for x in leaves}) > 1
+      ),
+      None,
+    )
+    if first is None:
+      said = (
+        "a decision the ranks' modules compute differently (the same "
+        "constants, in another expression)"
+      )
+    else:
+      each = "; ".join(
+        f"rank {r}: {x[first] if first < len(x) else 'nothing'}"
+        for r, x in enumerate(leaves)
+      )
+      said = f"a constant that differs between the ranks' modules ({each})"
+    construct: Literal["loop", "conditional"] = (
+      "loop" if isinstance(items[0], Loop) else "conditional"
+    )
+    inner = [
+      x
+      for item in items[:1]
+      for x in (item.body if isinstance(item, Loop) else sum(item.branches, ()))
+    ]
+    self.diverging.append(
+      RankDependent(
+        tuple(range(self.count)),
+        construct,
+        _label(items[0]).removeprefix(f"{construct} "),
+        said,
+        tuple(_label(x) for x in inner),
+        items[0].op.location,
+      )
+    )
+    return list(items)
 
   def _point_to_point(self, heads: list[Item | None], advance) -> bool:
     """Completes the sends and receives that meet, and the sendrecvs whose
@@ -425,6 +530,7 @@ class _Simulation:
 
   def _stuck(self, heads: list[Item | None]) -> Mismatch | Deadlock:
     n = self.count
+    self.stuck = list(enumerate(heads))
     waiting = [h for h in heads if h is not None]
     kinds = {
       "call" if isinstance(h, Call) and h.kind == "collective" else type(h)
@@ -477,6 +583,36 @@ def _sends_to(item: Item | None, rank: int, tag: int | None) -> bool:
   if item.kind in ("send", "sendrecv"):
     return item.peer == rank and _matches(item.tag, tag)
   return False
+
+
+def _swaps(
+  steps: list[tuple[tuple[Call, ...], tuple[RankCall, ...]]],
+) -> tuple[Mismatch | None, tuple[str, ...]]:
+  """`origins.undistinguished` over the matched collective steps: a
+  crossed pair is a `Mismatch` (each rank gets the other's data); the
+  others are matched by type only (a sentence each)."""
+  unclear: list[str] = []
+  for i, j, crossed in origins.undistinguished([c for c, _ in steps]):
+    names = steps[i][1], steps[j][1]
+    if crossed is not None:
+      return Mismatch(
+        tuple(
+          names[0][r] if r in (0, crossed) else None
+          for r in range(len(names[0]))
+        ),
+        f"the operands: rank {crossed}'s call {names[0][crossed].index} "
+        f"sends what rank 0's call {names[1][0].index} sends, and its "
+        f"call {names[1][crossed].index} what rank 0's call "
+        f"{names[0][0].index} sends: the two calls are swapped (same "
+        "type, so MPI matches them, and each rank gets the other's data)",
+      ), ()
+    unclear.append(
+      f"calls {names[0][0].index} and {names[1][0].index} "
+      f"({names[0][0].label.split(' at ')[0]}) could be swapped on a "
+      "rank: the ranks compute their operands differently, so nothing "
+      "tells the two calls apart"
+    )
+  return None, tuple(unclear)
 
 
 def _rank_dependent(programs: list[RankProgram]) -> tuple[RankDependent, ...]:
@@ -575,6 +711,31 @@ def races_across(
   return check_programs(programs)
 
 
+def _simulate(
+  sequences: list[tuple[Item, ...]],
+) -> tuple[_Simulation, Mismatch | Deadlock | None]:
+  """The simulation of every matching of the wildcard receives
+  (`wildcards.matchings`): the first that ends in a problem, else the
+  first that ends well. A matching whose fixed receive is never met did
+  not happen so; where none did, the first one's deadlock stands."""
+  first: tuple[_Simulation, Mismatch | Deadlock | None] | None = None
+  clean = None
+  for matching in wildcards.matchings(sequences):
+    simulation = _Simulation(len(sequences))
+    stopped = simulation.run(matching.sequences)
+    if isinstance(stopped, Deadlock) and matching.said:
+      stopped = dataclasses.replace(stopped, matching=matching.said)
+    first = first or (simulation, stopped)
+    stuck = {(r, h.op.name) for r, h in simulation.stuck if h is not None}
+    if stuck & matching.fixed:
+      continue  # That receive met no send this way: not this matching.
+    if stopped is not None:
+      return simulation, stopped
+    clean = clean or (simulation, stopped)
+  assert first is not None
+  return clean or first
+
+
 def check_programs(programs: Sequence[RankProgram]) -> CrossRankResult:
   """`races_across` over modules already read, one per rank."""
   programs = list(programs)
@@ -590,11 +751,14 @@ def check_programs(programs: Sequence[RankProgram]) -> CrossRankResult:
     for rank, p in enumerate(programs)
     for u in p.unordered
   )
-  simulation = _Simulation(len(programs))
-  stopped = simulation.run([p.items for p in programs])
+  simulation, stopped = _simulate([p.items for p in programs])
+  rank_dependent += tuple(simulation.diverging)
+  by_type_only: tuple[str, ...] = ()
+  if stopped is None:
+    stopped, by_type_only = _swaps(simulation.collectives)
   mismatch = stopped if isinstance(stopped, Mismatch) else None
   deadlock = stopped if isinstance(stopped, Deadlock) else None
-  verdict: Verdict = "proved"
+  verdict: Verdict = "matched-by-type" if by_type_only else "proved"
   if rank_dependent:
     verdict = "rank-dependent"
   elif unordered:
@@ -611,4 +775,5 @@ def check_programs(programs: Sequence[RankProgram]) -> CrossRankResult:
     deadlock,
     rank_dependent,
     unordered,
+    by_type_only,
   )

@@ -59,6 +59,7 @@ import argparse
 import json
 import os
 import pathlib
+import re
 import sys
 from collections.abc import Sequence
 from typing import TextIO
@@ -277,7 +278,7 @@ def _rank_modules(
       the check cannot read.
   """
   found = []
-  for path in optimized_modules([folder]):
+  for path in sorted(optimized_modules([folder]), key=_module_number):
     try:
       text = path.read_text()
     except (OSError, UnicodeDecodeError) as error:
@@ -286,6 +287,8 @@ def _rank_modules(
       program = RankProgram(text, declarations)
     except (TypeError, ValueError) as error:
       raise CannotAnswer(f"rank {rank}: {path}: {error}") from None
+    except Exception as error:  # A crash: "could not answer".
+      raise CannotAnswer(_crashed(error, f"rank {rank}: {path}")) from None
     if any(True for _ in program.calls()):
       name = dumped_module.module_name(text) or path.name
       found.append((name, str(path), program))
@@ -303,10 +306,50 @@ def _across_ranks(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     ]
   except CannotAnswer as error:
     return _cannot_answer(error, args.format, out, err)
+  try:
+    run = _rank_run(args.ranks, ranks, said)
+  except Exception as error:  # Any crash: "could not answer".
+    # A crash of the check is no finding: exit 2 with its cause, never the
+    # status of a mismatch (1), which a CI job or the pytest plugin would
+    # take for a problem in the program.
+    crash = CannotAnswer(_crashed(error, "comparing the ranks"))
+    return _cannot_answer(crash, args.format, out, err)
+  body = rank_formats.render(args.format, run)
+  if body:  # GitHub annotations for a proved run: none.
+    print(body, file=out)
+  if not formats.FORMATS[args.format].for_people:
+    print(sentences.rank_summary(run), file=err)
+  print(said, file=err)
+  return run.status
+
+
+def _module_number(path: pathlib.Path) -> tuple[int, str]:
+  """A dumped module's place in its process's compile order: XLA's
+  ``module_NNNN`` number, as a number (``module_10000`` comes after
+  ``module_9999``, though not by name)."""
+  found = re.match(r"module_(\d+)\.", path.name)
+  return (int(found.group(1)) if found else -1, str(path))
+
+
+def _crashed(error: Exception, where: str) -> str:
+  """Why the cross-rank check could not answer: it crashed at `where`."""
+  return (
+    f"could not answer: the cross-rank check crashed ({where}: "
+    f"{type(error).__name__}: {error}); nothing is proved across ranks. "
+    "Please report it with the dumps."
+  )
+
+
+def _rank_run(
+  folders: Sequence[str],
+  ranks: list[list[tuple[str, str, RankProgram]]],
+  said: str,
+) -> RankRun:
+  """The cross-rank check of each rank's communicating modules."""
   names = [[name for name, _, _ in r] for r in ranks]
   if any(n != names[0] for n in names):
     files = [[file for _, file, _ in r] for r in ranks]
-    modules = [rank_report.modules_differ(args.ranks, names, files)]
+    modules = [rank_report.modules_differ(folders, names, files)]
   else:
     modules = [
       rank_report.module_of(
@@ -316,14 +359,19 @@ def _across_ranks(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
       )
       for k, name in enumerate(names[0])
     ]
-  run = RankRun(len(args.ranks), tuple(modules), said)
-  body = rank_formats.render(args.format, run)
-  if body:  # GitHub annotations for a proved run: none.
-    print(body, file=out)
-  if not formats.FORMATS[args.format].for_people:
-    print(sentences.rank_summary(run), file=err)
-  print(said, file=err)
-  return run.status
+  most = max((len(n) for n in names), default=0)
+  unproved = ""
+  if most > 1:
+    # Paired in the order each rank compiled them: the dumps hold no
+    # record of the order the ranks ran them in, nor of how often.
+    unproved = (
+      f"a rank compiled {most} communicating modules, each checked against "
+      "the other ranks' module of its place in compile order (module "
+      "numbers); the dumps do not record in which order, or how many "
+      "times, each rank ran them, so a rank that calls them in another "
+      "order (g before f) is not seen."
+    )
+  return RankRun(len(folders), tuple(modules), said, unproved)
 
 
 def _sanitized_ranks(folder: str, fmt: str, out: TextIO, err: TextIO) -> int:

@@ -422,6 +422,23 @@ def _state(config: pytest.Config) -> _State | None:
   return config.stash.get(_KEY, None)
 
 
+def _watchdog_reaches_the_terminal(config: pytest.Config) -> None:
+  """A watchdog that ends the process at a hang (``on_hang="exit"``)
+  writes its report to the real stderr: this gives it pytest's capture to
+  suspend first, since ``os._exit`` leaves what the capture holds unread
+  (issue 77)."""
+  capture = config.pluginmanager.getplugin("capturemanager")
+  if capture is None:
+    return
+  from entangle_jax.testing._sanitize import watchdog as _watchdog
+
+  config.add_cleanup(
+    _watchdog.release_terminal_with(
+      lambda: capture.suspend_global_capture(in_=False)
+    )
+  )
+
+
 def pytest_configure(config: pytest.Config) -> None:
   # Registered whether the check is on or not, for --strict-markers.
   config.addinivalue_line(
@@ -429,6 +446,7 @@ def pytest_configure(config: pytest.Config) -> None:
     f"{EXPECTED}: this test races on purpose (a control); the race check "
     "reports its racing modules but does not fail it",
   )
+  _watchdog_reaches_the_terminal(config)
   sanitize_mode = config.getoption("entangle_sanitize", None)
   if sanitize_mode:
     from entangle_jax.testing._sanitize import pytest_hooks
@@ -544,10 +562,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
   unproven = (
     state.unattributed or run.coverage.incomplete or state.lost or run.unchecked
   )
-  if state.across is not None and state.across[1] != 0:
+  if across_fails(state.across):
     unproven = True
   if unproven and state.mode == "fail" and session.exitstatus == 0:
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def across_fails(across: tuple[str, int] | None) -> bool:
+  """Whether the cross-rank check's answer (its report and ``--ranks``
+  status) fails the run in ``fail`` mode: 1, a problem found or a rank
+  that did not finish. 2 (nothing proved, or the check could not answer,
+  a crash of its own included) is said in the summary but fails no test:
+  it is no finding about the program."""
+  return across is not None and across[1] == 1
 
 
 def _across_ranks(state: _State, config: pytest.Config) -> None:
@@ -706,9 +733,14 @@ def _ranks_summary(terminalreporter, state: _State) -> None:
   report, status = state.across
   for line in report.splitlines():
     terminalreporter.write_line(line)
-  if status != 0 and state.mode == "fail":
+  if status == 1 and state.mode == "fail":
     terminalreporter.write_line(
       f"The ranks are not proved to agree: the run fails ({state.source})."
+    )
+  elif status == 2:
+    terminalreporter.write_line(
+      "The cross-rank check could not answer (above): nothing is proved "
+      "across ranks, and the run does not fail on it."
     )
 
 

@@ -1,0 +1,406 @@
+"""What a loop's or conditional's decision is computed from, in a form two
+ranks' modules can be compared by: the cross-rank check's answer to
+"constants that differ between ranks" (issue 77).
+
+Each rank compiles its own module. A ``fori_loop`` that runs ``3 + rank``
+times holds the constant 3 in one rank's module and 4 in the other's; a
+``cond`` that compares an allreduced value with a per-rank threshold holds
+each rank's own threshold. Inside one module those constants look the
+same on every rank; only a comparison of the ranks' modules shows that
+they are not.
+
+`DecisionSlice` reads one module and gives each decision a *signature*:
+a hash of the expression that computes it, in which
+
+* an entry parameter is a leaf named by its number and type (the values
+  may differ between ranks; whether the decision may depend on them at
+  all is `RankProgram.decision`'s question);
+* a constant is a leaf with its type and literal, a ``while``'s
+  ``known_trip_count`` is part of the loop's node;
+* the result of a communicating call whose result is the same on every
+  rank of its group (`Communication.same_result`) is a leaf named by its
+  kind, its target or opcode, its type and its position among the rank's
+  communicating calls: the simulation matches those calls across ranks,
+  so equal results need no equal operands;
+* every other instruction is a node of its opcode, its result type, its
+  attributes (names, metadata, channel ids and a native call's
+  ``backend_config``, which holds per-process handles, left out), its
+  operands, and the computations it calls (their parameters symbolic);
+* a ``while``'s decision reads its carry: the carry's elements that the
+  condition reads, each with its initial value and its update by the
+  body, and the elements those read in turn.
+
+Two ranks whose decisions have equal signatures compute them by the same
+expression from the same constants and the same shared results. Where
+they differ, `DecisionSlice.leaves` lists the constants and trip counts
+read, in order, so that a report can name the first that differs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+from collections.abc import Callable
+
+from entangle_jax._src.targets.communication import Communication
+from entangle_jax._src.targets.names import ENTANGLE_TARGET
+from entangle_jax.testing import _hlo
+
+# Attributes that name things rather than say what is computed: callee
+# and operand names, where the Python line was, per-compile ids.
+_NAMING = frozenset(
+  {
+    "metadata",
+    "calls",
+    "to_apply",
+    "condition",
+    "body",
+    "branch_computations",
+    "true_computation",
+    "false_computation",
+    "control-predecessors",
+    "channel_id",
+    "sharding",
+    "frontend_attributes",
+    "statistics",
+    "origin",
+    "schedule",
+    "async_execution_thread",
+  }
+)
+_LAYOUT = re.compile(r"\{[^{}]*\}")
+_SAME_VALUE = frozenset({"copy", "opt-barrier", "custom-call"})
+"""Opcodes whose result is an operand's value: a copy, and entangle's
+custom call (its payload; the other operands only order it)."""
+_TRIP = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)"?')
+ALL = -1
+"""A read of the whole carry (the parameter used other than through
+``get-tuple-element``)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Signature:
+  """One decision's signature and what it reads."""
+
+  digest: str
+  """Equal on two ranks when they compute the decision alike."""
+  leaves: tuple[str, ...]
+  """The constants (type and literal) and trip counts it reads, in
+  order."""
+  base: str = ""
+  """A two-way conditional's predicate with its negations taken off
+  (``not``, and the ``convert`` to a branch index, through fusions):
+  two ranks whose bases are equal decide alike, or opposite ways when
+  `negated` differs; "" where not read."""
+  negated: bool = False
+
+
+def _strip_layout(shape: str) -> str:
+  return _LAYOUT.sub("", shape)
+
+
+def _attributes(line: str, native: bool) -> tuple[str, ...]:
+  """The attributes after an instruction's operand list, each
+  ``key=value``, without those that only name things."""
+  start = line.find("(", line.find("=") + 1)
+  if start < 0:
+    return ()
+  depth = 0
+  index = start
+  while index < len(line):
+    if line[index] in "([{":
+      depth += 1
+    elif line[index] in ")]}":
+      depth -= 1
+      if depth == 0:
+        break
+    index += 1
+  rest = line[index + 1 :]
+  found: list[str] = []
+  depth = 0
+  quoted = False
+  current = ""
+  for char in rest:
+    if quoted:
+      current += char
+      if char == '"':
+        quoted = False
+      continue
+    if char == '"':
+      quoted = True
+    elif char in "([{":
+      depth += 1
+    elif char in ")]}":
+      depth -= 1
+    if char == "," and depth == 0:
+      found.append(current.strip())
+      current = ""
+    else:
+      current += char
+  found.append(current.strip())
+  kept = []
+  for attribute in found:
+    key = attribute.split("=", 1)[0].strip()
+    if not attribute or key in _NAMING:
+      continue
+    if native and key == "backend_config":
+      continue  # A native call's attributes hold per-process handles.
+    kept.append(attribute)
+  return tuple(kept)
+
+
+def _hash(*parts: object) -> str:
+  return hashlib.sha1(repr(parts).encode()).hexdigest()[:16]
+
+
+class DecisionSlice:
+  """The signatures of one module's decisions.
+
+  Args:
+    module: the parsed module.
+    lines: its text's lines (for the attributes).
+    communication: how an instruction communicates (None: it does not).
+    call_index: a communicating instruction's position among the rank's
+      communicating calls (None: not among them).
+  """
+
+  def __init__(
+    self,
+    module: _hlo.Module,
+    lines: list[str],
+    communication: Callable[[_hlo.Instruction], Communication | None],
+    call_index: Callable[[_hlo.Instruction], int | None],
+  ):
+    self._module = module
+    self._lines = lines
+    self._communication = communication
+    self._call_index = call_index
+    self._defined = {
+      (i.computation, i.name): i
+      for body in module.computations.values()
+      for i in body
+    }
+    self._nodes: dict[tuple[str, str], tuple[str, frozenset[int]]] = {}
+    self._leaves: dict[tuple[str, str], tuple[str, ...]] = {}
+    self._loops: set[str] = {
+      c
+      for body in module.computations.values()
+      for i in body
+      if i.opcode == "while"
+      for c in (i.body, i.condition)
+      if c is not None
+    }
+
+  def _root(self, computation: str) -> _hlo.Instruction:
+    return next(i for i in self._module.computations[computation] if i.root)
+
+  def _line(self, i: _hlo.Instruction) -> str:
+    return self._lines[i.line - 1] if 0 < i.line <= len(self._lines) else ""
+
+  def _node(self, i: _hlo.Instruction) -> tuple[str, frozenset[int]]:
+    """`i`'s hash, and the carry elements it reads where `i` is in a loop's
+    condition or body (`ALL` for the whole carry)."""
+    key = (i.computation, i.name)
+    if key in self._nodes:
+      return self._nodes[key]
+    # Cycles cannot occur in HLO; the placeholder guards a malformed one.
+    self._nodes[key] = (_hash("cycle", i.name), frozenset())
+    self._leaves[key] = ()
+    shape = _strip_layout(i.shape)
+    reads: frozenset[int] = frozenset()
+    leaves: tuple[str, ...] = ()
+    communication = self._communication(i)
+    if i.opcode == "parameter":
+      in_loop = i.computation in self._loops
+      if i.computation == self._module.entry:
+        digest = _hash("entry parameter", i.parameter_number, shape)
+      else:
+        digest = _hash("argument", i.parameter_number, shape)
+        reads = frozenset({ALL}) if in_loop else frozenset()
+    elif i.opcode == "constant":
+      digest = _hash("constant", shape, i.literal)
+      leaves = (f"constant {shape} {i.literal}",)
+    elif communication is not None and communication.same_result:
+      index = self._call_index(i)
+      digest = _hash("shared", i.target or i.opcode, shape, index)
+    elif i.opcode in _SAME_VALUE and i.operands:
+      # The value of its operand: an order witness adds nothing to it.
+      payload = i.aliased_operands or (0,)
+      if i.opcode == "custom-call" and i.target != ENTANGLE_TARGET:
+        payload = ()
+      if payload:
+        nodes = [self._node(self._operand(i, k)) for k in payload]
+        digest = nodes[0][0] if len(nodes) == 1 else _hash(*nodes)
+        for _, read in nodes:
+          reads |= read
+        leaves = tuple(
+          x
+          for k in payload
+          for x in self._leaves[(i.computation, self._operand(i, k).name)]
+        )
+        self._nodes[key] = (digest, reads)
+        self._leaves[key] = _few(leaves)
+        return digest, reads
+      digest, reads, leaves = self._plain(i, shape)
+    elif (
+      i.opcode == "get-tuple-element"
+      and i.operands
+      and self._operand(i, 0).opcode == "parameter"
+      and i.computation in self._loops
+    ):
+      digest = _hash("carry", i.tuple_index, shape)
+      reads = frozenset({i.tuple_index if i.tuple_index is not None else ALL})
+    else:
+      digest, reads, leaves = self._plain(i, shape)
+    self._nodes[key] = (digest, reads)
+    self._leaves[key] = _few(leaves)
+    return digest, reads
+
+  def _plain(
+    self, i: _hlo.Instruction, shape: str
+  ) -> tuple[str, frozenset[int], tuple[str, ...]]:
+    """An instruction's node: opcode, type, attributes, operands, the
+    computations it calls."""
+    parts: list[object] = [
+      i.opcode,
+      shape,
+      i.target,
+      _attributes(self._line(i), i.opcode == "custom-call"),
+    ]
+    reads: frozenset[int] = frozenset()
+    operand_leaves: list[str] = []
+    for k in range(len(i.operands)):
+      digest, read = self._node(self._operand(i, k))
+      parts.append(digest)
+      reads |= read
+      operand_leaves += self._leaves[(i.computation, self._operand(i, k).name)]
+    if i.opcode == "while" and i.body and i.condition:
+      parts.append(self._whole(i.condition))
+      parts.append(self._whole(i.body))
+      trip = _TRIP.search(self._line(i))
+      if trip is not None:
+        operand_leaves.append(f"known_trip_count {trip.group(1)}")
+    else:
+      for callee in i.callees:
+        parts.append(self._whole(callee))
+        operand_leaves += self._leaves[(callee, self._root(callee).name)]
+    return _hash(*parts), reads, tuple(operand_leaves)
+
+  def _whole(self, computation: str) -> str:
+    """A called computation's root, its parameters symbolic."""
+    return self._node(self._root(computation))[0]
+
+  def _operand(self, i: _hlo.Instruction, k: int) -> _hlo.Instruction:
+    return self._defined[(i.computation, i.operands[k])]
+
+  def origin(self, i: _hlo.Instruction) -> str:
+    """What communicating call `i`'s data operands (its tokens left out)
+    are computed from, as one hash: equal on two ranks whose calls send
+    the same expression of the same inputs."""
+    parts = [
+      self._node(self._operand(i, k))[0]
+      for k in range(len(i.operands))
+      if not self._operand(i, k).shape.startswith("token")
+    ]
+    return _hash("origin", *parts)
+
+  def conditional(self, i: _hlo.Instruction) -> Signature:
+    """The signature of conditional `i`'s predicate or branch index."""
+    predicate = self._operand(i, 0)
+    digest, _ = self._node(predicate)
+    base, negated = self._polarity(predicate, ())
+    return Signature(
+      digest,
+      self._leaves[(i.computation, predicate.name)],
+      base if len(i.branches) == 2 else "",
+      negated,
+    )
+
+  def _polarity(
+    self, i: _hlo.Instruction, arguments: tuple[str, ...]
+  ) -> tuple[str, bool]:
+    """`i` with its negations peeled: (the digest of what is left, whether
+    an odd number of ``not`` were taken off). Follows ``not``, a
+    ``convert`` of a scalar and a fusion's root; `arguments` are the
+    digests of the fusion operands that the parameters of `i`'s
+    computation stand for."""
+    negated = False
+    while True:
+      if i.opcode == "not" and i.operands:
+        negated = not negated
+        i = self._operand(i, 0)
+      elif (
+        i.opcode == "convert"
+        and i.operands
+        and self._operand(i, 0).shape.startswith("pred[]")
+      ):  # A predicate as a branch index: 0 or 1, as it was.
+        i = self._operand(i, 0)
+      elif i.opcode == "fusion" and i.callees and i.operands:
+        outer = tuple(
+          self._node(self._operand(i, k))[0] for k in range(len(i.operands))
+        )
+        base, inner = self._polarity(self._root(i.callees[0]), outer)
+        return base, negated != inner
+      else:
+        return _hash("base", self._node(i)[0], arguments), negated
+
+  def loop(self, i: _hlo.Instruction) -> Signature:
+    """The signature of while `i`'s decision: its condition, and each
+    carry element the condition reads (with the elements those read),
+    its initial value and its update by the body."""
+    assert i.condition is not None and i.body is not None
+    condition = self._root(i.condition)
+    digest, reads = self._node(condition)
+    leaves = list(self._leaves[(i.condition, condition.name)])
+    trip = _TRIP.search(self._line(i))
+    if trip is not None:
+      leaves.append(f"known_trip_count {trip.group(1)}")
+    body = self._root(i.body)
+    init = self._operand(i, 0) if i.operands else None
+    parts: list[object] = ["loop", digest, trip and trip.group(1)]
+    done: set[int] = set()
+    todo = set(reads)
+    while todo:
+      k = min(todo)
+      todo.discard(k)
+      if k in done:
+        continue
+      done.add(k)
+      start = _element(init, k, self._defined)
+      update = _element(body, k, self._defined)
+      for part in (start, update):
+        if part is None:
+          parts.append((k, None))
+          continue
+        node, read = self._node(part)
+        parts.append((k, node))
+        leaves += self._leaves[(part.computation, part.name)]
+        if part is update:
+          todo |= read - done
+    return Signature(_hash(*parts), _few(tuple(leaves)))
+
+
+LEAVES = 64
+"""The most leaves kept for a node: the report names the first that
+differs; a node's hash, not its leaves, decides."""
+
+
+def _few(leaves: tuple[str, ...]) -> tuple[str, ...]:
+  """`leaves` without repeats, the first `LEAVES` of them (an expression
+  that reads one value twice would double them at each level)."""
+  return tuple(dict.fromkeys(leaves))[:LEAVES]
+
+
+def _element(
+  tuple_op: _hlo.Instruction | None,
+  k: int,
+  defined: dict[tuple[str, str], _hlo.Instruction],
+) -> _hlo.Instruction | None:
+  """Element `k` of a ``tuple`` instruction (the whole value for `ALL`, or
+  where it is no ``tuple``)."""
+  if tuple_op is None:
+    return None
+  if k == ALL or tuple_op.opcode != "tuple" or k >= len(tuple_op.operands):
+    return tuple_op
+  return defined[(tuple_op.computation, tuple_op.operands[k])]
