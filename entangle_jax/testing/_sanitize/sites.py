@@ -33,7 +33,12 @@ from entangle_jax._src.targets.names import (
   TPU_HOST_CALLBACK_TARGET,
   is_host_callback,
 )
-from entangle_jax.testing._sanitize import callbacks, jax_hooks, wrapping
+from entangle_jax.testing._sanitize import (
+  callbacks,
+  jax_hooks,
+  user_modules,
+  wrapping,
+)
 
 SITE_ATTRIBUTE = "entangle_jax_sanitize_site"
 TYPED_FFI = 4
@@ -151,6 +156,10 @@ class CallSite:
     source: the user's file:line of the call, from the module's location
       metadata, or from the call or loop around it where the call's own
       names no file ("" where none does).
+    stack: the call's Python stack as its location records it, innermost
+      first, as ``(file, line)`` frames (empty where it names no file):
+      what the static check's ops of the user's own module carry, by
+      which a call is found there (`user_module`).
   """
 
   number: int
@@ -163,6 +172,7 @@ class CallSite:
   context: tuple[Frame, ...] = ()
   pure: bool = False
   source: str = ""
+  stack: tuple[tuple[str, int], ...] = ()
 
   def __str__(self) -> str:
     if self.host_callback is not None:
@@ -259,6 +269,12 @@ def _make_compile(original):
         module.executable = weakref.ref(executable)
       except TypeError:
         module.executable = lambda: executable
+      user_modules.keep(
+        module.serial,
+        lambda: original(backend, computation, *args, **kwargs),
+        computation,
+        _bytecode,
+      )
     return executable
 
   return compile_or_get_cached
@@ -459,6 +475,18 @@ class _Walker:
     self.enclosing: list[str] = []
     """The user's file:line of each call and construct the walk is inside,
     outermost first ("" where its location names no file)."""
+    self.calls: list[tuple[tuple[str, int], ...]] = []
+    """The Python stack of each function call the walk is inside,
+    outermost first."""
+
+  def stack(self, op) -> tuple[tuple[str, int], ...]:
+    """`op`'s Python stack as the HLO of its module records it once its
+    functions are inlined: its own location's frames, then those of each
+    call it is inside, innermost first (`source_stack`)."""
+    out = source_stack(op)
+    for frames in reversed(self.calls):
+      out += frames
+    return out
 
   def source(self, op) -> str:
     """The user's file:line of `op`; where its own location names no file
@@ -522,10 +550,12 @@ class _Walker:
       op.attributes["callee"] = ir.FlatSymbolRefAttr.get(copy_name)
       self.functions[copy_name] = func
     self.enclosing.append(source_line(op))
+    self.calls.append(source_stack(op))
     try:
       self.function(func, context=context)
     finally:
       self.enclosing.pop()
+      self.calls.pop()
 
   def custom_call(self, op, *, context: tuple[Frame, ...]) -> None:
     ir = self.ir
@@ -568,6 +598,7 @@ class _Walker:
         *_loop_branch(context),
         context=context,
         source=self.source(op),
+        stack=self.stack(op),
       )
     )
 
@@ -599,6 +630,7 @@ class _Walker:
         target, _side_effect(ir, attributes)
       ),
       source=self.source(op),
+      stack=self.stack(op),
     )
     self.module.sites.append(site)
     self.module.callbacks[index] = site
@@ -860,6 +892,18 @@ _NOT_USER = (
   "/dist-packages/",
   "<frozen",
 )
+
+
+def source_stack(op) -> tuple[tuple[str, int], ...]:
+  """The Python stack `op`'s MLIR location records, innermost first, as
+  ``(file, line)`` frames: the form the static check's ops carry
+  (``Instruction.stack``), so that a call of the sanitized copy is found
+  among the ops of the user's own module; () where it names no file."""
+  try:
+    text = str(op.location)
+  except Exception:
+    return ()
+  return tuple((path, int(line)) for path, line in _FILE_LINE.findall(text))
 
 
 def source_line(op) -> str:
