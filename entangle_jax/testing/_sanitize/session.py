@@ -496,7 +496,7 @@ class _Static:
     found = None
     module = self.user_modules.get(serial)
     if module is not None:
-      from entangle_jax.testing import OrderAnalysis
+      from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
 
       try:
         text, before = module.texts()
