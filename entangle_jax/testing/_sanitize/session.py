@@ -524,14 +524,14 @@ class _Static:
     if found is None or not a.site.stack or not b.site.stack:
       return _NOT_AT_HAND
     _, races = found
-    wanted = sorted((a.site.stack, b.site.stack))
+    x, y = a.site.stack, b.site.stack
     for race in races:
-      first, second = race.first.instruction, race.second.instruction
-      stacks = sorted((first.stack, second.stack))
-      if stacks == wanted and {race.first.target, race.second.target} == {
-        a.target,
-        b.target,
-      }:
+      p, q = race.first.instruction.stack, race.second.instruction.stack
+      if {race.first.target, race.second.target} != {a.target, b.target}:
+        continue
+      if (_same_stack(x, p) and _same_stack(y, q)) or (
+        _same_stack(x, q) and _same_stack(y, p)
+      ):
         return race
     return None
 
@@ -549,7 +549,8 @@ class _Static:
       named = [
         op
         for op in analysis.user_native_calls()
-        if op.instruction.stack == call.site.stack and op.target == call.target
+        if op.target == call.target
+        and _same_stack(op.instruction.stack, call.site.stack)
       ]
       if len(named) != 1:
         return None
@@ -571,7 +572,15 @@ class _Static:
     if race is not None:
       return "the static check reports them as may race, and they did"
     verdicts = self._user_verdicts(a, b)
-    if verdicts is not None and not any(v.conflict for v in verdicts):
+    if verdicts is None:
+      # A call with no op of its own there (XLA merged identical calls, or
+      # a shared function's op stands for several): no claim either way.
+      return (
+        "the static check reports no pair at these two calls (one of them "
+        "has no op of its own in the module as compiled: XLA merged or "
+        "removed it)"
+      )
+    if not any(v.conflict for v in verdicts):
       return (
         "the static check finds no conflict between them (the declarations "
         "say they touch different objects or never conflict)"
@@ -589,6 +598,17 @@ class _Static:
 
     cause = cause_of(race)
     return f"{cause.code} {cause.headline}. Fix: {cause.fix}"
+
+
+def _same_stack(x: tuple, y: tuple) -> bool:
+  """Whether two Python stacks (innermost first) are one call's: the
+  shorter is the longer's innermost part (XLA's HLO appends the frames of
+  the ops a call is inside, such as a ``shard_map``'s, which the
+  sanitizer's walk may not)."""
+  if not x or not y:
+    return False
+  n = min(len(x), len(y))
+  return x[:n] == y[:n]
 
 
 _NOT_AT_HAND = object()
