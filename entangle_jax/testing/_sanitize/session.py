@@ -372,7 +372,9 @@ def _fill(seen: Seen, columns: CallColumns, dropped: int, first: int) -> None:
   # others ran plainly in program order (`candidates.plainly_in_order`).
   checked = {c for c, o in zip(made, order.tolist(), strict=True) if o}
   ordered = {k: v for k, v in runs.items() if v[0] in checked}
-  seen.races = checks.races(found, seen.unpaired, runs, ordered)
+  seen.races = checks.races(
+    found, seen.unpaired, runs, ordered, columns.native.iteration
+  )
   static = _Static(declarations, user_modules.take_user_modules(first))
   seen._static = static
   seen.contradictions = checks.contradictions(

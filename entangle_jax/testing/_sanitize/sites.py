@@ -100,6 +100,11 @@ class SanitizedModule:
   and branch, whose calls count the module's executions: added where the
   module's own host callbacks are all in loops or branches."""
 
+  iteration_markers: dict[int, int] = dataclasses.field(default_factory=dict)
+  """The site numbers of its iteration markers (`_Walker.mark_iterations`),
+  each with the number of the loop (`Frame.construct`) whose condition it
+  is at the top of."""
+
   program: bytes | None = None
   """The module as the sanitizer handed it to XLA (MLIR bytecode, its
   places in it), for the static check's comparison of the program with
@@ -184,6 +189,13 @@ _numbers = itertools.count()
 _lock = threading.Lock()
 _sites: dict[int, CallSite] = {}
 _modules: list[SanitizedModule] = []
+_markers: dict[int, tuple[int, int]] = {}
+
+
+def marker(number: int) -> tuple[int, int] | None:
+  """For the site number of an iteration marker, its module's serial and
+  its loop's number (`Frame.construct`); else None."""
+  return _markers.get(number)
 
 
 def site(number: int) -> CallSite | None:
@@ -450,6 +462,8 @@ def annotate(
       _modules.append(module)
       for s in module.sites:
         _sites[s.number] = s
+      for number, construct in module.iteration_markers.items():
+        _markers[number] = (module.serial, construct)
     return module
 
 
@@ -475,6 +489,13 @@ class _Walker:
     self.enclosing: list[str] = []
     """The user's file:line of each call and construct the walk is inside,
     outermost first ("" where its location names no file)."""
+    self.iterations: str | None = None
+    """The iteration marker's target, where loops get one (one device
+    of a CPU, the target wrapped: `mark_iterations`); else None."""
+    if _one_cpu(ir, computation, module):
+      target = wrapping.iteration_target()
+      if wrapping.wrapped(target, module.platform) is not None:
+        self.iterations = target
     self.calls: list[tuple[tuple[str, int], ...]] = []
     """The Python stack of each function call the walk is inside,
     outermost first."""
@@ -535,6 +556,82 @@ class _Walker:
         self.region(region, context=inner)
     finally:
       self.enclosing.pop()
+    if kind == LOOP and self.iterations is not None:
+      # After the walk of its regions, which must not take it for a call.
+      self.mark_iterations(op, construct)
+
+  def mark_iterations(self, op, construct: int) -> None:
+    """Puts an iteration marker at the top of loop `op`'s condition, and
+    makes the condition read it: XLA tests the condition before each
+    iteration and runs the body to its end before the next test, so the
+    marker's calls of one execution that began before a call of the
+    loop, counted, say which iteration of it the call ran in
+    (`columns.NativeColumns.iteration`).
+
+    The condition becomes ``its own and marker != INT64_MIN`` (the
+    marker writes XLA's run id, never that value): XLA then cannot know
+    the loop's trip count, and tests the condition before each iteration
+    (XLA:CPU runs a loop of known trip count without its condition)."""
+    ir = self.ir
+    number = next(_numbers)
+    i64 = ir.IntegerType.get_signless(64)
+    where = ir.Location.name(SANITIZER_COUNTER_SCOPE)
+    block = op.regions[0].blocks[0]
+    terminator = None
+    for inner in block.operations:
+      terminator = inner.operation
+    if terminator is None or len(terminator.operands) != 1:
+      return
+    scalar = ir.RankedTensorType.get([], i64, loc=where)
+    with ir.InsertionPoint(terminator):
+      marker = ir.Operation.create(
+        "stablehlo.custom_call",
+        results=[scalar],
+        operands=[],
+        attributes={
+          "call_target_name": ir.StringAttr.get(self.iterations),
+          "api_version": ir.IntegerAttr.get(
+            ir.IntegerType.get_signless(32), TYPED_FFI
+          ),
+          "backend_config": ir.DictAttr.get(
+            {SITE_ATTRIBUTE: ir.IntegerAttr.get(i64, number)}
+          ),
+          "has_side_effect": ir.BoolAttr.get(True),
+          "operand_layouts": ir.ArrayAttr.get([]),
+          "result_layouts": ir.ArrayAttr.get(
+            [ir.Attribute.parse(_SCALAR_LAYOUT)]
+          ),
+        },
+        loc=where,
+      )
+      never = ir.Operation.create(
+        "stablehlo.constant",
+        results=[scalar],
+        attributes={
+          "value": ir.Attribute.parse(f"dense<{-(2**63)}> : tensor<i64>")
+        },
+        loc=where,
+      )
+      pred = terminator.operands[0]
+      differs = ir.Operation.create(
+        "stablehlo.compare",
+        results=[pred.type],
+        operands=[marker.result, never.result],
+        attributes={
+          "comparison_direction": ir.Attribute.parse(
+            "#stablehlo<comparison_direction NE>"
+          )
+        },
+        loc=where,
+      )
+      both = ir.Operation.create(
+        "stablehlo.and",
+        results=[pred.type],
+        operands=[pred, differs.result],
+        loc=where,
+      )
+    terminator.operands[0] = both.result
+    self.module.iteration_markers[number] = construct
 
   def call(self, op, *, context: tuple[Frame, ...]) -> None:
     ir = self.ir
