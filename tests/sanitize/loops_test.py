@@ -16,9 +16,9 @@ a run-time control that does not depend on the sanitizer.
   not run that way (or overlapped) is reported (recall 1.0), and no other
   but overlaps of a callback's handler (which runs longer than its body:
   the GIL, the conversions) with a call on another thread, which the
-  stamps cannot see; a pair that
-  nothing records the iterations of (a native write in the loop's body,
-  callbacks in an inner loop) is "not compared", with its reason.
+  stamps cannot see; a native write in the loop's body and callbacks in
+  an inner loop are paired by the outer iteration each ran in (each
+  loop's iterations recorded, issue 78), against the stamps likewise.
 
 In a fresh interpreter, where the example store registers after the
 sanitizer started.
