@@ -547,6 +547,7 @@ class _Walker:
     elif op.name in _BRANCHES:
       kind = BRANCH
     construct = next(self.constructs) if kind is not None else -1
+    first = len(self.module.sites)
     self.enclosing.append(source_line(op) if op.regions else "")
     try:
       for index, region in enumerate(op.regions):
@@ -556,8 +557,18 @@ class _Walker:
         self.region(region, context=inner)
     finally:
       self.enclosing.pop()
-    if kind == LOOP and self.iterations is not None:
-      # After the walk of its regions, which must not take it for a call.
+    if (
+      kind == LOOP
+      and self.iterations is not None
+      and any(
+        len(site.context) > len(context) + 1
+        for site in self.module.sites[first:]
+      )
+    ):
+      # Only where a call runs in an inner loop or a branch of this one:
+      # places that each run once an iteration pair by rank, and a marker
+      # costs a recorded call an iteration. After the walk of its regions,
+      # which must not take it for a call.
       self.mark_iterations(op, construct)
 
   def mark_iterations(self, op, construct: int) -> None:
