@@ -507,9 +507,16 @@ def sanitizer_nested() -> dict:
     stamps.append(("r", int(i), int(j), run[0], time.monotonic_ns()))
     return np.float32(x)
 
+  big = jnp.ones(1 << 18, jnp.float32)
+
+  def late(x):
+    # x, once a computation that takes a while is done: the write waits
+    # for it, the reads do not.
+    return x + jnp.sum(jnp.sin(big * x)) * 0.0
+
   def fori_in_fori(x):
     def body(i, x):
-      w = io_callback(slow_write, F32, x, i)
+      w = io_callback(slow_write, F32, late(x), i)
       r = jax.lax.fori_loop(
         0, 2, lambda j, y: y + io_callback(read, F32, x, i, j), x
       )
@@ -519,7 +526,7 @@ def sanitizer_nested() -> dict:
 
   def scan_in_fori(x):
     def body(i, x):
-      w = io_callback(slow_write, F32, x, i)
+      w = io_callback(slow_write, F32, late(x), i)
 
       def step(y, j):
         return y + io_callback(read, F32, x, i, j), None
@@ -528,9 +535,27 @@ def sanitizer_nested() -> dict:
 
     return jax.lax.fori_loop(0, 3, body, x)
 
+  def log(x, i, j):
+    read(x, i, j)
+
+  def debug_in_fori(x):
+    # The reads are jax.debug.callback: the device does not wait for
+    # them (on the TPU they ran before the io_callback made first).
+    def body(i, x):
+      w = io_callback(slow_write, F32, late(x), i)
+
+      def each(j, y):
+        jax.debug.callback(log, x, i, j)
+        return y
+
+      return w + jax.lax.fori_loop(0, 2, each, x)
+
+    return jax.lax.fori_loop(0, 3, body, x)
+
   for name, fn in (
     ("fori_in_fori_x3", fori_in_fori),
     ("scan_x3", scan_in_fori),
+    ("debug_in_fori_x3", debug_in_fori),
   ):
     del stamps[:]
     with ej_testing.sanitize() as seen:
@@ -550,7 +575,7 @@ def sanitizer_nested() -> dict:
         (r, i, j)
         for race in seen.races
         for c in (race.first, race.second)
-        if c.function and c.function.rsplit(".", 1)[-1] == "read"
+        if c.function and c.function.rsplit(".", 1)[-1] in ("read", "log")
         for tag, i, j, r, t in stamps
         if tag == "r" and c.start_ns <= t <= c.end_ns
       }
