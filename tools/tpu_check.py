@@ -19,7 +19,10 @@ machine where only the wheel is installed. One process holds the chip:
    once; two io_callbacks in a loop, ordered and not, run 3 times): how
    many iterations ran out of program order (the callbacks' own log), how
    many the sanitizer reported, how many calls it left not compared and
-   why, and the names it gives the callbacks.
+   why, and the names it gives the callbacks. Then nested loops (issue
+   78, ``sanitizer_nested``): a slow write in a loop's body and reads in
+   an inner ``fori_loop`` or ``scan``, 3 runs each, scored against the
+   bodies' stamps (truth, reported, what was left not compared).
 5. entangle's cost in a 10,000-step scan over a 1024-vector vs identity,
    and that of a bare optimization_barrier (entangle's TPU lowering before
    0.5.0).
@@ -483,6 +486,113 @@ def sanitizer_loops() -> dict:
   return out
 
 
+def sanitizer_nested() -> dict:
+  """Host callbacks in nested loops (issue 78): a slow write in an outer
+  loop's body, then reads in an inner loop (or a ``scan``) that nothing
+  orders after it. Each body stamps (tag, outer iteration, inner
+  iteration, run, clock); a read whose stamp came before its outer
+  iteration's write raced. ``truth`` and ``reported`` are [run, outer,
+  inner] lists; ``unpaired`` says what the sanitizer could not pair (on
+  CPU each loop's iterations are recorded; elsewhere it may be none)."""
+  out = {}
+  stamps: list[tuple[str, int, int, int, int]] = []
+  run = [0]
+
+  def slow_write(x, i):
+    time.sleep(0.001)
+    stamps.append(("w", int(i), -1, run[0], time.monotonic_ns()))
+    return np.float32(x)
+
+  def read(x, i, j):
+    stamps.append(("r", int(i), int(j), run[0], time.monotonic_ns()))
+    return np.float32(x)
+
+  big = jnp.ones(1 << 18, jnp.float32)
+
+  def late(x):
+    # x, once a computation that takes a while is done: the write waits
+    # for it, the reads do not.
+    return x + jnp.sum(jnp.sin(big * x)) * 0.0
+
+  def fori_in_fori(x):
+    def body(i, x):
+      w = io_callback(slow_write, F32, late(x), i)
+      r = jax.lax.fori_loop(
+        0, 2, lambda j, y: y + io_callback(read, F32, x, i, j), x
+      )
+      return w + r
+
+    return jax.lax.fori_loop(0, 3, body, x)
+
+  def scan_in_fori(x):
+    def body(i, x):
+      w = io_callback(slow_write, F32, late(x), i)
+
+      def step(y, j):
+        return y + io_callback(read, F32, x, i, j), None
+
+      return w + jax.lax.scan(step, x, jnp.arange(2))[0]
+
+    return jax.lax.fori_loop(0, 3, body, x)
+
+  def log(x, i, j):
+    read(x, i, j)
+
+  def debug_in_fori(x):
+    # The reads are jax.debug.callback: the device does not wait for
+    # them (on the TPU they ran before the io_callback made first).
+    def body(i, x):
+      w = io_callback(slow_write, F32, late(x), i)
+
+      def each(j, y):
+        jax.debug.callback(log, x, i, j)
+        return y
+
+      return w + jax.lax.fori_loop(0, 2, each, x)
+
+    return jax.lax.fori_loop(0, 3, body, x)
+
+  for name, fn in (
+    ("fori_in_fori_x3", fori_in_fori),
+    ("scan_x3", scan_in_fori),
+    ("debug_in_fori_x3", debug_in_fori),
+  ):
+    del stamps[:]
+    with ej_testing.sanitize() as seen:
+      g = jax.jit(fn)
+      for r in range(3):
+        run[0] = r
+        jax.block_until_ready(g(jnp.float32(1.0)))
+    jax.effects_barrier()
+    writes = {(r, i): t for tag, i, _, r, t in stamps if tag == "w"}
+    truth = sorted(
+      [r, i, j]
+      for tag, i, j, r, t in stamps
+      if tag == "r" and (r, i) in writes and t < writes[(r, i)]
+    )
+    reported = sorted(
+      {
+        (r, i, j)
+        for race in seen.races
+        for c in (race.first, race.second)
+        if c.function and c.function.rsplit(".", 1)[-1] in ("read", "log")
+        for tag, i, j, r, t in stamps
+        if tag == "r" and c.start_ns <= t <= c.end_ns
+      }
+    )
+    out[name] = {
+      "callbacks_ran": len(stamps),
+      "truth": truth,
+      "reported": [list(x) for x in reported],
+      "races": len(seen.races),
+      "race_kinds": sorted({r.kind for r in seen.races}),
+      "unknown_runs": seen.unknown_runs,
+      "unpaired": [[u.calls, u.why] for u in seen.unpaired],
+      "report_head": format_seen(seen).splitlines()[:3],
+    }
+  return out
+
+
 def cost(steps: int = 10_000, repeats: int = 9) -> dict:
   def scan_with(step):
     def body(carry, _):
@@ -558,6 +668,7 @@ def main() -> int:
     ("programs", further_programs),
     ("sanitizer", sanitizer),
     ("sanitizer_loops", sanitizer_loops),
+    ("sanitizer_nested", sanitizer_nested),
     ("token_witness", token_witness),
     ("cost", cost),
   ):

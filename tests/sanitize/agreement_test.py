@@ -9,7 +9,7 @@ from entangle_jax._src.targets.declaration import (
   Declarations,
   TargetDeclaration,
 )
-from entangle_jax.testing._sanitize import session, sites
+from entangle_jax.testing._sanitize import session, sites, user_modules
 from entangle_jax.testing._sanitize.calls import SanitizedCall
 from tests.hand_written_hlo import hlo_module
 
@@ -24,27 +24,74 @@ def _module(entry: str) -> str:
   )
 
 
-def _call(target: str, operand: str, name: str, shape: str = "s32[]") -> str:
+def _call(
+  target: str, operand: str, name: str, shape: str = "s32[]", line: int = 1
+) -> str:
+  """A side-effecting call, located at line `line` of ``user.py`` (the
+  Python stack the sanitizer's call site carries too)."""
   return (
     f"%{name} = {shape} custom-call(%{operand}), "
-    f'custom_call_target="{target}", custom_call_has_side_effect=true'
+    f'custom_call_target="{target}", custom_call_has_side_effect=true, '
+    f'metadata={{source_file="user.py" source_line={line}}}'
   )
 
 
-def _static(text: str, declarations: Declarations, names: list[str]):
+class _Executable:
+  """What a compile returns, as far as `user_modules.UserModule` reads it."""
+
+  def __init__(self, text: str):
+    self.text = text
+
+  def hlo_modules(self):
+    text = self.text
+
+    class _Module:
+      def to_string(self) -> str:
+        return text
+
+    return [_Module()]
+
+
+def _no_bytecode(computation):
+  raise ValueError("no MLIR module in a hand-written test")
+
+
+def _static(
+  text: str,
+  declarations: Declarations,
+  names: list[str],
+  user_text: str | None = None,
+):
   """A `session._Static` that has read `text` as the module the calls of
-  sites 0, 1, ... (ops `names`) ran in, and those sites."""
+  sites 0, 1, ... (ops `names`, at lines 1, 2, ... of ``user.py``) ran in,
+  the user's own module being `user_text` (default: `text`), and those
+  sites."""
   analysis = testing.OrderAnalysis(text, declarations=declarations)
   ops = {op.name: op for op in analysis.select_ops(W)}
   module = sites.SanitizedModule("jit_f", 0, "Host")
-  static = session._Static(declarations)
+  users = {
+    module.serial: user_modules.UserModule(
+      lambda: _Executable(text if user_text is None else user_text),
+      None,
+      _no_bytecode,
+    )
+  }
+  static = session._Static(declarations, users)
   static.analyses[module.serial] = (
     analysis,
     {k: ops[n] for k, n in enumerate(names)},
     {},  # No module before optimization at hand.
   )
   placed = [
-    sites.CallSite(k, module, k, W, in_loop=False, in_branch=False)
+    sites.CallSite(
+      k,
+      module,
+      k,
+      W,
+      in_loop=False,
+      in_branch=False,
+      stack=(("user.py", k + 1),),
+    )
     for k in range(len(names))
   ]
   return static, placed
@@ -86,7 +133,7 @@ class AgreementTest(absltest.TestCase):
       "%p = s32[1] parameter(0), sharding={devices=[2]<=[2]}\n"
       + _call(W, "p", "one", "s32[1]")
       + "\n"
-      + _call(W, "p", "two", "s32[1]")
+      + _call(W, "p", "two", "s32[1]", line=2)
     )
     distinct = Declarations(
       (TargetDeclaration(W, "write", 0, distinct_elements=True),)
@@ -97,6 +144,51 @@ class AgreementTest(absltest.TestCase):
       static.distinct(_ran(first, 0), _ran(second, 1)) or "",
     )
     self.assertIsNone(static.distinct(_ran(first, 0), _ran(second, 0)))
+
+  def test_the_static_word_is_the_users_module_not_the_sanitized_copy(self):
+    # Issue 78, defect 3: the sanitized copy (identical calls not merged,
+    # shared functions copied) can report a pair that races() of the
+    # user's own module does not. The report's word must be the user's
+    # module's: here it orders the two calls (an edge the copy lacks), so
+    # the report must not say that the static check reports them.
+    declarations = Declarations((TargetDeclaration(W, "write", 0),))
+    copy = hlo_module(
+      f"%p = s32[] parameter(0)\n{_call(W, 'p', 'one')}\n"
+      + _call(W, "p", "two", line=2)
+    )
+    users = hlo_module(
+      f"%p = s32[] parameter(0)\n{_call(W, 'p', 'one')}\n"
+      + _call(W, "one", "two", line=2)
+    )
+    self.assertEmpty(testing.races(users))
+    self.assertLen(testing.races(copy), 1)
+    static, (first, second) = _static(copy, declarations, ["one", "two"], users)
+    a, b = _ran(first, 0), _ran(second, 0)
+    finding = static.finding(a, b) or ""
+    self.assertNotIn("reports them", finding)
+    self.assertIn("finds them ordered", finding)
+    self.assertIsNone(static.fix(a, b))
+    # Control: the user's module is the copy's program; then it reports
+    # the pair, with its cause's fix.
+    static, (first, second) = _static(copy, declarations, ["one", "two"])
+    a, b = _ran(first, 0), _ran(second, 0)
+    self.assertEqual(
+      static.finding(a, b),
+      "the static check reports them as may race, and they did",
+    )
+    self.assertIn("Fix:", static.fix(a, b) or "")
+
+  def test_no_word_where_the_users_module_is_not_at_hand(self):
+    # Without the user's module the report says nothing of the static
+    # check, rather than the copy's answer.
+    declarations = Declarations((TargetDeclaration(W, "write", 0),))
+    copy = hlo_module(
+      f"%p = s32[] parameter(0)\n{_call(W, 'p', 'one')}\n"
+      + _call(W, "p", "two", line=2)
+    )
+    static, (first, second) = _static(copy, declarations, ["one", "two"])
+    static.user_modules.clear()
+    self.assertIsNone(static.finding(_ran(first, 0), _ran(second, 0)))
 
 
 if __name__ == "__main__":

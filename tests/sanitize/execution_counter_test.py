@@ -19,6 +19,7 @@ from entangle_jax import testing
 from entangle_jax._src.targets.names import (
   SANITIZER_COUNTER_SCOPE,
   SANITIZER_EXECUTION_TARGET,
+  SANITIZER_ITERATION_TARGET,
 )
 from entangle_jax.testing._sanitize import checks, jax_hooks
 from tests import test_util
@@ -145,8 +146,13 @@ class ExecutionCounterTest(absltest.TestCase):
     # What placed them: each callback took its execution's id from the
     # sanitizer's execution op, which is in the module XLA compiled (and no
     # counter callback was needed).
+    # (The loop's iteration marker and its test carry the scope too.)
     counters = [
-      line for line in text.splitlines() if SANITIZER_COUNTER_SCOPE in line
+      line
+      for line in text.splitlines()
+      if SANITIZER_COUNTER_SCOPE in line
+      and "custom-call(" in line
+      and SANITIZER_ITERATION_TARGET not in line
     ]
     self.assertLen(counters, 1, text)
     self.assertIn(

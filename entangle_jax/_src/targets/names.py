@@ -92,12 +92,20 @@ the execution and the call's place, as one more operand (its scope is
 `SANITIZER_COUNTER_SCOPE`)."""
 
 
+SANITIZER_ITERATION_TARGET = "entangle_jax_sanitize_iteration"
+"""The target of the op the run-time sanitizer adds at the top of each
+loop's condition in a module it compiles on one CPU device: its recorded
+calls count the loop's iterations in each execution, which place each
+call of the loop in its iteration (its scope is `SANITIZER_COUNTER_SCOPE`).
+"""
+
+
 def is_sanitizer_counter(target: str | None, op_name: str) -> bool:
   """Whether a custom call of `target` with scope `op_name` is the
   sanitizer's own (its execution counter, or the op that tells a host
   callback its execution), no call of the user's program: the static
   check leaves it out of every question."""
-  if target == SANITIZER_EXECUTION_TARGET:
+  if target in (SANITIZER_EXECUTION_TARGET, SANITIZER_ITERATION_TARGET):
     return True
   return (
     op_name == SANITIZER_COUNTER_SCOPE

@@ -30,7 +30,7 @@ import bisect
 import dataclasses
 import itertools
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 
 from entangle_jax._src import access_policy, conflict_rule, reason_words
 from entangle_jax._src.targets import platforms
@@ -248,6 +248,7 @@ def pairing(
   q: sites.CallSite,
   before: list[SanitizedCall],
   after: list[SanitizedCall],
+  iteration: Iteration | None = None,
 ) -> tuple[list[tuple[SanitizedCall, SanitizedCall]], str | None, bool]:
   """The pairs of calls of places `p` and `q` (`p` first in program
   order; `before` and `after` their calls in one execution, in order of
@@ -276,6 +277,12 @@ def pairing(
     other place's calls: a ``"merged"`` race (`merged_pairs`), never
     unpaired.
 
+  * Where the iterations are recorded (`iteration`: a call's iteration
+    of a loop, from the loop's iteration markers), two places inside a
+    common loop that do not both run once an iteration (one in an inner
+    loop, or in a branch) pair exactly: the calls of each iteration of
+    the innermost loop both are in (`by_iteration`).
+
   Returns the pairs, why some could not be paired, and whether the pairs
   are ``"merged"`` ones (each a race, whatever its times).
   """
@@ -301,6 +308,17 @@ def pairing(
     latest = max(before, key=lambda c: c.start_ns)
     return [(latest, b) for b in after], None, False
   tp, tq = _times(rest_p), _times(rest_q)
+  if (tp, tq) != (ONCE, ONCE) and iteration is not None:
+    loop = [f for f in common if f.kind == sites.LOOP][-1].construct
+    found = by_iteration(before, after, loop, iteration)
+    if found is not None:
+      return found, None, False
+    why = (
+      "which iteration of the loop both are in each call ran in was not "
+      "recorded (the loop's iteration marker did not run: XLA removed or "
+      "unrolled the loop)"
+    )
+    return [], why, False
   if MANY in (tp, tq):
     return (
       [],
@@ -322,6 +340,48 @@ def pairing(
     ),
     False,
   )
+
+
+Iteration = Callable[[SanitizedCall, int], "int | None"]
+"""A call's iteration of a loop of its module (`sites.Frame.construct`),
+counted over its execution, or None where it was not recorded
+(`columns.NativeColumns.iteration`)."""
+
+
+def by_iteration(
+  before: list[SanitizedCall],
+  after: list[SanitizedCall],
+  loop: int,
+  iteration: Iteration,
+) -> list[tuple[SanitizedCall, SanitizedCall]] | None:
+  """The pairs of calls of two places (`before`: the place the program
+  makes first, `after` the other's, each in order of start) that ran in
+  one iteration of `loop`, the innermost loop both are in, and broke the
+  program's order: in one iteration the program makes every call of the
+  first place before every call of the second (the first place, or the
+  inner loop or branch it is in, comes first in the loop's body). So each
+  pair is a call of the second place that returned before a call of the
+  first began. None where a call's iteration was not recorded."""
+  groups: dict[int, list[SanitizedCall]] = defaultdict(list)
+  for a in before:
+    k = iteration(a, loop)
+    if k is None:
+      return None
+    groups[k].append(a)
+  starts = {k: sorted(calls, key=_start) for k, calls in groups.items()}
+  keys = {k: [c.start_ns for c in calls] for k, calls in starts.items()}
+  out = []
+  for b in after:
+    k = iteration(b, loop)
+    if k is None:
+      return None
+    calls = starts.get(k)
+    if not calls:
+      continue
+    # The first place's calls that began once `b` had returned.
+    for a in calls[bisect.bisect_left(keys[k], b.end_ns) :]:
+      out.append((a, b))
+  return out
 
 
 def merged_pairs(
@@ -438,6 +498,7 @@ def out_of_order(
   found: dict[SanitizedCall, Touch],
   unpaired: list[Unpaired] | None = None,
   runs: dict[tuple[int, int], list[SanitizedCall]] | None = None,
+  iteration: Iteration | None = None,
 ) -> Iterator[SanitizerRace]:
   """Pairs on one object, one writing, that in one execution ran in
   another order than the program's, paired by `pairing`, and the pairs
@@ -451,7 +512,7 @@ def out_of_order(
     for p, q in sorted(
       _site_pairs(at, found), key=lambda s: (s[0].position, s[1].position)
     ):
-      pairs, why, merged = pairing(p, q, at[p], at[q])
+      pairs, why, merged = pairing(p, q, at[p], at[q], iteration)
       if merged:
         counts = (len(at[p]), len(at[q]))
         for a, b in pairs:
@@ -539,15 +600,19 @@ def races(
   unpaired: list[Unpaired] | None = None,
   runs: dict[tuple[int, int], list[SanitizedCall]] | None = None,
   ordered: dict[tuple[int, int], list[SanitizedCall]] | None = None,
+  iteration: Iteration | None = None,
 ) -> list[SanitizerRace]:
   """Every race: the overlaps, the calls out of order, then the
   interleaved writes (`runs`: `executions`, when made already; `ordered`:
-  those of them the order check must see, when not all)."""
+  those of them the order check must see, when not all; `iteration`:
+  the calls' loop iterations, where recorded: `pairing`)."""
   if runs is None:
     runs = _executions(c for c, t in found.items() if t.objects)
   return [
     *overlaps(found),
-    *out_of_order(found, unpaired, runs if ordered is None else ordered),
+    *out_of_order(
+      found, unpaired, runs if ordered is None else ordered, iteration
+    ),
     *interleaved(found, runs),
   ]
 

@@ -13,11 +13,13 @@ identity, so ``race.first`` is the one in ``seen.calls``).
 from __future__ import annotations
 
 import array
+import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any, overload
 
 import numpy as np
 
+from entangle_jax._src.targets.names import SANITIZER_ITERATION_TARGET
 from entangle_jax.testing._sanitize import callbacks as _callbacks
 from entangle_jax.testing._sanitize import sites as _sites
 from entangle_jax.testing._sanitize import wrapping
@@ -42,6 +44,11 @@ class NativeColumns:
       index 0 is ``()``.
     site: per record, its index in `sites`.
     sites: each distinct site (None: no known place).
+    iterations: the starts of each loop's iteration markers
+      (`sites._Walker.mark_iterations`), in order, by (module serial,
+      run id, loop number): how many began before a call of the loop is
+      the iteration it ran in, counted from 1 (`iteration`). The markers'
+      records are no calls.
   """
 
   def __init__(
@@ -70,6 +77,15 @@ class NativeColumns:
     wrapped, target = np.unique(column["wrapped"], return_inverse=True)
     known = [wrapping.target_of(w) for w in wrapped.tolist()]
     keep = np.array([t is not None for t in known], dtype=bool)[target]
+    target = target.reshape(-1)
+    marks = np.array(
+      [t is not None and t.name == SANITIZER_ITERATION_TARGET for t in known],
+      dtype=bool,
+    )[target]
+    self.iterations = _iterations(
+      column["site"][marks], column["run_id"][marks], column["start_ns"][marks]
+    )
+    keep &= ~marks  # The sanitizer's own: no call of the program.
     if not keep.all():
       column = {name: c[keep] for name, c in column.items()}
       target = target[keep]
@@ -88,6 +104,20 @@ class NativeColumns:
 
   def __len__(self) -> int:
     return len(self.target)
+
+  def iteration(self, call: SanitizedCall, loop: int) -> int | None:
+    """The iteration of loop `loop` (`sites.Frame.construct`) of its module
+    `call` ran in, counted from 1 over the whole execution (an inner
+    loop's count goes on across the outer loop's iterations): how many of
+    the loop's iteration markers of `call`'s execution began before it.
+    None where its module's markers of that loop did not run in that
+    execution (none were added, or XLA removed them)."""
+    if call.site is None:
+      return None
+    found = self.iterations.get((call.site.module.serial, call.run_id, loop))
+    if found is None:
+      return None
+    return int(np.searchsorted(found, call.start_ns, side="left"))
 
   def make(self, rows: np.ndarray) -> list[SanitizedCall]:
     """The calls of records `rows`, made now (each distinct target, site
@@ -129,6 +159,33 @@ _MADE = (
   "device",
 )
 """The columns a `SanitizedCall` takes as they are."""
+
+
+def _iterations(
+  site: np.ndarray, run_id: np.ndarray, start: np.ndarray
+) -> dict[tuple[int, int, int], np.ndarray]:
+  """The iteration markers' starts, sorted, by (module serial, run id,
+  loop number); markers of a module this process did not make are left
+  out."""
+  if not len(site):
+    return {}
+  numbers, index = np.unique(site, return_inverse=True)
+  index = index.reshape(-1)
+  found = [_sites.marker(n) for n in numbers.tolist()]
+  # One sort: by marker, then execution, then start; a segment per
+  # (marker, execution), its starts in order.
+  order = np.lexsort((start, run_id, index))
+  index, run_id, start = index[order], run_id[order], start[order]
+  change = (
+    np.flatnonzero((index[1:] != index[:-1]) | (run_id[1:] != run_id[:-1])) + 1
+  )
+  bounds = [0, *change.tolist(), len(index)]
+  out: dict[tuple[int, int, int], np.ndarray] = {}
+  for a, b in itertools.pairwise(bounds):
+    where = found[int(index[a])]
+    if where is not None:
+      out[(where[0], int(run_id[a]), where[1])] = start[a:b]
+  return out
 
 
 def _objects(values: list) -> np.ndarray:

@@ -23,6 +23,7 @@ from entangle_jax.testing._sanitize import (
   checks,
   rank_calls,
   sites,
+  user_modules,
   wrapping,
 )
 from entangle_jax.testing._sanitize import calls as calls_module
@@ -371,8 +372,10 @@ def _fill(seen: Seen, columns: CallColumns, dropped: int, first: int) -> None:
   # others ran plainly in program order (`candidates.plainly_in_order`).
   checked = {c for c, o in zip(made, order.tolist(), strict=True) if o}
   ordered = {k: v for k, v in runs.items() if v[0] in checked}
-  seen.races = checks.races(found, seen.unpaired, runs, ordered)
-  static = _Static(declarations)
+  seen.races = checks.races(
+    found, seen.unpaired, runs, ordered, columns.native.iteration
+  )
+  static = _Static(declarations, user_modules.take_user_modules(first))
   seen._static = static
   seen.contradictions = checks.contradictions(
     found, declarations, static.distinct, runs
@@ -407,10 +410,17 @@ def _counts(index) -> list[int]:
 class _Static:
   """The static check on the modules the calls ran in, built on demand."""
 
-  def __init__(self, declarations: Declarations):
+  def __init__(
+    self,
+    declarations: Declarations,
+    kept: dict[int, user_modules.UserModule] | None = None,
+  ):
     self.declarations = declarations
     self.analyses: dict[int, Any] = {}
-    self.races: dict[int, list[Any]] = {}
+    self.user_modules = kept or {}
+    self.user: dict[int, Any] = {}
+    """By serial: the user's module's `OrderAnalysis` and its races, or
+    None (`_user_analysis`)."""
 
   def _ops(self, a: SanitizedCall, b: SanitizedCall):
     if a.site is None or b.site is None or a.site.module is not b.site.module:
@@ -426,32 +436,6 @@ class _Static:
     if x is None or y is None:
       return None
     return analysis, x, y
-
-  def _program_names(self, a: SanitizedCall, b: SanitizedCall):
-    """The names of the two calls' ops in the module before optimization
-    (where the static check's races that XLA hid name them); None where
-    it is not at hand."""
-    assert a.site is not None and b.site is not None
-    module = a.site.module
-    built = self.analyses.get(module.serial)
-    if not built:
-      return None
-    analysis, ops, program = built
-    if program is None:
-      # Parsed only when a race asks (the races of the module's analysis
-      # parse it too).
-      program = {}
-      try:
-        before = analysis.program()
-      except ValueError:
-        before = None
-      if before is not None:
-        program = _ops_by_site(before, module.program_text() or "")
-      self.analyses[module.serial] = (analysis, ops, program)
-    x, y = program.get(a.site.number), program.get(b.site.number)
-    if x is None or y is None:
-      return None
-    return {x.name, y.name}
 
   def _analyse(self, module: sites.SanitizedModule):
     from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
@@ -503,37 +487,102 @@ class _Static:
           return words.headline_with(**reason_words.two_names(v.evidence.names))
     return None
 
-  def _race(self, a: SanitizedCall, b: SanitizedCall):
-    """The static check's `Race` for the two calls' ops (across devices
-    included: two copies of one call on two devices are one op twice)."""
-    found = self._ops(a, b)
-    if found is None:
-      return None
-    analysis, x, y = found
-    assert a.site is not None
-    serial = a.site.module.serial
-    if serial not in self.races:
+  def _user_analysis(self, serial: int):
+    """The static check of module `serial` as the user's program made it
+    (`sites.UserModule`: compiled outside the sanitizer's edits, read with
+    its text before optimization, as ``races()`` of its ``Lowered``
+    reads it), and its races; None where that module is not at hand or
+    cannot be compiled or read."""
+    if serial in self.user:
+      return self.user[serial]
+    found = None
+    module = self.user_modules.get(serial)
+    if module is not None:
+      from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
+
       try:
-        self.races[serial] = list(analysis.races())
+        text, before = module.texts()
+        # The declarations in effect: what races() of it would read.
+        analysis = OrderAnalysis(
+          text,
+          declarations=self.declarations,
+          before_optimization=before,
+          who="races",
+        )
+        found = (analysis, list(analysis.races()))
       except Exception:
-        self.races[serial] = []
-    program = self._program_names(a, b)
-    for race in self.races[serial]:
-      names = {race.first.name, race.second.name}
-      if race.xla_change is None:
-        if names == {x.name, y.name}:
-          return race
-      elif names == program:  # Named as the program made them.
+        found = None
+    self.user[serial] = found
+    return found
+
+  def _race(self, a: SanitizedCall, b: SanitizedCall):
+    """The race ``races()`` of the user's own module reports for the two
+    calls (its two ops carry the calls' Python stacks; across devices the
+    same op twice), or None; `_NOT_AT_HAND` where that module's answer is
+    not at hand."""
+    if a.site is None or b.site is None or a.site.module is not b.site.module:
+      return _NOT_AT_HAND
+    found = self._user_analysis(a.site.module.serial)
+    if found is None or not a.site.stack or not b.site.stack:
+      return _NOT_AT_HAND
+    _, races = found
+    x, y = a.site.stack, b.site.stack
+    for race in races:
+      p, q = race.first.instruction.stack, race.second.instruction.stack
+      if {race.first.target, race.second.target} != {a.target, b.target}:
+        continue
+      if (_same_stack(x, p) and _same_stack(y, q)) or (
+        _same_stack(x, q) and _same_stack(y, p)
+      ):
         return race
     return None
 
-  def finding(self, a: SanitizedCall, b: SanitizedCall) -> str | None:
-    found = self._ops(a, b)
+  def _user_verdicts(self, a: SanitizedCall, b: SanitizedCall):
+    """The user's module's verdicts on the two calls' ops, where each call
+    names one op there (by its stack and target); else None."""
+    assert a.site is not None and b.site is not None
+    found = self._user_analysis(a.site.module.serial)
     if found is None:
       return None
-    if self._race(a, b) is not None:
+    analysis, _ = found
+    ops = []
+    for call in (a, b):
+      assert call.site is not None
+      named = [
+        op
+        for op in analysis.user_native_calls()
+        if op.target == call.target
+        and _same_stack(op.instruction.stack, call.site.stack)
+      ]
+      if len(named) != 1:
+        return None
+      ops.append(named[0])
+    across = (
+      analysis.module.devices > 1
+      and min(a.device, b.device) >= 0
+      and a.device != b.device
+    )
+    return analysis.verdicts(ops[0], ops[1], across_devices=across)
+
+  def finding(self, a: SanitizedCall, b: SanitizedCall) -> str | None:
+    """What ``races()`` of the user's own module says of the two calls, in
+    words; None where that module's answer is not at hand (never the
+    answer of the sanitizer's edited copy)."""
+    race = self._race(a, b)
+    if race is _NOT_AT_HAND:
+      return None
+    if race is not None:
       return "the static check reports them as may race, and they did"
-    if not any(v.conflict for v in self._verdicts(a, b) or ()):
+    verdicts = self._user_verdicts(a, b)
+    if verdicts is None:
+      # A call with no op of its own there (XLA merged identical calls, or
+      # a shared function's op stands for several): no claim either way.
+      return (
+        "the static check reports no pair at these two calls (one of them "
+        "has no op of its own in the module as compiled: XLA merged or "
+        "removed it)"
+      )
+    if not any(v.conflict for v in verdicts):
       return (
         "the static check finds no conflict between them (the declarations "
         "say they touch different objects or never conflict)"
@@ -541,13 +590,32 @@ class _Static:
     return "the static check finds them ordered, yet they raced"
 
   def fix(self, a: SanitizedCall, b: SanitizedCall) -> str | None:
+    """The cause's code, headline and fix that the static report gives for
+    the pair ``races()`` of the user's module reports for the two calls;
+    None where it reports none."""
     race = self._race(a, b)
-    if race is None:
+    if race is None or race is _NOT_AT_HAND:
       return None
     from entangle_jax.testing._findings.from_analysis import cause_of
 
     cause = cause_of(race)
     return f"{cause.code} {cause.headline}. Fix: {cause.fix}"
+
+
+def _same_stack(x: tuple, y: tuple) -> bool:
+  """Whether two Python stacks (innermost first) are one call's: the
+  shorter is the longer's innermost part (XLA's HLO appends the frames of
+  the ops a call is inside, such as a ``shard_map``'s, which the
+  sanitizer's walk may not)."""
+  if not x or not y:
+    return False
+  n = min(len(x), len(y))
+  return x[:n] == y[:n]
+
+
+_NOT_AT_HAND = object()
+"""`_Static._race`'s answer where the user's module's check is not at
+hand."""
 
 
 def _ops_by_site(analysis, text: str) -> dict[int, Any]:

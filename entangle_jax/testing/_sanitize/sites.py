@@ -33,7 +33,12 @@ from entangle_jax._src.targets.names import (
   TPU_HOST_CALLBACK_TARGET,
   is_host_callback,
 )
-from entangle_jax.testing._sanitize import callbacks, jax_hooks, wrapping
+from entangle_jax.testing._sanitize import (
+  callbacks,
+  jax_hooks,
+  user_modules,
+  wrapping,
+)
 
 SITE_ATTRIBUTE = "entangle_jax_sanitize_site"
 TYPED_FFI = 4
@@ -95,6 +100,11 @@ class SanitizedModule:
   and branch, whose calls count the module's executions: added where the
   module's own host callbacks are all in loops or branches."""
 
+  iteration_markers: dict[int, int] = dataclasses.field(default_factory=dict)
+  """The site numbers of its iteration markers (`_Walker.mark_iterations`),
+  each with the number of the loop (`Frame.construct`) whose condition it
+  is at the top of."""
+
   program: bytes | None = None
   """The module as the sanitizer handed it to XLA (MLIR bytecode, its
   places in it), for the static check's comparison of the program with
@@ -151,6 +161,10 @@ class CallSite:
     source: the user's file:line of the call, from the module's location
       metadata, or from the call or loop around it where the call's own
       names no file ("" where none does).
+    stack: the call's Python stack as its location records it, innermost
+      first, as ``(file, line)`` frames (empty where it names no file):
+      what the static check's ops of the user's own module carry, by
+      which a call is found there (`user_module`).
   """
 
   number: int
@@ -163,6 +177,7 @@ class CallSite:
   context: tuple[Frame, ...] = ()
   pure: bool = False
   source: str = ""
+  stack: tuple[tuple[str, int], ...] = ()
 
   def __str__(self) -> str:
     if self.host_callback is not None:
@@ -174,6 +189,13 @@ _numbers = itertools.count()
 _lock = threading.Lock()
 _sites: dict[int, CallSite] = {}
 _modules: list[SanitizedModule] = []
+_markers: dict[int, tuple[int, int]] = {}
+
+
+def marker(number: int) -> tuple[int, int] | None:
+  """For the site number of an iteration marker, its module's serial and
+  its loop's number (`Frame.construct`); else None."""
+  return _markers.get(number)
 
 
 def site(number: int) -> CallSite | None:
@@ -259,6 +281,12 @@ def _make_compile(original):
         module.executable = weakref.ref(executable)
       except TypeError:
         module.executable = lambda: executable
+      user_modules.keep(
+        module.serial,
+        lambda: original(backend, computation, *args, **kwargs),
+        computation,
+        _bytecode,
+      )
     return executable
 
   return compile_or_get_cached
@@ -434,6 +462,8 @@ def annotate(
       _modules.append(module)
       for s in module.sites:
         _sites[s.number] = s
+      for number, construct in module.iteration_markers.items():
+        _markers[number] = (module.serial, construct)
     return module
 
 
@@ -459,6 +489,25 @@ class _Walker:
     self.enclosing: list[str] = []
     """The user's file:line of each call and construct the walk is inside,
     outermost first ("" where its location names no file)."""
+    self.iterations: str | None = None
+    """The iteration marker's target, where loops get one (one device
+    of a CPU, the target wrapped: `mark_iterations`); else None."""
+    if _one_cpu(ir, computation, module):
+      target = wrapping.iteration_target()
+      if wrapping.wrapped(target, module.platform) is not None:
+        self.iterations = target
+    self.calls: list[tuple[tuple[str, int], ...]] = []
+    """The Python stack of each function call the walk is inside,
+    outermost first."""
+
+  def stack(self, op) -> tuple[tuple[str, int], ...]:
+    """`op`'s Python stack as the HLO of its module records it once its
+    functions are inlined: its own location's frames, then those of each
+    call it is inside, innermost first (`source_stack`)."""
+    out = source_stack(op)
+    for frames in reversed(self.calls):
+      out += frames
+    return out
 
   def source(self, op) -> str:
     """The user's file:line of `op`; where its own location names no file
@@ -498,6 +547,7 @@ class _Walker:
     elif op.name in _BRANCHES:
       kind = BRANCH
     construct = next(self.constructs) if kind is not None else -1
+    first = len(self.module.sites)
     self.enclosing.append(source_line(op) if op.regions else "")
     try:
       for index, region in enumerate(op.regions):
@@ -507,6 +557,92 @@ class _Walker:
         self.region(region, context=inner)
     finally:
       self.enclosing.pop()
+    if (
+      kind == LOOP
+      and self.iterations is not None
+      and any(
+        len(site.context) > len(context) + 1
+        for site in self.module.sites[first:]
+      )
+    ):
+      # Only where a call runs in an inner loop or a branch of this one:
+      # places that each run once an iteration pair by rank, and a marker
+      # costs a recorded call an iteration. After the walk of its regions,
+      # which must not take it for a call.
+      self.mark_iterations(op, construct)
+
+  def mark_iterations(self, op, construct: int) -> None:
+    """Puts an iteration marker at the top of loop `op`'s condition, and
+    makes the condition read it: XLA tests the condition before each
+    iteration and runs the body to its end before the next test, so the
+    marker's calls of one execution that began before a call of the
+    loop, counted, say which iteration of it the call ran in
+    (`columns.NativeColumns.iteration`).
+
+    The condition becomes ``its own and marker != INT64_MIN`` (the
+    marker writes XLA's run id, never that value): XLA then cannot know
+    the loop's trip count, and tests the condition before each iteration
+    (XLA:CPU runs a loop of known trip count without its condition)."""
+    ir = self.ir
+    number = next(_numbers)
+    i64 = ir.IntegerType.get_signless(64)
+    where = ir.Location.name(SANITIZER_COUNTER_SCOPE)
+    block = op.regions[0].blocks[0]
+    terminator = None
+    for inner in block.operations:
+      terminator = inner.operation
+    if terminator is None or len(terminator.operands) != 1:
+      return
+    scalar = ir.RankedTensorType.get([], i64, loc=where)
+    with ir.InsertionPoint(terminator):
+      marker = ir.Operation.create(
+        "stablehlo.custom_call",
+        results=[scalar],
+        operands=[],
+        attributes={
+          "call_target_name": ir.StringAttr.get(self.iterations),
+          "api_version": ir.IntegerAttr.get(
+            ir.IntegerType.get_signless(32), TYPED_FFI
+          ),
+          "backend_config": ir.DictAttr.get(
+            {SITE_ATTRIBUTE: ir.IntegerAttr.get(i64, number)}
+          ),
+          "has_side_effect": ir.BoolAttr.get(True),
+          "operand_layouts": ir.ArrayAttr.get([]),
+          "result_layouts": ir.ArrayAttr.get(
+            [ir.Attribute.parse(_SCALAR_LAYOUT)]
+          ),
+        },
+        loc=where,
+      )
+      never = ir.Operation.create(
+        "stablehlo.constant",
+        results=[scalar],
+        attributes={
+          "value": ir.Attribute.parse(f"dense<{-(2**63)}> : tensor<i64>")
+        },
+        loc=where,
+      )
+      pred = terminator.operands[0]
+      differs = ir.Operation.create(
+        "stablehlo.compare",
+        results=[pred.type],
+        operands=[marker.result, never.result],
+        attributes={
+          "comparison_direction": ir.Attribute.parse(
+            "#stablehlo<comparison_direction NE>"
+          )
+        },
+        loc=where,
+      )
+      both = ir.Operation.create(
+        "stablehlo.and",
+        results=[pred.type],
+        operands=[pred, differs.result],
+        loc=where,
+      )
+    terminator.operands[0] = both.result
+    self.module.iteration_markers[number] = construct
 
   def call(self, op, *, context: tuple[Frame, ...]) -> None:
     ir = self.ir
@@ -522,10 +658,12 @@ class _Walker:
       op.attributes["callee"] = ir.FlatSymbolRefAttr.get(copy_name)
       self.functions[copy_name] = func
     self.enclosing.append(source_line(op))
+    self.calls.append(source_stack(op))
     try:
       self.function(func, context=context)
     finally:
       self.enclosing.pop()
+      self.calls.pop()
 
   def custom_call(self, op, *, context: tuple[Frame, ...]) -> None:
     ir = self.ir
@@ -568,6 +706,7 @@ class _Walker:
         *_loop_branch(context),
         context=context,
         source=self.source(op),
+        stack=self.stack(op),
       )
     )
 
@@ -599,6 +738,7 @@ class _Walker:
         target, _side_effect(ir, attributes)
       ),
       source=self.source(op),
+      stack=self.stack(op),
     )
     self.module.sites.append(site)
     self.module.callbacks[index] = site
@@ -860,6 +1000,18 @@ _NOT_USER = (
   "/dist-packages/",
   "<frozen",
 )
+
+
+def source_stack(op) -> tuple[tuple[str, int], ...]:
+  """The Python stack `op`'s MLIR location records, innermost first, as
+  ``(file, line)`` frames: the form the static check's ops carry
+  (``Instruction.stack``), so that a call of the sanitized copy is found
+  among the ops of the user's own module; () where it names no file."""
+  try:
+    text = str(op.location)
+  except Exception:
+    return ()
+  return tuple((path, int(line)) for path, line in _FILE_LINE.findall(text))
 
 
 def source_line(op) -> str:

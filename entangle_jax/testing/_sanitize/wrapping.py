@@ -25,6 +25,7 @@ from entangle_jax._src.targets import platforms, sources
 from entangle_jax._src.targets.names import (
   ENTANGLE_TARGET,
   SANITIZER_EXECUTION_TARGET,
+  SANITIZER_ITERATION_TARGET,
 )
 from entangle_jax.testing._sanitize import jax_hooks
 
@@ -157,6 +158,35 @@ def execution_target() -> str:
           )
       _execution_registered = True
   return SANITIZER_EXECUTION_TARGET
+
+
+_iteration_registered = False
+_iteration_lock = threading.Lock()
+
+
+def iteration_target() -> str:
+  """The target of the op that marks each test of a loop's condition
+  (`sites`: its calls, recorded like any wrapped call, count the loop's
+  iterations), registered with XLA on first use for the platforms that
+  have the execution op, with the execution op's handler (it writes a
+  scalar nobody reads). Registered while the sanitizer wraps, so its calls
+  are recorded; its name is `names.SANITIZER_ITERATION_TARGET`."""
+  global _iteration_registered
+  # Not under `_lock`: the registration passes through `_wrap`, which
+  # takes it.
+  with _iteration_lock:
+    if not _iteration_registered:
+      import jax
+
+      for row in platforms.PLATFORMS:
+        if row.execution_op and row.ffi_name is not None:
+          jax.ffi.register_ffi_target(
+            SANITIZER_ITERATION_TARGET,
+            native().execution_handler(),
+            platform=row.ffi_name,
+          )
+      _iteration_registered = True
+  return SANITIZER_ITERATION_TARGET
 
 
 def _wrap(name: str, fn: Any, platform: str, api_version: int) -> Any:

@@ -1,0 +1,214 @@
+"""Calls in nested loops are compared iteration by iteration (issue 78,
+defect 1): a read in an inner loop and a write after that loop in the
+outer loop's body, which nothing orders after the reads, so XLA:CPU runs
+the write first. Each read's value is the run-time control (the stamp):
+the program makes it after the previous outer iteration's write and
+before this one's, so it must return the outer iteration's index; a read
+that returned more ran after the write. Every such read must be reported
+"out of order" with the write, and no other (recall and precision 1.0),
+and no call left "not compared"; the same program with the write ordered
+after the reads (``entangle``) reads right and reports nothing.
+
+Shapes: two and three levels of ``fori_loop``, a ``scan`` in a
+``fori_loop``, a ``while_loop`` in a ``scan``, and a loop in a ``cond``
+in a loop (the reads run in even outer iterations only).
+
+In a fresh interpreter, where the example store registers after the
+sanitizer started.
+"""
+
+import json
+import textwrap
+
+from absl.testing import absltest
+
+from tests import test_util
+
+RUNS = 3
+
+PROGRAMS = textwrap.dedent(
+  """
+  import itertools, json, sys
+  import jax
+  import jax.numpy as jnp
+  from entangle_jax import entangle, testing
+
+  with testing.sanitize():
+    from entangle_jax.testing import example_store as store
+
+  RUNS = int(sys.argv[1])
+  N, M, K = 4, 3, 2
+  f32 = jnp.float32
+
+  def late(slots, big, i):
+    # The slots, once a computation that takes a while is done (of the
+    # iteration: XLA cannot hoist it): the reads wait for it, and the
+    # write, which does not, runs first.
+    slow = jnp.sum(jnp.sin(big * i.astype(f32))) * 0.0
+    return slots + slow.astype(jnp.int32)
+
+  def write(slots, i, reads, fixed):
+    # After the reads in program order; `fixed` makes it so at run time.
+    slot = entangle(slots[0], reads) if fixed else slots[0]
+    store.write_slot(slot, i.astype(f32) + 1.0)
+
+  def two_levels(slots, big, fixed):
+    def outer(i, reads):
+      read_at = late(slots, big, i)
+      def inner(j, reads):
+        return reads.at[i, j].set(store.read_slot(read_at[j]))
+      reads = jax.lax.fori_loop(0, M, inner, reads)
+      write(slots, i, reads, fixed)
+      return reads
+    return jax.lax.fori_loop(0, N, outer, jnp.zeros((N, M)))
+
+  def three_levels(slots, big, fixed):
+    def outer(i, reads):
+      read_at = late(slots, big, i)
+      def middle(j, reads):
+        def inner(k, reads):
+          return reads.at[i, j, k].set(store.read_slot(read_at[j + k]))
+        return jax.lax.fori_loop(0, K, inner, reads)
+      reads = jax.lax.fori_loop(0, M, middle, reads)
+      write(slots, i, reads, fixed)
+      return reads
+    return jax.lax.fori_loop(0, N, outer, jnp.zeros((N, M, K)))
+
+  def scan_in_fori(slots, big, fixed):
+    def outer(i, reads):
+      read_at = late(slots, big, i)
+      def step(c, slot):
+        return c, store.read_slot(slot)
+      _, row = jax.lax.scan(step, 0, read_at[:M])
+      reads = reads.at[i].set(row)
+      write(slots, i, reads, fixed)
+      return reads
+    return jax.lax.fori_loop(0, N, outer, jnp.zeros((N, M)))
+
+  def while_in_scan(slots, big, fixed):
+    def step(i, _):
+      read_at = late(slots, big, i)
+      def cond(c):
+        return c[0] < M
+      def body(c):
+        j, row = c
+        return j + 1, row.at[j].set(store.read_slot(read_at[j]))
+      _, row = jax.lax.while_loop(cond, body, (0, jnp.zeros(M)))
+      write(slots, i, row, fixed)
+      return i + 1, row
+    return jax.lax.scan(step, 0, None, length=N)[1]
+
+  def loop_in_cond(slots, big, fixed):
+    def outer(i, reads):
+      read_at = late(slots, big, i)
+      def some(reads):
+        def inner(j, reads):
+          return reads.at[i, j].set(store.read_slot(read_at[j]))
+        return jax.lax.fori_loop(0, M, inner, reads)
+      reads = jax.lax.cond(i % 2 == 0, some, lambda r: r, reads)
+      write(slots, i, reads, fixed)
+      return reads
+    return jax.lax.fori_loop(0, N, outer, jnp.full((N, M), -1.0))
+
+  SHAPES = {
+    "two_levels": (two_levels, (N, M)),
+    "three_levels": (three_levels, (N, M, K)),
+    "scan_in_fori": (scan_in_fori, (N, M)),
+    "while_in_scan": (while_in_scan, (N, M)),
+    "loop_in_cond": (loop_in_cond, (N, M)),
+  }
+
+  slots = jnp.full((M + K,), 7, jnp.int32)
+  big = jnp.ones(1 << 18, jnp.float32)
+  out = {}
+  for name, (f, shape) in SHAPES.items():
+    for fixed in (False, True):
+      runs = []
+      for _ in range(RUNS):
+        store.reset_slots()
+        with testing.sanitize() as seen:
+          g = jax.jit(lambda s, b: f(s, b, fixed))
+          reads = jax.device_get(g(slots, big)).reshape(shape)
+        # The reads that ran (-1.0: the cond skipped them), in program
+        # order, which is their order of start (a loop's iterations run
+        # one after the other).
+        ran = [
+          ix for ix in itertools.product(*map(range, shape))
+          if reads[ix] != -1.0
+        ]
+        calls = sorted(
+          (c for c in seen.calls if c.target.endswith("read_slot")),
+          key=lambda c: c.start_ns,
+        )
+        assert len(calls) == len(ran), (len(calls), len(ran))
+        where = {id(c): ix for c, ix in zip(calls, ran)}
+        runs.append({
+          "wrong": sorted(
+            list(ix) for ix in ran if reads[ix] != ix[0]
+          ),
+          "reported": sorted(
+            list(where[id(c)])
+            for r in seen.races
+            for c in (r.first, r.second)
+            if id(c) in where
+          ),
+          "kinds": sorted({r.kind for r in seen.races}),
+          "races": len(seen.races),
+          "unpaired": sum(u.calls for u in seen.unpaired),
+          "unknown_runs": seen.unknown_runs,
+          "report": seen.report(file=sys.stderr),
+        })
+      out[f"{name} fixed={fixed}"] = runs
+  print(json.dumps(out))
+  """
+)
+
+SHAPES = (
+  "two_levels",
+  "three_levels",
+  "scan_in_fori",
+  "while_in_scan",
+  "loop_in_cond",
+)
+
+
+class NestedLoopsTest(absltest.TestCase):
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    run = test_util.run_python(PROGRAMS, str(RUNS), timeout=500)
+    assert run.returncode == 0, run.stderr[-4000:]
+    cls.out = json.loads(run.stdout.strip().splitlines()[-1])
+
+  def test_every_wrong_read_is_reported_and_no_other(self):
+    for name in SHAPES:
+      with self.subTest(name):
+        wrong_somewhere = False
+        for run in self.out[f"{name} fixed=False"]:
+          wrong_somewhere |= bool(run["wrong"])
+          # Recall and precision 1.0 against the stamps: each wrong read
+          # is one race (with its iteration's write), and nothing else.
+          self.assertEqual(run["reported"], run["wrong"], run["report"])
+          self.assertEqual(run["races"], len(run["wrong"]), run["report"])
+          if run["wrong"]:
+            self.assertEqual(run["kinds"], ["out of order"], run["report"])
+          self.assertEqual(run["unpaired"], 0, run["report"])
+          self.assertEqual(run["unknown_runs"], 0, run["report"])
+        # The control: the race happened in some run, else this shows
+        # nothing.
+        self.assertTrue(wrong_somewhere, name)
+
+  def test_the_write_ordered_after_the_reads_gives_no_race(self):
+    for name in SHAPES:
+      with self.subTest(name):
+        for run in self.out[f"{name} fixed=True"]:
+          # The control: every read returned its iteration's value.
+          self.assertEqual(run["wrong"], [], run["report"])
+          self.assertEqual(run["races"], 0, run["report"])
+          self.assertEqual(run["unpaired"], 0, run["report"])
+          self.assertIn("0 races", run["report"])
+          self.assertNotIn("not compared", run["report"])
+
+
+if __name__ == "__main__":
+  absltest.main()
