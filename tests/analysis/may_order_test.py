@@ -15,6 +15,15 @@ check reported them (0 pairs each):
     query_behind_barrier jit (0.0, 0.0)   program order (0.0, 5.0)
 """
 
+import functools
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -34,6 +43,7 @@ from entangle_jax.testing._analysis.selectors import is_user_native_call
 from entangle_jax.testing._hlo import parse
 from entangle_jax.testing._hlo.module_text import lowered_hlo_text
 from entangle_jax.testing._order.may_order import MayOrder
+from tests import test_util
 
 SLOT = 3
 
@@ -90,6 +100,37 @@ def helper_in_loop_carried(slot):
   def body(i, carry):
     total, token = carry
     value = query(token)
+    token = write_slot(entangle(token, value), total + value + 1.0)
+    return total + value, token
+
+  return lax.fori_loop(0, 3, body, (first, slot))[0]
+
+
+@functools.cache
+def exported_query():
+  """The read through a `jax.export` round trip: one function that every
+  place calls."""
+  exported = jax.export.export(
+    jax.jit(read_slot),
+    disabled_checks=[
+      jax.export.DisabledSafetyCheck.custom_call(example_store.READ_SLOT_TARGET)
+    ],
+  )(jax.ShapeDtypeStruct((), jnp.int32))
+  return jax.export.deserialize(exported.serialize()).call
+
+
+def exported_in_loop(slot):
+  """`helper_in_loop` with the exported query."""
+  return helper_in_loop(slot, read=lambda t: exported_query()(t))
+
+
+def exported_in_loop_carried(slot):
+  """The report's fix for it: the read takes the write's result."""
+  first = exported_query()(slot)
+
+  def body(i, carry):
+    total, token = carry
+    value = exported_query()(token)
     token = write_slot(entangle(token, value), total + value + 1.0)
     return total + value, token
 
@@ -240,6 +281,7 @@ class ReportedWithAWorkingFixTest(parameterized.TestCase):
     ("helper_in_loop", helper_in_loop, helper_in_loop_fixed, "hoisted"),
     ("helper_carried", helper_in_loop, helper_in_loop_carried, "hoisted"),
     ("read_merged", read_merged, helper_in_loop_fixed, "hoisted"),
+    ("exported", exported_in_loop, exported_in_loop_carried, "hoisted"),
     ("barrier", query_behind_barrier, query_after_update, None),
     ("where", query_behind_where, query_after_update, None),
     ("deleted_write", deleted_write, kept_write, "deleted"),
@@ -330,6 +372,79 @@ class MayOrderTest(absltest.TestCase):
       if i.instruction.target == example_store.WRITE_SLOT_TARGET
     ]
     self.assertFalse(may.deletable(write))
+
+
+HELPER_PROGRAM = textwrap.dedent(
+  """
+  import jax
+  import jax.numpy as jnp
+  from jax import lax
+  from entangle_jax import entangle
+  from entangle_jax.testing import read_slot, write_slot
+
+
+  @jax.jit
+  def query(token):
+    return read_slot(token)
+
+
+  def helper_in_loop(slot):
+    first = query(slot)
+
+    def body(i, total):
+      value = query(slot)
+      write_slot(entangle(slot, value), total + value + 1.0)
+      return total + value
+
+    return lax.fori_loop(0, 3, body, first)
+
+
+  jax.jit(helper_in_loop)(jnp.int32(3)).block_until_ready()
+  """
+)
+
+
+class SameAnswerFromADumpTest(absltest.TestCase):
+  """The dump command reads the module before optimization beside the
+  optimized one: the same pair, in every format."""
+
+  def test_every_format_reports_the_helper_in_a_loop(self):
+    root = pathlib.Path(tempfile.mkdtemp())
+    self.addCleanup(shutil.rmtree, root, ignore_errors=True)
+    (root / "helper.py").write_text(HELPER_PROGRAM)
+    dump = root / "dump"
+    env = dict(
+      test_util.child_env(),
+      XLA_FLAGS=f"--xla_dump_to={dump} --xla_dump_hlo_as_text",
+    )
+    subprocess.run(
+      [sys.executable, "helper.py"],
+      check=True,
+      capture_output=True,
+      timeout=180,
+      env=env,
+      cwd=root,
+    )
+
+    def check(*flags):
+      return subprocess.run(
+        [sys.executable, "-m", "entangle_jax.testing", str(dump), *flags],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=test_util.child_env(),
+        cwd=root,
+      )
+
+    text = check()
+    self.assertEqual(text.returncode, 1, text.stdout + text.stderr)
+    self.assertIn("out of its loop", text.stdout)
+    records = json.loads(check("--format", "json").stdout)
+    codes = [r["code"] for m in records["modules"] for r in m["races"]]
+    self.assertIn("EJ008", codes)
+    sarif = json.loads(check("--format", "sarif").stdout)
+    rules = [r["ruleId"] for run in sarif["runs"] for r in run["results"]]
+    self.assertIn("EJ008", rules)
 
 
 if __name__ == "__main__":
