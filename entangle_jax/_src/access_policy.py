@@ -325,6 +325,13 @@ def device_scope(declarations: Declarations, target: str) -> DeviceScope:
   )
 
 
+def is_declared(declarations: Declarations, target: str) -> bool:
+  """Whether any declaration describes the calls of `target` (the
+  cross-rank check compares an undeclared native call as one that may
+  communicate)."""
+  return declarations.for_target(target) is not None
+
+
 def communication(
   declarations: Declarations, target: str | None
 ) -> Communication | None:

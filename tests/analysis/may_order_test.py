@@ -187,6 +187,83 @@ def kept_write(slot):
   return read_slot(pure_write(slot, 7.0))
 
 
+def query_behind_same_select(slot):
+  """The wait through ``where(p, slot, slot)``: XLA folds a select of
+  one value twice to that value."""
+  first = read_slot(slot)
+  written = write_slot(entangle(slot, first), first + 5.0)
+  return first, read_slot(jnp.where(written > 0, slot, slot))
+
+
+def query_behind_stacked_slice(slot):
+  """The wait through a slice of a stack: XLA folds it to the part it
+  takes."""
+  first = read_slot(slot)
+  written = write_slot(entangle(slot, first), first + 5.0)
+  token = lax.dynamic_index_in_dim(
+    jnp.stack([slot, written]), 0, keepdims=False
+  )
+  return first, read_slot(token)
+
+
+def token_remade_in_loop(slot, read=read_slot):
+  """A loop that makes its token anew each iteration through
+  ``where(True, token, write)``: XLA folds it, the token no longer changes
+  in the loop, and the read moves out of it."""
+
+  def body(i, carry):
+    token, total = carry
+    value = read(token)
+    written = write_slot(entangle(slot, value), total + value + 1.0)
+    return jnp.where(jnp.ones((), bool), token, written), total + value
+
+  return lax.fori_loop(0, 3, body, (slot, 0.0))[1]
+
+
+def token_remade_in_loop_fixed(slot):
+  return token_remade_in_loop(slot, read=side_effecting_read)
+
+
+def wrapping_counter(slot, read=read_slot):
+  """A uint8 counter from 250 stepped by 10 while <= 250: it wraps, and
+  the loop runs 26 times in program order, not the once its constants
+  say (XLA:CPU of jax 0.10.2 runs it once: 0.0 where program order
+  computes 33554432.0, the read's side effect or not)."""
+
+  def body(carry):
+    i, total = carry
+    value = read(slot)
+    write_slot(entangle(slot, value), total + value + 1.0)
+    return i + jnp.uint8(10), total + value
+
+  return lax.while_loop(
+    lambda c: c[0] <= jnp.uint8(250), body, (jnp.uint8(250), 0.0)
+  )[1]
+
+
+def read_then_write_scaled(slot):
+  """Ordered by data: the write's value is computed from the read's
+  result (a product with a constant that is not zero)."""
+  value = read_slot(slot)
+  written = write_slot(slot, value * 2.0 + 5.0)
+  return value, read_slot(written)
+
+
+def read_then_write_scaled_unordered(slot):
+  """The control: the last read takes the slot."""
+  value = read_slot(slot)
+  write_slot(slot, value * 2.0 + 5.0)
+  return value, read_slot(slot)
+
+
+def helper_before_and_after(slot):
+  """A jitted query before a write and after it: the pair is the
+  second query and the write, the write first."""
+  first = query(slot)
+  write_slot(entangle(slot, first), first + 5.0)
+  return first, query(slot)
+
+
 def one_trip_loop(slot):
   """A loop that runs once, its read ordered after the write by data."""
 
@@ -285,6 +362,14 @@ class ReportedWithAWorkingFixTest(parameterized.TestCase):
     ("barrier", query_behind_barrier, query_after_update, None),
     ("where", query_behind_where, query_after_update, None),
     ("deleted_write", deleted_write, kept_write, "deleted"),
+    ("same_select", query_behind_same_select, query_after_update, None),
+    ("stacked_slice", query_behind_stacked_slice, query_after_update, None),
+    (
+      "token_remade",
+      token_remade_in_loop,
+      token_remade_in_loop_fixed,
+      "hoisted",
+    ),
   )
   def test_reported_and_fixed(self, program, fixed, kind):
     found = _races(program)
@@ -315,6 +400,7 @@ class NoFalseReportTest(parameterized.TestCase):
     ("one_trip_scan", one_trip_scan, one_trip_loop_unordered),
     ("state_from_outside", state_from_outside, state_from_outside_unordered),
     ("constant_predicate", constant_predicate, constant_predicate_unordered),
+    ("scaled", read_then_write_scaled, read_then_write_scaled_unordered),
   )
   def test_clean_and_control_reported(self, program, control):
     self.assertEqual(_races(program), [], format_races(_races(program)))
@@ -322,6 +408,18 @@ class NoFalseReportTest(parameterized.TestCase):
       _jit_values(jax.jit(program)), [_program_order_value(program)] * 3
     )
     self.assertNotEmpty(_races(control))
+
+
+class HelperPlacesTest(absltest.TestCase):
+  def test_the_pair_is_in_the_order_the_program_reaches_the_places(self):
+    found = _races(helper_before_and_after)
+    self.assertLen(found, 1, format_races(found))
+    (race,) = found
+    self.assertEqual(race.first.target, example_store.WRITE_SLOT_TARGET)
+    self.assertEqual(race.second.target, example_store.READ_SLOT_TARGET)
+    self.assertTrue(race.order_known)
+    wrong = _jit_values(jax.jit(helper_before_and_after))
+    self.assertNotIn(_program_order_value(helper_before_and_after), wrong)
 
 
 class MayOrderTest(absltest.TestCase):
@@ -355,6 +453,11 @@ class MayOrderTest(absltest.TestCase):
     self.assertEqual(
       [loop.trips for loop in self._may(traced_bound).loops], [None]
     )
+    # A counter that may wrap before it reaches its limit: not known.
+    self.assertEqual(
+      [loop.trips for loop in self._may(wrapping_counter).loops], [None]
+    )
+    self.assertNotEmpty(_races(wrapping_counter))
 
   def test_a_deleted_write_is_no_live_call(self):
     may = self._may(deleted_write)

@@ -381,7 +381,7 @@ class RankProgram:
       return False
     if is_host_callback(target):
       return i.side_effect and i.op_type not in DEBUG_CALLBACK_PRIMITIVES
-    return self.declarations.for_target(target) is None
+    return not access_policy.is_declared(self.declarations, target)
 
   def _values(self, computation: str, params: tuple) -> dict[str, Same]:
     key = (computation, params)

@@ -148,18 +148,39 @@ def hidden_races(
     op = op_of[instance.instruction.name]
     return any(a.mode != "read" for a in op.accesses)
 
+  # Plain lists of ints for the loop over pairs of places (a helper
+  # called at many places makes thousands of them).
+  index_of = {id(op): k for k, op in enumerate(program_ops)}
+  op_index = [index_of[id(op)] for op, _ in placed]
+  bits = [instance.bit for _, instance in placed]
+  deps = [instance.deps for _, instance in placed]
+  movable = [may.movable(instance) for _, instance in placed]
   conflicts: dict[tuple[int, int], bool] = {}
   found: dict[tuple[Op, Op], Race] = {}
+  settled: set[tuple[int, int]] = set()
   for n, (op_a, a) in enumerate(placed):
-    for op_b, b in placed[n + 1 :]:
-      pair = (id(op_a), id(op_b))
+    x, bit_a, deps_a, movable_a = op_index[n], bits[n], deps[n], movable[n]
+    for m in range(n + 1, len(placed)):
+      y = op_index[m]
+      pair = (x, y) if x <= y else (y, x)
+      if pair in settled:
+        continue  # One race per pair of calls, whichever places.
+      if (
+        not movable_a
+        and not movable[m]
+        and (deps_a >> bits[m] & 1 or deps[m] >> bit_a & 1)
+      ):
+        continue  # Ordered by data, and neither may move.
+      op_b, b = placed[m]
       if pair not in conflicts:
         conflicts[pair] = conflict(op_a, op_b)
       if not conflicts[pair]:
+        settled.add(pair)
         continue
       why = may.unordered(a, b, writes)
       if why is None:
         continue
+      settled.add(pair)
       first, second, order_known = program_order_of(op_a, op_b)
       if why.kind == "hoisted":
         # Across iterations the other call comes first: the iteration
@@ -167,8 +188,11 @@ def hidden_races(
         moved_first = why.moved is a
         first, second = (op_b, op_a) if moved_first else (op_a, op_b)
         order_known = True
-      if (first, second) in found:
-        continue
+      elif a.chain != b.chain:
+        # Two places of the program (a helper's call sites): the order
+        # the program reaches them, which an op's own lines cannot say.
+        first, second = (op_a, op_b) if a.bit < b.bit else (op_b, op_a)
+        order_known = True
       race = Race(first, second, order_known=order_known)
       if _pair_key(race) in known:
         continue

@@ -75,6 +75,14 @@ class Leaf:
   that element plus a constant (``("step", loop, path, step)``), or a
   comparison of such an element with a constant (``("compare", ...)``):
   what tells a loop's trip count and the elements its body hands back."""
+  key: tuple | None = None
+  """A value number: two leaves of equal keys hold the same value (what
+  lets ``select(p, x, x)`` or ``maximum(x, x)`` be ``x``, as XLA folds
+  them); None where unknown."""
+  parts: tuple | None = None
+  """For a ``concatenate``: its operands' leaves, of which a slice may
+  take only one (XLA folds a slice of a concatenate to the part it
+  takes)."""
 
 
 Value = Leaf | tuple
@@ -82,10 +90,30 @@ Value = Leaf | tuple
 
 NOTHING = Leaf()
 
-_PASSES_LIMIT = 64
-"""Passes before the fixed point is given up on (each adds a bit to some
-loop's state, so a program needs about as many as it nests loops); past
-it every loop's state is taken as computed from everything before it."""
+_PASSES_LIMIT = 512
+"""Passes before the fixed point is given up on (each carries the loops'
+states one iteration further). Stopped early, the states hold less than
+the fixed point: fewer calls they are computed from, so fewer pairs
+proved ordered and more calls taken as unused; sound, if less exact."""
+
+_IDEMPOTENT = frozenset({"maximum", "minimum", "and", "or"})
+"""Opcodes ``f`` with ``f(x, x) == x``, which XLA folds so."""
+
+_SLICING = frozenset({"slice", "dynamic-slice", "gather", "reshape"})
+"""Opcodes whose result may be one part of a concatenated operand."""
+
+_INTEGER_MAX = {
+  "s8": 2**7 - 1,
+  "s16": 2**15 - 1,
+  "s32": 2**31 - 1,
+  "s64": 2**63 - 1,
+  "u8": 2**8 - 1,
+  "u16": 2**16 - 1,
+  "u32": 2**32 - 1,
+  "u64": 2**64 - 1,
+}
+"""The largest value of each integer type: a counter stepped past it
+wraps, and the trip count the constants give is then wrong."""
 
 _FORWARDING = frozenset({"copy", "bitcast", "reshape", "opt-barrier"})
 """Opcodes whose result is their operand, unchanged."""
@@ -248,8 +276,6 @@ class MayOrder:
         if writes(call):
           return Unordered(a, b, "deleted", moved=call)
         return None
-    if not self.fixed_point:
-      return Unordered(a, b, "order")
     for call in (a, b):
       loop = self._hoistable_from(call, a if call is b else b)
       if loop is not None:
@@ -257,6 +283,18 @@ class MayOrder:
     if a.deps >> b.bit & 1 or b.deps >> a.bit & 1:
       return None
     return Unordered(a, b, "order")
+
+  def movable(self, instance: CallInstance) -> bool:
+    """Whether XLA may move `instance` out of a loop around it or delete
+    it: what makes `unordered` look past the data."""
+    if instance.side_effect:
+      return False
+    if self.deletable(instance):
+      return True
+    return any(
+      self.loops[index].may_repeat and not instance.var >> index & 1
+      for index in instance.loops
+    )
 
   def _hoistable_from(
     self, call: CallInstance, other: CallInstance
@@ -297,15 +335,18 @@ class MayOrder:
     operands = [values.get(o, NOTHING) for o in i.operands]
     opcode = i.opcode
     if opcode == "parameter":
-      if arguments is None or i.parameter_number is None:
-        return _shaped(i.shape, NOTHING)
-      if i.parameter_number < len(arguments):
-        return arguments[i.parameter_number]
-      return _shaped(i.shape, NOTHING)
+      number = i.parameter_number
+      if (
+        arguments is not None and number is not None and number < len(arguments)
+      ):
+        return arguments[number]
+      return _keyed(_shaped(i.shape, NOTHING), ("entry", i.name))
     if opcode == "constant":
-      return Leaf(const=True, lit=_literal(i.literal))
+      return Leaf(
+        const=True, lit=_literal(i.literal), key=("c", i.literal, i.shape)
+      )
     if opcode == "iota":
-      return Leaf(const=True)
+      return Leaf(const=True, key=("iota", i.shape))
     if opcode == "tuple":
       return tuple(operands)
     if opcode == "get-tuple-element":
@@ -320,15 +361,27 @@ class MayOrder:
     if opcode in _FORWARDING:
       return operands[0] if operands else NOTHING
     if opcode == "broadcast" or opcode == "convert":
-      return _unchanged_constant(operands[0]) if operands else NOTHING
+      return _unchanged_constant(operands[0], i) if operands else NOTHING
     if opcode == "select" and len(operands) == 3:
       return _select(*operands)
+    if opcode in _IDEMPOTENT and len(operands) == 2:
+      a, b = (_leaf(o) for o in operands)
+      if a.key is not None and a.key == b.key:
+        return a
     if opcode in ("multiply", "and", "or") and len(operands) == 2:
       folded = _absorbed(opcode, operands)
       if folded is not None:
         return folded
     if opcode == "add" and len(operands) == 2:
-      return _add(operands)
+      return _add(operands, i.shape)
+    if opcode == "concatenate" and operands:
+      joined = _joined(operands)
+      parts = tuple(_leaf(o) for o in operands)
+      return dataclasses.replace(joined, parts=parts, key=_key_of(i, operands))
+    if opcode in _SLICING and operands:
+      whole = _leaf(operands[0])
+      if whole.parts is not None:
+        return _common(whole.parts)
     if opcode == "compare" and len(operands) == 2:
       return _compare(i.direction, operands)
     if opcode == "call" and i.callees:
@@ -340,7 +393,7 @@ class MayOrder:
       return self._conditional(i, operands, context)
     if opcode == "custom-call":
       return self._custom_call(i, operands, context)
-    joined = _joined(operands)
+    joined = dataclasses.replace(_joined(operands), key=_key_of(i, operands))
     if opcode in _NEVER_SPECULATED:
       joined = dataclasses.replace(
         joined, var=joined.var | _bits(context.loops)
@@ -371,7 +424,9 @@ class MayOrder:
     self.instances[bit] = CallInstance(
       bit, i, context.chain, context.loops, context.branches, deps, var
     )
-    return _shaped(i.shape, Leaf(deps=deps | 1 << bit, var=var))
+    return _keyed(
+      _shaped(i.shape, Leaf(deps=deps | 1 << bit, var=var)), ("call", bit)
+    )
 
   def _while(
     self, i: Instruction, operands: list[Value], context: _Context
@@ -422,7 +477,7 @@ class MayOrder:
     index = self._conditional_index.setdefault(
       key, len(self._conditional_index)
     )
-    decision = _joined(operands[:1])
+    decision = _leaf(operands[0]) if operands else NOTHING
     self.live |= decision.deps
     taken = range(len(i.branches))
     picked = _branch_picked(decision, len(i.branches))
@@ -440,6 +495,41 @@ class MayOrder:
       argument = operands[k + 1] if k + 1 < len(operands) else NOTHING
       results.append(self._computation(i.branches[k], [argument], inner))
     return _joined_values(results)
+
+
+def _leaf(value: Value) -> Leaf:
+  """`value` as one leaf: itself, or every leaf of a tuple joined."""
+  return value if isinstance(value, Leaf) else _joined([value])
+
+
+def _keyed(value: Value, key: tuple) -> Value:
+  """`value` with each leaf numbered by `key` and its path."""
+  if isinstance(value, Leaf):
+    return dataclasses.replace(value, key=key)
+  return tuple(_keyed(v, (*key, k)) for k, v in enumerate(value))
+
+
+def _key_of(i: Instruction, operands: list[Value]) -> tuple | None:
+  """The value number of a result computed by `i` from `operands`; None
+  where an operand has none."""
+  keys = []
+  for operand in operands:
+    if not isinstance(operand, Leaf) or operand.key is None:
+      return None
+    keys.append(operand.key)
+  return (i.opcode, i.shape, i.direction, i.tuple_index, *keys)
+
+
+def _common(parts: tuple) -> Leaf:
+  """What every one of `parts` is computed from: a slice may take any
+  one of them alone."""
+  deps = var = -1
+  const = True
+  for part in parts:
+    deps &= part.deps
+    var &= part.var
+    const = const and part.const
+  return Leaf(max(deps, 0), max(var, 0), const)
 
 
 def _exclusive(a: CallInstance, b: CallInstance) -> bool:
@@ -550,23 +640,32 @@ def _literal(text: str | None) -> object:
     return None
 
 
-def _unchanged_constant(value: Value) -> Value:
+def _unchanged_constant(value: Value, i: Instruction) -> Value:
   """A broadcast or conversion of `value`: the same dependences; a
   constant keeps its value (``broadcast(constant(true))``), a state
   element no longer is itself."""
-  if isinstance(value, tuple):
-    return _joined([value])
-  return dataclasses.replace(value, origin=None)
+  leaf = _leaf(value)
+  key = None if leaf.key is None else (i.opcode, i.shape, leaf.key)
+  return dataclasses.replace(leaf, origin=None, key=key, parts=None)
 
 
 def _select(predicate: Value, yes: Value, no: Value) -> Value:
-  choice = _joined([predicate])
+  choice = _leaf(predicate)
+  a, b = _leaf(yes), _leaf(no)
+  if a.key is not None and a.key == b.key:
+    return yes  # XLA folds select(p, x, x) to x.
   if choice.const:
     if isinstance(choice.lit, bool):
       return yes if choice.lit else no
-    # A constant that cannot be read here: only what both share.
-    a, b = _joined([yes]), _joined([no])
-    return Leaf(a.deps & b.deps, a.var & b.var, a.const and b.const)
+    # A constant that cannot be read here: only what both share, and
+    # either's place in a loop's state (XLA may pick the one the body
+    # hands back unchanged).
+    return Leaf(
+      a.deps & b.deps,
+      a.var & b.var,
+      a.const and b.const,
+      origin=a.origin or b.origin,
+    )
   return _joined([predicate, yes, no])
 
 
@@ -575,15 +674,16 @@ def _absorbed(opcode: str, operands: list[Value]) -> Leaf | None:
   with true is (XLA's algebraic simplifier folds it); None otherwise. A
   constant this module cannot read may be that one."""
   absorbing = {"multiply": 0, "and": False, "or": True}[opcode]
-  for leaf in (_joined([o]) for o in operands):
+  for leaf in (_leaf(o) for o in operands):
     if leaf.const and (leaf.lit is None or leaf.lit == absorbing):
       return Leaf(const=True, lit=leaf.lit)
   return None
 
 
-def _add(operands: list[Value]) -> Leaf:
-  a, b = (_joined([o]) if isinstance(o, tuple) else o for o in operands)
+def _add(operands: list[Value], shape: str) -> Leaf:
+  a, b = (_leaf(o) for o in operands)
   joined = _joined([a, b])
+  limit = _INTEGER_MAX.get(shape.split("[", 1)[0].strip())
   for x, y in ((a, b), (b, a)):
     if (
       x.origin is not None
@@ -592,12 +692,13 @@ def _add(operands: list[Value]) -> Leaf:
       and isinstance(y.lit, int)
       and not isinstance(y.lit, bool)
     ):
-      return dataclasses.replace(joined, origin=("step", *x.origin[1:], y.lit))
+      origin = ("step", *x.origin[1:], y.lit, limit)
+      return dataclasses.replace(joined, origin=origin)
   return joined
 
 
 def _compare(direction: str | None, operands: list[Value]) -> Leaf:
-  a, b = (_joined([o]) if isinstance(o, tuple) else o for o in operands)
+  a, b = (_leaf(o) for o in operands)
   joined = _joined([a, b])
   if direction in ("LT", "LE") and b.const and isinstance(b.lit, int):
     limit = b.lit + (direction == "LE")
@@ -619,7 +720,8 @@ def _parameter(
     )
   if path in passed_on:
     return dataclasses.replace(state, origin=("state", index, path))
-  return Leaf(state.deps, state.var | mark, False, None, ("state", index, path))
+  origin = ("state", index, path)
+  return Leaf(state.deps, state.var | mark, False, None, origin, key=origin)
 
 
 def _passed_on(root: Value, index: int, path: tuple):
@@ -671,9 +773,11 @@ def _trips(decision: Leaf, root: Value, initial: Value, index: int):
   step_origin = counter.origin
   if step_origin is None or step_origin[:3] != ("step", index, path):
     return None
-  step = step_origin[3]
+  step, largest = step_origin[3], step_origin[4]
   if not start.const or not isinstance(start.lit, int) or step <= 0:
     return None
+  if largest is None or limit + step > largest:
+    return None  # The counter may wrap before it reaches the limit.
   return max(0, math.ceil((limit - start.lit) / step))
 
 
