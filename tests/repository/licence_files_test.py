@@ -92,9 +92,7 @@ class RepositoryTest(absltest.TestCase):
     shipped = words(licence[0].read_text())
     notices = words((ROOT / "THIRD_PARTY_NOTICES").read_text())
     starts = [
-      i
-      for i in range(len(notices))
-      if notices[i : i + len(shipped)] == shipped
+      i for i in range(len(notices)) if notices[i : i + len(shipped)] == shipped
     ]
     self.assertLen(starts, 1, "pybind11's licence, word for word")
 
@@ -147,9 +145,11 @@ class BazelWheelBuilderTest(absltest.TestCase):
   def test_a_license_file_without_a_name_is_refused(self):
     out = self.temp_dir() / "x.whl"
     result = subprocess.run(
-      [sys.executable, str(BUILD_WHEEL), "--output", str(out)]
-      + ["--distribution", "x", "--version", "1", "--tag", "py3-none-any"]
-      + ["--license-file", str(ROOT / "LICENSE")],
+      [
+        *(sys.executable, str(BUILD_WHEEL), "--output", str(out)),
+        *("--distribution", "x", "--version", "1", "--tag", "py3-none-any"),
+        *("--license-file", str(ROOT / "LICENSE")),
+      ],
       capture_output=True,
       text=True,
     )
@@ -168,8 +168,7 @@ class SdistTest(absltest.TestCase):
     super().setUpClass()
     cls.out = tempfile.mkdtemp()
     subprocess.run(
-      ["uv", "build", "--quiet", "--no-config", "--sdist"]
-      + ["--out-dir", cls.out],
+      ["uv", "build", "-q", "--no-config", "--sdist", "--out-dir", cls.out],
       cwd=ROOT,
       check=True,
     )
