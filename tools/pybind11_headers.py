@@ -54,9 +54,9 @@ def copy_headers(dest: pathlib.Path, minimum: str) -> pathlib.Path:
       f"pybind11 {version} at {pybind11.get_include()} is older than "
       f"{minimum}, the oldest this build supports"
     )
-  if recorded.is_file() and recorded.read_text().strip() == version:
-    if (include / "pybind11" / "pybind11.h").is_file():
-      return include
+  same = recorded.is_file() and recorded.read_text().strip() == version
+  if same and (include / "pybind11" / "pybind11.h").is_file():
+    return include
   # A fresh copy, so that no header of an older version stays behind.
   staging = dest / "include.new"
   shutil.rmtree(staging, ignore_errors=True)

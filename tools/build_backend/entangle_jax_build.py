@@ -67,7 +67,7 @@ def _keep_ninja(tools: pathlib.Path) -> None:
   ninja = pathlib.Path(found)
   if not _outside_environment(ninja):
     return
-  copy = tools / ninja.name
+  copy = tools / "ninja"
   shutil.copy2(ninja.resolve(), copy)
   # A script (an older ninja package's launcher) would name the deleted
   # environment's Python: only a copy that runs by itself will do.
@@ -81,27 +81,37 @@ def _keep_ninja(tools: pathlib.Path) -> None:
 
 
 def _keep_meson(tools: pathlib.Path) -> None:
-  """Copies the mesonbuild package meson-python would run into `tools`,
-  with a meson.py that runs it, and points meson-python at it (MESON), if
-  the package lies outside the environment. A MESON already set is left."""
+  """Copies the mesonbuild package meson-python would run into `tools`, if
+  it lies outside the environment, and points meson-python (MESON) at a
+  meson.py there that runs it (or the environment's, where nothing was
+  copied) with NINJA set to the ninja copied beside it, if any: meson looks
+  for ninja again each time it regenerates the build, and the editable
+  loader runs it with the importing process's environment, without
+  meson-python's NINJA. A MESON already set is left."""
   if os.environ.get("MESON"):
     return
   import mesonbuild
 
   package = pathlib.Path(mesonbuild.__file__).parent
-  if not _outside_environment(package):
+  ninja = tools / "ninja"
+  if not _outside_environment(package) and not ninja.exists():
     return
-  copy = tools / "mesonbuild"
-  shutil.rmtree(copy, ignore_errors=True)
-  shutil.copytree(
-    package, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
-  )
+  if _outside_environment(package):
+    copy = tools / "mesonbuild"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(
+      package, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+    )
   # meson-python runs a MESON ending in .py with this interpreter, the
-  # environment's, and meson records that command for its later runs.
+  # environment's, and meson records that command for its later runs; the
+  # script's folder comes first on sys.path, so a copied mesonbuild wins.
   launcher = tools / "meson.py"
   launcher.write_text(
+    "import os\n"
     "import sys\n"
     "from mesonbuild.mesonmain import main\n"
+    f"if os.path.exists({str(ninja)!r}):\n"
+    f"  os.environ.setdefault('NINJA', {str(ninja)!r})\n"
     "sys.exit(main())\n"
   )
   os.environ["MESON"] = str(launcher)
