@@ -67,8 +67,8 @@ version_and_suite() {
 
 echo "--- the wheel, with the README's command, where no compiler can run"
 "$python" -m venv "$scratch/venv-wheel"
-"$python" "$root/tools/readme_commands.py" Install --block 0 >"$scratch/readme-install.sh"
-# README Install's first block, as written: pip install entangle-jax, and
+"$python" "$root/tools/readme_commands.py" Install --block 1 >"$scratch/readme-install.sh"
+# README Install's second block, as written: pip install entangle-jax, and
 # the demo; pip finds the candidate in DIR, beside the index.
 (
   cd "$scratch"
