@@ -29,6 +29,7 @@ import sys
 from typing import Any
 
 import mesonpy
+import mesonpy._tags
 from mesonpy import (  # noqa: F401 (the PEP 517 hooks this backend keeps)
   build_sdist,
   build_wheel,
