@@ -68,6 +68,7 @@ def _keep_ninja(tools: pathlib.Path) -> None:
   ninja = pathlib.Path(found)
   if not _outside_environment(ninja):
     return
+  tools.mkdir(parents=True, exist_ok=True)
   copy = tools / "ninja"
   shutil.copy2(ninja.resolve(), copy)
   # A script (an older ninja package's launcher) would name the deleted
@@ -97,6 +98,7 @@ def _keep_meson(tools: pathlib.Path) -> None:
   ninja = tools / "ninja"
   if not _outside_environment(package) and not ninja.exists():
     return
+  tools.mkdir(parents=True, exist_ok=True)
   if _outside_environment(package):
     copy = tools / "mesonbuild"
     shutil.rmtree(copy, ignore_errors=True)
@@ -126,7 +128,6 @@ def build_editable(
   """meson-python's editable wheel, its build folder made to outlive the
   build environment (this module's docstring)."""
   tools = _build_dir(config_settings) / TOOLS
-  tools.mkdir(parents=True, exist_ok=True)
   _keep_ninja(tools)
   _keep_meson(tools)
   return mesonpy.build_editable(
