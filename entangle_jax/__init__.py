@@ -40,13 +40,9 @@ except ModuleNotFoundError as missing:
     or not (_here / "_version.py.in").exists()
   ):
     raise
-  raise ImportError(
-    f"entangle_jax was imported from its source checkout ({_here}), "
-    "which holds no build of it: Python puts the current folder first on "
-    "sys.path. Run Python with -P (`python -P -m entangle_jax.demo`) or "
-    "from another folder to use the installed package, or install the "
-    "checkout editable (`uv sync`, `pip install -e .`)."
-  ) from None
+  from entangle_jax._src.native import checkout_import_advice
+
+  raise ImportError(checkout_import_advice(_here)) from None
 
 from entangle_jax._src import native as _native
 from entangle_jax._src import when_imported as _when_imported

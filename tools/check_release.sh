@@ -1,7 +1,16 @@
 #!/usr/bin/env bash
-# Installs the release candidate tools/build_release.sh left in DIR where a
-# user would, and tests each install:
+# Checks a release's sdist and the wheel of it for this machine and Python
+# where a user would install them, and tests each install:
 #   tools/check_release.sh DIR
+# DIR holds the sdist and wheels (tools/build_release.sh's, or those
+# .github/workflows/release.yml built with cibuildwheel, which runs this on
+# every wheel it uploads, before the upload); the wheel checked is the one
+# for the running Python (python3, or $PYTHON) and this machine: Linux
+# x86_64 or aarch64 (manylinux), or macOS arm64.
+#   0. the wheel's platform: on Linux `auditwheel show` must accept its
+#      manylinux tag as it is (no repair), and that tag must be
+#      manylinux_2_28 or older (tools/manylinux_check.py); on macOS its
+#      tag must ask for macOS 11 at most;
 #   1. the wheel, with the README's `pip install entangle-jax` as written,
 #      DIR offered to pip beside the package index (PIP_FIND_LINKS), into a
 #      fresh venv whose CC, CXX and PATH give no compiler (checked): pip
@@ -10,8 +19,9 @@
 #   2. the sdist, with `pip install DIR/entangle_jax-VERSION.tar.gz`, into
 #      another fresh venv, where pip builds it (the machine's compiler; the
 #      CUDA store left out, as the wheel leaves it); the demo and the suite.
-# The test tools come from requirements.lock (hashed). Needs python3 (the
-# wheel's Python), uv, and a C++17 compiler for step 2.
+# The test tools come from requirements.lock (hashed), auditwheel from
+# requirements-release.lock (tools/release_tools.sh). Needs uv, and a C++17
+# compiler for step 2.
 set -euo pipefail
 if [[ $# != 1 ]]; then
   echo "usage: tools/check_release.sh DIR" >&2
@@ -22,11 +32,25 @@ dir=$(cd "$1" && pwd)
 python=${PYTHON:-python3}
 version=$("$python" -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["project"]["version"])' "$root/pyproject.toml")
 sdist=$dir/entangle_jax-$version.tar.gz
-wheels=("$dir"/entangle_jax-"$version"-*-manylinux_*_x86_64.whl)
-if [[ ! -f $sdist || ! -f ${wheels[0]} || ${#wheels[@]} != 1 ]]; then
-  echo "$dir must hold entangle_jax-$version.tar.gz and one manylinux x86_64 wheel (tools/build_release.sh)" >&2
+tag=$("$python" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
+case $(uname -s)/$(uname -m) in
+  Linux/x86_64 | Linux/aarch64) platform="manylinux_*_$(uname -m)" ;;
+  Darwin/arm64) platform="macosx_*_arm64" ;;
+  *)
+    echo "tools/check_release.sh checks Linux x86_64 and aarch64 and macOS arm64 wheels, not $(uname -s)/$(uname -m)" >&2
+    exit 2
+    ;;
+esac
+# cibuildwheel's repaired names may carry two tags (manylinux_2_27_x86_64.
+# manylinux_2_28_x86_64): the pattern matches the last.
+shopt -s nullglob
+wheels=("$dir"/entangle_jax-"$version"-"$tag"-"$tag"-*$platform.whl)
+shopt -u nullglob
+if [[ ! -f $sdist || ${#wheels[@]} != 1 ]]; then
+  echo "$dir must hold entangle_jax-$version.tar.gz and one $tag wheel for $platform (found ${#wheels[@]})" >&2
   exit 2
 fi
+wheel=${wheels[0]}
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 
@@ -65,10 +89,24 @@ version_and_suite() {
   "$where" "$venv" "$root/tools/installed_suite.sh" "$venv/bin/python"
 }
 
+echo "--- the wheel's platform: $(basename "$wheel")"
+if [[ $(uname -s) == Linux ]]; then
+  source "$root/tools/release_tools.sh"
+  release_tools_venv
+  "$RELEASE_TOOLS/auditwheel" show "$wheel" | tee "$scratch/auditwheel.txt"
+  "$RELEASE_TOOLS/python" "$root/tools/manylinux_check.py" "$wheel" manylinux_2_28 <"$scratch/auditwheel.txt"
+else
+  # macosx_MAJOR_MINOR_arm64: the oldest macOS it runs on; jaxlib needs 11.
+  if [[ ! $(basename "$wheel") =~ -macosx_([0-9]+)_[0-9]+_arm64\.whl$ ]] || ((BASH_REMATCH[1] > 11)); then
+    echo "$(basename "$wheel"): not tagged for macOS 11 or older on arm64" >&2
+    exit 1
+  fi
+fi
+
 echo "--- the wheel, with the README's command, where no compiler can run"
 "$python" -m venv "$scratch/venv-wheel"
-"$python" "$root/tools/readme_commands.py" Install --block 0 >"$scratch/readme-install.sh"
-# README Install's first block, as written: pip install entangle-jax, and
+"$python" "$root/tools/readme_commands.py" Install --block 1 >"$scratch/readme-install.sh"
+# README Install's second block, as written: pip install entangle-jax, and
 # the demo; pip finds the candidate in DIR, beside the index.
 (
   cd "$scratch"

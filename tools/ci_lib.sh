@@ -59,7 +59,9 @@ INSTALLED_SUITE=(
 )
 
 # INSTALLED_SUITE against the entangle_jax installed for python $1, run from
-# a copy of tests/ (and the page that lists the package's files) so that no
+# a copy of tests/ (and the page that lists the package's files, and the
+# licence files with pyproject.toml, which lists them, that
+# installed_files_test compares with the installed ones) so that no
 # checkout's entangle_jax/ is imported. $2: the checkout to copy from; $3:
 # an empty scratch folder.
 suite_against_installed() {
@@ -67,6 +69,7 @@ suite_against_installed() {
   mkdir -p "$dir/docs"
   cp -r "$checkout/tests" "$dir/tests"
   cp "$checkout/docs/development.md" "$dir/docs/"
+  cp "$checkout/pyproject.toml" "$checkout/LICENSE" "$checkout/THIRD_PARTY_NOTICES" "$dir/"
   (
     cd "$dir"
     "$python" -c 'import entangle_jax, sys; f = entangle_jax.__file__; print("imported", entangle_jax.__version__, "from", f); sys.exit("site-packages" not in f)'

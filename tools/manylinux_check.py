@@ -1,6 +1,6 @@
 """Does `auditwheel show` accept a wheel as it is, for its manylinux tag?
 
-  auditwheel show WHEEL | python tools/manylinux_check.py WHEEL
+  auditwheel show WHEEL | python tools/manylinux_check.py WHEEL [NEWEST]
 
 Exits 0 when auditwheel finds the wheel consistent with a manylinux tag no
 newer than the one the wheel's name carries (manylinux_2_28_x86_64 for
@@ -8,6 +8,9 @@ tools/build_release.sh's wheel): no repair is needed, no library to graft.
 Exits 1, saying why, otherwise: the wheel needs a newer glibc than its tag
 says (today's gcc-built wheel on this machine: manylinux_2_34), or a shared
 library outside the manylinux policy (auditwheel then says linux_x86_64).
+With NEWEST (a tag such as manylinux_2_28, as tools/check_release.sh gives
+it), the wheel's tag must also be no newer than that: a wheel must install
+where NEWEST's glibc is.
 """
 
 import re
@@ -34,12 +37,21 @@ def wheel_platform(wheel: str) -> str:
   return name[: -len(".whl")].split("-")[-1].split(".")[-1]
 
 
-def problem(wheel: str, show_output: str) -> str | None:
-  """Why auditwheel's output rejects the wheel's tag; None if it accepts it."""
+def problem(
+  wheel: str, show_output: str, newest: str | None = None
+) -> str | None:
+  """Why auditwheel's output rejects the wheel's tag, or why the tag is
+  newer than `newest` (manylinux_X_Y, any machine); None if neither."""
   claimed = wheel_platform(wheel)
   wanted = glibc_of(claimed)
   if wanted is None:
     return f"the wheel is tagged {claimed}, not a manylinux_X_Y tag"
+  if newest is not None:
+    limit = glibc_of(f"{newest}_{wanted[2]}")
+    if limit is None:
+      raise ValueError(f"{newest!r} is not a tag like manylinux_2_28")
+    if wanted[:2] > limit[:2]:
+      return f"the wheel is tagged {claimed}, newer than {newest}"
   found = _CONSISTENT.search(show_output)
   if not found:
     return "auditwheel show named no platform tag:\n" + show_output
@@ -60,10 +72,11 @@ def problem(wheel: str, show_output: str) -> str | None:
 
 
 def main(argv: list[str]) -> int:
-  if len(argv) != 1:
+  if len(argv) not in (1, 2):
     print(__doc__, file=sys.stderr)
     return 2
-  why = problem(argv[0], sys.stdin.read())
+  newest = argv[1] if len(argv) == 2 else None
+  why = problem(argv[0], sys.stdin.read(), newest)
   if why:
     print(f"{argv[0]}: {why}", file=sys.stderr)
     return 1

@@ -96,7 +96,9 @@ def download_wheel(version: str) -> pathlib.Path:
   if result.returncode != 0 or not found:
     raise HeaderError(
       f"could not download jaxlib=={version} with pip (needed for its XLA "
-      f"FFI headers): {' '.join(command)}\n{result.stderr.strip()}"
+      f"FFI headers): {' '.join(command)}\n{result.stderr.strip()}\n"
+      "Without a package index, set ENTANGLE_JAX_FFI_HEADERS to a folder "
+      "holding xla/ffi/api/*.h (docs/native_build.md, Building offline)."
     )
   return found[0]
 

@@ -5,6 +5,9 @@ store's too). Loading imports no JAX; registering does."""
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
+import pathlib
+import sys
 import types
 from collections.abc import Iterable, Mapping
 
@@ -21,12 +24,54 @@ custom call."""
 # Each handler the extension's `registrations()` table names, by target.
 _TARGETS = {"entangle": ENTANGLE_TARGET}
 
-REBUILD_HINT = (
-  "entangle_jax's compiled extension {module} could not be loaded. Rebuild "
-  "it: in a development checkout run `uv sync --reinstall-package "
-  "entangle-jax` (or `pip install --no-build-isolation -e .`); otherwise "
-  "reinstall the package with `pip install --force-reinstall entangle-jax`."
-)
+
+def checkout_import_advice(package: pathlib.Path) -> str:
+  """What to do when `package`, a source checkout's unbuilt entangle_jax/,
+  was imported: one course. An entangle_jax installed elsewhere on sys.path
+  is hidden by the current folder, so run with -P; with none, install the
+  checkout editable, with this interpreter's pip (an editable install's
+  import hook then answers the import from any folder, this one too)."""
+  checkout = package.parent
+  elsewhere = [
+    p for p in sys.path if p and pathlib.Path(p).resolve() != checkout.resolve()
+  ]
+  installed = importlib.machinery.PathFinder.find_spec(
+    "entangle_jax", elsewhere
+  )
+  said = (
+    f"entangle_jax was imported from its source checkout ({package}), which "
+    "holds no build of it: Python puts the current folder first on sys.path."
+  )
+  if installed is not None and installed.origin is not None:
+    return (
+      f"{said} The installed package ({pathlib.Path(installed.origin).parent})"
+      " is behind it: run Python with -P (`python -P -m entangle_jax.demo`)."
+    )
+  return (
+    f"{said} No built entangle_jax is installed: install the checkout "
+    f"editable with `{sys.executable} -m pip install -e {checkout}` (pip "
+    "fetches the build tools itself; a C++17 compiler is needed), then "
+    "import it from any folder."
+  )
+
+
+def rebuild_hint(module: str) -> str:
+  """What to run when extension `module` cannot be loaded: one course. A
+  package imported from a source checkout (an editable install: the
+  checkout holds the build's template `_version.py.in`) is installed again
+  editable from that checkout with this interpreter's pip, which fetches
+  the build tools itself; an installed one is reinstalled."""
+  package = pathlib.Path(__file__).resolve().parents[1]
+  said = f"entangle_jax's compiled extension {module} could not be loaded."
+  if (package / "_version.py.in").is_file():
+    return (
+      f"{said} Install the checkout again: `{sys.executable} -m pip install "
+      f"-e {package.parent}` (a C++17 compiler is needed)."
+    )
+  return (
+    f"{said} Reinstall the package: `{sys.executable} -m pip install "
+    "--force-reinstall entangle-jax`."
+  )
 
 
 def load_extension(package: str, module: str) -> types.ModuleType:
@@ -35,8 +80,7 @@ def load_extension(package: str, module: str) -> types.ModuleType:
   try:
     return importlib.import_module(f"{package}.{module}")
   except ImportError as err:
-    hint = REBUILD_HINT.format(module=module)
-    raise ImportError(f"{hint} (cause: {err})") from err
+    raise ImportError(f"{rebuild_hint(module)} (cause: {err})") from err
 
 
 def register_handlers(

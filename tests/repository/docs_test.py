@@ -9,6 +9,7 @@ import importlib.util
 import pathlib
 import re
 import tempfile
+import tomllib
 import unittest
 
 from absl.testing import absltest, parameterized
@@ -67,17 +68,59 @@ class ReadmeTest(absltest.TestCase):
     lines = self.readme.read_text().splitlines()
     self.assertLessEqual(len(lines), 200, "move the detail into docs/")
 
-  def test_relative_links_name_existing_pages_and_headings(self):
-    links = re.findall(r"\]\(([^)#:]+)(?:#([^)]+))?\)", self.readme.read_text())
+  def test_links_are_absolute_and_name_existing_pages_and_headings(self):
+    # The README is the package index page's text (pyproject's `readme`),
+    # where a relative link leads nowhere: every link is absolute, and one
+    # into the repository (its [project.urls] Source, blob/main/) names a
+    # file that exists here, and a heading of it.
+    text = self.readme.read_text()
+    links = re.findall(r"\]\(([^)]+)\)", text)
     self.assertNotEmpty(links)
+    relative = [link for link in links if "://" not in link]
+    self.assertEqual([], relative)
+    source = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+      "urls"
+    ]["Source"]
+    into_repository = f"{source}/blob/main/"
     broken = []
-    for path, anchor in links:
+    checked = 0
+    for link in links:
+      if not link.startswith(into_repository):
+        continue
+      path, _, anchor = link.removeprefix(into_repository).partition("#")
       target = ROOT / path
+      checked += 1
       if not target.exists():
         broken.append(path)
       elif anchor and anchor not in heading_anchors(target):
         broken.append(f"{path}#{anchor}")
+    self.assertGreater(checked, 0)
     self.assertEqual([], broken)
+    # Any other link to the project's host is the repository itself.
+    host = source.rsplit("/", 2)[0]
+    others = [
+      link
+      for link in links
+      if link.startswith(host) and not link.startswith(into_repository)
+    ]
+    for link in others:
+      self.assertEqual(link, source)
+
+  def test_project_urls_point_into_the_source_repository(self):
+    urls = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+      "urls"
+    ]
+    self.assertEqual(
+      set(urls), {"Documentation", "Source", "Changelog", "Issues"}
+    )
+    source = urls["Source"]
+    self.assertEqual(urls["Issues"], f"{source}/issues")
+    for name, path in (
+      ("Documentation", "docs/index.md"),
+      ("Changelog", "CHANGELOG.md"),
+    ):
+      self.assertEqual(urls[name], f"{source}/blob/main/{path}")
+      self.assertTrue((ROOT / path).is_file(), path)
 
   def test_a_missing_heading_is_caught(self):
     anchors = heading_anchors(ROOT / "docs" / "proving_order.md")

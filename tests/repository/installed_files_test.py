@@ -10,6 +10,7 @@ import importlib.metadata
 import pathlib
 import sys
 import sysconfig
+import tomllib
 
 from absl.testing import absltest
 
@@ -45,6 +46,28 @@ class InstalledFilesTest(absltest.TestCase):
     self.assertEqual(
       installed_files() - OPTIONAL, wheel_test.documented_files()
     )
+
+  def test_the_licence_texts_are_installed(self):
+    # PEP 639: pyproject.toml's license-files, under the installed
+    # .dist-info/licenses/, as the repository has them (issue 80: the
+    # wheel carried none, though it holds compiled pybind11).
+    dist = importlib.metadata.distribution("entangle-jax")
+    project = tomllib.loads((wheel_test.ROOT / "pyproject.toml").read_text())
+    listed = project["project"]["license-files"]
+    self.assertNotEmpty(listed)
+    installed = {
+      str(f).split(".dist-info/licenses/", 1)[1]: f
+      for f in dist.files or []
+      if ".dist-info/licenses/" in str(f)
+    }
+    self.assertEqual(set(installed), set(listed))
+    for name in listed:
+      self.assertEqual(
+        installed[name].read_text(),
+        (wheel_test.ROOT / name).read_text(),
+        name,
+      )
+    self.assertEqual(dist.metadata["License-Expression"], "Apache-2.0")
 
   def test_the_files_exist_where_python_imports_them(self):
     root = pathlib.Path(entangle_jax.__file__).parent.parent

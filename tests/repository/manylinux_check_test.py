@@ -64,6 +64,31 @@ class ManylinuxCheckTest(absltest.TestCase):
       refused(WHEEL, "auditwheel: error: cannot read"),
     )
 
+  def test_a_tag_newer_than_the_newest_allowed_is_refused(self):
+    # tools/check_release.sh allows manylinux_2_28 at most: a wheel
+    # auditwheel accepts as manylinux_2_34 (built against a newer glibc,
+    # and tagged so) passes the plain check, not that one.
+    newer = "dist/entangle_jax-0.6.0-cp311-cp311-manylinux_2_34_x86_64.whl"
+    output = shown("manylinux_2_34_x86_64")
+    self.assertIsNone(manylinux_check.problem(newer, output))
+    why = manylinux_check.problem(newer, output, "manylinux_2_28")
+    self.assertIn("newer than manylinux_2_28", why or "")
+    # The control: the 2.28 wheel, and an older one, are within it.
+    for tag in ("manylinux_2_28_x86_64", "manylinux_2_24_x86_64"):
+      self.assertIsNone(
+        manylinux_check.problem(WHEEL, shown(tag), "manylinux_2_28")
+      )
+    arm = "dist/entangle_jax-0.6.0-cp311-cp311-manylinux_2_28_aarch64.whl"
+    self.assertIsNone(
+      manylinux_check.problem(
+        arm, shown("manylinux_2_28_aarch64"), "manylinux_2_28"
+      )
+    )
+
+  def test_a_newest_that_is_no_tag_is_refused(self):
+    with self.assertRaisesRegex(ValueError, "'2.28' is not a tag"):
+      manylinux_check.problem(WHEEL, shown("manylinux_2_28_x86_64"), "2.28")
+
   def test_platform_of_a_multi_tagged_name(self):
     self.assertEqual(
       manylinux_check.wheel_platform(

@@ -15,6 +15,7 @@ import pathlib
 import re
 import sys
 import sysconfig
+import tomllib
 import unittest
 import zipfile
 
@@ -104,6 +105,20 @@ class WheelTest(absltest.TestCase):
       self.assertEqual(bazel[field], meson[field], field)
     for field in ("Requires-Dist", "Provides-Extra"):
       self.assertCountEqual(bazel.get_all(field), meson.get_all(field), field)
+
+  def test_license_files_in_dist_info(self):
+    # PEP 639: pyproject.toml's license-files, under .dist-info/licenses/,
+    # with the repository's bytes; METADATA names them and the licence.
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for archive in (self.bazel, self.meson):
+      prefix = f"{dist_info(archive)}/licenses/"
+      for name in project["license-files"]:
+        self.assertEqual(
+          archive.read(prefix + name), (ROOT / name).read_bytes(), name
+        )
+      meta = metadata(archive)
+      self.assertEqual(meta["License-Expression"], project["license"])
+      self.assertEqual(meta.get_all("License-File"), project["license-files"])
 
   def test_same_entry_points(self):
     # pytest finds the race check's plugin through them (pytest11).

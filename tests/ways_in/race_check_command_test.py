@@ -1,6 +1,7 @@
 """``python -m entangle_jax.testing PATH...``: the race check over XLA dumps,
 exit status 0 / 1 / 2, the user's line, JSON, a bounded screen."""
 
+import contextlib
 import functools
 import io
 import json
@@ -15,6 +16,8 @@ from unittest import mock
 from absl.testing import absltest
 
 from entangle_jax._src.targets import table
+from entangle_jax.testing._emitters import sentences
+from entangle_jax.testing._findings.records import Run
 from entangle_jax.testing._ways_in import command as _check
 from entangle_jax.testing._ways_in import module_files
 from tests import test_util
@@ -175,6 +178,16 @@ class DumpTest(absltest.TestCase):
     status, out, err = run("--format", "github", str(self.fixed))
     self.assertEqual((status, out), (0, ""), err)
     self.assertIn("0 with races, 0 pairs.", err)
+
+  def test_help_describes_path(self):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), self.assertRaises(SystemExit):
+      _check.main(["--help"])
+    text = " ".join(out.getvalue().split())
+    path_help = text.split("positional arguments: PATH", 1)[1]
+    path_help = path_help.split("options:", 1)[0]
+    self.assertIn("XLA dump folder", path_help)
+    self.assertIn("HLO text file", path_help)
 
   def test_the_command_runs_as_a_module(self):
     result = subprocess.run(
@@ -408,6 +421,57 @@ class OneModuleNeverStopsTheRunTest(absltest.TestCase):
     self.assertEqual(status, 2)
     self.assertIn("Not checked: the file is empty", out)
     self.assertNotIn("Pass jax.jit(f)", out)
+
+  def test_a_file_that_is_no_module_says_which_file_to_pass(self):
+    # A command-line user passes files: the advice names the dump's files,
+    # not the jax.stages.Compiled a Python caller would pass. Both paths:
+    # a file without native calls (why_unreadable) and one with them (the
+    # parser's refusal).
+    texts = {
+      "module_9997.jit_notes.cpu_after_optimizations.txt": "some notes\n",
+      "module_9996.jit_unscheduled.cpu_after_optimizations.txt": (
+        "HloModule jit_unscheduled\n\nENTRY %main () -> s32[] {\n"
+        '  ROOT %w = s32[] custom-call(), custom_call_target="W", '
+        "custom_call_has_side_effect=true\n}\n"
+      ),
+    }
+    for name, text in texts.items():
+      (self.dump / name).write_text(text)
+    try:
+      status, out, _ = run(str(self.dump))
+    finally:
+      for name in texts:
+        (self.dump / name).unlink()
+    self.assertEqual(status, 2)
+    self.assertIn("line 1 is not an HloModule line: 'some notes'.", out)
+    self.assertIn("line 1 lacks is_scheduled=true", out)
+    self.assertEqual(out.count("*after_optimizations.txt of a dump"), 2)
+    self.assertNotIn("Pass jax.jit(f)", out)
+    # Control: a Python caller still gets the advice for Python.
+    from entangle_jax.testing._hlo import parser
+
+    with self.assertRaisesRegex(ValueError, r"Pass jax\.jit\(f\)"):
+      parser.check_header("some notes\n")
+
+  def test_an_unreadable_gpu_file_gets_no_gpu_note(self):
+    # What the check assumes of GPU modules says nothing of a file it could
+    # not read: the note is only for modules it read.
+    name = "module_9995.jit_gone.sm_9.0a_gpu_after_optimizations.txt"
+    unreadable = self.dump / name
+    unreadable.write_bytes(b"\xff\xfe not text")
+    try:
+      status, out, err = run(str(self.dump))
+      results = module_files.check([str(self.dump)])
+    finally:
+      unreadable.unlink()
+    self.assertEqual(status, 2)
+    self.assertIn("cannot read it", out)
+    self.assertNotIn("CUDA", out + err)
+    # Control: the same run, the file counted as read, gets the GPU note.
+    (gone,) = [r for r in results if r.path == str(unreadable)]
+    gone.unchecked = None
+    note = sentences.platform_note(Run(results))
+    self.assertIn("CUDA", note or "")
 
   def test_json_and_github(self):
     status, out, _ = run("--format", "json", str(self.dump))

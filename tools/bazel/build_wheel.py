@@ -1,5 +1,6 @@
-"""Writes a PEP 427 wheel: the files given, METADATA, WHEEL, RECORD, and
-entry_points.txt when there are entry points.
+"""Writes a PEP 427 wheel: the files given, METADATA, WHEEL, RECORD,
+entry_points.txt when there are entry points, and the licence files (PEP 639)
+under .dist-info/licenses/ when given.
 
 Invoked by the `py_wheel` rule in wheel.bzl; every argument comes from there.
 Archive entries get a fixed timestamp so the same inputs give the same wheel.
@@ -22,10 +23,14 @@ def record_hash(data: bytes) -> str:
 
 def metadata(args: argparse.Namespace) -> str:
   lines = [
-    "Metadata-Version: 2.1",
+    # 2.4: License-Expression and License-File (PEP 639).
+    "Metadata-Version: 2.4",
     f"Name: {args.distribution.replace('_', '-')}",
     f"Version: {args.version}",
   ]
+  if args.license:
+    lines.append(f"License-Expression: {args.license}")
+  lines += [f"License-File: {name}" for name, _ in license_files(args)]
   if args.summary:
     lines.append(f"Summary: {args.summary}")
   if args.python_requires:
@@ -38,6 +43,17 @@ def metadata(args: argparse.Namespace) -> str:
     with open(args.description_file, encoding="utf-8") as f:
       body = f.read()
   return "\n".join(lines) + "\n\n" + body
+
+
+def license_files(args: argparse.Namespace) -> list[tuple[str, str]]:
+  """Each ``--license-file NAME=SOURCE_PATH`` as (NAME, SOURCE_PATH): NAME is
+  the file's path in the source tree, which PEP 639 keeps under
+  .dist-info/licenses/."""
+  pairs = [spec.split("=", 1) for spec in args.license_file]
+  for spec, pair in zip(args.license_file, pairs, strict=True):
+    if len(pair) != 2 or not pair[0]:
+      raise SystemExit(f"--license-file {spec!r} is not NAME=SOURCE_PATH")
+  return [(name, source) for name, source in pairs]
 
 
 def wheel_file(tag: str) -> str:
@@ -76,6 +92,10 @@ def main() -> None:
   parser.add_argument("--provides-extra", action="append", default=[])
   parser.add_argument("--entry-point", action="append", default=[])
   parser.add_argument("--description-file")
+  parser.add_argument("--license", default="", help="an SPDX expression")
+  parser.add_argument(
+    "--license-file", action="append", default=[], help="NAME=SOURCE_PATH"
+  )
   parser.add_argument(
     "--file", action="append", default=[], help="ARCHIVE_PATH=SOURCE_PATH"
   )
@@ -87,6 +107,9 @@ def main() -> None:
     archive_path, source = spec.split("=", 1)
     with open(source, "rb") as f:
       entries.append((archive_path, f.read()))
+  for name, source in license_files(args):
+    with open(source, "rb") as f:
+      entries.append((f"{dist_info}/licenses/{name}", f.read()))
   entries.append((f"{dist_info}/METADATA", metadata(args).encode()))
   entries.append((f"{dist_info}/WHEEL", wheel_file(args.tag).encode()))
   if args.entry_point:

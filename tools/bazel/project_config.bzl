@@ -7,7 +7,7 @@ The BUILD files name their external inputs only through this repository:
   //:pybind11        cc_library of pybind11's headers
   //:xla_ffi         cc_library of the XLA FFI headers (xla/ffi/api/*.h)
   //:metadata.bzl    DISTRIBUTION, VERSION, SUMMARY, REQUIRES, EXTRA_REQUIRES,
-                     ENTRY_POINTS, REQUIRES_PYTHON
+                     ENTRY_POINTS, REQUIRES_PYTHON, LICENSE, LICENSE_FILES
                      (from pyproject.toml) and PYTHON_TAG, PLATFORM_TAG,
                      EXT_SUFFIX (from the named interpreter)
 
@@ -38,6 +38,9 @@ print(json.dumps({
     # The one place the version is written: pyproject.toml's static version.
     "version": project["version"],
     "summary": project.get("description", ""),
+    # PEP 639: an SPDX expression, and the files (paths from the root).
+    "license": project.get("license", ""),
+    "license_files": project.get("license-files", []),
     "ext_suffix": sysconfig.get_config_var("EXT_SUFFIX"),
     "platform": sysconfig.get_platform().replace("-", "_").replace(".", "_"),
 }))
@@ -101,6 +104,8 @@ def _project_config_impl(ctx):
         "ENTRY_POINTS = {}".format(repr(info["entry_points"])),
         "REQUIRES_PYTHON = {}".format(repr(info["requires_python"])),
         "SUMMARY = {}".format(repr(info["summary"])),
+        "LICENSE = {}".format(repr(info["license"])),
+        "LICENSE_FILES = {}".format(repr(info["license_files"])),
         "PYTHON_TAG = {}".format(repr(info["tag"])),
         "PLATFORM_TAG = {}".format(repr(info["platform"])),
         "EXT_SUFFIX = {}".format(repr(info["ext_suffix"])),

@@ -48,7 +48,12 @@ def _py_wheel_impl(ctx):
     for group, points in sorted(ctx.attr.entry_points.items()):
         for point in points:
             args.add("--entry-point", "{}:{}".format(group, point))
-    inputs = [files]
+    if ctx.attr.license:
+        args.add("--license", ctx.attr.license)
+    for f in ctx.files.license_files:
+        # PEP 639 keeps each licence file under its source-tree path.
+        args.add("--license-file", "{}={}".format(_archive_path(f, []), f.path))
+    inputs = [files, depset(ctx.files.license_files)]
     if ctx.file.description_file:
         args.add("--description-file", ctx.file.description_file)
         inputs.append(depset([ctx.file.description_file]))
@@ -73,6 +78,11 @@ py_wheel = rule(
         "distribution": attr.string(mandatory = True),
         "entry_points": attr.string_list_dict(doc = "Entry points of each group, as `name = module:object`."),
         "extra_requires": attr.string_list_dict(doc = "Requirements of each extra."),
+        "license": attr.string(doc = "The licence as an SPDX expression (PEP 639's License-Expression)."),
+        "license_files": attr.label_list(
+            allow_files = True,
+            doc = "Files written to .dist-info/licenses/ (PEP 639), under their source-tree paths.",
+        ),
         "platform": attr.string(default = "any"),
         "python_requires": attr.string(),
         "python_tag": attr.string(default = "py3"),

@@ -134,13 +134,19 @@ def platform_note(run: Run) -> str | None:
   """What the check assumed of modules for platforms other than CPU: for
   each runtime of the platform table with a model (`Platform.model`: the
   model of XLA:GPU for GPU modules, TPU's for TPU modules), in the
-  table's order, then XLA:CPU's for any other platform (a line each)."""
+  table's order, then XLA:CPU's for any other platform (a line each).
+  Only modules the check read count: a file it could not read (named with
+  its reason elsewhere) had nothing assumed of it."""
+
+  def read(results: list[ModuleResult]) -> list[ModuleResult]:
+    return [r for r in results if r.unchecked is None]
+
   notes = []
   for runtime in platforms.RUNTIMES:
     model = platforms.model_of(runtime)
-    if model is not None and (modules := run.modules_run_by(runtime)):
+    if model is not None and (modules := read(run.modules_run_by(runtime))):
       notes.append(f"Note: {_modules_for(modules)}: {model}")
-  if others := run.other_platforms:
+  if others := read(run.other_platforms):
     notes.append(f"Note: {_modules_for(others)}: {OTHER_MODEL}")
   return "\n".join(notes) or None
 

@@ -32,6 +32,17 @@ def has_native_calls(text: str) -> bool:
   return "custom-call" in text or host_callbacks.has_host_transfers(text)
 
 
+FILE_NOT_SCHEDULED = (
+  "{what}. The check reads XLA's optimized, scheduled modules: the files "
+  "*after_optimizations.txt of a dump made with "
+  'XLA_FLAGS="--xla_dump_to=DIR --xla_dump_hlo_as_text"; pass the dump '
+  "folder, or one of those files."
+)
+"""Why a file is no optimized module, for a reader of files (the command,
+the pytest plugin's dumps): what to pass instead is a file, not a
+``jax.stages.Compiled`` as `parser.NOT_SCHEDULED` tells a Python caller."""
+
+
 def why_unreadable(text: str) -> str | None:
   """Why a module with no native call cannot be answered for (empty, not
   an optimized module, cut short), or None when it is whole. A file cut
@@ -44,6 +55,8 @@ def why_unreadable(text: str) -> str | None:
     )
   try:
     parser.check_header(text)
+  except parser.NotScheduledError as error:
+    return FILE_NOT_SCHEDULED.format(what=error.what)
   except ValueError as error:
     return str(error)
   if "\nENTRY " not in text or not text.rstrip().endswith("}"):

@@ -50,6 +50,16 @@ NOT_SCHEDULED = (
 )
 
 
+class NotScheduledError(ValueError):
+  """The text is not an optimized, scheduled module; `what` says what it
+  is instead (the message wraps it in advice for a Python caller, which
+  a command reading files replaces with its own)."""
+
+  def __init__(self, what: str):
+    super().__init__(NOT_SCHEDULED.format(what=what))
+    self.what = what
+
+
 @dataclasses.dataclass
 class Module:
   """Computations by name (instructions in text order) and the entry's name."""
@@ -132,7 +142,7 @@ def parse(text: str, *, optimized: bool = True) -> Module:
     else:
       raise line_error(number, raw, "expected a computation or a table row")
   if not header_seen:
-    raise ValueError(NOT_SCHEDULED.format(what="this text is empty"))
+    raise NotScheduledError("this text is empty")
   if current is not None:
     raise ValueError(
       f"HLO text, line {len(lines)}: computation %{name} is not closed by `}}`"
@@ -169,7 +179,7 @@ def check_header(text: str) -> None:
     if line and not line.startswith("//"):
       _check_header(line, number)
       return
-  raise ValueError(NOT_SCHEDULED.format(what="this text is empty"))
+  raise NotScheduledError("this text is empty")
 
 
 def _check_header(line: str, number: int, *, scheduled: bool = True) -> None:
@@ -179,13 +189,11 @@ def _check_header(line: str, number: int, *, scheduled: bool = True) -> None:
       if line.startswith(("module", "#loc", "func.func"))
       else f"line {number} is not an HloModule line: {line[:80]!r}"
     )
-    raise ValueError(NOT_SCHEDULED.format(what=what))
+    raise NotScheduledError(what)
   if scheduled and not _SCHEDULED.search(mask_strings(line)[0]):
-    raise ValueError(
-      NOT_SCHEDULED.format(
-        what=f"line {number} lacks is_scheduled=true: this module is not "
-        "optimized (Lowered.as_text(dialect='hlo') prints such a module)"
-      )
+    raise NotScheduledError(
+      f"line {number} lacks is_scheduled=true: this module is not "
+      "optimized (Lowered.as_text(dialect='hlo') prints such a module)"
     )
 
 

@@ -92,7 +92,14 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
       "for native calls that may conflict and that nothing orders."
     ),
   )
-  parser.add_argument("paths", nargs="*", metavar="PATH")
+  parser.add_argument(
+    "paths",
+    nargs="*",
+    metavar="PATH",
+    help='an XLA dump folder (XLA_FLAGS="--xla_dump_to=DIR '
+    '--xla_dump_hlo_as_text"), whose *after_optimizations.txt modules are '
+    "checked, or one module's HLO text file",
+  )
   parser.add_argument(
     "--format",
     choices=FORMATS,

@@ -18,7 +18,7 @@ from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
 from entangle_jax.testing._findings import platforms
 from entangle_jax.testing._findings.from_analysis import module_result
 from entangle_jax.testing._findings.records import ModuleResult
-from entangle_jax.testing._hlo import dumped_module
+from entangle_jax.testing._hlo import dumped_module, parser
 
 OPTIMIZED = "*after_optimizations.txt"
 PROGRESS_EVERY = 100
@@ -176,6 +176,9 @@ def check_module(
         unseen=None if races.unseen is None else UNSEEN,
       )
     result.native_calls = native_calls
+  except parser.NotScheduledError as error:
+    # Advice for a reader of files, not for a Python caller.
+    result.unchecked = dumped_module.FILE_NOT_SCHEDULED.format(what=error.what)
   except ValueError as error:
     result.unchecked = str(error)
   except Exception as error:  # A bug of ours must not stop the user's run.
