@@ -317,7 +317,7 @@ class RankProgram:
     # the decisions' signatures: a shared result is named by it.
     where = {
       (c.op.instruction.computation, c.op.instruction.name): k
-      for k, c in enumerate(_walk(items))
+      for k, c in enumerate(calls_of(items))
     }
     self._slice = DecisionSlice(
       self.module,
@@ -733,19 +733,19 @@ class RankProgram:
 
   def calls(self) -> Iterator[Call]:
     """Every communicating call, loops and branches included."""
-    return _walk(self.items)
+    return calls_of(self.items)
 
 
-def _walk(items: tuple[Item, ...]) -> Iterator[Call]:
+def calls_of(items: tuple[Item, ...]) -> Iterator[Call]:
   """The calls of `items`, in order, loops' and branches' included."""
   for item in items:
     if isinstance(item, Call):
       yield item
     elif isinstance(item, Loop):
-      yield from _walk(item.body)
+      yield from calls_of(item.body)
     else:
       for branch in item.branches:
-        yield from _walk(branch)
+        yield from calls_of(branch)
 
 
 def _counted(shape: str) -> str:

@@ -21,25 +21,19 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterator
 
 from entangle_jax._src.targets.communication import ANY
-from entangle_jax.testing._analysis.ranks import Branch, Call, Item, Loop
+from entangle_jax.testing._analysis.ranks import (
+  Branch,
+  Call,
+  Item,
+  Loop,
+  calls_of,
+)
 
 LIMIT = 256
 """The most matchings tried; more is an error (the check cannot
 answer)."""
-
-
-def _walk(items: tuple[Item, ...]) -> Iterator[Call]:
-  for item in items:
-    if isinstance(item, Call):
-      yield item
-    elif isinstance(item, Loop):
-      yield from _walk(item.body)
-    elif isinstance(item, Branch):
-      for branch in item.branches:
-        yield from _walk(branch)
 
 
 def _accepts(wanted: int | None, tag: int | None) -> bool:
@@ -74,7 +68,7 @@ def matchings(sequences: list[tuple[Item, ...]]) -> list[Matching]:
   """
   choices: list[tuple[int, Call, list[int]]] = []
   for rank, items in enumerate(sequences):
-    for call in _walk(items):
+    for call in calls_of(items):
       if not is_wildcard(call):
         continue
       senders = [
@@ -85,7 +79,7 @@ def matchings(sequences: list[tuple[Item, ...]]) -> list[Matching]:
           c.kind in ("send", "sendrecv")
           and c.peer == rank
           and _accepts(call.tag, c.tag)
-          for c in _walk(theirs)
+          for c in calls_of(theirs)
         )
       ]
       choices.append((rank, call, senders or [call.peer or ANY]))
