@@ -335,8 +335,16 @@ class ProgramOrderTest(OrderTestCase):
         jax.jit(in_program_order(f)).lower(jnp.float32(1))
       return [w for w in caught if UNDECLARED_WRITE in str(w.message)]
 
+    def before_a_dead_read(x):
+      # The transform entangles the read after the write; nobody uses
+      # the read, so JAX drops it, and the write with it.
+      write(jnp.int32(0), x)
+      testing.read_slot(0)
+      return x
+
     self.assertLen(warned(in_branch), 1)
     self.assertLen(warned(in_loop), 1)
+    self.assertLen(warned(before_a_dead_read), 1)
     self.assertEqual(warned(used_in_branch), [])
 
 

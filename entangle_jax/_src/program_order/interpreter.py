@@ -118,11 +118,10 @@ class Context:
     self.used: set[int] = set()
     # What the program itself uses (the equations' operands and the
     # jaxprs' outputs), not the witnesses the transform adds; and every
-    # call recorded in this evaluation and its children, with whether it
-    # was made in a child (a branch, a loop body, a helper).
+    # call recorded in this evaluation and its children (branches, loop
+    # bodies, helpers), in the order they were made.
     self.program_used: set[int] = set()
-    self.every_call: list[tuple[OrderedCall, bool]] = []
-    self.is_child = False
+    self.every_call: list[OrderedCall] = []
     self.keep: list[Any] = []
     # The backward chain: a float32 scalar threaded through every rebuilt
     # custom_vjp whose backward pass makes native calls (None until one
@@ -711,7 +710,7 @@ class Context:
       self.writing.append(access)
     self.index(access)
     self.own.append(access)
-    self.every_call.append((access, self.is_child))
+    self.every_call.append(access)
 
   def _coverable(self, access: OrderedCall) -> list[OrderedCall]:
     """The recorded calls `access` may cover (`covers`): all of them, or,
@@ -730,27 +729,38 @@ class Context:
 
   def warn_dropped(self, outs: Sequence[Any]) -> None:
     """Warns of each native call that may write, has no side effect, and
-    whose results nothing uses, so that XLA may delete it: one made here
-    when the transform's witnesses do not use its results either, and one
-    made in a branch, a loop body or a helper when the program does not
-    (the order value the transform hands out of it keeps it only while a
-    later call consumes that value)."""
+    that nothing keeps: XLA drops a call whose results nothing that runs
+    uses. A call is kept when it is side-effecting, when the program uses
+    its results, or when a kept call comes after it (the transform's
+    entangle makes that one consume its results): so a write whose only
+    later call is a read nobody uses is lost with it, in a branch, a loop
+    body or a helper as at the top."""
     for value in outs:
       self.used.add(id(value))
       self.program_used.add(id(value))
+    needed = 0
+    lost: list[OrderedCall] = []
+    for a in reversed(self.every_call):
+      kept = (
+        a.side_effect
+        or any(id(r) in self.program_used for r in a.results)
+        or comes_after(needed, a)
+      )
+      if kept:
+        needed |= a.deps
+      elif any(p.mode == "write" for p in a.parts):
+        lost.append(a)
     warned: set[str] = set()
-    for a, in_child in self.every_call:
-      writes = any(p.mode == "write" for p in a.parts)
-      seen = self.program_used if in_child else self.used
-      used = any(id(r) in seen for r in a.results)
-      if writes and not a.side_effect and not used and a.label not in warned:
-        warned.add(a.label)
-        warnings.warn(
-          f"in_program_order: the native call `{a.label}` may write, but "
-          "nothing uses its results and it is not side-effecting, so XLA "
-          "may drop it. Use its result, or declare it has_side_effect=True.",
-          stacklevel=natives.user_stacklevel(),
-        )
+    for a in reversed(lost):
+      if a.label in warned:
+        continue
+      warned.add(a.label)
+      warnings.warn(
+        f"in_program_order: the native call `{a.label}` may write, but "
+        "nothing uses its results and it is not side-effecting, so XLA "
+        "may drop it. Use its result, or declare it has_side_effect=True.",
+        stacklevel=natives.user_stacklevel(),
+      )
 
   # Sub-programs: what the rules (`rules`) share --------------------------
 
@@ -833,7 +843,6 @@ class Context:
     ctx.used = self.used
     ctx.program_used = self.program_used
     ctx.every_call = self.every_call
-    ctx.is_child = True
     ctx.backward = self.backward
     ctx.keys = self.keys
     ctx.saved = self.saved
