@@ -379,11 +379,20 @@ class ReportedWithAWorkingFixTest(parameterized.TestCase):
       self.assertIn(kind, [r.xla_change.kind for r in found], report)
     if kind == "hoisted":
       self.assertIn("side-effecting", report)
-    # The wrong run, where this XLA shows it (it may not: "may").
-    wrong = _jit_values(jax.jit(program))
-    right = _program_order_value(program)
-    if program is not query_behind_where:
-      self.assertNotIn(right, wrong)
+    # The wrong run, where this XLA's optimized module shows the change
+    # (another XLA may not make it: "may").
+    shown = any(
+      r.xla_change is not None
+      and r.xla_change.seen
+      and r.xla_change.kind in ("hoisted", "merged", "deleted")
+      for r in found
+    )
+    # On jax 0.10.2 (the dev environment's) every shape but the where one
+    # runs wrong in every run, measured, whatever the module shows.
+    measured = test_util.jax_version()[:2] == (0, 10)
+    if shown or (measured and program is not query_behind_where):
+      wrong = _jit_values(jax.jit(program))
+      self.assertNotIn(_program_order_value(program), wrong)
     # The fix: right in every run, and nothing reported.
     self.assertEqual(_races(fixed), [], format_races(_races(fixed)))
     self.assertEqual(

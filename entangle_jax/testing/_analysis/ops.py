@@ -225,7 +225,8 @@ class XlaChange:
   kind: str
   """``"hoisted"`` (moved out of a loop), ``"merged"`` (with an identical
   call: XLA's CSE), ``"deleted"``, ``"folded"`` (the program orders the
-  two only through an edge XLA folds away: an ``optimization_barrier``, a
+  two only through an edge XLA folds away, or through the conditional or
+  loop that runs one of them: an ``optimization_barrier``, a
   ``select`` on a constant, a product with zero), or ``"ordered"`` (both
   calls kept in place, and the optimized module happens to order them)."""
   call: Op | None = None
@@ -251,9 +252,11 @@ class XlaChange:
     made it."""
     if self.kind == "folded":
       return (
-        "the program orders them only through an edge XLA folds away "
-        "(an optimization_barrier, a select on a constant, a product with "
-        "zero): no value the earlier call computes reaches the later one"
+        "no value the earlier call computes reaches the later one: the "
+        "program orders them only through an edge XLA folds away (an "
+        "optimization_barrier, a select on a constant, a product with "
+        "zero) or through the conditional or loop that runs one of them "
+        "as one op, which XLA may inline or split"
       )
     if self.call is None:
       return (
