@@ -33,6 +33,7 @@ from entangle_jax._src.targets import shipped, sources, table
 from entangle_jax._src.targets.communication import Communication
 from entangle_jax._src.targets.declaration import Declarations, merged
 from entangle_jax.testing import CrossRankResult, races_across
+from entangle_jax.testing._analysis.ranks import _raw_attribute
 from entangle_jax.testing._ways_in import command
 
 ALLREDUCE = "ranks_test_allreduce"
@@ -870,6 +871,77 @@ class SubgroupTest(absltest.TestCase):
   def test_control_a_decision_reduced_over_every_device_is_proved(self):
     result = check(functools.partial(self.program, axes=("p", "d")))
     self.assertEqual(result.verdict, "proved", result.text())
+
+  # The decision psum's replica_groups as each XLA writes it: jax 0.10's
+  # list, the iota form, and jax 0.12's mesh axes (the groups reduce over
+  # the axes in braces). Written into the module of either jax version.
+  SPLIT = (
+    "{{0,1},{2,3}}",
+    "[2,2]<=[4]",
+    "mesh['p'=2,'d'=2] {'d'}",
+    "mesh['p'=2,'d'=2]<=[4] {'d'}",
+    "mesh['x'=4] {'x':(1)2}",  # A sub-axis of size 2: groups of 2.
+  )
+  WHOLE = (
+    "{{0,1,2,3}}",
+    "[1,4]<=[4]",
+    "mesh['p'=2,'d'=2] {'p','d'}",
+    "mesh['p'=2,'d'=2] {'d','p'}",
+  )
+  # Forms not read: never taken as one group (soundness).
+  UNREAD = (
+    "mesh['p'=2,'d'=2] {'q'}",
+    "mesh['p'=2,'d'=2] {'d':(2)}",
+    "mesh['p'=2,'d'=2] {'d','d'}",  # Would make one group of 4.
+    "mesh['p'=2,'d'=2] {'d':(1)4}",  # A sub-axis larger than its axis.
+    "mesh<2x2> {'p','d'}",
+    "groups(p, d)",
+  )
+
+  def with_groups(self, groups: str) -> list[str]:
+    """The modules of the control, the decision psum's replica_groups
+    written as `groups`."""
+    texts = []
+    for rank in range(2):
+      text = (
+        jax.jit(functools.partial(self.program, rank, axes=("p", "d")))
+        .lower(jax.ShapeDtypeStruct((4,), jnp.float32))
+        .compile()
+        .as_text()
+      )
+      lines = text.splitlines()
+      (k,) = [
+        n
+        for n, line in enumerate(lines)
+        if " all-reduce(" in line and 'shard_map/psum"' in line
+      ]
+      old = _raw_attribute(lines[k], "replica_groups")
+      assert old is not None, lines[k]
+      lines[k] = lines[k].replace(
+        f"replica_groups={old}", f"replica_groups={groups}", 1
+      )
+      texts.append("\n".join(lines) + "\n")
+    return texts
+
+  def test_each_written_form_of_groups_within_one_process(self):
+    for groups in self.SPLIT:
+      with self.subTest(groups=groups):
+        result = races_across(self.with_groups(groups))
+        self.assertEqual(result.verdict, "rank-dependent", result.text())
+        (found,) = result.rank_dependent
+        self.assertIn(f"over replica groups {groups}:", found.depends_on)
+
+  def test_each_written_form_of_one_group_is_proved(self):
+    for groups in self.WHOLE:
+      with self.subTest(groups=groups):
+        result = races_across(self.with_groups(groups))
+        self.assertEqual(result.verdict, "proved", result.text())
+
+  def test_groups_in_a_form_not_read_are_not_one_group(self):
+    for groups in self.UNREAD:
+      with self.subTest(groups=groups):
+        result = races_across(self.with_groups(groups))
+        self.assertEqual(result.verdict, "rank-dependent", result.text())
 
 
 class SwapTest(absltest.TestCase):

@@ -463,11 +463,13 @@ class RankProgram:
     replica group, or none written (all devices). A collective over
     several groups gives each group its own result, and a group need not
     hold every process's devices (a psum over one process's devices), so
-    its result is taken to differ between ranks. A native call's
+    its result is taken to differ between ranks; so is a collective whose
+    groups are written in a form not read here. A native call's
     communicator is declared, not read: taken to span all the ranks."""
     if i.opcode == "custom-call":
       return True
-    return _group_count(_raw_attribute(self._line(i), "replica_groups")) <= 1
+    count = _group_count(_raw_attribute(self._line(i), "replica_groups"))
+    return count is not None and count <= 1
 
   def same(self, i: _hlo.Instruction) -> Same:
     """Whether `i`'s value is the same on every rank (in every context its
@@ -762,18 +764,76 @@ def _counted(shape: str) -> str:
   return f"{found.group(1)}[{count}]"
 
 
-def _group_count(groups: str | None) -> int:
+def _group_count(groups: str | None) -> int | None:
   """How many replica groups ``replica_groups=`` writes: ``{{0,1},{2,3}}``
-  is 2, ``[2,2]<=[4]`` (the iota form) is 2, ``{}`` or none is 1 (every
-  device in one)."""
+  is 2, ``[2,2]<=[4]`` (the iota form) is 2, ``mesh['p'=2,'d'=2] {'d'}``
+  (the mesh-axes form of newer XLA: the groups reduce over the axes
+  named in braces) is 2, ``{}`` or none is 1 (every device in one).
+  None when the text is in no form read here: the caller must not take
+  such a collective as one group."""
   if groups is None:
     return 1
   groups = groups.strip()
+  if groups.startswith("mesh"):
+    return _mesh_group_count(groups)
   iota = re.match(r"\[(\d+)\s*,", groups)
   if iota is not None:
     return int(iota.group(1))
-  inner = groups[1:-1].strip() if groups.startswith("{") else groups
+  if not groups.startswith("{"):
+    return None
+  inner = groups[1:-1].strip()
   return max(1, inner.count("{"))
+
+
+_MESH_AXIS = re.compile(r"\s*'([^']*)'\s*=\s*(\d+)\s*")
+_DEVICE_ORDER = re.compile(r"(<=\s*\[[\d,\s]*\]\s*)?(T\([\d,\s]*\))?")
+_REDUCED_AXIS = re.compile(
+  r"\s*'([^']*)'\s*(?::\s*\(\s*(\d+)\s*\)\s*(\d+))?\s*"
+)
+
+
+def _mesh_group_count(groups: str) -> int | None:
+  """The group count of the mesh-axes form ``mesh['p'=2,'d'=2] {'d'}``:
+  the mesh's devices over those of one group (the product of the axes in
+  braces; a sub-axis ``'d':(1)2`` counts its own size). None when any
+  part is not read."""
+  found = re.fullmatch(r"mesh\s*\[([^\]]*)\](.*?)\{([^{}]*)\}\s*", groups, re.S)
+  if found is None:
+    return None
+  sizes: dict[str, int] = {}
+  for part in found.group(1).split(","):
+    axis = _MESH_AXIS.fullmatch(part)
+    if axis is None:
+      return None
+    sizes[axis.group(1)] = int(axis.group(2))
+  between = found.group(2).strip()
+  # A device order (``<=[4]``, ``T(1,0)``) orders the devices, not how
+  # many groups there are; anything else is not read.
+  if between and _DEVICE_ORDER.fullmatch(between) is None:
+    return None
+  total = 1
+  for size in sizes.values():
+    total *= size
+  group = 1
+  named: set[str] = set()
+  reduced = found.group(3).strip()
+  for part in reduced.split(",") if reduced else []:
+    axis = _REDUCED_AXIS.fullmatch(part)
+    # An axis named twice, or a sub-axis that does not fit in its axis,
+    # is not read (it could make a group of every device).
+    if axis is None or axis.group(1) not in sizes or axis.group(1) in named:
+      return None
+    named.add(axis.group(1))
+    size = sizes[axis.group(1)]
+    if axis.group(3):
+      pre, sub = int(axis.group(2)), int(axis.group(3))
+      if pre < 1 or sub < 1 or size % (pre * sub):
+        return None
+      size = sub
+    group *= size
+  if group < 1 or total % group:
+    return None
+  return total // group
 
 
 def _entry_parameter(i: _hlo.Instruction) -> str:
