@@ -380,7 +380,9 @@ class RankProgram:
     if is_library_target(target) or is_sanitizer_counter(target, i.op_name):
       return False
     if is_host_callback(target):
-      return i.side_effect and i.op_type not in DEBUG_CALLBACK_PRIMITIVES
+      # jax 0.6 writes no op_type; its op_name ends in the primitive.
+      primitive = i.op_type or i.op_name.rsplit("/", 1)[-1]
+      return i.side_effect and primitive not in DEBUG_CALLBACK_PRIMITIVES
     return not access_policy.is_declared(self.declarations, target)
 
   def _values(self, computation: str, params: tuple) -> dict[str, Same]:
