@@ -909,6 +909,7 @@ class SubgroupTest(absltest.TestCase):
         .compile()
         .as_text()
       )
+      assert text is not None
       lines = text.splitlines()
       (k,) = [
         n
