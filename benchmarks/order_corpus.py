@@ -18,7 +18,10 @@ Each program's value in program order is its value under
 jitted program runs `RUNS` times against it. The counts:
 
 * ``proved_wrong``: the check reports no pair, and a run differs from the
-  program-order value. Soundness asks for 0.
+  program-order value. Soundness asks for 0. Counted apart: programs
+  whose write without side effect has its result unused, which JAX drops
+  before lowering (no module holds it, so the check cannot see it;
+  ``in_program_order`` warns of it).
 * ``false_reports``: a threaded program that the check reports.
 * ``reported_wrong``, ``reported_right``, ``proved_right``: the rest (a
   reported program may run right on this XLA: a race is what may happen).
@@ -98,9 +101,25 @@ class Program:
     kept = (state.token,) if self.keep_token else ()
     return (state.total, *kept, *state.outs)
 
+  @property
+  def drops_a_write(self) -> bool:
+    """Whether a write without side effect has its result unused: JAX
+    drops such a call before lowering, so no module the check reads holds
+    it (`in_program_order` warns of it; the check cannot see it)."""
+    return not self.threaded and _drops_a_write(self.steps)
+
   def describe(self) -> str:
     kind = "threaded" if self.threaded else "loose"
     return f"seed {self.seed} ({kind}): {self.steps}"
+
+
+def _drops_a_write(steps: tuple) -> bool:
+  for step in steps:
+    if step[0] == "write" and not step[1] and not step[3]:
+      return True
+    if step[0] in ("loop", "cond") and _drops_a_write(step[2]):
+      return True
+  return False
 
 
 def _run_steps(steps: tuple, state: _State, threaded: bool) -> None:
@@ -274,6 +293,9 @@ def run_one(program: Program) -> Outcome:
 class Counts:
   programs: int = 0
   proved_wrong: int = 0
+  dropped_by_jax: int = 0
+  """Proved and wrong, where JAX dropped a write before lowering (its
+  result unused, no side effect): outside what any module shows."""
   false_reports: int = 0
   reported_wrong: int = 0
   reported_right: int = 0
@@ -288,7 +310,9 @@ class Counts:
     self.check_seconds += outcome.check_seconds
     self.compile_seconds += outcome.compile_seconds
     reported = outcome.pairs > 0
-    if not reported and outcome.wrong:
+    if not reported and outcome.wrong and outcome.program.drops_a_write:
+      self.dropped_by_jax += 1
+    elif not reported and outcome.wrong:
       self.proved_wrong += 1
       self.unsound.append(outcome.program)
     elif not reported:
@@ -307,6 +331,7 @@ class Counts:
       [
         f"programs            {self.programs}",
         f"proved but wrong    {self.proved_wrong}",
+        f"  and JAX dropped a write before lowering: {self.dropped_by_jax}",
         f"false reports       {self.false_reports} (threaded, reported)",
         f"reported, wrong     {self.reported_wrong}",
         f"reported, right     {self.reported_right}",
