@@ -88,10 +88,12 @@ class SanitizedRankCall:
   in_flight: bool = False
   seconds: float = 0.0
   peer: int | None = None
-  """A send's destination, a receive's source (below 0: any), a
-  sendrecv's destination; None where not declared or not known."""
+  """The rank a send sends to, a receive receives from (any rank where
+  below 0) or a sendrecv sends to, or None where not declared or not
+  known."""
   tag: int | None = None
-  """Its tag (a sendrecv's send tag); None: not declared (tag 0)."""
+  """The tag of the call (a sendrecv's send tag), or None where not
+  declared (tag 0)."""
   source_rank: int | None = None
   """A sendrecv's source."""
   source_tag: int | None = None
@@ -253,10 +255,10 @@ class SanitizedRanks:
 
   @property
   def blind(self) -> bool:
-    """No rank recorded a single communicating call: the sanitizer saw
-    nothing to compare (a binding whose targets were registered before
-    ``sanitize()`` began, a target nobody declared ``communicates``, or
-    XLA's own collectives), so nothing is proved."""
+    """Whether no rank recorded a single communicating call, so that the
+    sanitizer saw nothing to compare and nothing is proved (a binding
+    whose targets were registered before ``sanitize()`` began, a target
+    nobody declared ``communicates``, or XLA's own collectives)."""
     return not any(r.calls for r in self.records)
 
   @property
