@@ -24,7 +24,7 @@ from absl.testing import absltest
 
 from tests import test_util
 
-RUNS = 3
+RUNS = 2  # Each shape twice: the fresh interpreter and its compiles are most of the time (Bazel: 60 s a test on a loaded machine).
 
 PROGRAMS = textwrap.dedent(
   """
