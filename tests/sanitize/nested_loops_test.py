@@ -24,7 +24,9 @@ from absl.testing import absltest
 
 from tests import test_util
 
-RUNS = 2  # Each shape twice: the fresh interpreter and its compiles are most of the time (Bazel: 60 s a test on a loaded machine).
+# Each shape twice: the fresh interpreter and its compiles are most of the
+# time (Bazel gives a test 60 s on a loaded machine).
+RUNS = 2
 
 PROGRAMS = textwrap.dedent(
   """
