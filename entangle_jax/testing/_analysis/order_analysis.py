@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from entangle_jax._src import access_policy
 from entangle_jax._src.access_policy import Footprint
 from entangle_jax._src.conflict_rule import APART_REASON, Verdict
-from entangle_jax._src.targets import sources
+from entangle_jax._src.targets import platforms, sources
 from entangle_jax._src.targets.declaration import (
   Declarations,
   SafePair,
@@ -244,6 +244,10 @@ class OrderAnalysis:
     else:
       text = compiled if isinstance(compiled, str) else ""
     self._shared = _parsed(text, _optimized)
+    # Where XLA keeps optimization_barrier in what runs (TPU, where
+    # entangle lowers to one), a barrier orders its results after all its
+    # operands in the program too.
+    self._barriers_order = platforms.of_text(text) is platforms.TPU
     self.module, self._dataflow = self._shared.module, self._shared.dataflow
     self._before_optimization = before_optimization
     # A Lowered prints its module before optimization when first asked.
@@ -572,7 +576,11 @@ class OrderAnalysis:
       among = [s for s in among if program._picks_any(s)]
     program_ops = program.ops_among(among)
     names = {op.instruction.name for op in program_ops}
-    may = may_order.MayOrder(program.module, lambda i: i.name in names)
+    may = may_order.MayOrder(
+      program.module,
+      lambda i: i.name in names,
+      barriers_order=self._barriers_order,
+    )
     hidden = xla_changes.hidden_races(
       optimized_placement,
       found,

@@ -209,11 +209,20 @@ class MayOrder:
     module: the module before optimization.
     selected: which custom calls are calls of the program (the analysis'
       native calls); only they get instances.
+    barriers_order: whether the compiler that runs the module keeps
+      ``optimization_barrier`` (XLA:TPU, where ``entangle`` lowers to one):
+      then each of a barrier's results comes after all its operands.
   """
 
-  def __init__(self, module: Module, selected: Callable[[Instruction], bool]):
+  def __init__(
+    self,
+    module: Module,
+    selected: Callable[[Instruction], bool],
+    barriers_order: bool = False,
+  ):
     self.module = module
     self._selected = selected
+    self._barriers_order = barriers_order
     self._bits: dict[tuple[tuple[str, ...], str], int] = {}
     self._loop_index: dict[tuple[tuple[str, ...], str], int] = {}
     self._conditional_index: dict[tuple[tuple[str, ...], str], int] = {}
@@ -358,6 +367,9 @@ class MayOrder:
       ):
         return whole[i.tuple_index]
       return _joined([whole]) if isinstance(whole, tuple) else whole
+    if opcode == "opt-barrier" and self._barriers_order:
+      # Kept where it runs (TPU): each result after every operand.
+      return _shaped(i.shape, _joined(operands))
     if opcode in _FORWARDING:
       return operands[0] if operands else NOTHING
     if opcode == "broadcast" or opcode == "convert":
