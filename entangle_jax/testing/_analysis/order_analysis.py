@@ -126,13 +126,6 @@ class ParsedModule:
       self._order = order
     return order
 
-  def any_may_overlap(self) -> bool:
-    """Whether two of the native calls may run at the same time (whatever
-    they touch: each counted as a write of anything)."""
-    sites = self._native_call_sites()
-    order = self.order_among(sites)
-    return bool(order.races(sites, [access.UNKNOWN] * len(sites)))
-
   def _native_call_sites(self) -> list[call_graph.Site]:
     sites = []
     for i in self.native_calls():

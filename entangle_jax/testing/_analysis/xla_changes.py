@@ -95,23 +95,6 @@ class Placement:
     return found
 
 
-def any_moved_out_of_a_loop(
-  optimized: Placement,
-  optimized_calls: Sequence[Instruction],
-  program: Placement,
-  program_calls: Sequence[Instruction],
-) -> bool:
-  """Whether XLA moved one of the program's `program_calls` out of a loop
-  (as `_Changes` tells it, from the calls alone: their keys and where
-  they run, not what they touch)."""
-  after = optimized.of(optimized_calls)
-  for key, (count, depth) in program.of(program_calls).items():
-    kept, kept_depth = after.get(key, (0, 0))
-    if kept == count and kept_depth < depth:
-      return True
-  return False
-
-
 def hidden_races(
   optimized: Placement,
   optimized_races: Sequence[Race],
