@@ -256,6 +256,23 @@ def read_then_write_scaled_unordered(slot):
   return value, read_slot(slot)
 
 
+def write_after_a_float_product_with_zero(slot):
+  """Ordered by data through ``value * 0.0``: XLA keeps a floating-point
+  product with zero (``nan * 0`` is ``nan``), as in the TPU check's
+  ``t.astype(float32) * 0`` (tools/tpu_check.sh), once a false report."""
+  value = read_slot(slot)
+  written = write_slot(slot, 5.0 + value * 0.0)
+  return value, read_slot(written)
+
+
+def write_after_an_integer_product_with_zero(slot):
+  """The control: an integer product with zero is the constant 0 to XLA's
+  algebraic simplifier, so the write no longer waits for the read."""
+  value = read_slot(slot)
+  written = write_slot(slot + value.astype(jnp.int32) * 0, 5.0)
+  return value, read_slot(written)
+
+
 def helper_before_and_after(slot):
   """A jitted query before a write and after it: the pair is the
   second query and the write, the write first."""
@@ -410,6 +427,11 @@ class NoFalseReportTest(parameterized.TestCase):
     ("state_from_outside", state_from_outside, state_from_outside_unordered),
     ("constant_predicate", constant_predicate, constant_predicate_unordered),
     ("scaled", read_then_write_scaled, read_then_write_scaled_unordered),
+    (
+      "float_product_with_zero",
+      write_after_a_float_product_with_zero,
+      write_after_an_integer_product_with_zero,
+    ),
   )
   def test_clean_and_control_reported(self, program, control):
     self.assertEqual(_races(program), [], format_races(_races(program)))

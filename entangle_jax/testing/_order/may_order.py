@@ -23,8 +23,10 @@ other's results, through edges that no compiler folds away:
   orders nothing else (XLA:CPU expands it away);
 * a ``select`` on a constant predicate is the branch it picks (or, where
   the constant cannot be read here, only what both branches share);
-* a product with a constant that may be zero, an ``and`` with ``false``
-  and an ``or`` with ``true`` are constants;
+* an integer product with a constant that may be zero, an ``and`` with
+  ``false`` and an ``or`` with ``true`` are constants (a floating-point
+  product with zero is not: XLA keeps it, since ``nan * 0`` is ``nan``,
+  unless fast math is switched on, which JAX leaves off);
 * a loop's state element is what its initial value and the body's results
   for it are; one the body hands back unchanged is its initial value;
 * a ``conditional`` with a constant predicate runs the branch it picks
@@ -103,10 +105,14 @@ _SLICING = frozenset({"slice", "dynamic-slice", "gather", "reshape"})
 """Opcodes whose result may be one part of a concatenated operand."""
 
 _INTEGER_MAX = {
+  "s2": 2**1 - 1,
+  "s4": 2**3 - 1,
   "s8": 2**7 - 1,
   "s16": 2**15 - 1,
   "s32": 2**31 - 1,
   "s64": 2**63 - 1,
+  "u2": 2**2 - 1,
+  "u4": 2**4 - 1,
   "u8": 2**8 - 1,
   "u16": 2**16 - 1,
   "u32": 2**32 - 1,
@@ -381,7 +387,7 @@ class MayOrder:
       if a.key is not None and a.key == b.key:
         return a
     if opcode in ("multiply", "and", "or") and len(operands) == 2:
-      folded = _absorbed(opcode, operands)
+      folded = _absorbed(opcode, operands, i.shape)
       if folded is not None:
         return folded
     if opcode == "add" and len(operands) == 2:
@@ -681,10 +687,19 @@ def _select(predicate: Value, yes: Value, no: Value) -> Value:
   return _joined([predicate, yes, no])
 
 
-def _absorbed(opcode: str, operands: list[Value]) -> Leaf | None:
-  """The constant a product with zero, an ``and`` with false or an ``or``
-  with true is (XLA's algebraic simplifier folds it); None otherwise. A
-  constant this module cannot read may be that one."""
+def _absorbed(
+  opcode: str, operands: list[Value], shape: str
+) -> Leaf | None:
+  """The constant an integer product with zero, an ``and`` with false or an
+  ``or`` with true is (XLA's algebraic simplifier folds it); None otherwise.
+  A constant this module cannot read may be that one. A floating-point
+  product is never folded: XLA keeps ``x * 0`` for floats, whose ``nan *
+  0`` is ``nan`` (it folds them only under fast math, off in JAX), so the
+  documented ``token * 0`` stays an order."""
+  if opcode == "multiply" and shape.split("[", 1)[0].strip() not in (
+    _INTEGER_MAX
+  ):
+    return None
   absorbing = {"multiply": 0, "and": False, "or": True}[opcode]
   for leaf in (_leaf(o) for o in operands):
     if leaf.const and (leaf.lit is None or leaf.lit == absorbing):
