@@ -206,6 +206,69 @@ def query_behind_stacked_slice(slot):
   return first, read_slot(token)
 
 
+def query_through(name, fold):
+  """The second query made to wait for the update through `fold(slot,
+  written)`, a value XLA may fold to one that no longer depends on
+  `written` (a skeptic's shapes, each proved before and wrong in every run
+  on jax 0.10.2 and 0.12.0.1)."""
+
+  def program(slot):
+    first = read_slot(slot)
+    written = write_slot(entangle(slot, first), first + 5.0)
+    return first, read_slot(fold(slot, written))
+
+  program.__name__ = program.__qualname__ = f"query_through_{name}"
+  return program
+
+
+# An index that cannot change the result: XLA drops it.
+query_through_broadcast_index = query_through(
+  "broadcast_index", lambda s, w: jnp.broadcast_to(s, (4,))[jnp.clip(w, 0, 3)]
+)
+query_through_full_slice = query_through(
+  "full_slice", lambda s, w: lax.dynamic_slice(s[None], (w,), (1,))[0]
+)
+query_through_whole_update = query_through(
+  "whole_update",
+  lambda s, w: lax.dynamic_update_slice(jnp.zeros(1, s.dtype), s[None], (w,))[
+    0
+  ],
+)
+# Sort keys decide an order only, and a sort of one element is dropped.
+query_through_sort_key = query_through(
+  "sort_key", lambda s, w: lax.sort((w[None], s[None]), num_keys=1)[1][0]
+)
+# Integer arithmetic that cancels: XLA's simplifier folds it to a constant.
+query_through_max_minus_itself = query_through(
+  "max_minus_itself", lambda s, w: s + (jnp.maximum(w, w) - w)
+)
+query_through_negated_twice = query_through(
+  "negated_twice", lambda s, w: s + (jnp.negative(-w) - w)
+)
+query_through_remainder_by_one = query_through(
+  "remainder_by_one",
+  lambda s, w: s + lax.rem(w.astype(jnp.uint32), jnp.uint32(1)).astype(s.dtype),
+)
+
+
+def indexed_read_in_loop(slot, read=read_slot):
+  """A loop's read of the slot through an index that cannot change it (a
+  broadcast's element): XLA drops the index, and the read no longer
+  changes in the loop and moves out of it."""
+
+  def body(i, total):
+    value = read(jnp.broadcast_to(slot, (3,))[i])
+    write_slot(entangle(slot, value), total + value + 1.0)
+    return total + value
+
+  return lax.fori_loop(0, 3, body, 0.0)
+
+
+def indexed_read_in_loop_fixed(slot):
+  """The report's fix, literally: the loop's read marked side-effecting."""
+  return indexed_read_in_loop(slot, read=side_effecting_read)
+
+
 def token_remade_in_loop(slot, read=read_slot):
   """A loop that makes its token anew each iteration through
   ``where(True, token, write)``: XLA folds it, the token no longer changes
@@ -271,6 +334,22 @@ def write_after_an_integer_product_with_zero(slot):
   value = read_slot(slot)
   written = write_slot(slot + value.astype(jnp.int32) * 0, 5.0)
   return value, read_slot(written)
+
+
+def write_after_a_float_difference(slot):
+  """Ordered by data through ``value - value``: XLA keeps a floating-point
+  difference of one value (``inf - inf`` is ``nan``)."""
+  value = read_slot(slot)
+  written = write_slot(slot, 5.0 + (value - value))
+  return value, read_slot(written)
+
+
+def write_after_an_integer_difference(slot):
+  """The control: an integer difference of one value is 0 to XLA's
+  algebraic simplifier, so the write no longer waits for the read."""
+  value = read_slot(slot).astype(jnp.int32)
+  written = write_slot(slot + (value - value), 5.0)
+  return value.astype(jnp.float32), read_slot(written)
 
 
 def helper_before_and_after(slot):
@@ -387,6 +466,34 @@ class ReportedWithAWorkingFixTest(parameterized.TestCase):
       token_remade_in_loop_fixed,
       "hoisted",
     ),
+    (
+      "indexed_in_loop",
+      indexed_read_in_loop,
+      indexed_read_in_loop_fixed,
+      "hoisted",
+    ),
+    (
+      "broadcast_index",
+      query_through_broadcast_index,
+      query_after_update,
+      None,
+    ),
+    ("full_slice", query_through_full_slice, query_after_update, None),
+    ("whole_update", query_through_whole_update, query_after_update, None),
+    ("sort_key", query_through_sort_key, query_after_update, None),
+    (
+      "max_minus_itself",
+      query_through_max_minus_itself,
+      query_after_update,
+      None,
+    ),
+    ("negated_twice", query_through_negated_twice, query_after_update, None),
+    (
+      "remainder_by_one",
+      query_through_remainder_by_one,
+      query_after_update,
+      None,
+    ),
   )
   def test_reported_and_fixed(self, program, fixed, kind):
     found = _races(program)
@@ -431,6 +538,11 @@ class NoFalseReportTest(parameterized.TestCase):
       "float_product_with_zero",
       write_after_a_float_product_with_zero,
       write_after_an_integer_product_with_zero,
+    ),
+    (
+      "float_difference",
+      write_after_a_float_difference,
+      write_after_an_integer_difference,
     ),
   )
   def test_clean_and_control_reported(self, program, control):

@@ -27,6 +27,13 @@ other's results, through edges that no compiler folds away:
   ``false`` and an ``or`` with ``true`` are constants (a floating-point
   product with zero is not: XLA keeps it, since ``nan * 0`` is ``nan``,
   unless fast math is switched on, which JAX leaves off);
+* an index (of a dynamic slice, gather, dynamic update or scatter) and a
+  sort's keys order nothing: XLA drops an index that cannot change the
+  result, and the sort of one element;
+* an integer operation or a comparison keeps nothing that both its
+  operands are computed from (``w - w``, ``max(w, w) - w``, ``w == w``
+  cancel), and ``x % 1``, ``x ** 0`` and a clamp to one constant are
+  constants;
 * a loop's state element is what its initial value and the body's results
   for it are; one the body hands back unchanged is its initial value;
 * a ``conditional`` with a constant predicate runs the branch it picks
@@ -120,6 +127,43 @@ _INTEGER_MAX = {
 }
 """The largest value of each integer type: a counter stepped past it
 wraps, and the trip count the constants give is then wrong."""
+
+_CANCELLING = frozenset(
+  {
+    "add",
+    "subtract",
+    "multiply",
+    "divide",
+    "remainder",
+    "power",
+    "and",
+    "or",
+    "xor",
+    "maximum",
+    "minimum",
+    "shift-left",
+    "shift-right-logical",
+    "shift-right-arithmetic",
+    "atan2",
+    "compare",
+  }
+)
+"""Binary opcodes whose two operands may cancel on integers (``w - w``,
+``w ^ w``, ``max(w, w) - w``, ``w == w``): what both are computed from
+may not reach the result, and XLA's algebraic simplifier folds many such
+forms to a constant."""
+
+_DATA_OPERANDS = {
+  "dynamic-slice": lambda n: range(1),
+  "gather": lambda n: range(1),
+  "dynamic-update-slice": lambda n: range(2),
+  # Inputs, the indices, then as many updates as inputs.
+  "scatter": lambda n: [k for k in range(n) if k != (n - 1) // 2],
+}
+"""Which operands of an indexed op carry data to its result; the others
+are indices, which order nothing: XLA drops an index that cannot change
+the result (a slice as large as its operand, a slice of a broadcast), and
+so may a later XLA wherever it proves that."""
 
 _FORWARDING = frozenset({"copy", "bitcast", "reshape", "opt-barrier"})
 """Opcodes whose result is their operand, unchanged."""
@@ -386,12 +430,12 @@ class MayOrder:
       a, b = (_leaf(o) for o in operands)
       if a.key is not None and a.key == b.key:
         return a
-    if opcode in ("multiply", "and", "or") and len(operands) == 2:
+    if opcode in _ABSORBING and len(operands) == 2:
       folded = _absorbed(opcode, operands, i.shape)
       if folded is not None:
         return folded
     if opcode == "add" and len(operands) == 2:
-      return _add(operands, i.shape)
+      return _cancelled(opcode, i.shape, operands, _add(operands, i.shape))
     if opcode == "concatenate" and operands:
       joined = _joined(operands)
       parts = tuple(_leaf(o) for o in operands)
@@ -400,8 +444,25 @@ class MayOrder:
       whole = _leaf(operands[0])
       if whole.parts is not None:
         return _common(whole.parts)
+    if opcode in _DATA_OPERANDS and operands:
+      data = [operands[k] for k in _DATA_OPERANDS[opcode](len(operands))]
+      return _shaped(
+        i.shape, dataclasses.replace(_joined(data), key=_key_of(i, operands))
+      )
+    if opcode == "sort" and operands:
+      # Each result is its own operand reordered: the keys decide the
+      # order only, and XLA drops a sort of one element.
+      if len(operands) == 1:
+        return _shaped(i.shape, _joined(operands))
+      return tuple(_joined([operand]) for operand in operands)
+    if opcode == "clamp" and len(operands) == 3:
+      low, high = _leaf(operands[0]), _leaf(operands[2])
+      if _may_be_equal_constants(low, high):
+        return Leaf(const=True, lit=low.lit)
     if opcode == "compare" and len(operands) == 2:
-      return _compare(i.direction, operands)
+      return _cancelled(
+        opcode, i.shape, operands, _compare(i.direction, operands)
+      )
     if opcode == "call" and i.callees:
       inner = dataclasses.replace(context, chain=(*context.chain, i.name))
       return self._computation(i.callees[0], operands, inner)
@@ -412,6 +473,8 @@ class MayOrder:
     if opcode == "custom-call":
       return self._custom_call(i, operands, context)
     joined = dataclasses.replace(_joined(operands), key=_key_of(i, operands))
+    if opcode in _CANCELLING and len(operands) == 2:
+      joined = _cancelled(opcode, i.shape, operands, joined)
     if opcode in _NEVER_SPECULATED:
       joined = dataclasses.replace(
         joined, var=joined.var | _bits(context.loops)
@@ -687,23 +750,75 @@ def _select(predicate: Value, yes: Value, no: Value) -> Value:
   return _joined([predicate, yes, no])
 
 
-def _absorbed(
-  opcode: str, operands: list[Value], shape: str
-) -> Leaf | None:
-  """The constant an integer product with zero, an ``and`` with false or an
-  ``or`` with true is (XLA's algebraic simplifier folds it); None otherwise.
-  A constant this module cannot read may be that one. A floating-point
-  product is never folded: XLA keeps ``x * 0`` for floats, whose ``nan *
+_ABSORBING = {
+  # opcode: the operands that may absorb, and whether a value does
+  "multiply": ((0, 1), lambda v: v == 0),
+  "and": ((0, 1), lambda v: v is False or (_plain_int(v) and v == 0)),
+  "or": ((0, 1), lambda v: v is True or (_plain_int(v) and v == -1)),
+  "remainder": ((1,), lambda v: _plain_int(v) and v in (1, -1)),
+  "power": ((1,), lambda v: v == 0),
+}
+"""Binary opcodes with an operand value that makes the result a constant
+whatever the other operand (``x * 0``, ``x & false``, ``x | -1``, ``x %
+1``, ``x ** 0``), as XLA's algebraic simplifier folds them. A constant
+this module cannot read may be that value."""
+
+
+def _plain_int(value: object) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _integral(shape: str) -> bool:
+  element = shape.split("[", 1)[0].strip()
+  return element in _INTEGER_MAX or element == "pred"
+
+
+def _cancelled(
+  opcode: str, shape: str, operands: list[Value], result: Leaf
+) -> Leaf:
+  """`result` of a binary op less what both operands are computed from,
+  where the two may cancel: on integers (``w - w`` is 0, ``w ^ w`` too),
+  and in a comparison (``w == w`` is true). A float ``x - x`` is kept, as
+  XLA keeps it (``inf - inf`` is ``nan``); so is ``w + w`` and ``w * w``
+  of one value, which vary with it."""
+  if opcode != "compare" and not _integral(shape):
+    return result
+  a, b = (_leaf(o) for o in operands)
+  if opcode in ("add", "multiply") and a.key is not None and a.key == b.key:
+    return result
+  common_deps, common_var = a.deps & b.deps, a.var & b.var
+  if not common_deps and not common_var:
+    return result
+  return dataclasses.replace(
+    result, deps=result.deps & ~common_deps, var=result.var & ~common_var
+  )
+
+
+def _may_be_equal_constants(low: Leaf, high: Leaf) -> bool:
+  """Whether a clamp's bounds are constants that may be equal, so that
+  the clamp is that constant."""
+  if not (low.const and high.const):
+    return False
+  return low.lit is None or high.lit is None or low.lit == high.lit
+
+
+def _absorbed(opcode: str, operands: list[Value], shape: str) -> Leaf | None:
+  """The constant that `_ABSORBING` makes a binary op (XLA's algebraic
+  simplifier folds it); None otherwise. A floating-point product or
+  remainder is never folded: XLA keeps ``x * 0`` for floats, whose ``nan *
   0`` is ``nan`` (it folds them only under fast math, off in JAX), so the
   documented ``token * 0`` stays an order."""
-  if opcode == "multiply" and shape.split("[", 1)[0].strip() not in (
-    _INTEGER_MAX
-  ):
+  if opcode in ("multiply", "remainder") and not _integral(shape):
     return None
-  absorbing = {"multiply": 0, "and": False, "or": True}[opcode]
-  for leaf in (_leaf(o) for o in operands):
-    if leaf.const and (leaf.lit is None or leaf.lit == absorbing):
-      return Leaf(const=True, lit=leaf.lit)
+  positions, absorbs = _ABSORBING[opcode]
+  for position in positions:
+    leaf = _leaf(operands[position])
+    if leaf.const and (leaf.lit is None or absorbs(leaf.lit)):
+      if leaf.lit is None:
+        return Leaf(const=True)
+      return Leaf(
+        const=True, lit={"remainder": 0, "power": 1}.get(opcode, leaf.lit)
+      )
   return None
 
 
