@@ -141,7 +141,7 @@ PROGRAM = textwrap.dedent(
       reads = {0: [], 1: []}
       rounds = threading.Barrier(2)
 
-      def a_wrote():
+      def a_wrote():  # The extension's log: call_log() would wait.
         log = store._native.call_log()
         return any(w and slots == [9] for _, _, w, slots in log)
 
