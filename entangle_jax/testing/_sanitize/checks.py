@@ -569,7 +569,7 @@ def interleaved(
       calls.extend(anything)
   for obj, calls in by_object.items():
     calls = sorted(set(calls) if anything else calls, key=_start)
-    span = gaps.longest(calls)
+    reached, span = gaps.reach(calls), None
     last: dict[tuple[int, int], int] = {}
     for j, b in enumerate(calls):
       key = key_of[b]
@@ -577,11 +577,14 @@ def interleaved(
         continue  # Several executions: between its calls, anything ran.
       i = last.get(key)
       last[key] = j
-      if i is None:
-        continue
+      if i is None or (
+        j - i < 2 and (i == 0 or reached[i - 1] <= calls[i].start_ns)
+      ):
+        continue  # Nothing began between the two, nor ran on into the first.
       a = calls[i]
       if b.start_ns < a.end_ns:
         continue
+      span = gaps.longest(calls) if span is None else span
       for k in gaps.in_gap(calls, i, j, span):
         w = calls[k]
         if key_of[w] == key:

@@ -14,6 +14,7 @@ left out.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 from typing import Protocol
 
@@ -26,6 +27,13 @@ class _Timed(Protocol):
 def longest(calls: Sequence[_Timed]) -> int:
   """The longest window among `calls` (0 for none)."""
   return max((c.end_ns - c.start_ns for c in calls), default=0)
+
+
+def reach(calls: Sequence[_Timed]) -> list[int]:
+  """Per index of `calls` (sorted by start), the latest end among the
+  calls up to it: a call at index i + 1 has a call before it still
+  running when it began only where this at i is past its start."""
+  return list(itertools.accumulate((c.end_ns for c in calls), max))
 
 
 def in_gap(calls: Sequence[_Timed], i: int, j: int, span: int) -> Iterator[int]:
