@@ -282,6 +282,34 @@ class InterleavingTest(absltest.TestCase):
     after = _call("w", 50, 60, site=write, run_id=2)
     self.assertEqual(_races(a, b, after), ([], []))
 
+  def test_a_write_whose_window_meets_the_first_call_may_have_landed(self):
+    # The windows are the trampoline's, wider than the handler's: a write
+    # of another execution still running when `a` began, or begun before
+    # `a` returned, may have taken effect after it, and `b` read it. It
+    # is an overlap with `a`, and interleaved between `a` and `b`.
+    module = sites.SanitizedModule("jit_f", 0, "Host")
+    write, read = _site(0, (), module), _site(1, (), module, target="r")
+    a = _call("w", 10, 20, site=write, run_id=1)
+    b = _call("r", 40, 50, site=read, run_id=1)
+    for other in (
+      _call("w", 5, 12, site=write, run_id=2),  # Began first.
+      _call("w", 18, 25, site=write, run_id=2),  # Began during `a`.
+      _call("w", 35, 45, site=write, run_id=2),  # Still running at `b`.
+    ):
+      races, _ = _races(a, b, other)
+      kinds = sorted(r.kind for r in races)
+      self.assertEqual(kinds, [checks.INTERLEAVED, checks.OVERLAP], other)
+      (race,) = [r for r in races if r.kind == checks.INTERLEAVED]
+      self.assertEqual((race.first, race.second, race.then), (a, other, b))
+    # Controls: a write wholly before `a`, or begun after `b` began: the
+    # records place it before `a`, or after `b`'s read.
+    for other in (
+      _call("w", 0, 10, site=write, run_id=2),
+      _call("w", 42, 60, site=write, run_id=2),
+    ):
+      kinds = [r.kind for r in _races(a, b, other)[0]]
+      self.assertNotIn(checks.INTERLEAVED, kinds, other)
+
 
 class HostRunsTest(absltest.TestCase):
   def test_a_loops_callbacks_join_the_one_execution(self):

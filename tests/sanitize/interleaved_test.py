@@ -12,6 +12,17 @@ reported. Also the free-running shape of the issue (both threads write
 then read, with XLA work between): every round whose read returned the
 other thread's value is reported.
 
+And the issue's shape exactly, with no callback: two threads run two
+jitted programs of one shape on one slot, each a write of its own value,
+then a chain of matmuls (milliseconds of XLA work, made to wait for the
+write), then a read of the slot. Thread B dispatches its program once the
+store's log shows A's write, so that B's write lands in A's gap with no
+call overlapping another. Each round whose read returned the other
+thread's value (the run-time control) must be reported "interleaved" in
+the execution whose read went wrong, and no other round. The control: a
+lock around each execution, so that they run one after another: every
+read right, and nothing reported.
+
 In a fresh interpreter, where the example store registers after the
 sanitizer started.
 """
@@ -27,7 +38,7 @@ ROUNDS = 6
 
 PROGRAM = textwrap.dedent(
   """
-  import json, sys, threading
+  import json, sys, threading, time
   import jax
   import jax.numpy as jnp
   import numpy as np
@@ -105,6 +116,80 @@ PROGRAM = textwrap.dedent(
   out["free"] = summary(
     seen, sum(x != k + 1 for k in got for x in got[k])
   )
+
+  def work_prog(v, m):
+    t = store.write_slot(jnp.int32(9), v)
+    x = entangle(m, t)  # The work runs after the write, the read after it.
+    for _ in range(8):
+      x = jnp.tanh(x @ m)
+    work = (jnp.sum(x) * 0.0).astype(jnp.int32)
+    return store.read_slot(entangle(t, work))
+
+  def a_work(v, m):
+    return work_prog(v, m)
+
+  def b_work(v, m):
+    return work_prog(v, m)
+
+  m = jnp.ones((256, 256), jnp.float32) / 256
+  for mode in ("work", "work_locked"):
+    lock = threading.Lock()
+    with testing.sanitize() as seen:
+      fa, fb = jax.jit(a_work), jax.jit(b_work)
+      for f in (fa, fb):  # Compiled, and one execution each, before.
+        jax.block_until_ready(f(jnp.float32(0.0), m))
+      reads = {0: [], 1: []}
+      rounds = threading.Barrier(2)
+
+      def a_wrote():  # The extension's log: call_log() would wait.
+        log = store._native.call_log()
+        return any(w and slots == [9] for _, _, w, slots in log)
+
+      def worker(k, f):
+        for r in range(ROUNDS):
+          mine = float(k + 1 + 10 * r)
+          if k == 0:
+            store._native.clear_call_log()
+          rounds.wait()
+          if k == 1:  # Once A's write is in the store (or a second on).
+            end = time.monotonic() + 1
+            while not a_wrote() and time.monotonic() < end:
+              pass
+          if mode == "work_locked":
+            with lock:
+              reads[k].append(float(f(jnp.float32(mine), m)) != mine)
+          else:
+            reads[k].append(float(f(jnp.float32(mine), m)) != mine)
+          rounds.wait()
+
+      threads = [
+        threading.Thread(target=worker, args=(k, f))
+        for k, f in enumerate((fa, fb))
+      ]
+      for t in threads:
+        t.start()
+      for t in threads:
+        t.join()
+    # Each module's executions in order, the one before the rounds first.
+    runs = {}
+    for c in sorted(seen.calls, key=lambda c: c.start_ns):
+      order = runs.setdefault(c.site.module.name, [])
+      if c.run_id not in order:
+        order.append(c.run_id)
+    def round_of(call):
+      return runs[call.site.module.name].index(call.run_id) - 1
+    out[mode] = summary(seen, sum(map(sum, reads.values())))
+    out[mode]["racy"] = sorted(
+      [k, r] for k in reads for r, bad in enumerate(reads[k]) if bad
+    )
+    out[mode]["reported"] = sorted(
+      [int(x.then.site.module.name != "jit_a_work"), round_of(x.then)]
+      for x in seen.races if x.kind == "interleaved"
+    )
+    out[mode]["landed"] = sorted(
+      [round_of(x.first), round_of(x.second)]
+      for x in seen.races if x.kind == "interleaved"
+    )
   print(json.dumps(out))
   """
 )
@@ -129,6 +214,25 @@ class InterleavedTest(absltest.TestCase):
     after = self.out["after"]
     self.assertEqual(after["wrong"], 0, after["report"])
     self.assertEqual(after["kinds"], [], after["report"])
+
+  def test_xla_work_in_the_gap_every_racy_round_is_reported(self):
+    work = self.out["work"]
+    # The run-time control: the shape raced (B's write landed in A's gap).
+    self.assertTrue(work["racy"], work["report"])
+    # Every racy round is reported, in the execution whose read went
+    # wrong, and no other round.
+    self.assertEqual(work["reported"], work["racy"], work["report"])
+    self.assertEqual(set(work["kinds"]), {"interleaved"}, work["report"])
+    self.assertEqual(work["threads"], [2], work["report"])
+    # The write that landed is of the same round's other execution.
+    for first, second in work["landed"]:
+      self.assertEqual(first, second, work["report"])
+
+  def test_xla_work_under_a_lock_gives_no_race(self):
+    locked = self.out["work_locked"]
+    self.assertEqual(locked["wrong"], 0, locked["report"])
+    self.assertEqual(locked["racy"], [], locked["report"])
+    self.assertEqual(locked["kinds"], [], locked["report"])
 
   def test_free_running_threads_every_wrong_read_is_reported(self):
     free = self.out["free"]

@@ -35,7 +35,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from entangle_jax._src import access_policy, conflict_rule, reason_words
 from entangle_jax._src.targets import platforms
 from entangle_jax._src.targets.declaration import Declarations
-from entangle_jax.testing._sanitize import callbacks, sites
+from entangle_jax.testing._sanitize import callbacks, gaps, sites
 from entangle_jax.testing._sanitize.calls import (
   SanitizedCall,
   SanitizedObject,
@@ -540,13 +540,15 @@ def interleaved(
   found: dict[SanitizedCall, Touch],
   runs: dict[tuple[int, int], list[SanitizedCall]] | None = None,
 ) -> Iterator[SanitizerRace]:
-  """Writes of another execution that ran between two calls of one
-  execution on one object, with neither of them overlapping it (those
-  are overlaps). Executions that ran one after the other, or whose calls
-  on the object did not interleave, give none. Per object, one sweep over
-  its calls in order of start: between two calls of one execution that
-  are not next to each other in that order, the calls in between are
-  looked at (O(n log n), and what lies in between)."""
+  """Writes of another execution that may have landed between two calls
+  of one execution on one object (`gaps.in_gap`: begun between them, or
+  still running when the first began, whose effect the records cannot
+  place before it; such a write overlapping a call is an overlap too).
+  Executions that ran one after the other, or whose calls on the object
+  did not interleave, give none. Per object, one sweep over its calls in
+  order of start: between two calls of one execution next in that
+  execution, the calls in between and those still running when the
+  first began are looked at (O(n log n), and what lies in between)."""
   if runs is None:
     runs = _executions(c for c, t in found.items() if t.objects)
   if len(runs) < 2:
@@ -567,6 +569,7 @@ def interleaved(
       calls.extend(anything)
   for obj, calls in by_object.items():
     calls = sorted(set(calls) if anything else calls, key=_start)
+    reached, span = gaps.reach(calls), None
     last: dict[tuple[int, int], int] = {}
     for j, b in enumerate(calls):
       key = key_of[b]
@@ -574,14 +577,16 @@ def interleaved(
         continue  # Several executions: between its calls, anything ran.
       i = last.get(key)
       last[key] = j
-      if i is None or j - i < 2:
-        continue
+      if i is None or (
+        j - i < 2 and (i == 0 or reached[i - 1] <= calls[i].start_ns)
+      ):
+        continue  # Nothing began between the two, nor ran on into the first.
       a = calls[i]
       if b.start_ns < a.end_ns:
         continue
-      for w in calls[i + 1 : j]:
-        if w.start_ns < a.end_ns or w.end_ns > b.start_ns:
-          continue
+      span = gaps.longest(calls) if span is None else span
+      for k in gaps.in_gap(calls, i, j, span):
+        w = calls[k]
         if key_of[w] == key:
           continue
         tw = found[w]

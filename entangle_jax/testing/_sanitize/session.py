@@ -22,6 +22,7 @@ from entangle_jax.testing._sanitize import (
   callbacks,
   checks,
   rank_calls,
+  seen_formats,
   sites,
   user_modules,
   wrapping,
@@ -140,15 +141,29 @@ class Seen:
   def static_fix(self, race: SanitizerRace) -> str | None:
     """The static check's fix for `race`'s pair, in its words (its cause's
     code and fix), when it reports the pair."""
+    cause = self.static_cause(race)
+    return (
+      None
+      if cause is None
+      else f"{cause.code} {cause.headline}. Fix: {cause.fix}"
+    )
+
+  def static_cause(self, race: SanitizerRace) -> Any:
+    """The cause (`Cause`: code, headline, fix steps) that the static
+    report gives for `race`'s pair, when ``races()`` of the user's module
+    reports the pair; else None."""
     if self._static is None:
       return None
-    return self._static.fix(race.first, race.second)
+    return self._static.cause(race.first, race.second)
 
-  def report(self, file: IO[str] | None = None) -> str:
+  def report(self, file: IO[str] | None = None, format: str = "text") -> str:
     """Prints each race and contradiction (both targets, the object,
-    threads, times and places, and the static check's finding for the
-    pair), and what was not observed; returns the text."""
-    text = format_seen(self)
+    threads, times and places, and the static check's finding and fix
+    for the pair), and what was not observed; returns what it printed.
+    `format`: ``"text"``, ``"json"`` or ``"sarif"`` (SARIF 2.1.0), the
+    same findings in each (`seen_formats`); another is a ValueError."""
+    seen_formats.check_format(format)
+    text = seen_formats.render(self, format, format_parts(self))
     print(text, file=file if file is not None else sys.stdout)
     return text
 
@@ -589,8 +604,8 @@ class _Static:
       )
     return "the static check finds them ordered, yet they raced"
 
-  def fix(self, a: SanitizedCall, b: SanitizedCall) -> str | None:
-    """The cause's code, headline and fix that the static report gives for
+  def cause(self, a: SanitizedCall, b: SanitizedCall):
+    """The cause (code, headline, fix) that the static report gives for
     the pair ``races()`` of the user's module reports for the two calls;
     None where it reports none."""
     race = self._race(a, b)
@@ -598,8 +613,7 @@ class _Static:
       return None
     from entangle_jax.testing._findings.from_analysis import cause_of
 
-    cause = cause_of(race)
-    return f"{cause.code} {cause.headline}. Fix: {cause.fix}"
+    return cause_of(race)
 
 
 def _same_stack(x: tuple, y: tuple) -> bool:
@@ -686,17 +700,30 @@ def _object_words(seen: Seen, race: SanitizerRace) -> str:
 
 def format_seen(seen: Seen) -> str:
   """`Seen.report`'s text."""
+  return format_parts(seen)["text"]
+
+
+def format_parts(seen: Seen) -> dict[str, Any]:
+  """`Seen.report`'s text (``text``) and its parts, which the other forms
+  reuse (`seen_formats`): ``headline``, per race its object's words
+  (``objects``) and its lines (``races``), and the lines on what was not
+  observed, compared or recorded (``notes``)."""
   # The calls are in order of start: the first began first.
   origin = seen.calls[0].start_ns if len(seen.calls) else 0
   lines = [_headline(seen)]
+  notes = []
   if seen.not_observed:
-    lines.append(
-      "  not observed (registered before the sanitizer started: start it "
+    notes.append(
+      "not observed (registered before the sanitizer started: start it "
       "before importing the library; or not wrappable): "
       + ", ".join(seen.not_observed)
     )
+    lines.append(f"  {notes[-1]}")
+  objects, races = [], []
   for race in seen.races:
-    lines.append(f"  race ({race.kind}) on {_object_words(seen, race)}:")
+    start = len(lines)
+    objects.append(_object_words(seen, race))
+    lines.append(f"  race ({race.kind}) on {objects[-1]}:")
     lines.append(_call_line(race.first, origin))
     lines.append(_call_line(race.second, origin))
     if race.kind == checks.OUT_OF_ORDER:
@@ -725,11 +752,13 @@ def format_seen(seen: Seen) -> str:
     fix = seen.static_fix(race)
     if fix is not None:
       lines.append(f"    {fix}")
+    races.append("; ".join(line.strip() for line in lines[start:]))
   for c in seen.contradictions:
     lines.append(f"  contradiction on {c.object}: {c.declaration}")
     lines.append(_call_line(c.first, origin))
     if c.second is not c.first:
       lines.append(_call_line(c.second, origin))
+  told = len(lines)
   for u in seen.unpaired:
     lines.append(
       f"  not compared for order ({u.calls} calls): {u} (pairing them "
@@ -757,6 +786,13 @@ def format_seen(seen: Seen) -> str:
     )
   if seen.dropped:
     lines.append(f"  {seen.dropped} calls were not recorded (a log was full)")
+  notes += [line.strip() for line in lines[told:]]
   for hang in seen.hangs:
     lines += [f"  {line}" for line in hang.splitlines()]
-  return "\n".join(lines)
+  return {
+    "text": "\n".join(lines),
+    "headline": lines[0],
+    "objects": objects,
+    "races": races,
+    "notes": notes,
+  }
