@@ -34,7 +34,7 @@ import dataclasses
 import os
 import pathlib
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from entangle_jax._src.targets.communication import ANY
 from entangle_jax._src.targets.declaration import Declarations
@@ -46,9 +46,20 @@ from entangle_jax.testing._analysis.ranks import (
   Item,
   Loop,
   RankProgram,
+  Unordered,
 )
 from entangle_jax.testing._findings import rank_findings as kinds
 from entangle_jax.testing._hlo.module_text import CompiledModule
+
+class RankItems(Protocol):
+  """What the check reads of a rank: a `RankProgram`, or a rank's
+  executions concatenated (`rank_sequences`)."""
+
+  @property
+  def items(self) -> tuple[Item, ...]: ...
+  @property
+  def unordered(self) -> Sequence[Unordered]: ...
+
 
 Verdict = Literal[
   "proved", "mismatch", "deadlock", "rank-dependent", "matched-by-type"
@@ -615,7 +626,7 @@ def _swaps(
   return None, tuple(unclear)
 
 
-def _rank_dependent(programs: list[RankProgram]) -> tuple[RankDependent, ...]:
+def _rank_dependent(programs: list[RankItems]) -> tuple[RankDependent, ...]:
   found: dict[tuple[str, str, str], tuple[list[int], RankDependent]] = {}
 
   def walk(rank: int, items: tuple[Item, ...]) -> None:
@@ -736,8 +747,9 @@ def _simulate(
   return clean or first
 
 
-def check_programs(programs: Sequence[RankProgram]) -> CrossRankResult:
-  """`races_across` over modules already read, one per rank."""
+def check_programs(programs: Sequence[RankItems]) -> CrossRankResult:
+  """`races_across` over modules already read, one per rank (or each
+  rank's executions, `rank_sequences.check_executions`)."""
   programs = list(programs)
   rank_dependent = _rank_dependent(programs)
   unordered = tuple(
