@@ -230,6 +230,11 @@ def generic_batching_options() -> dict:
   return {"generic_batching": True} if "generic_batching" in parameters else {}
 
 
+def _no_fastpath(*args, **kwargs):
+  """`on_execute`'s stand-in for ``pjit._get_fastpath_data``: none."""
+  return None
+
+
 @contextlib.contextmanager
 def on_execute(callback):
   """Calls ``callback(executable)`` as each jitted module begins to run,
@@ -258,7 +263,7 @@ def on_execute(callback):
 
   jax.clear_caches()
   _pxla.ExecuteReplicated.__call__ = called
-  _pjit._get_fastpath_data = lambda *args, **kwargs: None
+  _pjit._get_fastpath_data = _no_fastpath  # ty: ignore[invalid-assignment]
   _pxla.MeshExecutable.create_cpp_call = lambda self, params: None
   try:
     yield

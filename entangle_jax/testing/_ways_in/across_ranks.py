@@ -51,6 +51,7 @@ from entangle_jax.testing._analysis.ranks import (
 from entangle_jax.testing._findings import rank_findings as kinds
 from entangle_jax.testing._hlo.module_text import CompiledModule
 
+
 class RankItems(Protocol):
   """What the check reads of a rank: a `RankProgram`, or a rank's
   executions concatenated (`rank_sequences`)."""

@@ -413,7 +413,10 @@ def _executions_run(
       record = rank_sequences.read_record(folder)
       runs.append(rank_sequences.executed(folder, rank, record, compiled[rank]))
     except rank_sequences.RankRecordMissing as error:
-      return f"rank {rank}: {error}"
+      said = str(error)
+      return (
+        said if said.startswith(f"rank {rank}:") else f"rank {rank}: {said}"
+      )
   if not any(runs):
     return RankRun(len(folders), (), said)
   result = rank_sequences.check_executions(

@@ -21,7 +21,7 @@ import json
 import os
 import pathlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator
 
 from entangle_jax._src import jax_compat
 from entangle_jax.testing._ways_in.rank_sequences import (
@@ -116,7 +116,7 @@ class Recorder:
 
 
 @contextlib.contextmanager
-def record_executions(folder: str | os.PathLike[str]) -> Iterator[Recorder]:
+def record_executions(folder: str | os.PathLike[str]) -> Generator[Recorder]:
   """Records, while the block runs, every execution of a jitted module
   of this process, in order, to ``folder/entangle_executions.json``: the
   record ``--ranks`` follows. `folder` is the rank's dump folder (the

@@ -90,16 +90,19 @@ def read_record(folder: str | pathlib.Path) -> tuple[Execution, ...]:
   """
   if not pathlib.Path(folder).is_dir():
     raise RankRecordMissing(
-      f"{folder} is a module file, not a dump folder with an execution "
-      "record"
+      f"{folder} is a module file, not a dump folder with an execution record"
     )
   path = pathlib.Path(folder) / RECORD
   try:
     data = json.loads(path.read_text())
   except FileNotFoundError:
-    raise RankRecordMissing(f"{folder} holds no execution record ({RECORD})")
+    raise RankRecordMissing(
+      f"{folder} holds no execution record ({RECORD})"
+    ) from None
   except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-    raise RankRecordMissing(f"{path}: not an execution record ({error})")
+    raise RankRecordMissing(
+      f"{path}: not an execution record ({error})"
+    ) from None
   if not isinstance(data, dict) or data.get("format") != RECORD_FORMAT:
     raise RankRecordMissing(
       f"{path}: not an execution record of format {RECORD_FORMAT}"
@@ -114,7 +117,9 @@ def read_record(folder: str | pathlib.Path) -> tuple[Execution, ...]:
     try:
       found.append(Execution(int(entry["module"]), str(entry["name"])))
     except (KeyError, TypeError, ValueError):
-      raise RankRecordMissing(f"{path}: an execution {entry!r} is unreadable")
+      raise RankRecordMissing(
+        f"{path}: an execution {entry!r} is unreadable"
+      ) from None
   return tuple(found)
 
 
