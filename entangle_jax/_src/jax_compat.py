@@ -38,14 +38,6 @@ which evaluates a jaxpr again equation by equation:
   params alone, with the subfuns under the key ``"subfuns"`` where the
   primitive has any.
 
-For the cross-rank check's execution record
-(`entangle_jax.testing._ways_in.executions`):
-
-* `on_execute`: calls a function as each jitted module begins to run
-  (``ExecuteReplicated.__call__``), with JAX's two C++ fast paths
-  (``pjit._get_fastpath_data``, ``MeshExecutable.create_cpp_call``) off,
-  since Python sees nothing of a call that takes one.
-
 Public, but moved between releases, for token witnesses (`is_token`):
 
 * ``AbstractToken``, the type of a token's abstract value, and ``Token``,
@@ -228,48 +220,3 @@ def generic_batching_options() -> dict:
 
   parameters = inspect.signature(jax.custom_vjp.defvjp).parameters
   return {"generic_batching": True} if "generic_batching" in parameters else {}
-
-
-def _no_fastpath(*args, **kwargs):
-  """`on_execute`'s stand-in for ``pjit._get_fastpath_data``: none."""
-  return None
-
-
-@contextlib.contextmanager
-def on_execute(callback):
-  """Calls ``callback(executable)`` as each jitted module begins to run,
-  in this process, while the block runs: `executable` is the loaded XLA
-  executable (``hlo_modules()`` gives its module).
-
-  Private JAX (``jax._src.pjit``, ``jax._src.interpreters.pxla``): a jitted
-  call runs its module from C++ once it has run once (pjit's fast path,
-  and a ``Compiled``'s own), where Python sees nothing. Inside the block
-  neither fast path is made (``_get_fastpath_data`` gives None, and
-  ``MeshExecutable.create_cpp_call`` none), so every call goes through
-  ``ExecuteReplicated.__call__``, which is wrapped. Fast paths made before
-  the block are dropped as it begins (``jax.clear_caches``; modules
-  compiled before it are compiled again). Calls run slower inside.
-  """
-  from jax._src import pjit as _pjit
-  from jax._src.interpreters import pxla as _pxla
-
-  execute = _pxla.ExecuteReplicated.__call__
-  fastpath = _pjit._get_fastpath_data
-  cpp_call = _pxla.MeshExecutable.create_cpp_call
-
-  def called(self, *args):
-    callback(self.xla_executable)
-    return execute(self, *args)
-
-  jax.clear_caches()
-  _pxla.ExecuteReplicated.__call__ = called
-  _pjit._get_fastpath_data = _no_fastpath  # ty: ignore[invalid-assignment]
-  _pxla.MeshExecutable.create_cpp_call = lambda self, params: None
-  try:
-    yield
-  finally:
-    _pxla.ExecuteReplicated.__call__ = execute
-    _pjit._get_fastpath_data = fastpath
-    _pxla.MeshExecutable.create_cpp_call = cpp_call
-    # Entries made inside have no fast path; dropped, they get one again.
-    jax.clear_caches()

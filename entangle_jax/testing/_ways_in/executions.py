@@ -23,7 +23,7 @@ import pathlib
 import threading
 from collections.abc import Generator
 
-from entangle_jax._src import jax_compat
+from entangle_jax.testing._sanitize import jax_hooks
 from entangle_jax.testing._ways_in.rank_sequences import (
   RECORD,
   RECORD_FORMAT,
@@ -79,7 +79,7 @@ class Recorder:
     self._lock = threading.Lock()
 
   def executed(self, executable) -> None:
-    """`jax_compat.on_execute`'s callback: one execution of `executable`."""
+    """`jax_hooks.on_execute`'s callback: one execution of `executable`."""
     key = id(executable)
     found = self._numbers.get(key, False)
     if found is False:
@@ -123,7 +123,7 @@ def record_executions(folder: str | os.PathLike[str]) -> Generator[Recorder]:
   ``--xla_dump_to`` of ``XLA_FLAGS``).
 
   Every jitted call inside goes through Python (JAX's C++ fast paths are
-  off: `jax_compat.on_execute`), so it runs slower, and the caches of
+  off: `jax_hooks.on_execute`), so it runs slower, and the caches of
   compiled functions are cleared as the block begins and ends (what was
   compiled before it is compiled again, and dumped again under a new
   number). The record is marked complete as the block ends without an
@@ -131,6 +131,6 @@ def record_executions(folder: str | os.PathLike[str]) -> Generator[Recorder]:
   """
   recorder = Recorder(folder)
   recorder.write(complete=False)
-  with jax_compat.on_execute(recorder.executed):
+  with jax_hooks.on_execute(recorder.executed):
     yield recorder
   recorder.write(complete=True)
