@@ -309,6 +309,13 @@ class RecordTest(absltest.TestCase):
       pxla.ExecuteReplicated.__call__ = execute
     self.assertLess(seen.count("<lambda>"), 3)
 
+  def test_a_module_id_of_0_is_the_field_left_out(self):
+    # proto3 leaves out a field that holds 0: the process's first module
+    # (module_0000) has no id field. Field 5, varint: key 0x28.
+    self.assertEqual(executions.module_id(bytes([0x28, 0x07])), 7)
+    self.assertEqual(executions.module_id(bytes([0x0A, 0x01, 0x41])), 0)
+    self.assertIsNone(executions.module_id(bytes([0x0A, 0x05, 0x41])))
+
   def test_an_unfinished_block_leaves_an_incomplete_record(self):
     folder = tempfile.mkdtemp()
     with (

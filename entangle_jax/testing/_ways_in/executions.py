@@ -44,8 +44,10 @@ def _varint(data: bytes, at: int) -> tuple[int, int]:
 
 def module_id(proto: bytes) -> int | None:
   """The ``id`` (field 5) of a serialized ``HloModuleProto``: the number
-  XLA gives the module's dump files (``module_NNNN``); None where the
-  proto has none. Only the top level is read (no protobuf library)."""
+  XLA gives the module's dump files (``module_NNNN``); 0 where the field
+  is absent (proto3 leaves a 0 out: the process's first module); None
+  where the bytes are not read to their end. Only the top level is read
+  (no protobuf library)."""
   at = 0
   while at < len(proto):
     key, at = _varint(proto, at)
@@ -63,7 +65,7 @@ def module_id(proto: bytes) -> int | None:
       at += 4
     else:  # Groups are not in an HloModuleProto.
       return None
-  return None
+  return 0 if at == len(proto) else None
 
 
 class Recorder:
