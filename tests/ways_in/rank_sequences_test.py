@@ -287,6 +287,20 @@ class RecordTest(absltest.TestCase):
     self.assertEqual(ours, [ids["f"], ids["g"], ids["f"], ids["f"]])
     self.assertEqual(recorder.unknown, 0)
 
+  def test_a_compiled_called_before_the_block_is_seen_inside(self):
+    # A `Compiled` keeps the C++ fast path of its first call: inside the
+    # block it is dropped at each call, so each is recorded.
+    x = jnp.ones(5)
+    hh = jax.jit(lambda x: x * 3.0).lower(x).compile()
+    hh(x)
+    hh(x)
+    folder = tempfile.mkdtemp()
+    with executions.record_executions(folder):
+      hh(x)
+      hh(x)
+    names = [e.name for e in rank_sequences.read_record(folder)]
+    self.assertEqual(names.count("jit__lambda"), 2, names)
+
   def test_control_with_the_fast_path_on_repeated_calls_are_unseen(self):
     # What the fast paths hide: the same hook with them left on sees one
     # execution of a function called three times.

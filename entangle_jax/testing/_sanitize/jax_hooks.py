@@ -19,8 +19,9 @@ For the cross-rank check's execution record
 ``jax._src.interpreters.pxla.ExecuteReplicated.__call__``, through which
 a jitted module runs from Python, and turns off JAX's two C++ fast paths
 (``jax._src.pjit._get_fastpath_data``,
-``pxla.MeshExecutable.create_cpp_call``), through which Python sees
-nothing of a call (guarded by tests/ways_in/rank_sequences_test.py).
+``pxla.MeshExecutable.create_cpp_call``, and the one a
+``jax._src.stages.Compiled`` keeps in ``_call``), through which Python
+sees nothing of a call (guarded by tests/ways_in/rank_sequences_test.py).
 """
 
 from __future__ import annotations
@@ -134,11 +135,12 @@ def on_execute(callback: Callable[[Any], None]) -> Generator[None]:
   ``MeshExecutable.create_cpp_call`` none), so every call goes through
   ``ExecuteReplicated.__call__``, which is wrapped. Fast paths made before
   the block are dropped as it begins (``jax.clear_caches``: what was
-  compiled before is compiled again), and those made inside (none) as it
-  ends. Calls run slower inside.
+  compiled before is compiled again), and a ``Compiled``'s own at each
+  of its calls (``Compiled._call``; it keeps the slow one after). Calls
+  run slower inside.
   """
   import jax
-  from jax._src import pjit
+  from jax._src import pjit, stages
   from jax._src.interpreters import pxla
 
   def called(execute):
@@ -148,9 +150,19 @@ def on_execute(callback: Callable[[Any], None]) -> Generator[None]:
 
     return wrapped
 
+  def uncached(call):
+    # A `Compiled` keeps the fast path it made at its first call, which
+    # clearing JAX's caches leaves: dropped at each call inside.
+    def wrapped(self, *args, **kwargs):
+      self._call = None
+      return call(self, *args, **kwargs)
+
+    return wrapped
+
   jax.clear_caches()
   undo = [
     replace(pxla.ExecuteReplicated, "__call__", called),
+    replace(stages.Compiled, "__call__", uncached),
     replace(pjit, "_get_fastpath_data", lambda _: _no_fastpath),
     replace(pxla.MeshExecutable, "create_cpp_call", lambda _: _no_fastpath),
   ]
