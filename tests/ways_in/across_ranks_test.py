@@ -1140,6 +1140,51 @@ class NegatedBranchesTest(absltest.TestCase):
     result = check(functools.partial(self.program, limits=(0.0, 1.0)))
     self.assertEqual(result.verdict, "rank-dependent", result.text())
 
+  # Rank 1's predicate, written as a negation of rank 0's `p` (odd: its
+  # branches must be the other way round) or as `p` itself (even).
+  NEGATIONS = (
+    ("not not p", lambda p: jnp.logical_not(jnp.logical_not(p)), False),
+    (
+      "not not not p",
+      lambda p: jnp.logical_not(jnp.logical_not(jnp.logical_not(p))),
+      True,
+    ),
+    ("p == False", lambda p: p == False, True),  # noqa: E712
+    ("p != True", lambda p: p != True, True),  # noqa: E712
+    ("p ^ True", lambda p: p ^ True, True),
+    ("p == True", lambda p: p == True, False),  # noqa: E712
+    ("not (p != False)", lambda p: jnp.logical_not(p != False), True),  # noqa: E712
+  )
+
+  @staticmethod
+  def written(rank, x, predicate, swap):
+    p = allreduce(jnp.sum(x)) > 0.0
+    if rank == 1:
+      branches = (lambda v: v, allreduce) if swap else (allreduce, lambda v: v)
+      return jax.lax.cond(predicate(p), *branches, x)
+    return jax.lax.cond(p, allreduce, lambda v: v, x)
+
+  def test_nested_and_constant_negations_are_proved(self):
+    # Issue 77: one `not` was understood; `p == False` and `p ^ True` were
+    # a false alarm (rank-dependent), nested ones are checked here too.
+    for name, predicate, odd in self.NEGATIONS:
+      with self.subTest(name):
+        result = check(
+          functools.partial(self.written, predicate=predicate, swap=odd)
+        )
+        self.assertEqual(result.verdict, "proved", result.text())
+
+  def test_control_the_branches_the_wrong_way_round_are_no_proof(self):
+    # The same predicates with the branches as rank 0 has them where the
+    # predicate negates (and swapped where it does not): rank 1 reduces
+    # where rank 0 does not, and the ranks hang.
+    for name, predicate, odd in self.NEGATIONS:
+      with self.subTest(name):
+        result = check(
+          functools.partial(self.written, predicate=predicate, swap=not odd)
+        )
+        self.assertNotEqual(result.verdict, "proved", result.text())
+
 
 class CrashIsNoFindingTest(absltest.TestCase):
   """Issue 77: a crash of the cross-rank check exits 2 with its cause
