@@ -162,8 +162,9 @@ class CrossRankResult:
   finding is kept in its field.
 
   Attributes:
-    verdict: ``"proved"``, ``"rank-dependent"``, ``"deadlock"`` or
-      ``"mismatch"``.
+    verdict: ``"proved"``, ``"rank-dependent"``, ``"deadlock"``,
+      ``"mismatch"``, or, proving nothing and finding nothing,
+      ``"unseen-communicators"`` or ``"matched-by-type"``.
     ranks: how many ranks were compared.
     matched: the steps every rank agreed on, in order (all of them when
       proved; up to the problem otherwise).
