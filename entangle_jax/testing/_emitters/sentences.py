@@ -251,9 +251,7 @@ def rank_summary(run: RankRun) -> str:
     f"Checked {checked} communicating module{'s' * (checked != 1)} across "
     f"{run.ranks} rank{'s' * (run.ranks != 1)}: {proved} proved"
     + (f", {by_type} matched by type only (not proved)" if by_type else "")
-    + (
-      f", {unseen} on communicators not seen (not proved)" if unseen else ""
-    )
+    + (f", {unseen} on communicators not seen (not proved)" if unseen else "")
     + (f"; findings: {found}." if found else ".")
     + (f" NOT PROVED: {run.unproved}" if run.unproved else "")
   )
