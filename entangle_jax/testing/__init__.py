@@ -28,7 +28,9 @@ Proving order on the module XLA runs:
   sends, receives) in a compatible order; a ``CrossRankResult``
   (``python -m entangle_jax.testing --ranks DIR0 DIR1 ...`` does the same
   for dumps). ``Communication`` is how a declaration says that a target
-  communicates.
+  communicates. ``record_executions(DIR)`` records which compiled
+  modules a rank runs, in order, beside its dump, so that ``--ranks``
+  compares each rank's sequence of jitted calls.
 
 Seeing what did happen, at run time:
 
@@ -115,6 +117,7 @@ from entangle_jax.testing._ways_in.across_ranks import (
   UnorderedCalls,
   races_across,
 )
+from entangle_jax.testing._ways_in.executions import record_executions
 from entangle_jax.testing._ways_in.order_graph import order_graph
 from entangle_jax.testing._ways_in.queries import (
   assert_happens_before,
@@ -204,6 +207,7 @@ __all__ = [
   "races",
   "races_across",
   "read_slot",
+  "record_executions",
   "reset_slots",
   "sanitize",
   "slot_values",

@@ -13,6 +13,7 @@ from entangle_jax.testing._ways_in.plugin import (
   pytest_load_initial_conftests,
   pytest_runtest_makereport,
   pytest_sessionfinish,
+  pytest_sessionstart,
   pytest_terminal_summary,
   pytest_testnodedown,
 )
@@ -23,6 +24,7 @@ __all__ = [
   "pytest_load_initial_conftests",
   "pytest_runtest_makereport",
   "pytest_sessionfinish",
+  "pytest_sessionstart",
   "pytest_terminal_summary",
   "pytest_testnodedown",
 ]

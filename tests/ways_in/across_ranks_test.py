@@ -291,8 +291,52 @@ class CommunicatorTest(absltest.TestCase):
     return allreduce(entangle(x, a), comm=comms[rank][1])
 
   def test_renamed_consistently_is_proved(self):
-    comms = ((7, 8), (70, 80))  # rank 1's 70 is rank 0's 7, 80 is 8
+    # One communicator a rank: rank 1's 70 is rank 0's 7.
+    comms = ((7, 7), (70, 70))
     result = check(functools.partial(self.program, comms=comms))
+    self.assertEqual(result.verdict, "proved", result.text())
+
+  def test_two_communicators_a_rank_are_not_proved(self):
+    # Issue 77: rank 1's 70 may be rank 0's 7, or rank 0's 8: a handle's
+    # value differs in each process, so rank 1 making its calls on the two
+    # communicators in the other order renames as consistently as the
+    # right order does (each rank then waits in a communicator the other
+    # is not in). And one of them may span a subset of the ranks
+    # (MPI.COMM_WORLD.Split). Nothing is proved, exit 2.
+    comms = ((7, 8), (70, 80))
+    result = check(functools.partial(self.program, comms=comms))
+    self.assertEqual(result.verdict, "unseen-communicators", result.text())
+    self.assertEqual(result.status, 2)
+    self.assertLen(result.communicators, 2)  # A sentence a rank.
+    self.assertIn("2 communicators", result.text())
+    self.assertIn("Split", result.text())
+
+  def test_a_communicator_the_module_does_not_show_is_not_proved(self):
+    # The declaration names attribute `comm`; a call without it (a binding
+    # that passes its handle at run time) cannot be compared. Control: the
+    # same modules with the attribute are proved.
+    x = jax.ShapeDtypeStruct((4,), jnp.float32)
+    text = str(jax.jit(allreduce).lower(x).compile().as_text())
+    self.assertIn("comm = 7 : i64", text)
+    result = races_across([text, text], declarations=declarations())
+    self.assertEqual(result.verdict, "proved", result.text())
+    hidden = text.replace("comm = 7 : i64", "other = 7 : i64")
+    result = races_across([hidden, hidden], declarations=declarations())
+    self.assertEqual(result.verdict, "unseen-communicators", result.text())
+    self.assertIn("not a constant in the module", result.text())
+
+  def test_a_decision_reduced_over_another_communicator_is_not_proved(self):
+    # The decision is reduced over communicator 9, which may be a subset
+    # of the ranks: the allreduce under it (communicator 7) may be made
+    # by some ranks only. Control: reduced over 7 itself, it is proved.
+    def program(rank, x, over):
+      del rank
+      decision = allreduce(jnp.sum(x), comm=over)
+      return jax.lax.cond(decision > 0, allreduce, lambda v: v, x)
+
+    result = check(functools.partial(program, over=9))
+    self.assertEqual(result.verdict, "unseen-communicators", result.text())
+    result = check(functools.partial(program, over=7))
     self.assertEqual(result.verdict, "proved", result.text())
 
   def test_one_communicator_for_two_of_another_rank_is_a_mismatch(self):
@@ -1139,6 +1183,51 @@ class NegatedBranchesTest(absltest.TestCase):
   def test_control_a_negated_decision_on_another_threshold(self):
     result = check(functools.partial(self.program, limits=(0.0, 1.0)))
     self.assertEqual(result.verdict, "rank-dependent", result.text())
+
+  # Rank 1's predicate, written as a negation of rank 0's `p` (odd: its
+  # branches must be the other way round) or as `p` itself (even).
+  NEGATIONS = (
+    ("not not p", lambda p: jnp.logical_not(jnp.logical_not(p)), False),
+    (
+      "not not not p",
+      lambda p: jnp.logical_not(jnp.logical_not(jnp.logical_not(p))),
+      True,
+    ),
+    ("p == False", lambda p: p == False, True),  # noqa: E712
+    ("p != True", lambda p: p != True, True),  # noqa: E712
+    ("p ^ True", lambda p: p ^ True, True),
+    ("p == True", lambda p: p == True, False),  # noqa: E712
+    ("not (p != False)", lambda p: jnp.logical_not(p != False), True),  # noqa: E712
+  )
+
+  @staticmethod
+  def written(rank, x, predicate, swap):
+    p = allreduce(jnp.sum(x)) > 0.0
+    if rank == 1:
+      branches = (lambda v: v, allreduce) if swap else (allreduce, lambda v: v)
+      return jax.lax.cond(predicate(p), *branches, x)
+    return jax.lax.cond(p, allreduce, lambda v: v, x)
+
+  def test_nested_and_constant_negations_are_proved(self):
+    # Issue 77: one `not` was understood; `p == False` and `p ^ True` were
+    # a false alarm (rank-dependent), nested ones are checked here too.
+    for name, predicate, odd in self.NEGATIONS:
+      with self.subTest(name):
+        result = check(
+          functools.partial(self.written, predicate=predicate, swap=odd)
+        )
+        self.assertEqual(result.verdict, "proved", result.text())
+
+  def test_control_the_branches_the_wrong_way_round_are_no_proof(self):
+    # The same predicates with the branches as rank 0 has them where the
+    # predicate negates (and swapped where it does not): rank 1 reduces
+    # where rank 0 does not, and the ranks hang.
+    for name, predicate, odd in self.NEGATIONS:
+      with self.subTest(name):
+        result = check(
+          functools.partial(self.written, predicate=predicate, swap=not odd)
+        )
+        self.assertNotEqual(result.verdict, "proved", result.text())
 
 
 class CrashIsNoFindingTest(absltest.TestCase):

@@ -97,6 +97,61 @@ class RanksPluginTest(absltest.TestCase):
     self.assertIn("The ranks are not proved to agree: the run fails", output)
 
 
+# Issue 77, defect 4: two jitted functions, each one allreduce (of
+# different sizes), compiled f then g on every rank, and called f then g;
+# with SWAP=1 rank 1 calls g first. The dumps are the same on both ranks
+# (the same modules, compiled in the same order): only the order of the
+# jitted calls differs, which the plugin's execution record gives.
+SEQUENCE = SUITE.split("def test_two_allreduces():")[0] + textwrap.dedent(
+  """
+  def test_two_jitted_calls():
+    x = jnp.ones(4)
+    f = jax.jit(lambda x: allreduce(x)).lower(x).compile()
+    g = jax.jit(lambda x: allreduce(jnp.tile(x, 2))).lower(x).compile()
+    calls = [g, f] if SWAP and RANK == 1 else [f, g]
+    for call in calls:
+      jax.block_until_ready(call(x))
+  """
+)
+
+
+class RanksSequenceTest(absltest.TestCase):
+  """Each rank's jitted calls, in the order they ran, checked as one
+  sequence (the plugin records it)."""
+
+  def setUp(self):
+    super().setUp()
+    test_util.needs_mpirun(self)
+    folder = tempfile.TemporaryDirectory()
+    self.addCleanup(folder.cleanup)
+    self.folder = pathlib.Path(folder.name)
+    (self.folder / "test_ranks.py").write_text(SEQUENCE)
+
+  def run_ranks(self, swap: bool) -> tuple[int, str]:
+    return test_util.mpirun_pytest(
+      self.folder,
+      "--entangle-races=fail",
+      f"--entangle-ranks={self.folder / 'ranks'}",
+      swap=swap,
+      timeout=TIMEOUT_S,
+    )
+
+  def test_g_before_f_on_rank_1_fails_the_run(self):
+    # Before the execution record, this run passed: two modules a rank
+    # were NOT PROVED (exit 2), which fails no run.
+    status, output = self.run_ranks(swap=True)
+    self.assertNotEqual(status, 0, output)
+    self.assertIn("Mismatch at call 1", output)
+    self.assertIn("execution 1)", output)
+    self.assertIn("The ranks are not proved to agree: the run fails", output)
+
+  def test_control_the_same_order_is_proved(self):
+    status, output = self.run_ranks(swap=False)
+    self.assertEqual(status, 0, output)
+    self.assertIn("Proved: the 2 ranks make 2 communicating calls", output)
+    self.assertNotIn("NOT PROVED", output)
+
+
 class RanksUsageTest(absltest.TestCase):
   def run_pytest(self, *args: str) -> subprocess.CompletedProcess:
     folder = tempfile.TemporaryDirectory()

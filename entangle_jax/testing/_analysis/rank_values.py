@@ -73,6 +73,9 @@ _LAYOUT = re.compile(r"\{[^{}]*\}")
 _SAME_VALUE = frozenset({"copy", "opt-barrier", "custom-call"})
 """Opcodes whose result is an operand's value: a copy, and entangle's
 custom call (its payload; the other operands only order it)."""
+_DIRECTION = re.compile(r"direction=(\w+)")
+_PRED_LITERALS = {"true": True, "false": False}
+"""A scalar ``pred`` constant's literal, as HLO writes it."""
 _TRIP = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)"?')
 ALL = -1
 """A read of the whole carry (the parameter used other than through
@@ -336,6 +339,11 @@ class DecisionSlice:
         and self._operand(i, 0).shape.startswith("pred[]")
       ):  # A predicate as a branch index: 0 or 1, as it was.
         i = self._operand(i, 0)
+      elif (against := self._against_constant(i)) is not None:
+        # p == false, p != true, p ^ true: a not; p == true, p != false,
+        # p ^ false: p itself.
+        flips, i = against
+        negated = negated != flips
       elif i.opcode == "fusion" and i.callees and i.operands:
         outer = tuple(
           self._node(self._operand(i, k))[0] for k in range(len(i.operands))
@@ -344,6 +352,35 @@ class DecisionSlice:
         return base, negated != inner
       else:
         return _hash("base", self._node(i)[0], arguments), negated
+
+  def _against_constant(
+    self, i: _hlo.Instruction
+  ) -> tuple[bool, _hlo.Instruction] | None:
+    """Where `i` is a scalar predicate compared (``EQ``, ``NE``) or
+    ``xor``-ed with a constant ``true`` or ``false``: whether it negates
+    the other operand, and that operand; else None."""
+    if i.opcode not in ("compare", "xor") or len(i.operands) != 2:
+      return None
+    if not i.shape.startswith("pred[]"):
+      return None
+    first, second = self._operand(i, 0), self._operand(i, 1)
+    for constant, other in ((first, second), (second, first)):
+      value = _PRED_LITERALS.get(constant.literal or "")
+      if constant.opcode != "constant" or value is None:
+        continue
+      if not other.shape.startswith("pred[]"):
+        return None
+      if i.opcode == "xor":
+        return value, other
+      direction = _DIRECTION.search(self._line(i))
+      if direction is None:
+        return None
+      if direction.group(1) == "EQ":
+        return not value, other
+      if direction.group(1) == "NE":
+        return value, other
+      return None
+    return None
 
   def loop(self, i: _hlo.Instruction) -> Signature:
     """The signature of while `i`'s decision: its condition, and each

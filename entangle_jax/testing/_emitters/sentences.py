@@ -246,10 +246,12 @@ def rank_summary(run: RankRun) -> str:
     counts[finding.kind.verdict] = counts.get(finding.kind.verdict, 0) + 1
   found = ", ".join(f"{n} {verdict}" for verdict, n in counts.items())
   by_type = sum(m.verdict == "matched-by-type" for m in run.modules)
+  unseen = sum(m.verdict == "unseen-communicators" for m in run.modules)
   return (
     f"Checked {checked} communicating module{'s' * (checked != 1)} across "
     f"{run.ranks} rank{'s' * (run.ranks != 1)}: {proved} proved"
     + (f", {by_type} matched by type only (not proved)" if by_type else "")
+    + (f", {unseen} on communicators not seen (not proved)" if unseen else "")
     + (f"; findings: {found}." if found else ".")
     + (f" NOT PROVED: {run.unproved}" if run.unproved else "")
   )

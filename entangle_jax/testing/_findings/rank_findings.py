@@ -167,7 +167,8 @@ class RankFinding:
 
 FOUND = frozenset({"rank-dependent", "mismatch", "deadlock"})
 """The verdicts that are a problem found (the others: ``proved``, and
-``matched-by-type``, which proves nothing and finds nothing)."""
+``matched-by-type`` and ``unseen-communicators``, which prove nothing and
+find nothing)."""
 
 
 @dataclasses.dataclass(frozen=True)

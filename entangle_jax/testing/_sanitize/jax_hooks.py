@@ -13,12 +13,22 @@ those are host send/recv callback objects instead,
 Python callable as it lowers the callback (`TPU_CALLBACK`). One private
 function is recognised, not replaced: ``jax.debug.print``'s printer
 (`DEBUG_PRINT_CALLBACK`), whose format string names its callback.
+
+For the cross-rank check's execution record
+(`entangle_jax.testing._ways_in.executions`), `on_execute` wraps
+``jax._src.interpreters.pxla.ExecuteReplicated.__call__``, through which
+a jitted module runs from Python, and turns off JAX's two C++ fast paths
+(``jax._src.pjit._get_fastpath_data``,
+``pxla.MeshExecutable.create_cpp_call``, and the one a
+``jax._src.stages.Compiled`` keeps in ``_call``), through which Python
+sees nothing of a call (guarded by tests/ways_in/rank_sequences_test.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any
 
 REGISTER = "register_custom_call_target"
@@ -95,9 +105,10 @@ def hlo_text(module: bytes) -> str:
 
 
 def replace(
-  module: types.ModuleType, name: str, make: Callable[[Any], Any]
+  module: types.ModuleType | type, name: str, make: Callable[[Any], Any]
 ) -> Callable[[], None]:
-  """Sets ``module.name`` to ``make(original)``; returns the undo."""
+  """Sets ``module.name`` to ``make(original)`` (a module's or a class's
+  attribute); returns the undo."""
   original = getattr(module, name)
   setattr(module, name, make(original))
 
@@ -105,3 +116,59 @@ def replace(
     setattr(module, name, original)
 
   return undo
+
+
+def _no_fastpath(*args, **kwargs) -> None:
+  """`on_execute`'s stand-in for ``pjit._get_fastpath_data``: none."""
+  return None
+
+
+@contextlib.contextmanager
+def on_execute(callback: Callable[[Any], None]) -> Generator[None]:
+  """Calls ``callback(executable)`` as each jitted module of this process
+  begins to run, while the block runs: `executable` is the loaded XLA
+  executable (``hlo_modules()`` gives its module).
+
+  A jitted call runs its module from C++ once it has run once (pjit's
+  fast path, and a ``Compiled``'s own), where Python sees nothing. Inside
+  the block neither fast path is made (``_get_fastpath_data`` gives None,
+  ``MeshExecutable.create_cpp_call`` none), so every call goes through
+  ``ExecuteReplicated.__call__``, which is wrapped. Fast paths made before
+  the block are dropped as it begins (``jax.clear_caches``: what was
+  compiled before is compiled again), and a ``Compiled``'s own at each
+  of its calls (``Compiled._call``; it keeps the slow one after). Calls
+  run slower inside.
+  """
+  import jax
+  from jax._src import pjit, stages
+  from jax._src.interpreters import pxla
+
+  def called(execute):
+    def wrapped(self, *args):
+      callback(self.xla_executable)
+      return execute(self, *args)
+
+    return wrapped
+
+  def uncached(call):
+    # A `Compiled` keeps the fast path it made at its first call, which
+    # clearing JAX's caches leaves: dropped at each call inside.
+    def wrapped(self, *args, **kwargs):
+      self._call = None
+      return call(self, *args, **kwargs)
+
+    return wrapped
+
+  jax.clear_caches()
+  undo = [
+    replace(pxla.ExecuteReplicated, "__call__", called),
+    replace(stages.Compiled, "__call__", uncached),
+    replace(pjit, "_get_fastpath_data", lambda _: _no_fastpath),
+    replace(pxla.MeshExecutable, "create_cpp_call", lambda _: _no_fastpath),
+  ]
+  try:
+    yield
+  finally:
+    for step in reversed(undo):
+      step()
+    jax.clear_caches()

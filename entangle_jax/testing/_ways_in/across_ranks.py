@@ -34,11 +34,15 @@ import dataclasses
 import os
 import pathlib
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-from entangle_jax._src.targets.communication import ANY
 from entangle_jax._src.targets.declaration import Declarations
-from entangle_jax.testing._analysis import origins, wildcards
+from entangle_jax.testing._analysis import (
+  communicators,
+  origins,
+  peers,
+  wildcards,
+)
 from entangle_jax.testing._analysis.ops import Op
 from entangle_jax.testing._analysis.ranks import (
   Branch,
@@ -46,12 +50,30 @@ from entangle_jax.testing._analysis.ranks import (
   Item,
   Loop,
   RankProgram,
+  Unordered,
+  calls_of,
 )
 from entangle_jax.testing._findings import rank_findings as kinds
 from entangle_jax.testing._hlo.module_text import CompiledModule
 
+
+class RankItems(Protocol):
+  """What the check reads of a rank: a `RankProgram`, or a rank's
+  executions concatenated (`rank_sequences`)."""
+
+  @property
+  def items(self) -> tuple[Item, ...]: ...
+  @property
+  def unordered(self) -> Sequence[Unordered]: ...
+
+
 Verdict = Literal[
-  "proved", "mismatch", "deadlock", "rank-dependent", "matched-by-type"
+  "proved",
+  "mismatch",
+  "deadlock",
+  "rank-dependent",
+  "matched-by-type",
+  "unseen-communicators",
 ]
 
 
@@ -140,8 +162,9 @@ class CrossRankResult:
   finding is kept in its field.
 
   Attributes:
-    verdict: ``"proved"``, ``"rank-dependent"``, ``"deadlock"`` or
-      ``"mismatch"``.
+    verdict: ``"proved"``, ``"rank-dependent"``, ``"deadlock"``,
+      ``"mismatch"``, or, proving nothing and finding nothing,
+      ``"unseen-communicators"`` or ``"matched-by-type"``.
     ranks: how many ranks were compared.
     matched: the steps every rank agreed on, in order (all of them when
       proved; up to the problem otherwise).
@@ -163,6 +186,10 @@ class CrossRankResult:
   """Pairs of matched calls of one type that nothing tells apart (their
   operands' origins differ between ranks): the verdict is then
   ``"matched-by-type"``, not proved."""
+  communicators: tuple[str, ...] = ()
+  """Why the ranks' communicators cannot be matched
+  (`communicators.unseen`: a rank's calls use several, or one the module
+  does not show): the verdict is then ``"unseen-communicators"``."""
 
   @property
   def proved(self) -> bool:
@@ -172,10 +199,12 @@ class CrossRankResult:
   @property
   def status(self) -> int:
     """The ``--ranks`` command's exit status: 0 when proved, 2 when
-    matched by type only (nothing proved, nothing found), else 1."""
+    matched by type only or on communicators not seen (nothing proved,
+    nothing found), else 1."""
     if self.proved:
       return 0
-    return 2 if self.verdict == "matched-by-type" else 1
+    unproved = ("matched-by-type", "unseen-communicators")
+    return 2 if self.verdict in unproved else 1
 
   def text(self) -> str:
     """The report, for people."""
@@ -209,6 +238,13 @@ def format_result(result: CrossRankResult) -> str:
     )
     for n, step in enumerate(result.matched, 1):
       lines.append(f"  {n}. {_step_text(step)}")
+    return "\n".join(lines)
+  if result.verdict == "unseen-communicators":
+    lines.append(
+      f"NOT proved: the {result.ranks} ranks' calls match, but on "
+      "communicators the modules do not show:"
+    )
+    lines += [f"  {sentence}" for sentence in result.communicators]
     return "\n".join(lines)
   if result.verdict == "matched-by-type":
     steps = len(result.matched)
@@ -494,7 +530,7 @@ class _Simulation:
         peer = h.peer
         other = heads[peer] if 0 <= peer < n else None
         is_recv = isinstance(other, Call) and other.kind == "recv"
-        if is_recv and _receives_from(other, rank, h.tag):
+        if is_recv and peers.receives_from(other, rank, h.tag):
           advance([rank, peer])
           return True
     ready: dict[int, set[int]] = {}
@@ -506,7 +542,7 @@ class _Simulation:
         continue
       if not (0 <= peer < n and 0 <= source < n):
         continue
-      if _receives_from(heads[peer], rank, h.tag) and _sends_to(
+      if peers.receives_from(heads[peer], rank, h.tag) and peers.sends_to(
         heads[source], rank, h.source_tag
       ):
         ready[rank] = {peer, source}
@@ -516,7 +552,8 @@ class _Simulation:
       changed = False
       for rank, partners in list(ready.items()):
         if any(
-          _kind(heads[o]) == "sendrecv" and o not in ready for o in partners
+          peers.kind(heads[o]) == "sendrecv" and o not in ready
+          for o in partners
         ):
           del ready[rank]
           changed = True
@@ -524,7 +561,7 @@ class _Simulation:
       return False
     group = set(ready)
     for partners in ready.values():
-      group |= {p for p in partners if _kind(heads[p]) in ("send", "recv")}
+      group |= {p for p in partners if peers.kind(heads[p]) in ("send", "recv")}
     advance(sorted(group))
     return True
 
@@ -554,35 +591,6 @@ class _Simulation:
 
 
 _UNBOUND = object()
-
-
-def _kind(item: Item | None) -> str | None:
-  """A call's kind; None for a loop, a conditional or nothing."""
-  return item.kind if isinstance(item, Call) else None
-
-
-def _matches(value: int | None, wanted: int | None) -> bool:
-  value = 0 if value is None else value
-  wanted = 0 if wanted is None else wanted
-  return value == wanted or value <= ANY or wanted <= ANY
-
-
-def _receives_from(item: Item | None, rank: int, tag: int | None) -> bool:
-  if not isinstance(item, Call):
-    return False
-  if item.kind == "recv":
-    return _matches(item.peer, rank) and _matches(item.tag, tag)
-  if item.kind == "sendrecv":
-    return _matches(item.source, rank) and _matches(item.source_tag, tag)
-  return False
-
-
-def _sends_to(item: Item | None, rank: int, tag: int | None) -> bool:
-  if not isinstance(item, Call):
-    return False
-  if item.kind in ("send", "sendrecv"):
-    return item.peer == rank and _matches(item.tag, tag)
-  return False
 
 
 def _swaps(
@@ -615,7 +623,7 @@ def _swaps(
   return None, tuple(unclear)
 
 
-def _rank_dependent(programs: list[RankProgram]) -> tuple[RankDependent, ...]:
+def _rank_dependent(programs: list[RankItems]) -> tuple[RankDependent, ...]:
   found: dict[tuple[str, str, str], tuple[list[int], RankDependent]] = {}
 
   def walk(rank: int, items: tuple[Item, ...]) -> None:
@@ -736,8 +744,9 @@ def _simulate(
   return clean or first
 
 
-def check_programs(programs: Sequence[RankProgram]) -> CrossRankResult:
-  """`races_across` over modules already read, one per rank."""
+def check_programs(programs: Sequence[RankItems]) -> CrossRankResult:
+  """`races_across` over modules already read, one per rank (or each
+  rank's executions, `rank_sequences.check_executions`)."""
   programs = list(programs)
   rank_dependent = _rank_dependent(programs)
   unordered = tuple(
@@ -759,6 +768,9 @@ def check_programs(programs: Sequence[RankProgram]) -> CrossRankResult:
   mismatch = stopped if isinstance(stopped, Mismatch) else None
   deadlock = stopped if isinstance(stopped, Deadlock) else None
   verdict: Verdict = "matched-by-type" if by_type_only else "proved"
+  unseen = communicators.unseen([tuple(calls_of(p.items)) for p in programs])
+  if unseen:
+    verdict = "unseen-communicators"
   if rank_dependent:
     verdict = "rank-dependent"
   elif unordered:
@@ -776,4 +788,5 @@ def check_programs(programs: Sequence[RankProgram]) -> CrossRankResult:
     rank_dependent,
     unordered,
     by_type_only,
+    unseen,
   )

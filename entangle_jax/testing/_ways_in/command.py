@@ -73,7 +73,7 @@ from entangle_jax.testing._emitters.options import Options
 from entangle_jax.testing._findings.rank_findings import RankRun
 from entangle_jax.testing._findings.records import DeclarationsRead, Run
 from entangle_jax.testing._hlo import dumped_module
-from entangle_jax.testing._ways_in import rank_report
+from entangle_jax.testing._ways_in import rank_report, rank_sequences
 from entangle_jax.testing._ways_in.across_ranks import check_programs
 from entangle_jax.testing._ways_in.module_files import (
   CannotAnswer,
@@ -276,15 +276,21 @@ def main(
 
 def _rank_modules(
   folder: str, declarations: Declarations, rank: int
-) -> list[tuple[str, str, RankProgram]]:
+) -> tuple[
+  list[tuple[str, str, RankProgram]],
+  dict[int, tuple[str, str, RankProgram | None]],
+]:
   """The modules of one rank's dump that communicate: (name, file,
-  program), in dump order.
+  program), in dump order; and every optimized module by its number
+  (name, file, and its program, None where it does not communicate), for
+  the rank's execution record (`rank_sequences.executed`).
 
   Raises:
     CannotAnswer: no such folder, nothing optimized in it, or a module
       the check cannot read.
   """
   found = []
+  compiled: dict[int, tuple[str, str, RankProgram | None]] = {}
   for path in sorted(optimized_modules([folder]), key=_module_number):
     try:
       text = path.read_text()
@@ -296,10 +302,14 @@ def _rank_modules(
       raise CannotAnswer(f"rank {rank}: {path}: {error}") from None
     except Exception as error:  # A crash: "could not answer".
       raise CannotAnswer(_crashed(error, f"rank {rank}: {path}")) from None
-    if any(True for _ in program.calls()):
-      name = dumped_module.module_name(text) or path.name
+    name = dumped_module.module_name(text) or path.name
+    communicates = any(True for _ in program.calls())
+    if communicates:
       found.append((name, str(path), program))
-  return found
+    number = _module_number(path)[0]
+    if number >= 0:
+      compiled[number] = (name, str(path), program if communicates else None)
+  return found, compiled
 
 
 def _across_ranks(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -307,14 +317,16 @@ def _across_ranks(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
   ``--format`` names (`rank_formats`)."""
   try:
     declarations, said, _ = _declarations(args.project)
-    ranks = [
+    read = [
       _rank_modules(folder, declarations, rank)
       for rank, folder in enumerate(args.ranks)
     ]
   except CannotAnswer as error:
     return _cannot_answer(error, args.format, out, err)
   try:
-    run = _rank_run(args.ranks, ranks, said)
+    run = _executions_run(args.ranks, [c for _, c in read], said)
+    if isinstance(run, str):  # No record to follow: module by module.
+      run = _rank_run(args.ranks, [r for r, _ in read], said, run)
   except Exception as error:  # Any crash: "could not answer".
     # A crash of the check is no finding: exit 2 with its cause, never the
     # status of a mismatch (1), which a CI job or the pytest plugin would
@@ -351,8 +363,11 @@ def _rank_run(
   folders: Sequence[str],
   ranks: list[list[tuple[str, str, RankProgram]]],
   said: str,
+  no_record: str = "",
 ) -> RankRun:
-  """The cross-rank check of each rank's communicating modules."""
+  """The cross-rank check of each rank's communicating modules, paired
+  in compile order; `no_record` says why no execution record was
+  followed."""
   names = [[name for name, _, _ in r] for r in ranks]
   if any(n != names[0] for n in names):
     files = [[file for _, file, _ in r] for r in ranks]
@@ -376,9 +391,43 @@ def _rank_run(
       "the other ranks' module of its place in compile order (module "
       "numbers); the dumps do not record in which order, or how many "
       "times, each rank ran them, so a rank that calls them in another "
-      "order (g before f) is not seen."
+      "order (g before f) is not seen"
+      + (f" ({no_record})." if no_record else ".")
     )
   return RankRun(len(folders), tuple(modules), said, unproved)
+
+
+def _executions_run(
+  folders: Sequence[str],
+  compiled: list[dict[int, tuple[str, str, RankProgram | None]]],
+  said: str,
+) -> RankRun | str:
+  """The cross-rank check over each rank's executions, in the order its
+  execution record lists them (`rank_sequences`): one sequence a rank.
+  Where a rank's record is missing or does not fit its dump, why, in
+  words (the modules are then paired by compile order, and several a
+  rank prove nothing)."""
+  runs = []
+  for rank, folder in enumerate(folders):
+    try:
+      record = rank_sequences.read_record(folder)
+      runs.append(rank_sequences.executed(folder, rank, record, compiled[rank]))
+    except rank_sequences.RankRecordMissing as error:
+      said = str(error)
+      return (
+        said if said.startswith(f"rank {rank}:") else f"rank {rank}: {said}"
+      )
+  if not any(runs):
+    return RankRun(len(folders), (), said)
+  result = rank_sequences.check_executions(
+    [[(name, program) for name, _, program in r] for r in runs]
+  )
+  files = [
+    " then ".join(f"{name} ({file})" for name, file, _ in r) or "none"
+    for r in runs
+  ]
+  module = rank_report.module_of("the executions of each rank", files, result)
+  return RankRun(len(folders), (module,), said)
 
 
 def _sanitized_ranks(folder: str, fmt: str, out: TextIO, err: TextIO) -> int:

@@ -70,7 +70,11 @@ kept) and checks its own modules as usual; when its tests are done it
 says so in DIR, and rank 0 waits for every rank (at most
 ``ENTANGLE_JAX_RANKS_TIMEOUT`` seconds, 300 by default), then runs the
 cross-rank check (``python -m entangle_jax.testing --ranks``) on their
-dumps and prints its report in ``--entangle-format``'s format. In
+dumps and prints its report in ``--entangle-format``'s format. Each
+rank records, from the session's start to its end, which of its
+compiled modules it ran, in order (`executions.record_executions`, in
+its dump folder), so the check compares each rank's sequence of jitted
+calls, not modules paired by compile order. In
 ``fail`` mode rank 0's run fails where the check does not prove that the
 ranks make their communicating calls in one order, or a rank did not
 finish. It does not combine with pytest-xdist.
@@ -88,6 +92,7 @@ installed (Bazel's runfiles), pass ``-p entangle_jax.testing.pytest_plugin``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import pickle
@@ -245,6 +250,8 @@ class _State:
     # cross-rank check's report and exit status (None: not run yet).
     self.ranks: _launcher_ranks.Ranks | None = None
     self.across: tuple[str, int] | None = None
+    # Under --entangle-ranks: the execution record, open for the session.
+    self.recording: contextlib.ExitStack | None = None
 
 
 _KEY = pytest.StashKey[_State]()
@@ -537,10 +544,26 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     report.sections.append((f"entangle-jax races {on}", text))
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+  state = _state(session.config)
+  if state is None or state.ranks is None:
+    return
+  # The order this rank runs its modules in, for the check across ranks:
+  # a dump says which modules a rank compiled, not in which order it ran
+  # them (issue 77).
+  from entangle_jax.testing._ways_in import executions
+
+  state.recording = contextlib.ExitStack()
+  state.recording.enter_context(executions.record_executions(state.dump))
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
   state = _state(session.config)
   if state is None:
     return
+  if state.recording is not None:
+    state.recording.close()  # Marks the record complete.
+    state.recording = None
   watch = state.watch
   if watch is not None:
     state.unattributed += [r for r in watch.new_results() if r.races]

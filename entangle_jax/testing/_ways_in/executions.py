@@ -1,0 +1,138 @@
+"""The execution record: which compiled modules a rank ran, in order
+(issue 77, defect 4).
+
+`record_executions(folder)` writes, while its block runs, each execution
+of a jitted module of this process to ``folder/entangle_executions.json``
+(`rank_sequences.RECORD`): the module's number (XLA's module id, the
+``module_NNNN`` of a dump) and its name. ``--ranks`` follows it where
+every rank's dump folder holds one (`rank_sequences`), so a rank that
+runs ``g`` before ``f`` is compared call by call against one that runs
+``f`` first.
+
+The record is written anew as the block begins, marked incomplete, and
+marked complete as it ends: a rank that died inside leaves a record
+that proves nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+import threading
+from collections.abc import Generator
+
+from entangle_jax.testing._sanitize import jax_hooks
+from entangle_jax.testing._ways_in.rank_sequences import (
+  RECORD,
+  RECORD_FORMAT,
+  Execution,
+)
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+  value = shift = 0
+  while True:
+    byte = data[at]
+    at += 1
+    value |= (byte & 0x7F) << shift
+    shift += 7
+    if byte < 0x80:
+      return value, at
+
+
+def module_id(proto: bytes) -> int | None:
+  """The ``id`` (field 5) of a serialized ``HloModuleProto``: the number
+  XLA gives the module's dump files (``module_NNNN``); 0 where the field
+  is absent (proto3 leaves a 0 out: the process's first module); None
+  where the bytes are not read to their end. Only the top level is read
+  (no protobuf library)."""
+  at = 0
+  while at < len(proto):
+    key, at = _varint(proto, at)
+    field, wire = key >> 3, key & 7
+    if wire == 0:
+      value, at = _varint(proto, at)
+      if field == 5:
+        return value
+    elif wire == 2:
+      size, at = _varint(proto, at)
+      at += size
+    elif wire == 1:
+      at += 8
+    elif wire == 5:
+      at += 4
+    else:  # Groups are not in an HloModuleProto.
+      return None
+  return 0 if at == len(proto) else None
+
+
+class Recorder:
+  """The executions seen so far, written to `path` after each one."""
+
+  def __init__(self, folder: str | os.PathLike[str]):
+    self.path = pathlib.Path(folder) / RECORD
+    self.executions: list[Execution] = []
+    self.unknown = 0
+    """Executions whose module had no number: the record then proves
+    nothing (`write` never marks it complete)."""
+    self._numbers: dict[int, Execution | None] = {}
+    self._lock = threading.Lock()
+
+  def executed(self, executable) -> None:
+    """`jax_hooks.on_execute`'s callback: one execution of `executable`."""
+    key = id(executable)
+    found = self._numbers.get(key, False)
+    if found is False:
+      found = None
+      modules = executable.hlo_modules()
+      if len(modules) == 1:
+        number = module_id(modules[0].as_serialized_hlo_module_proto())
+        if number is not None:
+          found = Execution(number, modules[0].name)
+      # Kept alive by the cache of JAX that holds it, as long as it runs.
+      self._numbers[key] = found
+    with self._lock:
+      if found is None:
+        self.unknown += 1
+      else:
+        self.executions.append(found)
+      self.write(complete=False)
+
+  def write(self, complete: bool) -> None:
+    """Writes the record (through a temporary file, so a reader never
+    sees half of one); `complete` only where every execution is named."""
+    data = {
+      "format": RECORD_FORMAT,
+      "complete": complete and not self.unknown,
+      "unknown": self.unknown,
+      "executions": [
+        {"module": e.number, "name": e.name} for e in self.executions
+      ],
+    }
+    self.path.parent.mkdir(parents=True, exist_ok=True)
+    partial = self.path.with_suffix(".partial")
+    partial.write_text(json.dumps(data, indent=1))
+    os.replace(partial, self.path)
+
+
+@contextlib.contextmanager
+def record_executions(folder: str | os.PathLike[str]) -> Generator[Recorder]:
+  """Records, while the block runs, every execution of a jitted module
+  of this process, in order, to ``folder/entangle_executions.json``: the
+  record ``--ranks`` follows. `folder` is the rank's dump folder (the
+  ``--xla_dump_to`` of ``XLA_FLAGS``).
+
+  Every jitted call inside goes through Python (JAX's C++ fast paths are
+  off: `jax_hooks.on_execute`), so it runs slower, and the caches of
+  compiled functions are cleared as the block begins and ends (what was
+  compiled before it is compiled again, and dumped again under a new
+  number). The record is marked complete as the block ends without an
+  execution whose module it could not name.
+  """
+  recorder = Recorder(folder)
+  recorder.write(complete=False)
+  with jax_hooks.on_execute(recorder.executed):
+    yield recorder
+  recorder.write(complete=True)

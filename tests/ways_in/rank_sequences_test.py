@@ -1,0 +1,345 @@
+"""The cross-rank check over each rank's sequence of jitted calls (issue
+77, defect 4): rank 1 calling ``g`` before ``f`` where rank 0 calls ``f``
+then ``g`` (MPI aborts with ``MPI_ERR_TRUNCATE``, or each rank gets the
+other's data) is a mismatch naming both modules; the same order on both
+ranks is proved; without an execution record, several modules a rank
+stay NOT PROVED.
+
+Hermetic, in one process: each rank's modules are compiled here with the
+rank as a Python value, and an FFI target declared as an allreduce is
+registered with entangle's no-op handler, only to compile.
+"""
+
+import functools
+import io
+import json
+import pathlib
+import tempfile
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl.testing import absltest
+
+from entangle_jax._src import native
+from entangle_jax._src.targets import sources, table
+from entangle_jax._src.targets.declaration import Declarations, merged
+from entangle_jax.testing._analysis.ranks import RankProgram
+from entangle_jax.testing._ways_in import command, executions, rank_sequences
+from entangle_jax.testing._ways_in.across_ranks import check_programs
+
+ALLREDUCE = "rank_sequences_test_allreduce"
+X = jax.ShapeDtypeStruct((4,), jnp.float32)
+
+
+@functools.cache
+def registered() -> None:
+  handler = native.load().registrations()["entangle"]
+  jax.ffi.register_ffi_target(ALLREDUCE, handler, platform="cpu")
+
+
+def declarations() -> Declarations:
+  mine = table.from_table(
+    {
+      "targets": {
+        ALLREDUCE: {
+          "communicates": {
+            "kind": "collective",
+            "communicator": "comm",
+            "same_result": True,
+          }
+        }
+      }
+    },
+    "rank_sequences_test",
+  )
+  return merged([mine, sources.BUILT_IN], distinct=False)
+
+
+def allreduce(x):
+  registered()
+  call = jax.ffi.ffi_call(
+    ALLREDUCE, jax.ShapeDtypeStruct(x.shape, x.dtype), has_side_effect=True
+  )
+  return call(x, comm=np.int64(7))
+
+
+def f(x):
+  return allreduce(x)
+
+
+def g(x):  # Twice f's size: f and g swapped are calls of different types.
+  return allreduce(jnp.tile(x, 2))
+
+
+def g_same_type(x):  # f's type and f's computation: only the module differs.
+  return allreduce(x)
+
+
+@functools.cache
+def compiled(function) -> str:
+  text = jax.jit(function).lower(X).compile().as_text()
+  assert text is not None
+  return text
+
+
+def program(function) -> RankProgram:
+  return RankProgram(compiled(function), declarations())
+
+
+@functools.cache
+def named(function) -> tuple[str, RankProgram]:
+  return f"jit_{function.__name__}", program(function)
+
+
+class ExecutionsTest(absltest.TestCase):
+  """`check_executions`: each rank's executions as one sequence."""
+
+  def test_g_before_f_is_a_mismatch_naming_both_modules(self):
+    result = rank_sequences.check_executions(
+      [[named(f), named(g)], [named(g), named(f)]]
+    )
+    self.assertEqual(result.verdict, "mismatch")
+    assert result.mismatch is not None
+    first, second = result.mismatch.calls
+    assert first is not None and second is not None
+    self.assertEqual((first.rank, second.rank), (0, 1))
+    self.assertIn("in jit_f, execution 1", first.label)
+    self.assertIn("in jit_g, execution 1", second.label)
+    self.assertIn("shapes", result.mismatch.differs)
+
+  def test_control_the_same_order_is_proved(self):
+    result = rank_sequences.check_executions(
+      [[named(f), named(g)], [named(f), named(g)]]
+    )
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 2)
+    self.assertIn("jit_g, execution 2", result.matched[1].calls[0].label)
+
+  def test_a_rank_that_runs_one_more_module_deadlocks(self):
+    result = rank_sequences.check_executions([[named(f), named(f)], [named(f)]])
+    self.assertEqual(result.verdict, "deadlock")
+
+  def test_a_swap_of_one_type_is_told_by_the_module(self):
+    # f and g_same_type make one allreduce of one type from their first
+    # parameter: MPI matches them, and each rank gets the other's data.
+    runs = [
+      [named(f), named(g_same_type)],
+      [named(g_same_type), named(f)],
+    ]
+    result = rank_sequences.check_executions(runs)
+    self.assertEqual(result.verdict, "mismatch")
+    assert result.mismatch is not None
+    self.assertIn("swapped", result.mismatch.differs)
+
+  def test_control_without_module_names_the_swap_passes_as_proved(self):
+    # The calls' origins alone (no module named) are equal: the same
+    # concatenation, checked without naming the modules, is "proved".
+    # This is why `check_executions` names each origin's module.
+    class Plain:
+      def __init__(self, runs):
+        self.items = tuple(x for _, p in runs for x in p.items)
+        self.unordered = ()
+
+    runs = [
+      [named(f), named(g_same_type)],
+      [named(g_same_type), named(f)],
+    ]
+    self.assertEqual(check_programs([Plain(r) for r in runs]).verdict, "proved")
+
+
+def write_dump(folder: pathlib.Path, modules: dict) -> None:
+  """A dump folder holding each of `modules` (number -> function) under
+  its number, as XLA names the files."""
+  folder.mkdir(parents=True)
+  for number, function in modules.items():
+    name = f"module_{number:04d}.jit_{function.__name__}"
+    (folder / f"{name}.cpu_after_optimizations.txt").write_text(
+      compiled(function)
+    )
+
+
+def write_record(folder: pathlib.Path, ran: list[tuple[int, str]], done=True):
+  (folder / rank_sequences.RECORD).write_text(
+    json.dumps(
+      {
+        "format": rank_sequences.RECORD_FORMAT,
+        "complete": done,
+        "executions": [{"module": n, "name": name} for n, name in ran],
+      }
+    )
+  )
+
+
+class CommandTest(absltest.TestCase):
+  """``--ranks`` follows each rank's execution record."""
+
+  def setUp(self):
+    super().setUp()
+    root = pathlib.Path(tempfile.mkdtemp())
+    self.folders = [root / "rank0", root / "rank1"]
+    # Each rank compiled f and g, under its own numbers.
+    write_dump(self.folders[0], {3: f, 5: g})
+    write_dump(self.folders[1], {4: f, 8: g})
+    # The allreduce declared as a project would declare it.
+    self.project = root / "pyproject.toml"
+    self.project.write_text(
+      f"[tool.entangle-jax.targets.{ALLREDUCE}]\n"
+      'communicates = { kind = "collective", communicator = "comm", '
+      "same_result = true }\n"
+    )
+
+  def run_command(self, *args: str, stdout_only=False) -> tuple[int, str]:
+    out, err = io.StringIO(), io.StringIO()
+    status = command.main(
+      [
+        "--ranks",
+        *map(str, self.folders),
+        "--project",
+        str(self.project),
+        *args,
+      ],
+      out=out,
+      err=err,
+    )
+    if stdout_only:
+      return status, out.getvalue()
+    return status, out.getvalue() + err.getvalue()
+
+  def test_g_before_f_exits_1_naming_both_modules(self):
+    write_record(self.folders[0], [(3, "jit_f"), (5, "jit_g")])
+    write_record(self.folders[1], [(8, "jit_g"), (4, "jit_f")])
+    status, out = self.run_command()
+    self.assertEqual(status, 1, out)
+    self.assertIn("Mismatch at call 1", out)
+    self.assertIn(f"rank 0: call 1: collective {ALLREDUCE} (f32[4])", out)
+    self.assertIn(f"rank 1: call 1: collective {ALLREDUCE} (f32[8])", out)
+    self.assertIn("(in jit_f, execution 1)", out)
+    self.assertIn("(in jit_g, execution 1)", out)
+    status, out = self.run_command("--json", stdout_only=True)
+    self.assertEqual(status, 1)
+    (module,) = json.loads(out)["modules"]
+    self.assertEqual(module["verdict"], "mismatch")
+
+  def test_control_the_same_order_is_proved(self):
+    write_record(self.folders[0], [(3, "jit_f"), (5, "jit_g"), (3, "jit_f")])
+    write_record(self.folders[1], [(4, "jit_f"), (8, "jit_g"), (4, "jit_f")])
+    status, out = self.run_command()
+    self.assertEqual(status, 0, out)
+    self.assertIn("Proved: the 2 ranks make 3 communicating calls", out)
+    self.assertNotIn("NOT PROVED", out)
+
+  def test_control_without_a_record_several_modules_are_not_proved(self):
+    write_record(self.folders[0], [(3, "jit_f"), (5, "jit_g")])
+    status, out = self.run_command()
+    self.assertEqual(status, 2, out)
+    self.assertIn("NOT PROVED", out)
+    self.assertIn("rank 1", out)
+    self.assertIn("holds no execution record", out)
+
+  def test_an_unfinished_record_proves_nothing(self):
+    write_record(self.folders[0], [(3, "jit_f"), (5, "jit_g")])
+    write_record(self.folders[1], [(4, "jit_f"), (8, "jit_g")], done=False)
+    status, out = self.run_command()
+    self.assertEqual(status, 2, out)
+    self.assertIn("not complete", out)
+
+  def test_a_record_of_a_module_the_dump_lacks_proves_nothing(self):
+    write_record(self.folders[0], [(3, "jit_f"), (5, "jit_g")])
+    write_record(self.folders[1], [(4, "jit_f"), (99, "jit_h")])
+    status, out = self.run_command()
+    self.assertEqual(status, 2, out)
+    self.assertIn("module 99", out)
+
+  def test_a_record_of_another_run_proves_nothing(self):
+    write_record(self.folders[0], [(3, "jit_f"), (5, "jit_g")])
+    write_record(self.folders[1], [(4, "jit_g"), (8, "jit_f")])
+    status, out = self.run_command()
+    self.assertEqual(status, 2, out)
+    self.assertIn("another run", out)
+
+
+def module_number(function, x) -> int | None:
+  """The module id of `function`'s executable for `x` (JAX's cache)."""
+  executable = function.lower(x).compile().runtime_executable()
+  assert executable is not None
+  proto = executable.hlo_modules()[0].as_serialized_hlo_module_proto()
+  return executions.module_id(proto)
+
+
+class RecordTest(absltest.TestCase):
+  """`record_executions`: every execution, in order, by module id."""
+
+  def test_every_call_is_recorded_in_order(self):
+    ff = jax.jit(lambda x: x + 1.0)
+    gg = jax.jit(lambda x: x * 2.0)
+    x = jnp.ones(3)
+    ff(x)  # Before the block: its fast path is dropped as it begins.
+    folder = tempfile.mkdtemp()
+    with executions.record_executions(folder) as recorder:
+      ff(x)
+      gg(x)
+      ff(x)
+      ff(x)  # Taken by JAX's C++ fast path, were it on: Python unseen.
+      ids = {name: module_number(fn, x) for name, fn in (("f", ff), ("g", gg))}
+    record = rank_sequences.read_record(folder)
+    ours = [e.number for e in record if e.number in ids.values()]
+    self.assertEqual(ours, [ids["f"], ids["g"], ids["f"], ids["f"]])
+    self.assertEqual(recorder.unknown, 0)
+
+  def test_a_compiled_called_before_the_block_is_seen_inside(self):
+    # A `Compiled` keeps the C++ fast path of its first call: inside the
+    # block it is dropped at each call, so each is recorded.
+    x = jnp.ones(5)
+    hh = jax.jit(lambda x: x * 3.0).lower(x).compile()
+    hh(x)
+    hh(x)
+    folder = tempfile.mkdtemp()
+    with executions.record_executions(folder):
+      hh(x)
+      hh(x)
+    names = [e.name for e in rank_sequences.read_record(folder)]
+    self.assertEqual(names.count("jit__lambda"), 2, names)
+
+  def test_control_with_the_fast_path_on_repeated_calls_are_unseen(self):
+    # What the fast paths hide: the same hook with them left on sees one
+    # execution of a function called three times.
+    from jax._src.interpreters import pxla
+
+    seen = []
+    execute = pxla.ExecuteReplicated.__call__
+
+    def called(self, *args):
+      seen.append(self.name)
+      return execute(self, *args)
+
+    ff = jax.jit(lambda x: x - 1.0)
+    x = jnp.ones(3)
+    pxla.ExecuteReplicated.__call__ = called
+    try:
+      for _ in range(3):
+        ff(x)
+    finally:
+      pxla.ExecuteReplicated.__call__ = execute
+    self.assertLess(seen.count("<lambda>"), 3)
+
+  def test_a_module_id_of_0_is_the_field_left_out(self):
+    # proto3 leaves out a field that holds 0: the process's first module
+    # (module_0000) has no id field. Field 5, varint: key 0x28.
+    self.assertEqual(executions.module_id(bytes([0x28, 0x07])), 7)
+    self.assertEqual(executions.module_id(bytes([0x0A, 0x01, 0x41])), 0)
+    self.assertIsNone(executions.module_id(bytes([0x0A, 0x05, 0x41])))
+
+  def test_an_unfinished_block_leaves_an_incomplete_record(self):
+    folder = tempfile.mkdtemp()
+    with (
+      self.assertRaises(RuntimeError),
+      executions.record_executions(folder),
+    ):
+      raise RuntimeError("the rank died")
+    with self.assertRaisesRegex(rank_sequences.RankRecordMissing, "complete"):
+      rank_sequences.read_record(folder)
+
+
+if __name__ == "__main__":
+  absltest.main()
