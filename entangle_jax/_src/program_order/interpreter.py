@@ -267,23 +267,7 @@ class Context:
       # names no object, so the call touches none, and XLA keeps no such
       # call in the module to race. Nothing to order, nothing to wait for.
       return self.bind(eqn, invals)
-    bits = 0
-    for value in invals:
-      bits |= table.dep(value)
-    # An ordered effect is an order: this call comes after the earlier
-    # ones with one of its ordered effects, with no entangle (and no
-    # warning for one that returns no array).
-    tokens = jax_compat.ordered_effects_of(eqn)
-    if tokens:
-      bits |= self.calls.after_effects(tokens)
-    parts = tuple(
-      p if k is None else Part(p.mode, table.root(invals[k]), p.target)
-      for p, k in zip(call.parts, call.objects, strict=True)
-    )
-    object_index = next((k for k in call.objects if k is not None), None)
-    parts, scope = _in_resource(table, parts, invals, object_index, call.record)
-    if self.native_log is not None:
-      self.native_log.extend(parts)
+    parts, scope, bits, tokens, object_index = _touched(self, eqn, invals, call)
     values, stood = self.witnesses_for(
       parts, bits, f"the native call `{call.label}`"
     )
@@ -311,37 +295,7 @@ class Context:
         outs = carrier.bind(eqn, invals, adds_operand, adds_result)
       else:
         outs = self.bind(self.ordered_bodies(eqn), invals)
-    extra = outs[len(eqn.outvars) :]
-    outs = outs[: len(eqn.outvars)]
-    if self.saving:
-      # Saved by the rebuilt checkpoint's policy: never made again.
-      outs = [checkpoint_name(o, SAVED) for o in outs]
-    if self.top and not self.recompute and table.track_keys:
-      for k, out in zip(keys, outs, strict=True):
-        table.saved.setdefault(k, out)
-    bit = self.calls.new_bit()
-    for out in outs:
-      table.set_dep(out, bit | bits)
-    for k, back in zip(call.objects, call.returns, strict=True):
-      if k is not None:
-        obj = table.root(invals[k])
-        for r in back:
-          if r < len(outs):
-            table.set_root(outs[r], obj)
-    access = OrderedCall(
-      bit,
-      parts,
-      _witnesses_of(call, outs, extra),
-      bit | bits,
-      call.label,
-      side_effect=call.side_effect,
-      results=tuple(outs),
-      tokens=tokens,
-    )
-    table.keep.extend(outs)
-    table.keep.extend(extra)
-    self.calls.add(access)
-    return outs
+    return _recorded(self, eqn, call, keys, invals, outs, parts, bits, tokens)
 
   def ordered_bodies(self, eqn):
     """`eqn`, a binding's own higher-order primitive, with each sub-program
@@ -514,6 +468,73 @@ class Context:
     for i, value in zip(floats, tied, strict=True):
       outs[i] = value
     return outs
+
+
+def _touched(ctx: Context, eqn, invals: list, call: NativeCall):
+  """What native call `eqn` (`call`) on `invals` touches, as the race check
+  reads it (`_in_resource`), and the named scope to bind it in; the calls
+  it comes after by its operands and its ordered effects; those effects;
+  and its object operand's index (None: none)."""
+  table = ctx.values
+  bits = 0
+  for value in invals:
+    bits |= table.dep(value)
+  # An ordered effect is an order: this call comes after the earlier
+  # ones with one of its ordered effects, with no entangle (and no
+  # warning for one that returns no array).
+  tokens = jax_compat.ordered_effects_of(eqn)
+  if tokens:
+    bits |= ctx.calls.after_effects(tokens)
+  parts = tuple(
+    p if k is None else Part(p.mode, table.root(invals[k]), p.target)
+    for p, k in zip(call.parts, call.objects, strict=True)
+  )
+  object_index = next((k for k in call.objects if k is not None), None)
+  parts, scope = _in_resource(table, parts, invals, object_index, call.record)
+  if ctx.native_log is not None:
+    ctx.native_log.extend(parts)
+  return parts, scope, bits, tokens, object_index
+
+
+def _recorded(
+  ctx: Context, eqn, call: NativeCall, keys, invals, outs, parts, bits, tokens
+) -> list:
+  """Records native call `eqn` (`call`), bound on `invals` to `outs` (a
+  carrier result last, past `eqn`'s own), which touches `parts` and comes
+  after the calls in `bits`. Its results, less the carrier result, saved
+  by `keys` (what computes each) for a checkpoint's recomputation."""
+  table = ctx.values
+  extra = outs[len(eqn.outvars) :]
+  outs = outs[: len(eqn.outvars)]
+  if ctx.saving:
+    # Saved by the rebuilt checkpoint's policy: never made again.
+    outs = [checkpoint_name(o, SAVED) for o in outs]
+  if ctx.top and not ctx.recompute and table.track_keys:
+    for k, out in zip(keys, outs, strict=True):
+      table.saved.setdefault(k, out)
+  bit = ctx.calls.new_bit()
+  for out in outs:
+    table.set_dep(out, bit | bits)
+  for k, back in zip(call.objects, call.returns, strict=True):
+    if k is not None:
+      obj = table.root(invals[k])
+      for r in back:
+        if r < len(outs):
+          table.set_root(outs[r], obj)
+  access = OrderedCall(
+    bit,
+    parts,
+    _witnesses_of(call, outs, extra),
+    bit | bits,
+    call.label,
+    side_effect=call.side_effect,
+    results=tuple(outs),
+    tokens=tokens,
+  )
+  table.keep.extend(outs)
+  table.keep.extend(extra)
+  ctx.calls.add(access)
+  return outs
 
 
 def _tie(chain, token, xs: list) -> list:
