@@ -23,7 +23,12 @@ import jax.numpy as jnp
 from absl.testing import absltest
 
 from entangle_jax import testing
-from entangle_jax._src.program_order import interpreter, rule_inputs
+from entangle_jax._src.program_order import (
+  call_log,
+  interpreter,
+  rule_inputs,
+  value_table,
+)
 from entangle_jax._src.program_order import rules as rules_package
 from entangle_jax._src.targets import sources
 
@@ -74,9 +79,19 @@ def rule_protocols() -> dict[str, type]:
 
 
 def interpreter_attributes() -> set[str]:
-  """The attributes `interpreter.Context` sets on itself (``self.x = ``
-  anywhere in its class): the books it keeps."""
-  tree = ast.parse(inspect.getsource(interpreter.Context))
+  """The attributes `interpreter.Context` and the tables it keeps (its
+  values', `value_table.ValueTable`, and its calls', `call_log.CallLog`)
+  set on themselves (``self.x = `` anywhere in their classes): the books
+  it keeps."""
+  found = set()
+  for klass in (interpreter.Context, value_table.ValueTable, call_log.CallLog):
+    found |= _self_attributes(klass)
+  return found
+
+
+def _self_attributes(klass: type) -> set[str]:
+  """The attributes `klass` sets on itself (``self.x = ``)."""
+  tree = ast.parse(inspect.getsource(klass))
   found = set()
   for node in ast.walk(tree):
     targets = []
@@ -170,7 +185,7 @@ class RuleInputsTest(absltest.TestCase):
 
   def test_no_rule_writes_the_interpreters_books(self):
     books = interpreter_attributes()
-    for name in ("chain", "backward", "own", "accesses", "saving"):
+    for name in ("chain", "backward", "own", "accesses", "saving", "deps"):
       self.assertIn(name, books)
     sources = rule_sources()
     self.assertIn("loops.py", sources)

@@ -2,11 +2,13 @@
 one module per family, `eval_eqn` a lookup in it, and the list of what is
 supported generated from it onto docs/fixing_races.md."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 from absl.testing import absltest
 
-from entangle_jax import in_program_order
+from entangle_jax import in_program_order, testing
 from entangle_jax._src.program_order import call_like, rule_inputs
 from entangle_jax._src.program_order.interpreter import Context
 from entangle_jax._src.program_order.rules import registry
@@ -71,6 +73,62 @@ class RegistryTest(absltest.TestCase):
       registry.RULES["reshape"] = rule
     self.assertEqual(seen, ["reshape"])
     self.assertEqual(out.shape, (2, 2))
+
+  def test_each_host_callback_has_its_carrier_rule(self):
+    """How a host callback takes a carrier is a rule per primitive
+    (`rules.host_callbacks`), in a table of its own: none of them is an
+    ordering rule, and only an io_callback is given a result."""
+    found = {
+      name: rule.bind.__module__.rsplit(".", 1)[-1]
+      for name, rule in registry.CARRIERS.items()
+    }
+    self.assertEqual(
+      found,
+      {
+        "io_callback": "host_callbacks",
+        "debug_callback": "host_callbacks",
+        "debug_print": "host_callbacks",
+      },
+    )
+    self.assertEqual(set(found) & set(registry.RULES), set())
+    self.assertIsNotNone(registry.CARRIERS["debug_print"].unordered)
+    with self.assertRaisesRegex(ValueError, "two carrier rules"):
+      registry.register_carrier(("io_callback",), takes_operand=bool)(
+        lambda *a: []
+      )
+
+  def test_native_binds_a_carrier_by_the_primitives_rule(self):
+    """A debug callback with no operand, after a write, is bound by its
+    primitive's carrier rule with one operand more; the control, one with
+    an operand of its own, is bound as it is."""
+
+    def program(operand):
+      def f(x):
+        testing.write_slot(3, x)
+        if operand:
+          jax.debug.callback(lambda *a: None, x + 1.0)
+        else:
+          jax.debug.callback(lambda *a: None)
+        return x
+
+      return f
+
+    rule = registry.CARRIERS["debug_callback"]
+    seen = []
+
+    def spy(eqn, invals, adds_operand, adds_result):
+      seen.append((len(invals), adds_operand, adds_result))
+      return rule.bind(eqn, invals, adds_operand, adds_result)
+
+    registry.CARRIERS["debug_callback"] = dataclasses.replace(rule, bind=spy)
+    try:
+      jax.jit(in_program_order(program(False))).lower(jnp.float32(1.0))
+      self.assertEqual(seen, [(1, True, False)])
+      del seen[:]
+      jax.jit(in_program_order(program(True))).lower(jnp.float32(1.0))
+      self.assertEqual(seen, [])
+    finally:
+      registry.CARRIERS["debug_callback"] = rule
 
   def test_a_program_without_native_calls_is_unchanged(self):
     f = in_program_order(

@@ -33,10 +33,13 @@ naming it, and is ordered as a call that may write anything; a call with no
 input to entangle raises, naming it.
 
 Modules: `api` (the transform: arguments in, results out), `interpreter`
-(the evaluation: native calls ordered, what the rules share, and the books
-it keeps from what each rule returns), `rules` (the ordering rule of each
-primitive, by family, and their registry), `rule_inputs` (what a rule
-reads, and the result it returns), `values`
+(the evaluator: native calls ordered, what the rules share, and the books
+it keeps from what each rule returns), `value_table` (what the evaluation
+knows of each value), `call_log` (the calls it has recorded, and which a
+new one must come after), `rules` (the ordering rule of each primitive, by
+family, how each host callback's primitive takes a carrier, and their
+registry), `rule_inputs` (what a rule reads, and the result it returns),
+`values`
 (helpers the interpreter and the rules share), `natives` (which equations
 are native calls, which sub-programs hold one), `lowered` (what a
 first-order equation lowers to), `touches` (what a call touches, when two

@@ -251,7 +251,7 @@ def in_program_order(
     ctx = Context(decls, keys=natives.has_checkpoint(closed.jaxpr))
     if distinct_arguments:
       labels = [p for p, d in zip(paths, dynamic, strict=True) if d]
-      ctx.name_arguments(traced, labels)
+      ctx.values.name_arguments(traced, labels)
     with _collection_paused():
       outs = iter(ctx.link(ctx.run(closed.jaxpr, closed.consts, traced)))
     result = [

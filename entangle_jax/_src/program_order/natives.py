@@ -547,7 +547,7 @@ def has_native_jaxpr(
 def has_checkpoint(jaxpr) -> bool:
   """Whether `jaxpr` (or a sub-jaxpr) holds a checkpoint, which JAX's
   differentiation may have made to recompute forward values: the only
-  reader of the keys of what computes each value (`Context.key`)."""
+  reader of the keys of what computes each value (`ValueTable.key`)."""
   return any(e.primitive.name in call_like.CHECKPOINTS for e in all_eqns(jaxpr))
 
 

@@ -19,7 +19,9 @@ up (`rule_for`). `supported` lists the families and their primitives, and
 A native call (an ``ffi_call``, a callback that may have effects, a
 binding's own primitive) is not a rule of this table: any first-order
 primitive can be one, which its declaration or its lowering says
-(`natives.native_call`).
+(`natives.native_call`). What a host callback's primitive can take to be
+ordered by (a carrier operand, a carrier result) is a table of its own
+(`CARRIERS`, filled by `rules.host_callbacks`).
 """
 
 from __future__ import annotations
@@ -101,6 +103,74 @@ def register(
     return fn
 
   return decorate
+
+
+CarrierBind = Callable[[Any, list, bool, bool], list]
+"""``bind(eqn, invals, adds_operand, adds_result) -> outs``: a host
+callback's equation bound to `invals`, whose last value is the carrier
+operand when `adds_operand`, with one more int32 result, last, when
+`adds_result`."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CarrierRule:
+  """How a host callback's primitive takes a carrier, so that it can be
+  ordered as a native call where its own operands and results cannot: one
+  more operand to entangle when it has none with elements (XLA replaces
+  a value of no element by a constant, which orders nothing), and one
+  more result for later calls to wait for when it returns none with
+  elements. Its Python function sees neither: `bind` hides them.
+
+  `takes_operand` says whether an equation can take a carrier operand;
+  where it cannot, `unordered` is the warning that the call runs when XLA
+  runs it (None: the interpreter raises, as for any native call with
+  nothing to order it by). `adds_result` says whether an equation gets a
+  result to be waited for."""
+
+  primitive: str
+  bind: CarrierBind
+  takes_operand: Callable[[Any], bool]
+  adds_result: Callable[[Any], bool]
+  unordered: str | None = None
+
+
+CARRIERS: dict[str, CarrierRule] = {}
+"""Primitive name: how its host callback takes a carrier. Not ordering
+rules (`RULES`): a host callback is a native call, which the interpreter
+orders itself, reading this table for what its primitive can take."""
+
+
+def _never(eqn: Any) -> bool:
+  del eqn
+  return False
+
+
+def register_carrier(
+  primitives: Sequence[str],
+  *,
+  takes_operand: Callable[[Any], bool],
+  adds_result: Callable[[Any], bool] = _never,
+  unordered: str | None = None,
+) -> Callable[[CarrierBind], CarrierBind]:
+  """Registers the decorated function as the carrier binding of each of
+  `primitives` (`CarrierRule` says what the arguments mean)."""
+
+  def decorate(fn: CarrierBind) -> CarrierBind:
+    for name in primitives:
+      if name in CARRIERS:
+        raise ValueError(f"the primitive {name!r} has two carrier rules")
+      CARRIERS[name] = CarrierRule(
+        name, fn, takes_operand, adds_result, unordered
+      )
+    return fn
+
+  return decorate
+
+
+def carrier_for(name: str) -> CarrierRule | None:
+  """How the host callback primitive named `name` takes a carrier, or None:
+  it takes none."""
+  return CARRIERS.get(name)
 
 
 def rule_for(name: str) -> OrderingRule | None:
