@@ -352,6 +352,42 @@ def write_after_an_integer_difference(slot):
   return value.astype(jnp.float32), read_slot(written)
 
 
+@jax.jit
+def bump(slot):
+  """A jitted helper that reads the slot, then writes it."""
+  value = read_slot(slot)
+  return value, write_slot(entangle(slot, value), value + 1.0)
+
+
+def bump_twice(slot):
+  """The helper at two places; the second waits for the first's read, not
+  for its write."""
+  a, _ = bump(slot)
+  b, _ = bump(entangle(slot, a))
+  return a, b
+
+
+def bump_twice_fixed(slot):
+  """The report's fix: the second takes the first's write."""
+  a, written = bump(slot)
+  b, _ = bump(written)
+  return a, b
+
+
+@jax.jit
+def query_pair(slot):
+  """A jitted query, called at two places on the same operand."""
+  return read_slot(slot)
+
+
+def query_twice_around_a_write(slot):
+  """Two identical queries: XLA inlines both and merges them, so the
+  second returns the first's value."""
+  first = query_pair(slot)
+  write_slot(entangle(slot, first), first + 5.0)
+  return first, query_pair(slot)
+
+
 def helper_before_and_after(slot):
   """A jitted query before a write and after it: the pair is the
   second query and the write, the write first."""
@@ -563,6 +599,35 @@ class HelperPlacesTest(absltest.TestCase):
     self.assertTrue(race.order_known)
     wrong = _jit_values(jax.jit(helper_before_and_after))
     self.assertNotIn(_program_order_value(helper_before_and_after), wrong)
+
+  def test_a_helper_at_two_places_is_reported_once_per_pair(self):
+    # Each call of the helper named by its place, as the optimized module
+    # names its inlined copies: the pairs it reports are not reported
+    # again from the program (once 4 pairs for 2, two of them "merged").
+    found = _races(bump_twice)
+    report = format_races(found)
+    self.assertLen(found, 2, report)
+    self.assertNotIn("merged", report)
+    wrong = _jit_values(jax.jit(bump_twice))
+    self.assertNotIn(_program_order_value(bump_twice), wrong)
+    self.assertEqual(_races(bump_twice_fixed), [])
+    self.assertEqual(
+      _jit_values(jax.jit(bump_twice_fixed)),
+      [_program_order_value(bump_twice_fixed)] * 3,
+    )
+
+  def test_a_merged_helper_call_names_both_places(self):
+    found = _races(query_twice_around_a_write)
+    report = format_races(found)
+    merged = [
+      r for r in found if r.xla_change and r.xla_change.kind == "merged"
+    ]
+    self.assertNotEmpty(merged, report)
+    lines = {race.first.location for race in merged} | {
+      race.second.location for race in merged
+    }
+    self.assertGreaterEqual(len(lines), 2, report)
+    self.assertRegex(report, r"with an identical call at \S+:\d+")
 
 
 class MayOrderTest(absltest.TestCase):

@@ -20,6 +20,7 @@ and scope where the module records no stack.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 
 from entangle_jax._src import access_marker
@@ -31,6 +32,7 @@ from entangle_jax.testing._analysis.ops import (
   program_order_of,
 )
 from entangle_jax.testing._hlo import Instruction, Module
+from entangle_jax.testing._hlo.attributes import Stack
 from entangle_jax.testing._order import call_graph, may_order
 
 Key = tuple[object, ...]
@@ -116,9 +118,6 @@ def hidden_races(
   `may` does not is ordered only through an edge XLA folds away.
   """
   known = {_pair_key(race) for race in optimized_races}
-  changes = _Changes(
-    optimized.of(optimized_ops), program.of(program_ops), program_ops
-  )
   op_of = {op.instruction.name: op for op in program_ops}
   instances = may.by_instruction()
   placed = [
@@ -126,6 +125,16 @@ def hidden_races(
     for op in program_ops
     for instance in instances.get(op.instruction.name, ())
   ]
+  at_place = {
+    instance.bit: _at_place(op, may.placed_stack(instance))
+    for op, instance in placed
+  }
+  changes = _Changes(
+    optimized.of(optimized_ops),
+    _placed_counts(at_place, placed),
+    program_ops,
+    list(at_place.values()),
+  )
 
   def writes(instance: may_order.CallInstance) -> bool:
     op = op_of[instance.instruction.name]
@@ -164,40 +173,80 @@ def hidden_races(
       if why is None:
         continue
       settled.add(pair)
-      first, second, order_known = program_order_of(op_a, op_b)
+      first, _, order_known = program_order_of(op_a, op_b)
+      ends = (a, b) if first is op_a else (b, a)
       if why.kind == "hoisted":
         # Across iterations the other call comes first: the iteration
         # before ran it, and the moved call of the next must follow.
-        moved_first = why.moved is a
-        first, second = (op_b, op_a) if moved_first else (op_a, op_b)
+        ends = (b, a) if why.moved is a else (a, b)
         order_known = True
       elif a.chain != b.chain:
         # Two places of the program (a helper's call sites): the order
         # the program reaches them, which an op's own lines cannot say.
-        first, second = (op_a, op_b) if a.bit < b.bit else (op_b, op_a)
+        ends = (a, b) if a.bit < b.bit else (b, a)
         order_known = True
-      race = Race(first, second, order_known=order_known)
+      # Each call as at its place: a helper's call named by the lines
+      # that reach it there, as the optimized module names its inlined
+      # copies (so a pair that module reports is not reported twice).
+      race = Race(
+        at_place[ends[0].bit], at_place[ends[1].bit], order_known=order_known
+      )
       if _pair_key(race) in known:
         continue
       race.xla_change = _change_of(
-        may, why, race, op_of, changes, program_precedes
+        may,
+        why,
+        race,
+        (op_of[ends[0].instruction.name], op_of[ends[1].instruction.name]),
+        at_place,
+        changes,
+        program_precedes,
       )
-      found[(first, second)] = race
+      found[(race.first, race.second)] = race
   return list(found.values())
+
+
+def _at_place(op: Op, stack: Stack) -> Op:
+  """`op` named by the Python stack of one place it runs at (a jitted
+  helper's call there; `may_order.MayOrder.placed_stack`): itself where
+  that is its own."""
+  if stack == op.instruction.stack:
+    return op
+  placed = dataclasses.replace(
+    op.instruction, stack=stack, source=stack[0] if stack else None
+  )
+  return dataclasses.replace(op, instruction=placed)
+
+
+def _placed_counts(
+  at_place: dict[int, Op],
+  placed: Sequence[tuple[Op, may_order.CallInstance]],
+) -> dict[Key, tuple[int, int]]:
+  """How many calls of the program each key names, one per place, and
+  the fewest loops around one (`Placement.of`'s answer, with each call
+  keyed by its place's stack)."""
+  counts: dict[Key, tuple[int, int]] = {}
+  for _, instance in placed:
+    key = call_key(at_place[instance.bit])
+    count, depth = counts.get(key, (0, len(instance.loops)))
+    counts[key] = (count + 1, min(depth, len(instance.loops)))
+  return counts
 
 
 def _change_of(
   may: may_order.MayOrder,
   why: may_order.Unordered,
   race: Race,
-  op_of: dict[str, Op],
+  program_pair: tuple[Op, Op],
+  at_place: dict[int, Op],
   changes: _Changes,
   program_precedes: Callable[[Op, Op], bool],
 ) -> XlaChange:
   """What XLA did to `race`'s calls (`changes`), or else what it may do
-  (`why`)."""
+  (`why`); `program_pair` is the race's two calls as ops of the module
+  (`program_precedes` takes those)."""
   if why.moved is not None:
-    moved = op_of[why.moved.instruction.name]
+    moved = at_place[why.moved.bit]
     seen = changes.of_call(moved)
     if seen is not None and seen.kind == why.kind:
       return seen
@@ -218,7 +267,7 @@ def _change_of(
   seen = changes.of(race)
   if seen.call is not None:
     return seen
-  first, second = race.first, race.second
+  first, second = program_pair
   if program_precedes(first, second) or program_precedes(second, first):
     return XlaChange("folded")
   return seen
@@ -238,11 +287,16 @@ class _Changes:
     after: dict[Key, tuple[int, int]],
     before: dict[Key, tuple[int, int]],
     program_ops: Sequence[Op],
+    places: Sequence[Op] = (),
   ):
     self._after = after
     self._before = before
     self._program_ops = program_ops
-    self._made: dict[Op, XlaChange | None] = {}
+    self._places: dict[str, list[Op]] = {}
+    """The ops of each instruction, one per place (a helper's call)."""
+    for placed in places:
+      self._places.setdefault(placed.name, []).append(placed)
+    self._made: dict[tuple[Op, Stack], XlaChange | None] = {}
 
   def of(self, race: Race) -> XlaChange:
     for op in (race.first, race.second):
@@ -253,9 +307,11 @@ class _Changes:
 
   def of_call(self, op: Op) -> XlaChange | None:
     """What XLA did to call `op` of the program; None: kept in place."""
-    if op not in self._made:
-      self._made[op] = self._work_out(op)
-    return self._made[op]
+    # By its stack too: a helper's call at two places is one op.
+    key = (op, op.instruction.stack)
+    if key not in self._made:
+      self._made[key] = self._work_out(op)
+    return self._made[key]
 
   def _work_out(self, op: Op) -> XlaChange | None:
     key = call_key(op)
@@ -277,7 +333,12 @@ class _Changes:
   def _twin(self, op: Op) -> Op | None:
     """An earlier call of the program identical to `op` (same target,
     operands and result in one computation), which CSE keeps in its place;
-    None when there is none."""
+    or the same call of a helper at another place that XLA kept (it
+    inlined both, and merged them); None when there is none."""
+    for other in self._places.get(op.name, ()):
+      stack = other.instruction.stack
+      if stack != op.instruction.stack and self._after.get(call_key(other)):
+        return other
     mine = op.instruction
     for other in self._program_ops:
       i = other.instruction

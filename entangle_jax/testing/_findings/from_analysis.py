@@ -495,12 +495,15 @@ class _Sites:
 
   def __init__(self):
     self.labels = ObjectLabels()
-    self._made: dict[Op, ReportedCall] = {}
+    self._made: dict[tuple[Op, object], ReportedCall] = {}
 
   def __call__(self, op: Op) -> ReportedCall:
-    site = self._made.get(op)
+    # Keyed by the stack too: one call of a jitted helper at two places is
+    # one op with two stacks, each place's (`xla_changes.hidden_races`).
+    key = (op, op.instruction.stack)
+    site = self._made.get(key)
     if site is None:
-      site = self._made[op] = call_site(op, self.labels)
+      site = self._made[key] = call_site(op, self.labels)
     return site
 
   def pair(self, race: Race) -> Pair:

@@ -62,6 +62,7 @@ from collections.abc import Callable
 
 from entangle_jax._src.targets.names import ENTANGLE_TARGET
 from entangle_jax.testing._hlo import Instruction, Module
+from entangle_jax.testing._hlo.attributes import Stack
 
 
 @dataclasses.dataclass(frozen=True)
@@ -282,6 +283,7 @@ class MayOrder:
     """Bits of the instances whose results something that runs uses."""
     self.fixed_point = False
     self._by_name: dict[str, Instruction] | None = None
+    self._callers: dict[str, list[Instruction]] | None = None
     for _ in range(_PASSES_LIMIT):
       self._grew = False
       self.instances = {}
@@ -302,15 +304,64 @@ class MayOrder:
   def call_site(self, instance: CallInstance) -> Instruction | None:
     """The innermost ``call`` that leads to `instance` (a jitted helper's
     call at this place), or None where no ``call`` does."""
-    if self._by_name is None:
-      self._by_name = {
-        i.name: i for body in self.module.computations.values() for i in body
-      }
+    self._names()
+    assert self._by_name is not None
     for name in reversed(instance.chain):
       found = self._by_name.get(name)
       if found is not None and found.opcode == "call":
         return found
     return None
+
+  def placed_stack(self, instance: CallInstance) -> Stack:
+    """The Python stack of `instance` at its place, as XLA's inliner
+    composes it: a helper's computation keeps the stack of the place JAX
+    traced it at, so each ``call`` on the way swaps that place's frames
+    for its own. The instruction's own stack where no ``call`` leads to
+    it, or where the traced place cannot be told."""
+    self._names()
+    placed: Stack | None = None
+    helper = None
+    for name in instance.chain:
+      call = self._by_name.get(name) if self._by_name else None
+      if call is None or call.opcode != "call" or not call.callees:
+        continue
+      placed = (
+        call.stack if placed is None else self._rebased(call, helper, placed)
+      )
+      helper = call.callees[0]
+    if placed is None or helper is None:
+      return instance.instruction.stack
+    return self._rebased(instance.instruction, helper, placed)
+
+  def _rebased(self, i: Instruction, helper: str, placed: Stack) -> Stack:
+    """`i`'s stack, traced inside `helper` at one of its call sites, with
+    that site's frames replaced by `placed`."""
+    stack = i.stack
+    for caller in self._callers_of(helper):
+      site = caller.stack
+      if (
+        site
+        and len(site) <= len(stack)
+        and stack[len(stack) - len(site) :] == site
+      ):
+        return stack[: len(stack) - len(site)] + placed
+    return stack
+
+  def _callers_of(self, helper: str) -> list[Instruction]:
+    if self._callers is None:
+      self._callers = {}
+      for body in self.module.computations.values():
+        for i in body:
+          if i.opcode == "call":
+            for callee in i.callees:
+              self._callers.setdefault(callee, []).append(i)
+    return self._callers.get(helper, [])
+
+  def _names(self) -> None:
+    if self._by_name is None:
+      self._by_name = {
+        i.name: i for body in self.module.computations.values() for i in body
+      }
 
   def deletable(self, instance: CallInstance) -> bool:
     """Whether XLA may delete `instance`: it has no side effect and nothing
