@@ -30,7 +30,7 @@ import numpy as np
 from absl.testing import absltest, parameterized
 from jax import lax
 
-from entangle_jax import entangle
+from entangle_jax import entangle, in_program_order
 from entangle_jax.testing import (
   example_store,
   format_races,
@@ -557,6 +557,27 @@ class ReportedWithAWorkingFixTest(parameterized.TestCase):
     self.assertEqual(_races(fixed), [], format_races(_races(fixed)))
     self.assertEqual(
       _jit_values(jax.jit(fixed)), [_program_order_value(fixed)] * 3
+    )
+
+
+class ProgramOrderOrdersFoldedWaitsTest(parameterized.TestCase):
+  """`in_program_order` of each wait through a value XLA folds: it
+  entangles the query after the update (it once took ``jnp.maximum(w, w) -
+  w`` for an order and added nothing: 0.0 where program order gives 5.0);
+  without it, each is wrong (`ReportedWithAWorkingFixTest`)."""
+
+  @parameterized.named_parameters(
+    ("max_minus_itself", query_through_max_minus_itself),
+    ("negated_twice", query_through_negated_twice),
+    ("remainder_by_one", query_through_remainder_by_one),
+    ("broadcast_index", query_through_broadcast_index),
+    ("sort_key", query_through_sort_key),
+  )
+  def test_ordered_and_right(self, program):
+    ordered = in_program_order(program)
+    self.assertEqual(_races(ordered), [], format_races(_races(ordered)))
+    self.assertEqual(
+      _jit_values(jax.jit(ordered)), [_program_order_value(program)] * 3
     )
 
 

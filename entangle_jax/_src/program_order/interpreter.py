@@ -231,10 +231,13 @@ class Context:
     must compute them after (`kept_deps`), never on mere data flow."""
     outs = jax_compat.bind_equation(eqn, invals)
     table = self.values
+    flows = [table.flows(v) for v in invals]
     for out, bits in zip(
-      outs, kept_deps(eqn, [table.dep(v) for v in invals]), strict=True
+      outs, kept_deps(eqn, [table.dep(v) for v in invals], flows), strict=True
     ):
       table.set_dep(out, bits)
+      if not bits and any(flows):
+        table.taint(out)
     return outs
 
   # Native calls ---------------------------------------------------------

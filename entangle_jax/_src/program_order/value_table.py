@@ -47,6 +47,10 @@ class ValueTable:
     self.rebound: dict[Any, Any] = {}
     self.entangled_roots: dict[tuple[int, tuple[int, ...]], Any] = {}
     self.deps: dict[int, int] = {}
+    # Values computed from a call's result through an equation that keeps
+    # no order (``jnp.maximum(t, t)``): they come after no call (`dep` is
+    # 0), yet are not independent of one (`flows`).
+    self.tainted: set[int] = set()
     self.roots: dict[int, Obj] = {}
     self.used: set[int] = set()
     # What the program itself uses (the equations' operands and the
@@ -66,6 +70,7 @@ class ValueTable:
     table = ValueTable(self.track_keys)
     table.roots = dict(self.roots)
     table.deps = dict(self.deps)
+    table.tainted = set(self.tainted)
     table.keep = self.keep
     table.used = self.used
     table.program_used = self.program_used
@@ -78,6 +83,8 @@ class ValueTable:
     of this table."""
     for i, o in zip(inner, outer, strict=True):
       child.set_dep(i, self.dep(o))
+      if id(o) in self.tainted:
+        child.taint(i)
       child.set_root(i, self.root(o))
       if i is not o and self.track_keys:
         child.keys[id(i)] = self.key(o)
@@ -100,6 +107,18 @@ class ValueTable:
     if bits:
       self.keep.append(value)
       self.deps[id(value)] = self.deps.get(id(value), 0) | bits
+
+  def flows(self, value: Any) -> bool:
+    """Whether `value` is computed from a call's result at all: it comes
+    after a call, or is tainted by one (`taint`)."""
+    key = id(value)
+    return key in self.deps or key in self.tainted
+
+  def taint(self, value: Any) -> None:
+    """Records that `value` is computed from a call's result through data
+    flow that orders nothing."""
+    self.keep.append(value)
+    self.tainted.add(id(value))
 
   def root(self, value: Any) -> Obj:
     """The object `value` names."""
