@@ -50,6 +50,7 @@ ALLOWED: dict[tuple[str, str], str] = {
   (f"{_ORDER}.lowered", "_NOT_OWN"): _CACHE,
   (f"{_ORDER}.rules.registry", "RULES"): _REGISTRY,
   (f"{_ORDER}.rules.registry", "FAMILIES"): _REGISTRY,
+  (f"{_ORDER}.rules.registry", "CARRIERS"): _REGISTRY,
   (f"{_CORE}.targets.in_code", "DECLARED"): _REGISTRY,
   (f"{_TESTING}._hlo.module_text", "_TEXTS"): _CACHE,
   (f"{_TESTING}._hlo.module_text", "_BEFORE"): _CACHE,
