@@ -320,14 +320,15 @@ class MayOrder:
     it, or where the traced place cannot be told."""
     self._names()
     placed: Stack | None = None
-    helper = None
+    helper: str | None = None
     for name in instance.chain:
       call = self._by_name.get(name) if self._by_name else None
       if call is None or call.opcode != "call" or not call.callees:
         continue
-      placed = (
-        call.stack if placed is None else self._rebased(call, helper, placed)
-      )
+      if placed is None or helper is None:
+        placed = call.stack
+      else:
+        placed = self._rebased(call, helper, placed)
       helper = call.callees[0]
     if placed is None or helper is None:
       return instance.instruction.stack
