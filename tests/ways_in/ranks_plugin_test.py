@@ -63,14 +63,19 @@ SUITE = textwrap.dedent(
 )
 
 
-class RanksPluginTest(absltest.TestCase):
+class _RanksRun(absltest.TestCase):
+  """Runs the plugin under ``mpirun -n 2`` on `suite`, written to a
+  temporary folder."""
+
+  suite = SUITE
+
   def setUp(self):
     super().setUp()
     test_util.needs_mpirun(self)
     folder = tempfile.TemporaryDirectory()
     self.addCleanup(folder.cleanup)
     self.folder = pathlib.Path(folder.name)
-    (self.folder / "test_ranks.py").write_text(SUITE)
+    (self.folder / "test_ranks.py").write_text(self.suite)
 
   def run_ranks(self, swap: bool) -> tuple[int, str]:
     return test_util.mpirun_pytest(
@@ -80,6 +85,9 @@ class RanksPluginTest(absltest.TestCase):
       swap=swap,
       timeout=TIMEOUT_S,
     )
+
+
+class RanksPluginTest(_RanksRun):
 
   def test_ranks_in_one_order_pass(self):
     status, output = self.run_ranks(swap=False)
@@ -115,26 +123,11 @@ SEQUENCE = SUITE.split("def test_two_allreduces():")[0] + textwrap.dedent(
 )
 
 
-class RanksSequenceTest(absltest.TestCase):
+class RanksSequenceTest(_RanksRun):
   """Each rank's jitted calls, in the order they ran, checked as one
   sequence (the plugin records it)."""
 
-  def setUp(self):
-    super().setUp()
-    test_util.needs_mpirun(self)
-    folder = tempfile.TemporaryDirectory()
-    self.addCleanup(folder.cleanup)
-    self.folder = pathlib.Path(folder.name)
-    (self.folder / "test_ranks.py").write_text(SEQUENCE)
-
-  def run_ranks(self, swap: bool) -> tuple[int, str]:
-    return test_util.mpirun_pytest(
-      self.folder,
-      "--entangle-races=fail",
-      f"--entangle-ranks={self.folder / 'ranks'}",
-      swap=swap,
-      timeout=TIMEOUT_S,
-    )
+  suite = SEQUENCE
 
   def test_g_before_f_on_rank_1_fails_the_run(self):
     # Before the execution record, this run passed: two modules a rank
