@@ -88,7 +88,6 @@ class _RanksRun(absltest.TestCase):
 
 
 class RanksPluginTest(_RanksRun):
-
   def test_ranks_in_one_order_pass(self):
     status, output = self.run_ranks(swap=False)
     self.assertEqual(status, 0, output)
