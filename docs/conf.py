@@ -72,6 +72,9 @@ nitpick_ignore_regex = [
   # public classes name them, but they have no page.
   ("py:class", r"entangle_jax\.testing\._sanitize\.sites\.Frame"),
   ("py:class", r"entangle_jax\.testing\._sanitize\.checks\.Unpaired"),
+  # What record_executions yields (the executions seen so far, for tests):
+  # private, with no page.
+  ("py:class", r"entangle_jax\.testing\._ways_in\.executions\.Recorder"),
   # The conflict rule's verdict (why two accesses conflict, or not), which
   # OrderAnalysis.verdicts and Race.verdicts hand out for the reports: a
   # private record of the one rule, described where those methods are.
