@@ -562,7 +562,6 @@ class OrderAnalysis:
     if program is None:
       return [], xla_changes.NOT_SEEN
     optimized_placement = xla_changes.Placement(self.module)
-    program_placement = xla_changes.Placement(program.module)
     # A selector that picks nothing there (an op XLA made) picks nothing.
     among = None if among is None else list(among)
     if among is not None:
@@ -578,7 +577,6 @@ class OrderAnalysis:
       optimized_placement,
       found,
       ops,
-      program_placement,
       program_ops,
       may,
       program.conflict,

@@ -101,7 +101,6 @@ def hidden_races(
   optimized: Placement,
   optimized_races: Sequence[Race],
   optimized_ops: Sequence[Op],
-  program: Placement,
   program_ops: Sequence[Op],
   may: may_order.MayOrder,
   conflict: Callable[[Op, Op], bool],
@@ -113,7 +112,8 @@ def hidden_races(
   that module), less those the optimized module's races
   (`optimized_races`, among `optimized_ops`) already hold: each with the
   `XlaChange` that says what XLA may do, and what this compile did
-  (`Placement`s of both modules tell it). `program_precedes` is the
+  (the optimized module's `Placement`, against each program call's place
+  from `may`, tells it). `program_precedes` is the
   program's order by its edges, barriers included: a pair it orders and
   `may` does not is ordered only through an edge XLA folds away.
   """
