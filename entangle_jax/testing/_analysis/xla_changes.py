@@ -335,10 +335,17 @@ class _Changes:
     operands and result in one computation), which CSE keeps in its place;
     or the same call of a helper at another place that XLA kept (it
     inlined both, and merged them); None when there is none."""
-    for other in self._places.get(op.name, ()):
+    places = self._places.get(op.name, ())
+    for other in places:
       stack = other.instruction.stack
       if stack != op.instruction.stack and self._after.get(call_key(other)):
         return other
+    # Places whose stacks are one (a helper called twice from one line, or
+    # an older JAX whose locations name only the innermost frame): the
+    # kept call is another place, at the same lines.
+    same = [o for o in places if o.instruction.stack == op.instruction.stack]
+    if len(same) > 1 and self._after.get(call_key(op)):
+      return op
     mine = op.instruction
     for other in self._program_ops:
       i = other.instruction
