@@ -127,6 +127,37 @@ class LoopPairingTest(absltest.TestCase):
     self.assertEqual(_races(first, *late), ([], []))
 
 
+  def test_why_an_inner_loop_is_not_compared_names_the_platform(self):
+    # A write in an outer loop, reads in an inner one: paired only by the
+    # iteration markers, which are native calls placed only in a module
+    # on one CPU device. On the TPU v5e (tools/tpu_check.py's
+    # sanitizer_nested) every such call was "not compared" with XLA
+    # blamed for a marker that was never there.
+    inner = sites.Frame(sites.LOOP, 1, 1)
+
+    def unpaired_why(platform, markers):
+      module = sites.SanitizedModule("jit_f", 0, platform)
+      module.iteration_markers.update(markers)
+      write = _site(0, (LOOP,), module)
+      read = _site(1, (LOOP, inner), module, target="r")
+      calls = [_call("w", 10 * i, 10 * i + 5, site=write) for i in range(3)]
+      calls += [
+        _call("r", 10 * i + 6 + j, 10 * i + 7 + j, site=read)
+        for i in range(3)
+        for j in range(2)
+      ]
+      unpaired = []
+      checks.races(_found(*calls), unpaired, iteration=lambda c, loop: None)
+      self.assertLen(unpaired, 1)
+      return unpaired[0].why
+
+    self.assertIn("this one runs on tpu", unpaired_why("tpu", {}))
+    # Control: markers placed (a CPU module) whose calls left no record.
+    on_cpu = unpaired_why("Host", {9: 0})
+    self.assertIn("XLA removed or unrolled the loop", on_cpu)
+    self.assertNotIn("runs on", on_cpu)
+
+
 class MergedTest(absltest.TestCase):
   """Two places that each run once an iteration, one of which ran fewer
   times (XLA moved it out of the loop, or merged its calls)."""

@@ -313,12 +313,7 @@ def pairing(
     found = by_iteration(before, after, loop, iteration)
     if found is not None:
       return found, None, False
-    why = (
-      "which iteration of the loop both are in each call ran in was not "
-      "recorded (the loop's iteration marker did not run: XLA removed or "
-      "unrolled the loop)"
-    )
-    return [], why, False
+    return [], _unrecorded_iterations(before[0]), False
   if MANY in (tp, tq):
     return (
       [],
@@ -346,6 +341,24 @@ Iteration = Callable[[SanitizedCall, int], "int | None"]
 """A call's iteration of a loop of its module (`sites.Frame.construct`),
 counted over its execution, or None where it was not recorded
 (`columns.NativeColumns.iteration`)."""
+
+
+def _unrecorded_iterations(call: SanitizedCall) -> str:
+  """Why the iterations of a loop `call`'s place is in were not recorded:
+  its module got no iteration markers (they are native calls, placed only
+  where the module runs on one CPU device), or XLA dropped them."""
+  module = call.site.module if call.site is not None else None
+  head = "which iteration of the loop both are in each call ran in was not "
+  if module is not None and not module.iteration_markers:
+    return (
+      head + "recorded: loops get iteration markers only in a module that "
+      f"runs on one CPU device, and this one runs on {module.platform}"
+      + ("" if module.one_device else " over several devices")
+    )
+  return (
+    head + "recorded (the loop's iteration marker did not run: XLA removed "
+    "or unrolled the loop)"
+  )
 
 
 def by_iteration(
