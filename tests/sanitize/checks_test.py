@@ -126,7 +126,6 @@ class LoopPairingTest(absltest.TestCase):
     late = [_call("w", 100 + i, 100 + i, site=body) for i in range(3)]
     self.assertEqual(_races(first, *late), ([], []))
 
-
   def test_why_an_inner_loop_is_not_compared_names_the_platform(self):
     # A write in an outer loop, reads in an inner one: paired only by the
     # iteration markers, which are native calls placed only in a module

@@ -291,6 +291,7 @@ class RecordTest(absltest.TestCase):
     # A `Compiled` keeps the C++ fast path of its first call: inside the
     # block it is dropped at each call, so each is recorded.
     x = jnp.ones(5)
+
     def triple(x):
       return x * 3.0
 
