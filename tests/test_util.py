@@ -273,9 +273,12 @@ def run_two_processes(
 
 
 def run_mpirun(
-  *args: str, timeout: float, env: dict[str, str] | None = None
+  *args: str,
+  timeout: float,
+  env: dict[str, str] | None = None,
+  ranks: int = 2,
 ) -> tuple[int, str]:
-  """``mpirun -n 2`` of this interpreter with `args` (``--oversubscribe``;
+  """``mpirun -n RANKS`` of this interpreter with `args` (``--oversubscribe``;
   as root, ``--allow-run-as-root``): its exit status and output (stderr
   included). `env` (default `child_env`, without ``XLA_FLAGS`` and
   ``JAX_NUM_CPU_DEVICES``: the ranks compile with one CPU device each,
@@ -286,7 +289,7 @@ def run_mpirun(
       (mpirun and its ranks) is killed first, and the message holds the
       output so far.
   """
-  command = ["mpirun", "--oversubscribe", "-n", "2"]
+  command = ["mpirun", "--oversubscribe", "-n", str(ranks)]
   if os.geteuid() == 0:  # Open MPI refuses root unless told.
     command.append("--allow-run-as-root")
   command += [sys.executable, *args]

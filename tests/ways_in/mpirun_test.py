@@ -1,5 +1,5 @@
-"""The cross-rank check on real mpi4jax programs under ``mpirun -n 2``,
-live (issue 70).
+"""The cross-rank check on real mpi4jax programs under ``mpirun -n 2``
+and ``-n 3``, live (issues 70 and 77).
 
 Two things the stored modules of data/ranks_mpi4jax/ cannot show:
 
@@ -13,7 +13,8 @@ Two things the stored modules of data/ranks_mpi4jax/ cannot show:
   the proved program computes the right values on both ranks; the program
   whose rank 1 makes its two allreduces in the other order is flagged and
   aborts in MPI; with sizes that agree it computes wrong values, and the
-  check names the swap by its operands' origins (issue 77).
+  check names the swap by its operands' origins (issue 77); on three
+  ranks, where only rank 2 swaps them, the check names rank 2.
 
 Needs Open MPI's ``mpirun`` and mpi4jax (with mpi4py) in this interpreter.
 Without them the test skips and says which is missing, unless
@@ -65,9 +66,10 @@ def missing() -> str | None:
   return None
 
 
-def mpirun(*args: str) -> tuple[int, str]:
-  """``mpirun -n 2`` of this interpreter with `args` (`MPIRUN_TIMEOUT_S`)."""
-  return test_util.run_mpirun(*args, timeout=MPIRUN_TIMEOUT_S)
+def mpirun(*args: str, ranks: int = 2) -> tuple[int, str]:
+  """``mpirun -n RANKS`` of this interpreter with `args`
+  (`MPIRUN_TIMEOUT_S`)."""
+  return test_util.run_mpirun(*args, timeout=MPIRUN_TIMEOUT_S, ranks=ranks)
 
 
 def readme_verdicts() -> dict[str, str]:
@@ -82,10 +84,10 @@ def readme_verdicts() -> dict[str, str]:
   return found
 
 
-def rank_files(folder: pathlib.Path) -> list[pathlib.Path]:
+def rank_files(folder: pathlib.Path, ranks: int = 2) -> list[pathlib.Path]:
   """The one module each rank wrote under `folder`, rank 0 first."""
   files = []
-  for rank in (0, 1):
+  for rank in range(ranks):
     (file,) = (folder / f"rank{rank}").glob("*after_optimizations.txt")
     files.append(file)
   return files
@@ -102,32 +104,40 @@ def compiled_shapes() -> pathlib.Path:
 
 
 @functools.cache
-def worker_run(*programs: str) -> tuple[int, str, pathlib.Path]:
-  """mpirun_worker.py's run of `programs` (once): exit status, output,
-  and its folder."""
+def worker_run(*programs: str, ranks: int = 2) -> tuple[int, str, pathlib.Path]:
+  """mpirun_worker.py's run of `programs` on `ranks` ranks (once): exit
+  status, output, and its folder."""
   out = pathlib.Path(tempfile.mkdtemp(prefix="mpirun-worker-"))
-  status, output = mpirun(str(WORKER), str(out), *programs)
+  status, output = mpirun(str(WORKER), str(out), *programs, ranks=ranks)
   return status, output, out
 
 
-def results(out: pathlib.Path, program: str) -> list[list[list[float]]]:
+def results(
+  out: pathlib.Path, program: str, ranks: int = 2
+) -> list[list[list[float]]]:
   """Each rank's two results of `program`, rank 0 first."""
   return [
     json.loads((out / program / f"rank{rank}.json").read_text())
-    for rank in (0, 1)
+    for rank in range(ranks)
   ]
+
+
+def skip_without_mpi() -> None:
+  """Skips the class where this machine lacks what it needs (`missing`),
+  or fails it there under ``ENTANGLE_JAX_REQUIRE_MPI=1``."""
+  reason = missing()
+  if reason is not None:
+    if REQUIRE_MPI:
+      raise AssertionError(f"ENTANGLE_JAX_REQUIRE_MPI=1, but {reason}")
+    print(f"skipping: {reason}")
+    raise unittest.SkipTest(reason)
 
 
 class MpirunTest(absltest.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    reason = missing()
-    if reason is not None:
-      if REQUIRE_MPI:
-        raise AssertionError(f"ENTANGLE_JAX_REQUIRE_MPI=1, but {reason}")
-      print(f"skipping: {reason}")
-      raise unittest.SkipTest(reason)
+    skip_without_mpi()
 
   def assert_verdict(self, result: CrossRankResult, said: str, what: str):
     """`result` is what the README says (`said`): for a mismatch, at the
@@ -219,6 +229,47 @@ class MpirunTest(absltest.TestCase):
     got = results(out, "swapped_same_size")
     self.assertEqual(got, [[first, second], [second, first]])
     self.assertNotIn(right, got)
+
+
+class ThreeRanksTest(absltest.TestCase):
+  """``mpirun -n 3``, where only rank 2 differs (issue 77): the check
+  must compare every rank with rank 0, not stop at two."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    skip_without_mpi()
+
+  def test_the_proved_program_runs_right_on_three_ranks(self):
+    status, output, out = worker_run("same_order", ranks=3)
+    self.assertEqual(status, 0, output)
+    result = races_across(rank_files(out / "same_order", 3))
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 2)
+    # arange(4) + rank summed over ranks 0, 1 and 2.
+    three = [3.0 * v + 3.0 for v in range(4)]
+    self.assertEqual(
+      results(out, "same_order", 3),
+      [[three, three * 2]] * 3,  # tile(x, 2)
+    )
+
+  def test_rank_2_swapping_one_size_is_a_mismatch_and_runs_wrong(self):
+    status, output, out = worker_run("same_order", "swapped_same_size", ranks=3)
+    self.assertEqual(status, 0, output)
+    result = races_across(rank_files(out / "swapped_same_size", 3))
+    self.assertEqual(result.verdict, "mismatch", result.text())
+    assert result.mismatch is not None
+    self.assertIn("the two calls are swapped", result.mismatch.differs)
+    self.assertRegex(result.text(), r"\brank 2\b")
+    x = [[float(k + r) for k in range(4)] for r in range(3)]
+    # Rank 2's second operand (10 x2) meets ranks 0 and 1's first.
+    first = [a + b + 10 * c for a, b, c in zip(*x, strict=True)]
+    right = [3.0 * v + 3.0 for v in range(4)]
+    got = results(out, "swapped_same_size", 3)
+    for rank in (0, 1):
+      self.assertEqual(got[rank][0], first, output)
+    self.assertEqual(got[2][1], first, output)
+    self.assertNotIn(right, [r[0] for r in got])
 
 
 if __name__ == "__main__":

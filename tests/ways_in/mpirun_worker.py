@@ -1,17 +1,20 @@
-"""One rank of mpirun_test's run-time control, under ``mpirun -n 2``.
+"""One rank of mpirun_test's run-time control, under ``mpirun -n 2`` (or
+``-n 3``).
 
-Usage: ``mpirun -n 2 python mpirun_worker.py OUT PROGRAM...``
+Usage: ``mpirun -n N python mpirun_worker.py OUT PROGRAM...``
 
 Each PROGRAM is two mpi4jax allreduces of ``x = arange(4) + rank``:
 
 * ``same_order``: ``allreduce(x)``, then ``allreduce(tile(x, 2))``, on
   both ranks;
-* ``swapped``: the same, but rank 1 makes them in the other Python order,
-  so each rank's first allreduce meets the other's, of another size (Open
-  MPI aborts with ``MPI_ERR_TRUNCATE``);
+* ``swapped``: the same, but the last rank (rank 1 of 2, rank 2 of 3)
+  makes them in the other Python order, so its first allreduce meets the
+  others' first, of another size (Open MPI aborts with
+  ``MPI_ERR_TRUNCATE``);
 * ``swapped_same_size``: ``allreduce(x)`` and ``allreduce(10 * x)``,
-  rank 1 in the other order: the sizes agree, so MPI sums each rank's
-  first operand with the other's, and both results are wrong.
+  the last rank in the other order: the sizes agree, so MPI sums each
+  rank's first operand with the last rank's second, and both results are
+  wrong on every rank.
 
 For each, in the order given, each rank writes the optimized module it
 compiled, as an XLA dump names it
@@ -39,16 +42,17 @@ MPI = importlib.import_module("mpi4py.MPI")
 WATCHDOG_S = 60
 
 rank = MPI.COMM_WORLD.Get_rank()
+last = MPI.COMM_WORLD.Get_size() - 1
 
 
 def program(name: str):
   """The function PROGRAM names, as this rank compiles it."""
   same_size = name == "swapped_same_size"
-  swap = name != "same_order" and rank == 1
+  swap = name != "same_order" and rank == last
 
   def f(x):
     y = x * 10.0 if same_size else jnp.tile(x, 2)
-    if swap:  # rank 1 took another Python path
+    if swap:  # the last rank took another Python path
       b = mpi4jax.allreduce(y, op=MPI.SUM)
       a = mpi4jax.allreduce(x, op=MPI.SUM)
     else:
