@@ -251,6 +251,54 @@ query_through_remainder_by_one = query_through(
 )
 
 
+# A skeptic's shapes of issue 76 that the check proved, each wrong in
+# every run on jax 0.6.2, 0.10.2 and 0.12.0.1 (0.0 for 5.0): a comparison
+# XLA folds to a constant (an unsigned value against 0, a bitcast there
+# and back compared with itself), a slice of a value rearranged or padded
+# (XLA folds it into a slice of one part), and a loop that never runs
+# (XLA deletes it and returns its initial state).
+query_through_unsigned_compare = query_through(
+  "unsigned_compare",
+  lambda s, w: jnp.where(w.astype(jnp.uint32) >= 0, s, w),
+)
+query_through_unsigned_cond = query_through(
+  "unsigned_cond",
+  lambda s, w: lax.cond(
+    w.astype(jnp.uint32) < 0, lambda a, b: b, lambda a, b: a, s, w
+  ),
+)
+query_through_bitcast_round_trip = query_through(
+  "bitcast_round_trip",
+  lambda s, w: jnp.where(
+    lax.bitcast_convert_type(
+      lax.bitcast_convert_type(w, jnp.float32), jnp.int32
+    )
+    == w,
+    s,
+    w,
+  ),
+)
+query_through_flipped_stack = query_through(
+  "flipped_stack", lambda s, w: jnp.flip(jnp.stack([w, s]))[0]
+)
+query_through_padding = query_through(
+  "padding", lambda s, w: lax.pad(s[None], w, [(0, 1, 0)])[0]
+)
+query_through_empty_interior = query_through(
+  "empty_interior", lambda s, w: lax.pad(s[None], w, [(0, 0, 3)])[0]
+)
+query_through_negative_padding = query_through(
+  "negative_padding",
+  lambda s, w: lax.pad(jnp.stack([w, s]), 0, [(-1, 0, 0)])[0],
+)
+query_through_loop_never_run = query_through(
+  "loop_never_run",
+  lambda s, w: lax.while_loop(
+    lambda c: c[0] < 0, lambda c: (c[0] + 1, c[2], c[2]), (0, s, w)
+  )[1],
+)
+
+
 def indexed_read_in_loop(slot, read=read_slot):
   """A loop's read of the slot through an index that cannot change it (a
   broadcast's element): XLA drops the index, and the read no longer
@@ -524,6 +572,29 @@ class ReportedWithAWorkingFixTest(parameterized.TestCase):
       None,
     ),
     ("negated_twice", query_through_negated_twice, query_after_update, None),
+    (
+      "unsigned_compare",
+      query_through_unsigned_compare,
+      query_after_update,
+      None,
+    ),
+    ("unsigned_cond", query_through_unsigned_cond, query_after_update, None),
+    (
+      "bitcast_round_trip",
+      query_through_bitcast_round_trip,
+      query_after_update,
+      None,
+    ),
+    ("flipped_stack", query_through_flipped_stack, query_after_update, None),
+    ("padding", query_through_padding, query_after_update, None),
+    ("empty_interior", query_through_empty_interior, query_after_update, None),
+    (
+      "negative_padding",
+      query_through_negative_padding,
+      query_after_update,
+      None,
+    ),
+    ("loop_never_run", query_through_loop_never_run, query_after_update, None),
     (
       "remainder_by_one",
       query_through_remainder_by_one,

@@ -169,6 +169,12 @@ so may a later XLA wherever it proves that."""
 _FORWARDING = frozenset({"copy", "bitcast", "reshape", "opt-barrier"})
 """Opcodes whose result is their operand, unchanged."""
 
+_REARRANGING = frozenset({"reverse", "transpose"})
+"""Opcodes whose result holds their operand's elements in another order:
+XLA folds a slice of one into a slice of the operand."""
+
+_UNSIGNED_MAX = {k: v for k, v in _INTEGER_MAX.items() if k.startswith("u")}
+
 _NEVER_SPECULATED = frozenset(
   {"send", "recv", "infeed", "outfeed", "rng", "rng-get-and-update-state"}
 )
@@ -279,6 +285,10 @@ class MayOrder:
     self._conditional_index: dict[tuple[tuple[str, ...], str], int] = {}
     self.loops: list[Loop] = []
     self.instances: dict[int, CallInstance] = {}
+    self._in_loop: dict[int, int] = {}
+    """Bits of the instances inside each loop (by its index)."""
+    self._in_conditional: dict[int, int] = {}
+    """Bits of the instances inside each conditional's branches."""
     self.live = 0
     """Bits of the instances whose results something that runs uses."""
     self.fixed_point = False
@@ -287,6 +297,8 @@ class MayOrder:
     for _ in range(_PASSES_LIMIT):
       self._grew = False
       self.instances = {}
+      self._in_loop = {}
+      self._in_conditional = {}
       self.live = 0
       root = self._computation(module.entry, None, _Context())
       self.live |= _deps_of(root)
@@ -363,6 +375,17 @@ class MayOrder:
       self._by_name = {
         i.name: i for body in self.module.computations.values() for i in body
       }
+
+  def _shape_of(self, name: str) -> str:
+    """The HLO shape of instruction `name` ("" where unknown)."""
+    self._names()
+    assert self._by_name is not None
+    found = self._by_name.get(name)
+    return found.shape if found is not None else ""
+
+  def _element_type(self, name: str) -> str:
+    """The element type of instruction `name`'s array (``u32``)."""
+    return self._shape_of(name).split("[", 1)[0].strip()
 
   def deletable(self, instance: CallInstance) -> bool:
     """Whether XLA may delete `instance`: it has no side effect and nothing
@@ -474,6 +497,20 @@ class MayOrder:
       return _shaped(i.shape, _joined(operands))
     if opcode in _FORWARDING:
       return operands[0] if operands else NOTHING
+    if opcode in _REARRANGING and operands:
+      # The same elements in another order or shape: a slice of it may
+      # still take one part of a concatenate alone.
+      leaf = _leaf(operands[0])
+      return dataclasses.replace(leaf, origin=None, key=_key_of(i, operands))
+    if opcode == "pad" and len(operands) == 2:
+      # The operand's elements and the padding value's, either of which
+      # may be cut away: negative padding slices the operand, and a pad
+      # that adds no element (``interior`` on one element) is folded to
+      # its operand. The padding is not read here, so only what both
+      # share surely reaches the result.
+      inner, padding = _leaf(operands[0]), _leaf(operands[1])
+      parts = (*(inner.parts or (inner,)), padding)
+      return dataclasses.replace(_common(parts), parts=parts)
     if opcode == "broadcast" or opcode == "convert":
       return _unchanged_constant(operands[0], i) if operands else NOTHING
     if opcode == "select" and len(operands) == 3:
@@ -512,8 +549,17 @@ class MayOrder:
       if _may_be_equal_constants(low, high):
         return Leaf(const=True, lit=low.lit)
     if opcode == "compare" and len(operands) == 2:
+      element = self._element_type(i.operands[0])
+      if _tautology(i.direction, element, operands):
+        # XLA folds it to a constant (``w == w`` of integers, an unsigned
+        # ``u >= 0``): it orders nothing.
+        return Leaf(const=True)
       return _cancelled(
         opcode, i.shape, operands, _compare(i.direction, operands)
+      )
+    if opcode == "bitcast-convert" and operands:
+      return _bitcast(
+        _leaf(operands[0]), self._shape_of(i.operands[0]), i.shape
       )
     if opcode == "call" and i.callees:
       inner = dataclasses.replace(context, chain=(*context.chain, i.name))
@@ -557,6 +603,11 @@ class MayOrder:
     self.instances[bit] = CallInstance(
       bit, i, context.chain, context.loops, context.branches, deps, var
     )
+    for index in context.loops:
+      self._in_loop[index] = self._in_loop.get(index, 0) | 1 << bit
+    for index, _ in context.branches:
+      inside = self._in_conditional.get(index, 0)
+      self._in_conditional[index] = inside | 1 << bit
     return _keyed(
       _shaped(i.shape, Leaf(deps=deps | 1 << bit, var=var)), ("call", bit)
     )
@@ -601,7 +652,15 @@ class MayOrder:
     loop.passed_on = passed_on
     loop.root = root
     loop.trips = _trips(decided, root, initial, index)
-    return _merged(initial, root, passed_on, ())
+    if loop.trips == 0:
+      return initial  # XLA deletes a loop that never runs.
+    merged = _merged(initial, root, passed_on, ())
+    if loop.trips is None:
+      # It may run no iteration: then each element is its initial value,
+      # and only what that shares with the body's result (or what a call
+      # in the body computes, where the body ran) surely reaches it.
+      merged = _at_most(merged, initial, self._in_loop.get(index, 0))
+    return merged
 
   def _conditional(
     self, i: Instruction, operands: list[Value], context: _Context
@@ -627,7 +686,13 @@ class MayOrder:
       )
       argument = operands[k + 1] if k + 1 < len(operands) else NOTHING
       results.append(self._computation(i.branches[k], [argument], inner))
-    return _joined_values(results)
+    if len(results) == 1:
+      return results[0]
+    # One branch runs: a result is surely computed from what every
+    # branch's result is, from the decision (the conditional waits for
+    # it), and from each call in the branches that ran.
+    inside = self._in_conditional.get(index, 0)
+    return _met(results, decision, inside)
 
 
 def _leaf(value: Value) -> Leaf:
@@ -706,24 +771,6 @@ def _joined(values: list[Value]) -> Leaf:
       var |= leaf.var
       const = const and leaf.const
   return Leaf(deps, var, const)
-
-
-def _joined_values(values: list[Value]) -> Value:
-  """Element by element, where every value has one structure; else one
-  leaf."""
-  if not values:
-    return NOTHING
-  if len(values) == 1:
-    return values[0]
-  first = values[0]
-  if isinstance(first, tuple) and all(
-    isinstance(v, tuple) and len(v) == len(first) for v in values
-  ):
-    return tuple(
-      _joined_values([v[k] for v in values if isinstance(v, tuple)])
-      for k in range(len(first))
-    )
-  return _joined(values)
 
 
 def _shaped(shape: str, leaf: Leaf) -> Value:
@@ -985,3 +1032,83 @@ def _branch_picked(decision: Leaf, branches: int) -> int | None:
   if isinstance(decision.lit, int):
     return decision.lit if 0 <= decision.lit < branches else branches - 1
   return None
+
+
+def _at_most(merged: Value, initial: Value, inside: int) -> Value:
+  """A loop's `merged` state where the loop may not run: each element
+  keeps only what its `initial` value is computed from too, and the calls
+  `inside` the body (which, where they ran, came before the result)."""
+  if (
+    isinstance(merged, tuple)
+    and isinstance(initial, tuple)
+    and len(merged) == len(initial)
+  ):
+    return tuple(
+      _at_most(m, a, inside) for m, a in zip(merged, initial, strict=True)
+    )
+  m, a = _leaf(merged), _leaf(initial)
+  deps = m.deps & (a.deps | inside)
+  return dataclasses.replace(m, deps=deps, const=m.const and a.const)
+
+
+def _tautology(direction: str | None, element: str, operands: list) -> bool:
+  """Whether a comparison is a constant that XLA's simplifier may fold:
+  one value with itself (on integers, ``w == w`` is true, ``w < w``
+  false), or an unsigned value against 0 or its type's largest value
+  (``u >= 0``, ``u < 0``, ``u <= MAX``), a constant that cannot be read
+  here taken as possibly one of those."""
+  a, b = (_leaf(o) for o in operands)
+  integral = element in _INTEGER_MAX or element == "pred"
+  if integral and a.key is not None and a.key == b.key:
+    return True
+  largest = _UNSIGNED_MAX.get(element)
+  if largest is None or direction is None:
+    return False
+  # The comparison as "u DIRECTION bound", the bound on the right.
+  mirror = {"GE": "LE", "LE": "GE", "GT": "LT", "LT": "GT"}
+  if b.const and not a.const:
+    bound, way = b, direction
+  elif a.const and not b.const:
+    bound, way = a, mirror.get(direction, direction)
+  else:
+    return False
+  lit = bound.lit
+  at_zero = lit is None or (_plain_int(lit) and lit == 0)
+  at_max = lit is None or (_plain_int(lit) and lit == largest)
+  return (way in ("GE", "LT") and at_zero) or (way in ("LE", "GT") and at_max)
+
+
+def _bitcast(leaf: Leaf, source: str, shape: str) -> Leaf:
+  """A bitcast-convert of `leaf` (of shape `source`) to `shape`: the same
+  dependences, and the value number of the value it came from where it
+  converts back (XLA folds ``bitcast(bitcast(w))`` to ``w``)."""
+  key = leaf.key
+  if key is not None and key[:1] == ("bitcast-convert",) and key[1] == shape:
+    return dataclasses.replace(leaf, key=key[2], origin=None, parts=None)
+  number = None if key is None else ("bitcast-convert", source, key)
+  return dataclasses.replace(leaf, key=number, origin=None, parts=None)
+
+
+def _met(results: list[Value], decision: Leaf, inside: int) -> Value:
+  """A conditional's result from its branches' `results`, one of which
+  runs: element by element, what every branch's is computed from, plus
+  the `decision`'s dependences and those of the calls `inside` its
+  branches that reach some branch's result."""
+  first = results[0]
+  if isinstance(first, tuple) and all(
+    isinstance(r, tuple) and len(r) == len(first) for r in results
+  ):
+    return tuple(
+      _met([r[k] for r in results if isinstance(r, tuple)], decision, inside)
+      for k in range(len(first))
+    )
+  leaves = [_leaf(r) for r in results]
+  every = -1
+  some, var, const = 0, decision.var, decision.const
+  for leaf in leaves:
+    every &= leaf.deps
+    some |= leaf.deps
+    var |= leaf.var
+    const = const and leaf.const
+  deps = max(every, 0) | decision.deps | some & inside
+  return Leaf(deps, var, const)
