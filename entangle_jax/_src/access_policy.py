@@ -284,18 +284,10 @@ def counts_as_native_call(target: str, side_effect: bool) -> bool:
   return not is_pure_host_callback(target, side_effect)
 
 
-def declares_distinct_elements(
-  declarations: Declarations, declaration: TargetDeclaration | None
-) -> bool:
-  """Whether different elements of one array of handles are different
-  objects for calls that `declaration` describes (its say, else the
-  project's)."""
-  return declarations.distinct_for(declaration)
-
-
 def distinct_elements_of(declarations: Declarations, target: str) -> bool:
-  """`declares_distinct_elements` for the calls of `target`, by its
-  declaration."""
+  """Whether different elements of one array of handles are different
+  objects for the calls of `target` (its declaration's say, else the
+  project's)."""
   return declarations.distinct_for(declarations.for_target(target))
 
 
