@@ -420,6 +420,44 @@ class WhileTest(absltest.TestCase):
     self.assertLen(result.matched, 2)  # The loop's two, once.
 
 
+class MessageTest(absltest.TestCase):
+  """A send meets a receive by peer and tag; MPI then takes the message
+  as sent, by element type and count: a longer message aborts
+  (MPI_ERR_TRUNCATE under mpirun, a skeptic's shape of issue 77, once
+  "proved"), another type is read as that type."""
+
+  @staticmethod
+  def program(rank, x, sent):
+    if rank == 0:
+      return send(sent(x), dest=1)
+    return recv(x, (4,), source=0)
+
+  def test_a_longer_message_is_a_mismatch(self):
+    result = check(
+      functools.partial(self.program, sent=lambda x: jnp.tile(x, 2))
+    )
+    self.assertEqual(result.verdict, "mismatch", result.text())
+    assert result.mismatch is not None
+    self.assertIn("rank 0 sends f32[8]", result.mismatch.differs)
+    self.assertIn("rank 1 receives it into f32[4]", result.mismatch.differs)
+
+  def test_another_type_is_a_mismatch(self):
+    result = check(
+      functools.partial(self.program, sent=lambda x: x.astype(jnp.int32))
+    )
+    self.assertEqual(result.verdict, "mismatch", result.text())
+    assert result.mismatch is not None
+    self.assertIn("s32[4]", result.mismatch.differs)
+
+  def test_control_the_same_count_in_another_shape_is_proved(self):
+    # MPI matches counts, not shapes: f32[2,2] meets f32[4].
+    result = check(
+      functools.partial(self.program, sent=lambda x: x.reshape(2, 2))
+    )
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 1)
+
+
 class SendRecvTest(absltest.TestCase):
   """jax#3976's shape: both ranks send first (blocking), then receive."""
 

@@ -134,6 +134,12 @@ class Call:
   shapes: str = ""
   """Its operands' (a receive's results') shapes, as the module has them;
   the fingerprint of a native call holds their counts."""
+  sent: str = ""
+  """What a send (or a sendrecv) sends, as MPI matches it: its data
+  operands' element types and counts (``f32[8]``)."""
+  received: str = ""
+  """What a receive (or a sendrecv) receives into, so: its data
+  results'."""
   origin: str = ""
   """What its data operands are computed from (`DecisionSlice.origin`):
   which entry parameters, constants, shared results and ops, up to the
@@ -733,7 +739,14 @@ class RankProgram:
       source=self._number(i, c.source, "source"),
       source_tag=self._number(i, c.source_tag, "source tag"),
       shapes=f"({shapes})",
+      sent=self._message(i) if c.kind in _SENDING else "",
+      received=_arrays(i.shape) if c.kind in _RECEIVING else "",
     )
+
+  def _message(self, i: _hlo.Instruction) -> str:
+    """Call `i`'s data operands' types and counts, tokens left out."""
+    shapes = [self._defined[(i.computation, o)].shape for o in i.operands]
+    return _arrays(", ".join(shapes))
 
   def calls(self) -> Iterator[Call]:
     """Every communicating call, loops and branches included."""
@@ -750,6 +763,18 @@ def calls_of(items: tuple[Item, ...]) -> Iterator[Call]:
     else:
       for branch in item.branches:
         yield from calls_of(branch)
+
+
+_SENDING = frozenset({"send", "sendrecv"})
+_RECEIVING = frozenset({"recv", "sendrecv"})
+
+
+def _arrays(shapes: str) -> str:
+  """The arrays of HLO shape text `shapes` (a tuple's too), each as MPI
+  matches it (`_counted`), tokens left out: ``(f32[2,2]{1,0}, token[])``
+  is ``f32[4]``."""
+  found = re.findall(r"\w+\[[^\]]*\]", _strip_layout(shapes))
+  return ", ".join(_counted(x) for x in found if not x.startswith("token"))
 
 
 def _counted(shape: str) -> str:

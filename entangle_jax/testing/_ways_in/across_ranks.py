@@ -418,7 +418,10 @@ class _Simulation:
       heads = [head(r) for r in range(n)]
       if all(h is None for h in heads):
         return None
-      if self._point_to_point(heads, advance):
+      met = self._point_to_point(heads, advance)
+      if isinstance(met, Mismatch):
+        return met
+      if met:
         continue
       if all(isinstance(h, Call) and h.kind == "collective" for h in heads):
         calls = [h for h in heads if isinstance(h, Call)]
@@ -521,9 +524,12 @@ class _Simulation:
     )
     return list(items)
 
-  def _point_to_point(self, heads: list[Item | None], advance) -> bool:
+  def _point_to_point(
+    self, heads: list[Item | None], advance
+  ) -> bool | Mismatch:
     """Completes the sends and receives that meet, and the sendrecvs whose
-    peer receives and whose source sends; whether any did."""
+    peer receives and whose source sends; whether any did, or the
+    `Mismatch` of a message that the receive does not take as sent."""
     n = self.count
     for rank, h in enumerate(heads):
       if isinstance(h, Call) and h.kind == "send" and h.peer is not None:
@@ -531,6 +537,9 @@ class _Simulation:
         other = heads[peer] if 0 <= peer < n else None
         is_recv = isinstance(other, Call) and other.kind == "recv"
         if is_recv and peers.receives_from(other, rank, h.tag):
+          differs = self._message_differs(heads, rank, peer)
+          if differs is not None:
+            return differs
           advance([rank, peer])
           return True
     ready: dict[int, set[int]] = {}
@@ -559,11 +568,38 @@ class _Simulation:
           changed = True
     if not ready:
       return False
+    for rank in ready:
+      call = heads[rank]
+      assert isinstance(call, Call) and call.peer is not None
+      differs = self._message_differs(heads, rank, call.peer)
+      if differs is not None:
+        return differs
     group = set(ready)
     for partners in ready.values():
       group |= {p for p in partners if peers.kind(heads[p]) in ("send", "recv")}
     advance(sorted(group))
     return True
+
+  def _message_differs(
+    self, heads: list[Item | None], sender: int, receiver: int
+  ) -> Mismatch | None:
+    """A `Mismatch` where what `sender`'s call sends is not what
+    `receiver`'s call receives into (element types and counts, as MPI
+    matches a message: a longer message aborts with MPI_ERR_TRUNCATE,
+    another type reads the bits as that type); None where they agree."""
+    send, recv = heads[sender], heads[receiver]
+    assert isinstance(send, Call) and isinstance(recv, Call)
+    if send.sent == recv.received:
+      return None
+    calls = tuple(
+      self.rank_call(r, h) if r in (sender, receiver) and h else None
+      for r, h in enumerate(heads)
+    )
+    return Mismatch(
+      calls,
+      f"the message: rank {sender} sends {send.sent or 'nothing'}, and "
+      f"rank {receiver} receives it into {recv.received or 'nothing'}",
+    )
 
   def _stuck(self, heads: list[Item | None]) -> Mismatch | Deadlock:
     n = self.count
