@@ -386,6 +386,42 @@ class CondTest(absltest.TestCase):
     self.assertEqual(result.verdict, "proved", result.text())
 
 
+class ElidedConstantTest(absltest.TestCase):
+  """A decision on an allreduced value weighed by a table of constants:
+  XLA's text writes a large constant as ``{...}``, so equal text on two
+  ranks says nothing of their values (a skeptic's shape of issue 77: a
+  per-rank table of 17 elements was "proved", and hung)."""
+
+  @staticmethod
+  def program(rank, x, size, per_rank):
+    table = np.arange(size, dtype=np.float32) + (1 + rank if per_rank else 1)
+
+    def weighed(y):
+      return (jnp.resize(y, (size,)) * table).sum()
+
+    total = allreduce(x)
+    return jax.lax.cond(
+      weighed(total) > 100.0,
+      lambda t: allreduce(t),
+      lambda t: t,
+      total,
+    )
+
+  def test_a_table_written_as_elided_is_not_proved(self):
+    result = check(functools.partial(self.program, size=17, per_rank=True))
+    self.assertEqual(result.verdict, "rank-dependent", result.text())
+    self.assertIn("--xla_dump_large_constants", result.text())
+
+  def test_control_a_table_written_out_is_compared(self):
+    # 8 elements are written out: equal on both ranks, proved; one per
+    # rank, rank-dependent with each rank's table.
+    same = check(functools.partial(self.program, size=8, per_rank=False))
+    self.assertEqual(same.verdict, "proved", same.text())
+    differs = check(functools.partial(self.program, size=8, per_rank=True))
+    self.assertEqual(differs.verdict, "rank-dependent", differs.text())
+    self.assertNotIn("--xla_dump_large_constants", differs.text())
+
+
 class WhileTest(absltest.TestCase):
   """A ``while`` on a residual with an allreduce inside: the residual
   computed on each rank, or reduced across ranks first."""

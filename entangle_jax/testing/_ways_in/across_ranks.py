@@ -41,6 +41,7 @@ from entangle_jax.testing._analysis import (
   communicators,
   origins,
   peers,
+  rank_values,
   wildcards,
 )
 from entangle_jax.testing._analysis.ops import Op
@@ -493,7 +494,14 @@ class _Simulation:
       ),
       None,
     )
-    if first is None:
+    elided = any(rank_values.ELIDED in leaf for x in leaves for leaf in x)
+    if first is None and elided:
+      said = (
+        f"a constant the modules' text leaves out ({rank_values.ELIDED}), "
+        "so its values cannot be compared across ranks: dump with "
+        "--xla_dump_large_constants in XLA_FLAGS"
+      )
+    elif first is None:
       said = (
         "a decision the ranks' modules compute differently (the same "
         "constants, in another expression)"

@@ -158,8 +158,13 @@ def request_dump(
   into: pathlib.Path | None = None,
   *,
   tmpfs: bool = False,
+  large_constants: bool = False,
 ) -> pathlib.Path:
   """Makes XLA dump every optimized module as text; returns where.
+
+  With `large_constants`, every constant is written in full
+  (``--xla_dump_large_constants``): the cross-rank check compares the
+  ranks' constants, and XLA otherwise writes a large one as ``{...}``.
 
   With `into`, there (any dump ``XLA_FLAGS`` asked for is replaced: a
   pytest-xdist worker's dump of its own). Otherwise a dump ``XLA_FLAGS``
@@ -185,6 +190,8 @@ def request_dump(
     flags = f"{flags} --xla_dump_to={shlex.quote(str(dump))}"
   if "--xla_dump_hlo_as_text" not in flags:
     flags += " --xla_dump_hlo_as_text"
+  if large_constants and "--xla_dump_large_constants" not in flags:
+    flags += " --xla_dump_large_constants"
   if lean and _knows_lean_flags():
     for flag in LEAN_FLAGS:
       if flag.split("=")[0] not in flags:

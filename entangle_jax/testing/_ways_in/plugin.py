@@ -313,7 +313,7 @@ def pytest_load_initial_conftests(early_config, parser, args) -> None:
   ranks = _ranks(early_config, worker)
   if ranks is not None:
     # Each rank dumps where rank 0 reads it, and keeps every module.
-    dump = _dump_watch.request_dump(into=ranks.start())
+    dump = _dump_watch.request_dump(into=ranks.start(), large_constants=True)
     watch = _dump_watch.DumpWatch(dump, prune=False)
     state = _State(mode, source, watch, dump, owned=False)
     state.ranks = ranks
