@@ -97,7 +97,11 @@ class FormatsTest(parameterized.TestCase):
     (module,) = report["modules"]
     self.assertEqual(
       module["files"],
-      [str(next(pathlib.Path(f).glob("*.txt"))) for f in ranks(shape)],
+      # Each rank's record names the one execution of its module.
+      [
+        f"jit_{shape} ({next(pathlib.Path(f).glob('*.txt'))})"
+        for f in ranks(shape)
+      ],
     )
     if code is None:
       self.assertEqual(module["verdict"], "proved")
@@ -132,7 +136,9 @@ class FormatsTest(parameterized.TestCase):
       self.assertEqual(only["results"], [])
       (note,) = invocation["toolExecutionNotifications"]
       self.assertEqual(note["level"], "note")
-      self.assertStartsWith(note["message"]["text"], "Proved: module jit_")
+      self.assertStartsWith(
+        note["message"]["text"], "Proved: module the executions of each rank"
+      )
       return
     (result,) = only["results"]
     self.assertEqual(result["ruleId"], code)

@@ -34,7 +34,8 @@ from entangle_jax._src.targets.communication import Communication
 from entangle_jax._src.targets.declaration import Declarations, merged
 from entangle_jax.testing import CrossRankResult, races_across
 from entangle_jax.testing._analysis.ranks import _raw_attribute
-from entangle_jax.testing._ways_in import command
+from entangle_jax.testing._hlo import dumped_module
+from entangle_jax.testing._ways_in import command, rank_sequences
 
 ALLREDUCE = "ranks_test_allreduce"
 SEND = "ranks_test_send"
@@ -812,6 +813,18 @@ class CommandTest(absltest.TestCase):
     self.assertEqual(status, 0, out)
     self.assertNotIn("NOT PROVED", out)
 
+  def test_one_module_a_rank_without_a_record_is_not_proved(self):
+    # How many times each rank ran its module is in no dump: a Python
+    # loop that runs it twice on rank 0 and three times on rank 1 hangs
+    # (a skeptic's shape of issue 77, once "proved").
+    texts = [(DATA / f"mpi4jax_rank{r}_of_2.txt").read_text() for r in (0, 1)]
+    with shipped_mpi4jax():
+      folders = write_dumps(texts, record=False)
+      status, out, err = self.run_command("--ranks", *folders)
+    self.assertEqual(status, 2, out + err)
+    self.assertIn("how many times each rank ran it", out + err)
+    self.assertIn("holds no execution record", out + err)
+
   def test_no_such_folder_exits_2(self):
     status, _, err = self.run_command("--ranks", "/no/such/folder", "/no")
     self.assertEqual(status, 2)
@@ -1370,8 +1383,10 @@ def _plain_module() -> str:
   return str(jax.jit(jnp.sin).lower(x).compile().as_text())
 
 
-def write_dumps(texts: list[str]) -> list[str]:
-  """One dump folder per rank, each holding its rank's module of `texts`."""
+def write_dumps(texts: list[str], record: bool = True) -> list[str]:
+  """One dump folder per rank, each holding its rank's module of `texts`
+  and, with `record`, a record of it run once (without one, the command
+  cannot know how many times each rank ran its module: not proved)."""
   root = pathlib.Path(tempfile.mkdtemp())
   folders = []
   for rank, text in enumerate(texts):
@@ -1379,8 +1394,29 @@ def write_dumps(texts: list[str]) -> list[str]:
     folder.mkdir()
     name = "module_0001.jit_program.cpu_after_optimizations.txt"
     (folder / name).write_text(text)
+    if record:
+      record_each_once(folder)
     folders.append(str(folder))
   return folders
+
+
+def record_each_once(folder: pathlib.Path) -> None:
+  """An execution record (`record_executions`') in `folder`: each module
+  of its dump run once, in compile order."""
+  executions = []
+  for path in sorted(folder.glob("module_*.cpu_after_optimizations.txt")):
+    number = int(path.name.split(".")[0].removeprefix("module_"))
+    name = dumped_module.module_name(path.read_text()) or path.name
+    executions.append({"module": number, "name": name})
+  (folder / rank_sequences.RECORD).write_text(
+    json.dumps(
+      {
+        "format": rank_sequences.RECORD_FORMAT,
+        "complete": True,
+        "executions": executions,
+      }
+    )
+  )
 
 
 def shipped_mpi4jax():

@@ -6,7 +6,8 @@ swapped on one rank run, and each rank gets the other's data. The
 cross-rank check gives each call the origin of its operands
 (`Call.origin`: the expression that computes them, names left out); two
 matched steps of one type are told apart when each step's origin is the
-same on every rank.
+same on every rank, and the two steps' origins are not one expression
+computed in two executions.
 """
 
 from __future__ import annotations
@@ -31,8 +32,10 @@ def undistinguished(
     for a, i in enumerate(members):
       for j in members[a + 1 :]:
         first, second = steps[i], steps[j]
-        if all(c.origin == first[0].origin for c in first) and all(
-          c.origin == second[0].origin for c in second
+        if (
+          all(c.origin == first[0].origin for c in first)
+          and all(c.origin == second[0].origin for c in second)
+          and not _one_expression_twice(first, second)
         ):
           continue
         crossed = next(
@@ -46,3 +49,17 @@ def undistinguished(
           None,
         )
         yield i, j, crossed
+
+
+def _one_expression_twice(first: tuple[Call, ...], second: tuple[Call, ...]):
+  """Whether two steps' operands are one expression computed in two
+  executions (a jitted helper called twice, or eager calls), on some
+  rank: their inputs are each execution's own, so equal origins do not
+  tell the steps apart. Within one execution, equal origins are one
+  value, and a swap of them changes nothing."""
+  if first[0].origin != second[0].origin:
+    return False
+  return any(
+    getattr(a, "execution", None) != getattr(b, "execution", None)
+    for a, b in zip(first, second, strict=True)
+  )

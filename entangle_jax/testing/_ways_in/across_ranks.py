@@ -661,10 +661,26 @@ def _swaps(
     unclear.append(
       f"calls {names[0][0].index} and {names[1][0].index} "
       f"({names[0][0].label.split(' at ')[0]}) could be swapped on a "
-      "rank: the ranks compute their operands differently, so nothing "
-      "tells the two calls apart"
+      + (
+        "rank: each computes its operands by one expression, in another "
+        "execution (a jitted function called twice, or eager calls), so "
+        "nothing tells the two calls apart"
+        if steps[i][0][0].origin == steps[j][0][0].origin
+        else "rank: the ranks compute their operands differently, so "
+        "nothing tells the two calls apart"
+      )
     )
+  if len(unclear) > _SWAPS_SHOWN:
+    more = len(unclear) - _SWAPS_SHOWN
+    unclear[_SWAPS_SHOWN:] = [
+      f"and {more} more pair{'s' * (more != 1)} of calls like these"
+    ]
   return None, tuple(unclear)
+
+
+_SWAPS_SHOWN = 5
+"""The pairs matched by type only that a result names; a jitted step
+called a thousand times makes half a million such pairs."""
 
 
 def _rank_dependent(programs: list[RankItems]) -> tuple[RankDependent, ...]:

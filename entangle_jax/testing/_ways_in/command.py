@@ -394,6 +394,16 @@ def _rank_run(
       "order (g before f) is not seen"
       + (f" ({no_record})." if no_record else ".")
     )
+  elif most == 1 and no_record:
+    # One module a rank: the dumps do not say how many times each ran it
+    # (a Python loop whose count differs between ranks hangs).
+    unproved = (
+      "each rank's communicating module matches the others', but the "
+      "dumps do not record how many times each rank ran it, so a rank "
+      f"that runs it more often is not seen ({no_record}). Run the "
+      "program under record_executions(DIR) with DIR each rank's dump "
+      "folder, or under pytest --entangle-ranks, which keeps that record"
+    )
   return RankRun(len(folders), tuple(modules), said, unproved)
 
 
