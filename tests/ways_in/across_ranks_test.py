@@ -423,6 +423,36 @@ class ElidedConstantTest(absltest.TestCase):
     self.assertNotIn("--xla_dump_large_constants", differs.text())
 
 
+class ConstantDecisionTest(absltest.TestCase):
+  """A ``cond`` whose predicate XLA folds to a constant: XLA moves the
+  taken branch's collective out and leaves ``conditional(constant)``
+  whose other branch still holds one (a skeptic's shape of issue 77, a
+  right program reported as a possible deadlock)."""
+
+  @staticmethod
+  def program(rank, x, predicate):
+    return jax.lax.cond(
+      predicate(rank),
+      lambda v: allreduce(v),
+      lambda v: allreduce(jnp.tile(v, 2))[:4],
+      x,
+    )
+
+  def test_the_same_constant_on_every_rank_is_proved(self):
+    result = check(
+      functools.partial(self.program, predicate=lambda r: jnp.int32(0) == 0)
+    )
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 1)
+
+  def test_control_a_constant_per_rank_is_a_mismatch(self):
+    # Rank 0 takes the f32[4] branch, rank 1 the f32[8] one.
+    result = check(
+      functools.partial(self.program, predicate=lambda r: jnp.int32(r) == 0)
+    )
+    self.assertEqual(result.verdict, "mismatch", result.text())
+
+
 class WhileTest(absltest.TestCase):
   """A ``while`` on a residual with an allreduce inside: the residual
   computed on each rank, or reduced across ranks first."""

@@ -622,6 +622,14 @@ class RankProgram:
         body = (*self._items(i.condition), *self._items(i.body))
         item = Loop(self.analysis.op(i), body, self.decision(i))
         found.append((item.op, [item]))
+      elif i.opcode == "conditional" and (
+        picked := self._constant_branch(i)
+      ) is not None:
+        # A constant decision (XLA left `conditional(constant(1))`): only
+        # the branch it picks runs, on every rank.
+        inner = list(self._items(picked))
+        if inner:
+          found.append((self.analysis.op(i), inner))
       elif i.opcode == "conditional":
         branches = tuple(self._items(b) for b in i.branches)
         item = Branch(self.analysis.op(i), branches, self.decision(i))
@@ -630,6 +638,24 @@ class RankProgram:
         inner = [x for c in i.callees for x in self._items(c)]
         found.append((self.analysis.op(i), inner))
     return tuple(x for _, items in self._ordered(found) for x in items)
+
+  def _constant_branch(self, i: _hlo.Instruction) -> str | None:
+    """The branch computation that conditional `i`'s constant predicate
+    or index picks; None where the decision is not a constant."""
+    if not i.operands:
+      return None
+    decision = self._defined.get((i.computation, i.operands[0]))
+    if decision is None or decision.opcode != "constant":
+      return None
+    literal = (decision.literal or "").strip()
+    if literal in ("true", "false"):
+      return i.branches[0 if literal == "true" else 1]
+    try:
+      index = int(literal)
+    except ValueError:
+      return None
+    # XLA runs the last branch for an index out of range.
+    return i.branches[index if 0 <= index < len(i.branches) else -1]
 
   def _ordered(
     self, found: list[tuple[Op, list[Item]]]
