@@ -622,9 +622,10 @@ class RankProgram:
         body = (*self._items(i.condition), *self._items(i.body))
         item = Loop(self.analysis.op(i), body, self.decision(i))
         found.append((item.op, [item]))
-      elif i.opcode == "conditional" and (
-        picked := self._constant_branch(i)
-      ) is not None:
+      elif (
+        i.opcode == "conditional"
+        and (picked := self._constant_branch(i)) is not None
+      ):
         # A constant decision (XLA left `conditional(constant(1))`): only
         # the branch it picks runs, on every rank.
         inner = list(self._items(picked))
