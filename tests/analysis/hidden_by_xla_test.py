@@ -10,6 +10,7 @@ with no pair left. What a run of the hoisted loop printed on jax 0.10.2:
     report's fix [21.0, 21.0, 21.0, 21.0]
 """
 
+import io
 import pathlib
 import shutil
 import subprocess
@@ -34,7 +35,7 @@ from entangle_jax.testing import (
   write_slot,
 )
 from entangle_jax.testing._analysis import xla_changes
-from entangle_jax.testing._ways_in import module_files
+from entangle_jax.testing._ways_in import command, module_files
 from tests import test_util
 from tests.hand_written_hlo import read_then_write
 
@@ -403,26 +404,25 @@ class DumpTest(absltest.TestCase):
       cwd=cls.root,
     )
 
-  def _check(self, *flags):
-    return subprocess.run(
-      [sys.executable, "-m", "entangle_jax.testing", str(self.dump), *flags],
-      capture_output=True,
-      text=True,
-      timeout=180,
-      env=test_util.child_env(),
-      cwd=self.root,
-    )
+  def _check(self, *argv) -> tuple[int, str, str]:
+    """The command (`python -m entangle_jax.testing`) on `argv`, called in
+    this process (a child would import it anew for each call; its start
+    in a process of its own is tests/ways_in/race_check_command_test.py's):
+    its exit status, stdout and stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    status = command.main([str(a) for a in argv], out=out, err=err)
+    return status, out.getvalue(), err.getvalue()
 
   def test_every_format_reports_the_hidden_race(self):
     import json
 
-    text = self._check()
-    self.assertEqual(text.returncode, 1, text.stdout + text.stderr)
-    self.assertIn("[EJ008]", text.stdout)
-    records = json.loads(self._check("--format", "json").stdout)
+    status, text, err = self._check(self.dump)
+    self.assertEqual(status, 1, text + err)
+    self.assertIn("[EJ008]", text)
+    records = json.loads(self._check(self.dump, "--format", "json")[1])
     codes = [r["code"] for m in records["modules"] for r in m["races"]]
     self.assertIn("EJ008", codes)
-    sarif = json.loads(self._check("--format", "sarif").stdout)
+    sarif = json.loads(self._check(self.dump, "--format", "sarif")[1])
     rules = [r["ruleId"] for run in sarif["runs"] for r in run["results"]]
     self.assertIn("EJ008", rules)
 
@@ -433,31 +433,9 @@ class DumpTest(absltest.TestCase):
     shutil.copytree(self.dump, copy, dirs_exist_ok=True)
     for before in copy.glob("*before_optimizations.txt"):
       before.unlink()
-    result = subprocess.run(
-      [sys.executable, "-m", "entangle_jax.testing", str(copy)],
-      capture_output=True,
-      text=True,
-      timeout=180,
-      env=test_util.child_env(),
-      cwd=self.root,
-    )
-    self.assertIn("checked without the program's order", result.stdout)
-    as_json = subprocess.run(
-      [
-        sys.executable,
-        "-m",
-        "entangle_jax.testing",
-        str(copy),
-        "--format",
-        "json",
-      ],
-      capture_output=True,
-      text=True,
-      timeout=180,
-      env=test_util.child_env(),
-      cwd=self.root,
-    )
-    modules = json.loads(as_json.stdout)["modules"]
+    _, text, _ = self._check(copy)
+    self.assertIn("checked without the program's order", text)
+    modules = json.loads(self._check(copy, "--format", "json")[1])["modules"]
     self.assertTrue(any(m["unseen"] for m in modules if m["native_calls"]))
 
 

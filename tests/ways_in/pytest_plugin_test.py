@@ -8,6 +8,7 @@ import os
 import pathlib
 import re
 import shutil
+import subprocess
 import tempfile
 import textwrap
 from unittest import mock
@@ -139,6 +140,28 @@ def project(**files: str) -> pathlib.Path:
 
 
 class PluginTest(absltest.TestCase):
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    # The runs several tests read (`shared_run`), and where they keep
+    # their dumps: each such run costs a child interpreter that imports
+    # jax, the most of this file's time.
+    cls.shared_tmp = pathlib.Path(tempfile.mkdtemp())
+    cls.addClassCleanup(shutil.rmtree, cls.shared_tmp, ignore_errors=True)
+    cls.shared_runs = {}
+
+  def shared_run(self, name: str, text: str, *args: str):
+    """pytest with `args` on a project of the one test file `name`, run
+    once for the class (with TMPDIR the class's `shared_tmp`): the tests
+    that ask for the same run read the same output and kept dump."""
+    key = (name, text, args)
+    if key not in self.shared_runs:
+      with mock.patch.dict(os.environ, {"TMPDIR": str(self.shared_tmp)}):
+        self.shared_runs[key] = test_util.pytest_run(
+          project(**{name: text}), *args
+        )
+    return self.shared_runs[key]
+
   def setUp(self):
     super().setUp()
     # The runs' temporary files, their kept dumps among them, go in a
@@ -151,24 +174,30 @@ class PluginTest(absltest.TestCase):
   def test_its_own_dump_goes_on_the_tmpfs_unless_tmpdir_is_set(self):
     racy = project(**{"test_racy.py": RACY})
 
-    def kept_in() -> pathlib.Path:
-      result = test_util.pytest_run(racy, "--entangle-races=report")
+    def kept_in(result) -> pathlib.Path:
       out = result.stdout + result.stderr
       self.assertEqual(result.returncode, 0, out)
       (kept,) = re.findall(r"The dump is kept at (\S+) ", result.stdout)
-      self.addCleanup(shutil.rmtree, kept, ignore_errors=True)
       return pathlib.Path(kept).parent
 
+    def run() -> subprocess.CompletedProcess:
+      result = test_util.pytest_run(racy, "--entangle-races=report")
+      kept = re.findall(r"The dump is kept at (\S+) ", result.stdout)
+      for folder in kept:
+        self.addCleanup(shutil.rmtree, folder, ignore_errors=True)
+      return result
+
     # TMPDIR set: there.
-    self.assertEqual(kept_in(), self.tmp)
+    shared = self.shared_run("test_racy.py", RACY, "--entangle-races=report")
+    self.assertEqual(kept_in(shared), self.shared_tmp)
     # Unset: where dump_place says, on this machine (/dev/shm when usable).
     with mock.patch.dict(os.environ):
       del os.environ["TMPDIR"]
       parent = dump_place.dump_parent(tmpfs=True)
       if parent is not None:
-        self.assertEqual(kept_in(), parent)
+        self.assertEqual(kept_in(run()), parent)
       else:
-        self.assertNotEqual(kept_in(), dump_place.TMPFS)
+        self.assertNotEqual(kept_in(run()), dump_place.TMPFS)
 
   def test_fail_fails_a_racy_test_and_passes_its_fixed_twin(self):
     racy = project(**{"test_racy.py": RACY})
@@ -184,14 +213,12 @@ class PluginTest(absltest.TestCase):
     self.assertIn("failed the tests that compiled them", result.stdout)
     if test_util.records_full_stack():
       self.assertIn("test_racy.py:10", result.stdout)
-    fixed = project(**{"test_fixed.py": FIXED})
-    result = test_util.pytest_run(fixed, "--entangle-races=fail")
+    result = self.shared_run("test_fixed.py", FIXED, "--entangle-races=fail")
     self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
     self.assertIn("0 with races, 0 pairs.", result.stdout)
 
   def test_report_passes_and_summarises(self):
-    racy = project(**{"test_racy.py": RACY})
-    result = test_util.pytest_run(racy, "--entangle-races=report")
+    result = self.shared_run("test_racy.py", RACY, "--entangle-races=report")
     self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
     self.assertIn("1 passed", result.stdout)
     self.assertIn("entangle-jax race check", result.stdout)
@@ -415,9 +442,7 @@ class PluginTest(absltest.TestCase):
     self.assertIn("XLA_FLAGS no longer asks for the dump", result.stdout)
 
   def test_the_dump_is_kept_only_when_it_has_something_to_show(self):
-    result = test_util.pytest_run(
-      project(**{"test_racy.py": RACY}), "--entangle-races=report"
-    )
+    result = self.shared_run("test_racy.py", RACY, "--entangle-races=report")
     (kept,) = re.findall(
       r"The dump is kept at (\S+) \((\d+) file\(s\), ([\d.]+ [kM]B)\)",
       result.stdout,
@@ -438,9 +463,7 @@ class PluginTest(absltest.TestCase):
     names = [p.name for p in files]
     self.assertTrue(any("-buffer-assignment.txt" in n for n in names), names)
     self.assertFalse(any("-live-range" in n for n in names), names)
-    result = test_util.pytest_run(
-      project(**{"test_fixed.py": FIXED}), "--entangle-races=fail"
-    )
+    result = self.shared_run("test_fixed.py", FIXED, "--entangle-races=fail")
     self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
     self.assertNotIn("The dump is kept", result.stdout)
 

@@ -5,6 +5,7 @@ fresh interpreter (XLA must dump from its first compile); what can be
 tried in this process (whose backend started long ago, without a dump)
 is that the check says it saw nothing rather than passing."""
 
+import functools
 import io
 import os
 import pathlib
@@ -86,9 +87,22 @@ def run_test_file(
   )
 
 
+@functools.cache
+def run_once(
+  program: str, pyproject: str | None = None, env: tuple = ()
+) -> tuple[subprocess.CompletedProcess, list[pathlib.Path]]:
+  """`run_test_file` with TMPDIR a folder of its own, and the dumps the
+  run's race_check kept there. Once for the module for each input
+  (`env`: pairs): the tests that read the same run share it, each run a
+  fresh interpreter that imports jax and compiles."""
+  tmp = pathlib.Path(tempfile.mkdtemp())
+  result = run_test_file(program, pyproject, TMPDIR=str(tmp), **dict(env))
+  return result, sorted(tmp.glob("entangle-races-*"))
+
+
 class WholeRunTest(absltest.TestCase):
   def test_a_racy_run_that_passed_exits_1_with_the_report(self):
-    result = run_test_file(RACY)
+    result, _ = run_once(RACY)
     self.assertEqual(result.returncode, 1, result.stderr)
     self.assertIn("OK", result.stderr)  # The test itself passed.
     self.assertIn("entangle-jax race check", result.stderr)
@@ -98,7 +112,7 @@ class WholeRunTest(absltest.TestCase):
       self.assertIn("step_test.py:11", result.stderr)
 
   def test_a_module_it_cannot_check_fails_the_run_naming_it(self):
-    result = run_test_file(FIXED, MISFIT)
+    result, _ = run_once(FIXED, MISFIT)
     self.assertEqual(result.returncode, 1, result.stderr)
     self.assertIn("OK", result.stderr)  # The test itself passed.
     self.assertRegex(
@@ -108,17 +122,17 @@ class WholeRunTest(absltest.TestCase):
     )
     self.assertIn("1 module could not be checked", result.stderr)
     # Control: the same run without the misfit declaration passes.
-    result = run_test_file(FIXED)
+    result, _ = run_once(FIXED)
     self.assertEqual(result.returncode, 0, result.stderr)
     self.assertNotIn("Not checked", result.stderr)
 
   def test_report_mode_from_the_environment_keeps_the_exit_status(self):
-    result = run_test_file(RACY, ENTANGLE_JAX_RACES="report")
+    result, _ = run_once(RACY, env=(("ENTANGLE_JAX_RACES", "report"),))
     self.assertEqual(result.returncode, 0, result.stderr)
     self.assertIn("1 with races, 1 pair.", result.stderr)
 
   def test_control_the_fixed_run_exits_0(self):
-    result = run_test_file(FIXED)
+    result, _ = run_once(FIXED)
     self.assertEqual(result.returncode, 0, result.stderr)
     self.assertIn(
       "(1 with native calls): 0 with races, 0 pairs.", result.stderr
@@ -144,7 +158,7 @@ class OwnDumpTest(absltest.TestCase):
     return result, sorted(tmp.glob("entangle-races-*"))
 
   def test_a_racy_run_keeps_the_racing_module_only(self):
-    result, dumps = self.run_in(RACY)
+    result, dumps = run_once(RACY)
     self.assertEqual(result.returncode, 1, result.stderr)
     self.assertLen(dumps, 1)
     names = module_names(dumps[0])
@@ -152,7 +166,7 @@ class OwnDumpTest(absltest.TestCase):
     self.assertTrue(next(iter(names)).endswith(".jit_step"), names)
 
   def test_a_clean_run_leaves_no_dump(self):
-    result, dumps = self.run_in(FIXED)
+    result, dumps = run_once(FIXED)
     self.assertEqual(result.returncode, 0, result.stderr)
     self.assertEqual(dumps, [])
 
