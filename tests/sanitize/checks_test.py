@@ -11,7 +11,12 @@ from entangle_jax._src.targets.declaration import (
   Declarations,
   TargetDeclaration,
 )
-from entangle_jax.testing._sanitize import callbacks, checks, sites
+from entangle_jax.testing._sanitize import (
+  callbacks,
+  checks,
+  host_placement,
+  sites,
+)
 from entangle_jax.testing._sanitize.calls import (
   HOST_FAMILY,
   SanitizedCall,
@@ -358,7 +363,7 @@ class HostRunsTest(absltest.TestCase):
         function="g",
       ),
     ]
-    placed = checks.host_runs(calls)
+    placed = host_placement.host_runs(calls)
     self.assertEqual([c.run_id for c in placed], [-1, -1])
     # Control: the module ran twice, at once on two threads; which
     # execution the loop's call ran in is not known: it stays unplaced.
@@ -367,7 +372,7 @@ class HostRunsTest(absltest.TestCase):
       _call("cb", 1, 5, None, site=outside, run_id=-2, function="f"),
     ]
     twice[2] = dataclasses.replace(twice[2], thread=2)
-    placed = checks.host_runs(twice)
+    placed = host_placement.host_runs(twice)
     self.assertEqual(placed[1].run_id, callbacks.UNKNOWN_RUN)
 
   def _twice(self, *, thread=1, anchor_first=True):
@@ -394,19 +399,19 @@ class HostRunsTest(absltest.TestCase):
     return sorted(calls, key=lambda c: c.start_ns)
 
   def test_a_module_run_twice_one_execution_after_the_other(self):
-    placed = checks.host_runs(self._twice())
+    placed = host_placement.host_runs(self._twice())
     self.assertEqual([c.run_id for c in placed], [-1, -1, -2, -2])
     # Controls: on two threads, or with a loop's call before the first
     # execution's anchor, the executions are not told apart.
     for calls in (self._twice(thread=2), self._twice(anchor_first=False)):
-      placed = checks.host_runs(calls)
+      placed = host_placement.host_runs(calls)
       self.assertEqual({c.run_id for c in placed}, {callbacks.UNKNOWN_RUN})
 
   def test_a_module_run_twice_with_a_native_call_is_not_placed(self):
     calls = self._twice()
     module = calls[0].site.module
     native = _call("w", 6, 7, site=_site(2, (), module), run_id=77)
-    placed = checks.host_runs([*calls, native])
+    placed = host_placement.host_runs([*calls, native])
     unknown = callbacks.UNKNOWN_RUN
     self.assertEqual([c.run_id for c in placed], [unknown] * 4 + [77])
 
@@ -415,7 +420,7 @@ class HostRunsTest(absltest.TestCase):
     why: dict[str, int] = {}
     host = [c for c in calls if c.function is not None]
     serials = {c.site.module.serial for c in calls if c.function is None}
-    checks.place_host_calls(host, native or {}, serials, why)
+    host_placement.place_host_calls(host, native or {}, serials, why)
     return why
 
   def test_why_a_loops_calls_were_not_placed_is_what_the_records_showed(self):
@@ -486,7 +491,7 @@ class OneStreamTest(absltest.TestCase):
     return sorted(calls, key=lambda c: c.start_ns)
 
   def test_a_loops_iterations_pair_across_the_executions(self):
-    placed = checks.host_runs(self._calls())
+    placed = host_placement.host_runs(self._calls())
     self.assertEqual({c.run_id for c in placed}, {callbacks.SEQUENCE_RUN})
     races, unpaired = _races(*placed)
     self.assertEqual(unpaired, [])
@@ -507,14 +512,14 @@ class OneStreamTest(absltest.TestCase):
       self._calls("cuda"),
       self._calls(one_device=False),
     ):
-      placed = checks.host_runs(calls)
+      placed = host_placement.host_runs(calls)
       self.assertEqual({c.run_id for c in placed}, {callbacks.UNKNOWN_RUN})
 
   def test_places_of_two_loops_are_not_paired(self):
     # A loop's write, then another loop's read: which execution each call
     # ran in is not known, and no iteration joins them.
     other = sites.Frame(sites.LOOP, 1, 1)
-    placed = checks.host_runs(self._calls(loops=(LOOP, other)))
+    placed = host_placement.host_runs(self._calls(loops=(LOOP, other)))
     races, unpaired = _races(*placed)
     self.assertEqual(races, [])
     self.assertLen(unpaired, 1)

@@ -9,7 +9,7 @@ call's iteration, and an iteration whose read's body ran before its
 write's raced (the control, which does not ask the sanitizer). A TPU
 module gets no execution op, and nothing outside its loops counts its
 executions: its calls are paired as one sequence of iterations
-(`checks.place_host_calls`). Every iteration that raced is reported, and
+(`host_placement.place_host_calls`). Every iteration that raced is reported, and
 no other; and the same records taken for a CPU module's stay not
 compared (the control that the rule is what compares them).
 """
@@ -20,7 +20,12 @@ import pathlib
 from absl.testing import absltest
 
 from entangle_jax._src.targets.declaration import Declarations
-from entangle_jax.testing._sanitize import callbacks, checks, sites
+from entangle_jax.testing._sanitize import (
+  callbacks,
+  checks,
+  host_placement,
+  sites,
+)
 from entangle_jax.testing._sanitize.calls import (
   HOST_FAMILY,
   SanitizedCall,
@@ -93,7 +98,7 @@ def _iteration(call: SanitizedCall, stamps: list, tag: str) -> tuple:
 
 
 def _check(calls: list[SanitizedCall]):
-  placed = checks.host_runs(calls)
+  placed = host_placement.host_runs(calls)
   found = {c: touches(c, Declarations(())) for c in placed}
   unpaired: list[checks.Unpaired] = []
   races = checks.races(found, unpaired)

@@ -20,7 +20,7 @@ records. Elsewhere a recorder counts its own calls instead
 every loop and branch of one module is taken for one execution
 (``run_id`` -1 - k). A call in a loop or a branch may run many times in
 one execution, or not at all: it is recorded with ``UNKNOWN_RUN``, and
-`checks.place_host_calls` places it in an execution only where the
+`host_placement.place_host_calls` places it in an execution only where the
 records leave one choice (the module ran once, or its executions ran one
 after the other on one thread).
 """
@@ -49,7 +49,7 @@ UNKNOWN_RUN = 0
 """The run id of a host callback whose execution its recorder cannot
 know (a call in a loop or a branch)."""
 SEQUENCE_RUN = -(1 << 62)
-"""The run id `checks.place_host_calls` gives every host callback of a
+"""The run id `host_placement.place_host_calls` gives every host callback of a
 module on one accelerator device whose executions nothing counted: they
 ran one after another in the device's stream, so its calls, in order of
 start, are one sequence of iterations, but not split into executions."""

@@ -21,6 +21,7 @@ from entangle_jax._src.targets.declaration import Declarations
 from entangle_jax.testing._sanitize import (
   callbacks,
   checks,
+  host_placement,
   rank_calls,
   seen_formats,
   sites,
@@ -110,7 +111,7 @@ class Seen:
       records do not separate its executions, or the sanitizer could not
       add its execution counter to it): not compared for order.
     unknown_runs_why: those calls counted by why, in the report's words
-      (`checks.unplaced_reason`).
+      (`host_placement.unplaced_reason`).
     anything: calls taken as touching any object, by why (an undeclared
       target, more values than a record holds, ...), counted.
     hangs: the watchdog's reports (``sanitize(watchdog=...)``), each
@@ -291,7 +292,7 @@ def sanitize(
           with_native = {
             s.module.serial for s in recorded.sites if s is not None
           }
-          placed = checks.place_host_calls(
+          placed = host_placement.place_host_calls(
             host.every(),
             _native_runs(recorded),
             with_native,
@@ -311,7 +312,7 @@ def sanitize(
 
 def _native_runs(native: NativeColumns) -> dict[int, set[int]]:
   """The run ids of each module's native calls outside every loop and
-  branch (`checks.place_host_calls`)."""
+  branch (`host_placement.place_host_calls`)."""
   import numpy as np
 
   from entangle_jax.testing._sanitize import candidates
