@@ -795,7 +795,7 @@ class CommandTest(absltest.TestCase):
     # Issue 77, defect 4: rank 1 calls g before f. The dumps hold each
     # module, not the order each rank ran them in: never "proved".
     texts = [(DATA / f"mpi4jax_rank{r}_of_2.txt").read_text() for r in (0, 1)]
-    folders = self.dumps(texts)
+    folders = write_dumps(texts, record=False)
     for folder, text in zip(folders, texts, strict=True):
       (
         pathlib.Path(folder)
@@ -1369,7 +1369,11 @@ class CrashIsNoFindingTest(absltest.TestCase):
   def test_a_crash_comparing_the_ranks_exits_2_with_its_cause(self):
     folders = self.dumps(CollectivesInEveryBranchTest.both)
     boom = IndexError("tuple index out of range")
-    with mock.patch.object(command, "check_programs", side_effect=boom):
+    # Whether it follows the ranks' records or pairs their modules.
+    with (
+      mock.patch.object(command, "check_programs", side_effect=boom),
+      mock.patch.object(rank_sequences, "check_executions", side_effect=boom),
+    ):
       status, _, err = self.run_command(folders)
     self.assertEqual(status, 2, err)
     self.assertIn("could not answer", err)
@@ -1387,8 +1391,12 @@ class CrashIsNoFindingTest(absltest.TestCase):
 
     folders = self.dumps(CollectivesInEveryBranchTest.both)
     boom = IndexError("tuple index out of range")
-    with mock.patch.object(command, "check_programs", side_effect=boom):
+    with (
+      mock.patch.object(command, "check_programs", side_effect=boom),
+      mock.patch.object(rank_sequences, "check_executions", side_effect=boom),
+    ):
       crashed = self.run_command(folders)
+    self.assertEqual(crashed[0], 2, crashed[2])
     self.assertFalse(plugin.across_fails((crashed[2], crashed[0])))
     # Control: a mismatch (status 1) fails it, a proof does not.
     mismatch = self.run_command(
