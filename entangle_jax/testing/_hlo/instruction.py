@@ -248,9 +248,16 @@ def _new_instruction(
   ``__init__``, which sets each of its 20 fields through
   ``object.__setattr__``: that took a third of the time of reading a line.
   Fields that neither gives keep their defaults."""
-  instruction = object.__new__(Instruction)
-  vars(instruction).update(_DEFAULTS, **fields, **more)
+  found = _DEFAULTS.copy()
+  found.update(fields)
+  found.update(more)
+  instruction = _new(Instruction)
+  _set(instruction, "__dict__", found)
   return instruction
+
+
+_new = object.__new__
+_set = object.__setattr__
 
 
 def _shape_end(line: str, start: int, number: int) -> int:
