@@ -123,6 +123,15 @@ def parse(text: str, *, optimized: bool = True) -> Module:
       continue
     if not line:
       table = None
+    elif (
+      table is not None
+      and not line.endswith("{")
+      and (row := _TABLE_ROW.fullmatch(line))
+    ):
+      # Most lines of a small module are its tables' rows. One that does
+      # not end in `{` opens no computation, and no table's name (a
+      # capital first) is a row (a digit first): the row, as below.
+      table[int(row.group(1))] = row.group(2)
     elif not header_seen:
       _check_header(line, number, scheduled=optimized)
       header_seen = True
