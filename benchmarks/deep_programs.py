@@ -36,6 +36,7 @@ from jax import lax
 
 from entangle_jax import testing
 from entangle_jax.testing._analysis import order_analysis
+from entangle_jax.testing._hlo import attributes
 
 BRANCHES = 200
 LEAVES = 2000
@@ -170,9 +171,10 @@ def measure(rounds: int, log: Callable[[str], None]) -> list[dict]:
       found = []
       for _ in range(rounds):
         # Every round parses the text anew: races() keeps the last two
-        # modules parsed, which would time a round but the first without
-        # its parse.
+        # modules parsed, and the fields of each attribute text read,
+        # which would time a round but the first without its parse.
         order_analysis._parsed.cache_clear()
+        attributes._text_fields.cache_clear()
         start = time.perf_counter()
         analysis = testing.OrderAnalysis(program, before_optimization=before)
         found = analysis.races()

@@ -284,8 +284,10 @@ class OrderAnalysis:
     """The `Op` that `instruction` is part of (an async pair, or itself)."""
     key = (instruction.computation, instruction.name)
     if key not in self._ops:
-      graph = self._dataflow[instruction.computation]
-      start, done = graph.span[graph.index[instruction.name]]
+      # The structure, not the edges: the program's ops are compared by
+      # what they access, and their order is asked of the may-order.
+      graph = self._dataflow.computation(instruction.computation)
+      start, done = graph.spans()[graph.index[instruction.name]]
       first = graph.instructions[start]
       found = self._footprint(first)
       self._ops[key] = Op(

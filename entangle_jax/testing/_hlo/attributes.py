@@ -9,6 +9,7 @@ skipped.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 
@@ -93,6 +94,30 @@ def attribute_fields(
   Fields the text does not give are absent (they keep their defaults); a
   ``get-tuple-element`` without ``index=N`` has no ``tuple_index``.
   """
+  fields, place = _text_fields(opcode, text)
+  if place is None:
+    return dict(fields)
+  frame, file_line = place
+  stack = stack_of(frame) if frame is not None else ()
+  if not stack and file_line is not None:
+    stack = (file_line,)
+  return {**fields, "stack": stack, "source": stack[0] if stack else None}
+
+
+_Place = tuple[int | None, tuple[str, int] | None]
+"""What metadata says of where an op was made: its ``stack_frame_id``,
+and its ``source_file`` and ``source_line`` (the innermost frame)."""
+
+
+@functools.lru_cache(maxsize=8192)
+def _text_fields(
+  opcode: str, text: str
+) -> tuple[dict[str, object], _Place | None]:
+  """`attribute_fields` less the Python stack, which is the module's
+  (its frame tables'): the fields that `text` alone gives, and where its
+  metadata, if any, says the op was made. Kept across modules (the
+  modules a test suite checks repeat the same few attribute texts) and
+  never changed by a caller (`attribute_fields` copies them)."""
   masked, strings = mask_strings(text)
   attributes = _Attributes(masked, strings)
   fields: dict[str, object] = {}
@@ -131,30 +156,18 @@ def attribute_fields(
     fields["host_transfer"] = True
     if found := _RENDEZVOUS.search(text):
       fields["rendezvous"] = found.group(1)
-  if attributes.has("metadata"):
-    fields.update(_metadata_fields(attributes.metadata(), strings, stack_of))
-  return fields
-
-
-def _metadata_fields(
-  metadata: dict[str, str], strings: list[str], stack_of: Callable[[int], Stack]
-) -> dict[str, object]:
-  """``op_name``, ``op_type``, and the Python stack: from
-  ``stack_frame_id`` (newer XLA) or else ``source_file``/``source_line``
-  (the innermost frame only)."""
+  if not attributes.has("metadata"):
+    return fields, None
+  metadata = attributes.metadata()
+  fields["op_name"] = _unquote(metadata.get("op_name"), strings) or ""
+  fields["op_type"] = _unquote(metadata.get("op_type"), strings) or ""
   frame = metadata.get("stack_frame_id", "")
-  stack = stack_of(int(frame)) if frame.isdigit() else ()
-  if not stack:
-    file = _unquote(metadata.get("source_file"), strings)
-    line = metadata.get("source_line", "")
-    if file is not None and line.isdigit():
-      stack = ((file, int(line)),)
-  return {
-    "op_name": _unquote(metadata.get("op_name"), strings) or "",
-    "op_type": _unquote(metadata.get("op_type"), strings) or "",
-    "stack": stack,
-    "source": stack[0] if stack else None,
-  }
+  file = _unquote(metadata.get("source_file"), strings)
+  line = metadata.get("source_line", "")
+  return fields, (
+    int(frame) if frame.isdigit() else None,
+    (file, int(line)) if file is not None and line.isdigit() else None,
+  )
 
 
 def _unquote(value: str | None, strings: list[str]) -> str | None:

@@ -339,12 +339,24 @@ def _call(
 
 def read_orders(text: str) -> frozenset[tuple[int, int]]:
   """The pairs `complete` wrote into `text` (none if it wrote none)."""
-  for line in text.splitlines()[:3]:
+  for line in _first_lines(text, 3):
     if line.startswith(ORDER_COMMENT):
       return frozenset(
         (int(a), int(b)) for a, b in _PAIR.findall(line[len(ORDER_COMMENT) :])
       )
   return frozenset()
+
+
+def _first_lines(text: str, count: int) -> list[str]:
+  """``text.splitlines()[:count]``, without splitting the whole text (the
+  module is read line by line once already)."""
+  size = 4096
+  while True:
+    lines = text[:size].splitlines()
+    # More lines than asked: the first `count` end inside the prefix.
+    if len(lines) > count or size >= len(text):
+      return lines[:count]
+    size *= 4
 
 
 def is_tpu_text(text: str) -> bool:

@@ -28,6 +28,20 @@ _BARE_OPERAND = re.compile(r"\s*([\w.\-]+(?:#\d+)*)\s*")
 # shape (``f32[2,3]{1,0}``), if the text writes shapes.
 _BETWEEN = re.compile(r"\s*,[^%#]*")
 _ARRAY_DIMS = re.compile(r"\b[a-z]+[0-9a-z]*\[([^\]]*)\]")
+# Most lines at once: the head, an array shape (no spaces, no tuple) and
+# the opcode, as `_HEAD`, `_shape_end` and `_OPCODE` read them one by one
+# (a line this does not match is read that slower way, which names what
+# is wrong with it).
+_LINE = re.compile(
+  r"(?>(ROOT\s+)?%?([\w.\-]+)\s*=\s*)([^\s(][^ ]*) \s*([a-z][a-z0-9\-]*)\("
+)
+# Operand lists of plain names, the usual case: `_percent_operands` and the
+# bare names' loop would read each as the name itself.
+_PLAIN_PERCENT = re.compile(r"%[\w.\-]+(?:#\d+)*(?:, %[\w.\-]+(?:#\d+)*)*")
+_PLAIN_BARE = re.compile(r"[\w.\-]+(?:#\d+)*(?:, [\w.\-]+(?:#\d+)*)*")
+# A get-tuple-element's index, which makes its attribute text differ from
+# line to line while the rest (its metadata) repeats.
+_LEADING_INDEX = re.compile(r", index=(\d+)(?=,|$)")
 # Opcodes whose parenthesised text is a literal or an index, not operands.
 _NO_OPERANDS = frozenset({"constant", "parameter", "iota"})
 
@@ -160,17 +174,26 @@ class InstructionReader:
       number: its 1-based line number, for errors.
       computation: the name of the computation it belongs to.
     """
-    head = _HEAD.match(line)
-    if head is None:
-      raise line_error(number, line, "expected `%name = shape opcode(...)`")
-    shape_end = _shape_end(line, head.end(), number)
-    opcode_match = _OPCODE.match(line, shape_end)
-    if opcode_match is None:
-      raise line_error(
-        number, line, "expected an opcode and `(` after the shape"
-      )
-    opcode = opcode_match.group(1)
-    start = opcode_match.end()
+    fast = _LINE.match(line)
+    if fast is not None:
+      shape = fast.group(3)
+      opcode = fast.group(4)
+      start = fast.end()
+      root, name = fast.group(1), fast.group(2)
+    else:
+      head = _HEAD.match(line)
+      if head is None:
+        raise line_error(number, line, "expected `%name = shape opcode(...)`")
+      shape_end = _shape_end(line, head.end(), number)
+      opcode_match = _OPCODE.match(line, shape_end)
+      if opcode_match is None:
+        raise line_error(
+          number, line, "expected an opcode and `(` after the shape"
+        )
+      opcode = opcode_match.group(1)
+      start = opcode_match.end()
+      shape = line[head.end() : shape_end]
+      root, name = head.group(1), head.group(2)
     close = line.find(")", start) + 1
     if close == 0 or "(" in line[start:close]:  # Parentheses inside: count.
       close = _matching_paren(line, start - 1)
@@ -178,14 +201,14 @@ class InstructionReader:
         raise line_error(number, line, "unbalanced parentheses in the operands")
     inside = line[start : close - 1]
     fields: dict[str, object] = {
-      "name": head.group(2),
+      "name": name,
       "computation": computation,
       "opcode": opcode,
       "operands": ()
       if opcode in _NO_OPERANDS
       else _operand_names(inside, number, line),
-      "shape": line[head.end() : shape_end],
-      "root": bool(head.group(1)),
+      "shape": shape,
+      "root": bool(root),
       "line": number,
     }
     if opcode == "constant":
@@ -200,6 +223,10 @@ class InstructionReader:
     return _new_instruction(fields, attributes)
 
   def _attributes_of(self, opcode: str, text: str) -> dict[str, object]:
+    if opcode == "get-tuple-element" and (index := _LEADING_INDEX.match(text)):
+      # The index apart, so that the rest is read once for all elements.
+      rest = self._attributes_of(opcode, text[index.end() :])
+      return {**rest, "tuple_index": int(index.group(1))}
     key = (opcode, text)
     if key not in self._attributes:
       self._attributes[key] = attribute_fields(opcode, text, self._stack_of)
@@ -221,9 +248,16 @@ def _new_instruction(
   ``__init__``, which sets each of its 20 fields through
   ``object.__setattr__``: that took a third of the time of reading a line.
   Fields that neither gives keep their defaults."""
-  instruction = object.__new__(Instruction)
-  vars(instruction).update(_DEFAULTS, **fields, **more)
+  found = _DEFAULTS.copy()
+  found.update(fields)
+  found.update(more)
+  instruction = _new(Instruction)
+  _set(instruction, "__dict__", found)
   return instruction
+
+
+_new = object.__new__
+_set = object.__setattr__
 
 
 def _shape_end(line: str, start: int, number: int) -> int:
@@ -250,6 +284,12 @@ def _matching_paren(text: str, start: int) -> int:
 def _operand_names(text: str, number: int, line: str) -> tuple[str, ...]:
   if "/*" in text:  # XLA writes /*index=5*/ into long operand lists.
     text = _COMMENT.sub("", text)
+  if not text:
+    return ()
+  if text[0] == "%" and _PLAIN_PERCENT.fullmatch(text):
+    return tuple(text[1:].split(", %"))
+  if _PLAIN_BARE.fullmatch(text):
+    return tuple(text.split(", "))
   if "%" in text:
     return _percent_operands(text, number, line)
   names = []

@@ -123,6 +123,15 @@ def parse(text: str, *, optimized: bool = True) -> Module:
       continue
     if not line:
       table = None
+    elif (
+      table is not None
+      and not line.endswith("{")
+      and (row := _TABLE_ROW.fullmatch(line))
+    ):
+      # Most lines of a small module are its tables' rows. One that does
+      # not end in `{` opens no computation, and no table's name (a
+      # capital first) is a row (a digit first): the row, as below.
+      table[int(row.group(1))] = row.group(2)
     elif not header_seen:
       _check_header(line, number, scheduled=optimized)
       header_seen = True
@@ -291,6 +300,8 @@ class _StackFrames:
   def __init__(self, tables: dict[str, dict[int, str]]):
     self._tables = tables
     self._cache: dict[int, Stack] = {}
+    self._whole: dict[int, Stack] = {}
+    """The stacks that ended at an outermost frame (no cycle), by frame."""
     self._places: dict[int, tuple[str, int] | None] = {}
     self._frames: dict[int, dict[str, int]] | None = None
     self._shift = 0
@@ -316,16 +327,30 @@ class _StackFrames:
 
   def _stack(self, frame_id: int) -> Stack:
     frames = self._read_frames()
-    stack = []
+    walked: list[tuple[int, tuple[str, int] | None]] = []
     seen = set()
+    tail: Stack = ()
     while frame_id in frames and frame_id not in seen:
+      if frame_id in self._whole:
+        # A stack read before that ended without a cycle: none of its
+        # frames is one walked here (that would be a cycle), so the walk
+        # would go on exactly as it went then.
+        tail = self._whole[frame_id]
+        break
       seen.add(frame_id)
       frame = frames[frame_id]
-      place = self._place(frame.get("file_location_id", -1))
-      if place is not None:
-        stack.append(place)
+      walked.append((frame_id, self._place(frame.get("file_location_id", -1))))
       frame_id = frame.get("parent_frame_id", 0) - self._shift
-    return tuple(stack)
+    else:
+      if frame_id in seen:  # A cycle: the stacks of its frames differ.
+        return tuple(p for _, p in walked if p is not None)
+    # Ended at an outermost frame: each frame walked has the stack from
+    # it outward, kept for the walks that reach it.
+    for walked_id, place in reversed(walked):
+      if place is not None:
+        tail = (place, *tail)
+      self._whole[walked_id] = tail
+    return tail
 
   def _place(self, location_id: int) -> tuple[str, int] | None:
     """The (file, line) of a ``FileLocations`` row, read once: every

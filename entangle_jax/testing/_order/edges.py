@@ -37,6 +37,15 @@ class Computation:
       len(instructions) - 1,
     )
     self._users: list[list[int]] | None = None
+    self._span: list[tuple[int, int]] | None = None
+
+  def spans(self) -> list[tuple[int, int]]:
+    """Per position, the (start, done) positions of the async pair it is
+    part of, or (itself, itself) (rule 3): from the structure alone, so
+    that naming an op needs no edges."""
+    if self._span is None:
+      self._span = self._spans()
+    return self._span
 
   def users(self) -> list[list[int]]:
     """Per position, the positions that name it as an operand."""
@@ -46,6 +55,26 @@ class Computation:
         for operand in dict.fromkeys(i.operands):
           self._users[self.index[operand]].append(n)
     return self._users
+
+  def _spans(self) -> list[tuple[int, int]]:
+    span = [(n, n) for n in range(len(self.instructions))]
+    users = self.users()
+    for n, i in enumerate(self.instructions):
+      if not rules.starts_async(i.opcode):
+        continue
+      chain = [n]
+      while not rules.ends_async(self.instructions[chain[-1]].opcode):
+        step = [
+          u
+          for u in users[chain[-1]]
+          if rules.continues_async(self.instructions[u].opcode)
+        ]
+        if not step:
+          break
+        chain.append(step[0])
+      for member in chain:
+        span[member] = (chain[0], chain[-1])
+    return span
 
   def parameter_number(self, n: int) -> int | None:
     """``N`` when the instruction at `n` is ``parameter(N)``, else None."""
@@ -75,13 +104,14 @@ class ComputationGraph(Computation):
     self.index = computation.index
     self.root = computation.root
     self._users = computation.users()
+    self._span = computation.spans()
     self._dependents: list[list[int]] | None = None
     self.deps = deps
     self.order = self._topological_order()
     self.rank = [0] * len(self.order)
     for r, n in enumerate(self.order):
       self.rank[n] = r
-    self.span = self._spans()
+    self.span = self._span
 
   def dependents(self) -> list[list[int]]:
     """Per position, the positions whose `deps` name it."""
@@ -113,23 +143,3 @@ class ComputationGraph(Computation):
         f"through its operands (computation %{self.name})"
       )
     return order
-
-  def _spans(self) -> list[tuple[int, int]]:
-    span = [(n, n) for n in range(len(self.instructions))]
-    users = self.users()
-    for n, i in enumerate(self.instructions):
-      if not rules.starts_async(i.opcode):
-        continue
-      chain = [n]
-      while not rules.ends_async(self.instructions[chain[-1]].opcode):
-        step = [
-          u
-          for u in users[chain[-1]]
-          if rules.continues_async(self.instructions[u].opcode)
-        ]
-        if not step:
-          break
-        chain.append(step[0])
-      for member in chain:
-        span[member] = (chain[0], chain[-1])
-    return span

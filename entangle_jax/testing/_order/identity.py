@@ -481,6 +481,8 @@ class ObjectFinder:
       self._callers = {}
       for body in self._module.computations.values():
         for i in body:
+          if not (i.callees or i.branches or i.condition or i.body):
+            continue  # Calls nothing: no pairs (most instructions).
           pairs = rules.callee_parameters(i)
           if rules.rule_for(i.opcode).identity is Identity.CALLEE_ROOT:
             # A fusion's parameter k is operand k too (rule 8).

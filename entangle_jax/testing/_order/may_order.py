@@ -57,6 +57,7 @@ nested).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 
@@ -93,6 +94,49 @@ class Leaf:
   """For a ``concatenate``: its operands' leaves, of which a slice may
   take only one (XLA folds a slice of a concatenate to the part it
   takes)."""
+
+
+_new = object.__new__
+_set = object.__setattr__
+
+
+def _new_leaf(
+  deps: int = 0,
+  var: int = 0,
+  const: bool = False,
+  lit: object = None,
+  origin: tuple | None = None,
+  key: tuple | None = None,
+  parts: tuple | None = None,
+) -> Leaf:
+  """``Leaf(...)``, built without the frozen dataclass's ``__init__``,
+  which sets each field through ``object.__setattr__``: the evaluation
+  makes a leaf or more per instruction and pass, and that took a third
+  of its time."""
+  leaf = _new(Leaf)
+  _set(
+    leaf,
+    "__dict__",
+    {
+      "deps": deps,
+      "var": var,
+      "const": const,
+      "lit": lit,
+      "origin": origin,
+      "key": key,
+      "parts": parts,
+    },
+  )
+  return leaf
+
+
+def _replace(leaf: Leaf, **changes: object) -> Leaf:
+  """``dataclasses.replace(leaf, **changes)``, as fast as `_new_leaf`."""
+  fields = dict(leaf.__dict__)
+  fields.update(changes)
+  found = _new(Leaf)
+  _set(found, "__dict__", fields)
+  return found
 
 
 Value = Leaf | tuple
@@ -468,6 +512,12 @@ class MayOrder:
   ) -> Value:
     operands = [values.get(o, NOTHING) for o in i.operands]
     opcode = i.opcode
+    if opcode not in _SPECIAL:
+      # Most of a large program (arithmetic): none of the cases below.
+      return self._plain(i, operands, context)
+    if opcode == "add" and len(operands) == 2:
+      # Before the cases below, none of which takes an add.
+      return _cancelled(opcode, i.shape, operands, _add(operands, i.shape))
     if opcode == "parameter":
       number = i.parameter_number
       if (
@@ -476,11 +526,11 @@ class MayOrder:
         return arguments[number]
       return _keyed(_shaped(i.shape, NOTHING), ("entry", i.name))
     if opcode == "constant":
-      return Leaf(
+      return _new_leaf(
         const=True, lit=_literal(i.literal), key=("c", i.literal, i.shape)
       )
     if opcode == "iota":
-      return Leaf(const=True, key=("iota", i.shape))
+      return _new_leaf(const=True, key=("iota", i.shape))
     if opcode == "tuple":
       return tuple(operands)
     if opcode == "get-tuple-element":
@@ -528,16 +578,14 @@ class MayOrder:
     if opcode == "concatenate" and operands:
       joined = _joined(operands)
       parts = tuple(_leaf(o) for o in operands)
-      return dataclasses.replace(joined, parts=parts, key=_key_of(i, operands))
+      return _replace(joined, parts=parts, key=_key_of(i, operands))
     if opcode in _SLICING and operands:
       whole = _leaf(operands[0])
       if whole.parts is not None:
         return _common(whole.parts)
     if opcode in _DATA_OPERANDS and operands:
       data = [operands[k] for k in _DATA_OPERANDS[opcode](len(operands))]
-      return _shaped(
-        i.shape, dataclasses.replace(_joined(data), key=_key_of(i, operands))
-      )
+      return _shaped(i.shape, _replace(_joined(data), key=_key_of(i, operands)))
     if opcode == "sort" and operands:
       # Each result is its own operand reordered: the keys decide the
       # order only, and XLA drops a sort of one element.
@@ -570,13 +618,19 @@ class MayOrder:
       return self._conditional(i, operands, context)
     if opcode == "custom-call":
       return self._custom_call(i, operands, context)
-    joined = dataclasses.replace(_joined(operands), key=_key_of(i, operands))
+    return self._plain(i, operands, context)
+
+  def _plain(
+    self, i: Instruction, operands: list[Value], context: _Context
+  ) -> Value:
+    """An instruction that no case of `_instruction` takes: its result is
+    computed from all its operands."""
+    opcode = i.opcode
+    joined = _replace(_joined(operands), key=_key_of(i, operands))
     if opcode in _CANCELLING and len(operands) == 2:
       joined = _cancelled(opcode, i.shape, operands, joined)
     if opcode in _NEVER_SPECULATED:
-      joined = dataclasses.replace(
-        joined, var=joined.var | _bits(context.loops)
-      )
+      joined = _replace(joined, var=joined.var | _bits(context.loops))
       self.live |= joined.deps
     return _shaped(i.shape, joined)
 
@@ -585,14 +639,12 @@ class MayOrder:
   ) -> Value:
     joined = _joined(operands)
     if i.target == ENTANGLE_TARGET:
-      return _shaped(i.shape, dataclasses.replace(joined, const=False))
+      return _shaped(i.shape, _replace(joined, const=False))
     if not self._selected(i):
       if i.side_effect:
         self.live |= joined.deps
-        joined = dataclasses.replace(
-          joined, var=joined.var | _bits(context.loops)
-        )
-      return _shaped(i.shape, dataclasses.replace(joined, const=False))
+        joined = _replace(joined, var=joined.var | _bits(context.loops))
+      return _shaped(i.shape, _replace(joined, const=False))
     key = (context.chain, i.name)
     bit = self._bits.setdefault(key, len(self._bits))
     deps, var = joined.deps, joined.var
@@ -609,7 +661,7 @@ class MayOrder:
       inside = self._in_conditional.get(index, 0)
       self._in_conditional[index] = inside | 1 << bit
     return _keyed(
-      _shaped(i.shape, Leaf(deps=deps | 1 << bit, var=var)), ("call", bit)
+      _shaped(i.shape, _new_leaf(deps=deps | 1 << bit, var=var)), ("call", bit)
     )
 
   def _while(
@@ -703,7 +755,7 @@ def _leaf(value: Value) -> Leaf:
 def _keyed(value: Value, key: tuple) -> Value:
   """`value` with each leaf numbered by `key` and its path."""
   if isinstance(value, Leaf):
-    return dataclasses.replace(value, key=key)
+    return _replace(value, key=key)
   return tuple(_keyed(v, (*key, k)) for k, v in enumerate(value))
 
 
@@ -727,7 +779,7 @@ def _common(parts: tuple) -> Leaf:
     deps &= part.deps
     var &= part.var
     const = const and part.const
-  return Leaf(max(deps, 0), max(var, 0), const)
+  return _new_leaf(max(deps, 0), max(var, 0), const)
 
 
 def _exclusive(a: CallInstance, b: CallInstance) -> bool:
@@ -766,11 +818,12 @@ def _joined(values: list[Value]) -> Leaf:
   deps = var = 0
   const = True
   for value in values:
-    for leaf in _leaves(value):
+    # A leaf itself, the usual operand, without `_leaves`' generator.
+    for leaf in (value,) if isinstance(value, Leaf) else _leaves(value):
       deps |= leaf.deps
       var |= leaf.var
       const = const and leaf.const
-  return Leaf(deps, var, const)
+  return _new_leaf(deps, var, const)
 
 
 def _shaped(shape: str, leaf: Leaf) -> Value:
@@ -781,7 +834,8 @@ def _shaped(shape: str, leaf: Leaf) -> Value:
   return tuple(_shaped(element, leaf) for element in arity)
 
 
-def _tuple_arity(shape: str) -> list[str] | None:
+@functools.lru_cache(maxsize=4096)
+def _tuple_arity(shape: str) -> tuple[str, ...] | None:
   """The element shapes of a tuple shape; None for an array."""
   shape = shape.strip()
   if not shape.startswith("("):
@@ -799,7 +853,7 @@ def _tuple_arity(shape: str) -> list[str] | None:
     elif char == "," and depth == 1:
       elements.append(shape[start:n])
       start = n + 1
-  return elements
+  return tuple(elements)
 
 
 def _literal(text: str | None) -> object:
@@ -826,7 +880,7 @@ def _unchanged_constant(value: Value, i: Instruction) -> Value:
   element no longer is itself."""
   leaf = _leaf(value)
   key = None if leaf.key is None else (i.opcode, i.shape, leaf.key)
-  return dataclasses.replace(leaf, origin=None, key=key, parts=None)
+  return _replace(leaf, origin=None, key=key, parts=None)
 
 
 def _select(predicate: Value, yes: Value, no: Value) -> Value:
@@ -862,13 +916,48 @@ whatever the other operand (``x * 0``, ``x & false``, ``x | -1``, ``x %
 1``, ``x ** 0``), as XLA's algebraic simplifier folds them. A constant
 this module cannot read may be that value."""
 
+_SPECIAL = frozenset(
+  {
+    "parameter",
+    "constant",
+    "iota",
+    "tuple",
+    "get-tuple-element",
+    "broadcast",
+    "convert",
+    "select",
+    "add",
+    "concatenate",
+    "sort",
+    "clamp",
+    "compare",
+    "call",
+    "while",
+    "conditional",
+    "custom-call",
+    *_FORWARDING,
+    *_IDEMPOTENT,
+    *_ABSORBING,
+    *_SLICING,
+    *_DATA_OPERANDS,
+  }
+)
+"""The opcodes that `MayOrder._instruction` has a case for; any other
+is `MayOrder._plain`."""
+
 
 def _plain_int(value: object) -> bool:
   return isinstance(value, int) and not isinstance(value, bool)
 
 
+@functools.lru_cache(maxsize=4096)
+def _element_type(shape: str) -> str:
+  """The element type of an array shape (``s32`` of ``s32[2]{0}``)."""
+  return shape.split("[", 1)[0].strip()
+
+
 def _integral(shape: str) -> bool:
-  element = shape.split("[", 1)[0].strip()
+  element = _element_type(shape)
   return element in _INTEGER_MAX or element == "pred"
 
 
@@ -888,7 +977,7 @@ def _cancelled(
   common_deps, common_var = a.deps & b.deps, a.var & b.var
   if not common_deps and not common_var:
     return result
-  return dataclasses.replace(
+  return _replace(
     result, deps=result.deps & ~common_deps, var=result.var & ~common_var
   )
 
@@ -922,9 +1011,9 @@ def _absorbed(opcode: str, operands: list[Value], shape: str) -> Leaf | None:
 
 
 def _add(operands: list[Value], shape: str) -> Leaf:
-  a, b = (_leaf(o) for o in operands)
+  a, b = _leaf(operands[0]), _leaf(operands[1])
   joined = _joined([a, b])
-  limit = _INTEGER_MAX.get(shape.split("[", 1)[0].strip())
+  limit = _INTEGER_MAX.get(_element_type(shape))
   for x, y in ((a, b), (b, a)):
     if (
       x.origin is not None
@@ -934,7 +1023,7 @@ def _add(operands: list[Value], shape: str) -> Leaf:
       and not isinstance(y.lit, bool)
     ):
       origin = ("step", *x.origin[1:], y.lit, limit)
-      return dataclasses.replace(joined, origin=origin)
+      return _replace(joined, origin=origin)
   return joined
 
 
@@ -944,7 +1033,7 @@ def _compare(direction: str | None, operands: list[Value]) -> Leaf:
   if direction in ("LT", "LE") and b.const and isinstance(b.lit, int):
     limit = b.lit + (direction == "LE")
     if a.origin is not None and a.origin[0] == "state":
-      return dataclasses.replace(joined, origin=("below", *a.origin[1:], limit))
+      return _replace(joined, origin=("below", *a.origin[1:], limit))
   return joined
 
 
@@ -960,9 +1049,11 @@ def _parameter(
       for k, element in enumerate(state)
     )
   if path in passed_on:
-    return dataclasses.replace(state, origin=("state", index, path))
+    return _replace(state, origin=("state", index, path))
   origin = ("state", index, path)
-  return Leaf(state.deps, state.var | mark, False, None, origin, key=origin)
+  return _new_leaf(
+    state.deps, state.var | mark, False, None, origin, key=origin
+  )
 
 
 def _passed_on(root: Value, index: int, path: tuple):
@@ -993,7 +1084,7 @@ def _merged(
   if path in passed_on:
     return initial
   joined = _joined([initial, root])
-  return dataclasses.replace(joined, const=False)
+  return _replace(joined, const=False)
 
 
 def _trips(decision: Leaf, root: Value, initial: Value, index: int):
