@@ -120,7 +120,10 @@ PROGRAM = textwrap.dedent(
   def work_prog(v, m):
     t = store.write_slot(jnp.int32(9), v)
     x = entangle(m, t)  # The work runs after the write, the read after it.
-    for _ in range(8):
+    # Tens of milliseconds: B's dispatch, on a loaded machine, must still
+    # land its write in the gap (8 matmuls left no racy round at a load
+    # of 5, and then the run-time control fails).
+    for _ in range(48):
       x = jnp.tanh(x @ m)
     work = (jnp.sum(x) * 0.0).astype(jnp.int32)
     return store.read_slot(entangle(t, work))
