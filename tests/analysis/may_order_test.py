@@ -16,8 +16,10 @@ check reported them (0 pairs each):
 """
 
 import functools
+import inspect
 import json
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -42,6 +44,7 @@ from entangle_jax.testing import (
 from entangle_jax.testing._analysis.selectors import is_user_native_call
 from entangle_jax.testing._hlo import parse
 from entangle_jax.testing._hlo.module_text import lowered_hlo_text
+from entangle_jax.testing._order import may_order
 from entangle_jax.testing._order.may_order import MayOrder
 from tests import test_util
 
@@ -720,6 +723,19 @@ class HelperPlacesTest(absltest.TestCase):
     }
     self.assertGreaterEqual(len(lines), 2, report)
     self.assertRegex(report, r"with an identical call at \S+:\d+")
+
+
+class CasesTest(absltest.TestCase):
+  def test_every_opcode_with_a_case_is_in_the_special_table(self):
+    # `_instruction` skips its cases for an opcode not in `_SPECIAL` (a
+    # shortcut for speed): a case added without its row would silently
+    # never run (the new folds of issue 76 did not, after a merge).
+    source = inspect.getsource(may_order.MayOrder._instruction)
+    named = set(re.findall(r'opcode == "([\w-]+)"', source))
+    for table in re.findall(r"opcode in (_[A-Z_]+)", source):
+      named |= set(getattr(may_order, table))
+    self.assertNotEmpty(named)
+    self.assertEqual(named - may_order._SPECIAL, set())
 
 
 class MayOrderTest(absltest.TestCase):
