@@ -725,14 +725,9 @@ class RankProgram:
         for o in i.operands
         if not self._defined[(i.computation, o)].shape.startswith("token")
       )
-    if i.opcode == "custom-call":
-      # MPI matches a message's count and type, not its shape: f32[2,2]
-      # on one rank meets f32[4] on another.
-      compared = ", ".join(
-        _counted(x) for x in re.findall(r"\w+\[[^\]]*\]", shapes)
-      )
-    else:
-      compared = shapes
+    # MPI matches a native call's message by count and type, not shape:
+    # f32[2,2] on one rank meets f32[4] on another.
+    compared = _arrays(shapes) if i.opcode == "custom-call" else shapes
     fingerprint: list[tuple[str, object]] = [
       ("kind", c.kind),
       ("call", i.target or i.opcode.removesuffix("-start")),
@@ -766,14 +761,10 @@ class RankProgram:
       source=self._number(i, c.source, "source"),
       source_tag=self._number(i, c.source_tag, "source tag"),
       shapes=f"({shapes})",
-      sent=self._message(i) if c.kind in _SENDING else "",
+      # A send's or sendrecv's `shapes` are its data operands'.
+      sent=_arrays(shapes) if c.kind in _SENDING else "",
       received=_arrays(i.shape) if c.kind in _RECEIVING else "",
     )
-
-  def _message(self, i: _hlo.Instruction) -> str:
-    """Call `i`'s data operands' types and counts, tokens left out."""
-    shapes = [self._defined[(i.computation, o)].shape for o in i.operands]
-    return _arrays(", ".join(shapes))
 
   def calls(self) -> Iterator[Call]:
     """Every communicating call, loops and branches included."""
