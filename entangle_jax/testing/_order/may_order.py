@@ -57,173 +57,19 @@ nested).
 from __future__ import annotations
 
 import dataclasses
-import functools
-import math
 from collections.abc import Callable
 
 from entangle_jax._src.targets.names import ENTANGLE_TARGET
 from entangle_jax.testing._hlo import Instruction, Module
 from entangle_jax.testing._hlo.attributes import Stack
-
-
-@dataclasses.dataclass(frozen=True)
-class Leaf:
-  """What one array of a value is computed from."""
-
-  deps: int = 0
-  """Bits of the selected call instances whose results reach it through
-  edges that no compiler may fold away."""
-  var: int = 0
-  """Bits of the loops (`MayOrder.loops`) over whose iterations it may
-  change."""
-  const: bool = False
-  """Computed from constants alone: XLA may fold it to its value."""
-  lit: object = None
-  """Its value, where it is a constant this module can read (a scalar, or
-  a broadcast of one); None otherwise."""
-  origin: tuple | None = None
-  """A loop state element it is unchanged (``("state", loop, path)``),
-  that element plus a constant (``("step", loop, path, step)``), or a
-  comparison of such an element with a constant (``("compare", ...)``):
-  what tells a loop's trip count and the elements its body hands back."""
-  key: tuple | None = None
-  """A value number: two leaves of equal keys hold the same value (what
-  lets ``select(p, x, x)`` or ``maximum(x, x)`` be ``x``, as XLA folds
-  them); None where unknown."""
-  parts: tuple | None = None
-  """For a ``concatenate``: its operands' leaves, of which a slice may
-  take only one (XLA folds a slice of a concatenate to the part it
-  takes)."""
-
-
-_new = object.__new__
-_set = object.__setattr__
-
-
-def _new_leaf(
-  deps: int = 0,
-  var: int = 0,
-  const: bool = False,
-  lit: object = None,
-  origin: tuple | None = None,
-  key: tuple | None = None,
-  parts: tuple | None = None,
-) -> Leaf:
-  """``Leaf(...)``, built without the frozen dataclass's ``__init__``,
-  which sets each field through ``object.__setattr__``: the evaluation
-  makes a leaf or more per instruction and pass, and that took a third
-  of its time."""
-  leaf = _new(Leaf)
-  _set(
-    leaf,
-    "__dict__",
-    {
-      "deps": deps,
-      "var": var,
-      "const": const,
-      "lit": lit,
-      "origin": origin,
-      "key": key,
-      "parts": parts,
-    },
-  )
-  return leaf
-
-
-def _replace(leaf: Leaf, **changes: object) -> Leaf:
-  """``dataclasses.replace(leaf, **changes)``, as fast as `_new_leaf`."""
-  fields = dict(leaf.__dict__)
-  fields.update(changes)
-  found = _new(Leaf)
-  _set(found, "__dict__", fields)
-  return found
-
-
-Value = Leaf | tuple
-"""A `Leaf`, or a tuple of values for a tuple-shaped result."""
-
-NOTHING = Leaf()
+from entangle_jax.testing._order import algebra
+from entangle_jax.testing._order.algebra import NOTHING, Leaf, Value
 
 _PASSES_LIMIT = 512
 """Passes before the fixed point is given up on (each carries the loops'
 states one iteration further). Stopped early, the states hold less than
 the fixed point: fewer calls they are computed from, so fewer pairs
 proved ordered and more calls taken as unused; sound, if less exact."""
-
-_IDEMPOTENT = frozenset({"maximum", "minimum", "and", "or"})
-"""Opcodes ``f`` with ``f(x, x) == x``, which XLA folds so."""
-
-_SLICING = frozenset({"slice", "dynamic-slice", "gather", "reshape"})
-"""Opcodes whose result may be one part of a concatenated operand."""
-
-_INTEGER_MAX = {
-  "s2": 2**1 - 1,
-  "s4": 2**3 - 1,
-  "s8": 2**7 - 1,
-  "s16": 2**15 - 1,
-  "s32": 2**31 - 1,
-  "s64": 2**63 - 1,
-  "u2": 2**2 - 1,
-  "u4": 2**4 - 1,
-  "u8": 2**8 - 1,
-  "u16": 2**16 - 1,
-  "u32": 2**32 - 1,
-  "u64": 2**64 - 1,
-}
-"""The largest value of each integer type: a counter stepped past it
-wraps, and the trip count the constants give is then wrong."""
-
-_CANCELLING = frozenset(
-  {
-    "add",
-    "subtract",
-    "multiply",
-    "divide",
-    "remainder",
-    "power",
-    "and",
-    "or",
-    "xor",
-    "maximum",
-    "minimum",
-    "shift-left",
-    "shift-right-logical",
-    "shift-right-arithmetic",
-    "atan2",
-    "compare",
-  }
-)
-"""Binary opcodes whose two operands may cancel on integers (``w - w``,
-``w ^ w``, ``max(w, w) - w``, ``w == w``): what both are computed from
-may not reach the result, and XLA's algebraic simplifier folds many such
-forms to a constant."""
-
-_DATA_OPERANDS = {
-  "dynamic-slice": lambda n: range(1),
-  "gather": lambda n: range(1),
-  "dynamic-update-slice": lambda n: range(2),
-  # Inputs, the indices, then as many updates as inputs.
-  "scatter": lambda n: [k for k in range(n) if k != (n - 1) // 2],
-}
-"""Which operands of an indexed op carry data to its result; the others
-are indices, which order nothing: XLA drops an index that cannot change
-the result (a slice as large as its operand, a slice of a broadcast), and
-so may a later XLA wherever it proves that."""
-
-_FORWARDING = frozenset({"copy", "bitcast", "reshape", "opt-barrier"})
-"""Opcodes whose result is their operand, unchanged."""
-
-_REARRANGING = frozenset({"reverse", "transpose"})
-"""Opcodes whose result holds their operand's elements in another order:
-XLA folds a slice of one into a slice of the operand."""
-
-_UNSIGNED_MAX = {k: v for k, v in _INTEGER_MAX.items() if k.startswith("u")}
-
-_NEVER_SPECULATED = frozenset(
-  {"send", "recv", "infeed", "outfeed", "rng", "rng-get-and-update-state"}
-)
-"""Opcodes besides side-effecting custom calls whose results change from
-one iteration to the next whatever their operands."""
 
 
 @dataclasses.dataclass
@@ -345,7 +191,7 @@ class MayOrder:
       self._in_conditional = {}
       self.live = 0
       root = self._computation(module.entry, None, _Context())
-      self.live |= _deps_of(root)
+      self.live |= algebra.deps_of(root)
       if not self._grew:
         self.fixed_point = True
         break
@@ -517,20 +363,24 @@ class MayOrder:
       return self._plain(i, operands, context)
     if opcode == "add" and len(operands) == 2:
       # Before the cases below, none of which takes an add.
-      return _cancelled(opcode, i.shape, operands, _add(operands, i.shape))
+      return algebra.cancelled(
+        opcode, i.shape, operands, algebra.add(operands, i.shape)
+      )
     if opcode == "parameter":
       number = i.parameter_number
       if (
         arguments is not None and number is not None and number < len(arguments)
       ):
         return arguments[number]
-      return _keyed(_shaped(i.shape, NOTHING), ("entry", i.name))
+      return algebra.keyed(algebra.shaped(i.shape, NOTHING), ("entry", i.name))
     if opcode == "constant":
-      return _new_leaf(
-        const=True, lit=_literal(i.literal), key=("c", i.literal, i.shape)
+      return algebra.new_leaf(
+        const=True,
+        lit=algebra.literal(i.literal),
+        key=("c", i.literal, i.shape),
       )
     if opcode == "iota":
-      return _new_leaf(const=True, key=("iota", i.shape))
+      return algebra.new_leaf(const=True, key=("iota", i.shape))
     if opcode == "tuple":
       return tuple(operands)
     if opcode == "get-tuple-element":
@@ -541,73 +391,85 @@ class MayOrder:
         and i.tuple_index < len(whole)
       ):
         return whole[i.tuple_index]
-      return _joined([whole]) if isinstance(whole, tuple) else whole
+      return algebra.join([whole]) if isinstance(whole, tuple) else whole
     if opcode == "opt-barrier" and self._barriers_order:
       # Kept where it runs (TPU): each result after every operand.
-      return _shaped(i.shape, _joined(operands))
-    if opcode in _FORWARDING:
+      return algebra.shaped(i.shape, algebra.join(operands))
+    if opcode in algebra.FORWARDING:
       return operands[0] if operands else NOTHING
-    if opcode in _REARRANGING and operands:
+    if opcode in algebra.REARRANGING and operands:
       # The same elements in another order or shape: a slice of it may
       # still take one part of a concatenate alone.
-      leaf = _leaf(operands[0])
-      return dataclasses.replace(leaf, origin=None, key=_key_of(i, operands))
+      leaf = algebra.as_leaf(operands[0])
+      return dataclasses.replace(
+        leaf, origin=None, key=algebra.key_of(i, operands)
+      )
     if opcode == "pad" and len(operands) == 2:
       # The operand's elements and the padding value's, either of which
       # may be cut away: negative padding slices the operand, and a pad
       # that adds no element (``interior`` on one element) is folded to
       # its operand. The padding is not read here, so only what both
       # share surely reaches the result.
-      inner, padding = _leaf(operands[0]), _leaf(operands[1])
+      inner, padding = (
+        algebra.as_leaf(operands[0]),
+        algebra.as_leaf(operands[1]),
+      )
       parts = (*(inner.parts or (inner,)), padding)
-      return dataclasses.replace(_common(parts), parts=parts)
+      return dataclasses.replace(algebra.common(parts), parts=parts)
     if opcode == "broadcast" or opcode == "convert":
-      return _unchanged_constant(operands[0], i) if operands else NOTHING
+      return algebra.unchanged_constant(operands[0], i) if operands else NOTHING
     if opcode == "select" and len(operands) == 3:
-      return _select(*operands)
-    if opcode in _IDEMPOTENT and len(operands) == 2:
-      a, b = (_leaf(o) for o in operands)
+      return algebra.select(*operands)
+    if opcode in algebra.IDEMPOTENT and len(operands) == 2:
+      a, b = (algebra.as_leaf(o) for o in operands)
       if a.key is not None and a.key == b.key:
         return a
-    if opcode in _ABSORBING and len(operands) == 2:
-      folded = _absorbed(opcode, operands, i.shape)
+    if opcode in algebra.ABSORBING and len(operands) == 2:
+      folded = algebra.absorbed(opcode, operands, i.shape)
       if folded is not None:
         return folded
     if opcode == "add" and len(operands) == 2:
-      return _cancelled(opcode, i.shape, operands, _add(operands, i.shape))
+      return algebra.cancelled(
+        opcode, i.shape, operands, algebra.add(operands, i.shape)
+      )
     if opcode == "concatenate" and operands:
-      joined = _joined(operands)
-      parts = tuple(_leaf(o) for o in operands)
-      return _replace(joined, parts=parts, key=_key_of(i, operands))
-    if opcode in _SLICING and operands:
-      whole = _leaf(operands[0])
+      joined = algebra.join(operands)
+      parts = tuple(algebra.as_leaf(o) for o in operands)
+      return algebra.replace(
+        joined, parts=parts, key=algebra.key_of(i, operands)
+      )
+    if opcode in algebra.SLICING and operands:
+      whole = algebra.as_leaf(operands[0])
       if whole.parts is not None:
-        return _common(whole.parts)
-    if opcode in _DATA_OPERANDS and operands:
-      data = [operands[k] for k in _DATA_OPERANDS[opcode](len(operands))]
-      return _shaped(i.shape, _replace(_joined(data), key=_key_of(i, operands)))
+        return algebra.common(whole.parts)
+    if opcode in algebra.DATA_OPERANDS and operands:
+      data = [operands[k] for k in algebra.DATA_OPERANDS[opcode](len(operands))]
+      return algebra.shaped(
+        i.shape,
+        algebra.replace(algebra.join(data), key=algebra.key_of(i, operands)),
+      )
     if opcode == "sort" and operands:
       # Each result is its own operand reordered: the keys decide the
       # order only, and XLA drops a sort of one element.
       if len(operands) == 1:
-        return _shaped(i.shape, _joined(operands))
-      return tuple(_joined([operand]) for operand in operands)
+        return algebra.shaped(i.shape, algebra.join(operands))
+      return tuple(algebra.join([operand]) for operand in operands)
     if opcode == "clamp" and len(operands) == 3:
-      low, high = _leaf(operands[0]), _leaf(operands[2])
-      if _may_be_equal_constants(low, high):
+      low, high = algebra.as_leaf(operands[0]), algebra.as_leaf(operands[2])
+      if algebra.may_be_equal_constants(low, high):
         return Leaf(const=True, lit=low.lit)
     if opcode == "compare" and len(operands) == 2:
       element = self._element_type(i.operands[0])
-      if _tautology(i.direction, element, operands):
+      if algebra.tautology(i.direction, element, operands):
         # XLA folds it to a constant (``w == w`` of integers, an unsigned
         # ``u >= 0``): it orders nothing.
         return Leaf(const=True)
-      return _cancelled(
-        opcode, i.shape, operands, _compare(i.direction, operands)
+      return algebra.cancelled(
+        opcode, i.shape, operands, algebra.compare(i.direction, operands)
       )
     if opcode == "bitcast-convert" and operands:
-      return _bitcast(
-        _leaf(operands[0]), self._shape_of(i.operands[0]), i.shape
+      return algebra.bitcast(
+        algebra.as_leaf(operands[0]), self._shape_of(i.operands[0]), i.shape
       )
     if opcode == "call" and i.callees:
       inner = dataclasses.replace(context, chain=(*context.chain, i.name))
@@ -626,31 +488,37 @@ class MayOrder:
     """An instruction that no case of `_instruction` takes: its result is
     computed from all its operands."""
     opcode = i.opcode
-    joined = _replace(_joined(operands), key=_key_of(i, operands))
-    if opcode in _CANCELLING and len(operands) == 2:
-      joined = _cancelled(opcode, i.shape, operands, joined)
-    if opcode in _NEVER_SPECULATED:
-      joined = _replace(joined, var=joined.var | _bits(context.loops))
+    joined = algebra.replace(
+      algebra.join(operands), key=algebra.key_of(i, operands)
+    )
+    if opcode in algebra.CANCELLING and len(operands) == 2:
+      joined = algebra.cancelled(opcode, i.shape, operands, joined)
+    if opcode in algebra.NEVER_SPECULATED:
+      joined = algebra.replace(
+        joined, var=joined.var | algebra.bits(context.loops)
+      )
       self.live |= joined.deps
-    return _shaped(i.shape, joined)
+    return algebra.shaped(i.shape, joined)
 
   def _custom_call(
     self, i: Instruction, operands: list[Value], context: _Context
   ) -> Value:
-    joined = _joined(operands)
+    joined = algebra.join(operands)
     if i.target == ENTANGLE_TARGET:
-      return _shaped(i.shape, _replace(joined, const=False))
+      return algebra.shaped(i.shape, algebra.replace(joined, const=False))
     if not self._selected(i):
       if i.side_effect:
         self.live |= joined.deps
-        joined = _replace(joined, var=joined.var | _bits(context.loops))
-      return _shaped(i.shape, _replace(joined, const=False))
+        joined = algebra.replace(
+          joined, var=joined.var | algebra.bits(context.loops)
+        )
+      return algebra.shaped(i.shape, algebra.replace(joined, const=False))
     key = (context.chain, i.name)
     bit = self._bits.setdefault(key, len(self._bits))
     deps, var = joined.deps, joined.var
     if i.side_effect:
       deps |= context.control
-      var |= _bits(context.loops) | context.control_var
+      var |= algebra.bits(context.loops) | context.control_var
       self.live |= deps | 1 << bit
     self.instances[bit] = CallInstance(
       bit, i, context.chain, context.loops, context.branches, deps, var
@@ -660,8 +528,9 @@ class MayOrder:
     for index, _ in context.branches:
       inside = self._in_conditional.get(index, 0)
       self._in_conditional[index] = inside | 1 << bit
-    return _keyed(
-      _shaped(i.shape, _new_leaf(deps=deps | 1 << bit, var=var)), ("call", bit)
+    return algebra.keyed(
+      algebra.shaped(i.shape, algebra.new_leaf(deps=deps | 1 << bit, var=var)),
+      ("call", bit),
     )
 
   def _while(
@@ -676,19 +545,21 @@ class MayOrder:
     initial = operands[0] if operands else NOTHING
     state = initial
     if loop.root is not None:
-      state = _merged(initial, loop.root, loop.passed_on, ())
+      state = algebra.loop_state(initial, loop.root, loop.passed_on, ())
     grown = loop.state is None or state != loop.state
     if loop.state is not None and grown:
       self._grew = True
     loop.state = state
     mark = 1 << index
-    parameter = _parameter(state, loop.passed_on, index, mark, ())
+    parameter = algebra.body_parameter(state, loop.passed_on, index, mark, ())
     inner = dataclasses.replace(
       context, chain=(*context.chain, i.name), loops=(*context.loops, index)
     )
     assert i.condition is not None and i.body is not None
     decision = self._computation(i.condition, [parameter], inner)
-    decided = decision if isinstance(decision, Leaf) else _joined([decision])
+    decided = (
+      decision if isinstance(decision, Leaf) else algebra.join([decision])
+    )
     self.live |= decided.deps
     body_context = dataclasses.replace(
       inner,
@@ -696,22 +567,22 @@ class MayOrder:
       control_var=inner.control_var | decided.var,
     )
     root = self._computation(i.body, [parameter], body_context)
-    passed_on = frozenset(_passed_on(root, index, ()))
+    passed_on = frozenset(algebra.paths_passed_on(root, index, ()))
     if loop.root is None or passed_on != loop.passed_on:
       # The first pass took every element as changing: one more pass
       # with the elements the body hands back.
       self._grew = True
     loop.passed_on = passed_on
     loop.root = root
-    loop.trips = _trips(decided, root, initial, index)
+    loop.trips = algebra.trips(decided, root, initial, index)
     if loop.trips == 0:
       return initial  # XLA deletes a loop that never runs.
-    merged = _merged(initial, root, passed_on, ())
+    merged = algebra.loop_state(initial, root, passed_on, ())
     if loop.trips is None:
       # It may run no iteration: then each element is its initial value,
       # and only what that shares with the body's result (or what a call
       # in the body computes, where the body ran) surely reaches it.
-      merged = _at_most(merged, initial, self._in_loop.get(index, 0))
+      merged = algebra.at_most(merged, initial, self._in_loop.get(index, 0))
     return merged
 
   def _conditional(
@@ -721,10 +592,10 @@ class MayOrder:
     index = self._conditional_index.setdefault(
       key, len(self._conditional_index)
     )
-    decision = _leaf(operands[0]) if operands else NOTHING
+    decision = algebra.as_leaf(operands[0]) if operands else NOTHING
     self.live |= decision.deps
     taken = range(len(i.branches))
-    picked = _branch_picked(decision, len(i.branches))
+    picked = algebra.branch_picked(decision, len(i.branches))
     if picked is not None:
       taken = range(picked, picked + 1)
     results = []
@@ -744,42 +615,7 @@ class MayOrder:
     # branch's result is, from the decision (the conditional waits for
     # it), and from each call in the branches that ran.
     inside = self._in_conditional.get(index, 0)
-    return _met(results, decision, inside)
-
-
-def _leaf(value: Value) -> Leaf:
-  """`value` as one leaf: itself, or every leaf of a tuple joined."""
-  return value if isinstance(value, Leaf) else _joined([value])
-
-
-def _keyed(value: Value, key: tuple) -> Value:
-  """`value` with each leaf numbered by `key` and its path."""
-  if isinstance(value, Leaf):
-    return _replace(value, key=key)
-  return tuple(_keyed(v, (*key, k)) for k, v in enumerate(value))
-
-
-def _key_of(i: Instruction, operands: list[Value]) -> tuple | None:
-  """The value number of a result computed by `i` from `operands`; None
-  where an operand has none."""
-  keys = []
-  for operand in operands:
-    if not isinstance(operand, Leaf) or operand.key is None:
-      return None
-    keys.append(operand.key)
-  return (i.opcode, i.shape, i.direction, i.tuple_index, *keys)
-
-
-def _common(parts: tuple) -> Leaf:
-  """What every one of `parts` is computed from: a slice may take any
-  one of them alone."""
-  deps = var = -1
-  const = True
-  for part in parts:
-    deps &= part.deps
-    var &= part.var
-    const = const and part.const
-  return _new_leaf(max(deps, 0), max(var, 0), const)
+    return algebra.met(results, decision, inside)
 
 
 def _exclusive(a: CallInstance, b: CallInstance) -> bool:
@@ -790,131 +626,6 @@ def _exclusive(a: CallInstance, b: CallInstance) -> bool:
     for conditional, branch in b.branches
   )
 
-
-def _bits(indices: tuple[int, ...]) -> int:
-  found = 0
-  for index in indices:
-    found |= 1 << index
-  return found
-
-
-def _leaves(value: Value):
-  if isinstance(value, Leaf):
-    yield value
-  else:
-    for element in value:
-      yield from _leaves(element)
-
-
-def _deps_of(value: Value) -> int:
-  found = 0
-  for leaf in _leaves(value):
-    found |= leaf.deps
-  return found
-
-
-def _joined(values: list[Value]) -> Leaf:
-  """One leaf computed from every leaf of `values`."""
-  deps = var = 0
-  const = True
-  for value in values:
-    # A leaf itself, the usual operand, without `_leaves`' generator.
-    for leaf in (value,) if isinstance(value, Leaf) else _leaves(value):
-      deps |= leaf.deps
-      var |= leaf.var
-      const = const and leaf.const
-  return _new_leaf(deps, var, const)
-
-
-def _shaped(shape: str, leaf: Leaf) -> Value:
-  """`leaf` in the structure of an HLO shape (``(f32[], (s32[]))``)."""
-  arity = _tuple_arity(shape)
-  if arity is None:
-    return leaf
-  return tuple(_shaped(element, leaf) for element in arity)
-
-
-@functools.lru_cache(maxsize=4096)
-def _tuple_arity(shape: str) -> tuple[str, ...] | None:
-  """The element shapes of a tuple shape; None for an array."""
-  shape = shape.strip()
-  if not shape.startswith("("):
-    return None
-  elements, depth, start = [], 0, 1
-  for n, char in enumerate(shape):
-    if char in "([{":
-      depth += 1
-    elif char in ")]}":
-      depth -= 1
-      if depth == 0:
-        if shape[start:n].strip():
-          elements.append(shape[start:n])
-        break
-    elif char == "," and depth == 1:
-      elements.append(shape[start:n])
-      start = n + 1
-  return tuple(elements)
-
-
-def _literal(text: str | None) -> object:
-  """A scalar constant's value (``0``, ``true``, ``1.5``); None for any
-  other literal."""
-  if text is None:
-    return None
-  text = text.strip()
-  if text in ("true", "false"):
-    return text == "true"
-  try:
-    return int(text)
-  except ValueError:
-    pass
-  try:
-    return float(text)
-  except ValueError:
-    return None
-
-
-def _unchanged_constant(value: Value, i: Instruction) -> Value:
-  """A broadcast or conversion of `value`: the same dependences; a
-  constant keeps its value (``broadcast(constant(true))``), a state
-  element no longer is itself."""
-  leaf = _leaf(value)
-  key = None if leaf.key is None else (i.opcode, i.shape, leaf.key)
-  return _replace(leaf, origin=None, key=key, parts=None)
-
-
-def _select(predicate: Value, yes: Value, no: Value) -> Value:
-  choice = _leaf(predicate)
-  a, b = _leaf(yes), _leaf(no)
-  if a.key is not None and a.key == b.key:
-    return yes  # XLA folds select(p, x, x) to x.
-  if choice.const:
-    if isinstance(choice.lit, bool):
-      return yes if choice.lit else no
-    # A constant that cannot be read here: only what both share, and
-    # either's place in a loop's state (XLA may pick the one the body
-    # hands back unchanged).
-    return Leaf(
-      a.deps & b.deps,
-      a.var & b.var,
-      a.const and b.const,
-      origin=a.origin or b.origin,
-    )
-  return _joined([predicate, yes, no])
-
-
-_ABSORBING = {
-  # opcode: the operands that may absorb, and whether a value does
-  "multiply": ((0, 1), lambda v: v == 0),
-  "and": ((0, 1), lambda v: v is False or (_plain_int(v) and v == 0)),
-  "or": ((0, 1), lambda v: v is True or (_plain_int(v) and v == -1)),
-  "remainder": ((1,), lambda v: _plain_int(v) and v in (1, -1)),
-  "power": ((1,), lambda v: v == 0),
-}
-"""Binary opcodes with an operand value that makes the result a constant
-whatever the other operand (``x * 0``, ``x & false``, ``x | -1``, ``x %
-1``, ``x ** 0``), as XLA's algebraic simplifier folds them. A constant
-this module cannot read may be that value."""
 
 _SPECIAL = frozenset(
   {
@@ -937,272 +648,13 @@ _SPECIAL = frozenset(
     "custom-call",
     "bitcast-convert",
     "pad",
-    *_FORWARDING,
-    *_REARRANGING,
-    *_IDEMPOTENT,
-    *_ABSORBING,
-    *_SLICING,
-    *_DATA_OPERANDS,
+    *algebra.FORWARDING,
+    *algebra.REARRANGING,
+    *algebra.IDEMPOTENT,
+    *algebra.ABSORBING,
+    *algebra.SLICING,
+    *algebra.DATA_OPERANDS,
   }
 )
 """The opcodes that `MayOrder._instruction` has a case for; any other
 is `MayOrder._plain`."""
-
-
-def _plain_int(value: object) -> bool:
-  return isinstance(value, int) and not isinstance(value, bool)
-
-
-@functools.lru_cache(maxsize=4096)
-def _element_type(shape: str) -> str:
-  """The element type of an array shape (``s32`` of ``s32[2]{0}``)."""
-  return shape.split("[", 1)[0].strip()
-
-
-def _integral(shape: str) -> bool:
-  element = _element_type(shape)
-  return element in _INTEGER_MAX or element == "pred"
-
-
-def _cancelled(
-  opcode: str, shape: str, operands: list[Value], result: Leaf
-) -> Leaf:
-  """`result` of a binary op less what both operands are computed from,
-  where the two may cancel: on integers (``w - w`` is 0, ``w ^ w`` too),
-  and in a comparison (``w == w`` is true). A float ``x - x`` is kept, as
-  XLA keeps it (``inf - inf`` is ``nan``); so is ``w + w`` and ``w * w``
-  of one value, which vary with it."""
-  if opcode != "compare" and not _integral(shape):
-    return result
-  a, b = (_leaf(o) for o in operands)
-  if opcode in ("add", "multiply") and a.key is not None and a.key == b.key:
-    return result
-  common_deps, common_var = a.deps & b.deps, a.var & b.var
-  if not common_deps and not common_var:
-    return result
-  return _replace(
-    result, deps=result.deps & ~common_deps, var=result.var & ~common_var
-  )
-
-
-def _may_be_equal_constants(low: Leaf, high: Leaf) -> bool:
-  """Whether a clamp's bounds are constants that may be equal, so that
-  the clamp is that constant."""
-  if not (low.const and high.const):
-    return False
-  return low.lit is None or high.lit is None or low.lit == high.lit
-
-
-def _absorbed(opcode: str, operands: list[Value], shape: str) -> Leaf | None:
-  """The constant that `_ABSORBING` makes a binary op (XLA's algebraic
-  simplifier folds it); None otherwise. A floating-point product or
-  remainder is never folded: XLA keeps ``x * 0`` for floats, whose ``nan *
-  0`` is ``nan`` (it folds them only under fast math, off in JAX), so the
-  documented ``token * 0`` stays an order."""
-  if opcode in ("multiply", "remainder") and not _integral(shape):
-    return None
-  positions, absorbs = _ABSORBING[opcode]
-  for position in positions:
-    leaf = _leaf(operands[position])
-    if leaf.const and (leaf.lit is None or absorbs(leaf.lit)):
-      if leaf.lit is None:
-        return Leaf(const=True)
-      return Leaf(
-        const=True, lit={"remainder": 0, "power": 1}.get(opcode, leaf.lit)
-      )
-  return None
-
-
-def _add(operands: list[Value], shape: str) -> Leaf:
-  a, b = _leaf(operands[0]), _leaf(operands[1])
-  joined = _joined([a, b])
-  limit = _INTEGER_MAX.get(_element_type(shape))
-  for x, y in ((a, b), (b, a)):
-    if (
-      x.origin is not None
-      and x.origin[0] == "state"
-      and y.const
-      and isinstance(y.lit, int)
-      and not isinstance(y.lit, bool)
-    ):
-      origin = ("step", *x.origin[1:], y.lit, limit)
-      return _replace(joined, origin=origin)
-  return joined
-
-
-def _compare(direction: str | None, operands: list[Value]) -> Leaf:
-  a, b = (_leaf(o) for o in operands)
-  joined = _joined([a, b])
-  if direction in ("LT", "LE") and b.const and isinstance(b.lit, int):
-    limit = b.lit + (direction == "LE")
-    if a.origin is not None and a.origin[0] == "state":
-      return _replace(joined, origin=("below", *a.origin[1:], limit))
-  return joined
-
-
-def _parameter(
-  state: Value, passed_on: frozenset, index: int, mark: int, path: tuple
-) -> Value:
-  """The body's parameter: each state element as `state` has it, marked
-  as changing over the loop's iterations unless the body hands it back
-  unchanged, and tagged with its path for `_passed_on` and `_trips`."""
-  if isinstance(state, tuple):
-    return tuple(
-      _parameter(element, passed_on, index, mark, (*path, k))
-      for k, element in enumerate(state)
-    )
-  if path in passed_on:
-    return _replace(state, origin=("state", index, path))
-  origin = ("state", index, path)
-  return _new_leaf(
-    state.deps, state.var | mark, False, None, origin, key=origin
-  )
-
-
-def _passed_on(root: Value, index: int, path: tuple):
-  """The paths of the elements that the body's `root` hands back as the
-  parameter had them."""
-  if isinstance(root, tuple):
-    for k, element in enumerate(root):
-      yield from _passed_on(element, index, (*path, k))
-  elif root.origin == ("state", index, path):
-    yield path
-
-
-def _merged(
-  initial: Value, root: Value, passed_on: frozenset, path: tuple
-) -> Value:
-  """A loop's state over every iteration: each element as computed from
-  its initial value and the body's results for it; one the body hands
-  back unchanged keeps its initial value."""
-  if (
-    isinstance(initial, tuple)
-    and isinstance(root, tuple)
-    and len(initial) == len(root)
-  ):
-    return tuple(
-      _merged(a, b, passed_on, (*path, k))
-      for k, (a, b) in enumerate(zip(initial, root, strict=True))
-    )
-  if path in passed_on:
-    return initial
-  joined = _joined([initial, root])
-  return _replace(joined, const=False)
-
-
-def _trips(decision: Leaf, root: Value, initial: Value, index: int):
-  """The trip count of a loop whose condition compares a counter with a
-  constant (``i < n``), the body stepping the counter by a constant from a
-  constant start; None for any other loop."""
-  origin = decision.origin
-  if origin is None or origin[0] != "below" or origin[1] != index:
-    return None
-  path, limit = origin[2], origin[3]
-  counter, start = root, initial
-  for k in path:
-    if not isinstance(counter, tuple) or not isinstance(start, tuple):
-      return None
-    counter, start = counter[k], start[k]
-  if not isinstance(counter, Leaf) or not isinstance(start, Leaf):
-    return None
-  step_origin = counter.origin
-  if step_origin is None or step_origin[:3] != ("step", index, path):
-    return None
-  step, largest = step_origin[3], step_origin[4]
-  if not start.const or not isinstance(start.lit, int) or step <= 0:
-    return None
-  if largest is None or limit + step > largest:
-    return None  # The counter may wrap before it reaches the limit.
-  return max(0, math.ceil((limit - start.lit) / step))
-
-
-def _branch_picked(decision: Leaf, branches: int) -> int | None:
-  """The branch a constant predicate or index picks; None where it is not
-  a constant this module can read."""
-  if not decision.const or decision.lit is None:
-    return None
-  if isinstance(decision.lit, bool):
-    return 0 if decision.lit else 1
-  if isinstance(decision.lit, int):
-    return decision.lit if 0 <= decision.lit < branches else branches - 1
-  return None
-
-
-def _at_most(merged: Value, initial: Value, inside: int) -> Value:
-  """A loop's `merged` state where the loop may not run: each element
-  keeps only what its `initial` value is computed from too, and the calls
-  `inside` the body (which, where they ran, came before the result)."""
-  if (
-    isinstance(merged, tuple)
-    and isinstance(initial, tuple)
-    and len(merged) == len(initial)
-  ):
-    return tuple(
-      _at_most(m, a, inside) for m, a in zip(merged, initial, strict=True)
-    )
-  m, a = _leaf(merged), _leaf(initial)
-  deps = m.deps & (a.deps | inside)
-  return dataclasses.replace(m, deps=deps, const=m.const and a.const)
-
-
-def _tautology(direction: str | None, element: str, operands: list) -> bool:
-  """Whether a comparison is a constant that XLA's simplifier may fold:
-  one value with itself (on integers, ``w == w`` is true, ``w < w``
-  false), or an unsigned value against 0 or its type's largest value
-  (``u >= 0``, ``u < 0``, ``u <= MAX``), a constant that cannot be read
-  here taken as possibly one of those."""
-  a, b = (_leaf(o) for o in operands)
-  integral = element in _INTEGER_MAX or element == "pred"
-  if integral and a.key is not None and a.key == b.key:
-    return True
-  largest = _UNSIGNED_MAX.get(element)
-  if largest is None or direction is None:
-    return False
-  # The comparison as "u DIRECTION bound", the bound on the right.
-  mirror = {"GE": "LE", "LE": "GE", "GT": "LT", "LT": "GT"}
-  if b.const and not a.const:
-    bound, way = b, direction
-  elif a.const and not b.const:
-    bound, way = a, mirror.get(direction, direction)
-  else:
-    return False
-  lit = bound.lit
-  at_zero = lit is None or (_plain_int(lit) and lit == 0)
-  at_max = lit is None or (_plain_int(lit) and lit == largest)
-  return (way in ("GE", "LT") and at_zero) or (way in ("LE", "GT") and at_max)
-
-
-def _bitcast(leaf: Leaf, source: str, shape: str) -> Leaf:
-  """A bitcast-convert of `leaf` (of shape `source`) to `shape`: the same
-  dependences, and the value number of the value it came from where it
-  converts back (XLA folds ``bitcast(bitcast(w))`` to ``w``)."""
-  key = leaf.key
-  if key is not None and key[:1] == ("bitcast-convert",) and key[1] == shape:
-    return dataclasses.replace(leaf, key=key[2], origin=None, parts=None)
-  number = None if key is None else ("bitcast-convert", source, key)
-  return dataclasses.replace(leaf, key=number, origin=None, parts=None)
-
-
-def _met(results: list[Value], decision: Leaf, inside: int) -> Value:
-  """A conditional's result from its branches' `results`, one of which
-  runs: element by element, what every branch's is computed from, plus
-  the `decision`'s dependences and those of the calls `inside` its
-  branches that reach some branch's result."""
-  first = results[0]
-  if isinstance(first, tuple) and all(
-    isinstance(r, tuple) and len(r) == len(first) for r in results
-  ):
-    return tuple(
-      _met([r[k] for r in results if isinstance(r, tuple)], decision, inside)
-      for k in range(len(first))
-    )
-  leaves = [_leaf(r) for r in results]
-  every = -1
-  some, var, const = 0, decision.var, decision.const
-  for leaf in leaves:
-    every &= leaf.deps
-    some |= leaf.deps
-    var |= leaf.var
-    const = const and leaf.const
-  deps = max(every, 0) | decision.deps | some & inside
-  return Leaf(deps, var, const)

@@ -1,0 +1,602 @@
+"""What each value of a program is computed from: the algebra that
+`may_order.MayOrder` evaluates a module with.
+
+A value is a `Leaf` per array: the calls its elements are computed from
+through edges that no compiler may fold away, the loops over which it may
+change, and what tells a constant, a loop counter or a value number. Each
+function here is one rule of that algebra (how an opcode, a loop's state or
+a conditional's branches combine leaves), so that the evaluator only walks
+the program and picks the rule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+from entangle_jax.testing._hlo import Instruction
+
+
+@dataclasses.dataclass(frozen=True)
+class Leaf:
+  """What one array of a value is computed from."""
+
+  deps: int = 0
+  """Bits of the selected call instances whose results reach it through
+  edges that no compiler may fold away."""
+  var: int = 0
+  """Bits of the loops (`MayOrder.loops`) over whose iterations it may
+  change."""
+  const: bool = False
+  """Computed from constants alone: XLA may fold it to its value."""
+  lit: object = None
+  """Its value, where it is a constant this module can read (a scalar, or
+  a broadcast of one); None otherwise."""
+  origin: tuple | None = None
+  """A loop state element it is unchanged (``("state", loop, path)``),
+  that element plus a constant (``("step", loop, path, step)``), or a
+  comparison of such an element with a constant (``("compare", ...)``):
+  what tells a loop's trip count and the elements its body hands back."""
+  key: tuple | None = None
+  """A value number: two leaves of equal keys hold the same value (what
+  lets ``select(p, x, x)`` or ``maximum(x, x)`` be ``x``, as XLA folds
+  them); None where unknown."""
+  parts: tuple | None = None
+  """For a ``concatenate``: its operands' leaves, of which a slice may
+  take only one (XLA folds a slice of a concatenate to the part it
+  takes)."""
+
+
+_new = object.__new__
+
+
+_set = object.__setattr__
+
+
+def new_leaf(
+  deps: int = 0,
+  var: int = 0,
+  const: bool = False,
+  lit: object = None,
+  origin: tuple | None = None,
+  key: tuple | None = None,
+  parts: tuple | None = None,
+) -> Leaf:
+  """``Leaf(...)``, built without the frozen dataclass's ``__init__``,
+  which sets each field through ``object.__setattr__``: the evaluation
+  makes a leaf or more per instruction and pass, and that took a third
+  of its time."""
+  leaf = _new(Leaf)
+  _set(
+    leaf,
+    "__dict__",
+    {
+      "deps": deps,
+      "var": var,
+      "const": const,
+      "lit": lit,
+      "origin": origin,
+      "key": key,
+      "parts": parts,
+    },
+  )
+  return leaf
+
+
+def replace(leaf: Leaf, **changes: object) -> Leaf:
+  """``dataclasses.replace(leaf, **changes)``, as fast as `new_leaf`."""
+  fields = dict(leaf.__dict__)
+  fields.update(changes)
+  found = _new(Leaf)
+  _set(found, "__dict__", fields)
+  return found
+
+
+Value = Leaf | tuple
+"""A `Leaf`, or a tuple of values for a tuple-shaped result."""
+
+
+NOTHING = Leaf()
+
+
+IDEMPOTENT = frozenset({"maximum", "minimum", "and", "or"})
+"""Opcodes ``f`` with ``f(x, x) == x``, which XLA folds so."""
+
+
+SLICING = frozenset({"slice", "dynamic-slice", "gather", "reshape"})
+"""Opcodes whose result may be one part of a concatenated operand."""
+
+
+INTEGER_MAX = {
+  "s2": 2**1 - 1,
+  "s4": 2**3 - 1,
+  "s8": 2**7 - 1,
+  "s16": 2**15 - 1,
+  "s32": 2**31 - 1,
+  "s64": 2**63 - 1,
+  "u2": 2**2 - 1,
+  "u4": 2**4 - 1,
+  "u8": 2**8 - 1,
+  "u16": 2**16 - 1,
+  "u32": 2**32 - 1,
+  "u64": 2**64 - 1,
+}
+"""The largest value of each integer type: a counter stepped past it
+wraps, and the trip count the constants give is then wrong."""
+
+
+CANCELLING = frozenset(
+  {
+    "add",
+    "subtract",
+    "multiply",
+    "divide",
+    "remainder",
+    "power",
+    "and",
+    "or",
+    "xor",
+    "maximum",
+    "minimum",
+    "shift-left",
+    "shift-right-logical",
+    "shift-right-arithmetic",
+    "atan2",
+    "compare",
+  }
+)
+"""Binary opcodes whose two operands may cancel on integers (``w - w``,
+``w ^ w``, ``max(w, w) - w``, ``w == w``): what both are computed from
+may not reach the result, and XLA's algebraic simplifier folds many such
+forms to a constant."""
+
+
+DATA_OPERANDS = {
+  "dynamic-slice": lambda n: range(1),
+  "gather": lambda n: range(1),
+  "dynamic-update-slice": lambda n: range(2),
+  # Inputs, the indices, then as many updates as inputs.
+  "scatter": lambda n: [k for k in range(n) if k != (n - 1) // 2],
+}
+"""Which operands of an indexed op carry data to its result; the others
+are indices, which order nothing: XLA drops an index that cannot change
+the result (a slice as large as its operand, a slice of a broadcast), and
+so may a later XLA wherever it proves that."""
+
+
+FORWARDING = frozenset({"copy", "bitcast", "reshape", "opt-barrier"})
+"""Opcodes whose result is their operand, unchanged."""
+
+
+REARRANGING = frozenset({"reverse", "transpose"})
+"""Opcodes whose result holds their operand's elements in another order:
+XLA folds a slice of one into a slice of the operand."""
+
+
+UNSIGNED_MAX = {k: v for k, v in INTEGER_MAX.items() if k.startswith("u")}
+
+
+NEVER_SPECULATED = frozenset(
+  {"send", "recv", "infeed", "outfeed", "rng", "rng-get-and-update-state"}
+)
+"""Opcodes besides side-effecting custom calls whose results change from
+one iteration to the next whatever their operands."""
+
+
+def as_leaf(value: Value) -> Leaf:
+  """`value` as one leaf: itself, or every leaf of a tuple joined."""
+  return value if isinstance(value, Leaf) else join([value])
+
+
+def keyed(value: Value, key: tuple) -> Value:
+  """`value` with each leaf numbered by `key` and its path."""
+  if isinstance(value, Leaf):
+    return replace(value, key=key)
+  return tuple(keyed(v, (*key, k)) for k, v in enumerate(value))
+
+
+def key_of(i: Instruction, operands: list[Value]) -> tuple | None:
+  """The value number of a result computed by `i` from `operands`; None
+  where an operand has none."""
+  keys = []
+  for operand in operands:
+    if not isinstance(operand, Leaf) or operand.key is None:
+      return None
+    keys.append(operand.key)
+  return (i.opcode, i.shape, i.direction, i.tuple_index, *keys)
+
+
+def common(parts: tuple) -> Leaf:
+  """What every one of `parts` is computed from: a slice may take any
+  one of them alone."""
+  deps = var = -1
+  const = True
+  for part in parts:
+    deps &= part.deps
+    var &= part.var
+    const = const and part.const
+  return new_leaf(max(deps, 0), max(var, 0), const)
+
+
+def bits(indices: tuple[int, ...]) -> int:
+  found = 0
+  for index in indices:
+    found |= 1 << index
+  return found
+
+
+def leaves_of(value: Value):
+  if isinstance(value, Leaf):
+    yield value
+  else:
+    for element in value:
+      yield from leaves_of(element)
+
+
+def deps_of(value: Value) -> int:
+  found = 0
+  for leaf in leaves_of(value):
+    found |= leaf.deps
+  return found
+
+
+def join(values: list[Value]) -> Leaf:
+  """One leaf computed from every leaf of `values`."""
+  deps = var = 0
+  const = True
+  for value in values:
+    # A leaf itself, the usual operand, without `leaves_of`' generator.
+    for leaf in (value,) if isinstance(value, Leaf) else leaves_of(value):
+      deps |= leaf.deps
+      var |= leaf.var
+      const = const and leaf.const
+  return new_leaf(deps, var, const)
+
+
+def shaped(shape: str, leaf: Leaf) -> Value:
+  """`leaf` in the structure of an HLO shape (``(f32[], (s32[]))``)."""
+  arity = tuple_arity(shape)
+  if arity is None:
+    return leaf
+  return tuple(shaped(element, leaf) for element in arity)
+
+
+@functools.lru_cache(maxsize=4096)
+def tuple_arity(shape: str) -> tuple[str, ...] | None:
+  """The element shapes of a tuple shape; None for an array."""
+  shape = shape.strip()
+  if not shape.startswith("("):
+    return None
+  elements, depth, start = [], 0, 1
+  for n, char in enumerate(shape):
+    if char in "([{":
+      depth += 1
+    elif char in ")]}":
+      depth -= 1
+      if depth == 0:
+        if shape[start:n].strip():
+          elements.append(shape[start:n])
+        break
+    elif char == "," and depth == 1:
+      elements.append(shape[start:n])
+      start = n + 1
+  return tuple(elements)
+
+
+def literal(text: str | None) -> object:
+  """A scalar constant's value (``0``, ``true``, ``1.5``); None for any
+  other literal."""
+  if text is None:
+    return None
+  text = text.strip()
+  if text in ("true", "false"):
+    return text == "true"
+  try:
+    return int(text)
+  except ValueError:
+    pass
+  try:
+    return float(text)
+  except ValueError:
+    return None
+
+
+def unchanged_constant(value: Value, i: Instruction) -> Value:
+  """A broadcast or conversion of `value`: the same dependences; a
+  constant keeps its value (``broadcast(constant(true))``), a state
+  element no longer is itself."""
+  leaf = as_leaf(value)
+  key = None if leaf.key is None else (i.opcode, i.shape, leaf.key)
+  return replace(leaf, origin=None, key=key, parts=None)
+
+
+def select(predicate: Value, yes: Value, no: Value) -> Value:
+  choice = as_leaf(predicate)
+  a, b = as_leaf(yes), as_leaf(no)
+  if a.key is not None and a.key == b.key:
+    return yes  # XLA folds select(p, x, x) to x.
+  if choice.const:
+    if isinstance(choice.lit, bool):
+      return yes if choice.lit else no
+    # A constant that cannot be read here: only what both share, and
+    # either's place in a loop's state (XLA may pick the one the body
+    # hands back unchanged).
+    return Leaf(
+      a.deps & b.deps,
+      a.var & b.var,
+      a.const and b.const,
+      origin=a.origin or b.origin,
+    )
+  return join([predicate, yes, no])
+
+
+ABSORBING = {
+  # opcode: the operands that may absorb, and whether a value does
+  "multiply": ((0, 1), lambda v: v == 0),
+  "and": ((0, 1), lambda v: v is False or (plain_int(v) and v == 0)),
+  "or": ((0, 1), lambda v: v is True or (plain_int(v) and v == -1)),
+  "remainder": ((1,), lambda v: plain_int(v) and v in (1, -1)),
+  "power": ((1,), lambda v: v == 0),
+}
+"""Binary opcodes with an operand value that makes the result a constant
+whatever the other operand (``x * 0``, ``x & false``, ``x | -1``, ``x %
+1``, ``x ** 0``), as XLA's algebraic simplifier folds them. A constant
+this module cannot read may be that value."""
+
+
+def plain_int(value: object) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool)
+
+
+@functools.lru_cache(maxsize=4096)
+def element_type_of(shape: str) -> str:
+  """The element type of an array shape (``s32`` of ``s32[2]{0}``)."""
+  return shape.split("[", 1)[0].strip()
+
+
+def is_integral(shape: str) -> bool:
+  element = element_type_of(shape)
+  return element in INTEGER_MAX or element == "pred"
+
+
+def cancelled(
+  opcode: str, shape: str, operands: list[Value], result: Leaf
+) -> Leaf:
+  """`result` of a binary op less what both operands are computed from,
+  where the two may cancel: on integers (``w - w`` is 0, ``w ^ w`` too),
+  and in a comparison (``w == w`` is true). A float ``x - x`` is kept, as
+  XLA keeps it (``inf - inf`` is ``nan``); so is ``w + w`` and ``w * w``
+  of one value, which vary with it."""
+  if opcode != "compare" and not is_integral(shape):
+    return result
+  a, b = (as_leaf(o) for o in operands)
+  if opcode in ("add", "multiply") and a.key is not None and a.key == b.key:
+    return result
+  common_deps, common_var = a.deps & b.deps, a.var & b.var
+  if not common_deps and not common_var:
+    return result
+  return replace(
+    result, deps=result.deps & ~common_deps, var=result.var & ~common_var
+  )
+
+
+def may_be_equal_constants(low: Leaf, high: Leaf) -> bool:
+  """Whether a clamp's bounds are constants that may be equal, so that
+  the clamp is that constant."""
+  if not (low.const and high.const):
+    return False
+  return low.lit is None or high.lit is None or low.lit == high.lit
+
+
+def absorbed(opcode: str, operands: list[Value], shape: str) -> Leaf | None:
+  """The constant that `ABSORBING` makes a binary op (XLA's algebraic
+  simplifier folds it); None otherwise. A floating-point product or
+  remainder is never folded: XLA keeps ``x * 0`` for floats, whose ``nan *
+  0`` is ``nan`` (it folds them only under fast math, off in JAX), so the
+  documented ``token * 0`` stays an order."""
+  if opcode in ("multiply", "remainder") and not is_integral(shape):
+    return None
+  positions, absorbs = ABSORBING[opcode]
+  for position in positions:
+    leaf = as_leaf(operands[position])
+    if leaf.const and (leaf.lit is None or absorbs(leaf.lit)):
+      if leaf.lit is None:
+        return Leaf(const=True)
+      return Leaf(
+        const=True, lit={"remainder": 0, "power": 1}.get(opcode, leaf.lit)
+      )
+  return None
+
+
+def add(operands: list[Value], shape: str) -> Leaf:
+  a, b = as_leaf(operands[0]), as_leaf(operands[1])
+  joined = join([a, b])
+  limit = INTEGER_MAX.get(element_type_of(shape))
+  for x, y in ((a, b), (b, a)):
+    if (
+      x.origin is not None
+      and x.origin[0] == "state"
+      and y.const
+      and isinstance(y.lit, int)
+      and not isinstance(y.lit, bool)
+    ):
+      origin = ("step", *x.origin[1:], y.lit, limit)
+      return replace(joined, origin=origin)
+  return joined
+
+
+def compare(direction: str | None, operands: list[Value]) -> Leaf:
+  a, b = (as_leaf(o) for o in operands)
+  joined = join([a, b])
+  if direction in ("LT", "LE") and b.const and isinstance(b.lit, int):
+    limit = b.lit + (direction == "LE")
+    if a.origin is not None and a.origin[0] == "state":
+      return replace(joined, origin=("below", *a.origin[1:], limit))
+  return joined
+
+
+def body_parameter(
+  state: Value, passed_on: frozenset, index: int, mark: int, path: tuple
+) -> Value:
+  """The body's parameter: each state element as `state` has it, marked
+  as changing over the loop's iterations unless the body hands it back
+  unchanged, and tagged with its path for `paths_passed_on` and `trips`."""
+  if isinstance(state, tuple):
+    return tuple(
+      body_parameter(element, passed_on, index, mark, (*path, k))
+      for k, element in enumerate(state)
+    )
+  if path in passed_on:
+    return replace(state, origin=("state", index, path))
+  origin = ("state", index, path)
+  return new_leaf(state.deps, state.var | mark, False, None, origin, key=origin)
+
+
+def paths_passed_on(root: Value, index: int, path: tuple):
+  """The paths of the elements that the body's `root` hands back as the
+  parameter had them."""
+  if isinstance(root, tuple):
+    for k, element in enumerate(root):
+      yield from paths_passed_on(element, index, (*path, k))
+  elif root.origin == ("state", index, path):
+    yield path
+
+
+def loop_state(
+  initial: Value, root: Value, passed_on: frozenset, path: tuple
+) -> Value:
+  """A loop's state over every iteration: each element as computed from
+  its initial value and the body's results for it; one the body hands
+  back unchanged keeps its initial value."""
+  if (
+    isinstance(initial, tuple)
+    and isinstance(root, tuple)
+    and len(initial) == len(root)
+  ):
+    return tuple(
+      loop_state(a, b, passed_on, (*path, k))
+      for k, (a, b) in enumerate(zip(initial, root, strict=True))
+    )
+  if path in passed_on:
+    return initial
+  joined = join([initial, root])
+  return replace(joined, const=False)
+
+
+def trips(decision: Leaf, root: Value, initial: Value, index: int):
+  """The trip count of a loop whose condition compares a counter with a
+  constant (``i < n``), the body stepping the counter by a constant from a
+  constant start; None for any other loop."""
+  origin = decision.origin
+  if origin is None or origin[0] != "below" or origin[1] != index:
+    return None
+  path, limit = origin[2], origin[3]
+  counter, start = root, initial
+  for k in path:
+    if not isinstance(counter, tuple) or not isinstance(start, tuple):
+      return None
+    counter, start = counter[k], start[k]
+  if not isinstance(counter, Leaf) or not isinstance(start, Leaf):
+    return None
+  step_origin = counter.origin
+  if step_origin is None or step_origin[:3] != ("step", index, path):
+    return None
+  step, largest = step_origin[3], step_origin[4]
+  if not start.const or not isinstance(start.lit, int) or step <= 0:
+    return None
+  if largest is None or limit + step > largest:
+    return None  # The counter may wrap before it reaches the limit.
+  return max(0, math.ceil((limit - start.lit) / step))
+
+
+def branch_picked(decision: Leaf, branches: int) -> int | None:
+  """The branch a constant predicate or index picks; None where it is not
+  a constant this module can read."""
+  if not decision.const or decision.lit is None:
+    return None
+  if isinstance(decision.lit, bool):
+    return 0 if decision.lit else 1
+  if isinstance(decision.lit, int):
+    return decision.lit if 0 <= decision.lit < branches else branches - 1
+  return None
+
+
+def at_most(merged: Value, initial: Value, inside: int) -> Value:
+  """A loop's `merged` state where the loop may not run: each element
+  keeps only what its `initial` value is computed from too, and the calls
+  `inside` the body (which, where they ran, came before the result)."""
+  if (
+    isinstance(merged, tuple)
+    and isinstance(initial, tuple)
+    and len(merged) == len(initial)
+  ):
+    return tuple(
+      at_most(m, a, inside) for m, a in zip(merged, initial, strict=True)
+    )
+  m, a = as_leaf(merged), as_leaf(initial)
+  deps = m.deps & (a.deps | inside)
+  return dataclasses.replace(m, deps=deps, const=m.const and a.const)
+
+
+def tautology(direction: str | None, element: str, operands: list) -> bool:
+  """Whether a comparison is a constant that XLA's simplifier may fold:
+  one value with itself (on integers, ``w == w`` is true, ``w < w``
+  false), or an unsigned value against 0 or its type's largest value
+  (``u >= 0``, ``u < 0``, ``u <= MAX``), a constant that cannot be read
+  here taken as possibly one of those."""
+  a, b = (as_leaf(o) for o in operands)
+  integral = element in INTEGER_MAX or element == "pred"
+  if integral and a.key is not None and a.key == b.key:
+    return True
+  largest = UNSIGNED_MAX.get(element)
+  if largest is None or direction is None:
+    return False
+  # The comparison as "u DIRECTION bound", the bound on the right.
+  mirror = {"GE": "LE", "LE": "GE", "GT": "LT", "LT": "GT"}
+  if b.const and not a.const:
+    bound, way = b, direction
+  elif a.const and not b.const:
+    bound, way = a, mirror.get(direction, direction)
+  else:
+    return False
+  lit = bound.lit
+  at_zero = lit is None or (plain_int(lit) and lit == 0)
+  at_max = lit is None or (plain_int(lit) and lit == largest)
+  return (way in ("GE", "LT") and at_zero) or (way in ("LE", "GT") and at_max)
+
+
+def bitcast(leaf: Leaf, source: str, shape: str) -> Leaf:
+  """A bitcast-convert of `leaf` (of shape `source`) to `shape`: the same
+  dependences, and the value number of the value it came from where it
+  converts back (XLA folds ``bitcast(bitcast(w))`` to ``w``)."""
+  key = leaf.key
+  if key is not None and key[:1] == ("bitcast-convert",) and key[1] == shape:
+    return dataclasses.replace(leaf, key=key[2], origin=None, parts=None)
+  number = None if key is None else ("bitcast-convert", source, key)
+  return dataclasses.replace(leaf, key=number, origin=None, parts=None)
+
+
+def met(results: list[Value], decision: Leaf, inside: int) -> Value:
+  """A conditional's result from its branches' `results`, one of which
+  runs: element by element, what every branch's is computed from, plus
+  the `decision`'s dependences and those of the calls `inside` its
+  branches that reach some branch's result."""
+  first = results[0]
+  if isinstance(first, tuple) and all(
+    isinstance(r, tuple) and len(r) == len(first) for r in results
+  ):
+    return tuple(
+      met([r[k] for r in results if isinstance(r, tuple)], decision, inside)
+      for k in range(len(first))
+    )
+  leaves = [as_leaf(r) for r in results]
+  every = -1
+  some, var, const = 0, decision.var, decision.const
+  for leaf in leaves:
+    every &= leaf.deps
+    some |= leaf.deps
+    var |= leaf.var
+    const = const and leaf.const
+  deps = max(every, 0) | decision.deps | some & inside
+  return Leaf(deps, var, const)
