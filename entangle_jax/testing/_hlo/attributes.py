@@ -31,6 +31,9 @@ _INDEX = re.compile(r"\s*,\s*index=(\d+)")
 _ALIASED_OPERAND = re.compile(r"\(\s*(\d+)\s*,")
 _SLICE = re.compile(r"slice=\{([^}]*)\}")
 _SLICE_START = re.compile(r"\[\s*(\d+)\s*:")
+# One dimension of a slice: ``[start:limit]`` or ``[start:limit:stride]``.
+_SLICE_RANGE = re.compile(r"\[\s*(\d+)\s*:\s*(\d+)\s*(?::\s*(\d+)\s*)?\]")
+_DIMENSIONS = re.compile(r"dimensions=\{([\d,\s]*)\}")
 # The key that pairs a host transfer with its peer on the host (JAX writes
 # it as a frontend attribute of each send, recv and their dones).
 _RENDEZVOUS = re.compile(r'_xla_host_transfer_rendezvous="([^"]*)"')
@@ -150,6 +153,16 @@ def _text_fields(
     fields["slice_starts"] = tuple(
       int(start) for start in _SLICE_START.findall(found.group(1))
     )
+    fields["slice_ranges"] = tuple(
+      (int(start), int(limit), int(stride or 1))
+      for start, limit, stride in _SLICE_RANGE.findall(found.group(1))
+    )
+  if opcode == "scatter":
+    fields["scatter_dims"] = _scatter_dims(masked)
+  if opcode == "concatenate" and (found := _DIMENSIONS.search(masked)):
+    fields["dimensions"] = tuple(
+      int(d) for d in found.group(1).split(",") if d.strip()
+    )
   if opcode in _HOST_TRANSFER_OPCODES and (
     attributes.word("is_host_transfer") == "true"
   ):
@@ -168,6 +181,29 @@ def _text_fields(
     int(frame) if frame.isdigit() else None,
     (file, int(line)) if file is not None and line.isdigit() else None,
   )
+
+
+def _scatter_dims(masked: str) -> tuple | None:
+  """A scatter's ``(update_window_dims, inserted_window_dims,
+  scatter_dims_to_operand_dims, index_vector_dim)``; None where one is
+  missing."""
+  found = []
+  for key in _SCATTER_KEYS:
+    match = re.search(rf"\b{key}=\{{([\d,\s]*)\}}", masked)
+    if match is None:
+      return None
+    found.append(tuple(int(d) for d in match.group(1).split(",") if d.strip()))
+  vector = re.search(r"\bindex_vector_dim=(\d+)", masked)
+  if vector is None:
+    return None
+  return (*found, int(vector.group(1)))
+
+
+_SCATTER_KEYS = (
+  "update_window_dims",
+  "inserted_window_dims",
+  "scatter_dims_to_operand_dims",
+)
 
 
 def _unquote(value: str | None, strings: list[str]) -> str | None:

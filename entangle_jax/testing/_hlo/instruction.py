@@ -89,6 +89,13 @@ class Instruction:
   """A ``constant``'s literal as written (``3``, ``{0, 1}``)."""
   slice_starts: tuple[int, ...] | None = None
   """A ``slice``'s start index in each dimension."""
+  slice_ranges: tuple[tuple[int, int, int], ...] | None = None
+  """A ``slice``'s ``(start, limit, stride)`` in each dimension."""
+  dimensions: tuple[int, ...] | None = None
+  """A ``concatenate``'s ``dimensions`` (the one it joins along)."""
+  scatter_dims: tuple | None = None
+  """A ``scatter``'s ``(update_window_dims, inserted_window_dims,
+  scatter_dims_to_operand_dims, index_vector_dim)``."""
   direction: str | None = None
   """A ``compare``'s direction (``LT``, ``EQ``...)."""
   tiled: bool = False
@@ -111,7 +118,7 @@ class Instruction:
   def dims(self) -> tuple[int, ...] | None:
     """The dimensions of an array result (``()`` for a scalar); None for a
     tuple or a shape that is not one array."""
-    return _dims(self.shape)
+    return dims_of(self.shape)
 
   @property
   def zero_sized(self) -> bool:
@@ -131,7 +138,7 @@ _ONE_ARRAY = re.compile(r"[a-z]+[0-9a-z]*\[([^\]]*)\](?:\{[^}]*\})?")
 
 
 @functools.lru_cache(maxsize=4096)
-def _dims(shape: str) -> tuple[int, ...] | None:
+def dims_of(shape: str) -> tuple[int, ...] | None:
   match = _ONE_ARRAY.fullmatch(shape)
   if match is None:
     return None

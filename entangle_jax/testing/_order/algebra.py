@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Sequence
 
 from entangle_jax.testing._hlo import Instruction
 
@@ -43,9 +44,24 @@ class Leaf:
   lets ``select(p, x, x)`` or ``maximum(x, x)`` be ``x``, as XLA folds
   them); None where unknown."""
   parts: tuple | None = None
-  """For a ``concatenate``: its operands' leaves, of which a slice may
-  take only one (XLA folds a slice of a concatenate to the part it
-  takes)."""
+  """None where every element is computed from all that `deps` and `var`
+  say. Otherwise the elements differ (a ``concatenate``, an update, an
+  elementwise op on such a value): each element is one of these leaves'
+  elements, so one element alone, which a slice may take (XLA folds a
+  slice of a concatenate or of a broadcast to the part it takes), is
+  surely computed only from what `each` gives."""
+  layout: tuple | None = None
+  """Which of `parts` each element belongs to, by its index in row-major
+  order (which a reshape keeps), where the program says so:
+
+  * ``("joined", inner, sizes, count)`` for a ``concatenate`` of the
+    parts in order: ``inner`` elements per step of the joined dimension,
+    the ``sizes`` the parts have along it;
+  * ``("cells", cells, count)`` for an update of the elements ``cells``
+    (a frozenset of indices): part 1 holds them, part 0 the others.
+
+  ``count`` is the number of elements. None where no slice can tell the
+  part it takes."""
 
 
 _new = object.__new__
@@ -62,6 +78,7 @@ def new_leaf(
   origin: tuple | None = None,
   key: tuple | None = None,
   parts: tuple | None = None,
+  layout: tuple | None = None,
 ) -> Leaf:
   """``Leaf(...)``, built without the frozen dataclass's ``__init__``,
   which sets each field through ``object.__setattr__``: the evaluation
@@ -79,6 +96,7 @@ def new_leaf(
       "origin": origin,
       "key": key,
       "parts": parts,
+      "layout": layout,
     },
   )
   return leaf
@@ -104,8 +122,9 @@ IDEMPOTENT = frozenset({"maximum", "minimum", "and", "or"})
 """Opcodes ``f`` with ``f(x, x) == x``, which XLA folds so."""
 
 
-SLICING = frozenset({"slice", "dynamic-slice", "gather", "reshape"})
-"""Opcodes whose result may be one part of a concatenated operand."""
+SLICING = frozenset({"slice"})
+"""Opcodes whose result is some elements of their operand, which
+`sliced` tells (a dynamic slice and a gather are `DATA_OPERANDS`)."""
 
 
 INTEGER_MAX = {
@@ -208,15 +227,46 @@ def key_of(i: Instruction, operands: list[Value]) -> tuple | None:
 
 
 def common(parts: tuple) -> Leaf:
-  """What every one of `parts` is computed from: a slice may take any
-  one of them alone."""
+  """What any one element of any of `parts` is surely computed from: a
+  slice may take one element of one of them alone. It may be a constant
+  where any part's elements may."""
   deps = var = -1
-  const = True
+  const = False
   for part in parts:
-    deps &= part.deps
-    var &= part.var
-    const = const and part.const
+    one = each(part)
+    deps &= one.deps
+    var &= one.var
+    const = const or one.const
   return new_leaf(max(deps, 0), max(var, 0), const)
+
+
+def each(leaf: Leaf) -> Leaf:
+  """What any one element of `leaf` is surely computed from: `leaf`
+  itself where its elements are alike (no `Leaf.parts`)."""
+  return leaf if leaf.parts is None else common(leaf.parts)
+
+
+def without(leaf: Leaf, deps: int, var: int) -> Leaf:
+  """`leaf` less `deps` and `var`, as a whole and in each element."""
+  if leaf.parts is None:
+    return replace(leaf, deps=leaf.deps & ~deps, var=leaf.var & ~var)
+  one = each(leaf)
+  inner = new_leaf(one.deps & ~deps, one.var & ~var, one.const)
+  return replace(
+    leaf,
+    deps=leaf.deps & ~deps,
+    var=leaf.var & ~var,
+    parts=(inner,),
+    layout=None,
+  )
+
+
+def opaque(leaf: Leaf) -> Leaf:
+  """The result of a call that XLA cannot see into: each element comes
+  after the whole of every operand."""
+  if leaf.parts is None:
+    return leaf
+  return replace(leaf, parts=None, layout=None)
 
 
 def bits(indices: tuple[int, ...]) -> int:
@@ -241,17 +291,33 @@ def deps_of(value: Value) -> int:
   return found
 
 
-def join(values: list[Value]) -> Leaf:
-  """One leaf computed from every leaf of `values`."""
+def join(values: Sequence[Value]) -> Leaf:
+  """One leaf computed from every leaf of `values`: as a whole, from all
+  of them; element by element, from what one element of each surely is
+  (an elementwise op, a reduction or a product reads at least one element
+  of each operand for each of its elements)."""
   deps = var = 0
   const = True
+  differ = False
   for value in values:
     # A leaf itself, the usual operand, without `leaves_of`' generator.
     for leaf in (value,) if isinstance(value, Leaf) else leaves_of(value):
       deps |= leaf.deps
       var |= leaf.var
       const = const and leaf.const
-  return new_leaf(deps, var, const)
+      differ = differ or leaf.parts is not None
+  if not differ:
+    return new_leaf(deps, var, const)
+  each_deps = each_var = 0
+  each_const = True
+  for value in values:
+    for leaf in leaves_of(value):
+      one = each(leaf)
+      each_deps |= one.deps
+      each_var |= one.var
+      each_const = each_const and one.const
+  inner = new_leaf(each_deps, each_var, each_const)
+  return new_leaf(deps, var, const, parts=(inner,))
 
 
 def shaped(shape: str, leaf: Leaf) -> Value:
@@ -308,7 +374,7 @@ def unchanged_constant(value: Value, i: Instruction) -> Value:
   element no longer is itself."""
   leaf = as_leaf(value)
   key = None if leaf.key is None else (i.opcode, i.shape, leaf.key)
-  return replace(leaf, origin=None, key=key, parts=None)
+  return replace(leaf, origin=None, key=key, layout=None)
 
 
 def select(predicate: Value, yes: Value, no: Value) -> Value:
@@ -322,11 +388,20 @@ def select(predicate: Value, yes: Value, no: Value) -> Value:
     # A constant that cannot be read here: only what both share, and
     # either's place in a loop's state (XLA may pick the one the body
     # hands back unchanged).
-    return Leaf(
-      a.deps & b.deps,
-      a.var & b.var,
-      a.const and b.const,
-      origin=a.origin or b.origin,
+    origin = a.origin or b.origin
+    const = a.const and b.const
+    if a.parts is None and b.parts is None:
+      return Leaf(a.deps & b.deps, a.var & b.var, const, origin=origin)
+    # Element by element, the predicate may pick either: all of one, or
+    # some elements of each, so the whole is surely computed only from
+    # what both share and some element of either has.
+    one, other = each(a), each(b)
+    return new_leaf(
+      a.deps & b.deps & (one.deps | other.deps),
+      a.var & b.var & (one.var | other.var),
+      const,
+      origin=origin,
+      parts=(common((one, other)),),
     )
   return join([predicate, yes, no])
 
@@ -376,9 +451,7 @@ def cancelled(
   common_deps, common_var = a.deps & b.deps, a.var & b.var
   if not common_deps and not common_var:
     return result
-  return replace(
-    result, deps=result.deps & ~common_deps, var=result.var & ~common_var
-  )
+  return without(result, common_deps, common_var)
 
 
 def may_be_equal_constants(low: Leaf, high: Leaf) -> bool:
@@ -450,7 +523,13 @@ def body_parameter(
   if path in passed_on:
     return replace(state, origin=("state", index, path))
   origin = ("state", index, path)
-  return new_leaf(state.deps, state.var | mark, False, None, origin, key=origin)
+  parts = None
+  if state.parts is not None:
+    one = each(state)
+    parts = (new_leaf(one.deps, one.var | mark),)
+  return new_leaf(
+    state.deps, state.var | mark, False, None, origin, key=origin, parts=parts
+  )
 
 
 def paths_passed_on(root: Value, index: int, path: tuple):
@@ -536,7 +615,12 @@ def at_most(merged: Value, initial: Value, inside: int) -> Value:
     )
   m, a = as_leaf(merged), as_leaf(initial)
   deps = m.deps & (a.deps | inside)
-  return dataclasses.replace(m, deps=deps, const=m.const and a.const)
+  const = m.const and a.const
+  if m.parts is None and a.parts is None:
+    return replace(m, deps=deps, const=const)
+  one, first = each(m), each(a)
+  inner = new_leaf(one.deps & (first.deps | inside), one.var, const)
+  return replace(m, deps=deps, const=const, parts=(inner,), layout=None)
 
 
 def tautology(direction: str | None, element: str, operands: list) -> bool:
@@ -572,9 +656,9 @@ def bitcast(leaf: Leaf, source: str, shape: str) -> Leaf:
   converts back (XLA folds ``bitcast(bitcast(w))`` to ``w``)."""
   key = leaf.key
   if key is not None and key[:1] == ("bitcast-convert",) and key[1] == shape:
-    return dataclasses.replace(leaf, key=key[2], origin=None, parts=None)
+    return replace(leaf, key=key[2], origin=None, layout=None)
   number = None if key is None else ("bitcast-convert", source, key)
-  return dataclasses.replace(leaf, key=number, origin=None, parts=None)
+  return replace(leaf, key=number, origin=None, layout=None)
 
 
 def met(results: list[Value], decision: Leaf, inside: int) -> Value:
@@ -591,6 +675,14 @@ def met(results: list[Value], decision: Leaf, inside: int) -> Value:
       for k in range(len(first))
     )
   leaves = [as_leaf(r) for r in results]
+  whole = _met_leaves(leaves, decision, inside)
+  if all(leaf.parts is None for leaf in leaves):
+    return whole
+  inner = _met_leaves([each(leaf) for leaf in leaves], decision, inside)
+  return replace(whole, parts=(inner,))
+
+
+def _met_leaves(leaves: list[Leaf], decision: Leaf, inside: int) -> Leaf:
   every = -1
   some, var, const = 0, decision.var, decision.const
   for leaf in leaves:
@@ -600,3 +692,14 @@ def met(results: list[Value], decision: Leaf, inside: int) -> Value:
     const = const and leaf.const
   deps = max(every, 0) | decision.deps | some & inside
   return Leaf(deps, var, const)
+
+
+def varying(leaf: Leaf, var: int) -> Leaf:
+  """`leaf` changing, in each element too, over the loops of `var`."""
+  if not var:
+    return leaf
+  if leaf.parts is None:
+    return replace(leaf, var=leaf.var | var)
+  one = each(leaf)
+  inner = new_leaf(one.deps, one.var | var, one.const)
+  return replace(leaf, var=leaf.var | var, parts=(inner,), layout=None)

@@ -34,6 +34,12 @@ other's results, through edges that no compiler folds away:
   operands are computed from (``w - w``, ``max(w, w) - w``, ``w == w``
   cancel), and ``x % 1``, ``x ** 0`` and a clamp to one constant are
   constants;
+* one element of a value whose elements differ (a stack, an update, an
+  elementwise op or a broadcast of either) is computed only from the
+  part it came from: XLA folds a slice into the part it takes. Where the
+  program says which part (a static slice of a concatenate, an update at
+  constant indices, the last row a ``scan`` stacked), it is that part;
+  elsewhere, only what every part shares;
 * a loop's state element is what its initial value and the body's results
   for it are; one the body hands back unchanged is its initial value;
 * a ``conditional`` with a constant predicate runs the branch it picks
@@ -62,7 +68,7 @@ from collections.abc import Callable
 from entangle_jax._src.targets.names import ENTANGLE_TARGET
 from entangle_jax.testing._hlo import Instruction, Module
 from entangle_jax.testing._hlo.attributes import Stack
-from entangle_jax.testing._order import algebra
+from entangle_jax.testing._order import algebra, elements
 from entangle_jax.testing._order.algebra import NOTHING, Leaf, Value
 
 _PASSES_LIMIT = 512
@@ -273,6 +279,13 @@ class MayOrder:
     found = self._by_name.get(name)
     return found.shape if found is not None else ""
 
+  def _dims_of(self, name: str) -> tuple[int, ...] | None:
+    """The dimensions of instruction `name`'s array; None where unknown."""
+    self._names()
+    assert self._by_name is not None
+    found = self._by_name.get(name)
+    return found.dims if found is not None else None
+
   def _element_type(self, name: str) -> str:
     """The element type of instruction `name`'s array (``u32``)."""
     return self._shape_of(name).split("[", 1)[0].strip()
@@ -395,14 +408,18 @@ class MayOrder:
     if opcode == "opt-barrier" and self._barriers_order:
       # Kept where it runs (TPU): each result after every operand.
       return algebra.shaped(i.shape, algebra.join(operands))
+    if opcode == "bitcast" and operands:
+      # The same elements, in an order that the layouts decide.
+      leaf = algebra.as_leaf(operands[0])
+      return algebra.replace(leaf, layout=None)
     if opcode in algebra.FORWARDING:
       return operands[0] if operands else NOTHING
     if opcode in algebra.REARRANGING and operands:
-      # The same elements in another order or shape: a slice of it may
-      # still take one part of a concatenate alone.
+      # The same elements in another order: a slice of it may still take
+      # one part of a concatenate alone, but which one is not followed.
       leaf = algebra.as_leaf(operands[0])
-      return dataclasses.replace(
-        leaf, origin=None, key=algebra.key_of(i, operands)
+      return algebra.replace(
+        leaf, origin=None, key=algebra.key_of(i, operands), layout=None
       )
     if opcode == "pad" and len(operands) == 2:
       # The operand's elements and the padding value's, either of which
@@ -433,21 +450,16 @@ class MayOrder:
         opcode, i.shape, operands, algebra.add(operands, i.shape)
       )
     if opcode == "concatenate" and operands:
-      joined = algebra.join(operands)
-      parts = tuple(algebra.as_leaf(o) for o in operands)
-      return algebra.replace(
-        joined, parts=parts, key=algebra.key_of(i, operands)
-      )
-    if opcode in algebra.SLICING and operands:
+      dims = [self._dims_of(o) for o in i.operands]
+      joined = elements.concatenated(operands, dims, i.dims, _one(i.dimensions))
+      return algebra.replace(joined, key=algebra.key_of(i, operands))
+    if opcode == "slice" and operands:
       whole = algebra.as_leaf(operands[0])
       if whole.parts is not None:
-        return algebra.common(whole.parts)
+        dims = self._dims_of(i.operands[0])
+        return elements.sliced(whole, dims, i.slice_ranges)
     if opcode in algebra.DATA_OPERANDS and operands:
-      data = [operands[k] for k in algebra.DATA_OPERANDS[opcode](len(operands))]
-      return algebra.shaped(
-        i.shape,
-        algebra.replace(algebra.join(data), key=algebra.key_of(i, operands)),
-      )
+      return self._indexed(i, operands)
     if opcode == "sort" and operands:
       # Each result is its own operand reordered: the keys decide the
       # order only, and XLA drops a sort of one element.
@@ -482,6 +494,95 @@ class MayOrder:
       return self._custom_call(i, operands, context)
     return self._plain(i, operands, context)
 
+  def _indexed(self, i: Instruction, operands: list[Value]) -> Value:
+    """A dynamic slice, gather, dynamic update or scatter.
+
+    Its indices order nothing (XLA drops an index that cannot change the
+    result). Where an index changes over a loop's iterations, so do the
+    elements it picks (unless they are all alike), and no compiler may
+    move the result out of that loop."""
+    opcode = i.opcode
+    at = algebra.DATA_OPERANDS[opcode](len(operands))
+    data = [algebra.as_leaf(operands[k]) for k in at]
+    moving = 0
+    for k, operand in enumerate(operands):
+      if k not in at:
+        moving |= algebra.as_leaf(operand).var
+    base, key = data[0], algebra.key_of(i, operands)
+    dims = self._dims_of(i.operands[0])
+    slicing = opcode in ("dynamic-slice", "gather")
+    taken = i.dims if slicing else self._dims_of(i.operands[1])
+    alike = (base.const and base.lit is not None) or (
+      base.key is not None and base.key[0] == "broadcast"
+    )
+    if alike or (dims is not None and taken == dims):
+      # All elements alike (a broadcast of one value), or all of them
+      # taken or updated: the index changes nothing.
+      moving = 0
+    if slicing:
+      found = algebra.join([base])
+      if base.parts is not None:
+        region = None
+        if opcode == "dynamic-slice":
+          region = elements.region(operands[1:], i.dims, dims)
+        found = elements.sliced(base, dims, region)
+      found = algebra.varying(found, moving)
+      return algebra.shaped(i.shape, algebra.replace(found, key=key))
+    if opcode == "dynamic-update-slice" and len(data) == 2:
+      update = data[1]
+      if dims is not None and taken == dims:
+        return update  # It covers the whole operand: XLA folds it so.
+      region = elements.region(operands[2:], taken, dims)
+      cells = None
+      if region is not None and dims is not None:
+        cells = elements.cells_of(dims, region)
+      if cells is not None and dims is not None:
+        whole = elements.updated(base, update, dims, cells)
+      else:
+        whole = algebra.replace(
+          algebra.join(data), parts=(base, update), layout=None
+        )
+      whole = elements.stacked(whole, base, operands, update, dims, taken)
+      return algebra.varying(algebra.replace(whole, key=key), moving)
+    if len(data) == 2 and dims is not None:
+      cells = self._scattered(i, operands, dims)
+      if cells is not None:
+        update = data[1]
+        if not self._sets(i):
+          update = algebra.join([base, update])
+        whole = elements.updated(base, update, dims, cells)
+        return algebra.replace(whole, key=key)
+    # A scatter: an update may land out of bounds and be dropped, or cover
+    # every element, so only what the inputs and updates share surely
+    # reaches the result.
+    whole = algebra.replace(
+      algebra.common(tuple(data)), parts=tuple(data), key=key
+    )
+    return algebra.shaped(i.shape, algebra.varying(whole, moving))
+
+  def _scattered(
+    self, i: Instruction, operands: list[Value], dims: tuple[int, ...]
+  ) -> frozenset | None:
+    """The elements a scatter of single elements writes, where its
+    indices are a constant this module can read; None otherwise."""
+    key = algebra.as_leaf(operands[1]).key
+    index_dims = self._dims_of(i.operands[1])
+    if key is None or key[0] != "c" or index_dims is None:
+      return None
+    return elements.scattered(i.scatter_dims, key[1], index_dims, dims)
+
+  def _sets(self, i: Instruction) -> bool:
+    """Whether a scatter's combiner returns the update (a set, not an
+    add or a maximum)."""
+    if not i.callees or i.callees[0] not in self.module.computations:
+      return False
+    root = [c for c in self.module.computations[i.callees[0]] if c.root]
+    return (
+      len(root) == 1
+      and root[0].opcode == "parameter"
+      and root[0].parameter_number == 1
+    )
+
   def _plain(
     self, i: Instruction, operands: list[Value], context: _Context
   ) -> Value:
@@ -494,16 +595,16 @@ class MayOrder:
     if opcode in algebra.CANCELLING and len(operands) == 2:
       joined = algebra.cancelled(opcode, i.shape, operands, joined)
     if opcode in algebra.NEVER_SPECULATED:
-      joined = algebra.replace(
-        joined, var=joined.var | algebra.bits(context.loops)
-      )
+      joined = algebra.varying(joined, algebra.bits(context.loops))
       self.live |= joined.deps
     return algebra.shaped(i.shape, joined)
 
   def _custom_call(
     self, i: Instruction, operands: list[Value], context: _Context
   ) -> Value:
-    joined = algebra.join(operands)
+    # XLA cannot see into a custom call: each element of its results
+    # comes after the whole of each operand.
+    joined = algebra.opaque(algebra.join(operands))
     if i.target == ENTANGLE_TARGET:
       return algebra.shaped(i.shape, algebra.replace(joined, const=False))
     if not self._selected(i):
@@ -578,6 +679,11 @@ class MayOrder:
     if loop.trips == 0:
       return initial  # XLA deletes a loop that never runs.
     merged = algebra.loop_state(initial, root, passed_on, ())
+    if loop.trips:
+      rows = elements.Rows(
+        i.shape, loop.trips, index, self._in_loop.get(index, 0)
+      )
+      merged = elements.rows_written(merged, root, initial, rows)
     if loop.trips is None:
       # It may run no iteration: then each element is its initial value,
       # and only what that shares with the body's result (or what a call
@@ -658,3 +764,10 @@ _SPECIAL = frozenset(
 )
 """The opcodes that `MayOrder._instruction` has a case for; any other
 is `MayOrder._plain`."""
+
+
+def _one(dimensions: tuple[int, ...] | None) -> int | None:
+  """The one dimension a ``concatenate`` joins along; None if unknown."""
+  return (
+    dimensions[0] if dimensions is not None and len(dimensions) == 1 else None
+  )

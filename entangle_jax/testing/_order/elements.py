@@ -1,0 +1,336 @@
+"""Which elements a slice takes and an update writes: the parts of a
+value whose elements differ (`algebra.Leaf.parts`), told apart by the
+index of each element where the program says which part it belongs to
+(`algebra.Leaf.layout`).
+
+XLA folds a slice of a concatenate, or of an update at constant indices,
+into the part it takes; so a slice is computed only from the parts of the
+elements it takes, and, where those cannot be told, only from what every
+part shares.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import functools
+import itertools
+import math
+import re
+from collections.abc import Callable
+
+from entangle_jax.testing._hlo.instruction import dims_of
+from entangle_jax.testing._order.algebra import (
+  Leaf,
+  Value,
+  as_leaf,
+  each,
+  join,
+  new_leaf,
+  replace,
+  tuple_arity,
+)
+
+SLICE_ELEMENTS_READ = 4096
+"""The most elements of a slice whose parts are found element by element;
+a larger slice of a concatenate keeps only what all its parts share."""
+
+
+def sliced(
+  whole: Leaf,
+  dims: tuple[int, ...] | None,
+  region: tuple[tuple[int, int, int], ...] | None,
+) -> Leaf:
+  """A slice of `whole` (an array of `dims` whose elements differ) that
+  takes `region`, a ``(start, limit, stride)`` per dimension: XLA folds a
+  slice of a concatenate or of an update to the parts it takes, so it is
+  computed from those alone. Where the parts it takes cannot be told (no
+  layout, no region, too many elements), only what any element surely
+  has."""
+  layout = whole.layout
+  parts = whole.parts
+  if (
+    parts is None
+    or layout is None
+    or region is None
+    or dims is None
+    or len(region) != len(dims)
+  ):
+    return each(whole)
+  taken = _parts_taken(dims, region, layout)
+  if taken is None:
+    return each(whole)
+  hit, exact = taken
+  if not hit:
+    return Leaf(const=True)  # No element: XLA makes it a constant.
+  if exact:
+    # The whole of one part: that part itself (of the same shape where
+    # it is a concatenate's operand; in another order where it is the
+    # elements an update left or wrote).
+    part = parts[hit[0]]
+    return part if layout[0] == "joined" else replace(part, layout=None)
+  ones = [each(parts[k]) for k in hit]
+  if len(ones) == 1:
+    return ones[0]
+  joined = join(ones)
+  return replace(joined, parts=tuple(ones))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parts_taken(
+  dims: tuple[int, ...],
+  region: tuple[tuple[int, int, int], ...],
+  layout: tuple,
+) -> tuple[tuple[int, ...], bool] | None:
+  """The parts (indices into `Leaf.parts`) whose elements a slice of
+  `region` takes, and whether it takes exactly all of one part; None
+  where the layout does not fit `dims` or the slice is too large to read
+  element by element."""
+  count = layout[-1]
+  if math.prod(dims) != count:
+    return None
+  ranges = [range(start, limit, stride) for start, limit, stride in region]
+  taken = math.prod(len(r) for r in ranges)
+  if taken > SLICE_ELEMENTS_READ:
+    return None
+  part_of, sizes = _parts_by_index(layout)
+  strides = [math.prod(dims[k + 1 :]) for k in range(len(dims))]
+  hit: set[int] = set()
+  for index in itertools.product(*ranges):
+    hit.add(part_of(sum(i * s for i, s in zip(index, strides, strict=True))))
+  if len(hit) != 1:
+    return tuple(sorted(hit)), False
+  (part,) = hit
+  return (part,), taken == sizes[part]
+
+
+def _parts_by_index(layout: tuple) -> tuple[Callable[[int], int], list[int]]:
+  """For a `Leaf.layout`: the part of the element of each index, and how
+  many elements each part has."""
+  if layout[0] == "cells":
+    cells, count = layout[1], layout[2]
+    return (lambda flat: 1 if flat in cells else 0), [
+      count - len(cells),
+      len(cells),
+    ]
+  inner, sizes, count = layout[1], layout[2], layout[3]
+  bounds = list(itertools.accumulate(sizes))
+  joined = bounds[-1] if bounds else 0
+  per_step = count // joined if joined else 0
+
+  def part_of(flat: int) -> int:
+    return bisect.bisect_right(bounds, (flat // inner) % joined)
+
+  return part_of, [per_step * size for size in sizes]
+
+
+def updated(
+  base: Leaf, update: Leaf, dims: tuple[int, ...], cells: frozenset
+) -> Leaf:
+  """`base` (an array of `dims`) with the elements of indices `cells`
+  replaced by elements computed from `update`."""
+  count = math.prod(dims)
+  if not cells:
+    return base
+  if len(cells) == count:
+    return replace(update, layout=None)
+  return replace(
+    join([base, update]),
+    parts=(base, update),
+    layout=("cells", cells, count),
+  )
+
+
+def cells_of(
+  dims: tuple[int, ...], region: tuple[tuple[int, int, int], ...]
+) -> frozenset | None:
+  """The row-major indices of the elements of `region` in an array of
+  `dims`; None where there are too many to list."""
+  ranges = [range(start, limit, stride) for start, limit, stride in region]
+  if math.prod(len(r) for r in ranges) > SLICE_ELEMENTS_READ:
+    return None
+  strides = [math.prod(dims[k + 1 :]) for k in range(len(dims))]
+  return frozenset(
+    sum(i * s for i, s in zip(index, strides, strict=True))
+    for index in itertools.product(*ranges)
+  )
+
+
+def concatenated(
+  operands: list[Value],
+  operand_dims: list[tuple[int, ...] | None],
+  dims: tuple[int, ...] | None,
+  dimension: int | None,
+) -> Leaf:
+  """A ``concatenate`` of `operands` (of `operand_dims`) along
+  `dimension` into an array of `dims`: computed from all of them, each
+  element from one of them."""
+  parts = tuple(as_leaf(o) for o in operands)
+  layout = None
+  if (
+    dims is not None
+    and dimension is not None
+    and dimension < len(dims)
+    and all(d is not None and len(d) == len(dims) for d in operand_dims)
+  ):
+    sizes = tuple(d[dimension] for d in operand_dims if d is not None)
+    if sum(sizes) == dims[dimension]:
+      inner = math.prod(dims[dimension + 1 :])
+      layout = ("joined", inner, sizes, math.prod(dims))
+  return replace(join(operands), parts=parts, layout=layout)
+
+
+def region(
+  starts: list[Value],
+  sizes: tuple[int, ...] | None,
+  dims: tuple[int, ...] | None,
+) -> tuple[tuple[int, int, int], ...] | None:
+  """The elements of an array of `dims` that a dynamic slice or update
+  of `sizes` at `starts` takes, where the starts are constants this
+  module can read (clamped into the array, as XLA does); None
+  otherwise."""
+  if dims is None or sizes is None or len(starts) != len(dims):
+    return None
+  region = []
+  for start, size, dim in zip(starts, sizes, dims, strict=True):
+    lit = as_leaf(start).lit
+    if not isinstance(lit, int) or isinstance(lit, bool):
+      return None
+    first = min(max(lit, 0), dim - size)
+    region.append((first, first + size, 1))
+  return tuple(region)
+
+
+def _counts_rows(root: Value, initial: Value, path: int) -> bool:
+  """Whether a loop's state element `path` starts at 0 and steps by 1."""
+  if not isinstance(root, tuple) or not isinstance(initial, tuple):
+    return False
+  if path >= len(root) or path >= len(initial):
+    return False
+  counter, start = root[path], initial[path]
+  if not isinstance(counter, Leaf) or not isinstance(start, Leaf):
+    return False
+  step = counter.origin
+  return (
+    start.lit == 0
+    and not isinstance(start.lit, bool)
+    and step is not None
+    and step[:3] == ("step", step[1], (path,))
+    and step[3] == 1
+  )
+
+
+def scattered(
+  scatter_dims: tuple | None,
+  literal: str | None,
+  index_dims: tuple[int, ...],
+  dims: tuple[int, ...],
+) -> frozenset | None:
+  """The row-major indices of the elements of an array of `dims` that a
+  scatter of single elements writes, its indices the constant `literal`
+  (of `index_dims`); an index out of bounds writes nothing. None for a
+  scatter of windows, or indices this module cannot read."""
+  every = tuple(range(len(dims)))
+  if scatter_dims is None or scatter_dims[:3] != ((), every, every):
+    return None
+  vector = scatter_dims[3]
+  if vector == len(index_dims) - 1 and index_dims[-1] == len(dims):
+    width = len(dims)
+  elif vector == len(index_dims) and len(dims) == 1:
+    width = 1
+  else:
+    return None
+  numbers = [int(n) for n in re.findall(r"-?\d+", literal or "")]
+  if len(numbers) != math.prod(index_dims):
+    return None
+  strides = [math.prod(dims[k + 1 :]) for k in range(len(dims))]
+  cells = set()
+  for first in range(0, len(numbers), width):
+    point = numbers[first : first + width]
+    if all(0 <= p < d for p, d in zip(point, dims, strict=True)):
+      cells.add(sum(p * s for p, s in zip(point, strides, strict=True)))
+  return frozenset(cells)
+
+
+def stacked(
+  whole: Leaf,
+  base: Leaf,
+  operands: list[Value],
+  update: Leaf,
+  dims: tuple[int, ...] | None,
+  taken: tuple[int, ...] | None,
+) -> Leaf:
+  """`whole`, a dynamic update (of `operands`) of a loop's state element
+  `base` with `update` (of dims `taken`) at the loop's counter along the
+  first dimension, as ``scan`` stacks its outputs: marked so that the loop
+  can tell which iteration wrote each row (`rows_written`)."""
+  origin = base.origin
+  if (
+    origin is None
+    or origin[0] != "state"
+    or not dims
+    or taken is None
+    or taken != (1, *dims[1:])
+    or len(operands) != 2 + len(dims)
+  ):
+    return whole
+  counter = as_leaf(operands[2]).origin
+  if counter is None or counter[:2] != ("state", origin[1]):
+    return whole
+  if any(as_leaf(o).lit != 0 for o in operands[3:]):
+    return whole
+  return replace(
+    whole, origin=("stacked", origin[1], origin[2], counter[2], update)
+  )
+
+
+@dataclasses.dataclass(frozen=True)
+class Rows:
+  """A loop whose trip count is known, for `rows_written`."""
+
+  shape: str
+  """The loop's state shape."""
+  trips: int
+  index: int
+  """The loop's number (`MayOrder.loops`)."""
+  inside: int
+  """The calls in its body, as bits."""
+
+
+def rows_written(
+  merged: Value, root: Value, initial: Value, rows: Rows
+) -> Value:
+  """The loop's `merged` state, where the body stacks a value into an
+  element at the counter (`stacked`), the counter runs from 0 by 1, and
+  the loop runs once per row: each row then holds what one iteration
+  wrote, and only the last row what the last iteration wrote. So a slice
+  of the last row is computed from the body's calls, and a slice of
+  another row only from what the body's calls did not compute (it came
+  before their later iterations)."""
+  shapes = tuple_arity(rows.shape)
+  if (
+    not isinstance(merged, tuple)
+    or not isinstance(root, tuple)
+    or not isinstance(initial, tuple)
+    or shapes is None
+    or len(shapes) != len(merged)
+  ):
+    return merged
+  found = list(merged)
+  for k, element in enumerate(root):
+    origin = element.origin if isinstance(element, Leaf) else None
+    if origin is None or origin[:3] != ("stacked", rows.index, (k,)):
+      continue
+    counter = origin[3]
+    if len(counter) != 1 or not _counts_rows(root, initial, counter[0]):
+      continue
+    dims = dims_of(shapes[k].strip())
+    if not dims or dims[0] != rows.trips:
+      continue
+    last = origin[4]
+    one = each(last)
+    earlier = new_leaf(one.deps & ~rows.inside, one.var, one.const)
+    count = math.prod(dims)
+    layout = ("joined", math.prod(dims[1:]), (rows.trips - 1, 1), count)
+    found[k] = replace(as_leaf(found[k]), parts=(earlier, last), layout=layout)
+  return tuple(found)
