@@ -50,6 +50,7 @@ from entangle_jax.testing import _hlo
 from entangle_jax.testing._analysis.ops import Op
 from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
 from entangle_jax.testing._analysis.rank_values import DecisionSlice, Signature
+from entangle_jax.testing._hlo.instruction import picked_branch, scalar_literal
 from entangle_jax.testing._hlo.module_text import CompiledModule, module_text
 
 # Whether a value is the same on every rank: True, False, or one such tree
@@ -648,15 +649,9 @@ class RankProgram:
     decision = self._defined.get((i.computation, i.operands[0]))
     if decision is None or decision.opcode != "constant":
       return None
-    literal = (decision.literal or "").strip()
-    if literal in ("true", "false"):
-      return i.branches[0 if literal == "true" else 1]
-    try:
-      index = int(literal)
-    except ValueError:
-      return None
-    # XLA runs the last branch for an index out of range.
-    return i.branches[index if 0 <= index < len(i.branches) else -1]
+    value = scalar_literal(decision.literal)
+    picked = picked_branch(value, len(i.branches))
+    return None if picked is None else i.branches[picked]
 
   def _ordered(
     self, found: list[tuple[Op, list[Item]]]

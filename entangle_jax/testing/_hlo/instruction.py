@@ -149,6 +149,36 @@ def dims_of(shape: str) -> tuple[int, ...] | None:
     return None
 
 
+def scalar_literal(text: str | None) -> object:
+  """A scalar constant's value (``0``, ``true``, ``1.5``); None for any
+  other literal."""
+  if text is None:
+    return None
+  text = text.strip()
+  if text in ("true", "false"):
+    return text == "true"
+  try:
+    return int(text)
+  except ValueError:
+    pass
+  try:
+    return float(text)
+  except ValueError:
+    return None
+
+
+def picked_branch(decision: object, branches: int) -> int | None:
+  """The branch of `branches` that a conditional runs for a constant
+  `decision`: branch 0 for a true predicate and 1 for a false one; for an
+  index, that branch, or the last where it is out of range (as XLA does).
+  None for any other value."""
+  if isinstance(decision, bool):
+    return 0 if decision else 1
+  if isinstance(decision, int):
+    return decision if 0 <= decision < branches else branches - 1
+  return None
+
+
 def line_error(number: int, line: str, why: str) -> ValueError:
   """A ValueError that says what is wrong with line `number`, and shows it."""
   shown = line.strip()

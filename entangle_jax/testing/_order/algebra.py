@@ -17,6 +17,7 @@ import math
 from collections.abc import Sequence
 
 from entangle_jax.testing._hlo import Instruction
+from entangle_jax.testing._hlo.instruction import picked_branch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -350,24 +351,6 @@ def tuple_arity(shape: str) -> tuple[str, ...] | None:
   return tuple(elements)
 
 
-def literal(text: str | None) -> object:
-  """A scalar constant's value (``0``, ``true``, ``1.5``); None for any
-  other literal."""
-  if text is None:
-    return None
-  text = text.strip()
-  if text in ("true", "false"):
-    return text == "true"
-  try:
-    return int(text)
-  except ValueError:
-    pass
-  try:
-    return float(text)
-  except ValueError:
-    return None
-
-
 def unchanged_constant(value: Value, i: Instruction) -> Value:
   """A broadcast or conversion of `value`: the same dependences; a
   constant keeps its value (``broadcast(constant(true))``), a state
@@ -592,13 +575,9 @@ def trips(decision: Leaf, root: Value, initial: Value, index: int):
 def branch_picked(decision: Leaf, branches: int) -> int | None:
   """The branch a constant predicate or index picks; None where it is not
   a constant this module can read."""
-  if not decision.const or decision.lit is None:
+  if not decision.const:
     return None
-  if isinstance(decision.lit, bool):
-    return 0 if decision.lit else 1
-  if isinstance(decision.lit, int):
-    return decision.lit if 0 <= decision.lit < branches else branches - 1
-  return None
+  return picked_branch(decision.lit, branches)
 
 
 def at_most(merged: Value, initial: Value, inside: int) -> Value:

@@ -68,6 +68,7 @@ from collections.abc import Callable
 from entangle_jax._src.targets.names import ENTANGLE_TARGET
 from entangle_jax.testing._hlo import Instruction, Module
 from entangle_jax.testing._hlo.attributes import Stack
+from entangle_jax.testing._hlo.instruction import scalar_literal
 from entangle_jax.testing._order import algebra, elements
 from entangle_jax.testing._order.algebra import NOTHING, Leaf, Value
 
@@ -389,7 +390,7 @@ class MayOrder:
     if opcode == "constant":
       return algebra.new_leaf(
         const=True,
-        lit=algebra.literal(i.literal),
+        lit=scalar_literal(i.literal),
         key=("c", i.literal, i.shape),
       )
     if opcode == "iota":
