@@ -167,6 +167,21 @@ def scalar_literal(text: str | None) -> object:
     return None
 
 
+def uniform_literal(text: str | None) -> object:
+  """A constant's value where every element has it: a scalar's, or an
+  array literal's whose elements are all equal (``{0}``, ``{ {1, 1} }``);
+  None otherwise."""
+  if text is None or "{" not in text:
+    return scalar_literal(text)
+  words = {w for w in _LITERAL_SEPARATORS.split(text) if w}
+  if len(words) != 1 or text.count("{") > 64:
+    return None
+  return scalar_literal(words.pop())
+
+
+_LITERAL_SEPARATORS = re.compile(r"[{},\s]+")
+
+
 def picked_branch(decision: object, branches: int) -> int | None:
   """The branch of `branches` that a conditional runs for a constant
   `decision`: branch 0 for a true predicate and 1 for a false one; for an

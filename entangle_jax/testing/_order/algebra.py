@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from collections.abc import Sequence
 
 from entangle_jax.testing._hlo import Instruction
@@ -353,11 +352,13 @@ def tuple_arity(shape: str) -> tuple[str, ...] | None:
 
 def unchanged_constant(value: Value, i: Instruction) -> Value:
   """A broadcast or conversion of `value`: the same dependences; a
-  constant keeps its value (``broadcast(constant(true))``), a state
-  element no longer is itself."""
+  broadcast of a constant keeps its value (``broadcast(constant(true))``;
+  a conversion that `folding` reads comes before this), a state element
+  no longer is itself."""
   leaf = as_leaf(value)
   key = None if leaf.key is None else (i.opcode, i.shape, leaf.key)
-  return replace(leaf, origin=None, key=key, layout=None)
+  lit = leaf.lit if i.opcode == "broadcast" else None
+  return replace(leaf, origin=None, key=key, layout=None, lit=lit)
 
 
 def select(predicate: Value, yes: Value, no: Value) -> Value:
@@ -368,10 +369,11 @@ def select(predicate: Value, yes: Value, no: Value) -> Value:
   if choice.const:
     if isinstance(choice.lit, bool):
       return yes if choice.lit else no
-    # A constant that cannot be read here: only what both share, and
-    # either's place in a loop's state (XLA may pick the one the body
-    # hands back unchanged).
-    origin = a.origin or b.origin
+    # A constant that cannot be read here: only what both share, and,
+    # where one is a loop's state element as the body had it, that the
+    # body may hand the element back unchanged (XLA may pick that one) or
+    # not: no trip count or constant may be read from it.
+    origin = a.origin if a.origin == b.origin else _maybe(a, b)
     const = a.const and b.const
     if a.parts is None and b.parts is None:
       return Leaf(a.deps & b.deps, a.var & b.var, const, origin=origin)
@@ -492,6 +494,16 @@ def compare(direction: str | None, operands: list[Value]) -> Leaf:
   return joined
 
 
+def _maybe(a: Leaf, b: Leaf) -> tuple | None:
+  """``("maybe", loop, path)`` where `a` or `b` is a loop's state element
+  as its body had it; None otherwise."""
+  for leaf in (a, b):
+    origin = leaf.origin
+    if origin is not None and origin[0] in ("state", "maybe"):
+      return ("maybe", *origin[1:])
+  return None
+
+
 def body_parameter(
   state: Value, passed_on: frozenset, index: int, mark: int, path: tuple
 ) -> Value:
@@ -505,6 +517,10 @@ def body_parameter(
     )
   if path in passed_on:
     return replace(state, origin=("state", index, path))
+  if ("maybe", path) in passed_on:
+    # Unchanged over the iterations, or changed: as unchanged for a call
+    # XLA may hoist, but no constant to count trips with.
+    return replace(state, origin=("state", index, path), lit=None, const=False)
   origin = ("state", index, path)
   parts = None
   if state.parts is not None:
@@ -517,12 +533,14 @@ def body_parameter(
 
 def paths_passed_on(root: Value, index: int, path: tuple):
   """The paths of the elements that the body's `root` hands back as the
-  parameter had them."""
+  parameter had them, and ``("maybe", path)`` for those it may."""
   if isinstance(root, tuple):
     for k, element in enumerate(root):
       yield from paths_passed_on(element, index, (*path, k))
   elif root.origin == ("state", index, path):
     yield path
+  elif root.origin == ("maybe", index, path):
+    yield ("maybe", path)
 
 
 def loop_state(
@@ -542,6 +560,10 @@ def loop_state(
     )
   if path in passed_on:
     return initial
+  if ("maybe", path) in passed_on:
+    # Its initial value, or what the body picks in its place: only what
+    # both share, as the body's result already says.
+    return replace(as_leaf(root), origin=None, const=False, lit=None)
   joined = join([initial, root])
   return replace(joined, const=False)
 
@@ -569,7 +591,8 @@ def trips(decision: Leaf, root: Value, initial: Value, index: int):
     return None
   if largest is None or limit + step > largest:
     return None  # The counter may wrap before it reaches the limit.
-  return max(0, math.ceil((limit - start.lit) / step))
+  # In integers: a float quotient rounds 2**63 + 1 to 2**63.
+  return max(0, -((start.lit - limit) // step))
 
 
 def branch_picked(decision: Leaf, branches: int) -> int | None:
@@ -635,9 +658,9 @@ def bitcast(leaf: Leaf, source: str, shape: str) -> Leaf:
   converts back (XLA folds ``bitcast(bitcast(w))`` to ``w``)."""
   key = leaf.key
   if key is not None and key[:1] == ("bitcast-convert",) and key[1] == shape:
-    return replace(leaf, key=key[2], origin=None, layout=None)
+    return replace(leaf, key=key[2], origin=None, layout=None, lit=None)
   number = None if key is None else ("bitcast-convert", source, key)
-  return replace(leaf, key=number, origin=None, layout=None)
+  return replace(leaf, key=number, origin=None, layout=None, lit=None)
 
 
 def met(results: list[Value], decision: Leaf, inside: int) -> Value:

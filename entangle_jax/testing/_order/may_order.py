@@ -63,13 +63,14 @@ nested).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 
 from entangle_jax._src.targets.names import ENTANGLE_TARGET
 from entangle_jax.testing._hlo import Instruction, Module
 from entangle_jax.testing._hlo.attributes import Stack
-from entangle_jax.testing._hlo.instruction import scalar_literal
-from entangle_jax.testing._order import algebra, elements
+from entangle_jax.testing._hlo.instruction import uniform_literal
+from entangle_jax.testing._order import algebra, elements, folding
 from entangle_jax.testing._order.algebra import NOTHING, Leaf, Value
 
 _PASSES_LIMIT = 512
@@ -372,6 +373,8 @@ class MayOrder:
   ) -> Value:
     operands = [values.get(o, NOTHING) for o in i.operands]
     opcode = i.opcode
+    if opcode in folding.FOLDABLE and (found := self._folded(i, operands)):
+      return found
     if opcode not in _SPECIAL:
       # Most of a large program (arithmetic): none of the cases below.
       return self._plain(i, operands, context)
@@ -390,7 +393,7 @@ class MayOrder:
     if opcode == "constant":
       return algebra.new_leaf(
         const=True,
-        lit=scalar_literal(i.literal),
+        lit=uniform_literal(i.literal),
         key=("c", i.literal, i.shape),
       )
     if opcode == "iota":
@@ -583,6 +586,34 @@ class MayOrder:
       and root[0].opcode == "parameter"
       and root[0].parameter_number == 1
     )
+
+  def _folded(self, i: Instruction, operands: list[Value]) -> Leaf | None:
+    """The constant XLA folds `i` to, where its operands are constants
+    this module can read; None otherwise."""
+    lits = []
+    for operand in operands:
+      if not isinstance(operand, Leaf) or not operand.const:
+        return None
+      if operand.lit is None:
+        return None
+      lits.append(operand.lit)
+    reduction = count = None
+    if i.opcode == "reduce":
+      computation = self.module.computations.get(
+        i.callees[0] if i.callees else ""
+      )
+      roots = [c for c in computation or () if c.root]
+      dims = self._dims_of(i.operands[0]) if i.operands else None
+      if len(roots) != 1 or dims is None:
+        return None
+      reduction, count = roots[0].opcode, math.prod(dims)
+    value = folding.folded(
+      i.opcode, i.shape, lits, i.direction, reduction, count
+    )
+    if value is None:
+      return None
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    return algebra.new_leaf(const=True, lit=value, key=("c", text, i.shape))
 
   def _plain(
     self, i: Instruction, operands: list[Value], context: _Context
