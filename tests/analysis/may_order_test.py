@@ -394,6 +394,164 @@ def map_over_one_slot_twice(slot):
   return lax.map(_read_write_read, jnp.broadcast_to(slot, (2,))).sum()
 
 
+# A skeptic's shapes of issue 76 (third pass), each proved before and
+# wrong in 5 of 5 runs on jax 0.10.2 and 0.12.0.1 (0.0 for 5.0): a select
+# whose branches XLA proves equal, and an element an update overwrote.
+query_through_equal_branches = query_through(
+  "equal_branches", lambda s, w: jnp.where(w > 0, s, jnp.negative(-s))
+)
+query_through_overwritten_element = query_through(
+  "overwritten_element",
+  lambda s, w: jnp.broadcast_to(w, (2,)).at[0].set(s)[0],
+)
+
+
+def read_used_as_an_index(slot):
+  """A stale read whose value only picks an element: XLA keeps it and
+  merges it with the first read (0.0 for 7.0), where it was taken as a
+  read XLA may delete."""
+  first = read_slot(slot)
+  write_slot(entangle(slot, first), 7.0)
+  value = read_slot(slot)
+  return first, jnp.arange(10.0)[value.astype(jnp.int32)]
+
+
+def read_used_as_an_index_fixed(slot):
+  """The fix: the read takes the write's result."""
+  first = read_slot(slot)
+  written = write_slot(entangle(slot, first), 7.0)
+  value = read_slot(written)
+  return first, jnp.arange(10.0)[value.astype(jnp.int32)]
+
+
+def _stale_body(slot):
+  def body(i, total):
+    value = read_slot(slot)  # the slot, not the write's result
+    write_slot(entangle(slot, value), value + 1.0)
+    return total + value
+
+  return body
+
+
+def _carried_body(i, carry):
+  token, total = carry
+  value = read_slot(token)
+  return write_slot(entangle(token, value), value + 1.0), total + value
+
+
+@jax.jit
+def _from_a_wrapped_start(start, slot):
+  # 256 as uint8 is 0: three trips at run time. Read as 256, the check
+  # counted none.
+  return lax.fori_loop(
+    start.astype(jnp.uint8), jnp.uint8(3), _stale_body(slot), 0.0
+  )
+
+
+@jax.jit
+def _from_a_wrapped_start_carried(start, slot):
+  return lax.fori_loop(
+    start.astype(jnp.uint8), jnp.uint8(3), _carried_body, (slot, 0.0)
+  )[1]
+
+
+def loop_from_a_wrapped_start(slot):
+  """A loop from ``int32(256).astype(uint8)``: 0.0 for 3.0, its read
+  hoisted."""
+  return _from_a_wrapped_start(jnp.int32(256), slot)
+
+
+def loop_from_a_wrapped_start_fixed(slot):
+  """The fix: the read takes the token the last write returned."""
+  return _from_a_wrapped_start_carried(jnp.int32(256), slot)
+
+
+def _racy_branch(token):
+  first = read_slot(token)
+  write_slot(entangle(token, first), first + 5.0)
+  return first, read_slot(token)
+
+
+def _ordered_branch(token):
+  first = read_slot(token)
+  written = write_slot(entangle(token, first), first + 5.0)
+  return first, read_slot(written)
+
+
+@jax.jit
+def _flagged(flag, token):
+  return lax.cond(flag, _racy_branch, _ordered_branch, token)
+
+
+@jax.jit
+def _flagged_fixed(flag, token):
+  return lax.cond(flag, _ordered_branch, _ordered_branch, token)
+
+
+def racy_branch_picked(slot):
+  """A helper's constant ``True`` picks the racy branch: JAX converts the
+  predicate to index 1, which the check read as ``True``, branch 0 (the
+  ordered one). 0.0 for 5.0."""
+  return _flagged(jnp.bool_(True), slot)
+
+
+def racy_branch_picked_fixed(slot):
+  """The fix, in the branch that runs: the read takes the write's
+  result."""
+  return _flagged_fixed(jnp.bool_(True), slot)
+
+
+def racy_branch_not_picked(slot):
+  """``False`` picks the ordered branch; the racy one never runs (it was
+  reported)."""
+  return _flagged(jnp.bool_(False), slot)
+
+
+def _stepped_by_a_hidden_constant(slot, flag):
+  def body(carry):
+    i, total = carry
+    value = read_slot(slot)
+    write_slot(entangle(slot, value), value + 1.0)
+    return jnp.where(flag, i + 2, i + 1), total + value
+
+  return lax.while_loop(lambda c: c[0] < 2, body, (0, 0.0))[1]
+
+
+def loop_stepped_by_a_hidden_constant(slot):
+  """A counter stepped by ``where(flag, 2, 1)``, `flag` a constant the
+  check cannot read (False): two trips, counted as one. 0.0 for 1.0."""
+  return _stepped_by_a_hidden_constant(slot, jnp.all(jnp.array([True, False])))
+
+
+def loop_stepped_by_a_hidden_constant_fixed(slot):
+  """The fix: the read takes the token the last write returned."""
+
+  def body(carry):
+    i, token, total = carry
+    value = read_slot(token)
+    token = write_slot(entangle(token, value), value + 1.0)
+    flag = jnp.all(jnp.array([True, False]))
+    return jnp.where(flag, i + 2, i + 1), token, total + value
+
+  return lax.while_loop(lambda c: c[0] < 2, body, (0, slot, 0.0))[2]
+
+
+def take_in_bounds(slot):
+  """``jnp.take`` of index 0 (its default mode fills out of bounds): the
+  bounds test is a constant XLA folds, so the read takes the write's
+  result."""
+  first = read_slot(slot)
+  written = write_slot(entangle(slot, first), 9.0)
+  return first, read_slot(jnp.take(written[None], 0))
+
+
+def take_out_of_bounds(slot):
+  """The control: index 1 takes the fill value, not the write's result."""
+  first = read_slot(slot)
+  written = write_slot(entangle(slot, first), 9.0)
+  return first, read_slot(jnp.take(written[None], 1) * 0 + slot)
+
+
 def indexed_read_in_loop(slot, read=read_slot):
   """A loop's read of the slot through an index that cannot change it (a
   broadcast's element): XLA drops the index, and the read no longer
@@ -721,6 +879,32 @@ class ReportedWithAWorkingFixTest(parameterized.TestCase):
       query_after_update,
       None,
     ),
+    ("equal_branches", query_through_equal_branches, query_after_update, None),
+    (
+      "overwritten_element",
+      query_through_overwritten_element,
+      query_after_update,
+      None,
+    ),
+    (
+      "read_used_as_an_index",
+      read_used_as_an_index,
+      read_used_as_an_index_fixed,
+      None,
+    ),
+    (
+      "wrapped_start",
+      loop_from_a_wrapped_start,
+      loop_from_a_wrapped_start_fixed,
+      "hoisted",
+    ),
+    ("branch_picked", racy_branch_picked, racy_branch_picked_fixed, None),
+    (
+      "hidden_step",
+      loop_stepped_by_a_hidden_constant,
+      loop_stepped_by_a_hidden_constant_fixed,
+      "hoisted",
+    ),
   )
   def test_reported_and_fixed(self, program, fixed, kind):
     found = _races(program)
@@ -813,6 +997,8 @@ class NoFalseReportTest(parameterized.TestCase):
       query_after_first_scanned_write,
     ),
     ("map_over_two_slots", map_over_two_slots, map_over_one_slot_twice),
+    ("take_in_bounds", take_in_bounds, take_out_of_bounds),
+    ("branch_not_picked", racy_branch_not_picked, racy_branch_picked),
   )
   def test_clean_and_control_reported(self, program, control):
     self.assertEqual(_races(program), [], format_races(_races(program)))

@@ -253,10 +253,11 @@ class XlaChange:
     if self.kind == "folded":
       return (
         "no value the earlier call computes reaches the later one: the "
-        "program orders them only through an edge XLA folds away (an "
-        "optimization_barrier, a select on a constant, a product with "
-        "zero) or through the conditional or loop that runs one of them "
-        "as one op, which XLA may inline or split"
+        "program orders them only through an edge XLA may fold away (an "
+        "optimization_barrier, a select's predicate, a product with zero, "
+        "an element of a stack that the later call does not take) or "
+        "through the conditional or loop that runs one of them as one op, "
+        "which XLA may inline or split"
       )
     if self.call is None:
       return (

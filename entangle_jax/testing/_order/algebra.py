@@ -362,33 +362,36 @@ def unchanged_constant(value: Value, i: Instruction) -> Value:
 
 
 def select(predicate: Value, yes: Value, no: Value) -> Value:
+  """``select(predicate, yes, no)``, element by element.
+
+  A constant predicate this module can read picks its branch. Any other
+  predicate orders nothing: XLA folds a select whose branches it proves
+  equal to either branch (``where(p, s, -(-s))``, ``where(p, s, s // 1)``,
+  ``where(p, s, broadcast(s)[1])``), and which equalities a compiler
+  proves is its own. So the result is surely computed only from what both
+  branches share, and, where one is a loop's state element as the body had
+  it, the body may hand it back unchanged."""
   choice = as_leaf(predicate)
   a, b = as_leaf(yes), as_leaf(no)
   if a.key is not None and a.key == b.key:
     return yes  # XLA folds select(p, x, x) to x.
-  if choice.const:
-    if isinstance(choice.lit, bool):
-      return yes if choice.lit else no
-    # A constant that cannot be read here: only what both share, and,
-    # where one is a loop's state element as the body had it, that the
-    # body may hand the element back unchanged (XLA may pick that one) or
-    # not: no trip count or constant may be read from it.
-    origin = a.origin if a.origin == b.origin else _maybe(a, b)
-    const = a.const and b.const
-    if a.parts is None and b.parts is None:
-      return Leaf(a.deps & b.deps, a.var & b.var, const, origin=origin)
-    # Element by element, the predicate may pick either: all of one, or
-    # some elements of each, so the whole is surely computed only from
-    # what both share and some element of either has.
-    one, other = each(a), each(b)
-    return new_leaf(
-      a.deps & b.deps & (one.deps | other.deps),
-      a.var & b.var & (one.var | other.var),
-      const,
-      origin=origin,
-      parts=(common((one, other)),),
-    )
-  return join([predicate, yes, no])
+  if choice.const and isinstance(choice.lit, bool):
+    return yes if choice.lit else no
+  origin = a.origin if a.origin == b.origin else _maybe(a, b)
+  const = a.const and b.const
+  if a.parts is None and b.parts is None:
+    return Leaf(a.deps & b.deps, a.var & b.var, const, origin=origin)
+  # Element by element, the predicate may pick either: all of one, or
+  # some elements of each, so the whole is surely computed only from
+  # what both share and some element of either has.
+  one, other = each(a), each(b)
+  return new_leaf(
+    a.deps & b.deps & (one.deps | other.deps),
+    a.var & b.var & (one.var | other.var),
+    const,
+    origin=origin,
+    parts=(common((one, other)),),
+  )
 
 
 ABSORBING = {

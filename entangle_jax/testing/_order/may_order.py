@@ -8,7 +8,10 @@ more of it than this one did:
   (loop-invariant code motion): it then runs once, before the loop;
 * merge it with an identical call on the same operands (CSE): it then
   runs where that one runs, earlier or later;
-* delete it when nothing uses its results (DCE).
+* delete it when nothing uses its results (DCE). A call whose results
+  are used only through edges XLA may fold away (an index, a sort key,
+  operands that cancel) may be deleted, or kept and then moved or merged:
+  its pairs are still compared.
 
 Inlining a ``call`` (a jitted helper, a ``custom_vjp``, a checkpoint) comes
 first, so a computation called at two places is two calls, one per place.
@@ -21,8 +24,10 @@ other's results, through edges that no compiler folds away:
 
 * ``optimization_barrier`` passes each operand on to its own result and
   orders nothing else (XLA:CPU expands it away);
-* a ``select`` on a constant predicate is the branch it picks (or, where
-  the constant cannot be read here, only what both branches share);
+* a ``select`` on a constant predicate is the branch it picks; on any
+  other predicate, only what both branches share (XLA folds a select whose
+  branches it proves equal, and which equalities it proves is its own);
+  constants are read as XLA folds them (`folding`);
 * an integer product with a constant that may be zero, an ``and`` with
   ``false`` and an ``or`` with ``true`` are constants (a floating-point
   product with zero is not: XLA keeps it, since ``nan * 0`` is ``nan``,
@@ -188,7 +193,9 @@ class MayOrder:
     self._in_conditional: dict[int, int] = {}
     """Bits of the instances inside each conditional's branches."""
     self.live = 0
-    """Bits of the instances whose results something that runs uses."""
+    """Bits of the instances whose results something that runs uses,
+    through edges that no compiler may fold away."""
+    self._used: frozenset[str] | None = None
     self.fixed_point = False
     self._by_name: dict[str, Instruction] | None = None
     self._callers: dict[str, list[Instruction]] | None = None
@@ -314,7 +321,11 @@ class MayOrder:
       if self.deletable(call):
         if writes(call):
           return Unordered(a, b, "deleted", moved=call)
-        return None
+        if call.instruction.name not in self._used_names():
+          return None  # Nothing reads what it reads.
+        # A read used only through edges XLA may fold away (an index, a
+        # key, operands that cancel): where XLA keeps it, it may still
+        # move or merge it, and what it read matters.
     for call in (a, b):
       loop = self._hoistable_from(call, a if call is b else b)
       if loop is not None:
@@ -334,6 +345,37 @@ class MayOrder:
       self.loops[index].may_repeat and not instance.var >> index & 1
       for index in instance.loops
     )
+
+  def _used_names(self) -> frozenset[str]:
+    """The instructions whose results something that may run uses,
+    through any edge: from each computation's root and each op that has a
+    side effect, back through operands and into called computations."""
+    if self._used is None:
+      self._names()
+      assert self._by_name is not None
+      todo = [
+        i.name
+        for body in self.module.computations.values()
+        for i in body
+        if (i.root and i.computation == self.module.entry)
+        or i.side_effect
+        or i.opcode in algebra.NEVER_SPECULATED
+      ]
+      used: set[str] = set()
+      while todo:
+        name = todo.pop()
+        if name in used:
+          continue
+        used.add(name)
+        found = self._by_name.get(name)
+        if found is None:
+          continue
+        todo.extend(found.operands)
+        for callee in found.callees:
+          body = self.module.computations.get(callee, ())
+          todo.extend(c.name for c in body if c.root)
+      self._used = frozenset(used)
+    return self._used
 
   def _hoistable_from(
     self, call: CallInstance, other: CallInstance
