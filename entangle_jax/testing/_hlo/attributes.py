@@ -33,7 +33,9 @@ _SLICE = re.compile(r"slice=\{([^}]*)\}")
 _SLICE_START = re.compile(r"\[\s*(\d+)\s*:")
 # One dimension of a slice: ``[start:limit]`` or ``[start:limit:stride]``.
 _SLICE_RANGE = re.compile(r"\[\s*(\d+)\s*:\s*(\d+)\s*(?::\s*(\d+)\s*)?\]")
-_DIMENSIONS = re.compile(r"dimensions=\{([\d,\s]*)\}")
+_DIMENSIONS = re.compile(
+  r"(?<![\w])(?:dimensions|iota_dimension)=\{?([\d,\s]*)\}?"
+)
 # The key that pairs a host transfer with its peer on the host (JAX writes
 # it as a frontend attribute of each send, recv and their dones).
 _RENDEZVOUS = re.compile(r'_xla_host_transfer_rendezvous="([^"]*)"')
@@ -159,7 +161,7 @@ def _text_fields(
     )
   if opcode == "scatter":
     fields["scatter_dims"] = _scatter_dims(masked)
-  if opcode == "concatenate" and (found := _DIMENSIONS.search(masked)):
+  if found := _DIMENSIONS.search(masked):
     fields["dimensions"] = tuple(
       int(d) for d in found.group(1).split(",") if d.strip()
     )

@@ -92,7 +92,9 @@ class Instruction:
   slice_ranges: tuple[tuple[int, int, int], ...] | None = None
   """A ``slice``'s ``(start, limit, stride)`` in each dimension."""
   dimensions: tuple[int, ...] | None = None
-  """A ``concatenate``'s ``dimensions`` (the one it joins along)."""
+  """The ``dimensions`` attribute (a ``concatenate``'s, the one it joins
+  along; a ``broadcast``'s, ``transpose``'s, ``reduce``'s...), or an
+  ``iota``'s ``iota_dimension``."""
   scatter_dims: tuple | None = None
   """A ``scatter``'s ``(update_window_dims, inserted_window_dims,
   scatter_dims_to_operand_dims, index_vector_dim)``."""

@@ -223,7 +223,16 @@ def key_of(i: Instruction, operands: list[Value]) -> tuple | None:
     if not isinstance(operand, Leaf) or operand.key is None:
       return None
     keys.append(operand.key)
-  return (i.opcode, i.shape, i.direction, i.tuple_index, *keys)
+  return (
+    i.opcode,
+    i.shape,
+    i.direction,
+    i.tuple_index,
+    i.dimensions,
+    i.slice_ranges,
+    i.scatter_dims,
+    *keys,
+  )
 
 
 def common(parts: tuple) -> Leaf:

@@ -439,7 +439,7 @@ class MayOrder:
         key=("c", i.literal, i.shape),
       )
     if opcode == "iota":
-      return algebra.new_leaf(const=True, key=("iota", i.shape))
+      return algebra.new_leaf(const=True, key=("iota", i.shape, i.dimensions))
     if opcode == "tuple":
       return tuple(operands)
     if opcode == "get-tuple-element":
