@@ -161,7 +161,7 @@ def _text_fields(
     )
   if opcode == "scatter":
     fields["scatter_dims"] = _scatter_dims(masked)
-  if found := _DIMENSIONS.search(masked):
+  if "dimension" in masked and (found := _DIMENSIONS.search(masked)):
     fields["dimensions"] = tuple(
       int(d) for d in found.group(1).split(",") if d.strip()
     )
