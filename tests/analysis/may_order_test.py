@@ -1008,6 +1008,20 @@ class NoFalseReportTest(parameterized.TestCase):
     self.assertNotEmpty(_races(control))
 
 
+class ExplanationTest(absltest.TestCase):
+  def test_a_used_read_xla_removed_is_merged_not_deleted(self):
+    # XLA folds the second read's operand to the slot and merges the read
+    # into the first one; its result is returned, so "its result is
+    # unused" (as it said) was wrong.
+    found = _races(query_through_broadcast_stack)
+    self.assertNotEmpty(found)
+    kinds = [r.xla_change.kind for r in found if r.xla_change is not None]
+    self.assertNotIn("deleted", kinds, format_races(found))
+    # The control: a write whose result nothing uses is deleted.
+    deleted = [r.xla_change.kind for r in _races(deleted_write)]
+    self.assertIn("deleted", deleted)
+
+
 class HelperPlacesTest(absltest.TestCase):
   def test_the_pair_is_in_the_order_the_program_reaches_the_places(self):
     found = _races(helper_before_and_after)

@@ -44,6 +44,7 @@ class SlicedTest(absltest.TestCase):
   def test_an_update_at_known_cells(self):
     cells = elements.cells_of((3,), ((1, 2, 1),))
     self.assertEqual(cells, frozenset({1}))
+    assert cells is not None
     updated = elements.updated(S, W, (3,), cells)
     self.assertEqual(updated.deps, 0b11)
     self.assertEqual(elements.sliced(updated, (3,), ((1, 2, 1),)).deps, 0b10)

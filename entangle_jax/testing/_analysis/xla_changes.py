@@ -21,7 +21,7 @@ and scope where the module records no stack.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 
 from entangle_jax._src import access_marker
 from entangle_jax.testing._analysis import source_lines
@@ -134,6 +134,7 @@ def hidden_races(
     _placed_counts(at_place, placed),
     program_ops,
     list(at_place.values()),
+    may.used_names(),
   )
 
   def writes(instance: may_order.CallInstance) -> bool:
@@ -288,8 +289,11 @@ class _Changes:
     before: dict[Key, tuple[int, int]],
     program_ops: Sequence[Op],
     places: Sequence[Op] = (),
+    used: Collection[str] = (),
   ):
     self._after = after
+    self._used = used
+    """The program's instructions whose results something uses."""
     self._before = before
     self._program_ops = program_ops
     self._places: dict[str, list[Op]] = {}
@@ -321,8 +325,10 @@ class _Changes:
       twin = self._twin(op)
       if twin is not None:
         return XlaChange("merged", op, twin)
-      if kept == 0:
+      if kept == 0 and op.instruction.name not in self._used:
         return XlaChange("deleted", op)
+      # Its result is used: XLA merged it with a call that its folded
+      # operands made identical.
       return XlaChange("merged", op)
     # Moved out of a loop, as one call still; a loop XLA unrolled makes
     # more calls, each made in turn, which hides nothing.

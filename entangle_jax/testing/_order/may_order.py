@@ -321,7 +321,7 @@ class MayOrder:
       if self.deletable(call):
         if writes(call):
           return Unordered(a, b, "deleted", moved=call)
-        if call.instruction.name not in self._used_names():
+        if call.instruction.name not in self.used_names():
           return None  # Nothing reads what it reads.
         # A read used only through edges XLA may fold away (an index, a
         # key, operands that cancel): where XLA keeps it, it may still
@@ -346,7 +346,7 @@ class MayOrder:
       for index in instance.loops
     )
 
-  def _used_names(self) -> frozenset[str]:
+  def used_names(self) -> frozenset[str]:
     """The instructions whose results something that may run uses,
     through any edge: from each computation's root and each op that has a
     side effect, back through operands and into called computations."""
