@@ -162,6 +162,60 @@ class LoopPairingTest(absltest.TestCase):
     self.assertNotIn("runs on", on_cpu)
 
 
+class TripCountTest(absltest.TestCase):
+  """Where no marker counts a loop's iterations (a TPU module), an inner
+  loop whose trip count the program states (`sites.SanitizedModule
+  .loop_trips`) pairs its calls by count: the k-th call of a place that
+  runs n times an outer iteration ran in iteration k // n."""
+
+  INNER = sites.Frame(sites.LOOP, 1, 1)
+
+  def _calls(self, trips, late=(1, 0)):
+    # A write, then an inner loop of 2 reads, in each of 3 iterations;
+    # the read `late` (outer, inner) began before its iteration's write.
+    module = sites.SanitizedModule("jit_f", 0, "tpu")
+    module.loop_trips.update(trips)
+    write = _site(0, (LOOP,), module)
+    read = _site(1, (LOOP, self.INNER), module, target="r")
+    calls = [_call("w", 10 * i, 10 * i + 3, site=write) for i in range(3)]
+    for i in range(3):
+      for j in range(2):
+        start = 10 * i + 4 + j
+        if (i, j) == late:
+          start = 10 * i - 1  # Before the write of its iteration.
+        calls.append(_call("r", start, start, site=read))
+    return calls
+
+  def _races(self, calls):
+    unpaired = []
+    found = checks.races(
+      _found(*calls), unpaired, iteration=lambda c, loop: None
+    )
+    return found, unpaired
+
+  def test_the_iteration_that_raced_is_reported_and_no_other(self):
+    calls = self._calls({0: 3, 1: 2})
+    races, unpaired = self._races(calls)
+    self.assertEqual(unpaired, [])
+    (race,) = races
+    self.assertEqual({race.first.start_ns, race.second.start_ns}, {10, 9})
+    # Control: every read after its write, nothing.
+    self.assertEqual(
+      self._races(self._calls({0: 3, 1: 2}, late=None)), ([], [])
+    )
+
+  def test_without_the_inner_trip_count_it_is_not_compared(self):
+    races, unpaired = self._races(self._calls({0: 3}))
+    self.assertEqual(races, [])
+    self.assertLen(unpaired, 1)
+
+  def test_calls_that_did_not_run_as_often_as_the_count_are_not_paired(self):
+    # The inner loop says 3 trips, the records hold 2 an iteration.
+    races, unpaired = self._races(self._calls({0: 3, 1: 3}))
+    self.assertEqual(races, [])
+    self.assertLen(unpaired, 1)
+
+
 class MergedTest(absltest.TestCase):
   """Two places that each run once an iteration, one of which ran fewer
   times (XLA moved it out of the loop, or merged its calls)."""

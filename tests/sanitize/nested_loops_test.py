@@ -35,10 +35,16 @@ PROGRAMS = textwrap.dedent(
   import jax.numpy as jnp
   from entangle_jax import entangle, testing
 
+  RUNS = int(sys.argv[1])
+  if sys.argv[2] == "no-markers":
+    # As on a TPU, where no iteration marker can run: the loops' constant
+    # trip counts pair the calls.
+    from entangle_jax.testing._sanitize import sites
+    sites._Walker.mark_iterations = lambda self, op, construct: None
+  ONLY = sys.argv[3:]
+
   with testing.sanitize():
     from entangle_jax.testing import example_store as store
-
-  RUNS = int(sys.argv[1])
   N, M, K = 4, 3, 2
   f32 = jnp.float32
 
@@ -124,6 +130,8 @@ PROGRAMS = textwrap.dedent(
   big = jnp.ones(1 << 18, jnp.float32)
   out = {}
   for name, (f, shape) in SHAPES.items():
+    if ONLY and name not in ONLY:
+      continue
     for fixed in (False, True):
       runs = []
       for _ in range(RUNS):
@@ -157,6 +165,7 @@ PROGRAMS = textwrap.dedent(
           "kinds": sorted({r.kind for r in seen.races}),
           "races": len(seen.races),
           "unpaired": sum(u.calls for u in seen.unpaired),
+          "why": sorted({u.why for u in seen.unpaired}),
           "unknown_runs": seen.unknown_runs,
           "report": seen.report(file=sys.stderr),
         })
@@ -178,7 +187,7 @@ class NestedLoopsTest(absltest.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    run = test_util.run_python(PROGRAMS, str(RUNS), timeout=500)
+    run = test_util.run_python(PROGRAMS, str(RUNS), "markers", timeout=500)
     assert run.returncode == 0, run.stderr[-4000:]
     cls.out = json.loads(run.stdout.strip().splitlines()[-1])
 
@@ -210,6 +219,44 @@ class NestedLoopsTest(absltest.TestCase):
           self.assertEqual(run["unpaired"], 0, run["report"])
           self.assertIn("0 races", run["report"])
           self.assertNotIn("not compared", run["report"])
+
+
+class WithoutMarkersTest(absltest.TestCase):
+  """The same programs with no iteration marker, as a module on a TPU (or
+  over several devices) has none: each inner loop's trip count, a constant
+  of the program, pairs the calls (`checks.by_count`); a loop in a branch
+  stays not compared, saying why."""
+
+  COUNTED = ("three_levels", "while_in_scan")
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    shapes = (*cls.COUNTED, "loop_in_cond")
+    run = test_util.run_python(
+      PROGRAMS, str(RUNS), "no-markers", *shapes, timeout=500
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    cls.out = json.loads(run.stdout.strip().splitlines()[-1])
+
+  def test_constant_trip_counts_pair_every_wrong_read(self):
+    for name in self.COUNTED:
+      with self.subTest(name):
+        runs = self.out[f"{name} fixed=False"]
+        # The control: the race happened in some run.
+        self.assertTrue(any(run["wrong"] for run in runs), name)
+        for run in runs:
+          self.assertEqual(run["reported"], run["wrong"], run["report"])
+          self.assertEqual(run["races"], len(run["wrong"]), run["report"])
+          self.assertEqual(run["unpaired"], 0, run["report"])
+        for fixed in self.out[f"{name} fixed=True"]:
+          self.assertEqual((fixed["races"], fixed["unpaired"]), (0, 0))
+
+  def test_a_loop_in_a_branch_is_not_compared_and_says_why(self):
+    for run in self.out["loop_in_cond fixed=False"]:
+      self.assertEqual(run["races"], 0, run["report"])
+      self.assertGreater(run["unpaired"], 0, run["report"])
+      self.assertTrue(any("not recorded" in w for w in run["why"]), run["why"])
 
 
 if __name__ == "__main__":

@@ -307,18 +307,29 @@ def pairing(
     latest = max(before, key=lambda c: c.start_ns)
     return [(latest, b) for b in after], None, False
   tp, tq = _times(rest_p), _times(rest_q)
-  if (tp, tq) != (ONCE, ONCE) and iteration is not None:
+  if (tp, tq) != (ONCE, ONCE):
     loop = [f for f in common if f.kind == sites.LOOP][-1].construct
-    found = by_iteration(before, after, loop, iteration)
+    found = None
+    if iteration is not None:
+      found = by_iteration(before, after, loop, iteration)
+    if found is None and MANY in (tp, tq):
+      # No marker counted them: an inner loop's constant trip count does.
+      trips = p.module.loop_trips
+      found = by_count(
+        before, after, loop, _per_run(rest_p, trips), _per_run(rest_q, trips)
+      )
     if found is not None:
       return found, None, False
-    return [], _unrecorded_iterations(before[0]), False
+    if iteration is not None:
+      return [], _unrecorded_iterations(before[0]), False
   if MANY in (tp, tq):
     return (
       [],
       (
         "one is in a loop inside the loop both are in: which of its calls "
-        "ran in which iteration is not recorded"
+        "ran in which iteration is not recorded, and the inner loop's trip "
+        "count is not a constant of the program (or its calls did not run "
+        "as often as it says)"
       ),
       False,
     )
@@ -340,6 +351,44 @@ Iteration = Callable[[SanitizedCall, int], "int | None"]
 """A call's iteration of a loop of its module (`sites.Frame.construct`),
 counted over its execution, or None where it was not recorded
 (`columns.NativeColumns.iteration`)."""
+
+
+def _per_run(
+  rest: tuple[sites.Frame, ...], trips: dict[int, int]
+) -> int | None:
+  """How many times a place inside the loops `rest` (inner to a loop both
+  places are in) runs per iteration of that loop, where each loop's trip
+  count is a constant of the program; None where a loop's is not, or the
+  place is in a branch (which may not run)."""
+  count = 1
+  for frame in rest:
+    if frame.kind != sites.LOOP or frame.construct not in trips:
+      return None
+    # A loop's condition runs once more than its body.
+    count *= trips[frame.construct] + (frame.region == 0)
+  return count
+
+
+def by_count(
+  before: list[SanitizedCall],
+  after: list[SanitizedCall],
+  loop: int,
+  per_before: int | None,
+  per_after: int | None,
+) -> list[tuple[SanitizedCall, SanitizedCall]] | None:
+  """`by_iteration` where no marker counted the iterations of `loop`: the
+  k-th call of a place that runs `per_before` (`per_after`) times an
+  iteration, in order of start, ran in iteration ``k // per_before``. None
+  where a count is unknown, or the calls did not run as often as the
+  counts say (XLA moved or merged some)."""
+  if not per_before or not per_after:
+    return None
+  runs, rest = divmod(len(before), per_before)
+  if rest or divmod(len(after), per_after) != (runs, 0):
+    return None
+  table = {id(c): k // per_before for k, c in enumerate(before)}
+  table.update({id(c): k // per_after for k, c in enumerate(after)})
+  return by_iteration(before, after, loop, lambda call, _: table[id(call)])
 
 
 def _unrecorded_iterations(call: SanitizedCall) -> str:

@@ -36,6 +36,7 @@ from entangle_jax._src.targets.names import (
 from entangle_jax.testing._sanitize import (
   callbacks,
   jax_hooks,
+  trip_counts,
   user_modules,
   wrapping,
 )
@@ -99,6 +100,11 @@ class SanitizedModule:
   """A host callback the sanitizer added (`ANCHOR`), outside every loop
   and branch, whose calls count the module's executions: added where the
   module's own host callbacks are all in loops or branches."""
+
+  loop_trips: dict[int, int] = dataclasses.field(default_factory=dict)
+  """The trip count of each of its loops (by `Frame.construct`) whose
+  program states it (`trip_counts`): what pairs the calls of an inner loop
+  by iteration where no iteration marker counts them."""
 
   iteration_markers: dict[int, int] = dataclasses.field(default_factory=dict)
   """The site numbers of its iteration markers (`_Walker.mark_iterations`),
@@ -547,6 +553,10 @@ class _Walker:
     elif op.name in _BRANCHES:
       kind = BRANCH
     construct = next(self.constructs) if kind is not None else -1
+    if kind == LOOP:
+      trips = trip_counts.trip_count(self.ir, op)
+      if trips is not None:
+        self.module.loop_trips[construct] = trips
     first = len(self.module.sites)
     self.enclosing.append(source_line(op) if op.regions else "")
     try:
