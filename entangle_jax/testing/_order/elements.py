@@ -19,16 +19,22 @@ import math
 import re
 from collections.abc import Callable
 
+from entangle_jax.testing._hlo import Instruction
 from entangle_jax.testing._hlo.instruction import dims_of
 from entangle_jax.testing._order.algebra import (
+  DATA_OPERANDS,
   Leaf,
   Value,
   as_leaf,
+  common,
   each,
   join,
+  key_of,
   new_leaf,
   replace,
+  shaped,
   tuple_arity,
+  varying,
 )
 
 SLICE_ELEMENTS_READ = 4096
@@ -180,7 +186,7 @@ def concatenated(
   return replace(join(operands), parts=parts, layout=layout)
 
 
-def region(
+def region_at(
   starts: list[Value],
   sizes: tuple[int, ...] | None,
   dims: tuple[int, ...] | None,
@@ -334,3 +340,88 @@ def rows_written(
     layout = ("joined", math.prod(dims[1:]), (rows.trips - 1, 1), count)
     found[k] = replace(as_leaf(found[k]), parts=(earlier, last), layout=layout)
   return tuple(found)
+
+
+def indexed(
+  i: Instruction,
+  operands: list[Value],
+  dims_of: Callable[[str], tuple[int, ...] | None],
+  sets: bool,
+) -> Value:
+  """A dynamic slice, gather, dynamic update or scatter `i` of
+  `operands`, where `dims_of` gives an instruction's dimensions and `sets`
+  says whether a scatter's combiner returns the update (a set).
+
+  Its indices order nothing (XLA drops an index that cannot change the
+  result). Where an index changes over a loop's iterations, so do the
+  elements it picks (unless they are all alike), and no compiler may
+  move the result out of that loop."""
+  opcode = i.opcode
+  at = DATA_OPERANDS[opcode](len(operands))
+  data = [as_leaf(operands[k]) for k in at]
+  moving = 0
+  for k, operand in enumerate(operands):
+    if k not in at:
+      moving |= as_leaf(operand).var
+  base, key = data[0], key_of(i, operands)
+  dims = dims_of(i.operands[0])
+  slicing = opcode in ("dynamic-slice", "gather")
+  taken = i.dims if slicing else dims_of(i.operands[1])
+  alike = (base.const and base.lit is not None) or (
+    base.key is not None and base.key[0] == "broadcast"
+  )
+  if alike or (dims is not None and taken == dims):
+    # All elements alike (a broadcast of one value), or all of them
+    # taken or updated: the index changes nothing.
+    moving = 0
+  if slicing:
+    found = join([base])
+    if base.parts is not None:
+      region = None
+      if opcode == "dynamic-slice":
+        region = region_at(operands[1:], i.dims, dims)
+      found = sliced(base, dims, region)
+    found = varying(found, moving)
+    return shaped(i.shape, replace(found, key=key))
+  if opcode == "dynamic-update-slice" and len(data) == 2:
+    update = data[1]
+    if dims is not None and taken == dims:
+      return update  # It covers the whole operand: XLA folds it so.
+    region = region_at(operands[2:], taken, dims)
+    cells = None
+    if region is not None and dims is not None:
+      cells = cells_of(dims, region)
+    if cells is not None and dims is not None:
+      whole = updated(base, update, dims, cells)
+    else:
+      whole = replace(join(data), parts=(base, update), layout=None)
+    whole = stacked(whole, base, operands, update, dims, taken)
+    return varying(replace(whole, key=key), moving)
+  if len(data) == 2 and dims is not None:
+    cells = _scattered(i, operands, dims, dims_of)
+    if cells is not None:
+      update = data[1]
+      if not sets:
+        update = join([base, update])
+      whole = updated(base, update, dims, cells)
+      return replace(whole, key=key)
+  # A scatter: an update may land out of bounds and be dropped, or cover
+  # every element, so only what the inputs and updates share surely
+  # reaches the result.
+  whole = replace(common(tuple(data)), parts=tuple(data), key=key)
+  return shaped(i.shape, varying(whole, moving))
+
+
+def _scattered(
+  i: Instruction,
+  operands: list[Value],
+  dims: tuple[int, ...],
+  dims_of: Callable[[str], tuple[int, ...] | None],
+) -> frozenset | None:
+  """The elements a scatter of single elements writes, where its
+  indices are a constant this module can read; None otherwise."""
+  key = as_leaf(operands[1]).key
+  index_dims = dims_of(i.operands[1])
+  if key is None or key[0] != "c" or index_dims is None:
+    return None
+  return scattered(i.scatter_dims, key[1], index_dims, dims)

@@ -505,7 +505,7 @@ class MayOrder:
         dims = self._dims_of(i.operands[0])
         return elements.sliced(whole, dims, i.slice_ranges)
     if opcode in algebra.DATA_OPERANDS and operands:
-      return self._indexed(i, operands)
+      return elements.indexed(i, operands, self._dims_of, self._sets(i))
     if opcode == "sort" and operands:
       # Each result is its own operand reordered: the keys decide the
       # order only, and XLA drops a sort of one element.
@@ -539,83 +539,6 @@ class MayOrder:
     if opcode == "custom-call":
       return self._custom_call(i, operands, context)
     return self._plain(i, operands, context)
-
-  def _indexed(self, i: Instruction, operands: list[Value]) -> Value:
-    """A dynamic slice, gather, dynamic update or scatter.
-
-    Its indices order nothing (XLA drops an index that cannot change the
-    result). Where an index changes over a loop's iterations, so do the
-    elements it picks (unless they are all alike), and no compiler may
-    move the result out of that loop."""
-    opcode = i.opcode
-    at = algebra.DATA_OPERANDS[opcode](len(operands))
-    data = [algebra.as_leaf(operands[k]) for k in at]
-    moving = 0
-    for k, operand in enumerate(operands):
-      if k not in at:
-        moving |= algebra.as_leaf(operand).var
-    base, key = data[0], algebra.key_of(i, operands)
-    dims = self._dims_of(i.operands[0])
-    slicing = opcode in ("dynamic-slice", "gather")
-    taken = i.dims if slicing else self._dims_of(i.operands[1])
-    alike = (base.const and base.lit is not None) or (
-      base.key is not None and base.key[0] == "broadcast"
-    )
-    if alike or (dims is not None and taken == dims):
-      # All elements alike (a broadcast of one value), or all of them
-      # taken or updated: the index changes nothing.
-      moving = 0
-    if slicing:
-      found = algebra.join([base])
-      if base.parts is not None:
-        region = None
-        if opcode == "dynamic-slice":
-          region = elements.region(operands[1:], i.dims, dims)
-        found = elements.sliced(base, dims, region)
-      found = algebra.varying(found, moving)
-      return algebra.shaped(i.shape, algebra.replace(found, key=key))
-    if opcode == "dynamic-update-slice" and len(data) == 2:
-      update = data[1]
-      if dims is not None and taken == dims:
-        return update  # It covers the whole operand: XLA folds it so.
-      region = elements.region(operands[2:], taken, dims)
-      cells = None
-      if region is not None and dims is not None:
-        cells = elements.cells_of(dims, region)
-      if cells is not None and dims is not None:
-        whole = elements.updated(base, update, dims, cells)
-      else:
-        whole = algebra.replace(
-          algebra.join(data), parts=(base, update), layout=None
-        )
-      whole = elements.stacked(whole, base, operands, update, dims, taken)
-      return algebra.varying(algebra.replace(whole, key=key), moving)
-    if len(data) == 2 and dims is not None:
-      cells = self._scattered(i, operands, dims)
-      if cells is not None:
-        update = data[1]
-        if not self._sets(i):
-          update = algebra.join([base, update])
-        whole = elements.updated(base, update, dims, cells)
-        return algebra.replace(whole, key=key)
-    # A scatter: an update may land out of bounds and be dropped, or cover
-    # every element, so only what the inputs and updates share surely
-    # reaches the result.
-    whole = algebra.replace(
-      algebra.common(tuple(data)), parts=tuple(data), key=key
-    )
-    return algebra.shaped(i.shape, algebra.varying(whole, moving))
-
-  def _scattered(
-    self, i: Instruction, operands: list[Value], dims: tuple[int, ...]
-  ) -> frozenset | None:
-    """The elements a scatter of single elements writes, where its
-    indices are a constant this module can read; None otherwise."""
-    key = algebra.as_leaf(operands[1]).key
-    index_dims = self._dims_of(i.operands[1])
-    if key is None or key[0] != "c" or index_dims is None:
-      return None
-    return elements.scattered(i.scatter_dims, key[1], index_dims, dims)
 
   def _sets(self, i: Instruction) -> bool:
     """Whether a scatter's combiner returns the update (a set, not an
