@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import re
 import threading
 import weakref
 from typing import Any
@@ -29,21 +28,20 @@ from entangle_jax._src.targets import platforms
 from entangle_jax._src.targets.library_kernels import is_library_target
 from entangle_jax._src.targets.names import (
   ENTANGLE_TARGET,
-  SANITIZER_COUNTER_SCOPE,
   TPU_HOST_CALLBACK_TARGET,
   is_host_callback,
 )
 from entangle_jax.testing._sanitize import (
   callbacks,
   jax_hooks,
+  mlir_reading,
+  module_edits,
   trip_counts,
   user_modules,
   wrapping,
 )
+from entangle_jax.testing._sanitize.module_edits import SITE_ATTRIBUTE
 
-SITE_ATTRIBUTE = "entangle_jax_sanitize_site"
-TYPED_FFI = 4
-"""``api_version`` of a typed FFI custom call in StableHLO."""
 _LOOPS = ("stablehlo.while",)
 _BRANCHES = ("stablehlo.case", "stablehlo.if")
 LOOP = "loop"
@@ -442,7 +440,7 @@ def annotate(
     main = functions.get("main")
     if main is None:
       return None
-    module.one_device = _one_device(ir, computation)
+    module.one_device = mlir_reading.one_device(ir, computation)
     walker = _Walker(ir, computation, functions, module, host_callbacks)
     walker.function(main, context=())
     try:
@@ -451,7 +449,7 @@ def annotate(
       routable = False
     if routable:
       try:
-        route_executions(ir, walker.callback_ops)
+        module_edits.route_executions(ir, walker.callback_ops)
       except Exception as e:
         raise _NotRouted from e
       module.executions = True
@@ -510,7 +508,7 @@ class _Walker:
     """`op`'s Python stack as the HLO of its module records it once its
     functions are inlined: its own location's frames, then those of each
     call it is inside, innermost first (`source_stack`)."""
-    out = source_stack(op)
+    out = mlir_reading.source_stack(op)
     for frames in reversed(self.calls):
       out += frames
     return out
@@ -520,7 +518,7 @@ class _Walker:
     (a callback that ``vmap`` turned into a loop is located at its
     primitive's name alone), that of the innermost call or construct
     around it that names one."""
-    own = source_line(op)
+    own = mlir_reading.source_line(op)
     if own:
       return own
     return next((s for s in reversed(self.enclosing) if s), "")
@@ -536,9 +534,11 @@ class _Walker:
         self.op(op.operation, context=context)
 
   def op(self, op, *, context: tuple[Frame, ...]) -> None:
-    if op.name in _HOST_TRANSFERS and _is_host_transfer(self.ir, op):
+    if op.name in _HOST_TRANSFERS and mlir_reading.is_host_transfer(
+      self.ir, op
+    ):
       self.module.not_observed.add(HOST_TRANSFER_CALLBACKS)
-      if op.name == "stablehlo.send" and _starts_a_callback(op):
+      if op.name == "stablehlo.send" and mlir_reading.starts_a_callback(op):
         self.module.transfer_callbacks.append(context)
       return
     if op.name == "stablehlo.custom_call":
@@ -558,7 +558,7 @@ class _Walker:
       if trips is not None:
         self.module.loop_trips[construct] = trips
     first = len(self.module.sites)
-    self.enclosing.append(source_line(op) if op.regions else "")
+    self.enclosing.append(mlir_reading.source_line(op) if op.regions else "")
     try:
       for index, region in enumerate(op.regions):
         inner = context
@@ -582,77 +582,15 @@ class _Walker:
       self.mark_iterations(op, construct)
 
   def mark_iterations(self, op, construct: int) -> None:
-    """Puts an iteration marker at the top of loop `op`'s condition, and
-    makes the condition read it: XLA tests the condition before each
-    iteration and runs the body to its end before the next test, so the
-    marker's calls of one execution that began before a call of the
-    loop, counted, say which iteration of it the call ran in
-    (`columns.NativeColumns.iteration`).
-
-    The condition becomes ``its own and marker != INT64_MIN`` (the
-    marker writes XLA's run id, never that value): XLA then cannot know
-    the loop's trip count, and tests the condition before each iteration
-    (XLA:CPU runs a loop of known trip count without its condition)."""
-    ir = self.ir
-    number = next(_numbers)
-    i64 = ir.IntegerType.get_signless(64)
-    where = ir.Location.name(SANITIZER_COUNTER_SCOPE)
-    block = op.regions[0].blocks[0]
-    terminator = None
-    for inner in block.operations:
-      terminator = inner.operation
-    if terminator is None or len(terminator.operands) != 1:
+    """Puts an iteration marker at the top of loop `op`'s condition
+    (`module_edits.add_iteration_marker`): the marker's calls of one
+    execution that began before a call of the loop, counted, say which
+    iteration of it the call ran in (`columns.NativeColumns.iteration`)."""
+    if self.iterations is None:
       return
-    scalar = ir.RankedTensorType.get([], i64, loc=where)
-    with ir.InsertionPoint(terminator):
-      marker = ir.Operation.create(
-        "stablehlo.custom_call",
-        results=[scalar],
-        operands=[],
-        attributes={
-          "call_target_name": ir.StringAttr.get(self.iterations),
-          "api_version": ir.IntegerAttr.get(
-            ir.IntegerType.get_signless(32), TYPED_FFI
-          ),
-          "backend_config": ir.DictAttr.get(
-            {SITE_ATTRIBUTE: ir.IntegerAttr.get(i64, number)}
-          ),
-          "has_side_effect": ir.BoolAttr.get(True),
-          "operand_layouts": ir.ArrayAttr.get([]),
-          "result_layouts": ir.ArrayAttr.get(
-            [ir.Attribute.parse(_SCALAR_LAYOUT)]
-          ),
-        },
-        loc=where,
-      )
-      never = ir.Operation.create(
-        "stablehlo.constant",
-        results=[scalar],
-        attributes={
-          "value": ir.Attribute.parse(f"dense<{-(2**63)}> : tensor<i64>")
-        },
-        loc=where,
-      )
-      pred = terminator.operands[0]
-      differs = ir.Operation.create(
-        "stablehlo.compare",
-        results=[pred.type],
-        operands=[marker.result, never.result],
-        attributes={
-          "comparison_direction": ir.Attribute.parse(
-            "#stablehlo<comparison_direction NE>"
-          )
-        },
-        loc=where,
-      )
-      both = ir.Operation.create(
-        "stablehlo.and",
-        results=[pred.type],
-        operands=[pred, differs.result],
-        loc=where,
-      )
-    terminator.operands[0] = both.result
-    self.module.iteration_markers[number] = construct
+    number = next(_numbers)
+    if module_edits.add_iteration_marker(self.ir, op, self.iterations, number):
+      self.module.iteration_markers[number] = construct
 
   def call(self, op, *, context: tuple[Frame, ...]) -> None:
     ir = self.ir
@@ -667,8 +605,8 @@ class _Walker:
       func.attributes["sym_name"] = ir.StringAttr.get(copy_name)
       op.attributes["callee"] = ir.FlatSymbolRefAttr.get(copy_name)
       self.functions[copy_name] = func
-    self.enclosing.append(source_line(op))
-    self.calls.append(source_stack(op))
+    self.enclosing.append(mlir_reading.source_line(op))
+    self.calls.append(mlir_reading.source_stack(op))
     try:
       self.function(func, context=context)
     finally:
@@ -681,7 +619,7 @@ class _Walker:
     target = ir.StringAttr(attributes["call_target_name"]).value
     if target == ENTANGLE_TARGET or is_library_target(target):
       return  # They compute from their buffers alone (the static check's word).
-    key = _typed_ffi_config(ir, attributes)
+    key = mlir_reading.typed_ffi_config(ir, attributes)
     if key is None:
       # The untyped custom-call API: no FFI handler to wrap. Listed when
       # it was registered while the sanitizer ran (JAX's own untyped
@@ -729,7 +667,7 @@ class _Walker:
     attributes = op.attributes
     if self.host_callbacks is None or key not in attributes:
       return False
-    config = _as_dict(ir, attributes[key])
+    config = mlir_reading.as_dict(ir, attributes[key])
     if config is None or "index" not in config:
       return False
     index = ir.IntegerAttr(config["index"]).value
@@ -745,7 +683,7 @@ class _Walker:
       name or "?",
       context=context,
       pure=not access_policy.counts_as_native_call(
-        target, _side_effect(ir, attributes)
+        target, mlir_reading.side_effect(ir, attributes)
       ),
       source=self.source(op),
       stack=self.stack(op),
@@ -768,48 +706,13 @@ them to the backend as host send/recv callbacks, not as the Python
 callables the compile hook wraps (`_make_compile`)."""
 
 
-def _starts_a_callback(op) -> bool:
-  """Whether a host ``stablehlo.send`` is its callback's first: its token
-  does not come from another send (JAX chains a callback's sends, then its
-  receives, through one token)."""
-  try:
-    token = op.operands[1]
-    owner = token.owner
-    name = getattr(owner, "name", None)
-    if name is None:  # A block argument, or an op seen through its view.
-      name = getattr(getattr(owner, "operation", None), "name", None)
-  except (IndexError, AttributeError, ValueError):
-    return True
-  return name != "stablehlo.send"
-
-
-def _is_host_transfer(ir, op) -> bool:
-  """Whether a ``stablehlo.send``/``recv`` goes to or from the host."""
-  if "is_host_transfer" not in op.attributes:
-    return False
-  try:
-    return bool(ir.BoolAttr(op.attributes["is_host_transfer"]).value)
-  except (ValueError, TypeError):
-    return False
-
-
 def _one_cpu(ir, computation, module: SanitizedModule) -> bool:
   """Whether `module` runs on one device of a CPU (one partition, one
   replica): of a platform whose calls run on the host
   (`platforms.Platform.host_side`)."""
   if not platforms.host_side(module.platform):
     return False
-  return _one_device(ir, computation)
-
-
-def _one_device(ir, computation) -> bool:
-  """Whether a module runs on one device (one partition, one replica)."""
-  attributes = computation.operation.attributes
-  for name in ("mhlo.num_partitions", "mhlo.num_replicas"):
-    # No OpAttributeMap.get in older bindings (jax 0.6.2).
-    if name in attributes and ir.IntegerAttr(attributes[name]).value != 1:
-      return False
-  return True
+  return mlir_reading.one_device(ir, computation)
 
 
 def _routable(ir, computation, module: SanitizedModule, host_callbacks) -> bool:
@@ -822,94 +725,6 @@ def _routable(ir, computation, module: SanitizedModule, host_callbacks) -> bool:
     and bool(module.callbacks)
     and _one_cpu(ir, computation, module)
   )
-
-
-_SCALAR_LAYOUT = "dense<> : tensor<0xindex>"
-
-
-def route_executions(ir, callback_ops: dict[int, Any]) -> None:
-  """Gives each host callback's custom call (`callback_ops`, by its site's
-  number) two more operands: XLA's id of the execution it runs in, the
-  result of an execution op (`names.SANITIZER_EXECUTION_TARGET`, scoped
-  `SANITIZER_COUNTER_SCOPE`) put at the top of the function the call is
-  in (nested loops and branches take it from there), and its site number,
-  a constant. The callback's recorder takes them off again
-  (`callbacks.execution_recorder`).
-
-  So a callback's calls are in the execution of the native calls they ran
-  with, whatever the thread or the loop they ran in, and each call has its
-  own place, however many of the module's calls share its Python callable
-  (a function lowered once and called twice, a recomputed checkpoint).
-  The execution op is pure, takes nothing, and is one per function (XLA
-  merges them once it inlines the functions): it orders nothing but the
-  callbacks after the start of their execution.
-  """
-  target = wrapping.execution_target()
-  where = ir.Location.name(SANITIZER_COUNTER_SCOPE)
-  i64 = ir.IntegerType.get_signless(64)
-  scalar = ir.RankedTensorType.get([], i64, loc=where)
-  layout = ir.Attribute.parse(_SCALAR_LAYOUT)
-  executions: dict[Any, Any] = {}
-  for number, op in callback_ops.items():
-    func = _function_of(op)
-    execution = executions.get(func)
-    if execution is None:
-      block = func.regions[0].blocks[0]
-      with ir.InsertionPoint.at_block_begin(block):
-        execution = executions[func] = ir.Operation.create(
-          "stablehlo.custom_call",
-          results=[scalar],
-          operands=[],
-          attributes={
-            "call_target_name": ir.StringAttr.get(target),
-            "api_version": ir.IntegerAttr.get(
-              ir.IntegerType.get_signless(32), TYPED_FFI
-            ),
-            "backend_config": ir.DictAttr.get({}),
-            "has_side_effect": ir.BoolAttr.get(False),
-            "operand_layouts": ir.ArrayAttr.get([]),
-            "result_layouts": ir.ArrayAttr.get([layout]),
-          },
-          loc=where,
-        )
-    with ir.InsertionPoint(op):
-      site = ir.Operation.create(
-        "stablehlo.constant",
-        results=[scalar],
-        attributes={
-          "value": ir.Attribute.parse(f"dense<{number}> : tensor<i64>")
-        },
-        loc=where,
-      )
-      attributes = {}
-      for item in list(op.attributes):
-        name = getattr(item, "name", item)  # Older bindings: NamedAttribute.
-        attributes[name] = op.attributes[name]
-      layouts = attributes.get("operand_layouts")
-      if layouts is not None:
-        attributes["operand_layouts"] = ir.ArrayAttr.get(
-          [*ir.ArrayAttr(layouts), layout, layout]
-        )
-      routed = ir.Operation.create(
-        "stablehlo.custom_call",
-        results=[r.type for r in op.results],
-        operands=[*op.operands, execution.result, site.result],
-        attributes=attributes,
-        loc=op.location,
-      )
-    for old, new in zip(op.results, routed.results, strict=True):
-      old.replace_all_uses_with(new)
-    op.erase()
-
-
-def _function_of(op) -> Any:
-  """The ``func.func`` `op` is in."""
-  parent = op.parent
-  while parent is not None and parent.name != "func.func":
-    parent = parent.parent
-  if parent is None:
-    raise ValueError("a host callback outside every function")
-  return parent.operation
 
 
 ANCHOR = "(entangle_jax sanitizer: counts executions)"
@@ -940,37 +755,8 @@ def _add_anchor(
   template = callback_ops.get(own[0].number)
   if template is None:
     return
-  index = len(host_callbacks)
-  entries = {}
-  for item in list(template.attributes):
-    name = getattr(item, "name", item)  # Older bindings: NamedAttribute.
-    if name in ("sdy.sharding", "mhlo.sharding", "mhlo.frontend_attributes"):
-      continue
-    entries[name] = template.attributes[name]
-  key = _typed_ffi_config(ir, template.attributes)
-  if key is None:
+  if not module_edits.add_anchor(ir, main, template, len(host_callbacks)):
     return
-  config = {}
-  old = ir.DictAttr(template.attributes[key])
-  for k in range(len(old)):
-    config[old[k].name] = old[k].attr
-  config["index"] = ir.IntegerAttr.get(ir.IntegerType.get_unsigned(64), index)
-  entries[key] = ir.DictAttr.get(config)
-  entries["operand_layouts"] = ir.ArrayAttr.get([])
-  entries["result_layouts"] = ir.ArrayAttr.get([])
-  # It returns nothing, so only a side effect keeps it: a call copied from
-  # a pure_callback's would be deleted by XLA, and the module's callbacks
-  # then left with no execution to be placed in.
-  entries["has_side_effect"] = ir.BoolAttr.get(True)
-  block = main.regions[0].blocks[0]
-  # Its scope (op_name) names it to the static check, which leaves it out
-  # of every question (`names.is_sanitizer_counter`): it is no call of the
-  # user's program.
-  where = ir.Location.name(SANITIZER_COUNTER_SCOPE)
-  with where, ir.InsertionPoint.at_block_begin(block):
-    ir.Operation.create(
-      "stablehlo.custom_call", results=[], operands=[], attributes=entries
-    )
   module.anchor = CallSite(
     next(_numbers),
     module,
@@ -988,84 +774,3 @@ def _loop_branch(context: tuple[Frame, ...]) -> tuple[bool, bool]:
     any(f.kind == LOOP for f in context),
     any(f.kind == BRANCH for f in context),
   )
-
-
-def _side_effect(ir, attributes) -> bool:
-  """A custom call's ``has_side_effect`` (false when absent)."""
-  if "has_side_effect" not in attributes:
-    return False
-  try:
-    return bool(ir.BoolAttr(attributes["has_side_effect"]).value)
-  except (ValueError, TypeError):
-    return False
-
-
-_FILE_LINE = re.compile(r'"([^"]+)":(\d+)(?::\d+)?')
-_NOT_USER = (
-  "/jax/",
-  "/jaxlib/",
-  "/entangle_jax/_src/",
-  "/entangle_jax/testing/",
-  "/site-packages/",
-  "/dist-packages/",
-  "<frozen",
-)
-
-
-def source_stack(op) -> tuple[tuple[str, int], ...]:
-  """The Python stack `op`'s MLIR location records, innermost first, as
-  ``(file, line)`` frames: the form the static check's ops carry
-  (``Instruction.stack``), so that a call of the sanitized copy is found
-  among the ops of the user's own module; () where it names no file."""
-  try:
-    text = str(op.location)
-  except Exception:
-    return ()
-  return tuple((path, int(line)) for path, line in _FILE_LINE.findall(text))
-
-
-def source_line(op) -> str:
-  """The user's file:line of `op`, from its MLIR location (the innermost
-  frame outside JAX, entangle_jax and installed packages; else the
-  innermost frame), or "" when the location names no file."""
-  try:
-    text = str(op.location)
-  except Exception:
-    return ""
-  found = _FILE_LINE.findall(text)
-  if not found:
-    return ""
-  for path, line in found:
-    if not any(part in path for part in _NOT_USER):
-      return f"{path}:{line}"
-  path, line = found[0]
-  return f"{path}:{line}"
-
-
-def _as_dict(ir, attribute):
-  """`attribute` as a DictAttr, or None when it is not one."""
-  try:
-    return ir.DictAttr(attribute)
-  except (ValueError, TypeError):
-    return None
-
-
-def _typed_ffi_config(ir, attributes) -> str | None:
-  """The attribute that holds a typed FFI call's attributes (JAX writes
-  ``mhlo.backend_config`` with ``api_version = 1``; StableHLO's own form is
-  ``backend_config`` with ``api_version = 4``), or None for an untyped
-  custom call."""
-  if (
-    "mhlo.backend_config" in attributes
-    and _as_dict(ir, attributes["mhlo.backend_config"]) is not None
-  ):
-    return "mhlo.backend_config"
-  if (
-    "api_version" in attributes
-    and ir.IntegerAttr(attributes["api_version"]).value == TYPED_FFI
-  ) and (
-    "backend_config" not in attributes
-    or _as_dict(ir, attributes["backend_config"]) is not None
-  ):
-    return "backend_config"
-  return None
