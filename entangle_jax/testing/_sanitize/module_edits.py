@@ -49,21 +49,8 @@ def route_executions(ir, callback_ops: dict[int, Any]) -> None:
     if execution is None:
       block = func.regions[0].blocks[0]
       with ir.InsertionPoint.at_block_begin(block):
-        execution = executions[func] = ir.Operation.create(
-          "stablehlo.custom_call",
-          results=[scalar],
-          operands=[],
-          attributes={
-            "call_target_name": ir.StringAttr.get(target),
-            "api_version": ir.IntegerAttr.get(
-              ir.IntegerType.get_signless(32), TYPED_FFI
-            ),
-            "backend_config": ir.DictAttr.get({}),
-            "has_side_effect": ir.BoolAttr.get(False),
-            "operand_layouts": ir.ArrayAttr.get([]),
-            "result_layouts": ir.ArrayAttr.get([layout]),
-          },
-          loc=where,
+        execution = executions[func] = _scalar_call(
+          ir, target, {}, side_effect=False, where=where
         )
     with ir.InsertionPoint(op):
       site = ir.Operation.create(
@@ -125,24 +112,8 @@ def add_iteration_marker(ir: Any, op: Any, target: str, number: int) -> bool:
     return False
   scalar = ir.RankedTensorType.get([], i64, loc=where)
   with ir.InsertionPoint(terminator):
-    marker = ir.Operation.create(
-      "stablehlo.custom_call",
-      results=[scalar],
-      operands=[],
-      attributes={
-        "call_target_name": ir.StringAttr.get(target),
-        "api_version": ir.IntegerAttr.get(
-          ir.IntegerType.get_signless(32), TYPED_FFI
-        ),
-        "backend_config": ir.DictAttr.get(
-          {SITE_ATTRIBUTE: ir.IntegerAttr.get(i64, number)}
-        ),
-        "has_side_effect": ir.BoolAttr.get(True),
-        "operand_layouts": ir.ArrayAttr.get([]),
-        "result_layouts": ir.ArrayAttr.get([ir.Attribute.parse(SCALAR_LAYOUT)]),
-      },
-      loc=where,
-    )
+    config = {SITE_ATTRIBUTE: ir.IntegerAttr.get(i64, number)}
+    marker = _scalar_call(ir, target, config, side_effect=True, where=where)
     never = ir.Operation.create(
       "stablehlo.constant",
       results=[scalar],
@@ -210,3 +181,27 @@ def add_anchor(ir: Any, main: Any, template: Any, index: int) -> bool:
       "stablehlo.custom_call", results=[], operands=[], attributes=entries
     )
   return True
+
+
+def _scalar_call(
+  ir: Any, target: str, config: dict, *, side_effect: bool, where: Any
+) -> Any:
+  """A typed FFI custom call of `target` (its attributes `config`) that
+  takes nothing and returns an int64 scalar, at the insertion point."""
+  i64 = ir.IntegerType.get_signless(64)
+  return ir.Operation.create(
+    "stablehlo.custom_call",
+    results=[ir.RankedTensorType.get([], i64, loc=where)],
+    operands=[],
+    attributes={
+      "call_target_name": ir.StringAttr.get(target),
+      "api_version": ir.IntegerAttr.get(
+        ir.IntegerType.get_signless(32), TYPED_FFI
+      ),
+      "backend_config": ir.DictAttr.get(config),
+      "has_side_effect": ir.BoolAttr.get(side_effect),
+      "operand_layouts": ir.ArrayAttr.get([]),
+      "result_layouts": ir.ArrayAttr.get([ir.Attribute.parse(SCALAR_LAYOUT)]),
+    },
+    loc=where,
+  )
