@@ -55,6 +55,8 @@ SHAPE_VERDICTS = {
   "sendrecv_ok": "proved",
   "bcast_roots": "mismatch",
   "bcast_ok": "proved",
+  "reductions_differ": "mismatch",
+  "reductions_same": "proved",
 }
 
 

@@ -274,6 +274,48 @@ def _as_int(text: object) -> int | None:
   return None
 
 
+_LIBRARY_SPAN = 1 << 24
+"""Two handles of one call closer than this (16 MiB) are taken to lie in
+one library's data, whose layout is the same in every process."""
+
+
+def _handle_told(
+  value: object, attributes: dict[str, str], communicator: object
+) -> str | None:
+  """What tells an MPI handle (a reduction's, at attribute or operand
+  value `value`) apart across processes, where its value shows it:
+
+  * a 32-bit value is a constant of the MPI library (MPICH's handles are
+    such ints), the same in every process;
+  * an address (Open MPI's handles are the addresses of its predefined
+    objects, which each process maps elsewhere) is told by its distance
+    to another handle of the same call in the same library's data (the
+    element type's): that distance is the library's layout, the same in
+    every process, and two different reductions of one element type lie
+    at different distances. The communicator is never the other handle
+    (one a process made lies on its heap).
+
+  None where neither holds (a reduction the program created): it is then
+  compared up to a consistent renaming only."""
+  handle = _as_int(value)
+  if handle is None:
+    return None
+  if 0 <= handle < 1 << 32:
+    return f"{handle:#x}"
+  for name in sorted(attributes):
+    if name == communicator:
+      continue
+    other = _as_int(attributes[name])
+    if (
+      other is not None
+      and other != handle
+      and other >= 1 << 32
+      and abs(handle - other) < _LIBRARY_SPAN
+    ):
+      return f"{handle - other:+d} from `{name}`"
+  return None
+
+
 class RankProgram:
   """One rank's module, read for the cross-rank check.
 
@@ -745,7 +787,11 @@ class RankProgram:
       if c.communicator is not None:
         renamed.append(("communicator", self._place(i, c.communicator)))
       if c.op is not None:
-        renamed.append(("reduction", self._place(i, c.op)))
+        value = self._place(i, c.op)
+        renamed.append(("reduction", value))
+        told = _handle_told(value, backend_attributes(line), c.communicator)
+        if told is not None:
+          fingerprint.append(("reduction's MPI handle", told))
     return Call(
       op,
       c,

@@ -101,6 +101,14 @@ def bcast_ok(x):
   return mpi4jax.bcast(x, root=0)
 
 
+def reductions_differ(x):
+  return mpi4jax.allreduce(x, op=MPI.SUM if rank == 0 else MPI.MAX)
+
+
+def reductions_same(x):
+  return mpi4jax.allreduce(x, op=MPI.MAX)
+
+
 SHAPES = [
   same_order,
   swapped,
@@ -113,6 +121,8 @@ SHAPES = [
   sendrecv_ok,
   bcast_roots,
   bcast_ok,
+  reductions_differ,
+  reductions_same,
 ]
 
 x = jnp.arange(4, dtype=jnp.float32)
