@@ -552,6 +552,57 @@ def take_out_of_bounds(slot):
   return first, read_slot(jnp.take(written[None], 1) * 0 + slot)
 
 
+# A skeptic's shapes of issue 76 (fourth pass), each proved before and
+# wrong in 5 of 5 runs on jax 0.10.2 and 0.12.0.1 (0.0 for 5.0): XLA folds
+# a comparison of a value it knows never negative with 0, an integer dot
+# with zeros, a product over an element 0; and a loop that runs once is
+# inlined, keeping only its body's value.
+query_through_abs_below_zero = query_through(
+  "abs_below_zero", lambda s, w: s + (jnp.abs(w) < 0).astype(s.dtype)
+)
+query_through_square_at_least_zero = query_through(
+  "square_at_least_zero",
+  lambda s, w: s + (w * w >= 0).astype(s.dtype) - 1,
+)
+query_through_integer_dot_with_zeros = query_through(
+  "integer_dot_with_zeros",
+  lambda s, w: s + jnp.dot(jnp.zeros(2, s.dtype), jnp.stack([w, w])),
+)
+query_through_product_with_a_zero = query_through(
+  "product_with_a_zero",
+  lambda s, w: s + jnp.prod(jnp.stack([w, jnp.zeros((), s.dtype)])),
+)
+query_through_one_trip_loop = query_through(
+  "one_trip_loop", lambda s, w: lax.fori_loop(0, 1, lambda i, c: s, w)
+)
+
+
+def _ordered_branch_when(predicate):
+  """``cond(predicate, ordered, racy)``: right only where the predicate
+  holds; the check must read the predicate as XLA folds it."""
+
+  def program(slot):
+    return lax.cond(predicate(), _ordered_branch, _racy_branch, slot)
+
+  return program
+
+
+@jax.jit
+def _to_s8(x):
+  return x.astype(jnp.int8)
+
+
+# f32 200 as int8 saturates to 127 (XLA); read as an int it wrapped to
+# -56, so the check took the ordered branch for the one that runs.
+racy_branch_after_a_saturating_convert = _ordered_branch_when(
+  lambda: _to_s8(jnp.float32(200)) == -56
+)
+# The control: 100 fits, the ordered branch runs (right, clean).
+ordered_branch_after_a_convert = _ordered_branch_when(
+  lambda: _to_s8(jnp.float32(100)) == 100
+)
+
+
 def indexed_read_in_loop(slot, read=read_slot):
   """A loop's read of the slot through an index that cannot change it (a
   broadcast's element): XLA drops the index, and the read no longer
@@ -904,6 +955,32 @@ class ReportedWithAWorkingFixTest(parameterized.TestCase):
       loop_stepped_by_a_hidden_constant,
       loop_stepped_by_a_hidden_constant_fixed,
       "hoisted",
+    ),
+    ("abs_below_zero", query_through_abs_below_zero, query_after_update, None),
+    (
+      "square_at_least_zero",
+      query_through_square_at_least_zero,
+      query_after_update,
+      None,
+    ),
+    (
+      "integer_dot_with_zeros",
+      query_through_integer_dot_with_zeros,
+      query_after_update,
+      None,
+    ),
+    (
+      "product_with_a_zero",
+      query_through_product_with_a_zero,
+      query_after_update,
+      None,
+    ),
+    ("one_trip_loop", query_through_one_trip_loop, query_after_update, None),
+    (
+      "saturating_convert",
+      racy_branch_after_a_saturating_convert,
+      ordered_branch_after_a_convert,
+      None,
     ),
   )
   def test_reported_and_fixed(self, program, fixed, kind):

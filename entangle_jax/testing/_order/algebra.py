@@ -50,6 +50,9 @@ class Leaf:
   elements, so one element alone, which a slice may take (XLA folds a
   slice of a concatenate or of a broadcast to the part it takes), is
   surely computed only from what `each` gives."""
+  nonneg: bool = False
+  """Never negative, as XLA's simplifier may know (an ``abs``, an ``exp``,
+  a square, a maximum with 0): XLA folds ``x < 0`` of it to false."""
   layout: tuple | None = None
   """Which of `parts` each element belongs to, by its index in row-major
   order (which a reshape keeps), where the program says so:
@@ -79,6 +82,7 @@ def new_leaf(
   key: tuple | None = None,
   parts: tuple | None = None,
   layout: tuple | None = None,
+  nonneg: bool = False,
 ) -> Leaf:
   """``Leaf(...)``, built without the frozen dataclass's ``__init__``,
   which sets each field through ``object.__setattr__``: the evaluation
@@ -97,6 +101,7 @@ def new_leaf(
       "key": key,
       "parts": parts,
       "layout": layout,
+      "nonneg": nonneg,
     },
   )
   return leaf
@@ -647,6 +652,8 @@ def tautology(direction: str | None, element: str, operands: list) -> bool:
   integral = element in INTEGER_MAX or element == "pred"
   if integral and a.key is not None and a.key == b.key:
     return True
+  if direction is not None and _nonneg_against_zero(direction, a, b):
+    return True
   largest = UNSIGNED_MAX.get(element)
   if largest is None or direction is None:
     return False
@@ -662,6 +669,75 @@ def tautology(direction: str | None, element: str, operands: list) -> bool:
   at_zero = lit is None or (plain_int(lit) and lit == 0)
   at_max = lit is None or (plain_int(lit) and lit == largest)
   return (way in ("GE", "LT") and at_zero) or (way in ("LE", "GT") and at_max)
+
+
+def _nonneg_against_zero(direction: str, a: Leaf, b: Leaf) -> bool:
+  """Whether a comparison is one of a value XLA may know never negative
+  (`Leaf.nonneg`) with 0 (``abs(x) < 0``, ``x * x >= 0``, either way
+  round), a constant that cannot be read here taken as possibly 0: XLA
+  folds it to a constant (it may even where the value is NaN)."""
+  mirror = {"GE": "LE", "LE": "GE", "GT": "LT", "LT": "GT"}
+  for value, bound, way in ((a, b, direction), (b, a, mirror.get(direction))):
+    zero = bound.const and (bound.lit is None or bound.lit == 0)
+    if value.nonneg and zero and way in ("LT", "GE"):
+      return True
+  return False
+
+
+NONNEG_OPCODES = frozenset(
+  {"abs", "exponential", "sqrt", "rsqrt", "logistic", "popcnt"}
+)
+"""Opcodes whose result is never negative (a NaN apart)."""
+
+
+def nonneg_of(opcode: str, operands: list[Value]) -> bool:
+  """Whether XLA may know the result of `opcode` on `operands` never
+  negative: `NONNEG_OPCODES`; a product of a value with itself; a
+  maximum with a value never negative; a minimum, sum, select or
+  reduction of values never negative (constants of a value 0 or more
+  included)."""
+  if opcode in NONNEG_OPCODES:
+    return True
+  leaves = [as_leaf(o) for o in operands]
+  if opcode == "multiply" and len(leaves) == 2:
+    x, y = leaves
+    if x.key is not None and x.key == y.key:
+      return True
+  if opcode == "maximum":
+    return any(_nonneg(x) for x in leaves)
+  if opcode in ("minimum", "add", "reduce", "select", "clamp", "multiply"):
+    data = leaves[1:] if opcode == "select" else leaves
+    return bool(data) and all(_nonneg(x) for x in data)
+  return False
+
+
+def _nonneg(leaf: Leaf) -> bool:
+  lit = leaf.lit
+  if leaf.nonneg:
+    return True
+  known = isinstance(lit, int | float) and not isinstance(lit, bool)
+  return leaf.const and known and float(lit) >= 0
+
+
+def after_trips(
+  initial: Value, root: Value, passed_on: frozenset, path: tuple
+) -> Value:
+  """A loop's state once it has run one iteration or more (its trip
+  count says so): each element as the body's last result has it (XLA may
+  inline a loop that runs once, or unroll one, and keep only that); one
+  the body hands back unchanged keeps its initial value."""
+  if (
+    isinstance(initial, tuple)
+    and isinstance(root, tuple)
+    and len(initial) == len(root)
+  ):
+    return tuple(
+      after_trips(a, b, passed_on, (*path, k))
+      for k, (a, b) in enumerate(zip(initial, root, strict=True))
+    )
+  if path in passed_on:
+    return initial
+  return replace(as_leaf(root), const=False, origin=None, lit=None)
 
 
 def bitcast(leaf: Leaf, source: str, shape: str) -> Leaf:

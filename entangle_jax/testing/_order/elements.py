@@ -70,11 +70,13 @@ def sliced(
   if not hit:
     return Leaf(const=True)  # No element: XLA makes it a constant.
   if exact:
-    # The whole of one part: that part itself (of the same shape where
-    # it is a concatenate's operand; in another order where it is the
-    # elements an update left or wrote).
     part = parts[hit[0]]
-    return part if layout[0] == "joined" else replace(part, layout=None)
+    if layout[0] == "joined":
+      # The whole of a concatenate's operand: that operand itself.
+      return part
+    # The elements an update left (some of its base's) or wrote (of its
+    # update, some perhaps written over by others): what each surely is.
+    return each(part) if part.parts is not None else part
   ones = [each(parts[k]) for k in hit]
   if len(ones) == 1:
     return ones[0]
@@ -367,8 +369,10 @@ def indexed(
   dims = dims_of(i.operands[0])
   slicing = opcode in ("dynamic-slice", "gather")
   taken = i.dims if slicing else dims_of(i.operands[1])
-  alike = (base.const and base.lit is not None) or (
-    base.key is not None and base.key[0] == "broadcast"
+  alike = (
+    (base.const and base.lit is not None)
+    or (base.key is not None and base.key[0] == "broadcast")
+    or _one_value(base.parts)
   )
   if alike or (dims is not None and taken == dims):
     # All elements alike (a broadcast of one value), or all of them
@@ -425,3 +429,12 @@ def _scattered(
   if key is None or key[0] != "c" or index_dims is None:
     return None
   return scattered(i.scatter_dims, key[1], index_dims, dims)
+
+
+def _one_value(parts: tuple | None) -> bool:
+  """Whether `parts` (a concatenate's) all hold one value number: every
+  element then alike (``stack([s, s])``)."""
+  if not parts:
+    return False
+  keys = {part.key for part in parts}
+  return len(keys) == 1 and None not in keys

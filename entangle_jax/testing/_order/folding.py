@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
+from math import isfinite
 
 from entangle_jax.testing._order.algebra import INTEGER_MAX, element_type_of
 
@@ -67,13 +68,15 @@ def folded(
     reduction: a ``reduce``'s combiner's root opcode.
     elements: a ``reduce``'s operand's element count.
   """
-  if any(v is None or isinstance(v, float | complex) for v in values):
-    return None  # Floats round as f32 or f16 do, which is not read here.
+  if any(v is None or isinstance(v, complex) for v in values):
+    return None
   element = element_type_of(shape)
-  if opcode == "compare" and len(values) == 2 and direction in _COMPARISONS:
-    return bool(_COMPARISONS[direction](values[0], values[1]))
   if opcode == "convert" and len(values) == 1:
     return _converted(values[0], element)
+  if any(isinstance(v, float) for v in values):
+    return None  # Floats round as f32 or f16 do, which is not read here.
+  if opcode == "compare" and len(values) == 2 and direction in _COMPARISONS:
+    return bool(_COMPARISONS[direction](values[0], values[1]))
   if opcode in ("not", "negate") and len(values) == 1:
     v = values[0]
     if isinstance(v, bool):
@@ -123,4 +126,30 @@ def _converted(value: object, element: str) -> object:
     return bool(value)
   if element in INTEGER_MAX and isinstance(value, int):
     return _fits(int(value), element)
+  if element in INTEGER_MAX and isinstance(value, float) and isfinite(value):
+    # Toward zero where it fits; out of range XLA saturates (or not, by
+    # platform): not read here.
+    whole = int(value)
+    largest = INTEGER_MAX[element]
+    smallest = 0 if element.startswith("u") else -largest - 1
+    return whole if smallest <= whole <= largest else None
+  return None
+
+
+def typed(value: object, shape: str) -> object:
+  """A literal's `value` as its type `shape` holds it: a float type's is
+  a float (its text ``200`` is 200.0, which a conversion saturates where
+  an integer's wraps), a ``pred``'s a bool, an integer type's an int;
+  None where they do not fit."""
+  element = element_type_of(shape)
+  if value is None or isinstance(value, complex):
+    return None
+  if element == "pred":
+    return value if isinstance(value, bool) else None
+  if element in INTEGER_MAX:
+    return (
+      value if isinstance(value, int) and not isinstance(value, bool) else None
+    )
+  if element.startswith(("f", "bf")) and isinstance(value, int | float):
+    return None if isinstance(value, bool) else float(value)
   return None

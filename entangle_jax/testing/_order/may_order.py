@@ -435,7 +435,7 @@ class MayOrder:
     if opcode == "constant":
       return algebra.new_leaf(
         const=True,
-        lit=uniform_literal(i.literal),
+        lit=folding.typed(uniform_literal(i.literal), i.shape),
         key=("c", i.literal, i.shape),
       )
     if opcode == "iota":
@@ -552,6 +552,22 @@ class MayOrder:
       and root[0].parameter_number == 1
     )
 
+  def _combiner(self, i: Instruction) -> str | None:
+    """The opcode of a reduction's combiner where it is that one op on
+    its two parameters (``add(x, y)``); None for any other (``max(min(x,
+    y), min(x, y))`` is no maximum)."""
+    body = self.module.computations.get(i.callees[0] if i.callees else "")
+    if body is None:
+      return None
+    roots = [c for c in body if c.root]
+    parameters = {c.name for c in body if c.opcode == "parameter"}
+    if len(roots) != 1 or len(parameters) != 2 or len(body) != 3:
+      return None
+    root = roots[0]
+    if set(root.operands) != parameters or len(root.operands) != 2:
+      return None
+    return root.opcode
+
   def _folded(self, i: Instruction, operands: list[Value]) -> Leaf | None:
     """The constant XLA folds `i` to, where its operands are constants
     this module can read; None otherwise."""
@@ -564,14 +580,11 @@ class MayOrder:
       lits.append(operand.lit)
     reduction = count = None
     if i.opcode == "reduce":
-      computation = self.module.computations.get(
-        i.callees[0] if i.callees else ""
-      )
-      roots = [c for c in computation or () if c.root]
+      reduction = self._combiner(i)
       dims = self._dims_of(i.operands[0]) if i.operands else None
-      if len(roots) != 1 or dims is None:
+      if reduction is None or dims is None:
         return None
-      reduction, count = roots[0].opcode, math.prod(dims)
+      count = math.prod(dims)
     value = folding.folded(
       i.opcode, i.shape, lits, i.direction, reduction, count
     )
@@ -586,8 +599,16 @@ class MayOrder:
     """An instruction that no case of `_instruction` takes: its result is
     computed from all its operands."""
     opcode = i.opcode
+    if self._absorbs(i, operands):
+      # XLA folds it to a constant (an integer dot with zeros, a product
+      # or an `all` over an element that is 0 or false).
+      return algebra.shaped(i.shape, Leaf(const=True))
+    nonneg = algebra.nonneg_of(opcode, operands)
+    if opcode == "reduce" and operands and self._combiner(i) == "maximum":
+      # The largest of elements never negative (whatever the start).
+      nonneg = nonneg or algebra.nonneg_of("maximum", operands[:1])
     joined = algebra.replace(
-      algebra.join(operands), key=algebra.key_of(i, operands)
+      algebra.join(operands), key=algebra.key_of(i, operands), nonneg=nonneg
     )
     if opcode in algebra.CANCELLING and len(operands) == 2:
       joined = algebra.cancelled(opcode, i.shape, operands, joined)
@@ -595,6 +616,26 @@ class MayOrder:
       joined = algebra.varying(joined, algebra.bits(context.loops))
       self.live |= joined.deps
     return algebra.shaped(i.shape, joined)
+
+  def _absorbs(self, i: Instruction, operands: list[Value]) -> bool:
+    """Whether XLA may fold `i` to a constant whatever its other operands:
+    an integer ``dot`` of an operand that may be all zeros, or a
+    reduction whose combiner absorbs (a product, an ``and``, an ``or``)
+    over an initial value or an element that may absorb."""
+    opcode = i.opcode
+    if opcode == "dot" and len(operands) == 2 and algebra.is_integral(i.shape):
+      return any(_may_be(algebra.as_leaf(o), (0,)) for o in operands)
+    if opcode != "reduce" or len(operands) != 2:
+      return False
+    combiner = self._combiner(i)
+    absorbing = _ABSORBED_BY.get(combiner or "")
+    if absorbing is None:
+      return False
+    if combiner == "multiply" and not algebra.is_integral(i.shape):
+      return False  # A float product keeps NaN: XLA keeps it.
+    data, start = (algebra.as_leaf(o) for o in operands)
+    elements = data.parts if data.parts is not None else (data,)
+    return any(_may_be(algebra.each(x), absorbing) for x in (*elements, start))
 
   def _custom_call(
     self, i: Instruction, operands: list[Value], context: _Context
@@ -677,6 +718,8 @@ class MayOrder:
       return initial  # XLA deletes a loop that never runs.
     merged = algebra.loop_state(initial, root, passed_on, ())
     if loop.trips:
+      # It runs: after it, each element is what its last iteration made.
+      merged = algebra.after_trips(initial, root, passed_on, ())
       rows = elements.Rows(
         i.shape, loop.trips, index, self._in_loop.get(index, 0)
       )
@@ -767,4 +810,19 @@ def _one(dimensions: tuple[int, ...] | None) -> int | None:
   """The one dimension a ``concatenate`` joins along; None if unknown."""
   return (
     dimensions[0] if dimensions is not None and len(dimensions) == 1 else None
+  )
+
+
+_ABSORBED_BY = {"multiply": (0,), "and": (False, 0), "or": (True, -1)}
+"""A combiner's absorbing values: a reduction over one of them is it."""
+
+
+def _may_be(leaf: Leaf, values: tuple) -> bool:
+  """Whether `leaf` is a constant that may be one of `values` (one this
+  module cannot read may be)."""
+  if not leaf.const:
+    return False
+  return leaf.lit is None or any(
+    leaf.lit == v and isinstance(leaf.lit, bool) == isinstance(v, bool)
+    for v in values
   )
