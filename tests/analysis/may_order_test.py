@@ -603,6 +603,48 @@ ordered_branch_after_a_convert = _ordered_branch_when(
 )
 
 
+def _nested(s, w):
+  """Concatenates in concatenates, of shape (5, 4): ``[1, 0]`` is `w`."""
+  inner = jnp.concatenate(
+    [jnp.broadcast_to(s, (1, 1)), jnp.broadcast_to(w, (1, 1))], axis=0
+  )
+  column = jnp.concatenate([inner, jnp.broadcast_to(s, (3, 1))], axis=0)
+  return jnp.concatenate([column, jnp.broadcast_to(s, (5, 3))], axis=1)
+
+
+# The write's element of nested concatenates, flattened: [4] is [1, 0].
+query_through_nested_flat = query_through(
+  "nested_flat", lambda s, w: _nested(s, w).reshape(-1)[4]
+)
+# The control: [0] is s.
+query_through_nested_flat_other = query_through(
+  "nested_flat_other", lambda s, w: _nested(s, w).reshape(-1)[0]
+)
+
+
+def _rows_of_writes(slot):
+  first = read_slot(slot)
+
+  def body(token, _):
+    value = read_slot(token)
+    written = write_slot(entangle(token, value), value + 1.0)
+    return written, jnp.stack([written, slot])
+
+  return first, lax.scan(body, entangle(slot, first), None, length=3)[1]
+
+
+def query_after_the_last_rows_write(slot):
+  """``ys[-1, 0]``: the last iteration's write's token, in a row of two."""
+  first, rows = _rows_of_writes(slot)
+  return first, read_slot(rows[-1, 0])
+
+
+def query_of_the_last_rows_slot(slot):
+  """The control: ``ys[-1, 1]`` is the slot, after no write."""
+  first, rows = _rows_of_writes(slot)
+  return first, read_slot(rows[-1, 1])
+
+
 def indexed_read_in_loop(slot, read=read_slot):
   """A loop's read of the slot through an index that cannot change it (a
   broadcast's element): XLA drops the index, and the read no longer
@@ -1076,6 +1118,12 @@ class NoFalseReportTest(parameterized.TestCase):
     ("map_over_two_slots", map_over_two_slots, map_over_one_slot_twice),
     ("take_in_bounds", take_in_bounds, take_out_of_bounds),
     ("branch_not_picked", racy_branch_not_picked, racy_branch_picked),
+    ("nested_flat", query_through_nested_flat, query_through_nested_flat_other),
+    (
+      "last_rows_write",
+      query_after_the_last_rows_write,
+      query_of_the_last_rows_slot,
+    ),
   )
   def test_clean_and_control_reported(self, program, control):
     self.assertEqual(_races(program), [], format_races(_races(program)))

@@ -25,6 +25,14 @@ class SlicedTest(absltest.TestCase):
     stack = _stack()
     self.assertIs(elements.sliced(stack, (2, 1), ((1, 2, 1), (0, 1, 1))), W)
 
+  def test_nested_parts_are_followed(self):
+    # concatenate([concatenate([s, w]), s]) of f32[3]: [1] is w.
+    inner = _stack()
+    outer = elements.concatenated([inner, S], [(2,), (1,)], (3,), 0)
+    self.assertIs(elements.sliced(outer, (3,), ((1, 2, 1),)), W)
+    self.assertIs(elements.sliced(outer, (3,), ((0, 2, 1),)), inner)
+    self.assertEqual(elements.sliced(outer, (3,), ((2, 3, 1),)).deps, 0b01)
+
   def test_a_slice_of_both_parts_is_computed_from_both(self):
     both = elements.sliced(_stack(), (2,), ((0, 2, 1),))
     self.assertEqual(both.deps, 0b11)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import functools
 import itertools
 import math
 import re
@@ -50,86 +49,81 @@ def sliced(
   """A slice of `whole` (an array of `dims` whose elements differ) that
   takes `region`, a ``(start, limit, stride)`` per dimension: XLA folds a
   slice of a concatenate or of an update to the parts it takes, so it is
-  computed from those alone. Where the parts it takes cannot be told (no
-  layout, no region, too many elements), only what any element surely
-  has."""
-  layout = whole.layout
-  parts = whole.parts
-  if (
-    parts is None
-    or layout is None
-    or region is None
-    or dims is None
-    or len(region) != len(dims)
-  ):
+  computed from those alone (`elements_of`). Where the parts it takes
+  cannot be told (no region, too many elements), only what any element
+  surely has."""
+  if whole.parts is None:
+    return whole
+  if region is None or dims is None or len(region) != len(dims):
     return each(whole)
-  taken = _parts_taken(dims, region, layout)
-  if taken is None:
+  cells = cells_of(dims, region)
+  if cells is None or math.prod(dims) != (whole.layout or (0,))[-1]:
     return each(whole)
-  hit, exact = taken
-  if not hit:
+  return elements_of(whole, cells)
+
+
+def elements_of(leaf: Leaf, cells: frozenset) -> Leaf:
+  """What the elements of `leaf` at row-major indices `cells` are computed
+  from: the parts of `leaf` they lie in (`Leaf.layout`), each part's
+  whole where they are all of it, else the part's own elements at their
+  indices in it, and so on into nested parts; only what any element
+  surely has where the layout does not say."""
+  if not cells:
     return Leaf(const=True)  # No element: XLA makes it a constant.
-  if exact:
-    part = parts[hit[0]]
-    if layout[0] == "joined":
-      # The whole of a concatenate's operand: that operand itself.
-      return part
-    # The elements an update left (some of its base's) or wrote (of its
-    # update, some perhaps written over by others): what each surely is.
-    return each(part) if part.parts is not None else part
-  ones = [each(parts[k]) for k in hit]
-  if len(ones) == 1:
-    return ones[0]
-  joined = join(ones)
-  return replace(joined, parts=tuple(ones))
+  if leaf.parts is None:
+    return leaf
+  layout = leaf.layout
+  if layout is None or max(cells) >= layout[-1]:
+    return each(leaf)
+  found = []
+  for part, local, everything in _by_part(layout, cells):
+    inner = leaf.parts[part]
+    if everything and layout[0] == "joined":
+      found.append(inner)  # A concatenate's operand, whole: itself.
+    elif local is None:
+      # Elements an update wrote, some perhaps written over by others.
+      found.append(each(inner))
+    else:
+      found.append(elements_of(inner, local))
+  if len(found) == 1:
+    return found[0]
+  return replace(join(found), parts=tuple(found), layout=None)
 
 
-@functools.lru_cache(maxsize=4096)
-def _parts_taken(
-  dims: tuple[int, ...],
-  region: tuple[tuple[int, int, int], ...],
-  layout: tuple,
-) -> tuple[tuple[int, ...], bool] | None:
-  """The parts (indices into `Leaf.parts`) whose elements a slice of
-  `region` takes, and whether it takes exactly all of one part; None
-  where the layout does not fit `dims` or the slice is too large to read
-  element by element."""
+def _by_part(
+  layout: tuple, cells: frozenset
+) -> list[tuple[int, frozenset | None, bool]]:
+  """The parts that `cells` lie in, each with their indices in that part
+  (None for an update's written part, whose indices are not followed) and
+  whether they are all of the part's elements."""
   count = layout[-1]
-  if math.prod(dims) != count:
-    return None
-  ranges = [range(start, limit, stride) for start, limit, stride in region]
-  taken = math.prod(len(r) for r in ranges)
-  if taken > SLICE_ELEMENTS_READ:
-    return None
-  part_of, sizes = _parts_by_index(layout)
-  strides = [math.prod(dims[k + 1 :]) for k in range(len(dims))]
-  hit: set[int] = set()
-  for index in itertools.product(*ranges):
-    hit.add(part_of(sum(i * s for i, s in zip(index, strides, strict=True))))
-  if len(hit) != 1:
-    return tuple(sorted(hit)), False
-  (part,) = hit
-  return (part,), taken == sizes[part]
-
-
-def _parts_by_index(layout: tuple) -> tuple[Callable[[int], int], list[int]]:
-  """For a `Leaf.layout`: the part of the element of each index, and how
-  many elements each part has."""
   if layout[0] == "cells":
-    cells, count = layout[1], layout[2]
-    return (lambda flat: 1 if flat in cells else 0), [
-      count - len(cells),
-      len(cells),
-    ]
+    written = layout[1]
+    inside = cells & written
+    out: list[tuple[int, frozenset | None, bool]] = []
+    if cells - written:
+      # The base's elements keep their indices.
+      out.append(
+        (0, cells - written, len(cells - written) == count - len(written))
+      )
+    if inside:
+      out.append((1, None, inside == written))
+    return out
   inner, sizes, count = layout[1], layout[2], layout[3]
-  bounds = list(itertools.accumulate(sizes))
-  joined = bounds[-1] if bounds else 0
-  per_step = count // joined if joined else 0
-
-  def part_of(flat: int) -> int:
-    return bisect.bisect_right(bounds, (flat // inner) % joined)
-
-  return part_of, [per_step * size for size in sizes]
+  bounds = [0, *itertools.accumulate(sizes)]
+  joined = bounds[-1]
+  steps = count // (inner * joined) if inner and joined else 0
+  groups: dict[int, set[int]] = {}
+  for flat in cells:
+    step, rest = divmod(flat, inner * joined)
+    along, within = divmod(rest, inner)
+    part = bisect.bisect_right(bounds, along) - 1
+    local = (step * sizes[part] + along - bounds[part]) * inner + within
+    groups.setdefault(part, set()).add(local)
+  return [
+    (part, frozenset(local), len(local) == steps * sizes[part] * inner)
+    for part, local in sorted(groups.items())
+  ]
 
 
 def updated(
