@@ -33,7 +33,7 @@ from entangle_jax._src.targets import shipped, sources, table
 from entangle_jax._src.targets.communication import Communication
 from entangle_jax._src.targets.declaration import Declarations, merged
 from entangle_jax.testing import CrossRankResult, races_across
-from entangle_jax.testing._analysis.ranks import _raw_attribute
+from entangle_jax.testing._analysis.call_attributes import raw_attribute
 from entangle_jax.testing._hlo import dumped_module
 from entangle_jax.testing._ways_in import command, rank_sequences
 
@@ -1084,7 +1084,7 @@ class SubgroupTest(absltest.TestCase):
         # ones shard_map/psum), not the one in the cond's branch.
         if " all-reduce(" in line and '/psum"' in line and "branch_" not in line
       ]
-      old = _raw_attribute(lines[k], "replica_groups")
+      old = raw_attribute(lines[k], "replica_groups")
       assert old is not None, lines[k]
       lines[k] = lines[k].replace(
         f"replica_groups={old}", f"replica_groups={groups}", 1

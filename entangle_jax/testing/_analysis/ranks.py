@@ -47,6 +47,7 @@ from entangle_jax._src.targets.names import (
   is_sanitizer_counter,
 )
 from entangle_jax.testing import _hlo
+from entangle_jax.testing._analysis import call_attributes
 from entangle_jax.testing._analysis.ops import Op
 from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
 from entangle_jax.testing._analysis.rank_values import DecisionSlice, Signature
@@ -210,110 +211,6 @@ class Unordered:
 
   first: Op
   second: Op
-
-
-def _strip_layout(shape: str) -> str:
-  return re.sub(r"\{[^{}]*\}", "", shape)
-
-
-def _raw_attribute(line: str, key: str) -> str | None:
-  """The text of attribute `key` of an instruction line (balanced braces
-  and brackets; quoted strings kept whole); None when it has none."""
-  found = re.search(rf"[,\s]{re.escape(key)}=", line)
-  if found is None:
-    return None
-  start = index = found.end()
-  depth = 0
-  quoted = False
-  while index < len(line):
-    char = line[index]
-    if quoted:
-      if char == "\\":
-        index += 1
-      elif char == '"':
-        quoted = False
-    elif char == '"':
-      quoted = True
-    elif char in "{[(":
-      depth += 1
-    elif char in "}])":
-      depth -= 1
-      if depth < 0:
-        break
-    elif char == "," and depth == 0:
-      break
-    index += 1
-  return line[start:index].strip()
-
-
-_CONFIG_ENTRY = re.compile(
-  r"([A-Za-z_][\w.]*)\s*=\s*(\"(?:[^\"\\]|\\.)*\"|[^,:}]+?)\s*(?::\s*[\w<>]+)?"
-  r"\s*(?=,|$)"
-)
-
-
-def backend_attributes(line: str) -> dict[str, str]:
-  """An FFI call's attributes, as ``backend_config={name = 1 : i64, ...}``
-  writes them: name to value text."""
-  raw = _raw_attribute(line, "backend_config")
-  if raw is None or not raw.startswith("{"):
-    return {}
-  return {
-    m.group(1): m.group(2).strip() for m in _CONFIG_ENTRY.finditer(raw[1:-1])
-  }
-
-
-def _as_int(text: object) -> int | None:
-  if isinstance(text, int):
-    return text
-  if isinstance(text, str):
-    try:
-      return int(text.strip())
-    except ValueError:
-      return None
-  return None
-
-
-_LIBRARY_SPAN = 1 << 24
-"""Two handles of one call closer than this (16 MiB) are taken to lie in
-one library's data, whose layout is the same in every process."""
-
-
-def _handle_told(
-  value: object, attributes: dict[str, str], communicator: object
-) -> str | None:
-  """What tells an MPI handle (a reduction's, at attribute or operand
-  value `value`) apart across processes, where its value shows it:
-
-  * a 32-bit value is a constant of the MPI library (MPICH's handles are
-    such ints), the same in every process;
-  * an address (Open MPI's handles are the addresses of its predefined
-    objects, which each process maps elsewhere) is told by its distance
-    to another handle of the same call in the same library's data (the
-    element type's): that distance is the library's layout, the same in
-    every process, and two different reductions of one element type lie
-    at different distances. The communicator is never the other handle
-    (one a process made lies on its heap).
-
-  None where neither holds (a reduction the program created): it is then
-  compared up to a consistent renaming only."""
-  handle = _as_int(value)
-  if handle is None:
-    return None
-  if 0 <= handle < 1 << 32:
-    return f"{handle:#x}"
-  for name in sorted(attributes):
-    if name == communicator:
-      continue
-    other = _as_int(attributes[name])
-    if (
-      other is not None
-      and other != handle
-      and other >= 1 << 32
-      and abs(handle - other) < _LIBRARY_SPAN
-    ):
-      return f"{handle - other:+d} from `{name}`"
-  return None
 
 
 class RankProgram:
@@ -519,7 +416,9 @@ class RankProgram:
     communicator is declared, not read: taken to span all the ranks."""
     if i.opcode == "custom-call":
       return True
-    count = _group_count(_raw_attribute(self._line(i), "replica_groups"))
+    count = call_attributes.group_count(
+      call_attributes.raw_attribute(self._line(i), "replica_groups")
+    )
     return count is not None and count <= 1
 
   def same(self, i: _hlo.Instruction) -> Same:
@@ -584,7 +483,7 @@ class RankProgram:
     if i.opcode in _LOCAL_SOURCES:
       return f"%{i.name} ({i.opcode}), which differs between devices"
     if self.communication(i) is not None and not self.spans_all(i):
-      groups = _raw_attribute(self._line(i), "replica_groups")
+      groups = call_attributes.raw_attribute(self._line(i), "replica_groups")
       op = self.analysis.op(i)
       where = f" at {op.location}" if op.location else ""
       return (
@@ -725,7 +624,7 @@ class RankProgram:
     if place is None:
       return None
     if isinstance(place, str):
-      return backend_attributes(self._line(i)).get(place)
+      return call_attributes.backend_attributes(self._line(i)).get(place)
     if place >= len(i.operands):
       raise ValueError(
         f"%{i.name} ({i.target}) has no operand {place}, which its "
@@ -739,7 +638,7 @@ class RankProgram:
   ) -> int | None:
     if place is None:
       return None
-    value = _as_int(self._place(i, place))
+    value = call_attributes.as_int(self._place(i, place))
     if value is None:
       raise ValueError(
         f"the {what} of %{i.name} ({i.target}) is not a constant in the "
@@ -753,18 +652,22 @@ class RankProgram:
     if c.kind == "recv":  # What it receives: its result.
       shapes = ", ".join(
         s
-        for s in re.findall(r"\w+\[[^\]]*\]", _strip_layout(i.shape))
+        for s in re.findall(
+          r"\w+\[[^\]]*\]", call_attributes.strip_layout(i.shape)
+        )
         if not s.startswith("token")
       )
     else:
       shapes = ", ".join(
-        _strip_layout(self._defined[(i.computation, o)].shape)
+        call_attributes.strip_layout(self._defined[(i.computation, o)].shape)
         for o in i.operands
         if not self._defined[(i.computation, o)].shape.startswith("token")
       )
     # MPI matches a native call's message by count and type, not shape:
     # f32[2,2] on one rank meets f32[4] on another.
-    compared = _arrays(shapes) if i.opcode == "custom-call" else shapes
+    compared = (
+      call_attributes.arrays(shapes) if i.opcode == "custom-call" else shapes
+    )
     fingerprint: list[tuple[str, object]] = [
       ("kind", c.kind),
       ("call", i.target or i.opcode.removesuffix("-start")),
@@ -772,9 +675,9 @@ class RankProgram:
     ]
     renamed: list[tuple[str, object]] = []
     if i.opcode != "custom-call":
-      fingerprint.append(("result", _strip_layout(i.shape)))
+      fingerprint.append(("result", call_attributes.strip_layout(i.shape)))
       for key in ("replica_groups", "dimensions", "source_target_pairs"):
-        value = _raw_attribute(line, key)
+        value = call_attributes.raw_attribute(line, key)
         if value is not None:
           fingerprint.append((key, value))
       if i.callees:  # The reduction: its computation's root opcode.
@@ -789,7 +692,9 @@ class RankProgram:
       if c.op is not None:
         value = self._place(i, c.op)
         renamed.append(("reduction", value))
-        told = _handle_told(value, backend_attributes(line), c.communicator)
+        told = call_attributes.handle_told(
+          value, call_attributes.backend_attributes(line), c.communicator
+        )
         if told is not None:
           fingerprint.append(("reduction's MPI handle", told))
     return Call(
@@ -803,8 +708,8 @@ class RankProgram:
       source_tag=self._number(i, c.source_tag, "source tag"),
       shapes=f"({shapes})",
       # A send's or sendrecv's `shapes` are its data operands'.
-      sent=_arrays(shapes) if c.kind in _SENDING else "",
-      received=_arrays(i.shape) if c.kind in _RECEIVING else "",
+      sent=call_attributes.arrays(shapes) if c.kind in _SENDING else "",
+      received=call_attributes.arrays(i.shape) if c.kind in _RECEIVING else "",
     )
 
   def calls(self) -> Iterator[Call]:
@@ -826,100 +731,6 @@ def calls_of(items: tuple[Item, ...]) -> Iterator[Call]:
 
 _SENDING = frozenset({"send", "sendrecv"})
 _RECEIVING = frozenset({"recv", "sendrecv"})
-
-
-def _arrays(shapes: str) -> str:
-  """The arrays of HLO shape text `shapes` (a tuple's too), each as MPI
-  matches it (`_counted`), tokens left out: ``(f32[2,2]{1,0}, token[])``
-  is ``f32[4]``."""
-  found = re.findall(r"\w+\[[^\]]*\]", _strip_layout(shapes))
-  return ", ".join(_counted(x) for x in found if not x.startswith("token"))
-
-
-def _counted(shape: str) -> str:
-  """An array type as MPI matches it: its element type and count
-  (``f32[2,2]`` is ``f32[4]``, ``f32[]`` is ``f32[1]``); other text as
-  it is."""
-  found = re.fullmatch(r"(\w+)\[([\d,\s]*)\]", shape)
-  if found is None:
-    return shape
-  count = 1
-  for dim in found.group(2).split(","):
-    if dim.strip():
-      count *= int(dim)
-  return f"{found.group(1)}[{count}]"
-
-
-def _group_count(groups: str | None) -> int | None:
-  """How many replica groups ``replica_groups=`` writes: ``{{0,1},{2,3}}``
-  is 2, ``[2,2]<=[4]`` (the iota form) is 2, ``mesh['p'=2,'d'=2] {'d'}``
-  (the mesh-axes form of newer XLA: the groups reduce over the axes
-  named in braces) is 2, ``{}`` or none is 1 (every device in one).
-  None when the text is in no form read here: the caller must not take
-  such a collective as one group."""
-  if groups is None:
-    return 1
-  groups = groups.strip()
-  if groups.startswith("mesh"):
-    return _mesh_group_count(groups)
-  iota = re.match(r"\[(\d+)\s*,", groups)
-  if iota is not None:
-    return int(iota.group(1))
-  if not groups.startswith("{"):
-    return None
-  inner = groups[1:-1].strip()
-  return max(1, inner.count("{"))
-
-
-_MESH_AXIS = re.compile(r"\s*'([^']*)'\s*=\s*(\d+)\s*")
-_DEVICE_ORDER = re.compile(r"(<=\s*\[[\d,\s]*\]\s*)?(T\([\d,\s]*\))?")
-_REDUCED_AXIS = re.compile(
-  r"\s*'([^']*)'\s*(?::\s*\(\s*(\d+)\s*\)\s*(\d+))?\s*"
-)
-
-
-def _mesh_group_count(groups: str) -> int | None:
-  """The group count of the mesh-axes form ``mesh['p'=2,'d'=2] {'d'}``:
-  the mesh's devices over those of one group (the product of the axes in
-  braces; a sub-axis ``'d':(1)2`` counts its own size). None when any
-  part is not read."""
-  found = re.fullmatch(r"mesh\s*\[([^\]]*)\](.*?)\{([^{}]*)\}\s*", groups, re.S)
-  if found is None:
-    return None
-  sizes: dict[str, int] = {}
-  for part in found.group(1).split(","):
-    axis = _MESH_AXIS.fullmatch(part)
-    if axis is None:
-      return None
-    sizes[axis.group(1)] = int(axis.group(2))
-  between = found.group(2).strip()
-  # A device order (``<=[4]``, ``T(1,0)``) orders the devices, not how
-  # many groups there are; anything else is not read.
-  if between and _DEVICE_ORDER.fullmatch(between) is None:
-    return None
-  total = 1
-  for size in sizes.values():
-    total *= size
-  group = 1
-  named: set[str] = set()
-  reduced = found.group(3).strip()
-  for part in reduced.split(",") if reduced else []:
-    axis = _REDUCED_AXIS.fullmatch(part)
-    # An axis named twice, or a sub-axis that does not fit in its axis,
-    # is not read (it could make a group of every device).
-    if axis is None or axis.group(1) not in sizes or axis.group(1) in named:
-      return None
-    named.add(axis.group(1))
-    size = sizes[axis.group(1)]
-    if axis.group(3):
-      pre, sub = int(axis.group(2)), int(axis.group(3))
-      if pre < 1 or sub < 1 or size % (pre * sub):
-        return None
-      size = sub
-    group *= size
-  if group < 1 or total % group:
-    return None
-  return total // group
 
 
 def _entry_parameter(i: _hlo.Instruction) -> str:

@@ -571,7 +571,7 @@ def signature(site: CallSite | None) -> str:
 def _declared_values(line: str, c: Communication) -> dict[str, Any]:
   """The peer, tags and matched values (a root) that `c` declares, read
   from the call's attributes in `line` (an operand place is not read)."""
-  from entangle_jax.testing._analysis.ranks import backend_attributes
+  from entangle_jax.testing._analysis.call_attributes import backend_attributes
 
   attributes = backend_attributes(line) if line else {}
 
