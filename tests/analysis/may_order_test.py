@@ -645,6 +645,16 @@ def query_of_the_last_rows_slot(slot):
   return first, read_slot(rows[-1, 1])
 
 
+# jnp.take of one element at a constant index: a gather XLA folds to it.
+query_through_take_of_a_stack = query_through(
+  "take_of_a_stack", lambda s, w: jnp.take(jnp.stack([s, w]), 1)
+)
+# The control: index 0 is the slot.
+query_through_take_of_a_stack_other = query_through(
+  "take_of_a_stack_other", lambda s, w: jnp.take(jnp.stack([s, w]), 0)
+)
+
+
 def indexed_read_in_loop(slot, read=read_slot):
   """A loop's read of the slot through an index that cannot change it (a
   broadcast's element): XLA drops the index, and the read no longer
@@ -1119,6 +1129,11 @@ class NoFalseReportTest(parameterized.TestCase):
     ("take_in_bounds", take_in_bounds, take_out_of_bounds),
     ("branch_not_picked", racy_branch_not_picked, racy_branch_picked),
     ("nested_flat", query_through_nested_flat, query_through_nested_flat_other),
+    (
+      "take_of_a_stack",
+      query_through_take_of_a_stack,
+      query_through_take_of_a_stack_other,
+    ),
     (
       "last_rows_write",
       query_after_the_last_rows_write,

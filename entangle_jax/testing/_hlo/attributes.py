@@ -161,6 +161,8 @@ def _text_fields(
     )
   if opcode == "scatter":
     fields["scatter_dims"] = _scatter_dims(masked)
+  if opcode == "gather":
+    fields["gather_dims"] = _gather_dims(masked)
   if "dimension" in masked and (found := _DIMENSIONS.search(masked)):
     fields["dimensions"] = tuple(
       int(d) for d in found.group(1).split(",") if d.strip()
@@ -200,6 +202,28 @@ def _scatter_dims(masked: str) -> tuple | None:
     return None
   return (*found, int(vector.group(1)))
 
+
+def _gather_dims(masked: str) -> tuple | None:
+  """A gather's ``(offset_dims, collapsed_slice_dims, start_index_map,
+  slice_sizes, index_vector_dim)``; None where one is missing."""
+  found = []
+  for key in _GATHER_KEYS:
+    match = re.search(rf"\b{key}=\{{([\d,\s]*)\}}", masked)
+    if match is None:
+      return None
+    found.append(tuple(int(d) for d in match.group(1).split(",") if d.strip()))
+  vector = re.search(r"\bindex_vector_dim=(\d+)", masked)
+  if vector is None:
+    return None
+  return (*found, int(vector.group(1)))
+
+
+_GATHER_KEYS = (
+  "offset_dims",
+  "collapsed_slice_dims",
+  "start_index_map",
+  "slice_sizes",
+)
 
 _SCATTER_KEYS = (
   "update_window_dims",

@@ -95,6 +95,9 @@ class Instruction:
   """The ``dimensions`` attribute (a ``concatenate``'s, the one it joins
   along; a ``broadcast``'s, ``transpose``'s, ``reduce``'s...), or an
   ``iota``'s ``iota_dimension``."""
+  gather_dims: tuple | None = None
+  """A ``gather``'s ``(offset_dims, collapsed_slice_dims, start_index_map,
+  slice_sizes, index_vector_dim)``."""
   scatter_dims: tuple | None = None
   """A ``scatter``'s ``(update_window_dims, inserted_window_dims,
   scatter_dims_to_operand_dims, index_vector_dim)``."""

@@ -378,6 +378,8 @@ def indexed(
       region = None
       if opcode == "dynamic-slice":
         region = region_at(operands[1:], i.dims, dims)
+      elif dims is not None:
+        region = _gathered_point(i, operands, dims)
       found = sliced(base, dims, region)
     found = varying(found, moving)
     return shaped(i.shape, replace(found, key=key))
@@ -432,3 +434,26 @@ def _one_value(parts: tuple | None) -> bool:
     return False
   keys = {part.key for part in parts}
   return len(keys) == 1 and None not in keys
+
+
+def _gathered_point(
+  i: Instruction, operands: list[Value], dims: tuple[int, ...]
+) -> tuple[tuple[int, int, int], ...] | None:
+  """The element a gather of one element takes (``jnp.take(x, 1)``: no
+  offset dims, every dim collapsed, one index), where its index is a
+  constant this module can read, clamped into the operand as XLA does;
+  None for any other gather."""
+  every = tuple(range(len(dims)))
+  if i.gather_dims is None or len(operands) != 2:
+    return None
+  offsets, collapsed, index_map, sizes, _ = i.gather_dims
+  if offsets or collapsed != every or index_map != every:
+    return None
+  if sizes != (1,) * len(dims) or i.dims != ():
+    return None
+  lit = as_leaf(operands[1]).lit  # Every coordinate that one value.
+  if not isinstance(lit, int) or isinstance(lit, bool):
+    return None
+  return tuple(
+    (min(max(lit, 0), d - 1), min(max(lit, 0), d - 1) + 1, 1) for d in dims
+  )
