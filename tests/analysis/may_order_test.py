@@ -655,6 +655,56 @@ query_through_take_of_a_stack_other = query_through(
 )
 
 
+def _reading_a_carried_token(next_of):
+  """A loop whose read takes a carried element `c` that the body sets to
+  `next_of(c, i)`; a write after the read, ordered after it."""
+
+  def program(slot):
+    def body(i, state):
+      total, token = state
+      value = read_slot(token)
+      write_slot(entangle(slot, value), value + 1.0)
+      return total + value, next_of(token, i)
+
+    return lax.fori_loop(0, 3, body, (0.0, slot))[0]
+
+  return program
+
+
+# A skeptic's shapes of issue 76 (fifth pass), proved before and wrong in
+# 5 of 5 runs on jax 0.10.2 and 0.12.0.1 (0.0 for 3.0): XLA folds -(-c)
+# (or c // 1, sum(c[None])) back to c, takes c as unchanged in the loop,
+# and hoists the read.
+loop_reading_a_negated_twice_token = _reading_a_carried_token(
+  lambda c, i: jnp.negative(-c)
+)
+loop_reading_a_summed_token = _reading_a_carried_token(
+  lambda c, i: jnp.sum(c[None])
+)
+# The control: a token that changes with the counter (not foldable).
+loop_reading_a_counted_token = _reading_a_carried_token(
+  lambda c, i: c + (jnp.asarray(i) > 100).astype(c.dtype)
+)
+
+
+def loop_reading_a_written_token(slot):
+  """The fix: the read takes the token the last write returned."""
+
+  def body(i, state):
+    total, token = state
+    value = read_slot(token)
+    token = write_slot(entangle(token, value), value + 1.0)
+    return total + value, token
+
+  return lax.fori_loop(0, 3, body, (0.0, slot))[0]
+
+
+# argmax of one element is 0, a constant XLA folds (0.0 for 5.0).
+query_through_argmax_of_one = query_through(
+  "argmax_of_one", lambda s, w: s + jnp.argmax(w[None]).astype(s.dtype)
+)
+
+
 def indexed_read_in_loop(slot, read=read_slot):
   """A loop's read of the slot through an index that cannot change it (a
   broadcast's element): XLA drops the index, and the read no longer
@@ -1034,6 +1084,19 @@ class ReportedWithAWorkingFixTest(parameterized.TestCase):
       ordered_branch_after_a_convert,
       None,
     ),
+    (
+      "negated_twice_token",
+      loop_reading_a_negated_twice_token,
+      loop_reading_a_written_token,
+      "hoisted",
+    ),
+    (
+      "summed_token",
+      loop_reading_a_summed_token,
+      loop_reading_a_written_token,
+      "hoisted",
+    ),
+    ("argmax_of_one", query_through_argmax_of_one, query_after_update, None),
   )
   def test_reported_and_fixed(self, program, fixed, kind):
     found = _races(program)
@@ -1133,6 +1196,11 @@ class NoFalseReportTest(parameterized.TestCase):
       "take_of_a_stack",
       query_through_take_of_a_stack,
       query_through_take_of_a_stack_other,
+    ),
+    (
+      "counted_token",
+      loop_reading_a_counted_token,
+      loop_reading_a_negated_twice_token,
     ),
     (
       "last_rows_write",

@@ -537,7 +537,17 @@ def body_parameter(
   if ("maybe", path) in passed_on:
     # Unchanged over the iterations, or changed: as unchanged for a call
     # XLA may hoist, but no constant to count trips with.
-    return replace(state, origin=("state", index, path), lit=None, const=False)
+    origin = ("state", index, path)
+    return replace(
+      state,
+      origin=origin,
+      key=origin,
+      lit=None,
+      const=False,
+      var=state.var & ~mark,
+      parts=None if state.parts is None else (each(state),),
+      layout=None,
+    )
   origin = ("state", index, path)
   parts = None
   if state.parts is not None:
@@ -550,14 +560,46 @@ def body_parameter(
 
 def paths_passed_on(root: Value, index: int, path: tuple):
   """The paths of the elements that the body's `root` hands back as the
-  parameter had them, and ``("maybe", path)`` for those it may."""
+  parameter had them, and ``("maybe", path)`` for those it may: where
+  the body computes the element from itself and constants alone (``-(-c)``,
+  ``c // 1``, ``sum(c[None])``), XLA's simplifier may fold that back to
+  the element and take it as unchanged in the loop (and hoist what reads
+  it), unless it steps by a constant."""
   if isinstance(root, tuple):
     for k, element in enumerate(root):
       yield from paths_passed_on(element, index, (*path, k))
   elif root.origin == ("state", index, path):
     yield path
-  elif root.origin == ("maybe", index, path):
+  elif root.origin == ("maybe", index, path) or _from_itself(root, index, path):
     yield ("maybe", path)
+
+
+def _from_itself(root: Leaf, index: int, path: tuple) -> bool:
+  """Whether loop `index`'s body computes element `path` from that element
+  and constants alone (as far as value numbers tell), so that it may be
+  the element unchanged; not where it steps it by a constant that is not
+  0 (a counter)."""
+  origin = root.origin
+  if origin is not None and origin[0] == "step" and origin[3] != 0:
+    return False
+  if root.key is None:
+    return not root.deps  # No call of the body computes it: unknown.
+  return _mentions(root.key) <= {("state", index, path)}
+
+
+@functools.lru_cache(maxsize=65536)
+def _mentions(key: tuple) -> frozenset:
+  """The values a value number is computed from that are not constants:
+  loop state elements, calls, entry parameters."""
+  if key and key[0] in ("state", "call", "entry", "maybe"):
+    return frozenset({key})
+  if key and key[0] == "c":
+    return frozenset()
+  found: frozenset = frozenset()
+  for part in key:
+    if isinstance(part, tuple):
+      found |= _mentions(part)
+  return found
 
 
 def loop_state(
@@ -580,7 +622,7 @@ def loop_state(
   if ("maybe", path) in passed_on:
     # Its initial value, or what the body picks in its place: only what
     # both share, as the body's result already says.
-    return replace(as_leaf(root), origin=None, const=False, lit=None)
+    return replace(as_leaf(root), origin=None, const=False, lit=None, key=None)
   joined = join([initial, root])
   return replace(joined, const=False)
 

@@ -422,9 +422,9 @@ class MayOrder:
       return self._plain(i, operands, context)
     if opcode == "add" and len(operands) == 2:
       # Before the cases below, none of which takes an add.
-      return algebra.cancelled(
-        opcode, i.shape, operands, algebra.add(operands, i.shape)
-      )
+      summed = algebra.add(operands, i.shape)
+      summed = algebra.replace(summed, key=algebra.key_of(i, operands))
+      return algebra.cancelled(opcode, i.shape, operands, summed)
     if opcode == "parameter":
       number = i.parameter_number
       if (
@@ -491,10 +491,6 @@ class MayOrder:
       folded = algebra.absorbed(opcode, operands, i.shape)
       if folded is not None:
         return folded
-    if opcode == "add" and len(operands) == 2:
-      return algebra.cancelled(
-        opcode, i.shape, operands, algebra.add(operands, i.shape)
-      )
     if opcode == "concatenate" and operands:
       dims = [self._dims_of(o) for o in i.operands]
       joined = elements.concatenated(operands, dims, i.dims, _one(i.dimensions))
@@ -522,9 +518,10 @@ class MayOrder:
         # XLA folds it to a constant (``w == w`` of integers, an unsigned
         # ``u >= 0``): it orders nothing.
         return Leaf(const=True)
-      return algebra.cancelled(
-        opcode, i.shape, operands, algebra.compare(i.direction, operands)
+      compared = algebra.replace(
+        algebra.compare(i.direction, operands), key=algebra.key_of(i, operands)
       )
+      return algebra.cancelled(opcode, i.shape, operands, compared)
     if opcode == "bitcast-convert" and operands:
       return algebra.bitcast(
         algebra.as_leaf(operands[0]), self._shape_of(i.operands[0]), i.shape
@@ -599,6 +596,17 @@ class MayOrder:
     """An instruction that no case of `_instruction` takes: its result is
     computed from all its operands."""
     opcode = i.opcode
+    if opcode == "reduce" and len(operands) > 2 and self._reduces_one(i):
+      # A reduction of pairs (an argmax) over one element each: XLA makes
+      # it its combiner on the start and that element, and folds what it
+      # can (the index of one element is 0), so only what every input
+      # shares surely reaches each result.
+      inputs = tuple(algebra.as_leaf(o) for o in operands[: len(operands) // 2])
+      return algebra.shaped(i.shape, algebra.common(inputs))
+    dims = self._dims_of(i.operands[0]) if i.operands else None
+    if opcode == "topk" and operands and dims and dims[-1] == 1:
+      # The top element of one: itself, at index 0 (a constant XLA folds).
+      return (algebra.join(operands[:1]), Leaf(const=True))
     if self._absorbs(i, operands):
       # XLA folds it to a constant (an integer dot with zeros, a product
       # or an `all` over an element that is 0 or false).
@@ -616,6 +624,14 @@ class MayOrder:
       joined = algebra.varying(joined, algebra.bits(context.loops))
       self.live |= joined.deps
     return algebra.shaped(i.shape, joined)
+
+  def _reduces_one(self, i: Instruction) -> bool:
+    """Whether reduce `i` reduces one element into each result (its
+    reduced dimensions all of size 1)."""
+    dims = self._dims_of(i.operands[0]) if i.operands else None
+    if dims is None or i.dimensions is None:
+      return False
+    return all(d < len(dims) and dims[d] == 1 for d in i.dimensions)
 
   def _absorbs(self, i: Instruction, operands: list[Value]) -> bool:
     """Whether XLA may fold `i` to a constant whatever its other operands:
