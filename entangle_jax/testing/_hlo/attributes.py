@@ -160,9 +160,9 @@ def _text_fields(
       for start, limit, stride in _SLICE_RANGE.findall(found.group(1))
     )
   if opcode == "scatter":
-    fields["scatter_dims"] = _scatter_dims(masked)
+    fields["scatter_dims"] = _index_dims(masked, _SCATTER_KEYS)
   if opcode == "gather":
-    fields["gather_dims"] = _gather_dims(masked)
+    fields["gather_dims"] = _index_dims(masked, _GATHER_KEYS)
   if "dimension" in masked and (found := _DIMENSIONS.search(masked)):
     fields["dimensions"] = tuple(
       int(d) for d in found.group(1).split(",") if d.strip()
@@ -187,12 +187,11 @@ def _text_fields(
   )
 
 
-def _scatter_dims(masked: str) -> tuple | None:
-  """A scatter's ``(update_window_dims, inserted_window_dims,
-  scatter_dims_to_operand_dims, index_vector_dim)``; None where one is
-  missing."""
+def _index_dims(masked: str, keys: tuple[str, ...]) -> tuple | None:
+  """The dimension lists `keys` of a scatter's or gather's attributes, in
+  order, then its ``index_vector_dim``; None where one is missing."""
   found = []
-  for key in _SCATTER_KEYS:
+  for key in keys:
     match = re.search(rf"\b{key}=\{{([\d,\s]*)\}}", masked)
     if match is None:
       return None
@@ -203,21 +202,7 @@ def _scatter_dims(masked: str) -> tuple | None:
   return (*found, int(vector.group(1)))
 
 
-def _gather_dims(masked: str) -> tuple | None:
-  """A gather's ``(offset_dims, collapsed_slice_dims, start_index_map,
-  slice_sizes, index_vector_dim)``; None where one is missing."""
-  found = []
-  for key in _GATHER_KEYS:
-    match = re.search(rf"\b{key}=\{{([\d,\s]*)\}}", masked)
-    if match is None:
-      return None
-    found.append(tuple(int(d) for d in match.group(1).split(",") if d.strip()))
-  vector = re.search(r"\bindex_vector_dim=(\d+)", masked)
-  if vector is None:
-    return None
-  return (*found, int(vector.group(1)))
-
-
+# A gather's dimension lists, then (`_index_dims`) its index_vector_dim.
 _GATHER_KEYS = (
   "offset_dims",
   "collapsed_slice_dims",
@@ -225,6 +210,7 @@ _GATHER_KEYS = (
   "slice_sizes",
 )
 
+# A scatter's, likewise.
 _SCATTER_KEYS = (
   "update_window_dims",
   "inserted_window_dims",
