@@ -198,9 +198,6 @@ REARRANGING = frozenset({"reverse", "transpose"})
 XLA folds a slice of one into a slice of the operand."""
 
 
-UNSIGNED_MAX = {k: v for k, v in INTEGER_MAX.items() if k.startswith("u")}
-
-
 NEVER_SPECULATED = frozenset(
   {"send", "recv", "infeed", "outfeed", "rng", "rng-get-and-update-state"}
 )
@@ -682,83 +679,6 @@ def at_most(merged: Value, initial: Value, inside: int) -> Value:
   one, first = each(m), each(a)
   inner = new_leaf(one.deps & (first.deps | inside), one.var, const)
   return replace(m, deps=deps, const=const, parts=(inner,), layout=None)
-
-
-def tautology(direction: str | None, element: str, operands: list) -> bool:
-  """Whether a comparison is a constant that XLA's simplifier may fold:
-  one value with itself (on integers, ``w == w`` is true, ``w < w``
-  false), or an unsigned value against 0 or its type's largest value
-  (``u >= 0``, ``u < 0``, ``u <= MAX``), a constant that cannot be read
-  here taken as possibly one of those."""
-  a, b = (as_leaf(o) for o in operands)
-  integral = element in INTEGER_MAX or element == "pred"
-  if integral and a.key is not None and a.key == b.key:
-    return True
-  if direction is not None and _nonneg_against_zero(direction, a, b):
-    return True
-  largest = UNSIGNED_MAX.get(element)
-  if largest is None or direction is None:
-    return False
-  # The comparison as "u DIRECTION bound", the bound on the right.
-  mirror = {"GE": "LE", "LE": "GE", "GT": "LT", "LT": "GT"}
-  if b.const and not a.const:
-    bound, way = b, direction
-  elif a.const and not b.const:
-    bound, way = a, mirror.get(direction, direction)
-  else:
-    return False
-  lit = bound.lit
-  at_zero = lit is None or (plain_int(lit) and lit == 0)
-  at_max = lit is None or (plain_int(lit) and lit == largest)
-  return (way in ("GE", "LT") and at_zero) or (way in ("LE", "GT") and at_max)
-
-
-def _nonneg_against_zero(direction: str, a: Leaf, b: Leaf) -> bool:
-  """Whether a comparison is one of a value XLA may know never negative
-  (`Leaf.nonneg`) with 0 (``abs(x) < 0``, ``x * x >= 0``, either way
-  round), a constant that cannot be read here taken as possibly 0: XLA
-  folds it to a constant (it may even where the value is NaN)."""
-  mirror = {"GE": "LE", "LE": "GE", "GT": "LT", "LT": "GT"}
-  for value, bound, way in ((a, b, direction), (b, a, mirror.get(direction))):
-    zero = bound.const and (bound.lit is None or bound.lit == 0)
-    if value.nonneg and zero and way in ("LT", "GE"):
-      return True
-  return False
-
-
-NONNEG_OPCODES = frozenset(
-  {"abs", "exponential", "sqrt", "rsqrt", "logistic", "popcnt"}
-)
-"""Opcodes whose result is never negative (a NaN apart)."""
-
-
-def nonneg_of(opcode: str, operands: list[Value]) -> bool:
-  """Whether XLA may know the result of `opcode` on `operands` never
-  negative: `NONNEG_OPCODES`; a product of a value with itself; a
-  maximum with a value never negative; a minimum, sum, select or
-  reduction of values never negative (constants of a value 0 or more
-  included)."""
-  if opcode in NONNEG_OPCODES:
-    return True
-  leaves = [as_leaf(o) for o in operands]
-  if opcode == "multiply" and len(leaves) == 2:
-    x, y = leaves
-    if x.key is not None and x.key == y.key:
-      return True
-  if opcode == "maximum":
-    return any(_nonneg(x) for x in leaves)
-  if opcode in ("minimum", "add", "reduce", "select", "clamp", "multiply"):
-    data = leaves[1:] if opcode == "select" else leaves
-    return bool(data) and all(_nonneg(x) for x in data)
-  return False
-
-
-def _nonneg(leaf: Leaf) -> bool:
-  lit = leaf.lit
-  if leaf.nonneg:
-    return True
-  known = isinstance(lit, int | float) and not isinstance(lit, bool)
-  return leaf.const and known and float(lit) >= 0
 
 
 def after_trips(

@@ -1,5 +1,9 @@
-"""Constants folded as XLA's simplifier folds them, where this module can
-read them.
+"""What XLA's algebraic simplifier folds to a constant: constants this
+module can read (`folded`), comparisons that always give one answer
+(`tautology`: a value with itself, an unsigned value or one never negative
+against 0), and ops an operand absorbs (`absorbs`: an integer dot with
+zeros, a product over a 0), with the combiners of reductions and scatters
+they read (`combiner`, `sets`).
 
 A value XLA computes from constants alone is a constant in the optimized
 module, and what it decides is decided before any call runs: a ``select``
@@ -17,10 +21,20 @@ elements are all equal: `Leaf.lit`).
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from math import isfinite
 
-from entangle_jax.testing._order.algebra import INTEGER_MAX, element_type_of
+from entangle_jax.testing._hlo import Instruction
+from entangle_jax.testing._order.algebra import (
+  INTEGER_MAX,
+  Leaf,
+  Value,
+  as_leaf,
+  each,
+  element_type_of,
+  is_integral,
+  plain_int,
+)
 
 _COMPARISONS: dict[str, Callable] = {
   "EQ": operator.eq,
@@ -153,3 +167,145 @@ def typed(value: object, shape: str) -> object:
   if element.startswith(("f", "bf")) and isinstance(value, int | float):
     return None if isinstance(value, bool) else float(value)
   return None
+
+
+UNSIGNED_MAX = {k: v for k, v in INTEGER_MAX.items() if k.startswith("u")}
+
+
+def tautology(direction: str | None, element: str, operands: list) -> bool:
+  """Whether a comparison is a constant that XLA's simplifier may fold:
+  one value with itself (on integers, ``w == w`` is true, ``w < w``
+  false), or an unsigned value against 0 or its type's largest value
+  (``u >= 0``, ``u < 0``, ``u <= MAX``), a constant that cannot be read
+  here taken as possibly one of those."""
+  a, b = (as_leaf(o) for o in operands)
+  integral = element in INTEGER_MAX or element == "pred"
+  if integral and a.key is not None and a.key == b.key:
+    return True
+  if direction is not None and _nonneg_against_zero(direction, a, b):
+    return True
+  largest = UNSIGNED_MAX.get(element)
+  if largest is None or direction is None:
+    return False
+  # The comparison as "u DIRECTION bound", the bound on the right.
+  mirror = {"GE": "LE", "LE": "GE", "GT": "LT", "LT": "GT"}
+  if b.const and not a.const:
+    bound, way = b, direction
+  elif a.const and not b.const:
+    bound, way = a, mirror.get(direction, direction)
+  else:
+    return False
+  lit = bound.lit
+  at_zero = lit is None or (plain_int(lit) and lit == 0)
+  at_max = lit is None or (plain_int(lit) and lit == largest)
+  return (way in ("GE", "LT") and at_zero) or (way in ("LE", "GT") and at_max)
+
+
+def _nonneg_against_zero(direction: str, a: Leaf, b: Leaf) -> bool:
+  """Whether a comparison is one of a value XLA may know never negative
+  (`Leaf.nonneg`) with 0 (``abs(x) < 0``, ``x * x >= 0``, either way
+  round), a constant that cannot be read here taken as possibly 0: XLA
+  folds it to a constant (it may even where the value is NaN)."""
+  mirror = {"GE": "LE", "LE": "GE", "GT": "LT", "LT": "GT"}
+  for value, bound, way in ((a, b, direction), (b, a, mirror.get(direction))):
+    zero = bound.const and (bound.lit is None or bound.lit == 0)
+    if value.nonneg and zero and way in ("LT", "GE"):
+      return True
+  return False
+
+
+NONNEG_OPCODES = frozenset(
+  {"abs", "exponential", "sqrt", "rsqrt", "logistic", "popcnt"}
+)
+"""Opcodes whose result is never negative (a NaN apart)."""
+
+
+def nonneg_of(opcode: str, operands: list[Value]) -> bool:
+  """Whether XLA may know the result of `opcode` on `operands` never
+  negative: `NONNEG_OPCODES`; a product of a value with itself; a
+  maximum with a value never negative; a minimum, sum, select or
+  reduction of values never negative (constants of a value 0 or more
+  included)."""
+  if opcode in NONNEG_OPCODES:
+    return True
+  leaves = [as_leaf(o) for o in operands]
+  if opcode == "multiply" and len(leaves) == 2:
+    x, y = leaves
+    if x.key is not None and x.key == y.key:
+      return True
+  if opcode == "maximum":
+    return any(_nonneg(x) for x in leaves)
+  if opcode in ("minimum", "add", "reduce", "select", "clamp", "multiply"):
+    data = leaves[1:] if opcode == "select" else leaves
+    return bool(data) and all(_nonneg(x) for x in data)
+  return False
+
+
+def _nonneg(leaf: Leaf) -> bool:
+  lit = leaf.lit
+  if leaf.nonneg:
+    return True
+  known = isinstance(lit, int | float) and not isinstance(lit, bool)
+  return leaf.const and known and float(lit) >= 0
+
+
+def absorbs(
+  opcode: str, shape: str, operands: list[Value], combiner: str | None
+) -> bool:
+  """Whether XLA may fold an op (`opcode`, result `shape`) to a constant
+  whatever its other operands: an integer ``dot`` of an operand that may
+  be all zeros, or a reduction whose `combiner` absorbs (a product, an
+  ``and``, an ``or``) over an initial value or an element that may
+  absorb."""
+  if opcode == "dot" and len(operands) == 2 and is_integral(shape):
+    return any(_may_be(as_leaf(o), (0,)) for o in operands)
+  if opcode != "reduce" or len(operands) != 2:
+    return False
+  absorbing = _ABSORBED_BY.get(combiner or "")
+  if absorbing is None:
+    return False
+  if combiner == "multiply" and not is_integral(shape):
+    return False  # A float product keeps NaN: XLA keeps it.
+  data, start = (as_leaf(o) for o in operands)
+  elements = data.parts if data.parts is not None else (data,)
+  return any(_may_be(each(x), absorbing) for x in (*elements, start))
+
+
+_ABSORBED_BY = {"multiply": (0,), "and": (False, 0), "or": (True, -1)}
+"""A combiner's absorbing values: a reduction over one of them is it."""
+
+
+def _may_be(leaf: Leaf, values: tuple) -> bool:
+  """Whether `leaf` is a constant that may be one of `values` (one this
+  module cannot read may be)."""
+  if not leaf.const:
+    return False
+  return leaf.lit is None or any(
+    leaf.lit == v and isinstance(leaf.lit, bool) == isinstance(v, bool)
+    for v in values
+  )
+
+
+def sets(body: Sequence[Instruction]) -> bool:
+  """Whether a scatter's combiner, the computation `body`, returns the
+  update (a set, not an add or a maximum)."""
+  roots = [c for c in body if c.root]
+  return (
+    len(roots) == 1
+    and roots[0].opcode == "parameter"
+    and roots[0].parameter_number == 1
+  )
+
+
+def combiner(body: Sequence[Instruction]) -> str | None:
+  """The opcode of a reduction's combiner, the computation `body`, where
+  it is that one op on its two parameters (``add(x, y)``); None for any
+  other (``max(min(x, y), min(x, y))`` is no maximum)."""
+  roots = [c for c in body if c.root]
+  parameters = {c.name for c in body if c.opcode == "parameter"}
+  if len(roots) != 1 or len(parameters) != 2 or len(body) != 3:
+    return None
+  root = roots[0]
+  if set(root.operands) != parameters or len(root.operands) != 2:
+    return None
+  return root.opcode

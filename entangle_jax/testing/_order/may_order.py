@@ -514,7 +514,7 @@ class MayOrder:
         return Leaf(const=True, lit=low.lit)
     if opcode == "compare" and len(operands) == 2:
       element = self._element_type(i.operands[0])
-      if algebra.tautology(i.direction, element, operands):
+      if folding.tautology(i.direction, element, operands):
         # XLA folds it to a constant (``w == w`` of integers, an unsigned
         # ``u >= 0``): it orders nothing.
         return Leaf(const=True)
@@ -538,32 +538,17 @@ class MayOrder:
     return self._plain(i, operands, context)
 
   def _sets(self, i: Instruction) -> bool:
-    """Whether a scatter's combiner returns the update (a set, not an
-    add or a maximum)."""
-    if not i.callees or i.callees[0] not in self.module.computations:
-      return False
-    root = [c for c in self.module.computations[i.callees[0]] if c.root]
-    return (
-      len(root) == 1
-      and root[0].opcode == "parameter"
-      and root[0].parameter_number == 1
-    )
+    """Whether a scatter's combiner returns the update (a set)."""
+    return folding.sets(self._callee(i))
 
   def _combiner(self, i: Instruction) -> str | None:
-    """The opcode of a reduction's combiner where it is that one op on
-    its two parameters (``add(x, y)``); None for any other (``max(min(x,
-    y), min(x, y))`` is no maximum)."""
-    body = self.module.computations.get(i.callees[0] if i.callees else "")
-    if body is None:
-      return None
-    roots = [c for c in body if c.root]
-    parameters = {c.name for c in body if c.opcode == "parameter"}
-    if len(roots) != 1 or len(parameters) != 2 or len(body) != 3:
-      return None
-    root = roots[0]
-    if set(root.operands) != parameters or len(root.operands) != 2:
-      return None
-    return root.opcode
+    """A reduction's combiner opcode where it is plain (`folding
+    .combiner`)."""
+    return folding.combiner(self._callee(i))
+
+  def _callee(self, i: Instruction) -> list[Instruction]:
+    """The instructions of `i`'s (first) called computation."""
+    return self.module.computations.get(i.callees[0] if i.callees else "", [])
 
   def _folded(self, i: Instruction, operands: list[Value]) -> Leaf | None:
     """The constant XLA folds `i` to, where its operands are constants
@@ -607,14 +592,15 @@ class MayOrder:
     if opcode == "topk" and operands and dims and dims[-1] == 1:
       # The top element of one: itself, at index 0 (a constant XLA folds).
       return (algebra.join(operands[:1]), Leaf(const=True))
-    if self._absorbs(i, operands):
+    combiner = self._combiner(i) if opcode == "reduce" else None
+    if folding.absorbs(opcode, i.shape, operands, combiner):
       # XLA folds it to a constant (an integer dot with zeros, a product
       # or an `all` over an element that is 0 or false).
       return algebra.shaped(i.shape, Leaf(const=True))
-    nonneg = algebra.nonneg_of(opcode, operands)
+    nonneg = folding.nonneg_of(opcode, operands)
     if opcode == "reduce" and operands and self._combiner(i) == "maximum":
       # The largest of elements never negative (whatever the start).
-      nonneg = nonneg or algebra.nonneg_of("maximum", operands[:1])
+      nonneg = nonneg or folding.nonneg_of("maximum", operands[:1])
     joined = algebra.replace(
       algebra.join(operands), key=algebra.key_of(i, operands), nonneg=nonneg
     )
@@ -632,26 +618,6 @@ class MayOrder:
     if dims is None or i.dimensions is None:
       return False
     return all(d < len(dims) and dims[d] == 1 for d in i.dimensions)
-
-  def _absorbs(self, i: Instruction, operands: list[Value]) -> bool:
-    """Whether XLA may fold `i` to a constant whatever its other operands:
-    an integer ``dot`` of an operand that may be all zeros, or a
-    reduction whose combiner absorbs (a product, an ``and``, an ``or``)
-    over an initial value or an element that may absorb."""
-    opcode = i.opcode
-    if opcode == "dot" and len(operands) == 2 and algebra.is_integral(i.shape):
-      return any(_may_be(algebra.as_leaf(o), (0,)) for o in operands)
-    if opcode != "reduce" or len(operands) != 2:
-      return False
-    combiner = self._combiner(i)
-    absorbing = _ABSORBED_BY.get(combiner or "")
-    if absorbing is None:
-      return False
-    if combiner == "multiply" and not algebra.is_integral(i.shape):
-      return False  # A float product keeps NaN: XLA keeps it.
-    data, start = (algebra.as_leaf(o) for o in operands)
-    elements = data.parts if data.parts is not None else (data,)
-    return any(_may_be(algebra.each(x), absorbing) for x in (*elements, start))
 
   def _custom_call(
     self, i: Instruction, operands: list[Value], context: _Context
@@ -826,19 +792,4 @@ def _one(dimensions: tuple[int, ...] | None) -> int | None:
   """The one dimension a ``concatenate`` joins along; None if unknown."""
   return (
     dimensions[0] if dimensions is not None and len(dimensions) == 1 else None
-  )
-
-
-_ABSORBED_BY = {"multiply": (0,), "and": (False, 0), "or": (True, -1)}
-"""A combiner's absorbing values: a reduction over one of them is it."""
-
-
-def _may_be(leaf: Leaf, values: tuple) -> bool:
-  """Whether `leaf` is a constant that may be one of `values` (one this
-  module cannot read may be)."""
-  if not leaf.const:
-    return False
-  return leaf.lit is None or any(
-    leaf.lit == v and isinstance(leaf.lit, bool) == isinstance(v, bool)
-    for v in values
   )
