@@ -220,6 +220,13 @@ NONNEG_OPCODES = frozenset(
 """Opcodes whose result is never negative (a NaN apart)."""
 
 
+_NONNEG_WHEN_OPERANDS = frozenset(
+  {"minimum", "maximum", "add", "reduce", "select", "clamp", "multiply"}
+)
+"""Opcodes whose result is never negative where their operands are not
+(`nonneg_of`)."""
+
+
 def nonneg_of(opcode: str, operands: list[Value]) -> bool:
   """Whether XLA may know the result of `opcode` on `operands` never
   negative: `NONNEG_OPCODES`; a product of a value with itself; a
@@ -228,6 +235,8 @@ def nonneg_of(opcode: str, operands: list[Value]) -> bool:
   included)."""
   if opcode in NONNEG_OPCODES:
     return True
+  if opcode not in _NONNEG_WHEN_OPERANDS:
+    return False  # Most ops, on the evaluation's hot path: no list made.
   leaves = [as_leaf(o) for o in operands]
   if opcode == "multiply" and len(leaves) == 2:
     x, y = leaves
@@ -235,7 +244,7 @@ def nonneg_of(opcode: str, operands: list[Value]) -> bool:
       return True
   if opcode == "maximum":
     return any(_nonneg(x) for x in leaves)
-  if opcode in ("minimum", "add", "reduce", "select", "clamp", "multiply"):
+  if opcode in _NONNEG_WHEN_OPERANDS:
     data = leaves[1:] if opcode == "select" else leaves
     return bool(data) and all(_nonneg(x) for x in data)
   return False

@@ -588,8 +588,7 @@ class MayOrder:
       # shares surely reaches each result.
       inputs = tuple(algebra.as_leaf(o) for o in operands[: len(operands) // 2])
       return algebra.shaped(i.shape, algebra.common(inputs))
-    dims = self._dims_of(i.operands[0]) if i.operands else None
-    if opcode == "topk" and operands and dims and dims[-1] == 1:
+    if opcode == "topk" and operands and self._one_each(i):
       # The top element of one: itself, at index 0 (a constant XLA folds).
       return (algebra.join(operands[:1]), Leaf(const=True))
     combiner = self._combiner(i) if opcode == "reduce" else None
@@ -610,6 +609,11 @@ class MayOrder:
       joined = algebra.varying(joined, algebra.bits(context.loops))
       self.live |= joined.deps
     return algebra.shaped(i.shape, joined)
+
+  def _one_each(self, i: Instruction) -> bool:
+    """Whether a ``topk``'s operand rows hold one element each."""
+    dims = self._dims_of(i.operands[0])
+    return bool(dims) and dims[-1] == 1  # type: ignore[index]
 
   def _reduces_one(self, i: Instruction) -> bool:
     """Whether reduce `i` reduces one element into each result (its
