@@ -576,6 +576,66 @@ query_through_one_trip_loop = query_through(
   "one_trip_loop", lambda s, w: lax.fori_loop(0, 1, lambda i, c: s, w)
 )
 
+# Skeptic pass 76e: what XLA knows never negative reaches further than an
+# abs: a power of a base never negative, a maximum with an arange, and a
+# value behind ops XLA folds away as identities (a slice of a broadcast,
+# a division by 1); constants of a product of products multiply to 0 in
+# the type's wrapping arithmetic; a loop that XLA counts to one trip
+# where the check cannot count it (counted down from 1; a step bound and
+# an iteration cap) is replaced by its body.
+query_through_power_below_zero = query_through(
+  "power_below_zero",
+  lambda s, w: s + (2.0 ** w.astype(jnp.float32) < 0).astype(s.dtype),
+)
+query_through_arange_maximum_below_zero = query_through(
+  "arange_maximum_below_zero",
+  lambda s, w: s + (jnp.maximum(w, jnp.arange(3)) < 0).sum().astype(s.dtype),
+)
+query_through_abs_behind_a_slice = query_through(
+  "abs_behind_a_slice",
+  lambda s, w: (
+    s
+    + (jnp.broadcast_to(jnp.abs(w.astype(jnp.float32)), (2,))[0] < 0).astype(
+      s.dtype
+    )
+  ),
+)
+query_through_abs_divided_by_one = query_through(
+  "abs_divided_by_one",
+  lambda s, w: (
+    s + (lax.div(jnp.abs(w.astype(jnp.float32)), 1.0) < 0).astype(s.dtype)
+  ),
+)
+query_through_constants_wrapping_to_zero = query_through(
+  "constants_wrapping_to_zero",
+  lambda s, w: s + lax.mul(lax.mul(w, jnp.int32(65536)), jnp.int32(65536)),
+)
+query_through_loop_counted_down = query_through(
+  "loop_counted_down",
+  lambda s, w: lax.while_loop(
+    lambda state: state[0] > 0,
+    lambda state: (state[0] - 1, s),
+    (jnp.int32(1), w),
+  )[1],
+)
+query_through_capped_loop = query_through(
+  "capped_loop",
+  lambda s, w: lax.while_loop(
+    lambda state: (state[0] < 1) & (state[0] < 5),
+    lambda state: (state[0] + 1, s),
+    (jnp.int32(0), w),
+  )[1],
+)
+
+
+def query_through_square_root_below_zero(slot):
+  """Ordered by data: XLA does not take a square root as never negative,
+  so ``sqrt(w) < 0`` stays a comparison of the update's result."""
+  first = read_slot(slot)
+  written = write_slot(entangle(slot, first), first + 5.0)
+  below = jnp.sqrt(written.astype(jnp.float32)) < 0
+  return first, read_slot(slot + below.astype(slot.dtype))
+
 
 def _ordered_branch_when(predicate):
   """``cond(predicate, ordered, racy)``: right only where the predicate
@@ -1097,6 +1157,43 @@ class ReportedWithAWorkingFixTest(parameterized.TestCase):
       "hoisted",
     ),
     ("argmax_of_one", query_through_argmax_of_one, query_after_update, None),
+    (
+      "power_below_zero",
+      query_through_power_below_zero,
+      query_after_update,
+      None,
+    ),
+    (
+      "arange_maximum_below_zero",
+      query_through_arange_maximum_below_zero,
+      query_after_update,
+      None,
+    ),
+    (
+      "abs_behind_a_slice",
+      query_through_abs_behind_a_slice,
+      query_after_update,
+      None,
+    ),
+    (
+      "abs_divided_by_one",
+      query_through_abs_divided_by_one,
+      query_after_update,
+      None,
+    ),
+    (
+      "constants_wrapping_to_zero",
+      query_through_constants_wrapping_to_zero,
+      query_after_update,
+      None,
+    ),
+    (
+      "loop_counted_down",
+      query_through_loop_counted_down,
+      query_after_update,
+      None,
+    ),
+    ("capped_loop", query_through_capped_loop, query_after_update, None),
   )
   def test_reported_and_fixed(self, program, fixed, kind):
     found = _races(program)
@@ -1206,6 +1303,11 @@ class NoFalseReportTest(parameterized.TestCase):
       "last_rows_write",
       query_after_the_last_rows_write,
       query_of_the_last_rows_slot,
+    ),
+    (
+      "square_root_below_zero",
+      query_through_square_root_below_zero,
+      query_through_abs_below_zero,
     ),
   )
   def test_clean_and_control_reported(self, program, control):

@@ -13,6 +13,7 @@ import tempfile
 from absl.testing import absltest
 
 from entangle_jax.testing import races_across
+from entangle_jax.testing._analysis import same_module
 from tests import test_util
 
 WORKER = os.path.join(
@@ -25,11 +26,15 @@ class DistributedTest(absltest.TestCase):
   def test_two_processes_compile_and_the_check_tells_them_apart(self):
     out = pathlib.Path(tempfile.mkdtemp())
     runs = test_util.run_two_processes(WORKER, str(out), timeout=TIMEOUT_S)
+    same = same_module.collectives_need_same_module()
     for i, (returncode, output) in enumerate(runs):
       self.assertEqual(returncode, 0, f"process {i}:\n{output}")
-      self.assertIn(
-        f"process {i}: compiled 4, ran ordered and unordered_ipo", output
+      done = (
+        "unordered_ipo hung, its modules differing"
+        if same
+        else "compiled 4, ran ordered and unordered_ipo"
       )
+      self.assertIn(f"process {i}: {done}", output)
 
     def verdict(shape: str):
       return races_across([out / shape / f"rank{r}.txt" for r in (0, 1)])
@@ -46,8 +51,15 @@ class DistributedTest(absltest.TestCase):
     self.assertEqual(unordered.verdict, "deadlock", unordered.text())
     self.assertTrue(unordered.unordered)
     # in_program_order orders XLA's collectives in each process: the same
-    # program is proved, and ran to the right value (the worker's check).
+    # program is proved, and ran to the right value (the worker's check);
+    # where XLA's collectives need every rank to run the same module, the
+    # ranks' modules differing is a mismatch, and the run hung.
     fixed = verdict("unordered_ipo")
+    if same:
+      self.assertEqual(fixed.verdict, "mismatch", fixed.text())
+      assert fixed.mismatch is not None
+      self.assertIn("the ranks run different modules", fixed.mismatch.differs)
+      return
     self.assertEqual(fixed.verdict, "proved", fixed.text())
     self.assertEqual(
       [s.calls[0].label.split()[1] for s in fixed.matched],

@@ -33,6 +33,7 @@ from entangle_jax._src.targets import shipped, sources, table
 from entangle_jax._src.targets.communication import Communication
 from entangle_jax._src.targets.declaration import Declarations, merged
 from entangle_jax.testing import CrossRankResult, races_across
+from entangle_jax.testing._analysis import same_module
 from entangle_jax.testing._analysis.call_attributes import raw_attribute
 from entangle_jax.testing._hlo import dumped_module
 from entangle_jax.testing._ways_in import command, rank_sequences
@@ -265,6 +266,53 @@ class XlaCollectivesTest(absltest.TestCase):
     self.assertIn("all-gather", second.label)
     self.assertRegex(first.label, r" at \S+:\d+")
     self.assertIn("Mismatch at call 1", result.text())
+
+
+class SameModuleTest(absltest.TestCase):
+  """From jaxlib 0.12.1, XLA's collectives meet only between processes
+  that run the same module (`same_module`; measured under gloo in
+  across_ranks_distributed_test): a psum of one shape, in one order, of a
+  value each rank shifts by its own constant hangs there, and ran right
+  before."""
+
+  @staticmethod
+  def program(rank, x, shift):
+    def body(x):
+      return jnp.sum(jax.lax.psum(x + shift(rank), "x"))
+
+    return on_mesh(body)(x)
+
+  def check_with(self, jaxlib: str, shift) -> CrossRankResult:
+    with mock.patch.object(same_module, "installed_jaxlib", lambda: jaxlib):
+      return check(functools.partial(self.program, shift=shift))
+
+  def test_modules_that_differ_are_a_mismatch_from_jaxlib_0_12_1(self):
+    result = self.check_with("0.12.1", lambda rank: 1.0 + rank)
+    self.assertEqual(result.verdict, "mismatch", result.text())
+    assert result.mismatch is not None
+    differs = result.mismatch.differs
+    self.assertIn("the ranks run different modules, first at line", differs)
+    # Each rank's line: its own constant.
+    self.assertRegex(differs, r"rank 0: `[^`]*constant\(1\)")
+    self.assertRegex(differs, r"rank 1: `[^`]*constant\(2\)")
+    self.assertIn("all-reduce", str(result.mismatch.calls[0]))
+
+  def test_control_before_0_12_1_the_same_calls_are_proved(self):
+    result = self.check_with("0.12.0.1", lambda rank: 1.0 + rank)
+    self.assertEqual(result.verdict, "proved", result.text())
+
+  def test_control_one_module_on_every_rank_is_proved(self):
+    result = self.check_with("0.12.1", lambda rank: 1.0)
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 1)
+
+  def test_versions_are_read_by_their_release_numbers(self):
+    need = same_module.collectives_need_same_module
+    self.assertEqual(
+      [need(v) for v in ("0.12.0.1", "0.12.1", "0.12.1rc0", "0.13.0")],
+      [False, True, True, True],
+    )
+    self.assertFalse(need("0.9.10"))
 
 
 class SizesTest(absltest.TestCase):

@@ -16,12 +16,21 @@ a Python value, and writes each module to OUT/SHAPE/rankR.txt:
 Only ``ordered`` and ``unordered_ipo`` run (the run-time control: they
 finish, with the right values); the others would hang. A watchdog ends
 the process if anything does.
+
+With jaxlib 0.12.1 and later, XLA's collectives meet only between
+processes that run the same module (`same_module`), and the two ranks'
+``unordered_ipo`` modules differ (rank 0 works first): there it is run in
+a thread for HANG_S seconds, to see it hang as the check says, and the
+process then exits at once (its collectives never return).
 """
 
 import faulthandler
 import functools
+import os
 import pathlib
 import sys
+import threading
+import time
 
 import jax
 
@@ -34,8 +43,10 @@ from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from entangle_jax import entangle, in_program_order  # noqa: E402
+from entangle_jax.testing._analysis import same_module  # noqa: E402
 
 WATCHDOG_S = 150
+HANG_S = 10
 
 
 def program(rank, shape, mesh, x):
@@ -56,6 +67,31 @@ def program(rank, shape, mesh, x):
     body, mesh=mesh, in_specs=P("x"), out_specs=P(), check_vma=False
   )
   return shard(x)
+
+
+def hang(compiled, x, rank: int, out: pathlib.Path) -> None:
+  """Runs `compiled` in a thread, sees it still running after HANG_S
+  seconds, and exits once the other process has seen the same: each says
+  so with a file in `out`. Rank 1 leaves first, since rank 0 holds the
+  coordination service, whose end aborts every other process."""
+  outcome = []
+  run = threading.Thread(
+    target=lambda: outcome.append(compiled(x)), daemon=True
+  )
+  run.start()
+  run.join(HANG_S)
+  assert run.is_alive(), f"different modules met in a collective: {outcome}"
+  print(f"process {rank}: unordered_ipo hung, its modules differing")
+  sys.stdout.flush()
+  (out / f"hung{rank}").touch()
+  wait_for = out / ("hung0" if rank == 1 else "leaving1")
+  while not wait_for.exists():
+    time.sleep(0.1)
+  if rank == 1:
+    (out / "leaving1").touch()
+  else:
+    time.sleep(1.0)  # Rank 1's os._exit, before the service ends.
+  os._exit(0)
 
 
 def main() -> None:
@@ -84,6 +120,8 @@ def main() -> None:
       # psum: [0+2, 1+3] summed = 6; all_gather of cos over all 4 values.
       expected = 6.0 + float(np.cos(np.arange(4, dtype=np.float32)).sum())
       assert abs(value - expected) < 1e-4, (value, expected)
+    if shape == "unordered_ipo" and same_module.collectives_need_same_module():
+      hang(compiled, x, rank, out)
     if shape == "unordered_ipo":
       value = float(compiled(x))
       # Rank 0's shard [0, 1] became sin(v) * 2 + v; rank 1's is [2, 3].

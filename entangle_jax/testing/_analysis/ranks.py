@@ -47,7 +47,7 @@ from entangle_jax._src.targets.names import (
   is_sanitizer_counter,
 )
 from entangle_jax.testing import _hlo
-from entangle_jax.testing._analysis import call_attributes
+from entangle_jax.testing._analysis import call_attributes, same_module
 from entangle_jax.testing._analysis.ops import Op
 from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
 from entangle_jax.testing._analysis.rank_values import DecisionSlice, Signature
@@ -243,6 +243,13 @@ class RankProgram:
     )
     self.module = self.analysis.module
     self._lines = self.text.splitlines()
+    # What an XLA collective needs equal on every rank besides its shapes
+    # (`same_module`), where the installed jaxlib needs it.
+    self._identity = (
+      same_module.ModuleIdentity(self.text)
+      if same_module.collectives_need_same_module()
+      else None
+    )
     self._defined = {
       (i.computation, i.name): i
       for body in self.module.computations.values()
@@ -684,6 +691,8 @@ class RankProgram:
         body = self.module.computations.get(i.callees[0], [])
         roots = [x.opcode for x in body if x.root]
         fingerprint.append(("reduction", roots[0] if roots else "?"))
+      if self._identity is not None:
+        fingerprint.append(("module", self._identity))
     else:
       for place in c.match:
         fingerprint.append((str(place), self._place(i, place)))

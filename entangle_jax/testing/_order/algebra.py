@@ -50,9 +50,6 @@ class Leaf:
   elements, so one element alone, which a slice may take (XLA folds a
   slice of a concatenate or of a broadcast to the part it takes), is
   surely computed only from what `each` gives."""
-  nonneg: bool = False
-  """Never negative, as XLA's simplifier may know (an ``abs``, an ``exp``,
-  a square, a maximum with 0): XLA folds ``x < 0`` of it to false."""
   layout: tuple | None = None
   """Which of `parts` each element belongs to, by its index in row-major
   order (which a reshape keeps), where the program says so:
@@ -82,7 +79,6 @@ def new_leaf(
   key: tuple | None = None,
   parts: tuple | None = None,
   layout: tuple | None = None,
-  nonneg: bool = False,
 ) -> Leaf:
   """``Leaf(...)``, built without the frozen dataclass's ``__init__``,
   which sets each field through ``object.__setattr__``: the evaluation
@@ -101,7 +97,6 @@ def new_leaf(
       "key": key,
       "parts": parts,
       "layout": layout,
-      "nonneg": nonneg,
     },
   )
   return leaf

@@ -172,17 +172,26 @@ def typed(value: object, shape: str) -> object:
 UNSIGNED_MAX = {k: v for k, v in INTEGER_MAX.items() if k.startswith("u")}
 
 
-def tautology(direction: str | None, element: str, operands: list) -> bool:
+def tautology(
+  direction: str | None,
+  element: str,
+  operands: list,
+  never_negative: tuple[bool, bool] = (False, False),
+) -> bool:
   """Whether a comparison is a constant that XLA's simplifier may fold:
   one value with itself (on integers, ``w == w`` is true, ``w < w``
-  false), or an unsigned value against 0 or its type's largest value
-  (``u >= 0``, ``u < 0``, ``u <= MAX``), a constant that cannot be read
-  here taken as possibly one of those."""
+  false), an unsigned value against 0 or its type's largest value
+  (``u >= 0``, ``u < 0``, ``u <= MAX``), or a value XLA may know
+  `never_negative` (each operand's, `never_negative.NeverNegative`)
+  against 0 (``abs(x) < 0``), a constant that cannot be read here taken
+  as possibly one of those."""
   a, b = (as_leaf(o) for o in operands)
   integral = element in INTEGER_MAX or element == "pred"
   if integral and a.key is not None and a.key == b.key:
     return True
-  if direction is not None and _nonneg_against_zero(direction, a, b):
+  if direction is not None and _never_negative_against_zero(
+    direction, (a, b), never_negative
+  ):
     return True
   largest = UNSIGNED_MAX.get(element)
   if largest is None or direction is None:
@@ -201,61 +210,23 @@ def tautology(direction: str | None, element: str, operands: list) -> bool:
   return (way in ("GE", "LT") and at_zero) or (way in ("LE", "GT") and at_max)
 
 
-def _nonneg_against_zero(direction: str, a: Leaf, b: Leaf) -> bool:
+def _never_negative_against_zero(
+  direction: str, leaves: tuple[Leaf, Leaf], never_negative: tuple[bool, bool]
+) -> bool:
   """Whether a comparison is one of a value XLA may know never negative
-  (`Leaf.nonneg`) with 0 (``abs(x) < 0``, ``x * x >= 0``, either way
-  round), a constant that cannot be read here taken as possibly 0: XLA
-  folds it to a constant (it may even where the value is NaN)."""
+  with 0 (``abs(x) < 0``, ``x * x >= 0``, either way round), a constant
+  that cannot be read here taken as possibly 0: XLA folds it to a
+  constant (it may even where the value is NaN)."""
   mirror = {"GE": "LE", "LE": "GE", "GT": "LT", "LT": "GT"}
-  for value, bound, way in ((a, b, direction), (b, a, mirror.get(direction))):
+  (a, b), (a_never, b_never) = leaves, never_negative
+  for never, bound, way in (
+    (a_never, b, direction),
+    (b_never, a, mirror.get(direction)),
+  ):
     zero = bound.const and (bound.lit is None or bound.lit == 0)
-    if value.nonneg and zero and way in ("LT", "GE"):
+    if never and zero and way in ("LT", "GE"):
       return True
   return False
-
-
-NONNEG_OPCODES = frozenset(
-  {"abs", "exponential", "sqrt", "rsqrt", "logistic", "popcnt"}
-)
-"""Opcodes whose result is never negative (a NaN apart)."""
-
-
-_NONNEG_WHEN_OPERANDS = frozenset(
-  {"minimum", "maximum", "add", "reduce", "select", "clamp", "multiply"}
-)
-"""Opcodes whose result is never negative where their operands are not
-(`nonneg_of`)."""
-
-
-def nonneg_of(opcode: str, operands: list[Value]) -> bool:
-  """Whether XLA may know the result of `opcode` on `operands` never
-  negative: `NONNEG_OPCODES`; a product of a value with itself; a
-  maximum with a value never negative; a minimum, sum, select or
-  reduction of values never negative (constants of a value 0 or more
-  included)."""
-  if opcode in NONNEG_OPCODES:
-    return True
-  if opcode not in _NONNEG_WHEN_OPERANDS:
-    return False  # Most ops, on the evaluation's hot path: no list made.
-  leaves = [as_leaf(o) for o in operands]
-  if opcode == "multiply" and len(leaves) == 2:
-    x, y = leaves
-    if x.key is not None and x.key == y.key:
-      return True
-  if opcode == "maximum":
-    return any(_nonneg(x) for x in leaves)
-  if opcode in _NONNEG_WHEN_OPERANDS:
-    data = leaves[1:] if opcode == "select" else leaves
-    return bool(data) and all(_nonneg(x) for x in data)
-  return False
-
-
-def _nonneg(leaf: Leaf) -> bool:
-  lit = leaf.lit
-  if leaf.nonneg:
-    return True
-  known = isinstance(lit, int | float) and not isinstance(lit, bool)
-  return leaf.const and known and float(lit) >= 0
 
 
 def absorbs(

@@ -77,6 +77,7 @@ from entangle_jax.testing._hlo.attributes import Stack
 from entangle_jax.testing._hlo.instruction import uniform_literal
 from entangle_jax.testing._order import algebra, elements, folding
 from entangle_jax.testing._order.algebra import NOTHING, Leaf, Value
+from entangle_jax.testing._order.never_negative import NeverNegative
 
 _PASSES_LIMIT = 512
 """Passes before the fixed point is given up on (each carries the loops'
@@ -199,6 +200,7 @@ class MayOrder:
     self.fixed_point = False
     self._by_name: dict[str, Instruction] | None = None
     self._callers: dict[str, list[Instruction]] | None = None
+    self._never: NeverNegative | None = None
     for _ in range(_PASSES_LIMIT):
       self._grew = False
       self.instances = {}
@@ -280,6 +282,23 @@ class MayOrder:
       self._by_name = {
         i.name: i for body in self.module.computations.values() for i in body
       }
+
+  def _never_negative(
+    self, i: Instruction, operands: list[Value]
+  ) -> tuple[bool, bool]:
+    """Whether XLA may know each operand of comparison `i` never negative
+    (`NeverNegative`); asked only where the other is a constant."""
+    a, b = (algebra.as_leaf(o) for o in operands)
+    if not (a.const or b.const):
+      return (False, False)
+    if self._never is None:
+      self._names()
+      assert self._by_name is not None
+      self._never = NeverNegative(self._by_name, self.module.computations)
+    return (
+      b.const and self._never.may_be(i.operands[0]),
+      a.const and self._never.may_be(i.operands[1]),
+    )
 
   def _shape_of(self, name: str) -> str:
     """The HLO shape of instruction `name` ("" where unknown)."""
@@ -487,6 +506,9 @@ class MayOrder:
       a, b = (algebra.as_leaf(o) for o in operands)
       if a.key is not None and a.key == b.key:
         return a
+    if opcode == "multiply" and self._product_wraps_to_zero(i, values):
+      # XLA multiplies the constants of a product together first.
+      return algebra.shaped(i.shape, Leaf(const=True, lit=0))
     if opcode in algebra.ABSORBING and len(operands) == 2:
       folded = algebra.absorbed(opcode, operands, i.shape)
       if folded is not None:
@@ -514,7 +536,8 @@ class MayOrder:
         return Leaf(const=True, lit=low.lit)
     if opcode == "compare" and len(operands) == 2:
       element = self._element_type(i.operands[0])
-      if folding.tautology(i.direction, element, operands):
+      never = self._never_negative(i, operands)
+      if folding.tautology(i.direction, element, operands, never):
         # XLA folds it to a constant (``w == w`` of integers, an unsigned
         # ``u >= 0``): it orders nothing.
         return Leaf(const=True)
@@ -536,6 +559,37 @@ class MayOrder:
     if opcode == "custom-call":
       return self._custom_call(i, operands, context)
     return self._plain(i, operands, context)
+
+  def _product_wraps_to_zero(
+    self, i: Instruction, values: dict[str, Value]
+  ) -> bool:
+    """Whether integer product `i` is a product of products, such as ``(A
+    * C1) * C2``, whose constant factors multiply to 0 in its type's
+    wrapping arithmetic (``65536 * 65536`` in ``s32``): XLA's simplifier
+    reassociates the constants together, ``A * (C1 * C2)``, folds them to
+    0 and the product with it. A constant not read here may make it so."""
+    element = algebra.element_type_of(i.shape)
+    if element not in algebra.INTEGER_MAX:
+      return False
+    factors: list[object] = []
+    self._names()
+    assert self._by_name is not None
+    pending = [i]
+    while pending:
+      node = pending.pop()
+      for name in node.operands:
+        leaf = algebra.as_leaf(values.get(name, NOTHING))
+        inner = self._by_name.get(name)
+        if leaf.const:
+          factors.append(leaf.lit)
+        elif inner is not None and inner.opcode == "multiply":
+          pending.append(inner)
+    if len(factors) < 2:
+      return False
+    known = [f for f in factors if isinstance(f, int) and algebra.plain_int(f)]
+    if len(known) < len(factors):
+      return True
+    return math.prod(known) % 2 ** int(element[1:]) == 0
 
   def _sets(self, i: Instruction) -> bool:
     """Whether a scatter's combiner returns the update (a set)."""
@@ -596,12 +650,8 @@ class MayOrder:
       # XLA folds it to a constant (an integer dot with zeros, a product
       # or an `all` over an element that is 0 or false).
       return algebra.shaped(i.shape, Leaf(const=True))
-    nonneg = folding.nonneg_of(opcode, operands)
-    if opcode == "reduce" and operands and self._combiner(i) == "maximum":
-      # The largest of elements never negative (whatever the start).
-      nonneg = nonneg or folding.nonneg_of("maximum", operands[:1])
     joined = algebra.replace(
-      algebra.join(operands), key=algebra.key_of(i, operands), nonneg=nonneg
+      algebra.join(operands), key=algebra.key_of(i, operands)
     )
     if opcode in algebra.CANCELLING and len(operands) == 2:
       joined = algebra.cancelled(opcode, i.shape, operands, joined)
@@ -711,10 +761,15 @@ class MayOrder:
       )
       merged = elements.rows_written(merged, root, initial, rows)
     if loop.trips is None:
-      # It may run no iteration: then each element is its initial value,
-      # and only what that shares with the body's result (or what a call
-      # in the body computes, where the body ran) surely reaches it.
-      merged = algebra.at_most(merged, initial, self._in_loop.get(index, 0))
+      # It may run no iteration: then each element is its initial value.
+      # It may run one, which XLA may count where this cannot (``while i >
+      # 0`` from 1, ``i != 1``, ``(i < 1) & (i < 5)``) and replace by its
+      # body: then each element is the body's result. Or more, whose last
+      # result is the body's too. So only what the initial value shares
+      # with the body's result (or what a call in the body computes, where
+      # the body ran) surely reaches it.
+      last = algebra.after_trips(initial, root, passed_on, ())
+      merged = algebra.at_most(last, initial, self._in_loop.get(index, 0))
     return merged
 
   def _conditional(

@@ -54,6 +54,7 @@ from entangle_jax.testing._analysis.ranks import (
   Unordered,
   calls_of,
 )
+from entangle_jax.testing._analysis.same_module import ModuleIdentity
 from entangle_jax.testing._findings import rank_findings as kinds
 from entangle_jax.testing._hlo.module_text import CompiledModule
 
@@ -387,11 +388,14 @@ class _Simulation:
       if call.fingerprint != reference:
         mine, theirs = dict(reference), dict(call.fingerprint)
         for key in dict.fromkeys([*mine, *theirs]):
-          if mine.get(key) != theirs.get(key):
-            return (
-              f"{key}: {mine.get(key)} on rank 0, {theirs.get(key)} on "
-              f"rank {rank}"
-            )
+          ours, other = mine.get(key), theirs.get(key)
+          if ours == other:
+            continue
+          if isinstance(ours, ModuleIdentity) and isinstance(
+            other, ModuleIdentity
+          ):
+            return ours.difference(other, rank)
+          return f"{key}: {ours} on rank 0, {other} on rank {rank}"
     return self._renaming_differs(calls)
 
   def run(
