@@ -5,7 +5,7 @@ jaxlib's XLA FFI headers, but a Bazel project may pass its own (README,
 "Inside a larger project"), usually its jaxlib's. So the sources must
 compile against the headers of every jaxlib they support: jaxlib 0.11 (FFI
 API 0.4), for one, renamed a type that the entangle handler walked its call
-frame with. CI runs this file with jaxlib 0.6.2, 0.10.2 and 0.12.0.1.
+frame with. CI runs this file with jaxlib 0.6.2, 0.10.2 and 0.12.1.
 """
 
 import concurrent.futures

@@ -1,0 +1,552 @@
+"""Matching the ranks' communicating calls: the lock-step simulation that
+`races_across` (`entangle_jax.testing._ways_in.across_ranks`) runs over
+each rank's `RankProgram` items, and the records of what it finds.
+
+A collective completes when every rank is at one and their fingerprints
+are equal (`Call.fingerprint`; the renamed values up to a consistent
+renaming); a blocking send completes with the receive it meets on its
+peer, and a sendrecv when its peer receives and its source sends at once.
+When no rank can go on and some have calls left, it is a `Deadlock`. A
+loop (or a conditional) is one step: the ranks' bodies (each branch) are
+simulated together, their decisions compared first (`RankDependent`).
+Every matching of the receives from any source is tried (`simulate`), and
+matched collectives of one type are told apart by their operands'
+origins (`swaps`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Literal, Protocol
+
+from entangle_jax.testing._analysis import (
+  origins,
+  peers,
+  rank_values,
+  wildcards,
+)
+from entangle_jax.testing._analysis.ops import Op
+from entangle_jax.testing._analysis.ranks import (
+  Branch,
+  Call,
+  Item,
+  Loop,
+  Unordered,
+)
+from entangle_jax.testing._analysis.same_module import ModuleIdentity
+
+
+class RankItems(Protocol):
+  """What the check reads of a rank: a `RankProgram`, or a rank's
+  executions concatenated (`rank_sequences`)."""
+
+  @property
+  def items(self) -> tuple[Item, ...]: ...
+  @property
+  def unordered(self) -> Sequence[Unordered]: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class RankCall:
+  """One rank's communicating call (or loop or conditional that holds
+  some), as a report names it."""
+
+  rank: int
+  index: int
+  """Its position among the rank's communicating calls, from 1 (a loop's
+  calls counted once)."""
+  label: str
+  """Kind, target or opcode, peer, shapes, and ``file:line``."""
+  location: str | None
+  """The user's ``file:line`` that made it, if the module records it."""
+
+  def __str__(self) -> str:
+    return f"rank {self.rank}: call {self.index}: {self.label}"
+
+
+@dataclasses.dataclass(frozen=True)
+class MatchedStep:
+  """One step of the sequence every rank agrees on: a collective made by
+  every rank, or a send and the receive it met."""
+
+  calls: tuple[RankCall, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Mismatch:
+  """The ranks reach different communicating calls at one step."""
+
+  calls: tuple[RankCall | None, ...]
+  """Each rank's call at that step, or None where the rank has made all
+  its calls."""
+  differs: str
+  """What differs, in words."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Deadlock:
+  """No rank can go on, and some have calls left."""
+
+  blocked: tuple[RankCall | None, ...]
+  """Each rank's blocked call, or None where the rank has made all its
+  calls."""
+  matching: str = ""
+  """Which sender each receive from any source met on the way here."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RankDependent:
+  """A loop or conditional that holds communicating calls and decides on a
+  value that may differ between ranks."""
+
+  ranks: tuple[int, ...]
+  construct: Literal["loop", "conditional"]
+  label: str
+  """The loop or conditional (``%while.3``) and its ``file:line``."""
+  depends_on: str
+  """The rank-local value its decision depends on, in words."""
+  calls: tuple[str, ...]
+  """The communicating calls inside it."""
+  location: str | None = None
+  """The loop's or conditional's ``file:line``, if recorded."""
+
+
+@dataclasses.dataclass(frozen=True)
+class UnorderedCalls:
+  """Two communicating calls of one rank that nothing orders."""
+
+  rank: int
+  first: str
+  second: str
+  first_location: str | None = None
+  """The first call's ``file:line``, if recorded."""
+  second_location: str | None = None
+
+
+def label_of(item: Item) -> str:
+  if isinstance(item, Call):
+    return item.label()
+  construct = "loop" if isinstance(item, Loop) else "conditional"
+  where = item.op.location
+  return f"{construct} %{item.op.name}" + (f" at {where}" if where else "")
+
+
+def op_label(op: Op) -> str:
+  where = op.location or "an unknown line"
+  return f"{op.target or op.instruction.opcode} (%{op.name}) at {where}"
+
+
+class Simulation:
+  def __init__(self, count: int):
+    self.count = count
+    self.calls_made = [0] * count
+    self.matched: list[MatchedStep] = []
+    self.collectives: list[tuple[tuple[Call, ...], tuple[RankCall, ...]]] = []
+    """Each collective step matched: every rank's call, as reports name it."""
+    self.diverging: list[RankDependent] = []
+    self.stuck: list[tuple[int, Item | None]] = []
+    """Each rank's item where the simulation stopped, if it did."""
+    """Loops and conditionals whose decisions the ranks compute from
+    different constants (`_compare_decisions`)."""
+    # Per rank and namespace: that rank's value -> rank 0's, and back.
+    self.forward: list[dict[tuple[str, object], object]] = [
+      {} for _ in range(count)
+    ]
+    self.backward: list[dict[tuple[str, object], object]] = [
+      {} for _ in range(count)
+    ]
+
+  def rank_call(self, rank: int, item: Item, offset: int = 1) -> RankCall:
+    location = item.op.location
+    return RankCall(
+      rank, self.calls_made[rank] + offset, label_of(item), location
+    )
+
+  def _renaming_differs(self, calls: list[Call]) -> str | None:
+    reference = dict(calls[0].renamed)
+    for rank in range(1, self.count):
+      for name, value in calls[rank].renamed:
+        expected = reference.get(name)
+        bound = self.forward[rank].get((name, value), _UNBOUND)
+        back = self.backward[rank].get((name, expected), _UNBOUND)
+        if bound is _UNBOUND and back is _UNBOUND:
+          self.forward[rank][(name, value)] = expected
+          self.backward[rank][(name, expected)] = value
+        elif bound != expected or back != value:
+          return (
+            f"the {name}: rank {rank} passes one it passed where rank 0 "
+            "passed another (no consistent renaming maps one rank's "
+            "handles to the other's)"
+          )
+    return None
+
+  def _fingerprints_differ(self, calls: list[Call]) -> str | None:
+    reference = calls[0].fingerprint
+    for rank, call in enumerate(calls[1:], 1):
+      if call.fingerprint != reference:
+        mine, theirs = dict(reference), dict(call.fingerprint)
+        for key in dict.fromkeys([*mine, *theirs]):
+          ours, other = mine.get(key), theirs.get(key)
+          if ours == other:
+            continue
+          if isinstance(ours, ModuleIdentity) and isinstance(
+            other, ModuleIdentity
+          ):
+            return ours.difference(other, rank)
+          return f"{key}: {ours} on rank 0, {other} on rank {rank}"
+    return self._renaming_differs(calls)
+
+  def run(
+    self, sequences: list[tuple[Item, ...]]
+  ) -> Mismatch | Deadlock | None:
+    n = self.count
+    position = [0] * n
+
+    def head(rank: int) -> Item | None:
+      items = sequences[rank]
+      return items[position[rank]] if position[rank] < len(items) else None
+
+    def advance(ranks: list[int], step: bool = True) -> None:
+      calls = []
+      for rank in ranks:
+        item = head(rank)
+        assert item is not None
+        calls.append(self.rank_call(rank, item))
+        position[rank] += 1
+        self.calls_made[rank] += 1
+      if step:
+        self.matched.append(MatchedStep(tuple(calls)))
+
+    while True:
+      heads = [head(r) for r in range(n)]
+      if all(h is None for h in heads):
+        return None
+      met = self._point_to_point(heads, advance)
+      if isinstance(met, Mismatch):
+        return met
+      if met:
+        continue
+      if all(isinstance(h, Call) and h.kind == "collective" for h in heads):
+        calls = [h for h in heads if isinstance(h, Call)]
+        differs = self._fingerprints_differ(calls)
+        if differs is not None:
+          return Mismatch(
+            tuple(self.rank_call(r, calls[r]) for r in range(n)), differs
+          )
+        self.collectives.append(
+          (tuple(calls), tuple(self.rank_call(r, calls[r]) for r in range(n)))
+        )
+        advance(list(range(n)))
+        continue
+      if all(isinstance(h, Loop) for h in heads):
+        loops = [h for h in heads if isinstance(h, Loop)]
+        self._compare_decisions(loops)
+        found = self.run([loop.body for loop in loops])
+        if found is not None:
+          return found
+        position[:] = [p + 1 for p in position]
+        continue
+      if all(isinstance(h, Branch) for h in heads):
+        branches = [h for h in heads if isinstance(h, Branch)]
+        counts = {len(b.branches) for b in branches}
+        if len(counts) != 1:
+          return Mismatch(
+            tuple(self.rank_call(r, branches[r]) for r in range(n)),
+            "the conditionals have different numbers of branches",
+          )
+        branches = self._compare_decisions(branches)
+        for k in range(counts.pop()):
+          found = self.run([b.branches[k] for b in branches])
+          if found is not None:
+            return found
+        position[:] = [p + 1 for p in position]
+        continue
+      return self._stuck(heads)
+
+  def _compare_decisions(self, items: list[Loop] | list[Branch]) -> list:
+    """The ranks' loops (or conditionals) at one step must compute their
+    decisions alike (`rank_values`): else a constant the decision reads
+    (a trip count, a threshold) differs between the ranks' modules, and
+    the ranks may run the body a different number of times, or take
+    different branches. Each such step is kept in `diverging`."""
+    signatures = [item.signature for item in items]
+    if any(s is None for s in signatures):
+      return list(items)
+    digests = {s.digest for s in signatures if s is not None}
+    if len(digests) == 1:
+      return list(items)
+    bases = {s.base for s in signatures if s is not None}
+    if isinstance(items[0], Branch) and len(bases) == 1 and "" not in bases:
+      # cond(not p, b, a) on one rank and cond(p, a, b) on another decide
+      # alike: that rank's two branches are met the other way round.
+      flip = signatures[0] is not None and signatures[0].negated
+      return [
+        item
+        if s is None or s.negated == flip or not isinstance(item, Branch)
+        else dataclasses.replace(item, branches=item.branches[::-1])
+        for item, s in zip(items, signatures, strict=True)
+      ]
+    leaves = [s.leaves if s is not None else () for s in signatures]
+    longest = max(len(x) for x in leaves)
+    first = next(
+      (
+        k
+        for k in range(longest)
+        if len({x[k] if k < len(x) else None for x in leaves}) > 1
+      ),
+      None,
+    )
+    elided = any(rank_values.ELIDED in leaf for x in leaves for leaf in x)
+    if first is None and elided:
+      said = (
+        f"a constant the modules' text leaves out ({rank_values.ELIDED}), "
+        "so its values cannot be compared across ranks: dump with "
+        "--xla_dump_large_constants in XLA_FLAGS"
+      )
+    elif first is None:
+      said = (
+        "a decision the ranks' modules compute differently (the same "
+        "constants, in another expression)"
+      )
+    else:
+      each = "; ".join(
+        f"rank {r}: {x[first] if first < len(x) else 'nothing'}"
+        for r, x in enumerate(leaves)
+      )
+      said = f"a constant that differs between the ranks' modules ({each})"
+    construct: Literal["loop", "conditional"] = (
+      "loop" if isinstance(items[0], Loop) else "conditional"
+    )
+    inner = [
+      x
+      for item in items[:1]
+      for x in (item.body if isinstance(item, Loop) else sum(item.branches, ()))
+    ]
+    self.diverging.append(
+      RankDependent(
+        tuple(range(self.count)),
+        construct,
+        label_of(items[0]).removeprefix(f"{construct} "),
+        said,
+        tuple(label_of(x) for x in inner),
+        items[0].op.location,
+      )
+    )
+    return list(items)
+
+  def _point_to_point(
+    self, heads: list[Item | None], advance
+  ) -> bool | Mismatch:
+    """Completes the sends and receives that meet, and the sendrecvs whose
+    peer receives and whose source sends; whether any did, or the
+    `Mismatch` of a message that the receive does not take as sent."""
+    n = self.count
+    for rank, h in enumerate(heads):
+      if isinstance(h, Call) and h.kind == "send" and h.peer is not None:
+        peer = h.peer
+        other = heads[peer] if 0 <= peer < n else None
+        is_recv = isinstance(other, Call) and other.kind == "recv"
+        if is_recv and peers.receives_from(other, rank, h.tag):
+          differs = self._message_differs(heads, rank, peer)
+          if differs is not None:
+            return differs
+          advance([rank, peer])
+          return True
+    ready: dict[int, set[int]] = {}
+    for rank, h in enumerate(heads):
+      if not isinstance(h, Call) or h.kind != "sendrecv":
+        continue
+      peer, source = h.peer, h.source
+      if peer is None or source is None:
+        continue
+      if not (0 <= peer < n and 0 <= source < n):
+        continue
+      if peers.receives_from(heads[peer], rank, h.tag) and peers.sends_to(
+        heads[source], rank, h.source_tag
+      ):
+        ready[rank] = {peer, source}
+    # A partner that is a sendrecv itself must be ready too.
+    changed = True
+    while changed:
+      changed = False
+      for rank, partners in list(ready.items()):
+        if any(
+          peers.kind(heads[o]) == "sendrecv" and o not in ready
+          for o in partners
+        ):
+          del ready[rank]
+          changed = True
+    if not ready:
+      return False
+    for rank in ready:
+      call = heads[rank]
+      assert isinstance(call, Call) and call.peer is not None
+      differs = self._message_differs(heads, rank, call.peer)
+      if differs is not None:
+        return differs
+    group = set(ready)
+    for partners in ready.values():
+      group |= {p for p in partners if peers.kind(heads[p]) in ("send", "recv")}
+    advance(sorted(group))
+    return True
+
+  def _message_differs(
+    self, heads: list[Item | None], sender: int, receiver: int
+  ) -> Mismatch | None:
+    """A `Mismatch` where what `sender`'s call sends is not what
+    `receiver`'s call receives into (element types and counts, as MPI
+    matches a message: a longer message aborts with MPI_ERR_TRUNCATE,
+    another type reads the bits as that type); None where they agree."""
+    send, recv = heads[sender], heads[receiver]
+    assert isinstance(send, Call) and isinstance(recv, Call)
+    if send.sent == recv.received:
+      return None
+    calls = tuple(
+      self.rank_call(r, h) if r in (sender, receiver) and h else None
+      for r, h in enumerate(heads)
+    )
+    return Mismatch(
+      calls,
+      f"the message: rank {sender} sends {send.sent or 'nothing'}, and "
+      f"rank {receiver} receives it into {recv.received or 'nothing'}",
+    )
+
+  def _stuck(self, heads: list[Item | None]) -> Mismatch | Deadlock:
+    n = self.count
+    self.stuck = list(enumerate(heads))
+    waiting = [h for h in heads if h is not None]
+    kinds = {
+      "call" if isinstance(h, Call) and h.kind == "collective" else type(h)
+      for h in waiting
+    }
+    blocked = tuple(
+      None if h is None else self.rank_call(r, h) for r, h in enumerate(heads)
+    )
+    collective_or_block = all(
+      isinstance(h, Loop | Branch)
+      or (isinstance(h, Call) and h.kind == "collective")
+      for h in waiting
+    )
+    if collective_or_block and len(kinds) > 1 and len(waiting) == n:
+      return Mismatch(
+        blocked,
+        "one rank is at a collective where another is at a loop or "
+        "conditional that holds communicating calls",
+      )
+    return Deadlock(blocked)
+
+
+_UNBOUND = object()
+
+
+def swaps(
+  steps: list[tuple[tuple[Call, ...], tuple[RankCall, ...]]],
+) -> tuple[Mismatch | None, tuple[str, ...]]:
+  """`origins.undistinguished` over the matched collective steps: a
+  crossed pair is a `Mismatch` (each rank gets the other's data); the
+  others are matched by type only (a sentence each)."""
+  unclear: list[str] = []
+  for i, j, crossed in origins.undistinguished([c for c, _ in steps]):
+    names = steps[i][1], steps[j][1]
+    if crossed is not None:
+      return Mismatch(
+        tuple(
+          names[0][r] if r in (0, crossed) else None
+          for r in range(len(names[0]))
+        ),
+        f"the operands: rank {crossed}'s call {names[0][crossed].index} "
+        f"sends what rank 0's call {names[1][0].index} sends, and its "
+        f"call {names[1][crossed].index} what rank 0's call "
+        f"{names[0][0].index} sends: the two calls are swapped (same "
+        "type, so MPI matches them, and each rank gets the other's data)",
+      ), ()
+    unclear.append(
+      f"calls {names[0][0].index} and {names[1][0].index} "
+      f"({names[0][0].label.split(' at ')[0]}) could be swapped on a "
+      + (
+        "rank: each computes its operands by one expression, in another "
+        "execution (a jitted function called twice, or eager calls), so "
+        "nothing tells the two calls apart"
+        if steps[i][0][0].origin == steps[j][0][0].origin
+        else "rank: the ranks compute their operands differently, so "
+        "nothing tells the two calls apart"
+      )
+    )
+  if len(unclear) > _SWAPS_SHOWN:
+    more = len(unclear) - _SWAPS_SHOWN
+    unclear[_SWAPS_SHOWN:] = [
+      f"and {more} more pair{'s' * (more != 1)} of calls like these"
+    ]
+  return None, tuple(unclear)
+
+
+_SWAPS_SHOWN = 5
+"""The pairs matched by type only that a result names; a jitted step
+called a thousand times makes half a million such pairs."""
+
+
+def rank_dependent_constructs(
+  programs: list[RankItems],
+) -> tuple[RankDependent, ...]:
+  found: dict[tuple[str, str, str], tuple[list[int], RankDependent]] = {}
+
+  def walk(rank: int, items: tuple[Item, ...]) -> None:
+    for item in items:
+      if isinstance(item, Call):
+        continue
+      inner = item.body if isinstance(item, Loop) else sum(item.branches, ())
+      if item.decision is not None:
+        construct: Literal["loop", "conditional"] = (
+          "loop" if isinstance(item, Loop) else "conditional"
+        )
+        label = label_of(item).removeprefix(f"{construct} ")
+        calls = tuple(label_of(x) for x in inner)
+        key = (construct, label, item.decision)
+        ranks = found.setdefault(
+          key,
+          (
+            [],
+            RankDependent(
+              (),
+              construct,
+              label,
+              item.decision,
+              calls,
+              item.op.location,
+            ),
+          ),
+        )[0]
+        ranks.append(rank)
+      walk(rank, inner)
+
+  for rank, program in enumerate(programs):
+    walk(rank, program.items)
+  return tuple(
+    dataclasses.replace(r, ranks=tuple(ranks)) for ranks, r in found.values()
+  )
+
+
+def simulate(
+  sequences: list[tuple[Item, ...]],
+) -> tuple[Simulation, Mismatch | Deadlock | None]:
+  """The simulation of every matching of the wildcard receives
+  (`wildcards.matchings`): the first that ends in a problem, else the
+  first that ends well. A matching whose fixed receive is never met did
+  not happen so; where none did, the first one's deadlock stands."""
+  first: tuple[Simulation, Mismatch | Deadlock | None] | None = None
+  clean = None
+  for matching in wildcards.matchings(sequences):
+    simulation = Simulation(len(sequences))
+    stopped = simulation.run(matching.sequences)
+    if isinstance(stopped, Deadlock) and matching.said:
+      stopped = dataclasses.replace(stopped, matching=matching.said)
+    first = first or (simulation, stopped)
+    stuck = {(r, h.op.name) for r, h in simulation.stuck if h is not None}
+    if stuck & matching.fixed:
+      continue  # That receive met no send this way: not this matching.
+    if stopped is not None:
+      return simulation, stopped
+    clean = clean or (simulation, stopped)
+  assert first is not None
+  return clean or first
