@@ -20,6 +20,7 @@ elements are all equal: `Leaf.lit`).
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable, Sequence
 from math import isfinite
@@ -289,3 +290,35 @@ def combiner(body: Sequence[Instruction]) -> str | None:
   if set(root.operands) != parameters or len(root.operands) != 2:
     return None
   return root.opcode
+
+
+def product_wraps_to_zero(
+  i: Instruction,
+  leaf_of: Callable[[str], Leaf],
+  instruction_of: Callable[[str], Instruction | None],
+) -> bool:
+  """Whether integer product `i` is a product of products, such as ``(A *
+  C1) * C2``, whose constant factors multiply to 0 in its type's wrapping
+  arithmetic (``65536 * 65536`` in ``s32``): XLA's simplifier reassociates
+  the constants together, ``A * (C1 * C2)``, folds them to 0 and the
+  product with it. A constant not read here may make it so. `leaf_of`
+  gives an operand's value, `instruction_of` the instruction of a name."""
+  element = element_type_of(i.shape)
+  if element not in INTEGER_MAX:
+    return False
+  factors: list[object] = []
+  pending = [i]
+  while pending:
+    node = pending.pop()
+    for name in node.operands:
+      inner = instruction_of(name)
+      if leaf_of(name).const:
+        factors.append(leaf_of(name).lit)
+      elif inner is not None and inner.opcode == "multiply":
+        pending.append(inner)
+  if len(factors) < 2:
+    return False
+  known = [f for f in factors if isinstance(f, int) and plain_int(f)]
+  if len(known) < len(factors):
+    return True
+  return math.prod(known) % 2 ** int(element[1:]) == 0

@@ -77,6 +77,7 @@ from entangle_jax.testing._hlo.attributes import Stack
 from entangle_jax.testing._hlo.instruction import uniform_literal
 from entangle_jax.testing._order import algebra, elements, folding
 from entangle_jax.testing._order.algebra import NOTHING, Leaf, Value
+from entangle_jax.testing._order.module_index import ModuleIndex
 from entangle_jax.testing._order.never_negative import NeverNegative
 
 _PASSES_LIMIT = 512
@@ -198,8 +199,7 @@ class MayOrder:
     through edges that no compiler may fold away."""
     self._used: frozenset[str] | None = None
     self.fixed_point = False
-    self._by_name: dict[str, Instruction] | None = None
-    self._callers: dict[str, list[Instruction]] | None = None
+    self.index = ModuleIndex(module)
     self._never: NeverNegative | None = None
     for _ in range(_PASSES_LIMIT):
       self._grew = False
@@ -223,10 +223,8 @@ class MayOrder:
   def call_site(self, instance: CallInstance) -> Instruction | None:
     """The innermost ``call`` that leads to `instance` (a jitted helper's
     call at this place), or None where no ``call`` does."""
-    self._names()
-    assert self._by_name is not None
     for name in reversed(instance.chain):
-      found = self._by_name.get(name)
+      found = self.index.named(name)
       if found is not None and found.opcode == "call":
         return found
     return None
@@ -237,11 +235,10 @@ class MayOrder:
     traced it at, so each ``call`` on the way swaps that place's frames
     for its own. The instruction's own stack where no ``call`` leads to
     it, or where the traced place cannot be told."""
-    self._names()
     placed: Stack | None = None
     helper: str | None = None
     for name in instance.chain:
-      call = self._by_name.get(name) if self._by_name else None
+      call = self.index.named(name)
       if call is None or call.opcode != "call" or not call.callees:
         continue
       if placed is None or helper is None:
@@ -257,7 +254,7 @@ class MayOrder:
     """`i`'s stack, traced inside `helper` at one of its call sites, with
     that site's frames replaced by `placed`."""
     stack = i.stack
-    for caller in self._callers_of(helper):
+    for caller in self.index.callers_of(helper):
       site = caller.stack
       if (
         site
@@ -266,22 +263,6 @@ class MayOrder:
       ):
         return stack[: len(stack) - len(site)] + placed
     return stack
-
-  def _callers_of(self, helper: str) -> list[Instruction]:
-    if self._callers is None:
-      self._callers = {}
-      for body in self.module.computations.values():
-        for i in body:
-          if i.opcode == "call":
-            for callee in i.callees:
-              self._callers.setdefault(callee, []).append(i)
-    return self._callers.get(helper, [])
-
-  def _names(self) -> None:
-    if self._by_name is None:
-      self._by_name = {
-        i.name: i for body in self.module.computations.values() for i in body
-      }
 
   def _never_negative(
     self, i: Instruction, operands: list[Value]
@@ -292,31 +273,11 @@ class MayOrder:
     if not (a.const or b.const):
       return (False, False)
     if self._never is None:
-      self._names()
-      assert self._by_name is not None
-      self._never = NeverNegative(self._by_name, self.module.computations)
+      self._never = NeverNegative(self.index.by_name, self.module.computations)
     return (
       b.const and self._never.may_be(i.operands[0]),
       a.const and self._never.may_be(i.operands[1]),
     )
-
-  def _shape_of(self, name: str) -> str:
-    """The HLO shape of instruction `name` ("" where unknown)."""
-    self._names()
-    assert self._by_name is not None
-    found = self._by_name.get(name)
-    return found.shape if found is not None else ""
-
-  def _dims_of(self, name: str) -> tuple[int, ...] | None:
-    """The dimensions of instruction `name`'s array; None where unknown."""
-    self._names()
-    assert self._by_name is not None
-    found = self._by_name.get(name)
-    return found.dims if found is not None else None
-
-  def _element_type(self, name: str) -> str:
-    """The element type of instruction `name`'s array (``u32``)."""
-    return self._shape_of(name).split("[", 1)[0].strip()
 
   def deletable(self, instance: CallInstance) -> bool:
     """Whether XLA may delete `instance`: it has no side effect and nothing
@@ -370,8 +331,6 @@ class MayOrder:
     through any edge: from each computation's root and each op that has a
     side effect, back through operands and into called computations."""
     if self._used is None:
-      self._names()
-      assert self._by_name is not None
       todo = [
         i.name
         for body in self.module.computations.values()
@@ -386,7 +345,7 @@ class MayOrder:
         if name in used:
           continue
         used.add(name)
-        found = self._by_name.get(name)
+        found = self.index.named(name)
         if found is None:
           continue
         todo.extend(found.operands)
@@ -506,7 +465,11 @@ class MayOrder:
       a, b = (algebra.as_leaf(o) for o in operands)
       if a.key is not None and a.key == b.key:
         return a
-    if opcode == "multiply" and self._product_wraps_to_zero(i, values):
+    if opcode == "multiply" and folding.product_wraps_to_zero(
+      i,
+      lambda name: algebra.as_leaf(values.get(name, NOTHING)),
+      self.index.named,
+    ):
       # XLA multiplies the constants of a product together first.
       return algebra.shaped(i.shape, Leaf(const=True, lit=0))
     if opcode in algebra.ABSORBING and len(operands) == 2:
@@ -514,16 +477,16 @@ class MayOrder:
       if folded is not None:
         return folded
     if opcode == "concatenate" and operands:
-      dims = [self._dims_of(o) for o in i.operands]
+      dims = [self.index.dims_of(o) for o in i.operands]
       joined = elements.concatenated(operands, dims, i.dims, _one(i.dimensions))
       return algebra.replace(joined, key=algebra.key_of(i, operands))
     if opcode == "slice" and operands:
       whole = algebra.as_leaf(operands[0])
       if whole.parts is not None:
-        dims = self._dims_of(i.operands[0])
+        dims = self.index.dims_of(i.operands[0])
         return elements.sliced(whole, dims, i.slice_ranges)
     if opcode in algebra.DATA_OPERANDS and operands:
-      return elements.indexed(i, operands, self._dims_of, self._sets(i))
+      return elements.indexed(i, operands, self.index.dims_of, self._sets(i))
     if opcode == "sort" and operands:
       # Each result is its own operand reordered: the keys decide the
       # order only, and XLA drops a sort of one element.
@@ -535,7 +498,7 @@ class MayOrder:
       if algebra.may_be_equal_constants(low, high):
         return Leaf(const=True, lit=low.lit)
     if opcode == "compare" and len(operands) == 2:
-      element = self._element_type(i.operands[0])
+      element = self.index.element_type(i.operands[0])
       never = self._never_negative(i, operands)
       if folding.tautology(i.direction, element, operands, never):
         # XLA folds it to a constant (``w == w`` of integers, an unsigned
@@ -547,7 +510,9 @@ class MayOrder:
       return algebra.cancelled(opcode, i.shape, operands, compared)
     if opcode == "bitcast-convert" and operands:
       return algebra.bitcast(
-        algebra.as_leaf(operands[0]), self._shape_of(i.operands[0]), i.shape
+        algebra.as_leaf(operands[0]),
+        self.index.shape_of(i.operands[0]),
+        i.shape,
       )
     if opcode == "call" and i.callees:
       inner = dataclasses.replace(context, chain=(*context.chain, i.name))
@@ -559,37 +524,6 @@ class MayOrder:
     if opcode == "custom-call":
       return self._custom_call(i, operands, context)
     return self._plain(i, operands, context)
-
-  def _product_wraps_to_zero(
-    self, i: Instruction, values: dict[str, Value]
-  ) -> bool:
-    """Whether integer product `i` is a product of products, such as ``(A
-    * C1) * C2``, whose constant factors multiply to 0 in its type's
-    wrapping arithmetic (``65536 * 65536`` in ``s32``): XLA's simplifier
-    reassociates the constants together, ``A * (C1 * C2)``, folds them to
-    0 and the product with it. A constant not read here may make it so."""
-    element = algebra.element_type_of(i.shape)
-    if element not in algebra.INTEGER_MAX:
-      return False
-    factors: list[object] = []
-    self._names()
-    assert self._by_name is not None
-    pending = [i]
-    while pending:
-      node = pending.pop()
-      for name in node.operands:
-        leaf = algebra.as_leaf(values.get(name, NOTHING))
-        inner = self._by_name.get(name)
-        if leaf.const:
-          factors.append(leaf.lit)
-        elif inner is not None and inner.opcode == "multiply":
-          pending.append(inner)
-    if len(factors) < 2:
-      return False
-    known = [f for f in factors if isinstance(f, int) and algebra.plain_int(f)]
-    if len(known) < len(factors):
-      return True
-    return math.prod(known) % 2 ** int(element[1:]) == 0
 
   def _sets(self, i: Instruction) -> bool:
     """Whether a scatter's combiner returns the update (a set)."""
@@ -617,7 +551,7 @@ class MayOrder:
     reduction = count = None
     if i.opcode == "reduce":
       reduction = self._combiner(i)
-      dims = self._dims_of(i.operands[0]) if i.operands else None
+      dims = self.index.dims_of(i.operands[0]) if i.operands else None
       if reduction is None or dims is None:
         return None
       count = math.prod(dims)
@@ -662,13 +596,13 @@ class MayOrder:
 
   def _one_each(self, i: Instruction) -> bool:
     """Whether a ``topk``'s operand rows hold one element each."""
-    dims = self._dims_of(i.operands[0])
+    dims = self.index.dims_of(i.operands[0])
     return bool(dims) and dims[-1] == 1  # type: ignore[index]
 
   def _reduces_one(self, i: Instruction) -> bool:
     """Whether reduce `i` reduces one element into each result (its
     reduced dimensions all of size 1)."""
-    dims = self._dims_of(i.operands[0]) if i.operands else None
+    dims = self.index.dims_of(i.operands[0]) if i.operands else None
     if dims is None or i.dimensions is None:
       return False
     return all(d < len(dims) and dims[d] == 1 for d in i.dimensions)
