@@ -102,122 +102,27 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from entangle_jax.testing._ways_in import plugin_options
+from entangle_jax.testing._ways_in.plugin_options import MODES, TEXT
+
 if TYPE_CHECKING:
   from entangle_jax.testing._ways_in import dump_watch as _dump_watch
   from entangle_jax.testing._ways_in import launcher_ranks as _launcher_ranks
 
 # pytest loads this module at every start, switched on or not: it imports
 # nothing of entangle_jax (and so nothing of jax) until the check is on.
-MODES = ("fail", "report")
 ENV = "ENTANGLE_JAX_RACES"  # The same as `_race_check.ENV`.
 EXPECTED = "entangle_races_expected"
 BASE_ENV = "ENTANGLE_JAX_RACES_XDIST_DUMP"
 """Set by an xdist controller for its workers: the run's dump, below which
 each worker dumps to a folder of its own."""
 OUTPUT = "entangle_races"  # The key of a worker's `workeroutput`.
-TEXT = "text"
 RANKS_TIMEOUT_ENV = "ENTANGLE_JAX_RANKS_TIMEOUT"
 RANKS_TIMEOUT_S = 300.0
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-  group = parser.getgroup("entangle-jax")
-  group.addoption(
-    "--entangle-races",
-    choices=MODES,
-    default=None,
-    help=(
-      "check every module XLA compiles for native calls that may conflict "
-      "and that nothing orders: 'fail' fails the test that compiled it, "
-      "'report' only summarises at the end"
-    ),
-  )
-  group.addoption(
-    "--entangle-format",
-    default=TEXT,
-    metavar="FORMAT",
-    help=(
-      "the format of the race check's report on the run: text (the "
-      "default) or one of the other formats python -m entangle_jax.testing "
-      "--format takes (json, github, sarif); a failing test's report stays "
-      "text"
-    ),
-  )
-  group.addoption(
-    "--entangle-output",
-    default=None,
-    metavar="PATH",
-    help=(
-      "write the report in --entangle-format's format to PATH (the "
-      "terminal summary says where) rather than into the terminal summary"
-    ),
-  )
-  group.addoption(
-    "--entangle-ranks",
-    default=None,
-    metavar="DIR",
-    help=(
-      "under mpirun (or mpiexec, srun), with --entangle-races: each rank "
-      "dumps its modules to DIR/rankR (DIR a folder every rank can see), "
-      "and rank 0, once every rank is done, checks them across ranks "
-      "(python -m entangle_jax.testing --ranks); in 'fail' mode a run whose "
-      "ranks are not proved to agree fails"
-    ),
-  )
-  group.addoption(
-    "--entangle-sanitize",
-    action="store_const",
-    const="on",
-    dest="entangle_sanitize",
-    default=None,
-    help=(
-      "record every native call of each test (entangle_jax.testing."
-      "sanitize) and fail a test in which calls on one object raced; a "
-      "test that called targets the sanitizer did not observe is listed "
-      "in the summary"
-    ),
-  )
-  group.addoption(
-    "--entangle-sanitize=strict",
-    action="store_const",
-    const="strict",
-    dest="entangle_sanitize",
-    help=(
-      "as --entangle-sanitize, and also fail a test that called targets "
-      "the sanitizer did not observe"
-    ),
-  )
-  group.addoption(
-    "--entangle-watchdog",
-    default=None,
-    metavar="SECONDS",
-    help=(
-      "with --entangle-sanitize: a call in flight longer than SECONDS is "
-      "reported on stderr (each thread's call in flight, its file:line, "
-      "the rank); the test goes on"
-    ),
-  )
-  group.addoption(
-    "--entangle-watchdog-exit",
-    action="store_true",
-    default=False,
-    help=(
-      "with --entangle-watchdog: once it reported, end the process (exit "
-      "status 124), so that a hang fails the run"
-    ),
-  )
-  group.addoption(
-    "--entangle-sanitize-ranks",
-    default=None,
-    metavar="DIR",
-    help=(
-      "under mpirun (or mpiexec, srun), with --entangle-sanitize: each rank "
-      "records its communicating calls to DIR/rankR, and rank 0, once "
-      "every rank is done, names the first call at which they differ "
-      "(python -m entangle_jax.testing --sanitized-ranks DIR); a run whose "
-      "ranks differ, or hung, fails"
-    ),
-  )
+  plugin_options.add_options(parser)
 
 
 class _State:
