@@ -16,6 +16,8 @@ the one table of codes, headlines and fixes.
   the words of `Reason.SAFE_PAIR`, what every report and the sanitizer
   say of a declared safe pair and of the pairs it (or the
   device-to-process map) left out.
+* `RANK_KINDS`: the cross-rank check's kinds of problem (``EJ1xx``),
+  each with its code, verdict, name, summary and fix.
 * `TWO_NAMES`, `ACROSS_DEVICES`, `BACKWARD`, `HIDDEN_BY_XLA` and
   `COMMUNICATION`: the causes that need more of the pair than its reason
   (the two ``Resource`` names of one object, two devices, a backward pass,
@@ -412,3 +414,93 @@ def left_out_by(reasons: Iterable[str]) -> str:
   if apart == {True, False}:
     return "(by declared safe_pairs, or on devices of different processes)"
   return "by declared safe_pairs"
+
+
+# The cross-rank check's kinds (`entangle_jax.testing._findings.
+# rank_findings`): codes in the ``EJ1xx`` range, apart from the
+# single-process causes' ``EJ0xx`` so that neither table's next code can
+# take the other's.
+
+FIX_RANK_DEPENDENT = (
+  "reduce the decision across ranks first (an allreduce of the "
+  "predicate or residual, whose result every rank shares), or hoist the "
+  "collective out of the branch or loop."
+)
+FIX_UNORDERED = (
+  "order them: entangle the later call's operand with the earlier "
+  "call's result (entangle_jax.entangle), or wrap the function in "
+  "entangle_jax.in_program_order (it orders declared native calls and "
+  "JAX's collectives)."
+)
+FIX_MISMATCH = (
+  "make every rank issue the same communicating calls, with the "
+  "same shapes, in the same order. Ranks that take different Python "
+  "paths compile different programs: this check reports them, no "
+  "transform can fix them."
+)
+FIX_DEADLOCK = (
+  "order the calls so that each send meets its receive (one rank "
+  "receives first), or exchange with one sendrecv."
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class RankKind:
+  """One kind of cross-rank problem: its code, what it means, its fix."""
+
+  code: str
+  """Stable across versions: what tools key on (SARIF's ``ruleId``)."""
+  verdict: str
+  """``rank-dependent``, ``possible-deadlock``, ``mismatch`` or
+  ``deadlock``."""
+  name: str
+  """A short identifier (SARIF's rule ``name``)."""
+  summary: str
+  """One sentence: what the problem is."""
+  fix: str
+  """What to do, as every format says it after ``Fix:``."""
+
+
+RANK_DEPENDENT = RankKind(
+  "EJ101",
+  "rank-dependent",
+  "collective-under-rank-dependent-control",
+  "A loop or conditional that holds communicating calls decides on a "
+  "value that may differ between ranks, so ranks may make different "
+  "numbers of calls and hang.",
+  FIX_RANK_DEPENDENT,
+)
+POSSIBLE_DEADLOCK = RankKind(
+  "EJ102",
+  "possible-deadlock",
+  "communicating-calls-unordered",
+  "Two communicating calls of one rank that nothing orders: the rank may "
+  "make them in either order, and another rank in the other.",
+  FIX_UNORDERED,
+)
+MISMATCH = RankKind(
+  "EJ103",
+  "mismatch",
+  "ranks-call-differently",
+  "The ranks reach different communicating calls at one step (kind, "
+  "target, shapes, reduction, declared values or communicator), or "
+  "compiled different communicating modules.",
+  FIX_MISMATCH,
+)
+DEADLOCK = RankKind(
+  "EJ104",
+  "deadlock",
+  "ranks-deadlock",
+  "No rank can go on and some have calls left: each waits for a call no "
+  "other rank makes.",
+  FIX_DEADLOCK,
+)
+
+RANK_KINDS: tuple[RankKind, ...] = (
+  RANK_DEPENDENT,
+  POSSIBLE_DEADLOCK,
+  MISMATCH,
+  DEADLOCK,
+)
+"""Every kind, in the order a report gives them (the order of
+`CrossRankResult.verdict`'s precedence)."""

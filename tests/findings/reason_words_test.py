@@ -50,6 +50,19 @@ class ReasonWordsTest(absltest.TestCase):
     self.assertIs(causes.CAUSES, reason_words.CODES)
     self.assertIs(causes.BY_CODE, reason_words.BY_CODE)
 
+  def test_the_cross_rank_kinds_are_in_the_table_apart_from_the_causes(self):
+    from entangle_jax.testing._findings import rank_findings
+
+    codes = [kind.code for kind in reason_words.RANK_KINDS]
+    self.assertEqual(codes, [f"EJ10{k}" for k in range(1, 5)])
+    self.assertFalse(set(codes) & set(reason_words.BY_CODE))
+    # The findings stage names the same kinds, and says no word of its own.
+    self.assertIs(rank_findings.RANK_KINDS, reason_words.RANK_KINDS)
+    source = pathlib.Path(rank_findings.__file__).read_text()
+    for kind in reason_words.RANK_KINDS:
+      self.assertNotIn(kind.fix[:40], source)
+      self.assertNotIn(kind.summary[:40], source)
+
   def test_each_sentence_is_written_once(self):
     said = [w.headline for w in _rows() if w.headline is not None]
     said += [step for w in _rows() for step in w.steps]
