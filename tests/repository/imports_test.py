@@ -67,9 +67,12 @@ class ImportsTest(absltest.TestCase):
 
   def test_bazel_sets_up_the_devices_conftest_does(self):
     build = (TESTS / "BUILD.bazel").read_text()
-    self.assertIn(
-      f'env = {{"JAX_NUM_CPU_DEVICES": "{test_util.NUM_CPU_DEVICES}"}}', build
-    )
+    devices = f'{{"JAX_NUM_CPU_DEVICES": "{test_util.NUM_CPU_DEVICES}"}}'
+    self.assertIn(f"_DEVICES = {devices}", build)
+    # Every test target takes it: a file's own, and each folder's suite.
+    self.assertEqual(build.count("py_test("), 2)
+    self.assertIn("env = _DEVICES,", build)
+    self.assertIn("env = dict(\n            _DEVICES,", build)
 
   def test_the_device_count_took_effect(self):
     # Under pytest (conftest.py) and under Bazel (its test environment).
