@@ -628,6 +628,86 @@ query_through_capped_loop = query_through(
 )
 
 
+@jax.jit
+def _times_65536(x):
+  """A jitted helper: XLA inlines it before it reassociates."""
+  return x * jnp.int32(65536)
+
+
+# Skeptic pass 76f: never negative behind a jitted helper's parameter
+# (jnp.clip is one), a power of 2 (XLA makes it a square), a constant XLA
+# computes; a product of products through a helper or a reshape; an
+# integer 1x1 convolution with a zero kernel (a dot for XLA); a constant
+# out of a loop that runs once.
+query_through_clip_below_zero = query_through(
+  "clip_below_zero",
+  lambda s, w: s + (jnp.clip(w.astype(jnp.float32), 0.0) < 0).astype(s.dtype),
+)
+query_through_square_by_power = query_through(
+  "square_by_power",
+  lambda s, w: s + (lax.pow(w.astype(jnp.float32), 2.0) < 0).astype(s.dtype),
+)
+query_through_maximum_with_a_computed_zero = query_through(
+  "maximum_with_a_computed_zero",
+  lambda s, w: (
+    s
+    + (
+      jnp.maximum(w.astype(jnp.float32), jnp.sum(jnp.zeros(3, jnp.float32))) < 0
+    ).astype(s.dtype)
+  ),
+)
+query_through_helper_product_wrapping = query_through(
+  "helper_product_wrapping",
+  lambda s, w: s + _times_65536(w) * jnp.int32(65536),
+)
+query_through_reshaped_product_wrapping = query_through(
+  "reshaped_product_wrapping",
+  lambda s, w: s + ((w * jnp.int32(65536))[None] * jnp.int32(65536))[0],
+)
+query_through_zero_kernel = query_through(
+  "zero_kernel",
+  lambda s, w: (
+    s
+    + lax.conv_general_dilated(
+      jnp.stack([w, w])[None, None],
+      jnp.zeros((1, 1, 1), jnp.int32),
+      (1,),
+      "VALID",
+    )[0, 0, 0]
+  ),
+)
+query_through_one_trip_loop_zero = query_through(
+  "one_trip_loop_zero",
+  lambda s, w: s + w * lax.fori_loop(0, 1, lambda i, c: c * 0, w),
+)
+
+
+def query_through_arange_mask(slot):
+  """Ordered by data: ``arange(4) - w`` varies with both, so XLA cannot
+  know it never negative; the mask's count keeps the update's result."""
+  first = read_slot(slot)
+  written = write_slot(entangle(slot, first), first + 5.0)
+  mask = (jnp.arange(4) - written < 0).sum().astype(slot.dtype)
+  return first, read_slot(slot + mask)
+
+
+def deep_checksums(steps):
+  """Two checksums of one chain of `steps` ops compared, the compare
+  before the query: value numbers as deep as the chain."""
+
+  def program(slot):
+    first = read_slot(slot)
+    written = write_slot(entangle(slot, first), first + 5.0)
+    a = b = written
+    for _ in range(steps):
+      a = a * 31 + 7
+      b = b * 31 + 7
+    return first, read_slot(written + (a == b).astype(slot.dtype) - 1)
+
+  program.__name__ = program.__qualname__ = f"deep_checksums_{steps}"
+  return program
+
+
 def query_through_square_root_below_zero(slot):
   """Ordered by data: XLA does not take a square root as never negative,
   so ``sqrt(w) < 0`` stays a comparison of the update's result."""
@@ -1194,6 +1274,43 @@ class ReportedWithAWorkingFixTest(parameterized.TestCase):
       None,
     ),
     ("capped_loop", query_through_capped_loop, query_after_update, None),
+    (
+      "clip_below_zero",
+      query_through_clip_below_zero,
+      query_after_update,
+      None,
+    ),
+    (
+      "square_by_power",
+      query_through_square_by_power,
+      query_after_update,
+      None,
+    ),
+    (
+      "maximum_with_a_computed_zero",
+      query_through_maximum_with_a_computed_zero,
+      query_after_update,
+      None,
+    ),
+    (
+      "helper_product_wrapping",
+      query_through_helper_product_wrapping,
+      query_after_update,
+      None,
+    ),
+    (
+      "reshaped_product_wrapping",
+      query_through_reshaped_product_wrapping,
+      query_after_update,
+      None,
+    ),
+    ("zero_kernel", query_through_zero_kernel, query_after_update, None),
+    (
+      "one_trip_loop_zero",
+      query_through_one_trip_loop_zero,
+      query_after_update,
+      None,
+    ),
   )
   def test_reported_and_fixed(self, program, fixed, kind):
     found = _races(program)
@@ -1307,6 +1424,12 @@ class NoFalseReportTest(parameterized.TestCase):
     (
       "square_root_below_zero",
       query_through_square_root_below_zero,
+      query_through_abs_below_zero,
+    ),
+    ("arange_mask", query_through_arange_mask, query_through_abs_below_zero),
+    (
+      "deep_checksums",
+      deep_checksums(700),
       query_through_abs_below_zero,
     ),
   )

@@ -582,16 +582,21 @@ def _from_itself(root: Leaf, index: int, path: tuple) -> bool:
 @functools.lru_cache(maxsize=65536)
 def _mentions(key: tuple) -> frozenset:
   """The values a value number is computed from that are not constants:
-  loop state elements, calls, entry parameters."""
-  if key and key[0] in ("state", "call", "entry", "maybe"):
-    return frozenset({key})
-  if key and key[0] == "c":
-    return frozenset()
-  found: frozenset = frozenset()
-  for part in key:
-    if isinstance(part, tuple):
-      found |= _mentions(part)
-  return found
+  loop state elements, calls, entry parameters. Walked with a stack of
+  its own, each shared part once: a number nests as deep as the chain of
+  ops that computed it (a loop unrolled in Python)."""
+  found: set = set()
+  todo, seen = [key], set()
+  while todo:
+    part = todo.pop()
+    if id(part) in seen:
+      continue
+    seen.add(id(part))
+    if part and part[0] in ("state", "call", "entry", "maybe"):
+      found.add(part)
+    elif not (part and part[0] == "c"):
+      todo.extend(p for p in part if isinstance(p, tuple))
+  return frozenset(found)
 
 
 def loop_state(
@@ -668,7 +673,9 @@ def at_most(merged: Value, initial: Value, inside: int) -> Value:
     )
   m, a = as_leaf(merged), as_leaf(initial)
   deps = m.deps & (a.deps | inside)
-  const = m.const and a.const
+  # A constant where it ran no iteration, or where it ran one (XLA may
+  # count the loop so and inline it): XLA may fold what reads it.
+  const = m.const or a.const
   if m.parts is None and a.parts is None:
     return replace(m, deps=deps, const=const)
   one, first = each(m), each(a)
@@ -694,7 +701,10 @@ def after_trips(
     )
   if path in passed_on:
     return initial
-  return replace(as_leaf(root), const=False, origin=None, lit=None)
+  # A constant stays one: XLA folds what it computes where it inlines the
+  # loop (``fori_loop(0, 1, lambda i, c: c * 0, w)`` is 0).
+  last = as_leaf(root)
+  return replace(last, const=last.const, origin=None, lit=None)
 
 
 def bitcast(leaf: Leaf, source: str, shape: str) -> Leaf:

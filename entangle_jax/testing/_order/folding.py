@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from math import isfinite
 
 from entangle_jax.testing._hlo import Instruction
+from entangle_jax.testing._hlo.instruction import uniform_literal
 from entangle_jax.testing._order.algebra import (
   INTEGER_MAX,
   Leaf,
@@ -211,6 +212,11 @@ def tautology(
   return (way in ("GE", "LT") and at_zero) or (way in ("LE", "GT") and at_max)
 
 
+def may_be_zero(leaf: Leaf) -> bool:
+  """Whether `leaf` is a constant that may be 0 (one not read here may)."""
+  return leaf.const and (leaf.lit is None or leaf.lit == 0)
+
+
 def _never_negative_against_zero(
   direction: str, leaves: tuple[Leaf, Leaf], never_negative: tuple[bool, bool]
 ) -> bool:
@@ -224,8 +230,7 @@ def _never_negative_against_zero(
     (a_never, b, direction),
     (b_never, a, mirror.get(direction)),
   ):
-    zero = bound.const and (bound.lit is None or bound.lit == 0)
-    if never and zero and way in ("LT", "GE"):
+    if never and may_be_zero(bound) and way in ("LT", "GE"):
       return True
   return False
 
@@ -234,11 +239,16 @@ def absorbs(
   opcode: str, shape: str, operands: list[Value], combiner: str | None
 ) -> bool:
   """Whether XLA may fold an op (`opcode`, result `shape`) to a constant
-  whatever its other operands: an integer ``dot`` of an operand that may
-  be all zeros, or a reduction whose `combiner` absorbs (a product, an
-  ``and``, an ``or``) over an initial value or an element that may
-  absorb."""
-  if opcode == "dot" and len(operands) == 2 and is_integral(shape):
+  whatever its other operands: an integer ``dot`` or ``convolution`` of an
+  operand that may be all zeros, or a reduction whose `combiner` absorbs
+  (a product, an ``and``, an ``or``) over an initial value or an element
+  that may absorb."""
+  if (
+    opcode in ("dot", "convolution")
+    and len(operands) == 2
+    and is_integral(shape)
+  ):
+    # An integer 1x1 convolution is a dot for XLA (skeptic pass 76f).
     return any(_may_be(as_leaf(o), (0,)) for o in operands)
   if opcode != "reduce" or len(operands) != 2:
     return False
@@ -292,28 +302,61 @@ def combiner(body: Sequence[Instruction]) -> str | None:
   return root.opcode
 
 
+_KEEP_VALUES = frozenset(
+  {"reshape", "broadcast", "transpose", "reverse", "copy", "bitcast"}
+)
+"""Opcodes whose result's values are their operand's, rearranged."""
+
+
 def product_wraps_to_zero(
   i: Instruction,
   leaf_of: Callable[[str], Leaf],
   instruction_of: Callable[[str], Instruction | None],
+  computation_roots: Callable[[str], list[str]],
 ) -> bool:
   """Whether integer product `i` is a product of products, such as ``(A *
   C1) * C2``, whose constant factors multiply to 0 in its type's wrapping
   arithmetic (``65536 * 65536`` in ``s32``): XLA's simplifier reassociates
   the constants together, ``A * (C1 * C2)``, folds them to 0 and the
   product with it. A constant not read here may make it so. `leaf_of`
-  gives an operand's value, `instruction_of` the instruction of a name."""
+  gives an operand's value, `instruction_of` the instruction of a name,
+  `computation_roots` a computation's root's name."""
   element = element_type_of(i.shape)
   if element not in INTEGER_MAX:
     return False
   factors: list[object] = []
   pending = [i]
+
+  def constant(name: str) -> tuple[bool, object]:
+    leaf = leaf_of(name)
+    if leaf.const:
+      return True, leaf.lit
+    found = instruction_of(name)  # In a helper's computation, say.
+    if found is not None and found.opcode == "constant":
+      return True, typed(uniform_literal(found.literal), found.shape)
+    return False, None
+
   while pending:
     node = pending.pop()
     for name in node.operands:
       inner = instruction_of(name)
-      if leaf_of(name).const:
-        factors.append(leaf_of(name).lit)
+      # Through ops that keep each value (XLA moves a reshape or a
+      # broadcast out of the way of the reassociation), and into a call
+      # (XLA inlines a jitted helper first).
+      while inner is not None and not constant(name)[0]:
+        if inner.opcode in _KEEP_VALUES and inner.operands:
+          name = inner.operands[0]
+        elif inner.opcode == "call" and inner.callees:
+          roots = [r for r in computation_roots(inner.callees[0])]
+          if not roots:
+            break
+          name = roots[0]
+        else:
+          break
+        inner = instruction_of(name)
+      is_constant, value = constant(name)
+      if is_constant:
+        factors.append(value)
       elif inner is not None and inner.opcode == "multiply":
         pending.append(inner)
   if len(factors) < 2:

@@ -67,8 +67,10 @@ nested).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import sys
 from collections.abc import Callable
 
 from entangle_jax._src.targets.names import ENTANGLE_TARGET
@@ -201,17 +203,20 @@ class MayOrder:
     self.fixed_point = False
     self.index = ModuleIndex(module)
     self._never: NeverNegative | None = None
-    for _ in range(_PASSES_LIMIT):
-      self._grew = False
-      self.instances = {}
-      self._in_loop = {}
-      self._in_conditional = {}
-      self.live = 0
-      root = self._computation(module.entry, None, _Context())
-      self.live |= algebra.deps_of(root)
-      if not self._grew:
-        self.fixed_point = True
-        break
+    self._values: dict[str, Value] = {}
+    self._constants: dict[str, tuple[object]] = {}
+    with _deep_values():
+      for _ in range(_PASSES_LIMIT):
+        self._grew = False
+        self.instances = {}
+        self._in_loop = {}
+        self._in_conditional = {}
+        self.live = 0
+        root = self._computation(module.entry, None, _Context())
+        self.live |= algebra.deps_of(root)
+        if not self._grew:
+          self.fixed_point = True
+          break
 
   def by_instruction(self) -> dict[str, list[CallInstance]]:
     """The instances of each selected instruction, by its name."""
@@ -265,19 +270,36 @@ class MayOrder:
     return stack
 
   def _never_negative(
-    self, i: Instruction, operands: list[Value]
+    self, i: Instruction, operands: list[Value], values: dict[str, Value]
   ) -> tuple[bool, bool]:
     """Whether XLA may know each operand of comparison `i` never negative
-    (`NeverNegative`); asked only where the other is a constant."""
+    (`NeverNegative`); asked only where the other may be 0."""
     a, b = (algebra.as_leaf(o) for o in operands)
-    if not (a.const or b.const):
+    if not (folding.may_be_zero(a) or folding.may_be_zero(b)):
       return (False, False)
+    self._values = values
     if self._never is None:
-      self._never = NeverNegative(self.index.by_name, self.module.computations)
+      self._never = NeverNegative(
+        self.index.by_name, self.module.computations, self._constant
+      )
     return (
-      b.const and self._never.may_be(i.operands[0]),
-      a.const and self._never.may_be(i.operands[1]),
+      folding.may_be_zero(b) and self._never.may_be(i.operands[0]),
+      folding.may_be_zero(a) and self._never.may_be(i.operands[1]),
     )
+
+  def _constant(self, name: str) -> tuple[bool, object]:
+    """Whether instruction `name` is a constant XLA may fold to, and its
+    value where it can be read: the evaluation's answer in the
+    computation being evaluated, the instruction's own elsewhere."""
+    value = self._values.get(name)
+    if isinstance(value, Leaf):
+      return value.const, value.lit
+    if name in self._constants:
+      return True, self._constants[name][0]
+    found = self.index.named(name)
+    if found is not None and found.opcode == "constant":
+      return True, folding.typed(uniform_literal(found.literal), found.shape)
+    return found is not None and found.opcode == "iota", None
 
   def deletable(self, instance: CallInstance) -> bool:
     """Whether XLA may delete `instance`: it has no side effect and nothing
@@ -380,6 +402,11 @@ class MayOrder:
     for i in self.module.computations[name]:
       value = self._instruction(i, values, arguments, context)
       values[i.name] = value
+      if type(value) is Leaf and value.const:
+        # Where it is a constant in some evaluation (a helper's parameter
+        # passed one): `NeverNegative` asks it from other computations.
+        seen = self._constants.get(i.name, (value.lit,))
+        self._constants[i.name] = (value.lit if seen[0] == value.lit else None,)
       if i.root:
         root = value
     return root
@@ -469,6 +496,7 @@ class MayOrder:
       i,
       lambda name: algebra.as_leaf(values.get(name, NOTHING)),
       self.index.named,
+      self.index.roots,
     ):
       # XLA multiplies the constants of a product together first.
       return algebra.shaped(i.shape, Leaf(const=True, lit=0))
@@ -499,7 +527,7 @@ class MayOrder:
         return Leaf(const=True, lit=low.lit)
     if opcode == "compare" and len(operands) == 2:
       element = self.index.element_type(i.operands[0])
-      never = self._never_negative(i, operands)
+      never = self._never_negative(i, operands, values)
       if folding.tautology(i.direction, element, operands, never):
         # XLA folds it to a constant (``w == w`` of integers, an unsigned
         # ``u >= 0``): it orders nothing.
@@ -737,6 +765,23 @@ class MayOrder:
     # it), and from each call in the branches that ran.
     inside = self._in_conditional.get(index, 0)
     return algebra.met(results, decision, inside)
+
+
+_DEEP_VALUES = 20_000
+"""The recursion limit while the evaluation runs: a value number nests as
+deep as the chain of ops that computed it, and comparing two of a chain
+of 600 ops (a checksum unrolled in Python) passed Python 3.11's default
+of 1,000 (skeptic pass 76f)."""
+
+
+@contextlib.contextmanager
+def _deep_values():
+  before = sys.getrecursionlimit()
+  sys.setrecursionlimit(max(before, _DEEP_VALUES))
+  try:
+    yield
+  finally:
+    sys.setrecursionlimit(before)
 
 
 def _exclusive(a: CallInstance, b: CallInstance) -> bool:

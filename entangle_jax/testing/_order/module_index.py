@@ -53,3 +53,9 @@ class ModuleIndex:
   def element_type(self, name: str) -> str:
     """The element type of instruction `name`'s array (``u32``)."""
     return self.shape_of(name).split("[", 1)[0].strip()
+
+  def roots(self, computation: str) -> list[str]:
+    """The name of `computation`'s root (none for a name no computation
+    has)."""
+    body = self.module.computations.get(computation, ())
+    return [i.name for i in body if i.root]
