@@ -33,7 +33,7 @@ from entangle_jax._src.targets import shipped, sources, table
 from entangle_jax._src.targets.communication import Communication
 from entangle_jax._src.targets.declaration import Declarations, merged
 from entangle_jax.testing import CrossRankResult, races_across
-from entangle_jax.testing._analysis import same_module
+from entangle_jax.testing._analysis import call_attributes, same_module
 from entangle_jax.testing._analysis.call_attributes import raw_attribute
 from entangle_jax.testing._hlo import dumped_module
 from entangle_jax.testing._ways_in import command, rank_sequences
@@ -573,6 +573,43 @@ class MessageTest(absltest.TestCase):
     )
     self.assertEqual(result.verdict, "proved", result.text())
     self.assertLen(result.matched, 1)
+
+
+class ProcNullTest(absltest.TestCase):
+  """A receive from MPI_PROC_NULL completes at once and receives nothing
+  (skeptic pass 77b: read as a receive from any source, it met rank 0's
+  send, and a program whose rank 1 got uninitialized memory, and whose
+  send no receive took, was proved). The declared binding names no
+  communicator, so Open MPI's numbers hold: PROC_NULL -2, ANY_SOURCE
+  -1."""
+
+  @staticmethod
+  def program(rank, x, source):
+    if rank == 0:
+      return send(x, dest=1)
+    return recv(x, (4,), source=source)
+
+  def test_a_receive_from_proc_null_meets_no_send(self):
+    result = check(functools.partial(self.program, source=-2))
+    self.assertEqual(result.verdict, "deadlock", result.text())
+    assert result.deadlock is not None
+    rank0, rank1 = result.deadlock.blocked
+    assert rank0 is not None
+    self.assertIn("send", rank0.label)
+    self.assertIsNone(rank1)  # It made no call that communicates.
+
+  def test_control_from_rank_0_or_any_source_is_proved(self):
+    for source in (0, -1):
+      with self.subTest(source=source):
+        result = check(functools.partial(self.program, source=source))
+        self.assertEqual(result.verdict, "proved", result.text())
+
+  def test_the_library_is_told_by_the_communicators_handle(self):
+    # Open MPI: an address; MPICH: a 32-bit value (MPI_COMM_WORLD is
+    # 0x44000000 there); none: Open MPI's numbers.
+    self.assertEqual(call_attributes.null_peer(0x7F12_3456_7890), -2)
+    self.assertEqual(call_attributes.null_peer(0x44000000), -1)
+    self.assertEqual(call_attributes.null_peer(None), -2)
 
 
 class SendRecvTest(absltest.TestCase):

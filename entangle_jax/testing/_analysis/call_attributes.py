@@ -2,7 +2,8 @@
 check (`ranks.RankProgram`): its attributes (``backend_config``'s FFI
 attributes, raw attribute text), an MPI handle's identity across processes
 (`handle_told`), the arrays of a message as MPI matches them (`arrays`),
-and how many devices a collective's replica groups span (`group_count`)."""
+how many devices a collective's replica groups span (`group_count`), and
+which peer is MPI_PROC_NULL (`null_peer`)."""
 
 from __future__ import annotations
 
@@ -209,3 +210,19 @@ def _mesh_group_count(groups: str) -> int | None:
   if group < 1 or total % group:
     return None
   return total // group
+
+
+OPEN_MPI_PROC_NULL = -2
+MPICH_PROC_NULL = -1
+
+
+def null_peer(communicator: object) -> int:
+  """MPI_PROC_NULL in the library that made the communicator's handle
+  `communicator`: Open MPI's handles are addresses (2**32 or more) and its
+  PROC_NULL is -2 (ANY_SOURCE -1); MPICH's are 32-bit values and its
+  PROC_NULL is -1 (ANY_SOURCE -2). Where the handle does not tell (a
+  binding that declares no communicator), Open MPI's."""
+  handle = as_int(communicator)
+  if handle is not None and 0 <= handle < 1 << 32:
+    return MPICH_PROC_NULL
+  return OPEN_MPI_PROC_NULL
