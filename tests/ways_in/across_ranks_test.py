@@ -1468,6 +1468,35 @@ class CrashIsNoFindingTest(absltest.TestCase):
     self.assertIn("could not answer", err)
     self.assertIn("IndexError: tuple index out of range", err)
 
+  def test_a_limit_of_the_model_is_no_crash(self):
+    # Nine receives from any source on rank 0, each of which rank 1 or 2
+    # may meet: 512 matchings, past `wildcards.LIMIT` (256). The check
+    # says so, exit 2, and asks for no report (skeptic pass 77b).
+    def program(rank, x):
+      if rank == 0:
+        token = x
+        for _ in range(9):
+          token = recv(token, (4,), source=-1)
+        return token
+      token = x
+      for _ in range(5 if rank == 1 else 4):
+        token = send(token, dest=0)
+      return token
+
+    spec = jax.ShapeDtypeStruct((4,), jnp.float32)
+    texts = [
+      str(
+        jax.jit(functools.partial(program, r)).lower(spec).compile().as_text()
+      )
+      for r in (0, 1, 2)
+    ]
+    status, _, err = self.run_command(write_dumps(texts))
+    self.assertEqual(status, 2, err)
+    self.assertIn("could not answer: 9 receives from any source", err)
+    self.assertIn("more than 256", err)
+    self.assertNotIn("crashed", err)
+    self.assertNotIn("Please report", err)
+
   def test_a_crash_reading_a_rank_exits_2_naming_the_rank(self):
     folders = self.dumps(CollectivesInEveryBranchTest.both)
     with mock.patch.object(command, "RankProgram", side_effect=KeyError("x")):

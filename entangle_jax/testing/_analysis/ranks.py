@@ -213,6 +213,12 @@ class Unordered:
   second: Op
 
 
+class BeyondTheModel(ValueError):
+  """A program the cross-rank check does not model (a sendrecv with
+  MPI_PROC_NULL on one side, too many matchings of receives from any
+  source): it cannot answer, which is no crash of the check."""
+
+
 class RankProgram:
   """One rank's module, read for the cross-rank check.
 
@@ -670,7 +676,7 @@ class RankProgram:
     if null not in (call.peer, call.source):
       return call
     if c.kind == "sendrecv":
-      raise ValueError(
+      raise BeyondTheModel(
         f"%{i.name} ({i.target}) sends to or receives from MPI_PROC_NULL "
         f"(rank {null}) on one side of a sendrecv, which the cross-rank "
         "check does not model: it cannot answer"

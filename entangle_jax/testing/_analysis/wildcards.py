@@ -24,6 +24,7 @@ import itertools
 
 from entangle_jax._src.targets.communication import ANY
 from entangle_jax.testing._analysis.ranks import (
+  BeyondTheModel,
   Branch,
   Call,
   Item,
@@ -64,7 +65,7 @@ def matchings(sequences: list[tuple[Item, ...]]) -> list[Matching]:
   when there are none).
 
   Raises:
-    ValueError: more than `LIMIT` matchings.
+    BeyondTheModel: more than `LIMIT` matchings.
   """
   choices: list[tuple[int, Call, list[int]]] = []
   for rank, items in enumerate(sequences):
@@ -89,7 +90,7 @@ def matchings(sequences: list[tuple[Item, ...]]) -> list[Matching]:
   for _, _, senders in choices:
     count *= len(senders)
   if count > LIMIT:
-    raise ValueError(
+    raise BeyondTheModel(
       f"{len(choices)} receives from any source have {count} matchings to "
       f"try, more than {LIMIT}: the cross-rank check cannot answer"
     )

@@ -67,7 +67,7 @@ from typing import TextIO
 from entangle_jax._src.targets import sources, table
 from entangle_jax._src.targets.declaration import Declarations
 from entangle_jax.testing._analysis import device_processes
-from entangle_jax.testing._analysis.ranks import RankProgram
+from entangle_jax.testing._analysis.ranks import BeyondTheModel, RankProgram
 from entangle_jax.testing._emitters import formats, rank_formats, sentences
 from entangle_jax.testing._emitters.options import Options
 from entangle_jax.testing._findings.rank_findings import RankRun
@@ -327,6 +327,11 @@ def _across_ranks(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     run = _executions_run(args.ranks, [c for _, c in read], said)
     if isinstance(run, str):  # No record to follow: module by module.
       run = _rank_run(args.ranks, [r for r, _ in read], said, run)
+  except BeyondTheModel as error:  # A limit the docs state: no crash.
+    beyond = CannotAnswer(
+      f"could not answer: {error}; nothing is proved across ranks."
+    )
+    return _cannot_answer(beyond, args.format, out, err)
   except Exception as error:  # Any crash: "could not answer".
     # A crash of the check is no finding: exit 2 with its cause, never the
     # status of a mismatch (1), which a CI job or the pytest plugin would
