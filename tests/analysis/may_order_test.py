@@ -681,6 +681,34 @@ query_through_one_trip_loop_zero = query_through(
   lambda s, w: s + w * lax.fori_loop(0, 1, lambda i, c: c * 0, w),
 )
 
+query_through_summed_copies_wrapping = query_through(
+  "summed_copies_wrapping",
+  lambda s, w: (
+    s
+    + jnp.sum(
+      jnp.broadcast_to(w.astype(jnp.int8), (256,)), dtype=jnp.int8
+    ).astype(s.dtype)
+  ),
+)
+query_through_dot_of_copies_wrapping = query_through(
+  "dot_of_copies_wrapping",
+  lambda s, w: (
+    s
+    + jnp.dot(
+      jnp.broadcast_to(w.astype(jnp.int8), (256,)), jnp.ones(256, jnp.int8)
+    ).astype(s.dtype)
+  ),
+)
+
+
+def query_through_summed_copies_not_wrapping(slot):
+  """Ordered by data: 255 copies of an ``s8`` sum to ``-w``, not 0."""
+  first = read_slot(slot)
+  written = write_slot(entangle(slot, first), first + 5.0)
+  copies = jnp.broadcast_to(written.astype(jnp.int8), (255,))
+  summed = jnp.sum(copies, dtype=jnp.int8) + jnp.int8(3)
+  return first, read_slot(slot + summed.astype(slot.dtype))
+
 
 def query_through_arange_mask(slot):
   """Ordered by data: ``arange(4) - w`` varies with both, so XLA cannot
@@ -1311,6 +1339,18 @@ class ReportedWithAWorkingFixTest(parameterized.TestCase):
       query_after_update,
       None,
     ),
+    (
+      "summed_copies_wrapping",
+      query_through_summed_copies_wrapping,
+      query_after_update,
+      None,
+    ),
+    (
+      "dot_of_copies_wrapping",
+      query_through_dot_of_copies_wrapping,
+      query_after_update,
+      None,
+    ),
   )
   def test_reported_and_fixed(self, program, fixed, kind):
     found = _races(program)
@@ -1427,6 +1467,11 @@ class NoFalseReportTest(parameterized.TestCase):
       query_through_abs_below_zero,
     ),
     ("arange_mask", query_through_arange_mask, query_through_abs_below_zero),
+    (
+      "summed_copies_not_wrapping",
+      query_through_summed_copies_not_wrapping,
+      query_through_summed_copies_wrapping,
+    ),
     (
       "deep_checksums",
       deep_checksums(700),

@@ -24,6 +24,7 @@ import math
 import operator
 from collections.abc import Callable, Sequence
 from math import isfinite
+from typing import Protocol
 
 from entangle_jax.testing._hlo import Instruction
 from entangle_jax.testing._hlo.instruction import uniform_literal
@@ -311,57 +312,139 @@ _KEEP_VALUES = frozenset(
 def product_wraps_to_zero(
   i: Instruction,
   leaf_of: Callable[[str], Leaf],
-  instruction_of: Callable[[str], Instruction | None],
-  computation_roots: Callable[[str], list[str]],
+  index: ModuleLookups,
 ) -> bool:
   """Whether integer product `i` is a product of products, such as ``(A *
   C1) * C2``, whose constant factors multiply to 0 in its type's wrapping
   arithmetic (``65536 * 65536`` in ``s32``): XLA's simplifier reassociates
   the constants together, ``A * (C1 * C2)``, folds them to 0 and the
-  product with it. A constant not read here may make it so. `leaf_of`
-  gives an operand's value, `instruction_of` the instruction of a name,
-  `computation_roots` a computation's root's name."""
+  product with it. An integer sum of a broadcast is a product too (``x *
+  N`` for N copies: 256 copies of an ``s8`` sum to 0), and `i` may be
+  one. A constant not read here may make it so. `leaf_of` gives an
+  operand's value, `index` the module's instructions."""
   element = element_type_of(i.shape)
   if element not in INTEGER_MAX:
     return False
   factors: list[object] = []
-  pending = [i]
+  pending: list[Instruction] = []
 
   def constant(name: str) -> tuple[bool, object]:
     leaf = leaf_of(name)
     if leaf.const:
       return True, leaf.lit
-    found = instruction_of(name)  # In a helper's computation, say.
+    found = index.named(name)  # In a helper's computation, say.
     if found is not None and found.opcode == "constant":
       return True, typed(uniform_literal(found.literal), found.shape)
     return False, None
 
-  while pending:
-    node = pending.pop()
-    for name in node.operands:
-      inner = instruction_of(name)
-      # Through ops that keep each value (XLA moves a reshape or a
-      # broadcast out of the way of the reassociation), and into a call
-      # (XLA inlines a jitted helper first).
-      while inner is not None and not constant(name)[0]:
-        if inner.opcode in _KEEP_VALUES and inner.operands:
-          name = inner.operands[0]
-        elif inner.opcode == "call" and inner.callees:
-          roots = [r for r in computation_roots(inner.callees[0])]
-          if not roots:
-            break
-          name = roots[0]
-        else:
+  def visit(name: str) -> None:
+    inner = index.named(name)
+    # Through ops that keep each value (XLA moves a reshape or a broadcast
+    # out of the way of the reassociation), and into a call (XLA inlines
+    # a jitted helper first).
+    while inner is not None and not constant(name)[0]:
+      if inner.opcode in _KEEP_VALUES and inner.operands:
+        name = inner.operands[0]
+      elif inner.opcode == "call" and inner.callees:
+        roots = index.roots(inner.callees[0])
+        if not roots:
           break
-        inner = instruction_of(name)
-      is_constant, value = constant(name)
-      if is_constant:
-        factors.append(value)
-      elif inner is not None and inner.opcode == "multiply":
-        pending.append(inner)
-  if len(factors) < 2:
+        name = roots[0]
+      else:
+        break
+      inner = index.named(name)
+    is_constant, value = constant(name)
+    if is_constant:
+      factors.append(value)
+    elif inner is not None and inner.opcode == "multiply":
+      pending.append(inner)
+    elif inner is not None and (copies := _copies_summed(inner, index)):
+      factors.append(copies[0])
+      visit(copies[1])
+
+  if i.opcode == "reduce":
+    copies = _copies_summed(i, index)
+    if copies is None:
+      return False
+    factors.append(copies[0])
+    visit(copies[1])
+  elif i.opcode == "dot":
+    # A dot of two vectors is a sum of products for XLA: of copies of one
+    # value, a product with their count.
+    for copied, other in (i.operands, tuple(reversed(i.operands))):
+      found = index.named(copied)
+      whole = index.dims_of(copied)
+      if (
+        found is not None
+        and found.opcode == "broadcast"
+        and whole is not None
+        and len(whole) == 1
+        and index.dims_of(found.operands[0]) == ()
+        and constant(other)[0]
+      ):
+        factors += [whole[0], constant(other)[1]]
+        visit(found.operands[0])
+        break
+    else:
+      return False
+  else:
+    pending.append(i)
+  while pending:
+    for name in pending.pop().operands:
+      visit(name)
+  if not factors:
     return False
   known = [f for f in factors if isinstance(f, int) and plain_int(f)]
   if len(known) < len(factors):
     return True
   return math.prod(known) % 2 ** int(element[1:]) == 0
+
+
+class ModuleLookups(Protocol):
+  """What `product_wraps_to_zero` looks up in the module
+  (`module_index.ModuleIndex`)."""
+
+  def named(self, name: str) -> Instruction | None: ...
+  def roots(self, computation: str) -> list[str]: ...
+  def dims_of(self, name: str) -> tuple[int, ...] | None: ...
+  def computation(self, name: str) -> Sequence[Instruction]: ...
+
+
+def _copies_summed(
+  i: Instruction, index: ModuleLookups
+) -> tuple[int, str] | None:
+  """Where integer reduction `i` sums copies of one value (a ``reduce``
+  with ``add`` from 0 over a ``broadcast``, reshaped or not): how many
+  copies each result sums, and the value copied; None otherwise."""
+  if i.opcode != "reduce" or len(i.operands) != 2 or not i.callees:
+    return None
+  if combiner(list(index.computation(i.callees[0]))) != "add":
+    return None
+  start = index.named(i.operands[1])
+  zero = start is not None and start.opcode == "constant"
+  if not zero or typed(uniform_literal(start.literal), start.shape) != 0:  # type: ignore[union-attr]
+    return None
+  reduced, whole = i.dimensions, index.dims_of(i.operands[0])
+  if reduced is None or whole is None:
+    return None
+  name = i.operands[0]
+  found = index.named(name)
+  reshaped = False
+  while found is not None and found.opcode in _KEEP_VALUES - {"broadcast"}:
+    reshaped = reshaped or found.opcode != "copy"
+    name = found.operands[0]
+    found = index.named(name)
+  if found is None or found.opcode != "broadcast" or not found.operands:
+    return None
+  copied = index.dims_of(found.operands[0])
+  if copied is None:
+    return None
+  if sorted(reduced) == list(range(len(whole))):
+    # Every element: each copy of the value's elements, summed.
+    return math.prod(whole) // max(math.prod(copied), 1), found.operands[0]
+  if reshaped or found.dimensions is None:
+    return None
+  added = [d for d in reduced if d not in found.dimensions]
+  if len(added) != len(reduced):
+    return None  # It also sums the value's own elements.
+  return math.prod(whole[d] for d in added), found.operands[0]

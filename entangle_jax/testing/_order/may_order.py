@@ -492,11 +492,8 @@ class MayOrder:
       a, b = (algebra.as_leaf(o) for o in operands)
       if a.key is not None and a.key == b.key:
         return a
-    if opcode == "multiply" and folding.product_wraps_to_zero(
-      i,
-      lambda name: algebra.as_leaf(values.get(name, NOTHING)),
-      self.index.named,
-      self.index.roots,
+    if opcode in _PRODUCTS and folding.product_wraps_to_zero(
+      i, lambda name: algebra.as_leaf(values.get(name, NOTHING)), self.index
     ):
       # XLA multiplies the constants of a product together first.
       return algebra.shaped(i.shape, Leaf(const=True, lit=0))
@@ -793,6 +790,10 @@ def _exclusive(a: CallInstance, b: CallInstance) -> bool:
   )
 
 
+_PRODUCTS = frozenset({"multiply", "reduce", "dot"})
+"""Opcodes that may be integer products (`folding.product_wraps_to_zero`)."""
+
+
 _SPECIAL = frozenset(
   {
     "parameter",
@@ -813,6 +814,7 @@ _SPECIAL = frozenset(
     "conditional",
     "custom-call",
     "bitcast-convert",
+    *_PRODUCTS,
     "pad",
     *algebra.FORWARDING,
     *algebra.REARRANGING,

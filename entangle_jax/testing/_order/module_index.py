@@ -59,3 +59,8 @@ class ModuleIndex:
     has)."""
     body = self.module.computations.get(computation, ())
     return [i.name for i in body if i.root]
+
+  def computation(self, name: str) -> list[Instruction]:
+    """The instructions of computation `name` (none for a name no
+    computation has)."""
+    return list(self.module.computations.get(name, ()))
