@@ -54,6 +54,8 @@ SHAPE_VERDICTS = {
   "while_reduced": "proved",
   "sendrecv_deadlock": "deadlock",
   "sendrecv_ok": "proved",
+  "sendrecv_any_source": "proved",
+  "sendrecv_any_source_unmet": "deadlock",
   "bcast_roots": "mismatch",
   "bcast_ok": "proved",
   "reductions_differ": "mismatch",

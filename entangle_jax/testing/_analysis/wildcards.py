@@ -44,8 +44,21 @@ def _accepts(wanted: int | None, tag: int | None) -> bool:
 
 
 def is_wildcard(call: Call) -> bool:
-  """Whether `call` receives from any source."""
-  return call.kind == "recv" and call.peer is not None and call.peer <= ANY
+  """Whether `call` receives from any source: a receive, or the receiving
+  side of a sendrecv."""
+  source = _source(call)
+  return source is not None and source <= ANY
+
+
+def _source(call: Call) -> int | None:
+  """Where `call` receives from; None for a call that receives nothing."""
+  if call.kind == "recv":
+    return call.peer
+  return call.source if call.kind == "sendrecv" else None
+
+
+def _receive_tag(call: Call) -> int | None:
+  return call.source_tag if call.kind == "sendrecv" else call.tag
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,11 +92,11 @@ def matchings(sequences: list[tuple[Item, ...]]) -> list[Matching]:
         and any(
           c.kind in ("send", "sendrecv")
           and c.peer == rank
-          and _accepts(call.tag, c.tag)
+          and _accepts(_receive_tag(call), c.tag)
           for c in calls_of(theirs)
         )
       ]
-      choices.append((rank, call, senders or [call.peer or ANY]))
+      choices.append((rank, call, senders or [_source(call) or ANY]))
   if not choices:
     return [Matching(sequences, frozenset(), "")]
   count = 1
@@ -120,7 +133,8 @@ def _fixed(
     if isinstance(item, Call):
       sender = chosen.get((rank, item.op.name))
       if sender is not None and is_wildcard(item):
-        item = dataclasses.replace(item, peer=sender)
+        side = "source" if item.kind == "sendrecv" else "peer"
+        item = dataclasses.replace(item, **{side: sender})
     elif isinstance(item, Loop):
       item = dataclasses.replace(item, body=_fixed(item.body, rank, chosen))
     elif isinstance(item, Branch):

@@ -93,6 +93,20 @@ def sendrecv_ok(x):
   return y
 
 
+def sendrecv_any_source(x):
+  # Rank 1 takes its message from whichever rank sends: rank 0.
+  other = 1 - rank
+  source = other if rank == 0 else MPI.ANY_SOURCE
+  return mpi4jax.sendrecv(x, x, source=source, dest=other)
+
+
+def sendrecv_any_source_unmet(x):
+  # Rank 0 only receives: rank 1's receive from any source meets no send.
+  if rank == 0:
+    return mpi4jax.recv(x, source=1)
+  return mpi4jax.sendrecv(x, x, source=MPI.ANY_SOURCE, dest=0)
+
+
 def bcast_roots(x):
   return mpi4jax.bcast(x, root=rank)
 
@@ -119,6 +133,8 @@ SHAPES = [
   while_reduced,
   sendrecv_deadlock,
   sendrecv_ok,
+  sendrecv_any_source,
+  sendrecv_any_source_unmet,
   bcast_roots,
   bcast_ok,
   reductions_differ,
