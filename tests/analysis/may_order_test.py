@@ -710,6 +710,25 @@ def query_through_summed_copies_not_wrapping(slot):
   return first, read_slot(slot + summed.astype(slot.dtype))
 
 
+def scan_once_handing_on_the_update(slot):
+  """A scan of one step whose carry starts at the slot and is handed the
+  update for later steps: its one read sees the slot (XLA inlines the
+  loop and merges the read with the first), though the joined state
+  holds the update (skeptic pass 76f)."""
+  first = read_slot(slot)
+  written = write_slot(entangle(slot, first), first + 5.0)
+  _, reads = lax.scan(lambda c, _: (written, read_slot(c)), slot, length=1)
+  return first, reads.sum()
+
+
+def scan_once_reading_the_update(slot):
+  """The fix: the carry starts at the update."""
+  first = read_slot(slot)
+  written = write_slot(entangle(slot, first), first + 5.0)
+  _, reads = lax.scan(lambda c, _: (c, read_slot(c)), written, length=1)
+  return first, reads.sum()
+
+
 def query_through_arange_mask(slot):
   """Ordered by data: ``arange(4) - w`` varies with both, so XLA cannot
   know it never negative; the mask's count keeps the update's result."""
@@ -1343,6 +1362,12 @@ class ReportedWithAWorkingFixTest(parameterized.TestCase):
       "summed_copies_wrapping",
       query_through_summed_copies_wrapping,
       query_after_update,
+      None,
+    ),
+    (
+      "scan_once_handing_on_the_update",
+      scan_once_handing_on_the_update,
+      scan_once_reading_the_update,
       None,
     ),
     (

@@ -600,18 +600,25 @@ def _mentions(key: tuple) -> frozenset:
 
 
 def loop_state(
-  initial: Value, root: Value, passed_on: frozenset, path: tuple
+  initial: Value,
+  root: Value,
+  passed_on: frozenset,
+  path: tuple,
+  met: bool = False,
 ) -> Value:
   """A loop's state over every iteration: each element as computed from
   its initial value and the body's results for it; one the body hands
-  back unchanged keeps its initial value."""
+  back unchanged keeps its initial value. `met`: only what every
+  iteration's holds, for the body's parameter (its first iteration sees
+  the initial value alone; a loop of one trip that XLA inlines, only
+  that), where otherwise what any iteration's holds."""
   if (
     isinstance(initial, tuple)
     and isinstance(root, tuple)
     and len(initial) == len(root)
   ):
     return tuple(
-      loop_state(a, b, passed_on, (*path, k))
+      loop_state(a, b, passed_on, (*path, k), met)
       for k, (a, b) in enumerate(zip(initial, root, strict=True))
     )
   if path in passed_on:
@@ -621,7 +628,14 @@ def loop_state(
     # both share, as the body's result already says.
     return replace(as_leaf(root), origin=None, const=False, lit=None, key=None)
   joined = join([initial, root])
-  return replace(joined, const=False)
+  if not met:
+    return replace(joined, const=False)
+  a, b = as_leaf(initial), as_leaf(root)
+  parts = None
+  if joined.parts is not None:
+    one, other = each(a), each(b)
+    parts = (new_leaf(one.deps & other.deps, one.var | other.var),)
+  return new_leaf(a.deps & b.deps, joined.var, False, parts=parts)
 
 
 def trips(decision: Leaf, root: Value, initial: Value, index: int):

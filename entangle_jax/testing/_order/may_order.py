@@ -679,7 +679,9 @@ class MayOrder:
     initial = operands[0] if operands else NOTHING
     state = initial
     if loop.root is not None:
-      state = algebra.loop_state(initial, loop.root, loop.passed_on, ())
+      state = algebra.loop_state(
+        initial, loop.root, loop.passed_on, (), met=True
+      )
     grown = loop.state is None or state != loop.state
     if loop.state is not None and grown:
       self._grew = True
