@@ -858,6 +858,12 @@ def _reading_a_carried_token(next_of):
   return program
 
 
+@jax.jit
+def _difference(a, b):
+  """A jitted helper: XLA inlines it, then folds ``i - i``."""
+  return a - b
+
+
 # A skeptic's shapes of issue 76 (fifth pass), proved before and wrong in
 # 5 of 5 runs on jax 0.10.2 and 0.12.0.1 (0.0 for 3.0): XLA folds -(-c)
 # (or c // 1, sum(c[None])) back to c, takes c as unchanged in the loop,
@@ -867,6 +873,14 @@ loop_reading_a_negated_twice_token = _reading_a_carried_token(
 )
 loop_reading_a_summed_token = _reading_a_carried_token(
   lambda c, i: jnp.sum(c[None])
+)
+# Skeptic pass 76g: the counter added and taken off again, inline or in
+# a jitted helper; XLA folds it away after inlining.
+loop_reading_a_cancelled_token = _reading_a_carried_token(
+  lambda c, i: (c + jnp.asarray(i)) - jnp.asarray(i)
+)
+loop_reading_a_helper_cancelled_token = _reading_a_carried_token(
+  lambda c, i: c + _difference(jnp.asarray(i), jnp.asarray(i))
 )
 # The control: a token that changes with the counter (not foldable).
 loop_reading_a_counted_token = _reading_a_carried_token(
@@ -1280,6 +1294,18 @@ class ReportedWithAWorkingFixTest(parameterized.TestCase):
     (
       "summed_token",
       loop_reading_a_summed_token,
+      loop_reading_a_written_token,
+      "hoisted",
+    ),
+    (
+      "cancelled_token",
+      loop_reading_a_cancelled_token,
+      loop_reading_a_written_token,
+      "hoisted",
+    ),
+    (
+      "helper_cancelled_token",
+      loop_reading_a_helper_cancelled_token,
       loop_reading_a_written_token,
       "hoisted",
     ),

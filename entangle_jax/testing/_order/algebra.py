@@ -576,7 +576,51 @@ def _from_itself(root: Leaf, index: int, path: tuple) -> bool:
     return False
   if root.key is None:
     return not root.deps  # No call of the body computes it: unknown.
-  return _mentions(root.key) <= {("state", index, path)}
+  itself = ("state", index, path)
+  if _mentions(root.key) <= {itself}:
+    return True
+  # A sum whose other terms cancel (``(c + i) - i``, ``c + helper(i, i)``
+  # with a helper ``a - b``): XLA folds them away after inlining, and the
+  # element is unchanged (skeptic pass 76g).
+  terms = _integer_terms(root.key)
+  left = {term for term, times in terms.items() if times}
+  return bool(left) and all(_mentions(t) <= {itself} for t in left)
+
+
+_SUM_OPERANDS = 7
+"""Where a value number's operands start (`key_of`)."""
+
+
+def _integer_terms(key: tuple) -> dict[tuple, int]:
+  """An integer value number as a sum of terms with their multiplicities
+  (``(c + i) - i`` is ``{c: 1, i: 0}``), through ``add``, ``subtract``
+  and ``negate``; constants are left out (a step by one is no change of
+  terms, which the caller's step rule tells). Walked with a stack of its
+  own."""
+  terms: dict[tuple, int] = {}
+  todo = [(key, 1)]
+  while todo:
+    part, times = todo.pop()
+    opcode = part[0] if part else None
+    summed = (
+      opcode in ("add", "subtract", "negate")
+      and len(part) > _SUM_OPERANDS
+      and isinstance(part[1], str)
+      and is_integral(part[1])
+    )
+    if opcode == "c":
+      continue
+    if not summed:
+      terms[part] = terms.get(part, 0) + times
+      continue
+    operands = part[_SUM_OPERANDS:]
+    if opcode == "negate":
+      todo.append((operands[0], -times))
+    elif opcode == "add":
+      todo += [(o, times) for o in operands]
+    else:
+      todo += [(operands[0], times), (operands[1], -times)]
+  return terms
 
 
 @functools.lru_cache(maxsize=65536)
