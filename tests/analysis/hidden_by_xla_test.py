@@ -10,6 +10,7 @@ with no pair left. What a run of the hoisted loop printed on jax 0.10.2:
     report's fix [21.0, 21.0, 21.0, 21.0]
 """
 
+import dataclasses
 import io
 import pathlib
 import shutil
@@ -303,6 +304,55 @@ PROGRAM_ORDERS = read_then_write(
 ORDERED_BY_XLA = read_then_write(
   test_util.READ, test_util.WRITE, "%r", optimized=True
 )
+
+
+class OneSourceLineTest(absltest.TestCase):
+  """Modules whose ops carry only their innermost frame (jax 0.6's
+  ``source_file``/``source_line``; data/source_line_metadata): a
+  wrapper's calls share that line, so a call of the program is named by
+  its scope too."""
+
+  DATA = (
+    pathlib.Path(__file__).resolve().parent / "data" / "source_line_metadata"
+  )
+
+  def races(self) -> list[tuple[str, str]]:
+    before, after = (
+      (self.DATA / f"loop.{name}.txt").read_text()
+      for name in ("before_optimizations", "cpu_after_optimizations")
+    )
+    found = OrderAnalysis(after, before_optimization=before).races()
+    return sorted((r.first.scope, r.second.scope) for r in found)
+
+  def test_a_read_in_the_loop_and_one_after_it_are_two_calls(self):
+    # Both reads are made at example_store.py's one line. The read after
+    # the loop races the write after it (the optimized module shows it);
+    # the read in the loop is ordered before that write only through the
+    # loop, which XLA may unroll. Named by the line alone, the two reads
+    # were one call, and the second pair was taken for the first.
+    self.assertEqual(
+      self.races(),
+      [
+        ("jit(loop)/jit(main)/ffi_call", "jit(loop)/jit(main)/ffi_call"),
+        (
+          "jit(loop)/jit(main)/while/body/ffi_call",
+          "jit(loop)/jit(main)/ffi_call",
+        ),
+      ],
+    )
+
+  def test_control_calls_with_whole_stacks_are_named_by_them(self):
+    i = (
+      OrderAnalysis(
+        (self.DATA / "loop.cpu_after_optimizations.txt").read_text()
+      )
+      .user_native_calls()[0]
+      .instruction
+    )
+    one_line = xla_changes.call_key(i)
+    self.assertIn(i.op_name, one_line)
+    whole = dataclasses.replace(i, stack=(*i.stack, ("loop.py", 9)))
+    self.assertEqual(xla_changes.call_key(whole), (i.target, whole.stack))
 
 
 class OrderedByXlaTest(absltest.TestCase):

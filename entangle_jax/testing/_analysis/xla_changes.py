@@ -52,12 +52,20 @@ wherever it answers from that module only."""
 def call_key(op: Op | Instruction) -> Key:
   """What names one call of the program in both modules: its target (or
   opcode) and the Python stack that made it, or its scope where the module
-  records no stack."""
+  records no stack. Where the module records only the innermost frame
+  (``source_file``/``source_line``, older jaxlib), that frame is a
+  library's line that many calls share (a wrapper's ``ffi_call``), so
+  the scope is part of the key too: without it, a read in a loop and the
+  same read after the loop were one call, and the pair of one was taken
+  for the other's."""
   i = op.instruction if isinstance(op, Op) else op
   what = i.target or i.opcode
-  if i.stack:
+  scope = access_marker.without_markers(i.op_name)
+  if len(i.stack) > 1:
     return (what, i.stack)
-  return (what, access_marker.without_markers(i.op_name))
+  if i.stack:
+    return (what, i.stack, scope)
+  return (what, scope)
 
 
 class Placement:
