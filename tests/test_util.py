@@ -361,3 +361,27 @@ def mpirun_pytest(
     timeout=timeout,
     env=env,
   )
+
+
+def world_numbered(modules, declarations=None) -> list[dict[int, range]]:
+  """`races_across`'s ``communicators=`` for `modules` (one a rank) whose
+  communicating calls all ran on communicators spanning every rank in the
+  world's numbering: mpi4jax's default (``COMM_WORLD``'s clone), which
+  every stored mpi4jax module here was made with, or the fake handles of
+  generated modules. Each handle a module names maps to all the ranks."""
+  from entangle_jax.testing._analysis import communicators
+  from entangle_jax.testing._analysis.ranks import RankProgram
+
+  texts = [
+    pathlib.Path(m).read_text()
+    if isinstance(m, os.PathLike)
+    else m
+    if isinstance(m, str)
+    else m.as_text()
+    for m in modules
+  ]
+  out = []
+  for text in texts:
+    calls = RankProgram(text, declarations).calls()
+    out.append(dict.fromkeys(communicators.handles(calls), range(len(texts))))
+  return out

@@ -37,6 +37,7 @@ from entangle_jax.testing._analysis import call_attributes, same_module
 from entangle_jax.testing._analysis.call_attributes import raw_attribute
 from entangle_jax.testing._hlo import dumped_module
 from entangle_jax.testing._ways_in import command, rank_sequences
+from tests import test_util
 
 ALLREDUCE = "ranks_test_allreduce"
 SEND = "ranks_test_send"
@@ -145,7 +146,16 @@ def check(program, ranks=2, *args) -> CrossRankResult:
     jax.jit(functools.partial(program, rank)).lower(*args).compile()
     for rank in range(ranks)
   ]
-  return races_across(modules, declarations=declarations())
+  return across(modules, declarations())
+
+
+def across(modules, declared: Declarations) -> CrossRankResult:
+  """`races_across` of `modules` (one a rank), each communicator that
+  they name spanning every rank in the world's numbering (the stored
+  mpi4jax modules were made on mpi4jax's default communicator, the
+  world's clone; the generated ones name fake handles)."""
+  layouts = test_util.world_numbered(modules, declared)
+  return races_across(modules, declarations=declared, communicators=layouts)
 
 
 def mesh() -> jax.sharding.Mesh:
@@ -409,6 +419,112 @@ class CommunicatorTest(absltest.TestCase):
     lowered = [jax.jit(functools.partial(program, r)).lower(x) for r in (0, 1)]
     result = races_across(lowered, declarations=declarations())
     self.assertEqual(result.verdict, "proved", result.text())
+
+
+class CommunicatorLayoutTest(absltest.TestCase):
+  """A send's or receive's peer is a rank of its communicator, so where
+  peers matter the communicator's layout (the world rank of each of its
+  ranks) must be known to be the world's (skeptic pass 77b, U3)."""
+
+  def mpi4jax_ranks(self) -> list[str]:
+    # allreduce, bcast, sendrecv with the other rank, barrier, allreduce,
+    # on mpi4jax's default communicator (tests/targets/data/README.md).
+    return [(DATA / f"mpi4jax_rank{r}_of_2.txt").read_text() for r in (0, 1)]
+
+  def check(self, layouts) -> CrossRankResult:
+    ranks = self.mpi4jax_ranks()
+    handles = [
+      dict.fromkeys(test_util.world_numbered([t], every_declaration())[0])
+      for t in ranks
+    ]
+    given = None
+    if layouts is not None:
+      given = [
+        dict.fromkeys(h, layout)
+        for h, layout in zip(handles, layouts, strict=True)
+      ]
+    return races_across(
+      ranks, declarations=every_declaration(), communicators=given
+    )
+
+  def test_control_the_worlds_numbering_is_proved(self):
+    result = self.check([(0, 1), (0, 1)])
+    self.assertEqual(result.verdict, "proved", result.text())
+
+  def test_peers_on_a_communicator_of_unknown_layout_are_not_proved(self):
+    # Each module holds its communicator's handle, not its ranks: the
+    # world's clone and COMM_WORLD.Split(0, size - 1 - rank) (where "to
+    # rank 1" is rank 0's message to itself) compile alike.
+    result = self.check(None)
+    self.assertEqual(result.verdict, "unseen-communicators", result.text())
+    self.assertEqual(result.status, 2)
+    self.assertLen(result.communicators, 2)
+    self.assertIn("its layout is not recorded", result.text())
+    self.assertIn("sendrecv mpi_sendrecv_ffi", result.text())
+    self.assertIn("record_executions", result.text())
+
+  def test_a_communicator_numbering_the_ranks_the_other_way_is_not_proved(
+    self,
+  ):
+    result = self.check([(1, 0), (1, 0)])
+    self.assertEqual(result.verdict, "unseen-communicators", result.text())
+    self.assertIn("world rank [1, 0][k]", result.text())
+
+  def test_a_communicator_of_some_ranks_is_not_proved(self):
+    result = self.check([(0,), (1,)])
+    self.assertEqual(result.verdict, "unseen-communicators", result.text())
+    self.assertIn("rank 0: the communicator", result.text())
+    self.assertIn("spans world ranks [0] of the 2 given", result.text())
+
+  def test_collectives_alone_need_no_layout(self):
+    # Ranks that share a communicator make the same calls on it,
+    # whichever ranks it spans and however it numbers them.
+    def program(rank, x):
+      del rank
+      return allreduce(entangle(x, allreduce(x)))
+
+    x = jax.ShapeDtypeStruct((4,), jnp.float32)
+    modules = [
+      jax.jit(functools.partial(program, r)).lower(x).compile() for r in (0, 1)
+    ]
+    result = races_across(modules, declarations=declarations())
+    self.assertEqual(result.verdict, "proved", result.text())
+
+  def test_collectives_beside_xla_collectives_need_the_layout(self):
+    # A result reduced over a communicator of some ranks is not the same
+    # on every rank, and XLA's collectives are on every rank.
+    def program(rank, x):
+      del rank
+      return on_mesh(lambda v: jax.lax.psum(allreduce(v), "x"))(x)
+
+    x = jax.ShapeDtypeStruct((4,), jnp.float32)
+    modules = [
+      jax.jit(functools.partial(program, r)).lower(x).compile() for r in (0, 1)
+    ]
+    result = races_across(modules, declarations=declarations())
+    self.assertEqual(result.verdict, "unseen-communicators", result.text())
+    self.assertIn("which spans every rank", result.text())
+    result = races_across(
+      modules,
+      declarations=declarations(),
+      communicators=[{7: range(2)}, {7: [0, 1]}],
+    )
+    self.assertEqual(result.verdict, "proved", result.text())
+
+  def test_bad_layouts_are_named(self):
+    ranks = self.mpi4jax_ranks()
+    cases = [
+      ({7: (0, 1)}, TypeError, "one mapping per rank, not dict"),
+      ([{7: (0, 1)}], ValueError, "1 entries for 2 ranks"),
+      ([{7: (0, 1)}, [(7, (0, 1))]], TypeError, r"communicators\[1\] must"),
+      ([{"7": (0, 1)}, {}], TypeError, "the handle '7' is not an int"),
+      ([{7: "01"}, {}], TypeError, "sequence of world ranks, not str"),
+      ([{7: (0, 0)}, {}], ValueError, r"\[0, 0\] is not a layout"),
+      ([{7: (0, 1.0)}, {}], TypeError, "other than int ranks"),
+    ]
+    for given, error, message in cases:
+      with self.subTest(message), self.assertRaisesRegex(error, message):
+        races_across(ranks, communicators=given)  # ty: ignore[invalid-argument-type]
 
 
 class CondTest(absltest.TestCase):
@@ -688,7 +804,7 @@ class Mpi4jaxModulesTest(absltest.TestCase):
 
   def test_the_two_ranks_are_proved(self):
     ranks = [DATA / f"mpi4jax_rank{r}_of_2.txt" for r in (0, 1)]
-    result = races_across(ranks, declarations=self.mpi4jax())
+    result = across(ranks, self.mpi4jax())
     self.assertEqual(result.verdict, "proved", result.text())
     kinds = [s.calls[0].label.split()[:2] for s in result.matched]
     self.assertEqual(
@@ -705,9 +821,8 @@ class Mpi4jaxModulesTest(absltest.TestCase):
   def test_a_rank_that_broadcasts_from_another_root_is_a_mismatch(self):
     rank1 = (DATA / "mpi4jax_rank1_of_2.txt").read_text()
     rank1 = rank1.replace("root = 0 : i64", "root = 1 : i64")
-    result = races_across(
-      [(DATA / "mpi4jax_rank0_of_2.txt").read_text(), rank1],
-      declarations=self.mpi4jax(),
+    result = across(
+      [(DATA / "mpi4jax_rank0_of_2.txt").read_text(), rank1], self.mpi4jax()
     )
     self.assertEqual(result.verdict, "mismatch")
     assert result.mismatch is not None
@@ -717,10 +832,7 @@ class Mpi4jaxModulesTest(absltest.TestCase):
     # The one-process module's sendrecv talks to rank 0, not around a
     # ring of three: ranks 0 and 1 exchange, then wait at the barrier.
     ranks = [DATA / f"mpi4jax_rank{r}_of_2.txt" for r in (0, 1)]
-    result = races_across(
-      [*ranks, DATA / "mpi4jax_rank0_of_1.txt"],
-      declarations=self.mpi4jax(),
-    )
+    result = across([*ranks, DATA / "mpi4jax_rank0_of_1.txt"], self.mpi4jax())
     self.assertEqual(result.verdict, "deadlock", result.text())
     assert result.deadlock is not None
     zero, one, two = result.deadlock.blocked
@@ -767,7 +879,7 @@ class Mpi4jaxShapesTest(absltest.TestCase):
       files = [
         next((SHAPES / shape / f"rank{r}").glob("*.txt")) for r in (0, 1)
       ]
-      found[shape] = races_across(files, declarations=mpi4jax).verdict
+      found[shape] = across(files, mpi4jax).verdict
     self.assertEqual(found, SHAPE_VERDICTS)
 
   def test_the_command_reads_the_dump_folders(self):
@@ -893,7 +1005,9 @@ class CommandTest(absltest.TestCase):
     with shipped_mpi4jax():
       status, out, _ = self.run_command("--ranks", *folders)
       self.assertEqual(status, 2, out)
-      self.assertIn("2 proved.", out)
+      # Without a record, the layout of their communicator is not known
+      # either: their sendrecv's peers prove nothing.
+      self.assertIn("0 proved, 2 on communicators not seen", out)
       self.assertIn("NOT PROVED: a rank compiled 2 communicating modules", out)
       status, out, _ = self.run_command("--ranks", *folders, "--json")
     self.assertEqual(json.loads(out)["status"], 2)
@@ -1554,28 +1668,47 @@ def write_dumps(texts: list[str], record: bool = True) -> list[str]:
     name = "module_0001.jit_program.cpu_after_optimizations.txt"
     (folder / name).write_text(text)
     if record:
-      record_each_once(folder)
+      # As record_executions writes it where each communicator spans
+      # every rank in the world's numbering (mpi4jax's default).
+      (layouts,) = test_util.world_numbered([text], every_declaration())
+      record_each_once(folder, rank, dict.fromkeys(layouts, range(len(texts))))
     folders.append(str(folder))
   return folders
 
 
-def record_each_once(folder: pathlib.Path) -> None:
+def every_declaration() -> Declarations:
+  """mpi4jax's shipped declarations, this file's and the built-in ones."""
+  (binding,) = [b for b in shipped.BINDINGS if b.distribution == "mpi4jax"]
+  return merged(
+    [binding.declarations(), declarations(), sources.BUILT_IN], distinct=False
+  )
+
+
+def record_each_once(
+  folder: pathlib.Path,
+  rank: int | None = None,
+  layouts: dict[int, range] | None = None,
+) -> None:
   """An execution record (`record_executions`') in `folder`: each module
-  of its dump run once, in compile order."""
+  of its dump run once, in compile order; with `rank`, written by that
+  world rank, with the communicators' `layouts`."""
   executions = []
   for path in sorted(folder.glob("module_*.cpu_after_optimizations.txt")):
     number = int(path.name.split(".")[0].removeprefix("module_"))
     name = dumped_module.module_name(path.read_text()) or path.name
     executions.append({"module": number, "name": name})
-  (folder / rank_sequences.RECORD).write_text(
-    json.dumps(
-      {
-        "format": rank_sequences.RECORD_FORMAT,
-        "complete": True,
-        "executions": executions,
-      }
-    )
-  )
+  data: dict[str, object] = {
+    "format": rank_sequences.RECORD_FORMAT,
+    "complete": True,
+    "executions": executions,
+  }
+  if rank is not None:
+    data["world_rank"] = rank
+    data["communicators"] = [
+      {"handle": handle, "world_ranks": list(world)}
+      for handle, world in (layouts or {}).items()
+    ]
+  (folder / rank_sequences.RECORD).write_text(json.dumps(data))
 
 
 def shipped_mpi4jax():

@@ -45,6 +45,7 @@ REQUIRE_MPI = os.environ.get("ENTANGLE_JAX_REQUIRE_MPI") == "1"
 HERE = pathlib.Path(__file__).resolve().parent
 SHAPES = HERE / "data" / "ranks_mpi4jax"
 WORKER = HERE / "mpirun_worker.py"
+LAYOUT_WORKER = HERE / "mpirun_layout_worker.py"
 # Each mpirun's limit. Measured on 2 idle cores: 5.5 s for the 11
 # compiles, 2 s for a worker run; a CI machine at load average 10 is
 # several times slower. The worker's ranks end themselves after 60 s.
@@ -82,6 +83,20 @@ def readme_verdicts() -> dict[str, str]:
     if row:
       found[row[1]] = row[2]
   return found
+
+
+def across(files: list[pathlib.Path]) -> CrossRankResult:
+  """`races_across` of `files` (one module a rank), each on mpi4jax's
+  default communicator: ``COMM_WORLD``'s clone, which numbers the ranks
+  as the world does (their sendrecv's peers are then world ranks). The
+  layout control, `LayoutTest`, records it instead."""
+  return races_across(files, communicators=test_util.world_numbered(files))
+
+
+# The shapes whose sendrecv's peers only a recorded layout proves: in a
+# dump without an execution record, not proved.
+PEERS_NEED_A_LAYOUT = {"sendrecv_ok": "unseen-communicators"}
+PEERS_NEED_A_LAYOUT["sendrecv_any_source"] = "unseen-communicators"
 
 
 def rank_files(folder: pathlib.Path, ranks: int = 2) -> list[pathlib.Path]:
@@ -159,7 +174,7 @@ class MpirunTest(absltest.TestCase):
     self.assertLen(said, len([p for p in SHAPES.iterdir() if p.is_dir()]))
     self.assertEqual(sorted(p.name for p in out.iterdir()), sorted(said))
     for shape, verdict in said.items():
-      result = races_across(rank_files(out / shape))
+      result = across(rank_files(out / shape))
       self.assert_verdict(result, verdict, shape)
 
   def test_the_command_gives_each_shape_its_verdict(self):
@@ -187,6 +202,7 @@ class MpirunTest(absltest.TestCase):
     found = {
       m["module"]: m["verdict"] for m in json.loads(run.stdout)["modules"]
     }
+    said.update(PEERS_NEED_A_LAYOUT)
     self.assertEqual(
       found,
       {f"jit_{s}": v.partition(" at call ")[0] for s, v in said.items()},
@@ -195,14 +211,14 @@ class MpirunTest(absltest.TestCase):
   def test_the_proved_program_runs_right_on_both_ranks(self):
     status, output, out = worker_run("same_order", "swapped_same_size")
     self.assertEqual(status, 0, output)
-    result = races_across(rank_files(out / "same_order"))
+    result = across(rank_files(out / "same_order"))
     self.assert_verdict(result, "proved", "same_order")
     self.assertLen(result.matched, 2)
     self.assertEqual(results(out, "same_order"), [[SUM, SUM * 2]] * 2)
 
   def test_the_swapped_program_is_flagged_and_aborts(self):
     status, output, out = worker_run("swapped")
-    result = races_across(rank_files(out / "swapped"))
+    result = across(rank_files(out / "swapped"))
     self.assert_verdict(result, "mismatch at call 1", "swapped")
     assert result.mismatch is not None
     self.assertIn("f32[8]", result.mismatch.differs)
@@ -219,7 +235,7 @@ class MpirunTest(absltest.TestCase):
     # check names the swap instead of proving the order.
     status, output, out = worker_run("same_order", "swapped_same_size")
     self.assertEqual(status, 0, output)
-    result = races_across(rank_files(out / "swapped_same_size"))
+    result = across(rank_files(out / "swapped_same_size"))
     self.assert_verdict(result, "mismatch at call 1", "swapped_same_size")
     assert result.mismatch is not None
     self.assertIn("the two calls are swapped", result.mismatch.differs)
@@ -230,6 +246,60 @@ class MpirunTest(absltest.TestCase):
     got = results(out, "swapped_same_size")
     self.assertEqual(got, [[first, second], [second, first]])
     self.assertNotIn(right, got)
+
+
+class LayoutTest(absltest.TestCase):
+  """A sendrecv with "the other rank" on a communicator that numbers the
+  ranks as the world does, and on one that numbers them the other way
+  round (``Split(0, size - 1 - rank)``): the modules are alike, so only
+  the layout ``record_executions`` records tells them apart (skeptic pass
+  77b, U3: the reversed one was proved)."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    skip_without_mpi()
+    cls.out = pathlib.Path(tempfile.mkdtemp(prefix="mpirun-layouts-"))
+    for name in ("world", "reversed"):
+      status, output = mpirun(str(LAYOUT_WORKER), str(cls.out), name)
+      assert status == 0, f"{name}:\n{output}"
+
+  def ranks_command(self, name: str) -> tuple[int, str]:
+    run = subprocess.run(
+      [sys.executable, "-m", "entangle_jax.testing", "--ranks"]
+      + [str(self.out / name / f"rank{rank}") for rank in (0, 1)],
+      capture_output=True,
+      text=True,
+      env=test_util.child_env(),
+      timeout=MPIRUN_TIMEOUT_S,
+      check=False,
+    )
+    return run.returncode, run.stdout + run.stderr
+
+  def got(self, name: str) -> list[list[float]]:
+    return [
+      json.loads((self.out / name / f"rank{rank}.json").read_text())
+      for rank in (0, 1)
+    ]
+
+  def test_the_worlds_numbering_is_recorded_and_proved(self):
+    status, out = self.ranks_command("world")
+    self.assertEqual(status, 0, out)
+    self.assertIn("Proved", out)
+    # Each rank received the other's x = arange(4) + rank.
+    self.assertEqual(
+      self.got("world"), [[1.0, 2.0, 3.0, 4.0], [0.0, 1.0, 2.0, 3.0]]
+    )
+
+  def test_the_reversed_numbering_is_recorded_and_not_proved(self):
+    status, out = self.ranks_command("reversed")
+    self.assertEqual(status, 2, out)
+    self.assertIn("numbers the ranks otherwise than the world does", out)
+    self.assertIn("world rank [1, 0][k]", out)
+    # "The other rank" was the rank itself: each received its own x.
+    self.assertEqual(
+      self.got("reversed"), [[0.0, 1.0, 2.0, 3.0], [1.0, 2.0, 3.0, 4.0]]
+    )
 
 
 class ThreeRanksTest(absltest.TestCase):
@@ -244,7 +314,7 @@ class ThreeRanksTest(absltest.TestCase):
   def test_the_proved_program_runs_right_on_three_ranks(self):
     status, output, out = worker_run("same_order", ranks=3)
     self.assertEqual(status, 0, output)
-    result = races_across(rank_files(out / "same_order", 3))
+    result = across(rank_files(out / "same_order", 3))
     self.assertEqual(result.verdict, "proved", result.text())
     self.assertLen(result.matched, 2)
     # arange(4) + rank summed over ranks 0, 1 and 2.
@@ -257,7 +327,7 @@ class ThreeRanksTest(absltest.TestCase):
   def test_rank_2_swapping_one_size_is_a_mismatch_and_runs_wrong(self):
     status, output, out = worker_run("same_order", "swapped_same_size", ranks=3)
     self.assertEqual(status, 0, output)
-    result = races_across(rank_files(out / "swapped_same_size", 3))
+    result = across(rank_files(out / "swapped_same_size", 3))
     self.assertEqual(result.verdict, "mismatch", result.text())
     assert result.mismatch is not None
     self.assertIn("the two calls are swapped", result.mismatch.differs)

@@ -18,33 +18,69 @@ to a consistent renaming, which is sound only where each rank uses one:
   at all.
 
 So where a rank's calls use two or more communicators, or one the module
-does not show, nothing is proved (`unseen`). One communicator a rank is
-taken to span all the ranks given.
+does not show, nothing is proved (`unseen`).
+
+One communicator a rank is taken to span all the ranks given, which is
+sound for collectives alone: ranks that share a communicator make the
+same calls on it, whichever ranks it spans. It is not sound where the
+ranks' numbering matters (issue 77, skeptic pass 77b): a send's or a
+receive's peer is a rank *of the communicator*, so on one that
+``Split`` numbered the other way round (``Split(0, size - 1 - rank)``)
+"to rank 1" is a message to oneself, and on one that spans a subset the
+peers are other processes still; and where a rank also makes calls on no
+declared communicator (XLA's collectives, an undeclared native call), a
+result reduced over a subset is not the same on every rank. There the
+communicator's *layout* must be known: which world rank each of its
+ranks is (`Layout`), recorded at run time (`record_executions`, with
+mpi4py) or given to ``races_across``. Only the layout that spans every
+rank in world order is proved.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
+from entangle_jax.testing._analysis.call_attributes import as_int
 from entangle_jax.testing._analysis.ranks import Call
 
+Layout = tuple[int, ...]
+"""A communicator's layout: the world rank (``MPI.COMM_WORLD``'s) of each
+of its ranks, in its own order; ``(0, 1, ..., n - 1)`` for one that spans
+all n ranks numbered as the world numbers them."""
 
-def unseen(sequences: Sequence[Iterable[Call]]) -> tuple[str, ...]:
+_NUMBERED = frozenset({"send", "recv", "sendrecv"})
+"""Kinds whose peers are ranks of the communicator."""
+
+
+def unseen(
+  sequences: Sequence[Iterable[Call]],
+  layouts: Sequence[Mapping[int, Layout]] | None = None,
+) -> tuple[str, ...]:
   """Why the ranks' communicators cannot be matched, a sentence a rank
-  (none where each rank's calls use one communicator, or none at all):
-  `sequences` holds each rank's communicating calls."""
+  (none where each rank's calls use one communicator whose layout is
+  known to be the world's or does not matter, or none at all):
+  `sequences` holds each rank's communicating calls, `layouts` each
+  rank's known layouts by handle value (None: none known)."""
   said: list[str] = []
+  sequences = [tuple(calls) for calls in sequences]
   for rank, calls in enumerate(sequences):
     handles: dict[object, Call] = {}
     hidden: list[Call] = []
+    numbered: list[Call] = []
+    plain: list[Call] = []
     for call in calls:
       if call.communication.communicator is None:
-        continue  # XLA's collectives (replica groups), or one communicator.
+        # XLA's collectives (replica groups), or a binding of one
+        # communicator: on every rank, in the world's numbering.
+        plain.append(call)
+        continue
       value = dict(call.renamed).get("communicator")
       if value is None:
         hidden.append(call)
       else:
         handles.setdefault(value, call)
+        if call.kind in _NUMBERED:
+          numbered.append(call)
     if hidden:
       said.append(
         f"rank {rank}: the communicator of {hidden[0].label()} is not a "
@@ -60,4 +96,63 @@ def unseen(sequences: Sequence[Iterable[Call]]) -> tuple[str, ...]:
         "handle's value differs in each process, so a rank that makes "
         "its calls on them in another order is not seen"
       )
+    if len(handles) == 1 and not hidden and (numbered or plain):
+      ((handle, first),) = handles.items()
+      why = numbered[0] if numbered else plain[0]
+      known = layouts[rank] if layouts is not None else {}
+      sentence = _layout_unproved(
+        rank,
+        len(sequences),
+        first,
+        known.get(as_int(handle)),
+        f"the peers of {why.label()} are ranks of the communicator"
+        if numbered
+        else f"the rank also makes {why.label()}, which spans every rank: "
+        "a result reduced over a communicator of some ranks is not the "
+        "same on the others",
+      )
+      if sentence:
+        said.append(sentence)
   return tuple(said)
+
+
+def _layout_unproved(
+  rank: int, ranks: int, first: Call, layout: Layout | None, because: str
+) -> str | None:
+  """Why rank `rank`'s one communicator (its first call `first`) proves
+  nothing, where its layout matters (`because`): unknown, or not the
+  world's; None where it is the world's."""
+  if layout == tuple(range(ranks)):
+    return None
+  where = f"rank {rank}: the communicator of {first.label()}"
+  if layout is None:
+    return (
+      f"{where} may number the ranks otherwise than the world does, or "
+      f"span only some of them, and its layout is not recorded ({because}). "
+      "Run the program under record_executions(DIR) or pytest "
+      "--entangle-ranks with mpi4py, which record each communicator's "
+      "ranks, or give races_across its layout (communicators=)"
+    )
+  if sorted(layout) == list(range(ranks)):
+    return (
+      f"{where} numbers the ranks otherwise than the world does: its rank "
+      f"k is world rank {list(layout)}[k], and {because}, so which "
+      "processes meet is not what the world's numbers say"
+    )
+  return (
+    f"{where} spans world ranks {sorted(layout)} of the {ranks} given, "
+    f"and {because}"
+  )
+
+
+def handles(calls: Iterable[Call]) -> frozenset[int]:
+  """The values of the communicators that `calls` name, as ints (the
+  handles a layout is recorded for)."""
+  found = set()
+  for call in calls:
+    if call.communication.communicator is None:
+      continue
+    value = as_int(dict(call.renamed).get("communicator"))
+    if value is not None:
+      found.add(value)
+  return frozenset(found)

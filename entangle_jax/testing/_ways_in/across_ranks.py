@@ -33,11 +33,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from entangle_jax._src.targets.declaration import Declarations
 from entangle_jax.testing._analysis import communicators
+from entangle_jax.testing._analysis.communicators import Layout
 from entangle_jax.testing._analysis.rank_matching import (
   Deadlock,
   MatchedStep,
@@ -115,7 +116,8 @@ class CrossRankResult:
   communicators: tuple[str, ...] = ()
   """Why the ranks' communicators cannot be matched
   (`communicators.unseen`: a rank's calls use several, or one the module
-  does not show): the verdict is then ``"unseen-communicators"``."""
+  does not show, or one whose layout matters and is not known to be the
+  world's): the verdict is then ``"unseen-communicators"``."""
 
   @property
   def proved(self) -> bool:
@@ -168,7 +170,7 @@ def format_result(result: CrossRankResult) -> str:
   if result.verdict == "unseen-communicators":
     lines.append(
       f"NOT proved: the {result.ranks} ranks' calls match, but on "
-      "communicators the modules do not show:"
+      "communicators whose ranks, or numbering, the modules do not show:"
     )
     lines += [f"  {sentence}" for sentence in result.communicators]
     return "\n".join(lines)
@@ -263,6 +265,7 @@ def races_across(
   modules: Sequence[CompiledModule | os.PathLike[str]],
   *,
   declarations: Declarations | None = None,
+  communicators: Sequence[Mapping[int, Sequence[int]]] | None = None,
 ) -> CrossRankResult:
   """Whether the ranks of a multi-process program make their communicating
   calls in a compatible order.
@@ -281,6 +284,17 @@ def races_across(
       (compiled here), the optimized HLO text, or the path of a dumped
       module's file (``*after_optimizations.txt``).
     declarations: what the targets do; those in effect by default.
+    communicators: per rank, in rank order, the layout of each
+      communicator its calls use: ``{handle: world_ranks}``, with
+      ``handle`` the value the module holds (mpi4py's ``comm.handle``,
+      which mpi4jax passes) and ``world_ranks`` the ``MPI.COMM_WORLD``
+      rank of each of the communicator's ranks, in its order
+      (``comm.Get_group().Translate_ranks(range(comm.Get_size()),
+      MPI.COMM_WORLD.Get_group())``). Needed where the numbering matters:
+      a send's or receive's peer on a declared communicator, or a rank
+      that also makes calls on no declared communicator. Without it,
+      those are not proved (``"unseen-communicators"``);
+      `record_executions` records it for ``--ranks``.
 
   Returns:
     A `CrossRankResult`: its ``verdict`` is ``"proved"`` or names the first
@@ -300,12 +314,70 @@ def races_across(
   if not modules:
     raise ValueError("races_across: give one module per rank")
   programs = [_program(m, declarations, rank) for rank, m in enumerate(modules)]
-  return check_programs(programs)
+  return check_programs(programs, _layouts(communicators, len(programs)))
 
 
-def check_programs(programs: Sequence[RankItems]) -> CrossRankResult:
+def _layouts(
+  given: Sequence[Mapping[int, Sequence[int]]] | None, ranks: int
+) -> list[dict[int, Layout]] | None:
+  """`races_across`'s `communicators`, checked: one mapping a rank, of
+  int handles to world ranks."""
+  if given is None:
+    return None
+  where = "races_across: communicators"
+  if isinstance(given, str | bytes | Mapping) or not isinstance(
+    given, Sequence
+  ):
+    raise TypeError(
+      f"{where} must be a list with one mapping per rank, not "
+      f"{type(given).__name__}"
+    )
+  if len(given) != ranks:
+    raise ValueError(
+      f"{where} has {len(given)} entries for {ranks} ranks: give one "
+      "mapping per rank, in rank order"
+    )
+  out = []
+  for rank, mapping in enumerate(given):
+    if not isinstance(mapping, Mapping):
+      raise TypeError(
+        f"{where}[{rank}] must map handles to world ranks, not "
+        f"{type(mapping).__name__}"
+      )
+    layouts: dict[int, Layout] = {}
+    for handle, ranks_of in mapping.items():
+      if isinstance(handle, bool) or not isinstance(handle, int):
+        raise TypeError(f"{where}[{rank}]: the handle {handle!r} is not an int")
+      if isinstance(ranks_of, str | bytes) or not isinstance(
+        ranks_of, Sequence | range
+      ):
+        raise TypeError(
+          f"{where}[{rank}][{handle}] must be a sequence of world ranks, "
+          f"not {type(ranks_of).__name__}"
+        )
+      world = tuple(ranks_of)
+      if any(isinstance(r, bool) or not isinstance(r, int) for r in world):
+        raise TypeError(
+          f"{where}[{rank}][{handle}] holds something other than int ranks: "
+          f"{list(world)!r}"
+        )
+      if not world or len(set(world)) != len(world) or min(world) < 0:
+        raise ValueError(
+          f"{where}[{rank}][{handle}]: {list(world)!r} is not a layout (each "
+          "world rank at most once, none negative, at least one)"
+        )
+      layouts[handle] = world
+    out.append(layouts)
+  return out
+
+
+def check_programs(
+  programs: Sequence[RankItems],
+  layouts: Sequence[Mapping[int, Layout]] | None = None,
+) -> CrossRankResult:
   """`races_across` over modules already read, one per rank (or each
-  rank's executions, `rank_sequences.check_executions`)."""
+  rank's executions, `rank_sequences.check_executions`); `layouts` holds
+  each rank's known communicator layouts (`communicators.Layout`)."""
   programs = list(programs)
   rank_dependent = rank_dependent_constructs(programs)
   unordered = tuple(
@@ -327,7 +399,9 @@ def check_programs(programs: Sequence[RankItems]) -> CrossRankResult:
   mismatch = stopped if isinstance(stopped, Mismatch) else None
   deadlock = stopped if isinstance(stopped, Deadlock) else None
   verdict: Verdict = "matched-by-type" if by_type_only else "proved"
-  unseen = communicators.unseen([tuple(calls_of(p.items)) for p in programs])
+  unseen = communicators.unseen(
+    [tuple(calls_of(p.items)) for p in programs], layouts
+  )
   if unseen:
     verdict = "unseen-communicators"
   if rank_dependent:

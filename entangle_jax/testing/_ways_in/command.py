@@ -423,10 +423,12 @@ def _executions_run(
   words (the modules are then paired by compile order, and several a
   rank prove nothing)."""
   runs = []
+  layouts = []
   for rank, folder in enumerate(folders):
     try:
       record = rank_sequences.read_record(folder)
       runs.append(rank_sequences.executed(folder, rank, record, compiled[rank]))
+      layouts.append(rank_sequences.read_layouts(folder, rank))
     except rank_sequences.RankRecordMissing as error:
       said = str(error)
       return (
@@ -435,7 +437,7 @@ def _executions_run(
   if not any(runs):
     return RankRun(len(folders), (), said)
   result = rank_sequences.check_executions(
-    [[(name, program) for name, _, program in r] for r in runs]
+    [[(name, program) for name, _, program in r] for r in runs], layouts
   )
   files = [
     " then ".join(f"{name} ({file})" for name, file, _ in r) or "none"

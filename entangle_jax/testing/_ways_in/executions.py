@@ -12,6 +12,14 @@ runs ``g`` before ``f`` is compared call by call against one that runs
 The record is written anew as the block begins, marked incomplete, and
 marked complete as it ends: a rank that died inside leaves a record
 that proves nothing.
+
+Where the process runs MPI through mpi4py (already imported and
+initialized: the recorder never starts MPI), the record also holds the
+process's world rank and each communicator's layout (`Layout`: the
+world rank of each of its ranks), for every communicator a module that
+ran names: the cross-rank check proves peers only on communicators that
+number the ranks as the world does (`communicators.unseen`), and a
+module holds a communicator's handle, not its ranks.
 """
 
 from __future__ import annotations
@@ -20,8 +28,10 @@ import contextlib
 import json
 import os
 import pathlib
+import sys
 import threading
 from collections.abc import Generator
+from typing import Any
 
 from entangle_jax.testing._sanitize import jax_hooks
 from entangle_jax.testing._ways_in.rank_sequences import (
@@ -79,6 +89,9 @@ class Recorder:
     nothing (`write` never marks it complete)."""
     self._numbers: dict[int, Execution | None] = {}
     self._lock = threading.Lock()
+    self.layouts: dict[int, tuple[int, ...]] = {}
+    """Each communicator's layout, by the handle its modules hold."""
+    self.world_rank: int | None = None
 
   def executed(self, executable) -> None:
     """`jax_hooks.on_execute`'s callback: one execution of `executable`."""
@@ -91,6 +104,7 @@ class Recorder:
         number = module_id(modules[0].as_serialized_hlo_module_proto())
         if number is not None:
           found = Execution(number, modules[0].name)
+        self._note_communicators(modules[0])
       # Kept alive by the cache of JAX that holds it, as long as it runs.
       self._numbers[key] = found
     with self._lock:
@@ -99,6 +113,28 @@ class Recorder:
       else:
         self.executions.append(found)
       self.write(complete=False)
+
+  def _note_communicators(self, module: Any) -> None:
+    """Records the layout of each communicator `module` names, where
+    this process runs mpi4py's MPI (`world_layout`)."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
+      return
+    # Imported here: the analysis is needed only where MPI runs.
+    from entangle_jax.testing._analysis import communicators
+    from entangle_jax.testing._analysis.ranks import RankProgram
+
+    try:
+      calls = RankProgram(module.to_string(), who="record_executions").calls()
+      handles = communicators.handles(calls)
+    except (TypeError, ValueError):
+      # A module the check cannot read either: it answers for it itself.
+      return
+    self.world_rank = mpi.COMM_WORLD.Get_rank()
+    for handle in handles - self.layouts.keys():
+      layout = world_layout(mpi, handle)
+      if layout is not None:
+        self.layouts[handle] = layout
 
   def write(self, complete: bool) -> None:
     """Writes the record (through a temporary file, so a reader never
@@ -111,10 +147,42 @@ class Recorder:
         {"module": e.number, "name": e.name} for e in self.executions
       ],
     }
+    if self.world_rank is not None:
+      data["world_rank"] = self.world_rank
+      data["communicators"] = [
+        {"handle": handle, "world_ranks": list(layout)}
+        for handle, layout in sorted(self.layouts.items())
+      ]
     self.path.parent.mkdir(parents=True, exist_ok=True)
     partial = self.path.with_suffix(".partial")
     partial.write_text(json.dumps(data, indent=1))
     os.replace(partial, self.path)
+
+
+def world_layout(mpi: Any, handle: int) -> tuple[int, ...] | None:
+  """The layout of the communicator whose handle is `handle` (as a
+  module holds it: mpi4jax passes it as a signed 64-bit int), through
+  mpi4py's module `mpi`: the ``COMM_WORLD`` rank of each of its ranks,
+  in its order; None where mpi4py cannot make a communicator of it."""
+  for value in (handle, handle % (1 << 64), handle % (1 << 32)):
+    try:
+      comm = mpi.Comm.fromhandle(value)
+      if comm == mpi.COMM_NULL:
+        return None
+      group, world = comm.Get_group(), mpi.COMM_WORLD.Get_group()
+    except (AttributeError, OverflowError, TypeError, ValueError):
+      continue  # No such handle in this form (or an mpi4py before 4).
+    except mpi.Exception:  # Not a communicator this process holds.
+      return None
+    try:
+      ranks = mpi.Group.Translate_ranks(group, range(group.Get_size()), world)
+    finally:
+      group.Free()
+      world.Free()
+    if any(r == mpi.UNDEFINED for r in ranks):
+      return None
+    return tuple(int(r) for r in ranks)
+  return None
 
 
 @contextlib.contextmanager

@@ -28,8 +28,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from entangle_jax.testing._analysis.communicators import Layout
 from entangle_jax.testing._analysis.ranks import (
   Branch,
   Call,
@@ -88,6 +89,56 @@ def read_record(folder: str | pathlib.Path) -> tuple[Execution, ...]:
       `RECORD_FORMAT`, or one not marked complete (the rank was still
       running, or died, when it was last written).
   """
+  data, path = _record(folder)
+  found = []
+  for entry in data.get("executions", ()):
+    try:
+      found.append(Execution(int(entry["module"]), str(entry["name"])))
+    except (KeyError, TypeError, ValueError):
+      raise RankRecordMissing(
+        f"{path}: an execution {entry!r} is unreadable"
+      ) from None
+  return tuple(found)
+
+
+def read_layouts(folder: str | pathlib.Path, rank: int) -> dict[int, Layout]:
+  """The layout of each communicator that `folder`'s record holds
+  (`executions.Recorder`, where the rank ran mpi4py's MPI), by handle;
+  empty where it holds none.
+
+  Raises:
+    RankRecordMissing: as `read_record`; also where the record was
+      written by another world rank than `rank` (the folders are not in
+      rank order), or a layout is unreadable.
+  """
+  data, path = _record(folder)
+  written_by = data.get("world_rank")
+  if written_by is None:
+    return {}
+  if written_by != rank:
+    raise RankRecordMissing(
+      f"{path}: the record was written by world rank {written_by!r}, but "
+      f"its folder is given as rank {rank}: give the folders in rank order"
+    )
+  layouts: dict[int, Layout] = {}
+  for entry in data.get("communicators", ()):
+    try:
+      handle = entry["handle"]
+      world = tuple(entry["world_ranks"])
+      if not isinstance(handle, int) or not all(
+        isinstance(r, int) for r in world
+      ):
+        raise TypeError(entry)
+    except (KeyError, TypeError):
+      raise RankRecordMissing(
+        f"{path}: a communicator's layout {entry!r} is unreadable"
+      ) from None
+    layouts[handle] = world
+  return layouts
+
+
+def _record(folder: str | pathlib.Path) -> tuple[dict, pathlib.Path]:
+  """`folder`'s record, read and checked (`read_record`), and its path."""
   if not pathlib.Path(folder).is_dir():
     raise RankRecordMissing(
       f"{folder} is a module file, not a dump folder with an execution record"
@@ -112,15 +163,7 @@ def read_record(folder: str | pathlib.Path) -> tuple[Execution, ...]:
       f"{path}: the record is not complete (the rank had not finished "
       "when it was last written), so executions may be missing"
     )
-  found = []
-  for entry in data.get("executions", ()):
-    try:
-      found.append(Execution(int(entry["module"]), str(entry["name"])))
-    except (KeyError, TypeError, ValueError):
-      raise RankRecordMissing(
-        f"{path}: an execution {entry!r} is unreadable"
-      ) from None
-  return tuple(found)
+  return data, path
 
 
 def executed(
@@ -197,6 +240,7 @@ def _named(items: tuple[Item, ...], module: str, execution: int):
 
 def check_executions(
   executions: Sequence[Sequence[tuple[str, RankProgram]]],
+  layouts: Sequence[Mapping[int, Layout]] | None = None,
 ) -> CrossRankResult:
   """The cross-rank check of each rank's executions, in the order it ran
   them: per rank, (module name, program) of each execution of a
@@ -208,7 +252,8 @@ def check_executions(
   naming its module and execution.
 
   Executions are taken to run one after another, in the recorded order,
-  each making its calls before the next begins."""
+  each making its calls before the next begins. `layouts` holds each
+  rank's recorded communicator layouts (`read_layouts`)."""
   sequences = []
   for runs in executions:
     items: list[Item] = []
@@ -219,4 +264,4 @@ def check_executions(
     sequences.append(
       _Sequence(tuple(items), tuple(u for p in unordered.values() for u in p))
     )
-  return check_programs(sequences)
+  return check_programs(sequences, layouts)
