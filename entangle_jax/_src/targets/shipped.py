@@ -274,7 +274,12 @@ def _mpi_targets() -> tuple[ShippedTarget, ...]:
       "reduce", Communication(communicator=comm, op="op", match=("root",))
     ),
     _mpi_target("scan", Communication(communicator=comm, op="op")),
-    _mpi_target("scatter", Communication(communicator=comm, match=("root",))),
+    # mpi4jax's root passes (nproc, *block) and every other rank a block:
+    # MPI matches the block each receives, its result.
+    _mpi_target(
+      "scatter",
+      Communication(communicator=comm, match=("root",), matched_by="results"),
+    ),
     _mpi_target(
       "send", Communication("send", communicator=comm, peer="dest", tag="tag")
     ),

@@ -705,10 +705,15 @@ class RankProgram:
     compared = (
       call_attributes.arrays(shapes) if i.opcode == "custom-call" else shapes
     )
+    what = "shapes"
+    if i.opcode == "custom-call" and c.matched_by == "results":
+      # A scatter: the root's operand holds every rank's block, another
+      # rank's only a placeholder; MPI matches the block each receives.
+      compared, what = call_attributes.arrays(i.shape), "received"
     fingerprint: list[tuple[str, object]] = [
       ("kind", c.kind),
       ("call", i.target or i.opcode.removesuffix("-start")),
-      ("shapes", f"({compared})"),
+      (what, f"({compared})"),
     ]
     renamed: list[tuple[str, object]] = []
     if i.opcode != "custom-call":
