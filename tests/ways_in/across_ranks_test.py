@@ -34,15 +34,16 @@ from entangle_jax._src.targets import shipped, sources, table
 from entangle_jax._src.targets.communication import Communication
 from entangle_jax._src.targets.declaration import Declarations, merged
 from entangle_jax.testing import CrossRankResult, races_across
-from entangle_jax.testing._analysis import call_attributes, same_module
+from entangle_jax.testing._analysis import call_attributes, ranks, same_module
 from entangle_jax.testing._analysis.call_attributes import raw_attribute
 from entangle_jax.testing._hlo import dumped_module
-from entangle_jax.testing._ways_in import command, rank_sequences
+from entangle_jax.testing._ways_in import across_ranks, command, rank_sequences
 
 ALLREDUCE = "ranks_test_allreduce"
 SEND = "ranks_test_send"
 RECV = "ranks_test_recv"
 SCATTER = "ranks_test_scatter"
+BCAST = "ranks_test_bcast"
 DATA = pathlib.Path(__file__).resolve().parents[1] / "targets" / "data"
 SHAPES = pathlib.Path(__file__).resolve().parent / "data" / "ranks_mpi4jax"
 # What the check says of each stored shape (data/ranks_mpi4jax/README.md).
@@ -69,7 +70,7 @@ SHAPE_VERDICTS = {
 def registered() -> None:
   """Registers the test targets with entangle's no-op handler (once)."""
   handler = native.load().registrations()["entangle"]
-  for target in (ALLREDUCE, SEND, RECV, SCATTER):
+  for target in (ALLREDUCE, SEND, RECV, SCATTER, BCAST):
     jax.ffi.register_ffi_target(target, handler, platform="cpu")
 
 
@@ -92,6 +93,7 @@ def declarations() -> Declarations:
         },
         # Declared as the shipped mpi4jax scatter is.
         SCATTER: {"communicates": shipped_communication("mpi_scatter_ffi")},
+        BCAST: {"communicates": shipped_communication("mpi_bcast_ffi")},
       }
     },
     "across_ranks_test",
@@ -117,6 +119,25 @@ def scatter(rank, x, root=0, comm=7):
     SCATTER, jax.ShapeDtypeStruct(block, x.dtype), has_side_effect=True
   )
   return call(x, root=np.int64(root), comm=np.int64(comm))
+
+
+def bcast(rank, x, root=0, comm=7):
+  """mpi4jax's bcast, as it lowers and returns: the call's result is
+  empty on the root, which gets its own `x` back. Returns what the rank
+  gets, and a second result (mpi4jax's token) to order later work after
+  the call (XLA makes the root's empty result a constant)."""
+  registered()
+  shape = (0,) if rank == root else x.shape
+  call = jax.ffi.ffi_call(
+    BCAST,
+    (
+      jax.ShapeDtypeStruct(shape, x.dtype),
+      jax.ShapeDtypeStruct((), jnp.int32),
+    ),
+    has_side_effect=True,
+  )
+  result, done = call(x, root=np.int64(root), comm=np.int64(comm))
+  return (x if rank == root else result), done
 
 
 def allreduce(x, comm=7):
@@ -1320,7 +1341,9 @@ class ScatterTest(absltest.TestCase):
       table.from_table(
         {"targets": {"x": {"communicates": {"matched_by": "result"}}}}, "t"
       )
-    with self.assertRaisesRegex(ValueError, "matched_by is for a collective"):
+    with self.assertRaisesRegex(
+      ValueError, "root and matched_by are for a collective"
+    ):
       Communication("send", peer="dest", matched_by="results")
 
   def test_control_the_operands_alone_would_say_the_opposite(self):
@@ -1334,6 +1357,61 @@ class ScatterTest(absltest.TestCase):
       wrong = check_shapes(self.program, [(3, 4)] * 3)
     self.assertEqual(right.verdict, "mismatch", right.text())
     self.assertEqual(wrong.verdict, "proved", wrong.text())
+
+
+class BroadcastDecisionTest(absltest.TestCase):
+  """Skeptic pass 77b, F2: rank 0 decides, broadcasts the decision, and
+  every rank branches on it around an allreduce: right, and
+  "rank-dependent", because mpi4jax's bcast hands the root its own input
+  back, an entry parameter. Every rank's result of the broadcast is that
+  input, so on the root it is the same on every rank."""
+
+  @staticmethod
+  def program(rank, x, root=0, decide_on="received"):
+    got, raw = bcast(rank, x, root)
+    x = entangle(x, raw)  # The branch after the broadcast.
+    decision = entangle(got, raw) if decide_on == "received" else x
+    return jax.lax.cond(jnp.sum(decision) > 5, allreduce, lambda v: v, x)
+
+  def test_a_decision_on_the_broadcast_is_proved(self):
+    for count, root in ((2, 0), (2, 1), (3, 1)):
+      result = check(functools.partial(self.program, root=root), count)
+      self.assertEqual(result.verdict, "proved", (root, result.text()))
+
+  def test_control_a_decision_on_each_ranks_own_input_is_reported(self):
+    result = check(functools.partial(self.program, decide_on="own"))
+    self.assertEqual(result.verdict, "rank-dependent", result.text())
+    # Rank 1 decides on its own input; the root's is what it sends.
+    local = [r for r in result.rank_dependent if r.ranks == (1,)]
+    self.assertLen(local, 1, result.text())
+    self.assertIn("entry parameter 0", local[0].depends_on)
+
+  def test_control_the_root_deciding_otherwise_is_reported(self):
+    # The root decides on its input plus one, the others on what they
+    # receive: the same on each rank, computed differently.
+    def program(rank, x):
+      got, raw = bcast(rank, x)
+      decision = entangle(got + 1.0 if rank == 0 else got, raw)
+      x = entangle(x, raw)
+      return jax.lax.cond(jnp.sum(decision) > 5, allreduce, lambda v: v, x)
+
+    result = check(program)
+    self.assertEqual(result.verdict, "rank-dependent", result.text())
+
+  def test_without_the_rank_the_root_is_not_known(self):
+    # RankProgram without its rank takes no rank for the root: the
+    # root's decision reads an entry parameter, as before.
+    modules = [
+      ranks.RankProgram(
+        jax.jit(functools.partial(self.program, rank))
+        .lower(jax.ShapeDtypeStruct((4,), jnp.float32))
+        .compile(),
+        declarations(),
+      )
+      for rank in range(2)
+    ]
+    result = across_ranks.check_programs(modules)
+    self.assertEqual(result.verdict, "rank-dependent", result.text())
 
 
 class WildcardReceiveTest(absltest.TestCase):

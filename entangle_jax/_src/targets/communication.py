@@ -61,6 +61,11 @@ class Communication:
     same_result: the result is the same on every rank (an allreduce, an
       allgather, a broadcast): a decision computed from it is not
       rank-local.
+    root: the place of the root's rank, for a rooted collective; it must
+      be equal on every rank. With `same_result` (a broadcast), every
+      rank's result is the root's data operand, so on the root that
+      operand is the same on every rank too (mpi4jax's ``bcast`` hands
+      the root its own input back, not the call's result).
     matched_by: what MPI matches a native collective by, as element types
       and counts: ``"operands"`` (its data operands, the default) or
       ``"results"`` (a scatter: the root's operand holds every rank's
@@ -77,6 +82,7 @@ class Communication:
   op: int | str | None = None
   match: tuple[int | str, ...] = ()
   same_result: bool = False
+  root: int | str | None = None
   matched_by: Literal["operands", "results"] = "operands"
 
   def __post_init__(self):
@@ -116,6 +122,7 @@ PLACE_KEYS = (
   "source",
   "source_tag",
   "op",
+  "root",
 )
 KEYS = frozenset({"kind", *PLACE_KEYS, "match", "same_result", "matched_by"})
 MATCHED_BY = ("operands", "results")
@@ -143,8 +150,10 @@ def check(c: Communication, where: str) -> None:
     raise ValueError(
       f"{where}: matched_by must be one of {MATCHED_BY}, not {c.matched_by!r}"
     )
-  if c.kind != "collective" and c.matched_by != "operands":
-    raise ValueError(f"{where}: matched_by is for a collective")
+  if c.kind != "collective" and (
+    c.root is not None or c.matched_by != "operands"
+  ):
+    raise ValueError(f"{where}: root and matched_by are for a collective")
   if c.kind in ("send", "recv", "sendrecv") and c.peer is None:
     raise ValueError(f"{where}: a {c.kind} needs its peer's place")
   if c.kind == "sendrecv" and c.source is None:

@@ -267,7 +267,9 @@ def _mpi_targets() -> tuple[ShippedTarget, ...]:
     _mpi_target("barrier", Communication(communicator=comm)),
     _mpi_target(
       "bcast",
-      Communication(communicator=comm, match=("root",), same_result=True),
+      # The root gets its own operand back (mpi4jax's bcast returns it):
+      # a decision on it reads what every rank receives.
+      Communication(communicator=comm, same_result=True, root="root"),
     ),
     _mpi_target("gather", Communication(communicator=comm, match=("root",))),
     _mpi_target(

@@ -227,6 +227,10 @@ class RankProgram:
       optimized HLO text, as `races` takes it.
     declarations: what the targets do (`Declarations`); those in effect by
       default.
+    rank: the rank that compiled it, where known: on the root of a
+      broadcast declared with a `Communication.root`, the operand it
+      sends is what every rank receives (None: no rank is taken for the
+      root).
 
   Raises:
     TypeError, ValueError: as `OrderAnalysis`; ValueError also for a
@@ -239,7 +243,9 @@ class RankProgram:
     declarations: Declarations | None = None,
     *,
     who: str = "races_across",
+    rank: int | None = None,
   ):
+    self.rank = rank
     self.text = module_text(compiled, who=who)
     self.declarations = (
       sources.current() if declarations is None else declarations
@@ -266,6 +272,7 @@ class RankProgram:
       for i in body:
         for callee in i.callees:
           self._callers.setdefault(callee, []).append(i)
+    self._broadcast = self._broadcast_operands()
     self._same: dict[str, dict[str, Same]] = {}
     self._contexts: dict[tuple[str, tuple], dict[str, Same]] = {}
     self._values(self.module.entry, ())
@@ -278,11 +285,22 @@ class RankProgram:
       (c.op.instruction.computation, c.op.instruction.name): k
       for k, c in enumerate(calls_of(items))
     }
+
+    def index(i: _hlo.Instruction) -> int | None:
+      return where.get((i.computation, i.name))
+
+    # Decisions read a broadcast's operand on its root as what every rank
+    # receives; origins keep it as computed (the root's call sends it as
+    # any rank's does).
     self._slice = DecisionSlice(
       self.module,
       self._lines,
       self.communication,
-      lambda i: where.get((i.computation, i.name)),
+      index,
+      self._broadcast_from,
+    )
+    self._origins = DecisionSlice(
+      self.module, self._lines, self.communication, index
     )
     self.items: tuple[Item, ...] = self._signed(items)
 
@@ -305,12 +323,44 @@ class RankProgram:
         )
       else:
         item = dataclasses.replace(
-          item, origin=self._slice.origin(item.op.instruction)
+          item, origin=self._origins.origin(item.op.instruction)
         )
       out.append(item)
     return tuple(out)
 
   # Which values are the same on every rank ---------------------------------
+
+  def _broadcast_operands(
+    self,
+  ) -> dict[tuple[str, str], tuple[_hlo.Instruction, int]]:
+    """The data operands that this rank broadcasts as the root: each
+    instruction, by (computation, name), with its broadcast and its place
+    among the broadcast's data operands. Every rank's result of that
+    broadcast is its value, so it is the same on every rank."""
+    found: dict[tuple[str, str], tuple[_hlo.Instruction, int]] = {}
+    if self.rank is None:
+      return found
+    for body in self.module.computations.values():
+      for i in body:
+        c = self.communication(i)
+        if c is None or c.root is None or not c.same_result:
+          continue
+        if call_attributes.as_int(self._place(i, c.root)) != self.rank:
+          continue
+        data = [
+          o
+          for o in i.operands
+          if not self._defined[(i.computation, o)].shape.startswith("token")
+        ]
+        for k, name in enumerate(data):
+          found.setdefault((i.computation, name), (i, k))
+    return found
+
+  def _broadcast_from(
+    self, i: _hlo.Instruction
+  ) -> tuple[_hlo.Instruction, int] | None:
+    """`_broadcast_operands`' entry for `i`, where it has one."""
+    return self._broadcast.get((i.computation, i.name))
 
   def communication(self, i: _hlo.Instruction) -> Communication | None:
     """How `i` communicates with other ranks; None if it does not.
@@ -368,6 +418,8 @@ class RankProgram:
   ) -> Same:
     ins = [out.get(o, False) for o in i.operands]
     opcode = i.opcode
+    if (i.computation, i.name) in self._broadcast:
+      return True  # What this rank, the root, broadcasts to every rank.
     if opcode == "parameter":
       n = i.parameter_number
       return params[n] if n is not None and n < len(params) else False
@@ -731,6 +783,8 @@ class RankProgram:
     else:
       for place in c.match:
         fingerprint.append((str(place), self._place(i, place)))
+      if c.root is not None and c.root not in c.match:
+        fingerprint.append((str(c.root), self._place(i, c.root)))
       if c.communicator is not None:
         renamed.append(("communicator", self._place(i, c.communicator)))
       if c.op is not None:

@@ -254,7 +254,7 @@ def _program(
   if isinstance(module, os.PathLike):
     module = pathlib.Path(module).read_text()
   try:
-    return RankProgram(module, declarations)
+    return RankProgram(module, declarations, rank=rank)
   except (TypeError, ValueError) as error:
     raise type(error)(f"races_across: rank {rank}: {error}") from None
 
