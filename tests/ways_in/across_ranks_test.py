@@ -327,6 +327,29 @@ class XlaCollectivesTest(absltest.TestCase):
     self.assertIn("Mismatch at call 1", result.text())
 
 
+class PermutationOrderTest(absltest.TestCase):
+  """Skeptic pass 77b, F3: a ppermute whose pairs rank 1 lists in another
+  order (``[(1, 0), (0, 1)]``) is the same permutation, and ran right;
+  the check compared the pairs' text and said mismatch."""
+
+  @staticmethod
+  def program(rank, x, pairs):
+    mine = pairs[rank]
+    return on_mesh(lambda v: jax.lax.ppermute(v, "x", mine))(x)
+
+  def test_the_same_pairs_in_another_order_are_proved(self):
+    pairs = ([(0, 1), (1, 0)], [(1, 0), (0, 1)])
+    result = check(functools.partial(self.program, pairs=pairs))
+    self.assertEqual(result.verdict, "proved", result.text())
+
+  def test_control_other_pairs_are_a_mismatch(self):
+    pairs = ([(0, 1), (1, 0)], [(0, 1)])
+    result = check(functools.partial(self.program, pairs=pairs))
+    self.assertEqual(result.verdict, "mismatch", result.text())
+    assert result.mismatch is not None
+    self.assertIn("source_target_pairs", result.mismatch.differs)
+
+
 class SameModuleTest(absltest.TestCase):
   """From jaxlib 0.12.1, XLA's collectives meet only between processes
   that run the same module (`same_module`; measured under gloo in

@@ -772,6 +772,8 @@ class RankProgram:
       fingerprint.append(("result", call_attributes.strip_layout(i.shape)))
       for key in ("replica_groups", "dimensions", "source_target_pairs"):
         value = call_attributes.raw_attribute(line, key)
+        if value is not None and key == "source_target_pairs":
+          value = call_attributes.pairs_as_set(value)
         if value is not None:
           fingerprint.append((key, value))
       if i.callees:  # The reduction: its computation's root opcode.
