@@ -1284,12 +1284,13 @@ class SwapTest(absltest.TestCase):
   """Issue 77, defect 5: two collectives of one type in another order on
   one rank. MPI matches them by count and type, so the program runs,
   with each rank's data in the other's call: 200/200 wrong values, and
-  "proved". Each call's operand origin tells them apart."""
-
-  TWO = (jax.ShapeDtypeStruct((4,), jnp.float32),) * 2
+  "proved". Each call's operand origin tells them apart. (Both operands
+  are computed from one argument: two arguments of one type could be
+  passed the other way round by a caller, see ArgumentSwapTest.)"""
 
   @staticmethod
-  def program(rank, a, b, swap=True, local=False):
+  def program(rank, x, swap=True, local=False):
+    a, b = jnp.sin(x), jnp.cos(x)
     if local and rank == 1:  # rank 1 computes its operands its own way
       a, b = jnp.cos(a), jnp.cos(b)
     if swap and rank == 1:
@@ -1298,20 +1299,18 @@ class SwapTest(absltest.TestCase):
     return first, allreduce(entangle(b, first))
 
   def test_a_swap_of_one_size_is_a_mismatch(self):
-    result = check(self.program, 2, *self.TWO)
+    result = check(self.program)
     self.assertEqual(result.verdict, "mismatch", result.text())
     assert result.mismatch is not None
     self.assertIn("the two calls are swapped", result.mismatch.differs)
     self.assertEqual([c.index for c in result.mismatch.calls if c], [1, 1])
 
   def test_control_the_same_order_is_proved(self):
-    result = check(functools.partial(self.program, swap=False), 2, *self.TWO)
+    result = check(functools.partial(self.program, swap=False))
     self.assertEqual(result.verdict, "proved", result.text())
 
   def test_origins_that_cannot_tell_the_calls_apart_are_not_proved(self):
-    result = check(
-      functools.partial(self.program, swap=False, local=True), 2, *self.TWO
-    )
+    result = check(functools.partial(self.program, swap=False, local=True))
     self.assertEqual(result.verdict, "matched-by-type", result.text())
     self.assertEqual(result.status, 2)
     self.assertFalse(result.proved)
@@ -1329,6 +1328,69 @@ class SwapTest(absltest.TestCase):
       return first, allreduce(entangle(x, first))
 
     self.assertEqual(check(program).verdict, "proved")
+
+
+class ArgumentSwapTest(absltest.TestCase):
+  """Skeptic pass 77b, U2: ``step(g, s)`` allreduces `g`, then `s`, and
+  rank 1 calls ``step(s, g)``. Each rank compiles the same module, whose
+  origins name the operands "entry parameter 0" and "1" on both, so the
+  swap was proved: every value wrong. Two calls that send different
+  entry parameters of one type are matched by type only."""
+
+  F4 = jax.ShapeDtypeStruct((4,), jnp.float32)
+
+  @staticmethod
+  def two_calls(rank, g, s):
+    del rank
+    first = allreduce(g)
+    return first, allreduce(entangle(s, first))
+
+  def test_two_parameters_of_one_type_are_matched_by_type_only(self):
+    result = check(self.two_calls, 2, self.F4, self.F4)
+    self.assertEqual(result.verdict, "matched-by-type", result.text())
+    self.assertEqual(result.status, 2)
+    (said,) = result.by_type_only
+    self.assertIn("calls 1 and 2", said)
+    self.assertRegex(said, r"entry parameters 0 \(%\S+\) and 1 \(%\S+\)")
+    self.assertIn("f32[4]", said)
+
+  def test_a_parameter_and_an_expression_of_both_are_matched_by_type_only(
+    self,
+  ):
+    def program(rank, g, s):
+      del rank
+      first = allreduce(g)
+      return first, allreduce(entangle(g + s, first))
+
+    result = check(program, 2, self.F4, self.F4)
+    self.assertEqual(result.verdict, "matched-by-type", result.text())
+
+  def test_one_call_of_two_parameters_is_matched_by_type_only(self):
+    # XLA merges two psums into one all-reduce of both (jax.distributed).
+    def program(rank, g, s):
+      del rank
+      return on_mesh(lambda a, b: jax.lax.psum((a, b), "x"))(g, s)
+
+    result = check(program, 2, self.F4, self.F4)
+    self.assertEqual(result.verdict, "matched-by-type", result.text())
+    self.assertIn("operands 0 and 1", result.by_type_only[0])
+
+  def test_control_parameters_of_different_types_are_proved(self):
+    for second in (
+      jax.ShapeDtypeStruct((2, 2), jnp.float32),  # one MPI type, f32[4]
+      jax.ShapeDtypeStruct((4,), jnp.int32),
+    ):
+      result = check(self.two_calls, 2, self.F4, second)
+      self.assertEqual(result.verdict, "proved", result.text())
+
+  def test_control_one_parameter_feeding_both_is_proved(self):
+    def program(rank, g, s):
+      del rank, s
+      first = allreduce(g)
+      return first, allreduce(entangle(g * 2.0, first))
+
+    result = check(program, 2, self.F4, self.F4)
+    self.assertEqual(result.verdict, "proved", result.text())
 
 
 class ScatterTest(absltest.TestCase):

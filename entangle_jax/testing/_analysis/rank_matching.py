@@ -447,7 +447,9 @@ def swaps(
   crossed pair is a `Mismatch` (each rank gets the other's data); the
   others are matched by type only (a sentence each)."""
   unclear: list[str] = []
+  told: set[tuple[int, int]] = set()
   for i, j, crossed in origins.undistinguished([c for c, _ in steps]):
+    told.add((i, j))
     names = steps[i][1], steps[j][1]
     if crossed is not None:
       return Mismatch(
@@ -473,12 +475,34 @@ def swaps(
         "nothing tells the two calls apart"
       )
     )
+  for swap in origins.argument_swaps([c for c, _ in steps], told):
+    unclear.append(_argument_swap(steps, swap))
   if len(unclear) > _SWAPS_SHOWN:
     more = len(unclear) - _SWAPS_SHOWN
     unclear[_SWAPS_SHOWN:] = [
       f"and {more} more pair{'s' * (more != 1)} of calls like these"
     ]
   return None, tuple(unclear)
+
+
+def _argument_swap(
+  steps: list[tuple[tuple[Call, ...], tuple[RankCall, ...]]],
+  swap: origins.ArgumentSwap,
+) -> str:
+  """The sentence of `swap`: which operands, which parameters."""
+  first, second = steps[swap.i][1][0], steps[swap.j][1][0]
+  what = first.label.split(" at ")[0]
+  if swap.i == swap.j:
+    where = f"call {first.index}'s operands {swap.k} and {swap.m} ({what})"
+  else:
+    where = f"calls {first.index} and {second.index} ({what})"
+  return (
+    f"{where} could be swapped on a rank: their operands read entry "
+    f"parameters {swap.first} and {swap.second}, of one type "
+    f"({swap.first.type}), "
+    "which a caller may pass the other way round on one rank, so nothing "
+    "tells the two apart"
+  )
 
 
 _SWAPS_SHOWN = 5

@@ -117,6 +117,19 @@ def _at(value: Same, path: tuple[int, ...]) -> Same:
   return value
 
 
+@dataclasses.dataclass(frozen=True, order=True)
+class EntryParameter:
+  """An entry parameter of a module, as a call's operand reads it."""
+
+  number: int
+  type: str
+  """Its shape and element type, layout left out (``f32[4]``)."""
+  name: str
+
+  def __str__(self) -> str:
+    return f"{self.number} (%{self.name})"
+
+
 @dataclasses.dataclass(frozen=True)
 class Call:
   """One communicating call of a rank."""
@@ -146,6 +159,10 @@ class Call:
   """What its data operands are computed from (`DecisionSlice.origin`):
   which entry parameters, constants, shared results and ops, up to the
   instructions' names. Two calls of one type are told apart by it."""
+  reads: tuple[frozenset[EntryParameter], ...] = ()
+  """Per data operand (tokens left out), the entry parameters its value
+  is computed from: a caller may pass two of one type the other way round
+  on one rank, which no origin shows (`origins.argument_swaps`)."""
 
   @property
   def kind(self) -> str:
@@ -277,6 +294,7 @@ class RankProgram:
     self._contexts: dict[tuple[str, tuple], dict[str, Same]] = {}
     self._values(self.module.entry, ())
     self._holds: dict[str, bool] = {}
+    self._reads: dict[tuple[str, str, tuple], frozenset[EntryParameter]] = {}
     self.unordered: list[Unordered] = []
     items = self._items(self.module.entry)
     # Each communicating call's position in the rank's program order, for
@@ -322,8 +340,16 @@ class RankProgram:
           signature=self._slice.conditional(item.op.instruction),
         )
       else:
+        i = item.op.instruction
+        data = [
+          self._defined[(i.computation, o)]
+          for o in i.operands
+          if not self._defined[(i.computation, o)].shape.startswith("token")
+        ]
         item = dataclasses.replace(
-          item, origin=self._origins.origin(item.op.instruction)
+          item,
+          origin=self._origins.origin(i),
+          reads=tuple(self._entry_reads(o, ()) for o in data),
         )
       out.append(item)
     return tuple(out)
@@ -604,6 +630,87 @@ class RankProgram:
         if found is not None:
           return found
     return None
+
+  def _entry_reads(
+    self, i: _hlo.Instruction, path: tuple[int, ...]
+  ) -> frozenset[EntryParameter]:
+    """The entry parameters (tokens left out) that element `path` of
+    `i`'s value is computed from; an `entangle` reads its payload only."""
+    key = (i.computation, i.name, path)
+    if key in self._reads:
+      return self._reads[key]
+    self._reads[key] = frozenset()  # A loop's carry reads itself.
+
+    def operand(k: int, at: tuple[int, ...] = ()) -> frozenset:
+      if k >= len(i.operands):
+        return frozenset()
+      return self._entry_reads(
+        self._defined[(i.computation, i.operands[k])], at
+      )
+
+    def root(computation: str, at: tuple[int, ...]) -> frozenset:
+      body = self.module.computations[computation]
+      return self._entry_reads(next(c for c in body if c.root), at)
+
+    found: frozenset[EntryParameter] = frozenset()
+    if i.opcode == "parameter" and i.computation == self.module.entry:
+      if not i.shape.startswith("token"):
+        found = frozenset(
+          {
+            EntryParameter(
+              i.parameter_number or 0,
+              call_attributes.strip_layout(i.shape),
+              i.name,
+            )
+          }
+        )
+    elif i.opcode == "parameter":
+      for caller in self._callers.get(i.computation, []):
+        found |= self._caller_reads(caller, i, path)
+    elif i.opcode == "get-tuple-element":
+      found = operand(0, (i.tuple_index or 0, *path))
+    elif i.opcode == "tuple" and path:
+      found = operand(path[0], path[1:])
+    elif i.opcode == "while" and i.body:
+      found = operand(0, path) | root(i.body, path)
+    elif i.opcode == "conditional" and i.branches:
+      found = operand(0).union(*(root(b, path) for b in i.branches))
+    elif i.opcode in ("call", "fusion") and i.callees:
+      found = root(i.callees[0], path)
+    elif i.opcode == "custom-call" and i.target == ENTANGLE_TARGET:
+      found = frozenset().union(*(operand(k) for k in i.aliased_operands))
+    else:
+      found = frozenset().union(*(operand(k) for k in range(len(i.operands))))
+    self._reads[key] = found
+    return found
+
+  def _caller_reads(
+    self,
+    caller: _hlo.Instruction,
+    parameter: _hlo.Instruction,
+    path: tuple[int, ...],
+  ) -> frozenset[EntryParameter]:
+    """What `parameter` of a computation that `caller` runs reads, through
+    `caller`'s operands (and a loop body's result, for its carry)."""
+
+    def operand(k: int) -> frozenset:
+      if k >= len(caller.operands):
+        return frozenset()
+      at = self._defined[(caller.computation, caller.operands[k])]
+      return self._entry_reads(at, path)
+
+    computation = parameter.computation
+    if caller.opcode == "while":
+      found = operand(0)
+      if caller.body:
+        body = self.module.computations[caller.body]
+        found |= self._entry_reads(next(c for c in body if c.root), path)
+      return found
+    if caller.opcode == "conditional":
+      if computation in caller.branches:
+        return operand(caller.branches.index(computation) + 1)
+      return frozenset()
+    return operand(parameter.parameter_number or 0)
 
   # The calls, in order -----------------------------------------------------
 
