@@ -1393,6 +1393,54 @@ class ArgumentSwapTest(absltest.TestCase):
     self.assertEqual(result.verdict, "proved", result.text())
 
 
+class PathArgumentTest(absltest.TestCase):
+  """Skeptic pass 77b, C2: `races_across` given a str that is the path of
+  a dumped module read it as module text, and said so in a message that
+  repeated itself; a ``pathlib.Path`` worked."""
+
+  @staticmethod
+  def program(rank, x):
+    del rank
+    return allreduce(x)
+
+  def files(self) -> list[str]:
+    texts = [
+      jax.jit(functools.partial(self.program, rank))
+      .lower(jax.ShapeDtypeStruct((4,), jnp.float32))
+      .compile()
+      .as_text()
+      for rank in range(2)
+    ]
+    return [
+      str(next(pathlib.Path(f).glob("*.txt")))
+      for f in write_dumps(texts, record=False)
+    ]
+
+  def test_a_str_path_is_read_as_a_pathlib_path_is(self):
+    files = self.files()
+    as_str = races_across(files, declarations=declarations())
+    as_path = races_across(
+      [pathlib.Path(f) for f in files], declarations=declarations()
+    )
+    self.assertEqual(as_path.verdict, "proved", as_path.text())
+    self.assertEqual(as_str.verdict, "proved", as_str.text())
+
+  def test_a_str_that_is_no_file_is_named(self):
+    missing = os.path.join(tempfile.mkdtemp(), "module.txt")
+    with self.assertRaises(ValueError) as raised:
+      races_across([missing, self.files()[1]], declarations=declarations())
+    said = str(raised.exception)
+    self.assertIn(f"modules[0] is {missing!r}", said)
+    self.assertIn("neither a module's HLO text nor an existing file", said)
+
+  def test_text_that_is_no_module_is_said_once(self):
+    with self.assertRaises(ValueError) as raised:
+      races_across(["not\na module"], declarations=declarations())
+    said = str(raised.exception)
+    self.assertTrue(said.startswith("races_across: rank 0: "), said)
+    self.assertEqual(said.count("Pass jax.jit"), 1, said)
+
+
 class ScatterTest(absltest.TestCase):
   """Skeptic pass 77b, U1 and F1: mpi4jax's scatter was compared by its
   operand's element count. The root's operand holds every rank's block
