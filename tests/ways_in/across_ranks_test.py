@@ -1405,10 +1405,12 @@ class PathArgumentTest(absltest.TestCase):
 
   def files(self) -> list[str]:
     texts = [
-      jax.jit(functools.partial(self.program, rank))
-      .lower(jax.ShapeDtypeStruct((4,), jnp.float32))
-      .compile()
-      .as_text()
+      str(
+        jax.jit(functools.partial(self.program, rank))
+        .lower(jax.ShapeDtypeStruct((4,), jnp.float32))
+        .compile()
+        .as_text()
+      )
       for rank in range(2)
     ]
     return [
