@@ -204,6 +204,10 @@ class Loop:
   """How its decision is computed (`rank_values`): the ranks' loops at
   one step must have equal signatures, else their constants (a trip
   count) differ between ranks."""
+  trips: int | None = None
+  """How many times it runs, where XLA knows (``known_trip_count``) and
+  its condition makes no communicating call: the simulation may then
+  run its body that many times (`Simulation.run`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -735,8 +739,15 @@ class RankProgram:
       elif not any(self._communicates(c) for c in i.callees):
         continue
       elif i.opcode == "while" and i.body and i.condition:
-        body = (*self._items(i.condition), *self._items(i.body))
-        item = Loop(self.analysis.op(i), body, self.decision(i))
+        condition = self._items(i.condition)
+        body = (*condition, *self._items(i.body))
+        trips = _KNOWN_TRIPS.search(self._line(i))
+        item = Loop(
+          self.analysis.op(i),
+          body,
+          self.decision(i),
+          trips=int(trips.group(1)) if trips and not condition else None,
+        )
         found.append((item.op, [item]))
       elif (
         i.opcode == "conditional"
@@ -936,6 +947,8 @@ def calls_of(items: tuple[Item, ...]) -> Iterator[Call]:
         yield from calls_of(branch)
 
 
+_KNOWN_TRIPS = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)"?')
+"""XLA's count of a while loop's trips, in its ``backend_config``."""
 _SENDING = frozenset({"send", "sendrecv"})
 _RECEIVING = frozenset({"recv", "sendrecv"})
 
