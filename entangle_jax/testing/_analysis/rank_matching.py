@@ -277,9 +277,9 @@ class Simulation:
     calls (or loops on some ranks, calls on others), and each loop runs
     a number of times XLA knows (`Loop.trips`) a body of calls only: each
     such loop replaced in its rank's sequence by its body that many
-    times, and True. A ``scan`` unrolled by 2 on
-    one rank runs half the trips of twice the calls: the same calls, in
-    the same order, which a loop taken as one step could not match."""
+    times, and True. A ``scan`` unrolled by 2 on one rank runs half the
+    trips of twice the calls: the same calls, in the same order, which a
+    loop taken as one step could not match."""
     loops = [h for h in heads if isinstance(h, Loop)]
     if not loops or any(h.trips is None for h in loops):
       return False

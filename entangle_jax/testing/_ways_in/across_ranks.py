@@ -176,7 +176,8 @@ def format_result(result: CrossRankResult) -> str:
     steps = len(result.matched)
     lines.append(
       f"NOT proved: the {result.ranks} ranks make {steps} communicating "
-      f"call{'s' * (steps != 1)} that match, but matched by type only:"
+      f"call{'s' * (steps != 1)} that match{'es' * (steps == 1)}, but "
+      "matched by type only:"
     )
     lines += [f"  {sentence}" for sentence in result.by_type_only]
     lines.append(
