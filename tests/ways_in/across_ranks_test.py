@@ -11,6 +11,7 @@ check reads the compiled module; nothing here runs them).
 """
 
 import contextlib
+import dataclasses
 import functools
 import io
 import json
@@ -33,15 +34,17 @@ from entangle_jax._src.targets import shipped, sources, table
 from entangle_jax._src.targets.communication import Communication
 from entangle_jax._src.targets.declaration import Declarations, merged
 from entangle_jax.testing import CrossRankResult, races_across
-from entangle_jax.testing._analysis import call_attributes, same_module
+from entangle_jax.testing._analysis import call_attributes, ranks, same_module
 from entangle_jax.testing._analysis.call_attributes import raw_attribute
 from entangle_jax.testing._hlo import dumped_module
-from entangle_jax.testing._ways_in import command, rank_sequences
+from entangle_jax.testing._ways_in import across_ranks, command, rank_sequences
 from tests import test_util
 
 ALLREDUCE = "ranks_test_allreduce"
 SEND = "ranks_test_send"
 RECV = "ranks_test_recv"
+SCATTER = "ranks_test_scatter"
+BCAST = "ranks_test_bcast"
 DATA = pathlib.Path(__file__).resolve().parents[1] / "targets" / "data"
 SHAPES = pathlib.Path(__file__).resolve().parent / "data" / "ranks_mpi4jax"
 # What the check says of each stored shape (data/ranks_mpi4jax/README.md).
@@ -68,7 +71,7 @@ SHAPE_VERDICTS = {
 def registered() -> None:
   """Registers the test targets with entangle's no-op handler (once)."""
   handler = native.load().registrations()["entangle"]
-  for target in (ALLREDUCE, SEND, RECV):
+  for target in (ALLREDUCE, SEND, RECV, SCATTER, BCAST):
     jax.ffi.register_ffi_target(target, handler, platform="cpu")
 
 
@@ -89,11 +92,53 @@ def declarations() -> Declarations:
         RECV: {
           "communicates": {"kind": "recv", "peer": "source", "tag": "tag"}
         },
+        # Declared as the shipped mpi4jax scatter is.
+        SCATTER: {"communicates": shipped_communication("mpi_scatter_ffi")},
+        BCAST: {"communicates": shipped_communication("mpi_bcast_ffi")},
       }
     },
     "across_ranks_test",
   )
   return merged([mine, sources.BUILT_IN], distinct=False)
+
+
+def shipped_communication(target: str) -> Communication:
+  """The shipped mpi4jax declaration of `target`'s communication."""
+  (binding,) = [b for b in shipped.BINDINGS if b.distribution == "mpi4jax"]
+  (found,) = [t for t in binding.targets if t.pattern == target]
+  assert found.communicates is not None
+  return found.communicates
+
+
+def scatter(rank, x, root=0, comm=7):
+  """mpi4jax's scatter, as it lowers: the root passes ``(nranks, *block)``
+  and gets its own block; every other rank passes a block-shaped
+  placeholder and gets its block."""
+  registered()
+  block = x.shape[1:] if rank == root else x.shape
+  call = jax.ffi.ffi_call(
+    SCATTER, jax.ShapeDtypeStruct(block, x.dtype), has_side_effect=True
+  )
+  return call(x, root=np.int64(root), comm=np.int64(comm))
+
+
+def bcast(rank, x, root=0, comm=7):
+  """mpi4jax's bcast, as it lowers and returns: the call's result is
+  empty on the root, which gets its own `x` back. Returns what the rank
+  gets, and a second result (mpi4jax's token) to order later work after
+  the call (XLA makes the root's empty result a constant)."""
+  registered()
+  shape = (0,) if rank == root else x.shape
+  call = jax.ffi.ffi_call(
+    BCAST,
+    (
+      jax.ShapeDtypeStruct(shape, x.dtype),
+      jax.ShapeDtypeStruct((), jnp.int32),
+    ),
+    has_side_effect=True,
+  )
+  result, done = call(x, root=np.int64(root), comm=np.int64(comm))
+  return (x if rank == root else result), done
 
 
 def allreduce(x, comm=7):
@@ -156,6 +201,18 @@ def across(modules, declared: Declarations) -> CrossRankResult:
   world's clone; the generated ones name fake handles)."""
   layouts = test_util.world_numbered(modules, declared)
   return races_across(modules, declarations=declared, communicators=layouts)
+
+
+def check_shapes(program, shapes) -> CrossRankResult:
+  """As `check`, each rank's module compiled for its own argument
+  `shapes` (f32 arrays): the ranks may pass different shapes."""
+  modules = [
+    jax.jit(functools.partial(program, rank))
+    .lower(jax.ShapeDtypeStruct(shape, jnp.float32))
+    .compile()
+    for rank, shape in enumerate(shapes)
+  ]
+  return across(modules, declarations())
 
 
 def mesh() -> jax.sharding.Mesh:
@@ -278,6 +335,29 @@ class XlaCollectivesTest(absltest.TestCase):
     self.assertIn("all-gather", second.label)
     self.assertRegex(first.label, r" at \S+:\d+")
     self.assertIn("Mismatch at call 1", result.text())
+
+
+class PermutationOrderTest(absltest.TestCase):
+  """Skeptic pass 77b, F3: a ppermute whose pairs rank 1 lists in another
+  order (``[(1, 0), (0, 1)]``) is the same permutation, and ran right;
+  the check compared the pairs' text and said mismatch."""
+
+  @staticmethod
+  def program(rank, x, pairs):
+    mine = pairs[rank]
+    return on_mesh(lambda v: jax.lax.ppermute(v, "x", mine))(x)
+
+  def test_the_same_pairs_in_another_order_are_proved(self):
+    pairs = ([(0, 1), (1, 0)], [(1, 0), (0, 1)])
+    result = check(functools.partial(self.program, pairs=pairs))
+    self.assertEqual(result.verdict, "proved", result.text())
+
+  def test_control_other_pairs_are_a_mismatch(self):
+    pairs = ([(0, 1), (1, 0)], [(0, 1)])
+    result = check(functools.partial(self.program, pairs=pairs))
+    self.assertEqual(result.verdict, "mismatch", result.text())
+    assert result.mismatch is not None
+    self.assertIn("source_target_pairs", result.mismatch.differs)
 
 
 class SameModuleTest(absltest.TestCase):
@@ -1318,12 +1398,13 @@ class SwapTest(absltest.TestCase):
   """Issue 77, defect 5: two collectives of one type in another order on
   one rank. MPI matches them by count and type, so the program runs,
   with each rank's data in the other's call: 200/200 wrong values, and
-  "proved". Each call's operand origin tells them apart."""
-
-  TWO = (jax.ShapeDtypeStruct((4,), jnp.float32),) * 2
+  "proved". Each call's operand origin tells them apart. (Both operands
+  are computed from one argument: two arguments of one type could be
+  passed the other way round by a caller, see ArgumentSwapTest.)"""
 
   @staticmethod
-  def program(rank, a, b, swap=True, local=False):
+  def program(rank, x, swap=True, local=False):
+    a, b = jnp.sin(x), jnp.cos(x)
     if local and rank == 1:  # rank 1 computes its operands its own way
       a, b = jnp.cos(a), jnp.cos(b)
     if swap and rank == 1:
@@ -1332,20 +1413,18 @@ class SwapTest(absltest.TestCase):
     return first, allreduce(entangle(b, first))
 
   def test_a_swap_of_one_size_is_a_mismatch(self):
-    result = check(self.program, 2, *self.TWO)
+    result = check(self.program)
     self.assertEqual(result.verdict, "mismatch", result.text())
     assert result.mismatch is not None
     self.assertIn("the two calls are swapped", result.mismatch.differs)
     self.assertEqual([c.index for c in result.mismatch.calls if c], [1, 1])
 
   def test_control_the_same_order_is_proved(self):
-    result = check(functools.partial(self.program, swap=False), 2, *self.TWO)
+    result = check(functools.partial(self.program, swap=False))
     self.assertEqual(result.verdict, "proved", result.text())
 
   def test_origins_that_cannot_tell_the_calls_apart_are_not_proved(self):
-    result = check(
-      functools.partial(self.program, swap=False, local=True), 2, *self.TWO
-    )
+    result = check(functools.partial(self.program, swap=False, local=True))
     self.assertEqual(result.verdict, "matched-by-type", result.text())
     self.assertEqual(result.status, 2)
     self.assertFalse(result.proved)
@@ -1363,6 +1442,271 @@ class SwapTest(absltest.TestCase):
       return first, allreduce(entangle(x, first))
 
     self.assertEqual(check(program).verdict, "proved")
+
+
+class ArgumentSwapTest(absltest.TestCase):
+  """Skeptic pass 77b, U2: ``step(g, s)`` allreduces `g`, then `s`, and
+  rank 1 calls ``step(s, g)``. Each rank compiles the same module, whose
+  origins name the operands "entry parameter 0" and "1" on both, so the
+  swap was proved: every value wrong. Two calls that send different
+  entry parameters of one type are matched by type only."""
+
+  F4 = jax.ShapeDtypeStruct((4,), jnp.float32)
+
+  @staticmethod
+  def two_calls(rank, g, s):
+    del rank
+    first = allreduce(g)
+    return first, allreduce(entangle(s, first))
+
+  def test_two_parameters_of_one_type_are_matched_by_type_only(self):
+    result = check(self.two_calls, 2, self.F4, self.F4)
+    self.assertEqual(result.verdict, "matched-by-type", result.text())
+    self.assertEqual(result.status, 2)
+    (said,) = result.by_type_only
+    self.assertIn("calls 1 and 2", said)
+    self.assertRegex(said, r"entry parameters 0 \(%\S+\) and 1 \(%\S+\)")
+    self.assertIn("f32[4]", said)
+
+  def test_a_parameter_and_an_expression_of_both_are_matched_by_type_only(
+    self,
+  ):
+    def program(rank, g, s):
+      del rank
+      first = allreduce(g)
+      return first, allreduce(entangle(g + s, first))
+
+    result = check(program, 2, self.F4, self.F4)
+    self.assertEqual(result.verdict, "matched-by-type", result.text())
+
+  def test_one_call_of_two_parameters_is_matched_by_type_only(self):
+    # XLA merges two psums into one all-reduce of both (jax.distributed).
+    def program(rank, g, s):
+      del rank
+      return on_mesh(lambda a, b: jax.lax.psum((a, b), "x"))(g, s)
+
+    result = check(program, 2, self.F4, self.F4)
+    self.assertEqual(result.verdict, "matched-by-type", result.text())
+    self.assertIn("operands 0 and 1", result.by_type_only[0])
+
+  def test_control_parameters_of_different_types_are_proved(self):
+    for second in (
+      jax.ShapeDtypeStruct((2, 2), jnp.float32),  # one MPI type, f32[4]
+      jax.ShapeDtypeStruct((4,), jnp.int32),
+    ):
+      result = check(self.two_calls, 2, self.F4, second)
+      self.assertEqual(result.verdict, "proved", result.text())
+
+  def test_control_one_parameter_feeding_both_is_proved(self):
+    def program(rank, g, s):
+      del rank, s
+      first = allreduce(g)
+      return first, allreduce(entangle(g * 2.0, first))
+
+    result = check(program, 2, self.F4, self.F4)
+    self.assertEqual(result.verdict, "proved", result.text())
+
+
+class PathArgumentTest(absltest.TestCase):
+  """Skeptic pass 77b, C2: `races_across` given a str that is the path of
+  a dumped module read it as module text, and said so in a message that
+  repeated itself; a ``pathlib.Path`` worked."""
+
+  @staticmethod
+  def program(rank, x):
+    del rank
+    return allreduce(x)
+
+  def files(self) -> list[str]:
+    texts = [
+      str(
+        jax.jit(functools.partial(self.program, rank))
+        .lower(jax.ShapeDtypeStruct((4,), jnp.float32))
+        .compile()
+        .as_text()
+      )
+      for rank in range(2)
+    ]
+    return [
+      str(next(pathlib.Path(f).glob("*.txt")))
+      for f in write_dumps(texts, record=False)
+    ]
+
+  def test_a_str_path_is_read_as_a_pathlib_path_is(self):
+    files = self.files()
+    as_str = races_across(files, declarations=declarations())
+    as_path = races_across(
+      [pathlib.Path(f) for f in files], declarations=declarations()
+    )
+    self.assertEqual(as_path.verdict, "proved", as_path.text())
+    self.assertEqual(as_str.verdict, "proved", as_str.text())
+
+  def test_a_str_that_is_no_file_is_named(self):
+    missing = os.path.join(tempfile.mkdtemp(), "module.txt")
+    with self.assertRaises(ValueError) as raised:
+      races_across([missing, self.files()[1]], declarations=declarations())
+    said = str(raised.exception)
+    self.assertIn(f"modules[0] is {missing!r}", said)
+    self.assertIn("neither a module's HLO text nor an existing file", said)
+
+  def test_text_that_is_no_module_is_said_once(self):
+    with self.assertRaises(ValueError) as raised:
+      races_across(["not\na module"], declarations=declarations())
+    said = str(raised.exception)
+    self.assertTrue(said.startswith("races_across: rank 0: "), said)
+    self.assertEqual(said.count("Pass jax.jit"), 1, said)
+
+
+class UnrolledLoopTest(absltest.TestCase):
+  """Skeptic pass 77b, F4: ``scan(length=4, unroll=1 + rank)`` around an
+  allreduce: rank 0 loops 4 times over one call, rank 1 twice over two,
+  the same 4 calls in one order (it ran right). The loops, one step each,
+  were rank-dependent (trip counts 4 and 2) and a deadlock. The
+  simulation runs a loop XLA knows the trip count of, whose body makes
+  calls only, as that many bodies."""
+
+  @staticmethod
+  def program(rank, x, length=lambda rank: 4, unroll=lambda rank: 1):
+    def step(c, _):
+      return allreduce(c) * 0.5, None
+
+    n = length(rank)
+    return jax.lax.scan(step, x, None, length=n, unroll=unroll(rank))[0]
+
+  def test_a_scan_unrolled_differently_is_no_finding(self):
+    for unroll in (lambda r: 1 + r, lambda r: 1 + 3 * r):
+      result = check(functools.partial(self.program, unroll=unroll))
+      # Not proved: origins do not follow the carry across iterations.
+      self.assertEqual(result.verdict, "matched-by-type", result.text())
+      self.assertEqual(result.status, 2)
+      self.assertLen(result.matched, 4)
+      self.assertIn("unroll differently", result.by_type_only[0])
+
+  def test_control_another_trip_count_is_reported(self):
+    result = check(functools.partial(self.program, length=lambda r: 4 - r))
+    self.assertEqual(result.verdict, "rank-dependent", result.text())
+    self.assertIn("s32[] 4", result.rank_dependent[0].depends_on)
+
+  def test_control_a_decision_on_the_counter_inside_is_reported(self):
+    # Three trips each, counting from the rank: rank 0 allreduces at 0
+    # and 2, rank 1 at 2 only (it hangs). Unrolled, each conditional
+    # would read "the counter" alike: the loop's carry is compared.
+    def program(rank, x):
+      def body(state):
+        i, v = state
+        v = jax.lax.cond(i % 2 == 0, allreduce, lambda w: w, v)
+        return i + 1, v
+
+      return jax.lax.while_loop(lambda s: s[0] < rank + 3, body, (rank, x))[1]
+
+    result = check(program)
+    self.assertEqual(result.verdict, "rank-dependent", result.text())
+
+
+class ScatterTest(absltest.TestCase):
+  """Skeptic pass 77b, U1 and F1: mpi4jax's scatter was compared by its
+  operand's element count. The root's operand holds every rank's block
+  (``(nranks, 4)``), another rank's is one block (``f32[4]``): every
+  right scatter was a mismatch, and every rank passing the root's
+  ``(3, 4)`` (non-roots then read 12 elements where 4 arrive: garbage)
+  was proved. MPI matches the block each rank receives."""
+
+  @staticmethod
+  def program(rank, x):
+    return scatter(rank, x)
+
+  def test_the_right_shapes_are_proved(self):
+    for shapes in ([(2, 4), (4,)], [(3, 4), (4,), (4,)]):
+      result = check_shapes(self.program, shapes)
+      self.assertEqual(result.verdict, "proved", result.text())
+
+  def test_every_rank_passing_the_roots_shape_is_a_mismatch(self):
+    result = check_shapes(self.program, [(3, 4)] * 3)
+    self.assertEqual(result.verdict, "mismatch", result.text())
+    assert result.mismatch is not None
+    self.assertIn("received", result.mismatch.differs)
+    self.assertIn("f32[12]", result.mismatch.differs)
+
+  def test_a_longer_placeholder_on_one_rank_is_a_mismatch(self):
+    result = check_shapes(self.program, [(2, 4), (8,)])
+    self.assertEqual(result.verdict, "mismatch", result.text())
+
+  def test_a_declaration_names_a_bad_matched_by(self):
+    with self.assertRaisesRegex(ValueError, "matched_by must be one of"):
+      table.from_table(
+        {"targets": {"x": {"communicates": {"matched_by": "result"}}}}, "t"
+      )
+    with self.assertRaisesRegex(
+      ValueError, "root and matched_by are for a collective"
+    ):
+      Communication("send", peer="dest", matched_by="results")
+
+  def test_control_the_operands_alone_would_say_the_opposite(self):
+    # The shipped declaration is what makes the difference: compared by
+    # operands, as a plain collective, the right shapes differ.
+    plain = dataclasses.replace(
+      shipped_communication("mpi_scatter_ffi"), matched_by="operands"
+    )
+    with mock.patch(__name__ + ".shipped_communication", lambda _: plain):
+      right = check_shapes(self.program, [(2, 4), (4,)])
+      wrong = check_shapes(self.program, [(3, 4)] * 3)
+    self.assertEqual(right.verdict, "mismatch", right.text())
+    self.assertEqual(wrong.verdict, "proved", wrong.text())
+
+
+class BroadcastDecisionTest(absltest.TestCase):
+  """Skeptic pass 77b, F2: rank 0 decides, broadcasts the decision, and
+  every rank branches on it around an allreduce: right, and
+  "rank-dependent", because mpi4jax's bcast hands the root its own input
+  back, an entry parameter. Every rank's result of the broadcast is that
+  input, so on the root it is the same on every rank."""
+
+  @staticmethod
+  def program(rank, x, root=0, decide_on="received"):
+    got, raw = bcast(rank, x, root)
+    x = entangle(x, raw)  # The branch after the broadcast.
+    decision = entangle(got, raw) if decide_on == "received" else x
+    return jax.lax.cond(jnp.sum(decision) > 5, allreduce, lambda v: v, x)
+
+  def test_a_decision_on_the_broadcast_is_proved(self):
+    for count, root in ((2, 0), (2, 1), (3, 1)):
+      result = check(functools.partial(self.program, root=root), count)
+      self.assertEqual(result.verdict, "proved", (root, result.text()))
+
+  def test_control_a_decision_on_each_ranks_own_input_is_reported(self):
+    result = check(functools.partial(self.program, decide_on="own"))
+    self.assertEqual(result.verdict, "rank-dependent", result.text())
+    # Rank 1 decides on its own input; the root's is what it sends.
+    local = [r for r in result.rank_dependent if r.ranks == (1,)]
+    self.assertLen(local, 1, result.text())
+    self.assertIn("entry parameter 0", local[0].depends_on)
+
+  def test_control_the_root_deciding_otherwise_is_reported(self):
+    # The root decides on its input plus one, the others on what they
+    # receive: the same on each rank, computed differently.
+    def program(rank, x):
+      got, raw = bcast(rank, x)
+      decision = entangle(got + 1.0 if rank == 0 else got, raw)
+      x = entangle(x, raw)
+      return jax.lax.cond(jnp.sum(decision) > 5, allreduce, lambda v: v, x)
+
+    result = check(program)
+    self.assertEqual(result.verdict, "rank-dependent", result.text())
+
+  def test_without_the_rank_the_root_is_not_known(self):
+    # RankProgram without its rank takes no rank for the root: the
+    # root's decision reads an entry parameter, as before.
+    modules = [
+      ranks.RankProgram(
+        jax.jit(functools.partial(self.program, rank))
+        .lower(jax.ShapeDtypeStruct((4,), jnp.float32))
+        .compile(),
+        declarations(),
+      )
+      for rank in range(2)
+    ]
+    result = across_ranks.check_programs(modules)
+    self.assertEqual(result.verdict, "rank-dependent", result.text())
 
 
 class WildcardReceiveTest(absltest.TestCase):

@@ -61,6 +61,16 @@ class Communication:
     same_result: the result is the same on every rank (an allreduce, an
       allgather, a broadcast): a decision computed from it is not
       rank-local.
+    root: the place of the root's rank, for a rooted collective; it must
+      be equal on every rank. With `same_result` (a broadcast), every
+      rank's result is the root's data operand, so on the root that
+      operand is the same on every rank too (mpi4jax's ``bcast`` hands
+      the root its own input back, not the call's result).
+    matched_by: what MPI matches a native collective by, as element types
+      and counts: ``"operands"`` (its data operands, the default) or
+      ``"results"`` (a scatter: the root's operand holds every rank's
+      block, and each rank, the root too, receives one block as its
+      result).
   """
 
   kind: Literal["collective", "send", "recv", "sendrecv"] = "collective"
@@ -72,13 +82,15 @@ class Communication:
   op: int | str | None = None
   match: tuple[int | str, ...] = ()
   same_result: bool = False
+  root: int | str | None = None
+  matched_by: Literal["operands", "results"] = "operands"
 
   def __post_init__(self):
     check(self, "communicates")
 
   def __str__(self) -> str:
     parts = [self.kind]
-    for name in ("communicator", "peer", "tag", "source", "source_tag", "op"):
+    for name in PLACE_KEYS:
       value = getattr(self, name)
       if value is not None:
         parts.append(f"{name} {_place(value)}")
@@ -86,6 +98,8 @@ class Communication:
       parts.append(f"match {', '.join(_place(p) for p in self.match)}")
     if self.same_result:
       parts.append("same result on every rank")
+    if self.matched_by != "operands":
+      parts.append(f"matched by its {self.matched_by}")
     return ", ".join(parts)
 
 
@@ -101,8 +115,17 @@ def _is_place(value: object) -> bool:
   return isinstance(value, str) and bool(value)
 
 
-PLACE_KEYS = ("communicator", "peer", "tag", "source", "source_tag", "op")
-KEYS = frozenset({"kind", *PLACE_KEYS, "match", "same_result"})
+PLACE_KEYS = (
+  "communicator",
+  "peer",
+  "tag",
+  "source",
+  "source_tag",
+  "op",
+  "root",
+)
+KEYS = frozenset({"kind", *PLACE_KEYS, "match", "same_result", "matched_by"})
+MATCHED_BY = ("operands", "results")
 
 
 def check(c: Communication, where: str) -> None:
@@ -123,6 +146,14 @@ def check(c: Communication, where: str) -> None:
     )
   if not isinstance(c.same_result, bool):
     raise TypeError(f"{where}: same_result must be true or false")
+  if c.matched_by not in MATCHED_BY:
+    raise ValueError(
+      f"{where}: matched_by must be one of {MATCHED_BY}, not {c.matched_by!r}"
+    )
+  if c.kind != "collective" and (
+    c.root is not None or c.matched_by != "operands"
+  ):
+    raise ValueError(f"{where}: root and matched_by are for a collective")
   if c.kind in ("send", "recv", "sendrecv") and c.peer is None:
     raise ValueError(f"{where}: a {c.kind} needs its peer's place")
   if c.kind == "sendrecv" and c.source is None:

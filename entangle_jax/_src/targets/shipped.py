@@ -267,14 +267,21 @@ def _mpi_targets() -> tuple[ShippedTarget, ...]:
     _mpi_target("barrier", Communication(communicator=comm)),
     _mpi_target(
       "bcast",
-      Communication(communicator=comm, match=("root",), same_result=True),
+      # The root gets its own operand back (mpi4jax's bcast returns it):
+      # a decision on it reads what every rank receives.
+      Communication(communicator=comm, same_result=True, root="root"),
     ),
     _mpi_target("gather", Communication(communicator=comm, match=("root",))),
     _mpi_target(
       "reduce", Communication(communicator=comm, op="op", match=("root",))
     ),
     _mpi_target("scan", Communication(communicator=comm, op="op")),
-    _mpi_target("scatter", Communication(communicator=comm, match=("root",))),
+    # mpi4jax's root passes (nproc, *block) and every other rank a block:
+    # MPI matches the block each receives, its result.
+    _mpi_target(
+      "scatter",
+      Communication(communicator=comm, match=("root",), matched_by="results"),
+    ),
     _mpi_target(
       "send", Communication("send", communicator=comm, peer="dest", tag="tag")
     ),

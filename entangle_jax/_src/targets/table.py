@@ -218,7 +218,11 @@ KEYS: tuple[Key, ...] = tuple(
       "`communicator`, `peer`, `tag`, `source`, `source_tag` and reduction "
       "`op` are (an operand index, or an attribute's name); `match`, more "
       "places equal on every rank; `same_result = true` when every rank "
-      "gets the same result (allreduce, allgather, bcast)",
+      "gets the same result (allreduce, allgather, bcast); `root`, the "
+      "place of a rooted collective's root (equal on every rank; with "
+      "`same_result`, a broadcast: the root's operand is every rank's "
+      'result); `matched_by = "results"` where MPI matches a collective '
+      "by the block each rank receives (a scatter), not by its operands",
     ),
   ]
 )

@@ -136,6 +136,19 @@ def _counted(shape: str) -> str:
   return f"{found.group(1)}[{count}]"
 
 
+def pairs_as_set(pairs: str) -> str:
+  """A ``source_target_pairs=`` value with its pairs in one order: a
+  permutation is a set of pairs (``{{1,0},{0,1}}`` is ``{{0,1},{1,0}}``);
+  text that is not a list of pairs stays as it is."""
+  found = re.findall(r"\{\s*(\d+)\s*,\s*(\d+)\s*\}", pairs)
+  if (
+    not found or re.fullmatch(r"\{\s*(\{[\d\s,]*\}\s*,?\s*)*\}", pairs) is None
+  ):
+    return pairs
+  ordered = sorted({(int(a), int(b)) for a, b in found})
+  return "{" + ",".join(f"{{{a},{b}}}" for a, b in ordered) + "}"
+
+
 def group_count(groups: str | None) -> int | None:
   """How many replica groups ``replica_groups=`` writes: ``{{0,1},{2,3}}``
   is 2, ``[2,2]<=[4]`` (the iota form) is 2, ``mesh['p'=2,'d'=2] {'d'}``

@@ -8,13 +8,20 @@ cross-rank check gives each call the origin of its operands
 matched steps of one type are told apart when each step's origin is the
 same on every rank, and the two steps' origins are not one expression
 computed in two executions.
+
+Origins name entry parameters by their number, but a caller may pass two
+arguments of one type the other way round on one rank: the rank compiles
+the same module, and its two calls swap their data. Two operands of
+matched calls of one type (or of one call) that read different entry
+parameters of one type are told apart by nothing (`argument_swaps`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 
-from entangle_jax.testing._analysis.ranks import Call
+from entangle_jax.testing._analysis.ranks import Call, EntryParameter
 
 
 def undistinguished(
@@ -63,3 +70,74 @@ def _one_expression_twice(first: tuple[Call, ...], second: tuple[Call, ...]):
     getattr(a, "execution", None) != getattr(b, "execution", None)
     for a, b in zip(first, second, strict=True)
   )
+
+
+@dataclasses.dataclass(frozen=True)
+class ArgumentSwap:
+  """Two data operands, of matched steps of one type or of one step, that
+  a caller's swap of two entry parameters of one type on one rank would
+  exchange: operand `k` of step `i` reads `first`, operand `m` of step
+  `j` reads `second`."""
+
+  i: int
+  k: int
+  j: int
+  m: int
+  first: EntryParameter
+  second: EntryParameter
+
+
+def argument_swaps(
+  steps: Sequence[tuple[Call, ...]],
+  told: set[tuple[int, int]],
+) -> Iterator[ArgumentSwap]:
+  """Each pair of data operands, of one step or of two steps of one type
+  (rank 0's fingerprint, communicator and reduction) that one execution
+  made and that `told` (pairs already reported) leaves out, whose entry
+  parameters differ (`Call.reads`) by two of one type: a caller that
+  passes those two the other way round on one rank sends each operand's
+  data in the other's place, and the modules cannot show it. One
+  parameter read by both, or parameters of different types, are not
+  swapped so."""
+  groups: dict[object, list[int]] = {}
+  for n, calls in enumerate(steps):
+    groups.setdefault((calls[0].fingerprint, calls[0].renamed), []).append(n)
+  seen: set[tuple[int, int, int, int]] = set()
+  for members in groups.values():
+    for a, i in enumerate(members):
+      for j in members[a:]:
+        if i != j and (i, j) in told:
+          continue
+        for rank in range(len(steps[i])):
+          first, second = steps[i][rank], steps[j][rank]
+          if _execution(first) != _execution(second):
+            continue
+          for k, m, p, q in _crossing(first, second, i == j):
+            if (i, k, j, m) not in seen:
+              seen.add((i, k, j, m))
+              yield ArgumentSwap(i, k, j, m, p, q)
+
+
+def _execution(call: Call) -> object:
+  return getattr(call, "execution", None)
+
+
+def _crossing(first: Call, second: Call, one_call: bool):
+  """(k, m, p, q) for operand k of `first` and m of `second` (k < m
+  within one call) whose reads differ, p read by k and q by m, two entry
+  parameters of one type."""
+  for k, these in enumerate(first.reads):
+    for m, those in enumerate(second.reads):
+      if (one_call and m <= k) or these == those:
+        continue
+      pair = next(
+        (
+          (p, q)
+          for p in sorted(these)
+          for q in sorted(those)
+          if p.number != q.number and p.type == q.type
+        ),
+        None,
+      )
+      if pair is not None:
+        yield k, m, *pair

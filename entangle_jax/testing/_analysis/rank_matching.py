@@ -202,6 +202,7 @@ class Simulation:
   ) -> Mismatch | Deadlock | None:
     n = self.count
     position = [0] * n
+    sequences = list(sequences)
 
     def head(rank: int) -> Item | None:
       items = sequences[rank]
@@ -239,6 +240,8 @@ class Simulation:
         )
         advance(list(range(n)))
         continue
+      if self._unrolled(heads, sequences, position):
+        continue
       if all(isinstance(h, Loop) for h in heads):
         loops = [h for h in heads if isinstance(h, Loop)]
         self._compare_decisions(loops)
@@ -263,6 +266,45 @@ class Simulation:
         position[:] = [p + 1 for p in position]
         continue
       return self._stuck(heads)
+
+  def _unrolled(
+    self,
+    heads: list[Item | None],
+    sequences: list[tuple[Item, ...]],
+    position: list[int],
+  ) -> bool:
+    """Where the ranks' heads are loops that differ but make as many
+    calls (or loops on some ranks, calls on others), and each loop runs
+    a number of times XLA knows (`Loop.trips`) a body of calls only: each
+    such loop replaced in its rank's sequence by its body that many
+    times, and True. A ``scan`` unrolled by 2 on one rank runs half the
+    trips of twice the calls: the same calls, in the same order, which a
+    loop taken as one step could not match."""
+    loops = [h for h in heads if isinstance(h, Loop)]
+    if not loops or any(h.trips is None for h in loops):
+      return False
+    if not all(isinstance(x, Call) for h in loops for x in h.body):
+      # A conditional or loop in the body may decide on the carry, whose
+      # values differ between the ranks' iterations (a counter that
+      # starts at the rank): only the loop's signature compares those.
+      return False
+    made = {(h.trips or 0) * len(h.body) for h in loops}
+    if max(made) > _UNROLLED:
+      return False
+    if len(loops) == len(heads):
+      digests = {h.signature.digest if h.signature else None for h in loops}
+      if len(digests) == 1 or len(made) > 1:
+        # Alike: a step each. Or of different lengths: a trip count
+        # differs, which `_compare_decisions` names.
+        return False
+    elif not all(isinstance(h, Loop | Call) for h in heads):
+      return False
+    for rank, h in enumerate(heads):
+      if isinstance(h, Loop) and h.trips is not None:
+        at = position[rank]
+        items = sequences[rank]
+        sequences[rank] = (*items[:at], *(h.body * h.trips), *items[at + 1 :])
+    return True
 
   def _compare_decisions(self, items: list[Loop] | list[Branch]) -> list:
     """The ranks' loops (or conditionals) at one step must compute their
@@ -438,6 +480,9 @@ class Simulation:
 
 
 _UNBOUND = object()
+_UNROLLED = 4096
+"""The most calls a loop's body run its trip count of times may make
+for the simulation to unroll it (`Simulation._unrolled`)."""
 
 
 def swaps(
@@ -447,7 +492,9 @@ def swaps(
   crossed pair is a `Mismatch` (each rank gets the other's data); the
   others are matched by type only (a sentence each)."""
   unclear: list[str] = []
+  told: set[tuple[int, int]] = set()
   for i, j, crossed in origins.undistinguished([c for c, _ in steps]):
+    told.add((i, j))
     names = steps[i][1], steps[j][1]
     if crossed is not None:
       return Mismatch(
@@ -461,24 +508,55 @@ def swaps(
         f"{names[0][0].index} sends: the two calls are swapped (same "
         "type, so MPI matches them, and each rank gets the other's data)",
       ), ()
+    iterations = any(
+      a.op == b.op and getattr(a, "execution", 0) == getattr(b, "execution", 0)
+      for a, b in zip(steps[i][0], steps[j][0], strict=True)
+    )
+    if iterations:  # One call of a loop the simulation unrolled.
+      why = (
+        "rank: a loop that the ranks unroll differently makes them, and an "
+        "origin does not follow a value from one iteration to the next"
+      )
+    elif steps[i][0][0].origin == steps[j][0][0].origin:
+      why = (
+        "rank: each computes its operands by one expression, in another "
+        "execution (a jitted function called twice, or eager calls)"
+      )
+    else:
+      why = "rank: the ranks compute their operands differently"
     unclear.append(
       f"calls {names[0][0].index} and {names[1][0].index} "
       f"({names[0][0].label.split(' at ')[0]}) could be swapped on a "
-      + (
-        "rank: each computes its operands by one expression, in another "
-        "execution (a jitted function called twice, or eager calls), so "
-        "nothing tells the two calls apart"
-        if steps[i][0][0].origin == steps[j][0][0].origin
-        else "rank: the ranks compute their operands differently, so "
-        "nothing tells the two calls apart"
-      )
+      f"{why}, so nothing tells the two calls apart"
     )
+  for swap in origins.argument_swaps([c for c, _ in steps], told):
+    unclear.append(_argument_swap(steps, swap))
   if len(unclear) > _SWAPS_SHOWN:
     more = len(unclear) - _SWAPS_SHOWN
     unclear[_SWAPS_SHOWN:] = [
       f"and {more} more pair{'s' * (more != 1)} of calls like these"
     ]
   return None, tuple(unclear)
+
+
+def _argument_swap(
+  steps: list[tuple[tuple[Call, ...], tuple[RankCall, ...]]],
+  swap: origins.ArgumentSwap,
+) -> str:
+  """The sentence of `swap`: which operands, which parameters."""
+  first, second = steps[swap.i][1][0], steps[swap.j][1][0]
+  what = first.label.split(" at ")[0]
+  if swap.i == swap.j:
+    where = f"call {first.index}'s operands {swap.k} and {swap.m} ({what})"
+  else:
+    where = f"calls {first.index} and {second.index} ({what})"
+  return (
+    f"{where} could be swapped on a rank: their operands read entry "
+    f"parameters {swap.first} and {swap.second}, of one type "
+    f"({swap.first.type}), "
+    "which a caller may pass the other way round on one rank, so nothing "
+    "tells the two apart"
+  )
 
 
 _SWAPS_SHOWN = 5

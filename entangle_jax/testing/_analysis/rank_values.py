@@ -73,6 +73,8 @@ _LAYOUT = re.compile(r"\{[^{}]*\}")
 _SAME_VALUE = frozenset({"copy", "opt-barrier", "custom-call"})
 """Opcodes whose result is an operand's value: a copy, and entangle's
 custom call (its payload; the other operands only order it)."""
+_ARRAY = re.compile(r"\w+\[[^\]]*\]")
+"""An array (or token) type in a shape's text, its layout taken off."""
 _DIRECTION = re.compile(r"direction=(\w+)")
 _PRED_LITERALS = {"true": True, "false": False}
 """A scalar ``pred`` constant's literal, as HLO writes it."""
@@ -172,6 +174,13 @@ class DecisionSlice:
     communication: how an instruction communicates (None: it does not).
     call_index: a communicating instruction's position among the rank's
       communicating calls (None: not among them).
+    broadcast_from: where given, the broadcast (declared with a
+      `Communication.root` and `same_result`) whose root this rank is
+      that sends an instruction, and its place among the broadcast's
+      data operands (None: none). Such an operand, and every rank's
+      result of a rooted broadcast, is a leaf named by the broadcast's
+      position: the root decides on what it sends, the others on what
+      they receive, and that is one value.
   """
 
   def __init__(
@@ -180,7 +189,12 @@ class DecisionSlice:
     lines: list[str],
     communication: Callable[[_hlo.Instruction], Communication | None],
     call_index: Callable[[_hlo.Instruction], int | None],
+    broadcast_from: Callable[
+      [_hlo.Instruction], tuple[_hlo.Instruction, int] | None
+    ]
+    | None = None,
   ):
+    self._broadcast_from = broadcast_from
     self._module = module
     self._lines = lines
     self._communication = communication
@@ -220,7 +234,10 @@ class DecisionSlice:
     reads: frozenset[int] = frozenset()
     leaves: tuple[str, ...] = ()
     communication = self._communication(i)
-    if i.opcode == "parameter":
+    broadcast = self._broadcast(i, communication)
+    if broadcast is not None:
+      digest = broadcast
+    elif i.opcode == "parameter":
       in_loop = i.computation in self._loops
       if i.computation == self._module.entry:
         digest = _hash("entry parameter", i.parameter_number, shape)
@@ -271,6 +288,37 @@ class DecisionSlice:
     self._nodes[key] = (digest, reads)
     self._leaves[key] = _few(leaves)
     return digest, reads
+
+  def _broadcast(
+    self, i: _hlo.Instruction, communication: Communication | None
+  ) -> str | None:
+    """The leaf of a broadcast's value that `i` is, where it is one
+    (`broadcast_from`): the root's data operand, a rooted broadcast's
+    result (or its element); else None."""
+    if self._broadcast_from is None:
+      return None
+    sent = self._broadcast_from(i)
+    if sent is not None:
+      call, k = sent
+      return _hash(
+        "broadcast", self._call_index(call), k, _strip_layout(i.shape)
+      )
+    if i.opcode == "get-tuple-element" and i.operands:
+      call, k = self._operand(i, 0), i.tuple_index or 0
+    elif not i.shape.startswith("("):
+      call, k = i, 0
+    else:
+      return None
+    rooted = self._communication(call) if call is not i else communication
+    if rooted is None or rooted.root is None or not rooted.same_result:
+      return None
+    elements = _ARRAY.findall(_strip_layout(call.shape))
+    if k >= len(elements) or elements[k].startswith("token"):
+      return None
+    data = sum(1 for e in elements[:k] if not e.startswith("token"))
+    return _hash(
+      "broadcast", self._call_index(call), data, _strip_layout(i.shape)
+    )
 
   def _plain(
     self, i: _hlo.Instruction, shape: str

@@ -117,6 +117,19 @@ def _at(value: Same, path: tuple[int, ...]) -> Same:
   return value
 
 
+@dataclasses.dataclass(frozen=True, order=True)
+class EntryParameter:
+  """An entry parameter of a module, as a call's operand reads it."""
+
+  number: int
+  type: str
+  """Its shape and element type, layout left out (``f32[4]``)."""
+  name: str
+
+  def __str__(self) -> str:
+    return f"{self.number} (%{self.name})"
+
+
 @dataclasses.dataclass(frozen=True)
 class Call:
   """One communicating call of a rank."""
@@ -146,6 +159,10 @@ class Call:
   """What its data operands are computed from (`DecisionSlice.origin`):
   which entry parameters, constants, shared results and ops, up to the
   instructions' names. Two calls of one type are told apart by it."""
+  reads: tuple[frozenset[EntryParameter], ...] = ()
+  """Per data operand (tokens left out), the entry parameters its value
+  is computed from: a caller may pass two of one type the other way round
+  on one rank, which no origin shows (`origins.argument_swaps`)."""
 
   @property
   def kind(self) -> str:
@@ -187,6 +204,10 @@ class Loop:
   """How its decision is computed (`rank_values`): the ranks' loops at
   one step must have equal signatures, else their constants (a trip
   count) differ between ranks."""
+  trips: int | None = None
+  """How many times it runs, where XLA knows (``known_trip_count``) and
+  its condition makes no communicating call: the simulation may then
+  run its body that many times (`Simulation.run`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,6 +248,10 @@ class RankProgram:
       optimized HLO text, as `races` takes it.
     declarations: what the targets do (`Declarations`); those in effect by
       default.
+    rank: the rank that compiled it, where known: on the root of a
+      broadcast declared with a `Communication.root`, the operand it
+      sends is what every rank receives (None: no rank is taken for the
+      root).
 
   Raises:
     TypeError, ValueError: as `OrderAnalysis`; ValueError also for a
@@ -239,7 +264,9 @@ class RankProgram:
     declarations: Declarations | None = None,
     *,
     who: str = "races_across",
+    rank: int | None = None,
   ):
+    self.rank = rank
     self.text = module_text(compiled, who=who)
     self.declarations = (
       sources.current() if declarations is None else declarations
@@ -266,10 +293,12 @@ class RankProgram:
       for i in body:
         for callee in i.callees:
           self._callers.setdefault(callee, []).append(i)
+    self._broadcast = self._broadcast_operands()
     self._same: dict[str, dict[str, Same]] = {}
     self._contexts: dict[tuple[str, tuple], dict[str, Same]] = {}
     self._values(self.module.entry, ())
     self._holds: dict[str, bool] = {}
+    self._reads: dict[tuple[str, str, tuple], frozenset[EntryParameter]] = {}
     self.unordered: list[Unordered] = []
     items = self._items(self.module.entry)
     # Each communicating call's position in the rank's program order, for
@@ -278,11 +307,22 @@ class RankProgram:
       (c.op.instruction.computation, c.op.instruction.name): k
       for k, c in enumerate(calls_of(items))
     }
+
+    def index(i: _hlo.Instruction) -> int | None:
+      return where.get((i.computation, i.name))
+
+    # Decisions read a broadcast's operand on its root as what every rank
+    # receives; origins keep it as computed (the root's call sends it as
+    # any rank's does).
     self._slice = DecisionSlice(
       self.module,
       self._lines,
       self.communication,
-      lambda i: where.get((i.computation, i.name)),
+      index,
+      self._broadcast_from,
+    )
+    self._origins = DecisionSlice(
+      self.module, self._lines, self.communication, index
     )
     self.items: tuple[Item, ...] = self._signed(items)
 
@@ -304,13 +344,53 @@ class RankProgram:
           signature=self._slice.conditional(item.op.instruction),
         )
       else:
+        i = item.op.instruction
+        data = [
+          self._defined[(i.computation, o)]
+          for o in i.operands
+          if not self._defined[(i.computation, o)].shape.startswith("token")
+        ]
         item = dataclasses.replace(
-          item, origin=self._slice.origin(item.op.instruction)
+          item,
+          origin=self._origins.origin(i),
+          reads=tuple(self._entry_reads(o, ()) for o in data),
         )
       out.append(item)
     return tuple(out)
 
   # Which values are the same on every rank ---------------------------------
+
+  def _broadcast_operands(
+    self,
+  ) -> dict[tuple[str, str], tuple[_hlo.Instruction, int]]:
+    """The data operands that this rank broadcasts as the root: each
+    instruction, by (computation, name), with its broadcast and its place
+    among the broadcast's data operands. Every rank's result of that
+    broadcast is its value, so it is the same on every rank."""
+    found: dict[tuple[str, str], tuple[_hlo.Instruction, int]] = {}
+    if self.rank is None:
+      return found
+    for body in self.module.computations.values():
+      for i in body:
+        c = self.communication(i)
+        if c is None or c.root is None or not c.same_result:
+          continue
+        if call_attributes.as_int(self._place(i, c.root)) != self.rank:
+          continue
+        data = [
+          o
+          for o in i.operands
+          if not self._defined[(i.computation, o)].shape.startswith("token")
+        ]
+        for k, name in enumerate(data):
+          found.setdefault((i.computation, name), (i, k))
+    return found
+
+  def _broadcast_from(
+    self, i: _hlo.Instruction
+  ) -> tuple[_hlo.Instruction, int] | None:
+    """`_broadcast_operands`' entry for `i`, where it has one."""
+    return self._broadcast.get((i.computation, i.name))
 
   def communication(self, i: _hlo.Instruction) -> Communication | None:
     """How `i` communicates with other ranks; None if it does not.
@@ -368,6 +448,8 @@ class RankProgram:
   ) -> Same:
     ins = [out.get(o, False) for o in i.operands]
     opcode = i.opcode
+    if (i.computation, i.name) in self._broadcast:
+      return True  # What this rank, the root, broadcasts to every rank.
     if opcode == "parameter":
       n = i.parameter_number
       return params[n] if n is not None and n < len(params) else False
@@ -553,6 +635,87 @@ class RankProgram:
           return found
     return None
 
+  def _entry_reads(
+    self, i: _hlo.Instruction, path: tuple[int, ...]
+  ) -> frozenset[EntryParameter]:
+    """The entry parameters (tokens left out) that element `path` of
+    `i`'s value is computed from; an `entangle` reads its payload only."""
+    key = (i.computation, i.name, path)
+    if key in self._reads:
+      return self._reads[key]
+    self._reads[key] = frozenset()  # A loop's carry reads itself.
+
+    def operand(k: int, at: tuple[int, ...] = ()) -> frozenset:
+      if k >= len(i.operands):
+        return frozenset()
+      return self._entry_reads(
+        self._defined[(i.computation, i.operands[k])], at
+      )
+
+    def root(computation: str, at: tuple[int, ...]) -> frozenset:
+      body = self.module.computations[computation]
+      return self._entry_reads(next(c for c in body if c.root), at)
+
+    found: frozenset[EntryParameter] = frozenset()
+    if i.opcode == "parameter" and i.computation == self.module.entry:
+      if not i.shape.startswith("token"):
+        found = frozenset(
+          {
+            EntryParameter(
+              i.parameter_number or 0,
+              call_attributes.strip_layout(i.shape),
+              i.name,
+            )
+          }
+        )
+    elif i.opcode == "parameter":
+      for caller in self._callers.get(i.computation, []):
+        found |= self._caller_reads(caller, i, path)
+    elif i.opcode == "get-tuple-element":
+      found = operand(0, (i.tuple_index or 0, *path))
+    elif i.opcode == "tuple" and path:
+      found = operand(path[0], path[1:])
+    elif i.opcode == "while" and i.body:
+      found = operand(0, path) | root(i.body, path)
+    elif i.opcode == "conditional" and i.branches:
+      found = operand(0).union(*(root(b, path) for b in i.branches))
+    elif i.opcode in ("call", "fusion") and i.callees:
+      found = root(i.callees[0], path)
+    elif i.opcode == "custom-call" and i.target == ENTANGLE_TARGET:
+      found = frozenset().union(*(operand(k) for k in i.aliased_operands))
+    else:
+      found = frozenset().union(*(operand(k) for k in range(len(i.operands))))
+    self._reads[key] = found
+    return found
+
+  def _caller_reads(
+    self,
+    caller: _hlo.Instruction,
+    parameter: _hlo.Instruction,
+    path: tuple[int, ...],
+  ) -> frozenset[EntryParameter]:
+    """What `parameter` of a computation that `caller` runs reads, through
+    `caller`'s operands (and a loop body's result, for its carry)."""
+
+    def operand(k: int) -> frozenset:
+      if k >= len(caller.operands):
+        return frozenset()
+      at = self._defined[(caller.computation, caller.operands[k])]
+      return self._entry_reads(at, path)
+
+    computation = parameter.computation
+    if caller.opcode == "while":
+      found = operand(0)
+      if caller.body:
+        body = self.module.computations[caller.body]
+        found |= self._entry_reads(next(c for c in body if c.root), path)
+      return found
+    if caller.opcode == "conditional":
+      if computation in caller.branches:
+        return operand(caller.branches.index(computation) + 1)
+      return frozenset()
+    return operand(parameter.parameter_number or 0)
+
   # The calls, in order -----------------------------------------------------
 
   def _communicates(self, computation: str) -> bool:
@@ -576,8 +739,15 @@ class RankProgram:
       elif not any(self._communicates(c) for c in i.callees):
         continue
       elif i.opcode == "while" and i.body and i.condition:
-        body = (*self._items(i.condition), *self._items(i.body))
-        item = Loop(self.analysis.op(i), body, self.decision(i))
+        condition = self._items(i.condition)
+        body = (*condition, *self._items(i.body))
+        trips = _KNOWN_TRIPS.search(self._line(i))
+        item = Loop(
+          self.analysis.op(i),
+          body,
+          self.decision(i),
+          trips=int(trips.group(1)) if trips and not condition else None,
+        )
         found.append((item.op, [item]))
       elif (
         i.opcode == "conditional"
@@ -705,16 +875,23 @@ class RankProgram:
     compared = (
       call_attributes.arrays(shapes) if i.opcode == "custom-call" else shapes
     )
+    what = "shapes"
+    if i.opcode == "custom-call" and c.matched_by == "results":
+      # A scatter: the root's operand holds every rank's block, another
+      # rank's only a placeholder; MPI matches the block each receives.
+      compared, what = call_attributes.arrays(i.shape), "received"
     fingerprint: list[tuple[str, object]] = [
       ("kind", c.kind),
       ("call", i.target or i.opcode.removesuffix("-start")),
-      ("shapes", f"({compared})"),
+      (what, f"({compared})"),
     ]
     renamed: list[tuple[str, object]] = []
     if i.opcode != "custom-call":
       fingerprint.append(("result", call_attributes.strip_layout(i.shape)))
       for key in ("replica_groups", "dimensions", "source_target_pairs"):
         value = call_attributes.raw_attribute(line, key)
+        if value is not None and key == "source_target_pairs":
+          value = call_attributes.pairs_as_set(value)
         if value is not None:
           fingerprint.append((key, value))
       if i.callees:  # The reduction: its computation's root opcode.
@@ -726,6 +903,8 @@ class RankProgram:
     else:
       for place in c.match:
         fingerprint.append((str(place), self._place(i, place)))
+      if c.root is not None and c.root not in c.match:
+        fingerprint.append((str(c.root), self._place(i, c.root)))
       if c.communicator is not None:
         renamed.append(("communicator", self._place(i, c.communicator)))
       if c.op is not None:
@@ -768,6 +947,8 @@ def calls_of(items: tuple[Item, ...]) -> Iterator[Call]:
         yield from calls_of(branch)
 
 
+_KNOWN_TRIPS = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)"?')
+"""XLA's count of a while loop's trips, in its ``backend_config``."""
 _SENDING = frozenset({"send", "sendrecv"})
 _RECEIVING = frozenset({"recv", "sendrecv"})
 

@@ -178,7 +178,8 @@ def format_result(result: CrossRankResult) -> str:
     steps = len(result.matched)
     lines.append(
       f"NOT proved: the {result.ranks} ranks make {steps} communicating "
-      "calls that match, but matched by type only:"
+      f"call{'s' * (steps != 1)} that match{'es' * (steps == 1)}, but "
+      "matched by type only:"
     )
     lines += [f"  {sentence}" for sentence in result.by_type_only]
     lines.append(
@@ -253,12 +254,37 @@ def _program(
   declarations: Declarations | None,
   rank: int,
 ) -> RankProgram:
+  if isinstance(module, str) and "\n" not in module.strip():
+    module = _module_file(module, rank)
   if isinstance(module, os.PathLike):
     module = pathlib.Path(module).read_text()
   try:
-    return RankProgram(module, declarations)
+    return RankProgram(module, declarations, rank=rank)
   except (TypeError, ValueError) as error:
-    raise type(error)(f"races_across: rank {rank}: {error}") from None
+    # The same error, its message prefixed: made anew, an error that
+    # wraps its argument in advice (NotScheduledError) said it twice.
+    error.args = (f"races_across: rank {rank}: {error}", *error.args[1:])
+    raise
+
+
+def _module_file(text: str, rank: int) -> str | pathlib.Path:
+  """A one-line str given for rank `rank`: the path of a dumped module's
+  file where one exists (read as a ``pathlib.Path`` would be), else the
+  text as it is, if it is HLO.
+
+  Raises:
+    ValueError: neither HLO nor an existing file, naming it.
+  """
+  if pathlib.Path(text).is_file():
+    return pathlib.Path(text)
+  if text.lstrip().startswith("HloModule"):
+    return text
+  raise ValueError(
+    f"races_across: rank {rank}: modules[{rank}] is {text!r}, which is "
+    "neither a module's HLO text nor an existing file: pass the text, a "
+    "jax.stages.Compiled, or the path of a dumped module's file "
+    "(*after_optimizations.txt)"
+  )
 
 
 def races_across(
@@ -282,7 +308,8 @@ def races_across(
   Args:
     modules: per rank, a ``jax.stages.Compiled``, a ``jax.stages.Lowered``
       (compiled here), the optimized HLO text, or the path of a dumped
-      module's file (``*after_optimizations.txt``).
+      module's file (``*after_optimizations.txt``; a ``pathlib.Path``, or
+      a str naming an existing file).
     declarations: what the targets do; those in effect by default.
     communicators: per rank, in rank order, the layout of each
       communicator its calls use: ``{handle: world_ranks}``, with

@@ -297,7 +297,7 @@ def _rank_modules(
     except (OSError, UnicodeDecodeError) as error:
       raise CannotAnswer(f"rank {rank}: {path}: {error}") from None
     try:
-      program = RankProgram(text, declarations)
+      program = RankProgram(text, declarations, rank=rank)
     except (TypeError, ValueError) as error:
       raise CannotAnswer(f"rank {rank}: {path}: {error}") from None
     except Exception as error:  # A crash: "could not answer".
