@@ -422,7 +422,7 @@ class WhatRanTest(absltest.TestCase):
     self.assertEqual(found, [("jit_inner", True), ("jit_inner", False)])
 
   def executions_of(self, record) -> list[str]:
-    compiled = {
+    compiled: dict[int, tuple[str, str, RankProgram | None]] = {
       1: ("jit_f", "f.txt", program(f)),
       2: ("jit_g", "g.txt", program(g)),
       3: ("jit_quiet", "quiet.txt", None),  # Communicates nothing.
