@@ -33,6 +33,8 @@ from entangle_jax.testing._ways_in.across_ranks import check_programs
 
 ALLREDUCE = "rank_sequences_test_allreduce"
 X = jax.ShapeDtypeStruct((4,), jnp.float32)
+# The allreduces' communicator (handle 7) spans both ranks, in order.
+WORLD = [{7: (0, 1)}, {7: (0, 1)}]
 
 
 @functools.cache
@@ -100,7 +102,7 @@ class ExecutionsTest(absltest.TestCase):
 
   def test_g_before_f_is_a_mismatch_naming_both_modules(self):
     result = rank_sequences.check_executions(
-      [[named(f), named(g)], [named(g), named(f)]]
+      [[named(f), named(g)], [named(g), named(f)]], WORLD
     )
     self.assertEqual(result.verdict, "mismatch")
     assert result.mismatch is not None
@@ -113,14 +115,16 @@ class ExecutionsTest(absltest.TestCase):
 
   def test_control_the_same_order_is_proved(self):
     result = rank_sequences.check_executions(
-      [[named(f), named(g)], [named(f), named(g)]]
+      [[named(f), named(g)], [named(f), named(g)]], WORLD
     )
     self.assertEqual(result.verdict, "proved", result.text())
     self.assertLen(result.matched, 2)
     self.assertIn("jit_g, execution 2", result.matched[1].calls[0].label)
 
   def test_a_rank_that_runs_one_more_module_deadlocks(self):
-    result = rank_sequences.check_executions([[named(f), named(f)], [named(f)]])
+    result = rank_sequences.check_executions(
+      [[named(f), named(f)], [named(f)]], WORLD
+    )
     self.assertEqual(result.verdict, "deadlock")
 
   def test_a_swap_of_one_type_is_told_by_the_module(self):
@@ -130,7 +134,7 @@ class ExecutionsTest(absltest.TestCase):
       [named(f), named(g_same_type)],
       [named(g_same_type), named(f)],
     ]
-    result = rank_sequences.check_executions(runs)
+    result = rank_sequences.check_executions(runs, WORLD)
     self.assertEqual(result.verdict, "mismatch")
     assert result.mismatch is not None
     self.assertIn("swapped", result.mismatch.differs)
@@ -148,7 +152,8 @@ class ExecutionsTest(absltest.TestCase):
       [named(f), named(g_same_type)],
       [named(g_same_type), named(f)],
     ]
-    self.assertEqual(check_programs([Plain(r) for r in runs]).verdict, "proved")
+    plain = check_programs([Plain(r) for r in runs], WORLD)
+    self.assertEqual(plain.verdict, "proved")
 
 
 def write_dump(folder: pathlib.Path, modules: dict) -> None:
@@ -163,12 +168,17 @@ def write_dump(folder: pathlib.Path, modules: dict) -> None:
 
 
 def write_record(folder: pathlib.Path, ran: list[tuple[int, str]], done=True):
+  """`record_executions`' record of `ran` in `folder` (``rankR``), as a
+  process running mpi4py writes it: the allreduces' communicator (7)
+  spans both ranks in the world's order."""
   (folder / rank_sequences.RECORD).write_text(
     json.dumps(
       {
         "format": rank_sequences.RECORD_FORMAT,
         "complete": done,
         "executions": [{"module": n, "name": name} for n, name in ran],
+        "world_rank": int(folder.name.removeprefix("rank")),
+        "communicators": [{"handle": 7, "world_ranks": [0, 1]}],
       }
     )
   )
