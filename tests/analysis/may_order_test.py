@@ -681,6 +681,47 @@ query_through_one_trip_loop_zero = query_through(
   lambda s, w: s + w * lax.fori_loop(0, 1, lambda i, c: c * 0, w),
 )
 
+
+def _one_trip_float_zero():
+  """0.0 out of a ``while i < 1`` body's ``c * 0.0`` from ``c = 1.0``:
+  a float product with 0 stays, but XLA inlines the one trip and folds
+  ``1.0 * 0.0``."""
+  return lax.while_loop(
+    lambda c: c[0] < 1,
+    lambda c: (c[0] + 1, c[1] * 0.0),
+    (jnp.int32(0), jnp.float32(1.0)),
+  )[1]
+
+
+def one_trip_loop_reading_through_its_counter(slot):
+  """A ``fori_loop(0, 1)`` whose read waits through ``i * written``: XLA
+  inlines the one trip, where ``i`` is 0, and the read takes the slot."""
+  first = read_slot(slot)
+  written = write_slot(entangle(slot, first), first + 5.0)
+  total = lax.fori_loop(
+    0, 1, lambda i, t: t + read_slot(slot + i * written), jnp.float32(0.0)
+  )
+  return first, total
+
+
+def one_trip_loop_reading_the_update(slot):
+  """The fix: the read takes the update's result itself."""
+  first = read_slot(slot)
+  written = write_slot(entangle(slot, first), first + 5.0)
+  total = lax.fori_loop(
+    0, 1, lambda i, t: t + read_slot(written + i), jnp.float32(0.0)
+  )
+  return first, total
+
+
+query_through_abs_below_one_trip_zero = query_through(
+  "abs_below_one_trip_zero",
+  lambda s, w: (
+    s
+    + (jnp.abs(w.astype(jnp.float32)) < _one_trip_float_zero()).astype(s.dtype)
+  ),
+)
+
 query_through_summed_copies_wrapping = query_through(
   "summed_copies_wrapping",
   lambda s, w: (
@@ -1382,6 +1423,18 @@ class ReportedWithAWorkingFixTest(parameterized.TestCase):
       "one_trip_loop_zero",
       query_through_one_trip_loop_zero,
       query_after_update,
+      None,
+    ),
+    (
+      "abs_below_one_trip_zero",
+      query_through_abs_below_one_trip_zero,
+      query_after_update,
+      None,
+    ),
+    (
+      "one_trip_counter",
+      one_trip_loop_reading_through_its_counter,
+      one_trip_loop_reading_the_update,
       None,
     ),
     (

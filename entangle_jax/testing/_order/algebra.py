@@ -742,19 +742,25 @@ def at_most(merged: Value, initial: Value, inside: int) -> Value:
 
 
 def after_trips(
-  initial: Value, root: Value, passed_on: frozenset, path: tuple
+  initial: Value,
+  root: Value,
+  passed_on: frozenset,
+  path: tuple,
+  once: bool = False,
 ) -> Value:
   """A loop's state once it has run one iteration or more (its trip
   count says so): each element as the body's last result has it (XLA may
   inline a loop that runs once, or unroll one, and keep only that); one
-  the body hands back unchanged keeps its initial value."""
+  the body hands back unchanged keeps its initial value. `once`: the loop
+  runs once and `root` is its body's result on the initial value
+  (`first_iteration`), so a constant's value is the one it has."""
   if (
     isinstance(initial, tuple)
     and isinstance(root, tuple)
     and len(initial) == len(root)
   ):
     return tuple(
-      after_trips(a, b, passed_on, (*path, k))
+      after_trips(a, b, passed_on, (*path, k), once)
       for k, (a, b) in enumerate(zip(initial, root, strict=True))
     )
   if path in passed_on:
@@ -762,7 +768,21 @@ def after_trips(
   # A constant stays one: XLA folds what it computes where it inlines the
   # loop (``fori_loop(0, 1, lambda i, c: c * 0, w)`` is 0).
   last = as_leaf(root)
-  return replace(last, const=last.const, origin=None, lit=None)
+  lit = last.lit if once and last.const else None
+  return replace(last, const=last.const, origin=None, lit=lit)
+
+
+def first_iteration(initial: Value, index: int, path: tuple) -> Value:
+  """The body's parameter of loop `index` where it runs once: its
+  initial value, constants and value numbers included (XLA inlines such a
+  loop and folds what its constants make), each element tagged with its
+  path for `paths_passed_on` and `trips`."""
+  if isinstance(initial, tuple):
+    return tuple(
+      first_iteration(element, index, (*path, k))
+      for k, element in enumerate(initial)
+    )
+  return replace(initial, origin=("state", index, path))
 
 
 def bitcast(leaf: Leaf, source: str, shape: str) -> Leaf:

@@ -421,6 +421,8 @@ class MayOrder:
     operands = [values.get(o, NOTHING) for o in i.operands]
     opcode = i.opcode
     if opcode in folding.FOLDABLE and (found := self._folded(i, operands)):
+      if opcode in ("add", "compare"):
+        return _counting(i, operands, found)
       return found
     if opcode not in _SPECIAL:
       # Most of a large program (arithmetic): none of the cases below.
@@ -688,6 +690,12 @@ class MayOrder:
     loop.state = state
     mark = 1 << index
     parameter = algebra.body_parameter(state, loop.passed_on, index, mark, ())
+    counted = loop.trips
+    # A loop that runs once (as the last pass counted it) runs its body on
+    # the initial value alone, constants included: XLA inlines it and folds
+    # what they make (``c * 0.0`` from ``c = 1.0`` is 0.0), so the body is
+    # evaluated on that value. Its condition also sees the last result.
+    once = algebra.first_iteration(initial, index, ()) if counted == 1 else None
     inner = dataclasses.replace(
       context, chain=(*context.chain, i.name), loops=(*context.loops, index)
     )
@@ -702,7 +710,9 @@ class MayOrder:
       control=inner.control | decided.deps,
       control_var=inner.control_var | decided.var,
     )
-    root = self._computation(i.body, [parameter], body_context)
+    root = self._computation(
+      i.body, [parameter if once is None else once], body_context
+    )
     passed_on = frozenset(algebra.paths_passed_on(root, index, ()))
     if loop.root is None or passed_on != loop.passed_on:
       # The first pass took every element as changing: one more pass
@@ -711,12 +721,16 @@ class MayOrder:
     loop.passed_on = passed_on
     loop.root = root
     loop.trips = algebra.trips(decided, root, initial, index)
+    if loop.root is not None and loop.trips != counted:
+      self._grew = True  # One more pass, with the body evaluated so.
     if loop.trips == 0:
       return initial  # XLA deletes a loop that never runs.
     merged = algebra.loop_state(initial, root, passed_on, ())
     if loop.trips:
       # It runs: after it, each element is what its last iteration made.
-      merged = algebra.after_trips(initial, root, passed_on, ())
+      merged = algebra.after_trips(
+        initial, root, passed_on, (), once=loop.trips == 1 and once is not None
+      )
       rows = elements.Rows(
         i.shape, loop.trips, index, self._in_loop.get(index, 0)
       )
@@ -781,6 +795,18 @@ def _deep_values():
     yield
   finally:
     sys.setrecursionlimit(before)
+
+
+def _counting(i: Instruction, operands: list[Value], found: Leaf) -> Leaf:
+  """`found`, the constant that an ``add`` or a ``compare`` of constants
+  folds to, still telling a loop counter's step or bound where it is one
+  (a one-trip loop's body sees its counter's start, a constant), so that
+  its trip count is still read."""
+  if i.opcode == "add":
+    origin = algebra.add(operands, i.shape).origin
+  else:
+    origin = algebra.compare(i.direction, operands).origin
+  return found if origin is None else algebra.replace(found, origin=origin)
 
 
 def _exclusive(a: CallInstance, b: CallInstance) -> bool:
