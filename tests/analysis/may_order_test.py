@@ -1159,6 +1159,35 @@ def constant_predicate_unordered(slot):
   return read_slot(slot)
 
 
+def scan_over(name, make_xs, read=read_slot):
+  """A scan whose body reads ``slot + x`` and writes the slot after it,
+  over the items `make_xs(slot)`: where XLA folds them to zeros, each
+  ``x`` is 0 and the read is the same in every iteration, so XLA may move
+  it out of the loop."""
+
+  def program(slot):
+    def body(total, x):
+      value = read(slot + x)
+      write_slot(entangle(slot, value), value + 1.0)
+      return total + value, None
+
+    return lax.scan(body, jnp.float32(0.0), make_xs(slot))[0]
+
+  program.__name__ = program.__qualname__ = f"scan_over_{name}"
+  return program
+
+
+# Items XLA may fold to zeros (``A - A`` of integers, ``x % 1``); the
+# literal zeros show what the fold does.
+scan_over_cancelled = scan_over("cancelled", lambda s: jnp.full(3, s) - s)
+scan_over_remainders = scan_over(
+  "remainders", lambda s: jnp.stack([lax.rem(s, 1)] * 3)
+)
+scan_over_literal_zeros = scan_over(
+  "literal_zeros", lambda s: jnp.zeros(3, jnp.int32)
+)
+
+
 def _jit_values(fn, times=3):
   values = []
   for _ in range(times):
@@ -1482,6 +1511,38 @@ class ReportedWithAWorkingFixTest(parameterized.TestCase):
     self.assertEqual(_races(fixed), [], format_races(_races(fixed)))
     self.assertEqual(
       _jit_values(jax.jit(fixed)), [_program_order_value(fixed)] * 3
+    )
+
+
+class ReportedByTheRuleTest(parameterized.TestCase):
+  """Loops this XLA keeps (it folds their items after moving reads), right
+  today, which another may break as it breaks the same loop over items it
+  sees are zeros: each is reported as a read XLA may move out of its loop,
+  and its fix, the read marked side-effecting, is right and clean."""
+
+  @parameterized.named_parameters(
+    ("cancelled", scan_over_cancelled, lambda s: jnp.full(3, s) - s),
+    (
+      "remainders",
+      scan_over_remainders,
+      lambda s: jnp.stack([lax.rem(s, 1)] * 3),
+    ),
+  )
+  def test_reported_and_fixed(self, program, make_xs):
+    found = _races(program)
+    report = format_races(found)
+    self.assertIn("hoisted", [r.xla_change.kind for r in found], report)
+    # The control: over items XLA sees are zeros, the read leaves the
+    # loop and reads the slot before every write (0.0 for 3.0).
+    control = scan_over_literal_zeros
+    self.assertNotEmpty(_races(control))
+    if test_util.jax_version()[:2] == (0, 10):
+      wrong = _jit_values(jax.jit(control))
+      self.assertNotIn(_program_order_value(control), wrong)
+    fixed = scan_over("fixed", make_xs, read=side_effecting_read)
+    self.assertEqual(_races(fixed), [], format_races(_races(fixed)))
+    self.assertEqual(
+      _jit_values(jax.jit(fixed)), [_program_order_value(program)] * 3
     )
 
 

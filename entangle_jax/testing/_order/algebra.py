@@ -440,8 +440,16 @@ def cancelled(
   if opcode != "compare" and not is_integral(shape):
     return result
   a, b = (as_leaf(o) for o in operands)
-  if opcode in ("add", "multiply") and a.key is not None and a.key == b.key:
+  same = a.key is not None and a.key == b.key
+  if opcode in ("add", "multiply") and same:
     return result
+  if opcode in ("subtract", "xor") and same:
+    # XLA folds ``A - A`` and ``A ^ A`` of integers to 0: a constant, whose
+    # elements are alike (a scan over ``full(3, s) - s`` takes 0 in every
+    # iteration; skeptic pass 76g).
+    zero = False if element_type_of(shape) == "pred" else 0
+    text = "false" if zero is False else "0"
+    return new_leaf(const=True, lit=zero, key=("c", text, shape))
   common_deps, common_var = a.deps & b.deps, a.var & b.var
   if not common_deps and not common_var:
     return result

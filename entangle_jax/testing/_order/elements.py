@@ -428,12 +428,19 @@ def _scattered(
 
 
 def _one_value(parts: tuple | None) -> bool:
-  """Whether `parts` (a concatenate's) all hold one value number: every
-  element then alike (``stack([s, s])``)."""
+  """Whether `parts` (a concatenate's) all hold one value number, or
+  are constants that may be one value (those read here equal): every
+  element then alike (``stack([s, s])``, ``stack([s % 1] * 3)``, which
+  XLA folds to zeros; skeptic pass 76g)."""
   if not parts:
     return False
   keys = {part.key for part in parts}
-  return len(keys) == 1 and None not in keys
+  if len(keys) == 1 and None not in keys:
+    return True
+  if not all(part.const and part.parts is None for part in parts):
+    return False
+  read = {repr(part.lit) for part in parts if part.lit is not None}
+  return len(read) <= 1
 
 
 def _gathered_point(
