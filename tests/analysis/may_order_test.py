@@ -676,6 +676,12 @@ query_through_zero_kernel = query_through(
     )[0, 0, 0]
   ),
 )
+query_through_abs_shifted_back = query_through(
+  "abs_shifted_back",
+  lambda s, w: (
+    s + ((jnp.abs(w.astype(jnp.float32)) - 1.0) + 1.0 < 0).astype(s.dtype)
+  ),
+)
 query_through_one_trip_loop_zero = query_through(
   "one_trip_loop_zero",
   lambda s, w: s + w * lax.fori_loop(0, 1, lambda i, c: c * 0, w),
@@ -738,6 +744,46 @@ query_through_dot_of_copies_wrapping = query_through(
     + jnp.dot(
       jnp.broadcast_to(w.astype(jnp.int8), (256,)), jnp.ones(256, jnp.int8)
     ).astype(s.dtype)
+  ),
+)
+
+
+def _below_zero(x, dtype):
+  return (x < 0).astype(dtype)
+
+
+def _float(w):
+  return w.astype(jnp.float32)
+
+
+# Ordered by data: XLA cannot know these never negative (a negation, or a
+# constant added that is not undone, hides the ``abs`` or ``exp``), and a
+# product with constants that do not multiply to 0 stays. Each reads the
+# written slot (the update's result is the slot, 3).
+query_through_negated_abs = query_through(
+  "negated_abs",
+  lambda s, w: s + _below_zero(-jnp.abs(_float(w)), s.dtype) - 1,
+)
+query_through_abs_minus_one = query_through(
+  "abs_minus_one",
+  lambda s, w: s + _below_zero(jnp.abs(_float(w)) - 1.0, s.dtype),
+)
+query_through_exp_minus_a_hundred = query_through(
+  "exp_minus_a_hundred",
+  lambda s, w: s + _below_zero(jnp.exp(_float(w)) - 100.0, s.dtype) - 1,
+)
+query_through_product_by_an_array = query_through(
+  "product_by_an_array",
+  lambda s, w: (
+    s + ((jnp.stack([w, w + 1]) * jnp.array([1, 2], s.dtype)) * 3)[1] - 24
+  ),
+)
+query_through_product_by_a_shifted_constant = query_through(
+  "product_by_a_shifted_constant",
+  lambda s, w: (
+    s
+    + ((w - 3) * jnp.int32(65536))
+    * lax.shift_right_logical(jnp.int32(65536), jnp.int32(16))
   ),
 )
 
@@ -1461,6 +1507,12 @@ class ReportedWithAWorkingFixTest(parameterized.TestCase):
       None,
     ),
     (
+      "abs_shifted_back",
+      query_through_abs_shifted_back,
+      query_after_update,
+      None,
+    ),
+    (
       "one_trip_counter",
       one_trip_loop_reading_through_its_counter,
       one_trip_loop_reading_the_update,
@@ -1636,6 +1688,27 @@ class NoFalseReportTest(parameterized.TestCase):
       "summed_copies_not_wrapping",
       query_through_summed_copies_not_wrapping,
       query_through_summed_copies_wrapping,
+    ),
+    ("negated_abs", query_through_negated_abs, query_through_negated_twice),
+    (
+      "abs_minus_one",
+      query_through_abs_minus_one,
+      query_through_abs_shifted_back,
+    ),
+    (
+      "exp_minus_a_hundred",
+      query_through_exp_minus_a_hundred,
+      query_through_abs_shifted_back,
+    ),
+    (
+      "product_by_an_array",
+      query_through_product_by_an_array,
+      query_through_constants_wrapping_to_zero,
+    ),
+    (
+      "product_by_a_shifted_constant",
+      query_through_product_by_a_shifted_constant,
+      query_through_constants_wrapping_to_zero,
     ),
     (
       "deep_checksums",

@@ -464,17 +464,33 @@ def may_be_equal_constants(low: Leaf, high: Leaf) -> bool:
   return low.lit is None or high.lit is None or low.lit == high.lit
 
 
-def absorbed(opcode: str, operands: list[Value], shape: str) -> Leaf | None:
+def absorbed(
+  opcode: str,
+  operands: list[Value],
+  shape: str,
+  elements: Sequence[tuple | None] = (),
+) -> Leaf | None:
   """The constant that `ABSORBING` makes a binary op (XLA's algebraic
   simplifier folds it); None otherwise. A floating-point product or
   remainder is never folded: XLA keeps ``x * 0`` for floats, whose ``nan *
   0`` is ``nan`` (it folds them only under fast math, off in JAX), so the
-  documented ``token * 0`` stays an order."""
+  documented ``token * 0`` stays an order. `elements`: each operand's
+  elements where it is an array literal read here: one of which none
+  absorbs does not (``x * [1, 2]`` stays; of ``x * [0, 1]``, a slice may
+  take the 0)."""
   if opcode in ("multiply", "remainder") and not is_integral(shape):
     return None
   positions, absorbs = ABSORBING[opcode]
   for position in positions:
     leaf = as_leaf(operands[position])
+    read = elements[position] if position < len(elements) else None
+    if (
+      leaf.const
+      and leaf.lit is None
+      and read is not None
+      and not any(absorbs(v) for v in read)
+    ):
+      continue
     if leaf.const and (leaf.lit is None or absorbs(leaf.lit)):
       if leaf.lit is None:
         return Leaf(const=True)

@@ -500,7 +500,13 @@ class MayOrder:
       # XLA multiplies the constants of a product together first.
       return algebra.shaped(i.shape, Leaf(const=True, lit=0))
     if opcode in algebra.ABSORBING and len(operands) == 2:
-      folded = algebra.absorbed(opcode, operands, i.shape)
+      read = [
+        folding.constant_elements(o, self.index)
+        if algebra.as_leaf(v).const and algebra.as_leaf(v).lit is None
+        else None
+        for o, v in zip(i.operands, operands, strict=True)
+      ]
+      folded = algebra.absorbed(opcode, operands, i.shape, read)
       if folded is not None:
         return folded
     if opcode == "concatenate" and operands:
