@@ -296,10 +296,7 @@ class MayOrder:
       return value.const, value.lit
     if name in self._constants:
       return True, self._constants[name][0]
-    found = self.index.named(name)
-    if found is not None and found.opcode == "constant":
-      return True, folding.typed(uniform_literal(found.literal), found.shape)
-    return found is not None and found.opcode == "iota", None
+    return folding.read_constant(None, self.index.named(name))
 
   def deletable(self, instance: CallInstance) -> bool:
     """Whether XLA may delete `instance`: it has no side effect and nothing

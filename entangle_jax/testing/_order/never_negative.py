@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from entangle_jax.testing._hlo.instruction import Instruction, uniform_literal
+from entangle_jax.testing._hlo.instruction import Instruction
 from entangle_jax.testing._order import folding
 from entangle_jax.testing._order.algebra import INTEGER_MAX, element_type_of
 
@@ -386,9 +386,9 @@ class NeverNegative:
     if found is not None and found.opcode == "iota":
       return True
     constant, value = self._constant(name)
-    if not constant and found is not None and found.opcode == "constant":
-      constant = True
-      value = folding.typed(uniform_literal(found.literal), found.shape)
+    if not constant:
+      # The instruction itself, where the evaluation did not reach it.
+      constant, value = folding.read_constant(None, found)
     if not constant or isinstance(value, bool):
       return False
     return value is None or (isinstance(value, int | float) and value >= 0)
