@@ -772,6 +772,10 @@ query_through_exp_minus_a_hundred = query_through(
   "exp_minus_a_hundred",
   lambda s, w: s + _below_zero(jnp.exp(_float(w)) - 100.0, s.dtype) - 1,
 )
+query_through_abs_and_one = query_through(
+  "abs_and_one",
+  lambda s, w: s + _below_zero(jnp.abs(w) & 1, s.dtype),
+)
 query_through_product_by_an_array = query_through(
   "product_by_an_array",
   lambda s, w: (
@@ -1232,6 +1236,14 @@ scan_over_remainders = scan_over(
 scan_over_literal_zeros = scan_over(
   "literal_zeros", lambda s: jnp.zeros(3, jnp.int32)
 )
+# Ordered: items that differ (constants, but no one value), so the read
+# changes from one iteration to the next.
+scan_over_ranges = scan_over(
+  "ranges",
+  lambda s: jnp.concatenate(
+    [jnp.arange(3, dtype=s.dtype), jnp.arange(3, dtype=s.dtype) + 3]
+  ),
+)
 
 
 def _jit_values(fn, times=3):
@@ -1689,6 +1701,8 @@ class NoFalseReportTest(parameterized.TestCase):
       query_through_summed_copies_not_wrapping,
       query_through_summed_copies_wrapping,
     ),
+    ("scan_over_ranges", scan_over_ranges, scan_over_literal_zeros),
+    ("abs_and_one", query_through_abs_and_one, query_through_abs_below_zero),
     ("negated_abs", query_through_negated_abs, query_through_negated_twice),
     (
       "abs_minus_one",

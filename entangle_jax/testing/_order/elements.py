@@ -429,9 +429,9 @@ def _scattered(
 
 def _one_value(parts: tuple | None) -> bool:
   """Whether `parts` (a concatenate's) all hold one value number, or
-  are constants that may be one value (those read here equal): every
-  element then alike (``stack([s, s])``, ``stack([s % 1] * 3)``, which
-  XLA folds to zeros; skeptic pass 76g)."""
+  are constants of one value read here: every element then alike
+  (``stack([s, s])``, ``stack([s % 1] * 3)``, which XLA folds to zeros;
+  skeptic pass 76g)."""
   if not parts:
     return False
   keys = {part.key for part in parts}
@@ -439,8 +439,9 @@ def _one_value(parts: tuple | None) -> bool:
     return True
   if not all(part.const and part.parts is None for part in parts):
     return False
-  read = {repr(part.lit) for part in parts if part.lit is not None}
-  return len(read) <= 1
+  if any(part.lit is None for part in parts):
+    return False  # An array literal (``arange(3)``) has its own elements.
+  return len({repr(part.lit) for part in parts}) == 1
 
 
 def _gathered_point(

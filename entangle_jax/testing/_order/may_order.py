@@ -131,6 +131,10 @@ class Loop:
   """What each state element is computed from, over every iteration."""
   root: Value | None = None
   """What the body's root held in the last pass."""
+  not_once: bool = False
+  """Whether its body, evaluated on the initial value (as a loop that
+  runs once), no longer counted one trip: it is not evaluated so again,
+  so that the passes do not go back and forth."""
 
   @property
   def may_repeat(self) -> bool:
@@ -698,7 +702,9 @@ class MayOrder:
     # the initial value alone, constants included: XLA inlines it and folds
     # what they make (``c * 0.0`` from ``c = 1.0`` is 0.0), so the body is
     # evaluated on that value. Its condition also sees the last result.
-    once = algebra.first_iteration(initial, index, ()) if counted == 1 else None
+    once = None
+    if counted == 1 and not loop.not_once:
+      once = algebra.first_iteration(initial, index, ())
     inner = dataclasses.replace(
       context, chain=(*context.chain, i.name), loops=(*context.loops, index)
     )
@@ -724,6 +730,8 @@ class MayOrder:
     loop.passed_on = passed_on
     loop.root = root
     loop.trips = algebra.trips(decided, root, initial, index)
+    if once is not None and loop.trips != 1:
+      loop.not_once = True
     if loop.root is not None and loop.trips != counted:
       self._grew = True  # One more pass, with the body evaluated so.
     if loop.trips == 0:

@@ -460,14 +460,19 @@ def _step(
   take (None: unchanged)."""
   if value is None:
     return True, _anything  # A constant not read here may be anything.
+  if opcode in _IDENTITY:
+    if opcode.startswith("shift") and not first:
+      return False, None  # The value is the amount: never the result.
+    # By type: ``x & 1`` is no ``x & true``.
+    same = any(
+      value == v and isinstance(value, bool) == isinstance(v, bool)
+      for v in _IDENTITY[opcode]
+    )
+    return same, None
   if isinstance(value, bool):
     value = int(value)
   if not isinstance(value, int | float):
     return True, _anything
-  if opcode in _IDENTITY:
-    if opcode.startswith("shift") and not first:
-      return False, None  # The value is the amount: never the result.
-    return value in _IDENTITY[opcode], None
   wrap = _wrapper(shape)
   if opcode == "divide":
     if not first or value == 0:
