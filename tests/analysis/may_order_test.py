@@ -634,6 +634,12 @@ def _times_65536(x):
   return x * jnp.int32(65536)
 
 
+@jax.jit
+def _times(x, c):
+  """A jitted helper of one place, passed both factors."""
+  return x * c
+
+
 # Skeptic pass 76f: never negative behind a jitted helper's parameter
 # (jnp.clip is one), a power of 2 (XLA makes it a square), a constant XLA
 # computes; a product of products through a helper or a reshape; an
@@ -659,6 +665,10 @@ query_through_maximum_with_a_computed_zero = query_through(
 query_through_helper_product_wrapping = query_through(
   "helper_product_wrapping",
   lambda s, w: s + _times_65536(w) * jnp.int32(65536),
+)
+query_through_helper_passed_a_product = query_through(
+  "helper_passed_a_product",
+  lambda s, w: s + _times(w * jnp.int32(65536), jnp.int32(65536)),
 )
 query_through_reshaped_product_wrapping = query_through(
   "reshaped_product_wrapping",
@@ -1496,6 +1506,12 @@ class ReportedWithAWorkingFixTest(parameterized.TestCase):
     (
       "helper_product_wrapping",
       query_through_helper_product_wrapping,
+      query_after_update,
+      None,
+    ),
+    (
+      "helper_passed_a_product",
+      query_through_helper_passed_a_product,
       query_after_update,
       None,
     ),

@@ -424,6 +424,10 @@ def product_wraps_to_zero(
         if not roots:
           break
         name = roots[0]
+      elif (passed := _passed_once(inner, index)) is not None:
+        # A helper's parameter, where one place calls it: what it is
+        # passed (``h(w * 65536, 65536)`` with ``h(x, c) = x * c``).
+        name = passed
       else:
         break
       inner = index.named(name)
@@ -471,6 +475,20 @@ def product_wraps_to_zero(
   return _may_multiply_to_zero(factors, 2 ** int(element[1:]))
 
 
+def _passed_once(parameter: Instruction, index: ModuleLookups) -> str | None:
+  """What the one ``call`` of `parameter`'s computation passes to it;
+  None where it is no parameter, or its computation is called at no
+  place or at several (a loop body's, a helper's of several places)."""
+  if parameter.opcode != "parameter" or parameter.computation is None:
+    return None
+  callers = index.callers_of(parameter.computation)
+  number = parameter.parameter_number
+  if len(callers) != 1 or number is None:
+    return None
+  operands = callers[0].operands
+  return operands[number] if number < len(operands) else None
+
+
 def _may_multiply_to_zero(factors: list[object], modulus: int) -> bool:
   """Whether constant `factors` (a value, or a tuple of an array's
   elements; None where not read) may multiply to all zeros modulo
@@ -504,6 +522,7 @@ class ModuleLookups(Protocol):
   (`module_index.ModuleIndex`)."""
 
   def named(self, name: str) -> Instruction | None: ...
+  def callers_of(self, computation: str) -> list[Instruction]: ...
   def roots(self, computation: str) -> list[str]: ...
   def dims_of(self, name: str) -> tuple[int, ...] | None: ...
   def computation(self, name: str) -> Sequence[Instruction]: ...
