@@ -220,8 +220,8 @@ class NeverNegative:
         return True, []
       return False, _kept(i.operands)
     if opcode == "clamp" and len(i.operands) == 3:
-      if self._at_least_zero(i.operands[0]):
-        return True, []  # XLA may make it a maximum with the bound.
+      # XLA folds a clamp between infinities to its operand; it does not
+      # take one with a bound never negative as never negative (measured).
       return False, _kept(i.operands[1:2])
     if opcode in ("minimum", "select"):
       return False, _kept(i.operands[1:] if opcode == "select" else i.operands)
