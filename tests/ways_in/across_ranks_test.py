@@ -34,7 +34,12 @@ from entangle_jax._src.targets import shipped, sources, table
 from entangle_jax._src.targets.communication import Communication
 from entangle_jax._src.targets.declaration import Declarations, merged
 from entangle_jax.testing import CrossRankResult, races_across
-from entangle_jax.testing._analysis import call_attributes, ranks, same_module
+from entangle_jax.testing._analysis import (
+  call_attributes,
+  rank_values,
+  ranks,
+  same_module,
+)
 from entangle_jax.testing._analysis.call_attributes import raw_attribute
 from entangle_jax.testing._hlo import dumped_module
 from entangle_jax.testing._ways_in import across_ranks, command, rank_sequences
@@ -370,6 +375,35 @@ class PermutationOrderTest(absltest.TestCase):
     self.assertEqual(result.verdict, "mismatch", result.text())
     assert result.mismatch is not None
     self.assertIn("source_target_pairs", result.mismatch.differs)
+
+
+class NativeAttributesTest(absltest.TestCase):
+  """Skeptic pass 77c, N7: a decision through a library call whose
+  attributes differ between ranks (eigh's `lower`, LAPACK's `uplo`) was
+  compared without them, and proved; rank 0 read the lower triangle of
+  the shared matrix, rank 1 the upper, and their branches' allreduces met
+  each other."""
+
+  @staticmethod
+  def program(rank, x, lower):
+    m = allreduce(x.reshape(2, 2))
+    w = jax.lax.linalg.eigh(m, lower=lower(rank), symmetrize_input=False)[1]
+    return jax.lax.cond(w[0] > 0, allreduce, lambda v: v * 10.0, x)
+
+  def test_a_decision_through_another_triangle_is_rank_dependent(self):
+    result = check(functools.partial(self.program, lower=lambda r: r == 0))
+    self.assertEqual(result.verdict, "rank-dependent", result.text())
+
+  def test_control_the_same_triangle_is_proved(self):
+    result = check(functools.partial(self.program, lower=lambda r: True))
+    self.assertEqual(result.verdict, "proved", result.text())
+
+  def test_a_handles_address_is_left_out_and_the_rest_kept(self):
+    kept = rank_values._without_handles(
+      "backend_config={comm = 94269314012272 : i64, uplo = 76 : ui8}"
+    )
+    self.assertEqual(kept, "backend_config={uplo = 76 : ui8}")
+    self.assertIsNone(rank_values._without_handles('backend_config="\x01"'))
 
 
 class SameModuleTest(absltest.TestCase):
