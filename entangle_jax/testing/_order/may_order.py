@@ -77,7 +77,7 @@ from entangle_jax._src.targets.names import ENTANGLE_TARGET
 from entangle_jax.testing._hlo import Instruction, Module
 from entangle_jax.testing._hlo.attributes import Stack
 from entangle_jax.testing._hlo.instruction import uniform_literal
-from entangle_jax.testing._order import algebra, elements, folding
+from entangle_jax.testing._order import algebra, elements, folding, loop_rules
 from entangle_jax.testing._order.algebra import NOTHING, Leaf, Value
 from entangle_jax.testing._order.module_index import ModuleIndex
 from entangle_jax.testing._order.never_negative import NeverNegative
@@ -688,7 +688,7 @@ class MayOrder:
     initial = operands[0] if operands else NOTHING
     state = initial
     if loop.root is not None:
-      state = algebra.loop_state(
+      state = loop_rules.loop_state(
         initial, loop.root, loop.passed_on, (), met=True
       )
     grown = loop.state is None or state != loop.state
@@ -696,7 +696,9 @@ class MayOrder:
       self._grew = True
     loop.state = state
     mark = 1 << index
-    parameter = algebra.body_parameter(state, loop.passed_on, index, mark, ())
+    parameter = loop_rules.body_parameter(
+      state, loop.passed_on, index, mark, ()
+    )
     counted = loop.trips
     # A loop that runs once (as the last pass counted it) runs its body on
     # the initial value alone, constants included: XLA inlines it and folds
@@ -704,7 +706,7 @@ class MayOrder:
     # evaluated on that value. Its condition also sees the last result.
     once = None
     if counted == 1 and not loop.not_once:
-      once = algebra.first_iteration(initial, index, ())
+      once = loop_rules.first_iteration(initial, index, ())
     inner = dataclasses.replace(
       context, chain=(*context.chain, i.name), loops=(*context.loops, index)
     )
@@ -722,24 +724,24 @@ class MayOrder:
     root = self._computation(
       i.body, [parameter if once is None else once], body_context
     )
-    passed_on = frozenset(algebra.paths_passed_on(root, index, ()))
+    passed_on = frozenset(loop_rules.paths_passed_on(root, index, ()))
     if loop.root is None or passed_on != loop.passed_on:
       # The first pass took every element as changing: one more pass
       # with the elements the body hands back.
       self._grew = True
     loop.passed_on = passed_on
     loop.root = root
-    loop.trips = algebra.trips(decided, root, initial, index)
+    loop.trips = loop_rules.trips(decided, root, initial, index)
     if once is not None and loop.trips != 1:
       loop.not_once = True
     if loop.root is not None and loop.trips != counted:
       self._grew = True  # One more pass, with the body evaluated so.
     if loop.trips == 0:
       return initial  # XLA deletes a loop that never runs.
-    merged = algebra.loop_state(initial, root, passed_on, ())
+    merged = loop_rules.loop_state(initial, root, passed_on, ())
     if loop.trips:
       # It runs: after it, each element is what its last iteration made.
-      merged = algebra.after_trips(
+      merged = loop_rules.after_trips(
         initial, root, passed_on, (), once=loop.trips == 1 and once is not None
       )
       rows = elements.Rows(
@@ -754,8 +756,8 @@ class MayOrder:
       # result is the body's too. So only what the initial value shares
       # with the body's result (or what a call in the body computes, where
       # the body ran) surely reaches it.
-      last = algebra.after_trips(initial, root, passed_on, ())
-      merged = algebra.at_most(last, initial, self._in_loop.get(index, 0))
+      last = loop_rules.after_trips(initial, root, passed_on, ())
+      merged = loop_rules.at_most(last, initial, self._in_loop.get(index, 0))
     return merged
 
   def _conditional(
