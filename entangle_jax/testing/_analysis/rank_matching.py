@@ -620,8 +620,7 @@ def simulate(
     if isinstance(stopped, Deadlock) and matching.said:
       stopped = dataclasses.replace(stopped, matching=matching.said)
     first = first or (simulation, stopped)
-    stuck = {(r, h.op.name) for r, h in simulation.stuck if h is not None}
-    if stuck & matching.fixed:
+    if any(matching.is_fixed(r, h) for r, h in simulation.stuck):
       continue  # That receive met no send this way: not this matching.
     if stopped is not None:
       return simulation, stopped

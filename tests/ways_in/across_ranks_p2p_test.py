@@ -1,0 +1,133 @@
+"""The cross-rank check's point-to-point calls (skeptic pass 77c):
+receives from any source run in several executions, tags, what a plain
+send into a sendrecv carries, and swapped sends and receives of one type.
+
+Hermetic, in one process, as across_ranks_test.py: each rank's modules
+are compiled here with the rank as a Python value, with that file's FFI
+targets declared as a send, a receive and an allreduce (registered with
+entangle's no-op handler, only to compile), and with mpi4jax's shipped
+declaration of its sendrecv for a target of this file's.
+"""
+
+import jax
+import jax.numpy as jnp
+from absl.testing import absltest
+
+from entangle_jax.testing import CrossRankResult
+from entangle_jax.testing._analysis.ranks import RankProgram
+from entangle_jax.testing._ways_in import rank_sequences
+from tests.ways_in import across_ranks_test as base
+from tests.ways_in.across_ranks_test import recv, send
+
+X = jax.ShapeDtypeStruct((4,), jnp.float32)
+
+
+def program(function) -> RankProgram:
+  """`function`'s module, compiled for an f32[4], read for the check."""
+  text = jax.jit(function).lower(X).compile().as_text()
+  assert text is not None
+  return RankProgram(text, base.declarations())
+
+
+def executions(*ranks) -> CrossRankResult:
+  """The cross-rank check of each rank's executions: per rank, the
+  functions it runs, in order, each one jitted execution (one function
+  run twice is one module executed twice, as a Python loop runs it)."""
+  cache: dict[object, tuple[str, RankProgram]] = {}
+
+  def named(function):
+    if function not in cache:
+      cache[function] = (f"jit_{function.__name__}", program(function))
+    return cache[function]
+
+  return rank_sequences.check_executions(
+    [[named(f) for f in runs] for runs in ranks]
+  )
+
+
+def receive_any(x):
+  return recv(x, (4,), source=-1)
+
+
+def receive_from_1(x):
+  return recv(x, (4,), source=1)
+
+
+def send_to_0(x):
+  return send(x, dest=0)
+
+
+class WildcardExecutionsTest(absltest.TestCase):
+  """Skeptic pass 77c, N3 and F1: a receive from any source was known by
+  its rank and instruction name, but each execution of a jitted helper
+  runs the same instruction, and the receive of every module of one
+  binding has one name. Two executions shared one sender: a
+  master/worker loop over a jitted ``recv(ANY_SOURCE)`` was a deadlock,
+  and a matching that hangs was set aside as though its wildcard
+  receive had met no send."""
+
+  def test_one_name_in_two_modules(self):
+    # What the cases below rest on: the two modules' receives share a
+    # name.
+    names = {
+      call.op.name
+      for function in (receive_any, receive_from_1)
+      for call in program(function).calls()
+    }
+    self.assertLen(names, 1)
+
+  def test_a_helper_called_once_per_worker_is_proved(self):
+    result = executions([receive_any, receive_any], [send_to_0], [send_to_0])
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 2)
+
+  def test_control_a_call_too_many_deadlocks(self):
+    result = executions(
+      [receive_any, receive_any, receive_any], [send_to_0], [send_to_0]
+    )
+    self.assertEqual(result.verdict, "deadlock", result.text())
+
+  def test_a_fixed_receive_after_two_from_any_rank_may_hang(self):
+    # Rank 2 sends twice, rank 1 once: when the two receives from any
+    # rank meet rank 1, then rank 2, rank 0's receive from rank 1 waits
+    # for ever.
+    result = executions(
+      [receive_any, receive_any, receive_from_1],
+      [send_to_0],
+      [send_to_0, send_to_0],
+    )
+    self.assertEqual(result.verdict, "deadlock", result.text())
+    assert result.deadlock is not None
+    self.assertIn("execution 1) meets rank 1", result.deadlock.matching)
+    self.assertIn("execution 2) meets rank 2", result.deadlock.matching)
+    blocked = result.deadlock.blocked[0]
+    assert blocked is not None
+    self.assertIn("from rank 1", blocked.label)
+
+  def test_control_three_receives_from_any_rank_are_proved(self):
+    result = executions(
+      [receive_any, receive_any, receive_any],
+      [send_to_0],
+      [send_to_0, send_to_0],
+    )
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 3)
+
+  def test_a_fixed_receive_in_another_module_may_hang(self):
+    # When the receive from any rank meets rank 1, the receive from rank
+    # 1 (another module, the same instruction name) waits for ever.
+    result = executions([receive_any, receive_from_1], [send_to_0], [send_to_0])
+    self.assertEqual(result.verdict, "deadlock", result.text())
+    assert result.deadlock is not None
+    self.assertIn("meets rank 1's send", result.deadlock.matching)
+
+  def test_control_the_fixed_receive_first_is_proved(self):
+    # Rank 1's send is taken first: the receive from any rank can only
+    # meet rank 2's.
+    result = executions([receive_from_1, receive_any], [send_to_0], [send_to_0])
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 2)
+
+
+if __name__ == "__main__":
+  absltest.main()
