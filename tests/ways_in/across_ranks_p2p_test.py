@@ -9,10 +9,16 @@ entangle's no-op handler, only to compile), and with mpi4jax's shipped
 declaration of its sendrecv for a target of this file's.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 from absl.testing import absltest
 
+from entangle_jax._src import native
+from entangle_jax._src.targets import table
+from entangle_jax._src.targets.declaration import Declarations, merged
 from entangle_jax.testing import CrossRankResult
 from entangle_jax.testing._analysis.ranks import RankProgram
 from entangle_jax.testing._ways_in import rank_sequences
@@ -20,13 +26,69 @@ from tests.ways_in import across_ranks_test as base
 from tests.ways_in.across_ranks_test import recv, send
 
 X = jax.ShapeDtypeStruct((4,), jnp.float32)
+SENDRECV = "ranks_p2p_test_sendrecv"
+
+
+@functools.cache
+def registered() -> None:
+  """Registers this file's sendrecv with entangle's no-op handler."""
+  handler = native.load().registrations()["entangle"]
+  jax.ffi.register_ffi_target(SENDRECV, handler, platform="cpu")
+
+
+def declarations() -> Declarations:
+  """across_ranks_test.py's targets, and a sendrecv declared as
+  mpi4jax's is, its communicator left out (each rank's is the world)."""
+  mine = table.from_table(
+    {
+      "targets": {
+        SENDRECV: {
+          "communicates": {
+            "kind": "sendrecv",
+            "peer": "dest",
+            "tag": "sendtag",
+            "source": "source",
+            "source_tag": "recvtag",
+          }
+        }
+      }
+    },
+    "across_ranks_p2p_test",
+  )
+  return merged([mine, base.declarations()], distinct=False)
+
+
+def sendrecv(x, dest, source, received=None, sendtag=0, recvtag=-1):
+  """Sends `x` to `dest`, and receives from `source` an array of
+  `received`'s shape and type (`x`'s by default), as mpi4jax's
+  sendrecv (whose receive takes any tag unless told)."""
+  registered()
+  received = received or jax.ShapeDtypeStruct(x.shape, x.dtype)
+  call = jax.ffi.ffi_call(SENDRECV, received, has_side_effect=True)
+  return call(
+    x,
+    dest=np.int64(dest),
+    source=np.int64(source),
+    sendtag=np.int64(sendtag),
+    recvtag=np.int64(recvtag),
+  )
+
+
+def check(function, ranks=2) -> CrossRankResult:
+  """`function(rank, x)` compiled once per rank, checked across ranks
+  (as across_ranks_test.py's `check`, with this file's declarations)."""
+  modules = [
+    jax.jit(functools.partial(function, rank)).lower(X).compile()
+    for rank in range(ranks)
+  ]
+  return base.across(modules, declarations())
 
 
 def program(function) -> RankProgram:
   """`function`'s module, compiled for an f32[4], read for the check."""
   text = jax.jit(function).lower(X).compile().as_text()
   assert text is not None
-  return RankProgram(text, base.declarations())
+  return RankProgram(text, declarations())
 
 
 def executions(*ranks) -> CrossRankResult:
@@ -127,6 +189,51 @@ class WildcardExecutionsTest(absltest.TestCase):
     result = executions([receive_from_1, receive_any], [send_to_0], [send_to_0])
     self.assertEqual(result.verdict, "proved", result.text())
     self.assertLen(result.matched, 2)
+
+
+class TagTest(absltest.TestCase):
+  """Skeptic pass 77c, N9: a tag below 0 was taken as ``ANY_TAG``. Only a
+  receive's ``ANY_TAG`` (-1) is a wildcard; MPI rejects another negative
+  tag (``MPI_ERR_TAG``: send and receive of tag -5 both aborted, and the
+  check proved them)."""
+
+  @staticmethod
+  def program(rank, x, sent, wanted):
+    if rank == 0:
+      return send(x, dest=1, tag=sent)
+    return recv(x, (4,), source=0, tag=wanted)
+
+  def test_a_negative_tag_is_rejected(self):
+    for sent, wanted in ((-5, -5), (3, -5), (-1, -1), (-5, 3)):
+      with self.subTest(sent=sent, wanted=wanted):
+        result = check(
+          functools.partial(self.program, sent=sent, wanted=wanted)
+        )
+        self.assertEqual(result.verdict, "mismatch", result.text())
+        assert result.mismatch is not None
+        self.assertIn("MPI_ERR_TAG", result.mismatch.differs)
+        self.assertIn("below 0", result.mismatch.differs)
+        self.assertEqual(result.status, 1)
+
+  def test_control_a_tag_or_any_tag_is_proved(self):
+    for sent, wanted in ((5, 5), (5, -1), (0, -1)):
+      with self.subTest(sent=sent, wanted=wanted):
+        result = check(
+          functools.partial(self.program, sent=sent, wanted=wanted)
+        )
+        self.assertEqual(result.verdict, "proved", result.text())
+
+  def test_a_sendrecv_with_a_negative_tag_is_rejected(self):
+    def program(rank, x, recvtag):
+      return sendrecv(x, dest=1 - rank, source=1 - rank, recvtag=recvtag)
+
+    result = check(functools.partial(program, recvtag=-7))
+    self.assertEqual(result.verdict, "mismatch", result.text())
+    assert result.mismatch is not None
+    self.assertIn("tag -7", result.mismatch.differs)
+    # Control: mpi4jax's default, ANY_TAG.
+    result = check(functools.partial(program, recvtag=-1))
+    self.assertEqual(result.verdict, "proved", result.text())
 
 
 if __name__ == "__main__":

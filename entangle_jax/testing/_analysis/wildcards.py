@@ -28,6 +28,7 @@ import dataclasses
 import itertools
 
 from entangle_jax._src.targets.communication import ANY
+from entangle_jax.testing._analysis import peers
 from entangle_jax.testing._analysis.ranks import (
   BeyondTheModel,
   Branch,
@@ -40,12 +41,6 @@ from entangle_jax.testing._analysis.ranks import (
 LIMIT = 256
 """The most matchings tried; more is an error (the check cannot
 answer)."""
-
-
-def _accepts(wanted: int | None, tag: int | None) -> bool:
-  wanted = 0 if wanted is None else wanted
-  tag = 0 if tag is None else tag
-  return wanted <= ANY or tag <= ANY or wanted == tag
 
 
 def is_wildcard(call: Call) -> bool:
@@ -103,7 +98,7 @@ def matchings(sequences: list[tuple[Item, ...]]) -> list[Matching]:
         and any(
           c.kind in ("send", "sendrecv")
           and c.peer == rank
-          and _accepts(_receive_tag(call), c.tag)
+          and peers.tag_accepts(_receive_tag(call), c.tag)
           for c in calls_of(theirs)
         )
       ]
