@@ -236,5 +236,47 @@ class TagTest(absltest.TestCase):
     self.assertEqual(result.verdict, "proved", result.text())
 
 
+class PlainSendIntoSendrecvTest(absltest.TestCase):
+  """Skeptic pass 77c, N2: three ranks, rank 0's sendrecv sends to rank
+  1 (a plain receive) and receives from rank 2 (a plain send). Only the
+  sendrecv's outgoing message was compared: rank 2's i32[4] read as
+  f32[4] (wrong values), or an f32[8] (``MPI_ERR_TRUNCATE``), was
+  proved."""
+
+  @staticmethod
+  def program(rank, x, sent):
+    if rank == 0:
+      return sendrecv(x, dest=1, source=2)
+    if rank == 1:
+      return recv(x, (4,), source=0)
+    return send(sent(x), dest=0)
+
+  def test_another_type_is_a_mismatch(self):
+    result = check(
+      functools.partial(self.program, sent=lambda x: x.astype(jnp.int32)),
+      3,
+    )
+    self.assertEqual(result.verdict, "mismatch", result.text())
+    assert result.mismatch is not None
+    self.assertIn("rank 2 sends s32[4]", result.mismatch.differs)
+    self.assertIn("rank 0 receives it into f32[4]", result.mismatch.differs)
+
+  def test_a_longer_message_is_a_mismatch(self):
+    result = check(
+      functools.partial(self.program, sent=lambda x: jnp.tile(x, 2)), 3
+    )
+    self.assertEqual(result.verdict, "mismatch", result.text())
+    assert result.mismatch is not None
+    self.assertIn("rank 2 sends f32[8]", result.mismatch.differs)
+
+  def test_control_the_same_count_and_type_is_proved(self):
+    # MPI matches counts, not shapes: f32[2,2] meets f32[4].
+    result = check(
+      functools.partial(self.program, sent=lambda x: x.reshape(2, 2)), 3
+    )
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 1)
+
+
 if __name__ == "__main__":
   absltest.main()

@@ -436,8 +436,13 @@ class Simulation:
       return False
     for rank in ready:
       call = heads[rank]
-      assert isinstance(call, Call) and call.peer is not None
+      assert isinstance(call, Call)
+      assert call.peer is not None and call.source is not None
       differs = self._message_differs(heads, rank, call.peer)
+      # What a plain send gives this sendrecv is a message too (one from
+      # a sendrecv is compared as that one's outgoing message).
+      if differs is None and peers.kind(heads[call.source]) == "send":
+        differs = self._message_differs(heads, call.source, rank)
       if differs is not None:
         return differs
     group = set(ready)
