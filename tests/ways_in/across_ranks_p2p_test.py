@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest
 
+from entangle_jax import entangle
 from entangle_jax._src import native
 from entangle_jax._src.targets import table
 from entangle_jax._src.targets.declaration import Declarations, merged
@@ -119,6 +120,12 @@ def send_to_0(x):
   return send(x, dest=0)
 
 
+def send_twice_to_0(x):
+  # One value twice, in one execution: the two sends need no telling
+  # apart (`origins`).
+  return send(entangle(x, send(x, dest=0)), dest=0)
+
+
 class WildcardExecutionsTest(absltest.TestCase):
   """Skeptic pass 77c, N3 and F1: a receive from any source was known by
   its rank and instruction name, but each execution of a jitted helper
@@ -170,7 +177,7 @@ class WildcardExecutionsTest(absltest.TestCase):
     result = executions(
       [receive_any, receive_any, receive_any],
       [send_to_0],
-      [send_to_0, send_to_0],
+      [send_twice_to_0],
     )
     self.assertEqual(result.verdict, "proved", result.text())
     self.assertLen(result.matched, 3)
@@ -276,6 +283,84 @@ class PlainSendIntoSendrecvTest(absltest.TestCase):
     )
     self.assertEqual(result.verdict, "proved", result.text())
     self.assertLen(result.matched, 1)
+
+
+class PointToPointSwapTest(absltest.TestCase):
+  """Skeptic pass 77c, N1: two point-to-point steps of one type between
+  the same ranks, swapped on one rank, give each rank the other's data
+  (MPI matches count, type and tag): origins told only collectives
+  apart, and all three shapes here were proved."""
+
+  @staticmethod
+  def exchange(rank, x, swap):
+    """Both ranks exchange ``a``, then ``b``; rank 1 in the other order
+    with `swap`."""
+    other = 1 - rank
+    a, b = x + 1.0, x * 10.0
+    if swap and rank == 1:
+      a, b = b, a
+    first = sendrecv(a, dest=other, source=other)
+    return first, sendrecv(entangle(b, first), dest=other, source=other)
+
+  def test_swapped_sendrecvs_are_a_mismatch(self):
+    result = check(functools.partial(self.exchange, swap=True))
+    self.assertEqual(result.verdict, "mismatch", result.text())
+    assert result.mismatch is not None
+    self.assertIn("the two calls are swapped", result.mismatch.differs)
+    self.assertIn("rank 1's call 1", result.mismatch.differs)
+    self.assertEqual([c.rank for c in result.mismatch.calls if c], [0, 1])
+
+  def test_control_one_order_is_proved(self):
+    result = check(functools.partial(self.exchange, swap=False))
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 2)
+
+  def test_a_jitted_exchange_called_twice_is_matched_by_type_only(self):
+    # A halo-exchange helper: each execution sends its own argument, and
+    # nothing says which a rank passed first.
+    def to_1(x):
+      return sendrecv(x, dest=1, source=1)
+
+    def to_0(x):
+      return sendrecv(x, dest=0, source=0)
+
+    result = executions([to_1, to_1], [to_0, to_0])
+    self.assertEqual(result.verdict, "matched-by-type", result.text())
+    (said,) = result.by_type_only
+    self.assertIn("rank 0's calls 1 and 2", said)
+    self.assertIn("in another execution", said)
+    self.assertEqual(result.status, 2)
+
+  @staticmethod
+  def two_sends(rank, x, second=lambda x: x * 10.0, tags=(0, 0), wanted=-1):
+    """Rank 0 sends ``x + 1``, then `second`, with `tags`; rank 1
+    receives twice, with tag `wanted`, then the second tag (or
+    ``ANY_TAG``)."""
+    if rank == 0:
+      done = send(x + 1.0, dest=1, tag=tags[0])
+      return send(entangle(second(x), done), dest=1, tag=tags[1])
+    got = recv(x, (4,), source=0, tag=wanted)
+    second_tag = tags[1] if wanted >= 0 else -1
+    return got, recv(got, (4,), source=0, tag=second_tag)
+
+  def test_two_sends_of_one_type_are_matched_by_type_only(self):
+    # Rank 0 could send them the other way round: the receiver takes
+    # either alike, and no other rank's operands say which is which.
+    for tags in ((0, 0), (1, 2)):  # A receive of ANY_TAG takes either.
+      with self.subTest(tags=tags):
+        result = check(functools.partial(self.two_sends, tags=tags))
+        self.assertEqual(result.verdict, "matched-by-type", result.text())
+        (said,) = result.by_type_only
+        self.assertIn("rank 0's calls 1 and 2", said)
+        self.assertIn("send", said)
+
+  def test_control_one_value_twice_or_told_by_tags_is_proved(self):
+    result = check(functools.partial(self.two_sends, second=lambda x: x + 1.0))
+    self.assertEqual(result.verdict, "proved", result.text())
+    # Receives of tag 1, then 2: a swap of the sends would deadlock.
+    result = check(functools.partial(self.two_sends, tags=(1, 2), wanted=1))
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 2)
 
 
 if __name__ == "__main__":

@@ -187,7 +187,8 @@ def format_result(result: CrossRankResult) -> str:
     lines.append(
       "  MPI matches calls by count and type, so a swap of two such calls "
       "runs, with each rank's data in the other's call. Compute their "
-      "operands alike on every rank, or give them different types."
+      "operands alike on every rank, or give them different types (or, "
+      "for sends, different tags that each receive names)."
     )
     for n, step in enumerate(result.matched, 1):
       lines.append(f"  {n}. {_step_text(step)}")
@@ -424,7 +425,9 @@ def check_programs(
   rank_dependent += tuple(simulation.diverging)
   by_type_only: tuple[str, ...] = ()
   if stopped is None:
-    stopped, by_type_only = swaps(simulation.collectives)
+    stopped, by_type_only = swaps(
+      simulation.collectives, simulation.messages, len(programs)
+    )
   mismatch = stopped if isinstance(stopped, Mismatch) else None
   deadlock = stopped if isinstance(stopped, Deadlock) else None
   verdict: Verdict = "matched-by-type" if by_type_only else "proved"
