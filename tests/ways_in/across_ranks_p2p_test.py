@@ -243,6 +243,35 @@ class TagTest(absltest.TestCase):
     self.assertEqual(result.verdict, "proved", result.text())
 
 
+class PeerTest(absltest.TestCase):
+  """A peer below 0 that is neither ``ANY_SOURCE`` nor ``PROC_NULL`` (of
+  the declared binding, with no communicator: Open MPI's -1 and -2) was
+  taken as a wildcard, as N9's tags were: MPI rejects it
+  (``MPI_ERR_RANK``)."""
+
+  @staticmethod
+  def program(rank, x, dest, source):
+    if rank == 0:
+      return send(x, dest=dest)
+    return recv(x, (4,), source=source)
+
+  def test_a_negative_peer_is_rejected(self):
+    for dest, source in ((1, -5), (-1, 0)):
+      with self.subTest(dest=dest, source=source):
+        result = check(
+          functools.partial(self.program, dest=dest, source=source)
+        )
+        self.assertEqual(result.verdict, "mismatch", result.text())
+        assert result.mismatch is not None
+        self.assertIn("MPI_ERR_RANK", result.mismatch.differs)
+
+  def test_control_a_rank_or_any_source_is_proved(self):
+    for source in (0, -1):
+      with self.subTest(source=source):
+        result = check(functools.partial(self.program, dest=1, source=source))
+        self.assertEqual(result.verdict, "proved", result.text())
+
+
 class PlainSendIntoSendrecvTest(absltest.TestCase):
   """Skeptic pass 77c, N2: three ranks, rank 0's sendrecv sends to rank
   1 (a plain receive) and receives from rank 2 (a plain send). Only the

@@ -1,9 +1,10 @@
 """Which sends meet which receives in the cross-rank check's simulation
-(`entangle_jax.testing._ways_in.across_ranks`): by peer and tag. A peer
-at or below ``ANY`` is MPI's ``ANY_SOURCE`` (-1 in Open MPI, -2 in
-MPICH; PROC_NULL is left out before), meeting any; of the tags, only a
-receive's ``ANY_TAG`` (-1 in both) meets any, and a tag below 0 is
-otherwise an error that aborts the call (`bad_tag`)."""
+(`entangle_jax.testing._ways_in.across_ranks`): by peer and tag. A
+receive's source of -1 or -2 is MPI's ``ANY_SOURCE`` (-1 in Open MPI,
+-2 in MPICH; each library's other value is its PROC_NULL, whose calls
+the check leaves out before), meeting any; of the tags, only a
+receive's ``ANY_TAG`` (-1 in both) meets any. Another peer or tag below
+0 is an error that aborts the call (`bad_peer`, `bad_tag`)."""
 
 from __future__ import annotations
 
@@ -20,11 +21,37 @@ def kind(item: Item | None) -> str | None:
   return item.kind if isinstance(item, Call) else None
 
 
+ANY_SOURCES = (-1, -2)
+"""The values of MPI's ``ANY_SOURCE``: Open MPI's, then MPICH's."""
+
+
+def any_source(peer: int | None) -> bool:
+  """Whether a receive's source `peer` is ``ANY_SOURCE``."""
+  return peer in ANY_SOURCES
+
+
 def matches(value: int | None, wanted: int | None) -> bool:
   """Whether a peer `value` is `wanted`, either being any source."""
   value = 0 if value is None else value
   wanted = 0 if wanted is None else wanted
-  return value == wanted or value <= ANY or wanted <= ANY
+  return value == wanted or any_source(value) or any_source(wanted)
+
+
+def bad_peer(item: Item | None) -> str | None:
+  """Why MPI rejects `item`'s peer (``MPI_ERR_RANK``, which aborts the
+  program), in words; None where its peers are valid. A send's peer is a
+  rank (PROC_NULL left out before); a receive's too, or ``ANY_SOURCE``.
+  (A rank beyond the communicator is left to the simulation: it meets
+  nothing.)"""
+  if not isinstance(item, Call) or item.kind not in _POINT_TO_POINT:
+    return None
+  dest = item.peer if item.kind in ("send", "sendrecv") else None
+  source = {"recv": item.peer, "sendrecv": item.source}.get(item.kind)
+  if dest is not None and dest < 0:
+    return f"sends to rank {dest}, below 0"
+  if source is not None and source < 0 and not any_source(source):
+    return f"receives from rank {source}, below 0 and not ANY_SOURCE"
+  return None
 
 
 def tag_accepts(wanted: int | None, tag: int | None) -> bool:

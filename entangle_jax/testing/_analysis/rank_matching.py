@@ -389,18 +389,21 @@ class Simulation:
     `Mismatch` of a message that the receive does not take as sent."""
     n = self.count
     for rank, h in enumerate(heads):
-      bad = peers.bad_tag(h)
-      if bad is not None:
-        # MPI checks a call's arguments as the rank makes it: the call
-        # aborts whatever its peer does.
-        return Mismatch(
-          tuple(
-            self.rank_call(r, x) if x is not None else None
-            for r, x in enumerate(heads)
-          ),
-          f"the tag: rank {rank}'s call {bad}, which MPI rejects "
-          "(MPI_ERR_TAG, the program aborts)",
-        )
+      for what, bad, error in (
+        ("peer", peers.bad_peer(h), "MPI_ERR_RANK"),
+        ("tag", peers.bad_tag(h), "MPI_ERR_TAG"),
+      ):
+        if bad is not None:
+          # MPI checks a call's arguments as the rank makes it: the call
+          # aborts whatever its peer does.
+          return Mismatch(
+            tuple(
+              self.rank_call(r, x) if x is not None else None
+              for r, x in enumerate(heads)
+            ),
+            f"the {what}: rank {rank}'s call {bad}, which MPI rejects "
+            f"({error}, the program aborts)",
+          )
     for rank, h in enumerate(heads):
       if isinstance(h, Call) and h.kind == "send" and h.peer is not None:
         peer = h.peer

@@ -1,7 +1,7 @@
 """The matchings of wildcard receives, for the cross-rank check to try
 each one (issue 77).
 
-A receive from any source (MPI's ``ANY_SOURCE``: a peer below 0) meets
+A receive from any source (MPI's ``ANY_SOURCE``, `peers.any_source`) meets
 whichever matching send arrives first, and which one does may change from
 run to run. Three ranks where rank 0 receives from any rank, then from
 rank 2, while ranks 1 and 2 each send to it once: when the first receive
@@ -47,7 +47,7 @@ def is_wildcard(call: Call) -> bool:
   """Whether `call` receives from any source: a receive, or the receiving
   side of a sendrecv."""
   source = _source(call)
-  return source is not None and source <= ANY
+  return peers.any_source(source)
 
 
 def _source(call: Call) -> int | None:

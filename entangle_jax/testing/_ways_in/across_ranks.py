@@ -25,9 +25,9 @@ The check, over each rank's `RankProgram`
 
 What it assumes: every communicator spans all the ranks given; a send
 blocks until its receive (as MPI may, for messages too big to buffer);
-a peer below 0 is MPI's ``ANY_SOURCE`` (or ``PROC_NULL``); of the tags,
-a receive's -1 is ``ANY_TAG``, and another tag below 0 aborts (a
-`Mismatch`).
+a peer of -1 or -2 is MPI's ``PROC_NULL`` or a receive's ``ANY_SOURCE``
+(by the library); a receive's tag of -1 is ``ANY_TAG``; another peer or
+tag below 0 aborts (a `Mismatch`).
 """
 
 from __future__ import annotations
