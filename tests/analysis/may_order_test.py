@@ -634,6 +634,12 @@ def _times_65536(x):
   return x * jnp.int32(65536)
 
 
+@jax.jit
+def _times(x, c):
+  """A jitted helper of one place, passed both factors."""
+  return x * c
+
+
 # Skeptic pass 76f: never negative behind a jitted helper's parameter
 # (jnp.clip is one), a power of 2 (XLA makes it a square), a constant XLA
 # computes; a product of products through a helper or a reshape; an
@@ -660,6 +666,10 @@ query_through_helper_product_wrapping = query_through(
   "helper_product_wrapping",
   lambda s, w: s + _times_65536(w) * jnp.int32(65536),
 )
+query_through_helper_passed_a_product = query_through(
+  "helper_passed_a_product",
+  lambda s, w: s + _times(w * jnp.int32(65536), jnp.int32(65536)),
+)
 query_through_reshaped_product_wrapping = query_through(
   "reshaped_product_wrapping",
   lambda s, w: s + ((w * jnp.int32(65536))[None] * jnp.int32(65536))[0],
@@ -676,9 +686,56 @@ query_through_zero_kernel = query_through(
     )[0, 0, 0]
   ),
 )
+query_through_abs_shifted_back = query_through(
+  "abs_shifted_back",
+  lambda s, w: (
+    s + ((jnp.abs(w.astype(jnp.float32)) - 1.0) + 1.0 < 0).astype(s.dtype)
+  ),
+)
 query_through_one_trip_loop_zero = query_through(
   "one_trip_loop_zero",
   lambda s, w: s + w * lax.fori_loop(0, 1, lambda i, c: c * 0, w),
+)
+
+
+def _one_trip_float_zero():
+  """0.0 out of a ``while i < 1`` body's ``c * 0.0`` from ``c = 1.0``:
+  a float product with 0 stays, but XLA inlines the one trip and folds
+  ``1.0 * 0.0``."""
+  return lax.while_loop(
+    lambda c: c[0] < 1,
+    lambda c: (c[0] + 1, c[1] * 0.0),
+    (jnp.int32(0), jnp.float32(1.0)),
+  )[1]
+
+
+def one_trip_loop_reading_through_its_counter(slot):
+  """A ``fori_loop(0, 1)`` whose read waits through ``i * written``: XLA
+  inlines the one trip, where ``i`` is 0, and the read takes the slot."""
+  first = read_slot(slot)
+  written = write_slot(entangle(slot, first), first + 5.0)
+  total = lax.fori_loop(
+    0, 1, lambda i, t: t + read_slot(slot + i * written), jnp.float32(0.0)
+  )
+  return first, total
+
+
+def one_trip_loop_reading_the_update(slot):
+  """The fix: the read takes the update's result itself."""
+  first = read_slot(slot)
+  written = write_slot(entangle(slot, first), first + 5.0)
+  total = lax.fori_loop(
+    0, 1, lambda i, t: t + read_slot(written + i), jnp.float32(0.0)
+  )
+  return first, total
+
+
+query_through_abs_below_one_trip_zero = query_through(
+  "abs_below_one_trip_zero",
+  lambda s, w: (
+    s
+    + (jnp.abs(w.astype(jnp.float32)) < _one_trip_float_zero()).astype(s.dtype)
+  ),
 )
 
 query_through_summed_copies_wrapping = query_through(
@@ -697,6 +754,50 @@ query_through_dot_of_copies_wrapping = query_through(
     + jnp.dot(
       jnp.broadcast_to(w.astype(jnp.int8), (256,)), jnp.ones(256, jnp.int8)
     ).astype(s.dtype)
+  ),
+)
+
+
+def _below_zero(x, dtype):
+  return (x < 0).astype(dtype)
+
+
+def _float(w):
+  return w.astype(jnp.float32)
+
+
+# Ordered by data: XLA cannot know these never negative (a negation, or a
+# constant added that is not undone, hides the ``abs`` or ``exp``), and a
+# product with constants that do not multiply to 0 stays. Each reads the
+# written slot (the update's result is the slot, 3).
+query_through_negated_abs = query_through(
+  "negated_abs",
+  lambda s, w: s + _below_zero(-jnp.abs(_float(w)), s.dtype) - 1,
+)
+query_through_abs_minus_one = query_through(
+  "abs_minus_one",
+  lambda s, w: s + _below_zero(jnp.abs(_float(w)) - 1.0, s.dtype),
+)
+query_through_exp_minus_a_hundred = query_through(
+  "exp_minus_a_hundred",
+  lambda s, w: s + _below_zero(jnp.exp(_float(w)) - 100.0, s.dtype) - 1,
+)
+query_through_abs_and_one = query_through(
+  "abs_and_one",
+  lambda s, w: s + _below_zero(jnp.abs(w) & 1, s.dtype),
+)
+query_through_product_by_an_array = query_through(
+  "product_by_an_array",
+  lambda s, w: (
+    s + ((jnp.stack([w, w + 1]) * jnp.array([1, 2], s.dtype)) * 3)[1] - 24
+  ),
+)
+query_through_product_by_a_shifted_constant = query_through(
+  "product_by_a_shifted_constant",
+  lambda s, w: (
+    s
+    + ((w - 3) * jnp.int32(65536))
+    * lax.shift_right_logical(jnp.int32(65536), jnp.int32(16))
   ),
 )
 
@@ -1118,6 +1219,43 @@ def constant_predicate_unordered(slot):
   return read_slot(slot)
 
 
+def scan_over(name, make_xs, read=read_slot):
+  """A scan whose body reads ``slot + x`` and writes the slot after it,
+  over the items `make_xs(slot)`: where XLA folds them to zeros, each
+  ``x`` is 0 and the read is the same in every iteration, so XLA may move
+  it out of the loop."""
+
+  def program(slot):
+    def body(total, x):
+      value = read(slot + x)
+      write_slot(entangle(slot, value), value + 1.0)
+      return total + value, None
+
+    return lax.scan(body, jnp.float32(0.0), make_xs(slot))[0]
+
+  program.__name__ = program.__qualname__ = f"scan_over_{name}"
+  return program
+
+
+# Items XLA may fold to zeros (``A - A`` of integers, ``x % 1``); the
+# literal zeros show what the fold does.
+scan_over_cancelled = scan_over("cancelled", lambda s: jnp.full(3, s) - s)
+scan_over_remainders = scan_over(
+  "remainders", lambda s: jnp.stack([lax.rem(s, 1)] * 3)
+)
+scan_over_literal_zeros = scan_over(
+  "literal_zeros", lambda s: jnp.zeros(3, jnp.int32)
+)
+# Ordered: items that differ (constants, but no one value), so the read
+# changes from one iteration to the next.
+scan_over_ranges = scan_over(
+  "ranges",
+  lambda s: jnp.concatenate(
+    [jnp.arange(3, dtype=s.dtype), jnp.arange(3, dtype=s.dtype) + 3]
+  ),
+)
+
+
 def _jit_values(fn, times=3):
   values = []
   for _ in range(times):
@@ -1372,6 +1510,12 @@ class ReportedWithAWorkingFixTest(parameterized.TestCase):
       None,
     ),
     (
+      "helper_passed_a_product",
+      query_through_helper_passed_a_product,
+      query_after_update,
+      None,
+    ),
+    (
       "reshaped_product_wrapping",
       query_through_reshaped_product_wrapping,
       query_after_update,
@@ -1382,6 +1526,24 @@ class ReportedWithAWorkingFixTest(parameterized.TestCase):
       "one_trip_loop_zero",
       query_through_one_trip_loop_zero,
       query_after_update,
+      None,
+    ),
+    (
+      "abs_below_one_trip_zero",
+      query_through_abs_below_one_trip_zero,
+      query_after_update,
+      None,
+    ),
+    (
+      "abs_shifted_back",
+      query_through_abs_shifted_back,
+      query_after_update,
+      None,
+    ),
+    (
+      "one_trip_counter",
+      one_trip_loop_reading_through_its_counter,
+      one_trip_loop_reading_the_update,
       None,
     ),
     (
@@ -1429,6 +1591,38 @@ class ReportedWithAWorkingFixTest(parameterized.TestCase):
     self.assertEqual(_races(fixed), [], format_races(_races(fixed)))
     self.assertEqual(
       _jit_values(jax.jit(fixed)), [_program_order_value(fixed)] * 3
+    )
+
+
+class ReportedByTheRuleTest(parameterized.TestCase):
+  """Loops this XLA keeps (it folds their items after moving reads), right
+  today, which another may break as it breaks the same loop over items it
+  sees are zeros: each is reported as a read XLA may move out of its loop,
+  and its fix, the read marked side-effecting, is right and clean."""
+
+  @parameterized.named_parameters(
+    ("cancelled", scan_over_cancelled, lambda s: jnp.full(3, s) - s),
+    (
+      "remainders",
+      scan_over_remainders,
+      lambda s: jnp.stack([lax.rem(s, 1)] * 3),
+    ),
+  )
+  def test_reported_and_fixed(self, program, make_xs):
+    found = _races(program)
+    report = format_races(found)
+    self.assertIn("hoisted", [r.xla_change.kind for r in found], report)
+    # The control: over items XLA sees are zeros, the read leaves the
+    # loop and reads the slot before every write (0.0 for 3.0).
+    control = scan_over_literal_zeros
+    self.assertNotEmpty(_races(control))
+    if test_util.jax_version()[:2] == (0, 10):
+      wrong = _jit_values(jax.jit(control))
+      self.assertNotIn(_program_order_value(control), wrong)
+    fixed = scan_over("fixed", make_xs, read=side_effecting_read)
+    self.assertEqual(_races(fixed), [], format_races(_races(fixed)))
+    self.assertEqual(
+      _jit_values(jax.jit(fixed)), [_program_order_value(program)] * 3
     )
 
 
@@ -1522,6 +1716,29 @@ class NoFalseReportTest(parameterized.TestCase):
       "summed_copies_not_wrapping",
       query_through_summed_copies_not_wrapping,
       query_through_summed_copies_wrapping,
+    ),
+    ("scan_over_ranges", scan_over_ranges, scan_over_literal_zeros),
+    ("abs_and_one", query_through_abs_and_one, query_through_abs_below_zero),
+    ("negated_abs", query_through_negated_abs, query_through_negated_twice),
+    (
+      "abs_minus_one",
+      query_through_abs_minus_one,
+      query_through_abs_shifted_back,
+    ),
+    (
+      "exp_minus_a_hundred",
+      query_through_exp_minus_a_hundred,
+      query_through_abs_shifted_back,
+    ),
+    (
+      "product_by_an_array",
+      query_through_product_by_an_array,
+      query_through_constants_wrapping_to_zero,
+    ),
+    (
+      "product_by_a_shifted_constant",
+      query_through_product_by_a_shifted_constant,
+      query_through_constants_wrapping_to_zero,
     ),
     (
       "deep_checksums",

@@ -131,6 +131,30 @@ class LoopPairingTest(absltest.TestCase):
     late = [_call("w", 100 + i, 100 + i, site=body) for i in range(3)]
     self.assertEqual(_races(first, *late), ([], []))
 
+  def test_a_call_after_a_loop_pairs_with_every_iteration_it_preceded(self):
+    # fori_loop(3, write) then an unordered write that needs nothing of
+    # the loop (issue 78, defect 5): it ran and returned before the
+    # loop's last two iterations began, which is two races, not one.
+    module = sites.SanitizedModule("jit_f", 0, "Host")
+    body = _site(0, (LOOP,), module)
+    after = _site(1, (), module)
+    iterations = [_call("w", 10 * i, 10 * i + 5, site=body) for i in range(3)]
+    early = _call("w", 6, 8, site=after)
+    races, unpaired = _races(*iterations, early)
+    self.assertEqual(unpaired, [])
+    self.assertEqual(
+      {(r.kind, r.first, r.second) for r in races},
+      {(checks.OUT_OF_ORDER, i, early) for i in iterations[1:]},
+    )
+    # Before every iteration: a race with each.
+    first = _call("w", 0, 0, site=after)
+    late = [_call("w", 10 + i, 10 + i, site=body) for i in range(3)]
+    races, _ = _races(*late, first)
+    self.assertEqual({r.first for r in races}, set(late))
+    # Control: it ran after the loop, as the program made it.
+    done = _call("w", 30, 31, site=after)
+    self.assertEqual(_races(*iterations, done), ([], []))
+
   def test_why_an_inner_loop_is_not_compared_names_the_platform(self):
     # A write in an outer loop, reads in an inner one: paired only by the
     # iteration markers, which are native calls placed only in a module

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest
+from jax.experimental import io_callback
 
 from entangle_jax._src import native
 from entangle_jax._src.targets import sources, table
@@ -32,6 +33,8 @@ from entangle_jax.testing._ways_in.across_ranks import check_programs
 
 ALLREDUCE = "rank_sequences_test_allreduce"
 X = jax.ShapeDtypeStruct((4,), jnp.float32)
+# The allreduces' communicator (handle 7) spans both ranks, in order.
+WORLD = [{7: (0, 1)}, {7: (0, 1)}]
 
 
 @functools.cache
@@ -99,7 +102,7 @@ class ExecutionsTest(absltest.TestCase):
 
   def test_g_before_f_is_a_mismatch_naming_both_modules(self):
     result = rank_sequences.check_executions(
-      [[named(f), named(g)], [named(g), named(f)]]
+      [[named(f), named(g)], [named(g), named(f)]], WORLD
     )
     self.assertEqual(result.verdict, "mismatch")
     assert result.mismatch is not None
@@ -112,14 +115,16 @@ class ExecutionsTest(absltest.TestCase):
 
   def test_control_the_same_order_is_proved(self):
     result = rank_sequences.check_executions(
-      [[named(f), named(g)], [named(f), named(g)]]
+      [[named(f), named(g)], [named(f), named(g)]], WORLD
     )
     self.assertEqual(result.verdict, "proved", result.text())
     self.assertLen(result.matched, 2)
     self.assertIn("jit_g, execution 2", result.matched[1].calls[0].label)
 
   def test_a_rank_that_runs_one_more_module_deadlocks(self):
-    result = rank_sequences.check_executions([[named(f), named(f)], [named(f)]])
+    result = rank_sequences.check_executions(
+      [[named(f), named(f)], [named(f)]], WORLD
+    )
     self.assertEqual(result.verdict, "deadlock")
 
   def test_a_swap_of_one_type_is_told_by_the_module(self):
@@ -129,7 +134,7 @@ class ExecutionsTest(absltest.TestCase):
       [named(f), named(g_same_type)],
       [named(g_same_type), named(f)],
     ]
-    result = rank_sequences.check_executions(runs)
+    result = rank_sequences.check_executions(runs, WORLD)
     self.assertEqual(result.verdict, "mismatch")
     assert result.mismatch is not None
     self.assertIn("swapped", result.mismatch.differs)
@@ -147,7 +152,8 @@ class ExecutionsTest(absltest.TestCase):
       [named(f), named(g_same_type)],
       [named(g_same_type), named(f)],
     ]
-    self.assertEqual(check_programs([Plain(r) for r in runs]).verdict, "proved")
+    plain = check_programs([Plain(r) for r in runs], WORLD)
+    self.assertEqual(plain.verdict, "proved")
 
 
 def write_dump(folder: pathlib.Path, modules: dict) -> None:
@@ -162,12 +168,17 @@ def write_dump(folder: pathlib.Path, modules: dict) -> None:
 
 
 def write_record(folder: pathlib.Path, ran: list[tuple[int, str]], done=True):
+  """`record_executions`' record of `ran` in `folder` (``rankR``), as a
+  process running mpi4py writes it: the allreduces' communicator (7)
+  spans both ranks in the world's order."""
   (folder / rank_sequences.RECORD).write_text(
     json.dumps(
       {
         "format": rank_sequences.RECORD_FORMAT,
         "complete": done,
         "executions": [{"module": n, "name": name} for n, name in ran],
+        "world_rank": int(folder.name.removeprefix("rank")),
+        "communicators": [{"handle": 7, "world_ranks": [0, 1]}],
       }
     )
   )
@@ -359,6 +370,96 @@ class RecordTest(absltest.TestCase):
       raise RuntimeError("the rank died")
     with self.assertRaisesRegex(rank_sequences.RankRecordMissing, "complete"):
       rank_sequences.read_record(folder)
+
+
+class WhatRanTest(absltest.TestCase):
+  """The record holds what ran, in an order every run keeps (skeptic pass
+  77c: N4, N5, N8 and the threads of N6)."""
+
+  def test_functions_freed_after_their_call_are_each_named(self):
+    # An inline jax.jit(f)(x) frees its executable at once, and the next
+    # one may get its id: the record named the earlier module again.
+    def make(k):
+      def step(x):
+        return x + float(k)
+
+      step.__name__ = f"step{k}"
+      return step
+
+    folder = tempfile.mkdtemp()
+    with executions.record_executions(folder):
+      for k in range(8):
+        jax.jit(make(k))(jnp.ones(3)).block_until_ready()
+    record = rank_sequences.read_record(folder)
+    names = [e.name for e in record if e.name.startswith("jit_step")]
+    self.assertEqual(names, [f"jit_step{k}" for k in range(8)])
+
+  def test_a_call_that_raised_before_it_ran_is_not_recorded(self):
+    def twice(x):
+      return x * 2.0
+
+    ff = jax.jit(twice)
+    gone = jnp.ones(3)
+    ff(gone).block_until_ready()  # Compiled before the block.
+    gone.delete()
+    folder = tempfile.mkdtemp()
+    with executions.record_executions(folder):
+      with self.assertRaises(RuntimeError):
+        ff(gone)
+      ff(jnp.ones(3)).block_until_ready()  # Control: recorded.
+    record = rank_sequences.read_record(folder)
+    self.assertEqual(
+      [e.name for e in record if e.name == "jit_twice"], ["jit_twice"]
+    )
+
+  def test_a_call_made_by_a_host_callback_is_concurrent(self):
+    def inner(x):
+      return x + 1.0
+
+    def outer(x):
+      def host(v):
+        return np.asarray(jax.jit(inner)(v))
+
+      shape = jax.ShapeDtypeStruct(x.shape, x.dtype)
+      return io_callback(host, shape, x, ordered=True)
+
+    folder = tempfile.mkdtemp()
+    with executions.record_executions(folder):
+      jax.jit(outer)(jnp.ones(3)).block_until_ready()
+      jax.jit(inner)(jnp.ones(3)).block_until_ready()  # Control.
+    record = rank_sequences.read_record(folder)
+    found = [(e.name, e.concurrent) for e in record if e.name == "jit_inner"]
+    self.assertEqual(found, [("jit_inner", True), ("jit_inner", False)])
+
+  def executions_of(self, record) -> list[str]:
+    compiled: dict[int, tuple[str, str, RankProgram | None]] = {
+      1: ("jit_f", "f.txt", program(f)),
+      2: ("jit_g", "g.txt", program(g)),
+      3: ("jit_quiet", "quiet.txt", None),  # Communicates nothing.
+    }
+    runs = rank_sequences.executed("dump", 0, record, compiled)
+    return [name for name, _, _ in runs]
+
+  def test_a_communicating_execution_begun_inside_another_proves_nothing(self):
+    Execution = rank_sequences.Execution
+    record = [Execution(1, "jit_f"), Execution(2, "jit_g", concurrent=True)]
+    with self.assertRaisesRegex(
+      rank_sequences.RankRecordMissing, "execution 2 .jit_g. communicates and"
+    ):
+      self.executions_of(record)
+    # Control: a concurrent one that communicates nothing.
+    quiet = [Execution(1, "jit_f"), Execution(3, "jit_quiet", concurrent=True)]
+    self.assertEqual(self.executions_of(quiet), ["jit_f"])
+
+  def test_communicating_executions_of_two_threads_prove_nothing(self):
+    Execution = rank_sequences.Execution
+    record = [Execution(1, "jit_f", thread=0), Execution(2, "jit_g", thread=1)]
+    with self.assertRaisesRegex(
+      rank_sequences.RankRecordMissing, "two of its threads"
+    ):
+      self.executions_of(record)
+    control = [Execution(1, "jit_f"), Execution(3, "jit_quiet", thread=1)]
+    self.assertEqual(self.executions_of(control), ["jit_f"])
 
 
 class FakeMpi:

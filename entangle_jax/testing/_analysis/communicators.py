@@ -20,20 +20,22 @@ to a consistent renaming, which is sound only where each rank uses one:
 So where a rank's calls use two or more communicators, or one the module
 does not show, nothing is proved (`unseen`).
 
-One communicator a rank is taken to span all the ranks given, which is
-sound for collectives alone: ranks that share a communicator make the
-same calls on it, whichever ranks it spans. It is not sound where the
-ranks' numbering matters (issue 77, skeptic pass 77b): a send's or a
-receive's peer is a rank *of the communicator*, so on one that
-``Split`` numbered the other way round (``Split(0, size - 1 - rank)``)
-"to rank 1" is a message to oneself, and on one that spans a subset the
-peers are other processes still; and where a rank also makes calls on no
-declared communicator (XLA's collectives, an undeclared native call), a
-result reduced over a subset is not the same on every rank. There the
-communicator's *layout* must be known: which world rank each of its
-ranks is (`Layout`), recorded at run time (`record_executions`, with
-mpi4py) or given to ``races_across``. Only the layout that spans every
-rank in world order is proved.
+One communicator a rank must be known to span every rank: its
+*layout*, which world rank each of its ranks is (`Layout`), recorded at
+run time (`record_executions`, with mpi4py) or given to
+``races_across``. A module holds the handle only, and one rank on
+``COMM_SELF`` (or a ``Split`` of some ranks) makes the same calls as the
+others on ``COMM_WORLD`` and never meets them (skeptic pass 77c, N6).
+Where the ranks' numbering matters, the layout must also be the world's
+order (issue 77, skeptic pass 77b): a send's or a receive's peer is a
+rank *of the communicator*, so on one that ``Split`` numbered the other
+way round (``Split(0, size - 1 - rank)``) "to rank 1" is a message to
+oneself; and where a rank also makes calls on no declared communicator
+(XLA's collectives, an undeclared native call), a result reduced over a
+communicator of some ranks is not the same on the others. Collectives
+alone take part in any order of the ranks. Two communicators that each
+span every rank, one used by some ranks and the other by the rest, are
+still taken for one: nothing in a process tells them apart.
 """
 
 from __future__ import annotations
@@ -96,20 +98,20 @@ def unseen(
         "handle's value differs in each process, so a rank that makes "
         "its calls on them in another order is not seen"
       )
-    if len(handles) == 1 and not hidden and (numbered or plain):
+    if len(handles) == 1 and not hidden:
       ((handle, first),) = handles.items()
-      why = numbered[0] if numbered else plain[0]
       known = layouts[rank] if layouts is not None else {}
+      because = None
+      if numbered:
+        because = f"the peers of {numbered[0].label()} are ranks of it"
+      elif plain:
+        because = (
+          f"the rank also makes {plain[0].label()}, which spans every "
+          "rank, and a result reduced over a communicator of some ranks "
+          "is not the same on the others"
+        )
       sentence = _layout_unproved(
-        rank,
-        len(sequences),
-        first,
-        known.get(as_int(handle)),
-        f"the peers of {why.label()} are ranks of the communicator"
-        if numbered
-        else f"the rank also makes {why.label()}, which spans every rank: "
-        "a result reduced over a communicator of some ranks is not the "
-        "same on the others",
+        rank, len(sequences), first, known.get(as_int(handle)), because
       )
       if sentence:
         said.append(sentence)
@@ -117,31 +119,40 @@ def unseen(
 
 
 def _layout_unproved(
-  rank: int, ranks: int, first: Call, layout: Layout | None, because: str
+  rank: int,
+  ranks: int,
+  first: Call,
+  layout: Layout | None,
+  numbering: str | None,
 ) -> str | None:
   """Why rank `rank`'s one communicator (its first call `first`) proves
-  nothing, where its layout matters (`because`): unknown, or not the
-  world's; None where it is the world's."""
+  nothing: its layout unknown, or of some ranks only, or (where the
+  numbering matters: `numbering` says why) not the world's order; None
+  where it spans every rank as it must."""
   if layout == tuple(range(ranks)):
     return None
   where = f"rank {rank}: the communicator of {first.label()}"
   if layout is None:
     return (
-      f"{where} may number the ranks otherwise than the world does, or "
-      f"span only some of them, and its layout is not recorded ({because}). "
+      f"{where} may span only some of the ranks (COMM_SELF, a Split), or "
+      "number them otherwise than the world does, and its layout is not "
+      "recorded: ranks on communicators of different ranks do not meet. "
       "Run the program under record_executions(DIR) or pytest "
       "--entangle-ranks with mpi4py, which record each communicator's "
       "ranks, or give races_across its layout (communicators=)"
     )
-  if sorted(layout) == list(range(ranks)):
+  if sorted(layout) != list(range(ranks)):
     return (
-      f"{where} numbers the ranks otherwise than the world does: its rank "
-      f"k is world rank {list(layout)}[k], and {because}, so which "
-      "processes meet is not what the world's numbers say"
+      f"{where} spans world ranks {sorted(layout)} of the {ranks} given: "
+      "the others are not in it, and each rank's calls are compared as "
+      "if every rank took part"
     )
+  if numbering is None:
+    return None  # Collectives alone: every rank takes part, in any order.
   return (
-    f"{where} spans world ranks {sorted(layout)} of the {ranks} given, "
-    f"and {because}"
+    f"{where} numbers the ranks otherwise than the world does: its rank "
+    f"k is world rank {list(layout)}[k], and {numbering}, so which "
+    "processes meet is not what the world's numbers say"
   )
 
 

@@ -121,16 +121,53 @@ def _attributes(line: str, native: bool) -> tuple[str, ...]:
       if depth == 0:
         break
     index += 1
-  rest = line[index + 1 :]
-  found: list[str] = []
+  found = [part.strip() for part in _split_top(line[index + 1 :])]
+  kept = []
+  for attribute in found:
+    key = attribute.split("=", 1)[0].strip()
+    if not attribute or key in _NAMING:
+      continue
+    if native and key == "backend_config":
+      # A native call's attributes may hold per-process handles (an MPI
+      # communicator's address): those are left out, the rest compared
+      # (a LAPACK call's `uplo`: eigh's `lower` of rank 0 against rank
+      # 1's reads another triangle, skeptic pass 77c, N7).
+      attribute = _without_handles(attribute)
+      if attribute is None:
+        continue
+    kept.append(attribute)
+  return tuple(kept)
+
+
+_TYPED_ENTRY = re.compile(r"^\s*(\w+)\s*=\s*(-?\d+)\s*:\s*\w+\s*$")
+
+
+def _without_handles(attribute: str) -> str | None:
+  """A native call's ``backend_config=...``, with each entry whose value
+  may be a per-process handle left out: an integer outside 32 bits (an
+  address). None for an opaque string (it may hold anything)."""
+  value = attribute.split("=", 1)[1].strip()
+  if not (value.startswith("{") and value.endswith("}")):
+    return None
+  kept = []
+  for entry in _split_top(value[1:-1]):
+    found = _TYPED_ENTRY.match(entry)
+    if found and not -(1 << 31) <= int(found.group(2)) < 1 << 32:
+      continue
+    kept.append(entry.strip())
+  return "backend_config={" + ", ".join(kept) + "}"
+
+
+def _split_top(text: str) -> list[str]:
+  """`text` split at its commas outside brackets and quotes."""
+  parts: list[str] = []
   depth = 0
   quoted = False
   current = ""
-  for char in rest:
+  for char in text:
     if quoted:
       current += char
-      if char == '"':
-        quoted = False
+      quoted = char != '"'
       continue
     if char == '"':
       quoted = True
@@ -139,20 +176,13 @@ def _attributes(line: str, native: bool) -> tuple[str, ...]:
     elif char in ")]}":
       depth -= 1
     if char == "," and depth == 0:
-      found.append(current.strip())
+      parts.append(current)
       current = ""
     else:
       current += char
-  found.append(current.strip())
-  kept = []
-  for attribute in found:
-    key = attribute.split("=", 1)[0].strip()
-    if not attribute or key in _NAMING:
-      continue
-    if native and key == "backend_config":
-      continue  # A native call's attributes hold per-process handles.
-    kept.append(attribute)
-  return tuple(kept)
+  if current.strip():
+    parts.append(current)
+  return parts
 
 
 ELIDED = "{...}"

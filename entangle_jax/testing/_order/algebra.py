@@ -440,8 +440,16 @@ def cancelled(
   if opcode != "compare" and not is_integral(shape):
     return result
   a, b = (as_leaf(o) for o in operands)
-  if opcode in ("add", "multiply") and a.key is not None and a.key == b.key:
+  same = a.key is not None and a.key == b.key
+  if opcode in ("add", "multiply") and same:
     return result
+  if opcode in ("subtract", "xor") and same:
+    # XLA folds ``A - A`` and ``A ^ A`` of integers to 0: a constant, whose
+    # elements are alike (a scan over ``full(3, s) - s`` takes 0 in every
+    # iteration; skeptic pass 76g).
+    zero = False if element_type_of(shape) == "pred" else 0
+    text = "false" if zero is False else "0"
+    return new_leaf(const=True, lit=zero, key=("c", text, shape))
   common_deps, common_var = a.deps & b.deps, a.var & b.var
   if not common_deps and not common_var:
     return result
@@ -456,17 +464,33 @@ def may_be_equal_constants(low: Leaf, high: Leaf) -> bool:
   return low.lit is None or high.lit is None or low.lit == high.lit
 
 
-def absorbed(opcode: str, operands: list[Value], shape: str) -> Leaf | None:
+def absorbed(
+  opcode: str,
+  operands: list[Value],
+  shape: str,
+  elements: Sequence[tuple | None] = (),
+) -> Leaf | None:
   """The constant that `ABSORBING` makes a binary op (XLA's algebraic
   simplifier folds it); None otherwise. A floating-point product or
   remainder is never folded: XLA keeps ``x * 0`` for floats, whose ``nan *
   0`` is ``nan`` (it folds them only under fast math, off in JAX), so the
-  documented ``token * 0`` stays an order."""
+  documented ``token * 0`` stays an order. `elements`: each operand's
+  elements where it is an array literal read here: one of which none
+  absorbs does not (``x * [1, 2]`` stays; of ``x * [0, 1]``, a slice may
+  take the 0)."""
   if opcode in ("multiply", "remainder") and not is_integral(shape):
     return None
   positions, absorbs = ABSORBING[opcode]
   for position in positions:
     leaf = as_leaf(operands[position])
+    read = elements[position] if position < len(elements) else None
+    if (
+      leaf.const
+      and leaf.lit is None
+      and read is not None
+      and not any(absorbs(v) for v in read)
+    ):
+      continue
     if leaf.const and (leaf.lit is None or absorbs(leaf.lit)):
       if leaf.lit is None:
         return Leaf(const=True)
@@ -742,19 +766,25 @@ def at_most(merged: Value, initial: Value, inside: int) -> Value:
 
 
 def after_trips(
-  initial: Value, root: Value, passed_on: frozenset, path: tuple
+  initial: Value,
+  root: Value,
+  passed_on: frozenset,
+  path: tuple,
+  once: bool = False,
 ) -> Value:
   """A loop's state once it has run one iteration or more (its trip
   count says so): each element as the body's last result has it (XLA may
   inline a loop that runs once, or unroll one, and keep only that); one
-  the body hands back unchanged keeps its initial value."""
+  the body hands back unchanged keeps its initial value. `once`: the loop
+  runs once and `root` is its body's result on the initial value
+  (`first_iteration`), so a constant's value is the one it has."""
   if (
     isinstance(initial, tuple)
     and isinstance(root, tuple)
     and len(initial) == len(root)
   ):
     return tuple(
-      after_trips(a, b, passed_on, (*path, k))
+      after_trips(a, b, passed_on, (*path, k), once)
       for k, (a, b) in enumerate(zip(initial, root, strict=True))
     )
   if path in passed_on:
@@ -762,7 +792,21 @@ def after_trips(
   # A constant stays one: XLA folds what it computes where it inlines the
   # loop (``fori_loop(0, 1, lambda i, c: c * 0, w)`` is 0).
   last = as_leaf(root)
-  return replace(last, const=last.const, origin=None, lit=None)
+  lit = last.lit if once and last.const else None
+  return replace(last, const=last.const, origin=None, lit=lit)
+
+
+def first_iteration(initial: Value, index: int, path: tuple) -> Value:
+  """The body's parameter of loop `index` where it runs once: its
+  initial value, constants and value numbers included (XLA inlines such a
+  loop and folds what its constants make), each element tagged with its
+  path for `paths_passed_on` and `trips`."""
+  if isinstance(initial, tuple):
+    return tuple(
+      first_iteration(element, index, (*path, k))
+      for k, element in enumerate(initial)
+    )
+  return replace(initial, origin=("state", index, path))
 
 
 def bitcast(leaf: Leaf, source: str, shape: str) -> Leaf:

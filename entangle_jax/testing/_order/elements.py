@@ -428,12 +428,20 @@ def _scattered(
 
 
 def _one_value(parts: tuple | None) -> bool:
-  """Whether `parts` (a concatenate's) all hold one value number: every
-  element then alike (``stack([s, s])``)."""
+  """Whether `parts` (a concatenate's) all hold one value number, or
+  are constants of one value read here: every element then alike
+  (``stack([s, s])``, ``stack([s % 1] * 3)``, which XLA folds to zeros;
+  skeptic pass 76g)."""
   if not parts:
     return False
   keys = {part.key for part in parts}
-  return len(keys) == 1 and None not in keys
+  if len(keys) == 1 and None not in keys:
+    return True
+  if not all(part.const and part.parts is None for part in parts):
+    return False
+  if any(part.lit is None for part in parts):
+    return False  # An array literal (``arange(3)``) has its own elements.
+  return len({repr(part.lit) for part in parts}) == 1
 
 
 def _gathered_point(

@@ -20,14 +20,19 @@ elements are all equal: `Leaf.lit`).
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
+import re
 from collections.abc import Callable, Sequence
 from math import isfinite
 from typing import Protocol
 
 from entangle_jax.testing._hlo import Instruction
-from entangle_jax.testing._hlo.instruction import uniform_literal
+from entangle_jax.testing._hlo.instruction import (
+  scalar_literal,
+  uniform_literal,
+)
 from entangle_jax.testing._order.algebra import (
   INTEGER_MAX,
   Leaf,
@@ -63,8 +68,12 @@ _IDEMPOTENT_REDUCTIONS = frozenset({"and", "or", "maximum", "minimum"})
 """Reductions whose result over equal elements is one of them combined
 with the initial value, however many there are."""
 
+_SHIFTS = frozenset(
+  {"shift-left", "shift-right-logical", "shift-right-arithmetic"}
+)
+
 FOLDABLE = frozenset(
-  {"compare", "convert", "not", "negate", "reduce", *_BINARY}
+  {"compare", "convert", "not", "negate", "reduce", *_BINARY, *_SHIFTS}
 )
 """The opcodes `folded` may fold."""
 
@@ -103,6 +112,8 @@ def folded(
     return _fits(~v if opcode == "not" else -v, element)
   if opcode in _BINARY and len(values) == 2:
     return _binary(opcode, values[0], values[1], element)
+  if opcode in _SHIFTS and len(values) == 2:
+    return _shifted(opcode, values[0], values[1], element)
   if (
     opcode == "reduce"
     and len(values) == 2
@@ -123,6 +134,31 @@ def _binary(opcode: str, a: object, b: object, element: str) -> object:
       return None
     return bool(_BINARY[opcode](a, b))
   return _fits(_BINARY[opcode](a, b), element)
+
+
+def _shifted(opcode: str, value: object, amount: object, element: str):
+  """An integer shift as XLA computes it: by an amount out of ``[0,
+  bits)`` a left or logical shift gives 0 and an arithmetic one the sign
+  (``65536 >> 16`` is 1)."""
+  if element not in INTEGER_MAX:
+    return None
+  if not (isinstance(value, int) and isinstance(amount, int)):
+    return None
+  if isinstance(value, bool) or isinstance(amount, bool):
+    return None
+  bits = int(element[1:])
+  if opcode == "shift-right-arithmetic":
+    signed = value % 2**bits
+    signed = signed - 2**bits if signed >= 2 ** (bits - 1) else signed
+    if not 0 <= amount < bits:
+      return _fits(-1 if signed < 0 else 0, element)
+    return _fits(signed >> amount, element)
+  if not 0 <= amount < bits:
+    return 0
+  unsigned = value % 2**bits
+  if opcode == "shift-left":
+    return _fits(unsigned << amount, element)
+  return _fits(unsigned >> amount, element)
 
 
 def _fits(value: object, element: str) -> object:
@@ -170,6 +206,43 @@ def typed(value: object, shape: str) -> object:
   if element.startswith(("f", "bf")) and isinstance(value, int | float):
     return None if isinstance(value, bool) else float(value)
   return None
+
+
+def read_constant(
+  leaf: Leaf | None, found: Instruction | None
+) -> tuple[bool, object]:
+  """Whether a value is a constant XLA may fold to, and its value where
+  this module can read it (`Leaf.lit`): the evaluation's `leaf` where it
+  says so, else the instruction `found` itself (a ``constant``'s literal;
+  an ``iota``, a constant not read here), as in a computation that the
+  evaluation did not reach this way."""
+  if leaf is not None and leaf.const:
+    return True, leaf.lit
+  if found is not None and found.opcode == "constant":
+    return True, typed(uniform_literal(found.literal), found.shape)
+  if found is not None and found.opcode == "iota":
+    return True, None
+  return False, None
+
+
+_MOST_ELEMENTS = 64
+"""Array literals of more elements are not read element by element."""
+
+
+def literal_values(found: Instruction | None) -> tuple | None:
+  """Every element of ``constant`` `found` (``{1, 2}`` is ``(1, 2)``),
+  typed; None where it is no constant, or one of more than
+  `_MOST_ELEMENTS` elements or of an element not read here."""
+  if found is None or found.opcode != "constant" or found.literal is None:
+    return None
+  words = [w for w in _SEPARATORS.split(found.literal) if w]
+  if not words or len(words) > _MOST_ELEMENTS:
+    return None
+  values = tuple(typed(scalar_literal(w), found.shape) for w in words)
+  return None if any(v is None for v in values) else values
+
+
+_SEPARATORS = re.compile(r"[{},\s]+")
 
 
 UNSIGNED_MAX = {k: v for k, v in INTEGER_MAX.items() if k.startswith("u")}
@@ -303,7 +376,7 @@ def combiner(body: Sequence[Instruction]) -> str | None:
   return root.opcode
 
 
-_KEEP_VALUES = frozenset(
+KEEP_VALUES = frozenset(
   {"reshape", "broadcast", "transpose", "reverse", "copy", "bitcast"}
 )
 """Opcodes whose result's values are their operand's, rearranged."""
@@ -329,13 +402,14 @@ def product_wraps_to_zero(
   pending: list[Instruction] = []
 
   def constant(name: str) -> tuple[bool, object]:
-    leaf = leaf_of(name)
-    if leaf.const:
-      return True, leaf.lit
-    found = index.named(name)  # In a helper's computation, say.
-    if found is not None and found.opcode == "constant":
-      return True, typed(uniform_literal(found.literal), found.shape)
-    return False, None
+    # The instruction where the evaluation has not reached it (in a
+    # helper's computation, say).
+    is_constant, value = read_constant(leaf_of(name), index.named(name))
+    if is_constant and value is None:
+      # An array literal: its elements (a product by ``[1, 2]`` and 3 is
+      # by 3 and 6, none 0).
+      return True, constant_elements(name, index) or None
+    return is_constant, value
 
   def visit(name: str) -> None:
     inner = index.named(name)
@@ -343,13 +417,17 @@ def product_wraps_to_zero(
     # out of the way of the reassociation), and into a call (XLA inlines
     # a jitted helper first).
     while inner is not None and not constant(name)[0]:
-      if inner.opcode in _KEEP_VALUES and inner.operands:
+      if inner.opcode in KEEP_VALUES and inner.operands:
         name = inner.operands[0]
       elif inner.opcode == "call" and inner.callees:
         roots = index.roots(inner.callees[0])
         if not roots:
           break
         name = roots[0]
+      elif (passed := _passed_once(inner, index)) is not None:
+        # A helper's parameter, where one place calls it: what it is
+        # passed (``h(w * 65536, 65536)`` with ``h(x, c) = x * c``).
+        name = passed
       else:
         break
       inner = index.named(name)
@@ -394,10 +472,49 @@ def product_wraps_to_zero(
       visit(name)
   if not factors:
     return False
-  known = [f for f in factors if isinstance(f, int) and plain_int(f)]
-  if len(known) < len(factors):
+  return _may_multiply_to_zero(factors, 2 ** int(element[1:]))
+
+
+def _passed_once(parameter: Instruction, index: ModuleLookups) -> str | None:
+  """What the one ``call`` of `parameter`'s computation passes to it;
+  None where it is no parameter, or its computation is called at no
+  place or at several (a loop body's, a helper's of several places)."""
+  if parameter.opcode != "parameter" or parameter.computation is None:
+    return None
+  callers = index.callers_of(parameter.computation)
+  number = parameter.parameter_number
+  if len(callers) != 1 or number is None:
+    return None
+  operands = callers[0].operands
+  return operands[number] if number < len(operands) else None
+
+
+def _may_multiply_to_zero(factors: list[object], modulus: int) -> bool:
+  """Whether constant `factors` (a value, or a tuple of an array's
+  elements; None where not read) may multiply to all zeros modulo
+  `modulus`: unless every choice of one element from each gives a product
+  that is not 0 (each element of the product is one such choice)."""
+  choices: list[tuple[int, ...]] = []
+  for factor in factors:
+    values = factor if isinstance(factor, tuple) else (factor,)
+    read = {v % modulus for v in values if isinstance(v, int)}
+    if not all(plain_int(v) for v in values):
+      return True  # Not read here: it may be 0.
+    choices.append(tuple(read))
+  if math.prod(len(c) for c in choices) > 4096:
     return True
-  return math.prod(known) % 2 ** int(element[1:]) == 0
+  return any(
+    math.prod(picked) % modulus == 0 for picked in itertools.product(*choices)
+  )
+
+
+def constant_elements(name: str, index: ModuleLookups) -> tuple | None:
+  """The elements of the constant that `name` is, through ops that keep
+  values (a broadcast, a reshape); None where not read."""
+  found = index.named(name)
+  while found is not None and found.opcode in KEEP_VALUES and found.operands:
+    found = index.named(found.operands[0])
+  return literal_values(found)
 
 
 class ModuleLookups(Protocol):
@@ -405,6 +522,7 @@ class ModuleLookups(Protocol):
   (`module_index.ModuleIndex`)."""
 
   def named(self, name: str) -> Instruction | None: ...
+  def callers_of(self, computation: str) -> list[Instruction]: ...
   def roots(self, computation: str) -> list[str]: ...
   def dims_of(self, name: str) -> tuple[int, ...] | None: ...
   def computation(self, name: str) -> Sequence[Instruction]: ...
@@ -430,7 +548,7 @@ def _copies_summed(
   name = i.operands[0]
   found = index.named(name)
   reshaped = False
-  while found is not None and found.opcode in _KEEP_VALUES - {"broadcast"}:
+  while found is not None and found.opcode in KEEP_VALUES - {"broadcast"}:
     reshaped = reshaped or found.opcode != "copy"
     name = found.operands[0]
     found = index.named(name)

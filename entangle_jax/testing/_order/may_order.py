@@ -131,6 +131,10 @@ class Loop:
   """What each state element is computed from, over every iteration."""
   root: Value | None = None
   """What the body's root held in the last pass."""
+  not_once: bool = False
+  """Whether its body, evaluated on the initial value (as a loop that
+  runs once), no longer counted one trip: it is not evaluated so again,
+  so that the passes do not go back and forth."""
 
   @property
   def may_repeat(self) -> bool:
@@ -296,10 +300,7 @@ class MayOrder:
       return value.const, value.lit
     if name in self._constants:
       return True, self._constants[name][0]
-    found = self.index.named(name)
-    if found is not None and found.opcode == "constant":
-      return True, folding.typed(uniform_literal(found.literal), found.shape)
-    return found is not None and found.opcode == "iota", None
+    return folding.read_constant(None, self.index.named(name))
 
   def deletable(self, instance: CallInstance) -> bool:
     """Whether XLA may delete `instance`: it has no side effect and nothing
@@ -421,6 +422,8 @@ class MayOrder:
     operands = [values.get(o, NOTHING) for o in i.operands]
     opcode = i.opcode
     if opcode in folding.FOLDABLE and (found := self._folded(i, operands)):
+      if opcode in ("add", "compare"):
+        return _counting(i, operands, found)
       return found
     if opcode not in _SPECIAL:
       # Most of a large program (arithmetic): none of the cases below.
@@ -498,7 +501,13 @@ class MayOrder:
       # XLA multiplies the constants of a product together first.
       return algebra.shaped(i.shape, Leaf(const=True, lit=0))
     if opcode in algebra.ABSORBING and len(operands) == 2:
-      folded = algebra.absorbed(opcode, operands, i.shape)
+      read = [
+        folding.constant_elements(o, self.index)
+        if algebra.as_leaf(v).const and algebra.as_leaf(v).lit is None
+        else None
+        for o, v in zip(i.operands, operands, strict=True)
+      ]
+      folded = algebra.absorbed(opcode, operands, i.shape, read)
       if folded is not None:
         return folded
     if opcode == "concatenate" and operands:
@@ -688,6 +697,14 @@ class MayOrder:
     loop.state = state
     mark = 1 << index
     parameter = algebra.body_parameter(state, loop.passed_on, index, mark, ())
+    counted = loop.trips
+    # A loop that runs once (as the last pass counted it) runs its body on
+    # the initial value alone, constants included: XLA inlines it and folds
+    # what they make (``c * 0.0`` from ``c = 1.0`` is 0.0), so the body is
+    # evaluated on that value. Its condition also sees the last result.
+    once = None
+    if counted == 1 and not loop.not_once:
+      once = algebra.first_iteration(initial, index, ())
     inner = dataclasses.replace(
       context, chain=(*context.chain, i.name), loops=(*context.loops, index)
     )
@@ -702,7 +719,9 @@ class MayOrder:
       control=inner.control | decided.deps,
       control_var=inner.control_var | decided.var,
     )
-    root = self._computation(i.body, [parameter], body_context)
+    root = self._computation(
+      i.body, [parameter if once is None else once], body_context
+    )
     passed_on = frozenset(algebra.paths_passed_on(root, index, ()))
     if loop.root is None or passed_on != loop.passed_on:
       # The first pass took every element as changing: one more pass
@@ -711,12 +730,18 @@ class MayOrder:
     loop.passed_on = passed_on
     loop.root = root
     loop.trips = algebra.trips(decided, root, initial, index)
+    if once is not None and loop.trips != 1:
+      loop.not_once = True
+    if loop.root is not None and loop.trips != counted:
+      self._grew = True  # One more pass, with the body evaluated so.
     if loop.trips == 0:
       return initial  # XLA deletes a loop that never runs.
     merged = algebra.loop_state(initial, root, passed_on, ())
     if loop.trips:
       # It runs: after it, each element is what its last iteration made.
-      merged = algebra.after_trips(initial, root, passed_on, ())
+      merged = algebra.after_trips(
+        initial, root, passed_on, (), once=loop.trips == 1 and once is not None
+      )
       rows = elements.Rows(
         i.shape, loop.trips, index, self._in_loop.get(index, 0)
       )
@@ -781,6 +806,18 @@ def _deep_values():
     yield
   finally:
     sys.setrecursionlimit(before)
+
+
+def _counting(i: Instruction, operands: list[Value], found: Leaf) -> Leaf:
+  """`found`, the constant that an ``add`` or a ``compare`` of constants
+  folds to, still telling a loop counter's step or bound where it is one
+  (a one-trip loop's body sees its counter's start, a constant), so that
+  its trip count is still read."""
+  if i.opcode == "add":
+    origin = algebra.add(operands, i.shape).origin
+  else:
+    origin = algebra.compare(i.direction, operands).origin
+  return found if origin is None else algebra.replace(found, origin=origin)
 
 
 def _exclusive(a: CallInstance, b: CallInstance) -> bool:

@@ -116,8 +116,12 @@ def _timed(fn, args, kwargs, site: Any, run_id: int, now) -> Any:
     return out
   finally:
     end = now()
-    _sites.append(site)
-    _numbers.extend((thread, start, end, run_id, failed))
+    # Under the lock: another thread between the two appends (or a drain
+    # swapping the lists) would pair one call's site with another's
+    # numbers.
+    with _lock:
+      _sites.append(site)
+      _numbers.extend((thread, start, end, run_id, failed))
 
 
 def execution_recorder(

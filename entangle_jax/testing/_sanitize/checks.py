@@ -256,8 +256,10 @@ def pairing(
 
   * Two branches of one ``case`` never run in one instance: no pair.
   * Inside no common loop, every call of `p` comes before every call of
-    `q`: all pairs (each call of `q` with the latest-starting call of `p`,
-    the one it must follow).
+    `q`: each call of `q` pairs with every call of `p` that began once it
+    had returned (`_every_later`), each pair a race of its own: a place
+    in a loop whose calls began after a later place's call returned
+    broke the program's order as often as that.
   * Inside a common loop, iterations run one after another (XLA:CPU runs
     a ``while`` body to its end before the next test), so the k-th call of
     a place that runs once an iteration is in the k-th iteration: two such
@@ -304,8 +306,7 @@ def pairing(
         ),
         False,
       )
-    latest = max(before, key=lambda c: c.start_ns)
-    return [(latest, b) for b in after], None, False
+    return _every_later(before, after), None, False
   tp, tq = _times(rest_p), _times(rest_q)
   if (tp, tq) != (ONCE, ONCE):
     loop = [f for f in common if f.kind == sites.LOOP][-1].construct
@@ -345,6 +346,23 @@ def pairing(
     ),
     False,
   )
+
+
+def _every_later(
+  before: list[SanitizedCall], after: list[SanitizedCall]
+) -> list[tuple[SanitizedCall, SanitizedCall]]:
+  """The pairs of a call of `before` (in order of start) and a call of
+  `after` that had returned before it began: the program makes every
+  call of `before` first, so each such pair broke its order. Pairing
+  each call of `after` with the latest-starting call of `before` alone
+  would find that one pair and miss the others (a loop's calls, some of
+  which began after the later place's call returned)."""
+  starts = [a.start_ns for a in before]
+  return [
+    (a, b)
+    for b in after
+    for a in before[bisect.bisect_left(starts, b.end_ns) :]
+  ]
 
 
 Iteration = Callable[[SanitizedCall, int], "int | None"]

@@ -124,10 +124,14 @@ def _no_fastpath(*args, **kwargs) -> None:
 
 
 @contextlib.contextmanager
-def on_execute(callback: Callable[[Any], None]) -> Generator[None]:
+def on_execute(
+  callback: Callable[[Any], Callable[[bool], None]],
+) -> Generator[None]:
   """Calls ``callback(executable)`` as each jitted module of this process
   begins to run, while the block runs: `executable` is the loaded XLA
-  executable (``hlo_modules()`` gives its module).
+  executable (``hlo_modules()`` gives its module). What it returns is
+  called once the execution is handed to the runtime: with True, or with
+  False where it raised first (a deleted input: it never ran).
 
   A jitted call runs its module from C++ once it has run once (pjit's
   fast path, and a ``Compiled``'s own), where Python sees nothing. Inside
@@ -145,8 +149,14 @@ def on_execute(callback: Callable[[Any], None]) -> Generator[None]:
 
   def called(execute):
     def wrapped(self, *args):
-      callback(self.xla_executable)
-      return execute(self, *args)
+      done = callback(self.xla_executable)
+      try:
+        out = execute(self, *args)
+      except BaseException:
+        done(False)
+        raise
+      done(True)
+      return out
 
     return wrapped
 

@@ -25,12 +25,13 @@ module holds a communicator's handle, not its ranks.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import pathlib
 import sys
 import threading
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 from entangle_jax.testing._sanitize import jax_hooks
@@ -87,17 +88,27 @@ class Recorder:
     self.unknown = 0
     """Executions whose module had no number: the record then proves
     nothing (`write` never marks it complete)."""
-    self._numbers: dict[int, Execution | None] = {}
+    self._numbers: dict[int, tuple[Any, Execution | None]] = {}
+    """By the executable's id: the executable, kept alive so that its id
+    is not another's while the block runs (an inline ``jax.jit(f)(x)``
+    frees its own at once), and its module's execution."""
     self._lock = threading.Lock()
+    self._in_flight = 0
+    self._threads: dict[int, int] = {}
+    """Each thread that ran an execution: its number in the record."""
     self.layouts: dict[int, tuple[int, ...]] = {}
     """Each communicator's layout, by the handle its modules hold."""
     self.world_rank: int | None = None
 
-  def executed(self, executable) -> None:
-    """`jax_hooks.on_execute`'s callback: one execution of `executable`."""
+  def executed(self, executable) -> Callable[[bool], None]:
+    """`jax_hooks.on_execute`'s callback: one execution of `executable`
+    begins. The execution is recorded as it is handed to the runtime
+    (what this returns is called then), not where it raised first; with
+    the thread that ran it, and whether another execution of this
+    process was in flight as it began (a thread's, or the one whose host
+    callback made this one): their calls' order is then not known."""
     key = id(executable)
-    found = self._numbers.get(key, False)
-    if found is False:
+    if key not in self._numbers:
       found = None
       modules = executable.hlo_modules()
       if len(modules) == 1:
@@ -105,14 +116,28 @@ class Recorder:
         if number is not None:
           found = Execution(number, modules[0].name)
         self._note_communicators(modules[0])
-      # Kept alive by the cache of JAX that holds it, as long as it runs.
-      self._numbers[key] = found
+      self._numbers[key] = (executable, found)
+    found = self._numbers[key][1]
+    thread = threading.get_ident()
     with self._lock:
-      if found is None:
-        self.unknown += 1
-      else:
-        self.executions.append(found)
-      self.write(complete=False)
+      concurrent = self._in_flight > 0
+      self._in_flight += 1
+      number = self._threads.setdefault(thread, len(self._threads))
+
+    def done(ran: bool) -> None:
+      with self._lock:
+        self._in_flight -= 1
+        if not ran:
+          return
+        if found is None:
+          self.unknown += 1
+        else:
+          self.executions.append(
+            dataclasses.replace(found, thread=number, concurrent=concurrent)
+          )
+        self.write(complete=False)
+
+    return done
 
   def _note_communicators(self, module: Any) -> None:
     """Records the layout of each communicator `module` names, where
@@ -144,7 +169,13 @@ class Recorder:
       "complete": complete and not self.unknown,
       "unknown": self.unknown,
       "executions": [
-        {"module": e.number, "name": e.name} for e in self.executions
+        {
+          "module": e.number,
+          "name": e.name,
+          "thread": e.thread,
+          "concurrent": e.concurrent,
+        }
+        for e in self.executions
       ],
     }
     if self.world_rank is not None:

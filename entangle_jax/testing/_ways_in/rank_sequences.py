@@ -65,6 +65,12 @@ class Execution:
   """XLA's module number (the dump's ``module_NNNN``; the module's id)."""
   name: str
   """The module's name (``jit_f``)."""
+  thread: int = 0
+  """The thread that ran it, numbered in the order threads first ran
+  one."""
+  concurrent: bool = False
+  """Whether another execution of the rank was in flight as it began (a
+  thread's, or the one whose host callback made it)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,7 +99,14 @@ def read_record(folder: str | pathlib.Path) -> tuple[Execution, ...]:
   found = []
   for entry in data.get("executions", ()):
     try:
-      found.append(Execution(int(entry["module"]), str(entry["name"])))
+      found.append(
+        Execution(
+          int(entry["module"]),
+          str(entry["name"]),
+          int(entry.get("thread", 0)),
+          bool(entry.get("concurrent", False)),
+        )
+      )
     except (KeyError, TypeError, ValueError):
       raise RankRecordMissing(
         f"{path}: an execution {entry!r} is unreadable"
@@ -184,10 +197,13 @@ def executed(
 
   Raises:
     RankRecordMissing: an execution of a module the dump does not hold (it
-      may communicate), or whose name is not the dumped module's.
+      may communicate), or whose name is not the dumped module's; or
+      communicating executions whose order another run may change: one
+      that began while another ran, or ones of two threads.
   """
   out = []
-  for execution in record:
+  threads: dict[int, str] = {}
+  for k, execution in enumerate(record, 1):
     found = compiled.get(execution.number)
     if found is None:
       raise RankRecordMissing(
@@ -202,8 +218,23 @@ def executed(
         f"{execution.name}, the dump's is {name} ({file}): the record is "
         "of another run"
       )
-    if program is not None:
-      out.append((name, file, program))
+    if program is None:
+      continue
+    if execution.concurrent:
+      raise RankRecordMissing(
+        f"rank {rank}: its execution {k} ({name}) communicates and began "
+        "while another of its executions ran (another thread's, or the one "
+        "whose host callback made it), so the order of their calls is not "
+        "known"
+      )
+    threads.setdefault(execution.thread, name)
+    if len(threads) > 1:
+      first, second = threads.values()
+      raise RankRecordMissing(
+        f"rank {rank}: two of its threads ran communicating modules ({first} "
+        f"and {second}): their order may differ from run to run"
+      )
+    out.append((name, file, program))
   return out
 
 
