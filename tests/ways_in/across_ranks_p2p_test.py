@@ -4,9 +4,9 @@ send into a sendrecv carries, and swapped sends and receives of one type.
 
 Hermetic, in one process, as across_ranks_test.py: each rank's modules
 are compiled here with the rank as a Python value, with that file's FFI
-targets declared as a send, a receive and an allreduce (registered with
-entangle's no-op handler, only to compile), and with mpi4jax's shipped
-declaration of its sendrecv for a target of this file's.
+targets declared as a send, a receive and an allreduce, and a sendrecv
+of this file's declared as mpi4jax's is (each registered with entangle's
+no-op handler, only to compile).
 """
 
 import functools
