@@ -9,6 +9,13 @@ matched steps of one type are told apart when each step's origin is the
 same on every rank, and the two steps' origins are not one expression
 computed in two executions.
 
+Point-to-point steps are told apart alike (`message_type`): two steps
+of one type between the same ranks, a rank's two sends swapped, give the
+receiver each other's data. Their origins are those of what the step's
+ranks send; a message with one sender (a send and its receive) has no
+other rank's origin to agree with, so only the same expression, in one
+execution, tells two such steps apart (the swap changes nothing).
+
 Origins name entry parameters by their number, but a caller may pass two
 arguments of one type the other way round on one rank: the rank compiles
 the same module, and its two calls swap their data. Two operands of
@@ -26,15 +33,20 @@ from entangle_jax.testing._analysis.ranks import Call, EntryParameter
 
 def undistinguished(
   steps: Sequence[tuple[Call, ...]],
+  types: Sequence[object] | None = None,
+  alone: bool = True,
 ) -> Iterator[tuple[int, int, int | None]]:
-  """Each pair of `steps` (each every rank's call, rank order) of one type
-  (rank 0's fingerprint, communicator and reduction) whose origins do
-  not tell them apart: ``(i, j, crossed)``, where `crossed` is a rank
-  whose two origins are rank 0's the other way round (a swap), or None
-  where they differ otherwise (nothing tells the calls apart)."""
+  """Each pair of `steps` (each every rank's call, rank order; or a
+  point-to-point step's sending calls) of one type (`types`; where None,
+  rank 0's fingerprint, communicator and reduction) whose origins do
+  not tell them apart: ``(i, j, crossed)``, where `crossed` is the place
+  in the step of a call whose two origins are the first call's the other
+  way round (a swap), or None where they differ otherwise (nothing tells
+  the calls apart). With `alone` False, a step of one call is told from
+  another by an equal origin only (nothing else says what it sends)."""
   groups: dict[object, list[int]] = {}
-  for k, calls in enumerate(steps):
-    groups.setdefault((calls[0].fingerprint, calls[0].renamed), []).append(k)
+  for k in range(len(steps)):
+    groups.setdefault(_type(steps, types, k), []).append(k)
   for members in groups.values():
     for a, i in enumerate(members):
       for j in members[a + 1 :]:
@@ -43,6 +55,7 @@ def undistinguished(
           all(c.origin == first[0].origin for c in first)
           and all(c.origin == second[0].origin for c in second)
           and not _one_expression_twice(first, second)
+          and (alone or len(first) > 1 or first[0].origin == second[0].origin)
         ):
           continue
         crossed = next(
@@ -56,6 +69,39 @@ def undistinguished(
           None,
         )
         yield i, j, crossed
+
+
+def _type(
+  steps: Sequence[tuple[Call, ...]], types: Sequence[object] | None, k: int
+) -> object:
+  if types is not None:
+    return types[k]
+  return (steps[k][0].fingerprint, steps[k][0].renamed)
+
+
+def message_type(ranks: Sequence[int], calls: Sequence[Call]) -> object:
+  """The type of a point-to-point step, `ranks`' `calls`: each one's
+  rank, kind, peers, what it sends and receives, its communicator, and
+  the tag it receives with. A sender's tag is left out: a receive of
+  ``ANY_TAG`` takes either message, and one of a given tag already
+  matched only its own."""
+  return (
+    "message",
+    tuple(
+      (
+        rank,
+        call.kind,
+        call.peer,
+        call.source,
+        call.sent,
+        call.received,
+        call.renamed,
+        call.source_tag if call.kind == "sendrecv" else None,
+        call.tag if call.kind == "recv" else None,
+      )
+      for rank, call in zip(ranks, calls, strict=True)
+    ),
+  )
 
 
 def _one_expression_twice(first: tuple[Call, ...], second: tuple[Call, ...]):
@@ -90,9 +136,10 @@ class ArgumentSwap:
 def argument_swaps(
   steps: Sequence[tuple[Call, ...]],
   told: set[tuple[int, int]],
+  types: Sequence[object] | None = None,
 ) -> Iterator[ArgumentSwap]:
   """Each pair of data operands, of one step or of two steps of one type
-  (rank 0's fingerprint, communicator and reduction) that one execution
+  (`types`, as `undistinguished` reads them) that one execution
   made and that `told` (pairs already reported) leaves out, whose entry
   parameters differ (`Call.reads`) by two of one type: a caller that
   passes those two the other way round on one rank sends each operand's
@@ -100,8 +147,8 @@ def argument_swaps(
   parameter read by both, or parameters of different types, are not
   swapped so."""
   groups: dict[object, list[int]] = {}
-  for n, calls in enumerate(steps):
-    groups.setdefault((calls[0].fingerprint, calls[0].renamed), []).append(n)
+  for n in range(len(steps)):
+    groups.setdefault(_type(steps, types, n), []).append(n)
   seen: set[tuple[int, int, int, int]] = set()
   for members in groups.values():
     for a, i in enumerate(members):

@@ -144,6 +144,10 @@ class Simulation:
     self.matched: list[MatchedStep] = []
     self.collectives: list[tuple[tuple[Call, ...], tuple[RankCall, ...]]] = []
     """Each collective step matched: every rank's call, as reports name it."""
+    self.messages: list[tuple[tuple[Call, ...], tuple[RankCall, ...]]] = []
+    """Each point-to-point step matched: its ranks' calls (a send and its
+    receive, or sendrecvs and the plain calls they meet), in rank order,
+    as reports name them."""
     self.diverging: list[RankDependent] = []
     self.stuck: list[tuple[int, Item | None]] = []
     """Each rank's item where the simulation stopped, if it did."""
@@ -385,6 +389,22 @@ class Simulation:
     `Mismatch` of a message that the receive does not take as sent."""
     n = self.count
     for rank, h in enumerate(heads):
+      for what, bad, error in (
+        ("peer", peers.bad_peer(h), "MPI_ERR_RANK"),
+        ("tag", peers.bad_tag(h), "MPI_ERR_TAG"),
+      ):
+        if bad is not None:
+          # MPI checks a call's arguments as the rank makes it: the call
+          # aborts whatever its peer does.
+          return Mismatch(
+            tuple(
+              self.rank_call(r, x) if x is not None else None
+              for r, x in enumerate(heads)
+            ),
+            f"the {what}: rank {rank}'s call {bad}, which MPI rejects "
+            f"({error}, the program aborts)",
+          )
+    for rank, h in enumerate(heads):
       if isinstance(h, Call) and h.kind == "send" and h.peer is not None:
         peer = h.peer
         other = heads[peer] if 0 <= peer < n else None
@@ -393,6 +413,7 @@ class Simulation:
           differs = self._message_differs(heads, rank, peer)
           if differs is not None:
             return differs
+          self._message_step(heads, sorted((rank, peer)))
           advance([rank, peer])
           return True
     ready: dict[int, set[int]] = {}
@@ -423,15 +444,32 @@ class Simulation:
       return False
     for rank in ready:
       call = heads[rank]
-      assert isinstance(call, Call) and call.peer is not None
+      assert isinstance(call, Call)
+      assert call.peer is not None and call.source is not None
       differs = self._message_differs(heads, rank, call.peer)
+      # What a plain send gives this sendrecv is a message too (one from
+      # a sendrecv is compared as that one's outgoing message).
+      if differs is None and peers.kind(heads[call.source]) == "send":
+        differs = self._message_differs(heads, call.source, rank)
       if differs is not None:
         return differs
     group = set(ready)
     for partners in ready.values():
       group |= {p for p in partners if peers.kind(heads[p]) in ("send", "recv")}
+    self._message_step(heads, sorted(group))
     advance(sorted(group))
     return True
+
+  def _message_step(self, heads: list[Item | None], ranks: list[int]) -> None:
+    """Keeps the point-to-point step of `ranks`' heads in `messages`, for
+    `swaps` to tell it from another of one type."""
+    calls = tuple(h for r in ranks if isinstance(h := heads[r], Call))
+    self.messages.append(
+      (
+        calls,
+        tuple(self.rank_call(r, c) for r, c in zip(ranks, calls, strict=True)),
+      )
+    )
 
   def _message_differs(
     self, heads: list[Item | None], sender: int, receiver: int
@@ -487,27 +525,71 @@ for the simulation to unroll it (`Simulation._unrolled`)."""
 
 def swaps(
   steps: list[tuple[tuple[Call, ...], tuple[RankCall, ...]]],
+  messages: Sequence[tuple[tuple[Call, ...], tuple[RankCall, ...]]] = (),
+  count: int = 0,
 ) -> tuple[Mismatch | None, tuple[str, ...]]:
-  """`origins.undistinguished` over the matched collective steps: a
-  crossed pair is a `Mismatch` (each rank gets the other's data); the
-  others are matched by type only (a sentence each)."""
+  """`origins.undistinguished` over the matched collective steps, then
+  the point-to-point ones (`Simulation.messages`, each told by what its
+  ranks send): a crossed pair is a `Mismatch` (each rank gets the
+  other's data); the others are matched by type only (a sentence
+  each). `count`: how many ranks (at least those the steps name)."""
+  count = max(
+    [count, *(c.rank + 1 for _, names in [*steps, *messages] for c in names)]
+  )
+  sent: list[tuple[tuple[Call, ...], tuple[RankCall, ...]]] = []
+  kinds: list[object] = []
+  for calls, names in messages:
+    # Told apart by what the step's ranks send (a send or a sendrecv
+    # takes part in every step).
+    senders = [k for k, c in enumerate(calls) if c.kind in ("send", "sendrecv")]
+    if senders:
+      sent.append(
+        (tuple(calls[k] for k in senders), tuple(names[k] for k in senders))
+      )
+      kinds.append(origins.message_type([n.rank for n in names], calls))
+  families = [(steps, None, True, False), (sent, kinds, False, True)]
   unclear: list[str] = []
+  for family, types, alone, by_rank in families:
+    found = _swaps(family, types, alone, by_rank, count, unclear)
+    if found is not None:
+      return found, ()
+  if len(unclear) > _SWAPS_SHOWN:
+    more = len(unclear) - _SWAPS_SHOWN
+    unclear[_SWAPS_SHOWN:] = [
+      f"and {more} more pair{'s' * (more != 1)} of calls like these"
+    ]
+  return None, tuple(unclear)
+
+
+def _swaps(
+  steps: Sequence[tuple[tuple[Call, ...], tuple[RankCall, ...]]],
+  types: Sequence[object] | None,
+  alone: bool,
+  by_rank: bool,
+  count: int,
+  unclear: list[str],
+) -> Mismatch | None:
+  """`swaps` over one family of steps (`origins.undistinguished`'s
+  `types` and `alone`), adding a sentence to `unclear` for each pair
+  matched by type only; `by_rank` names each pair's calls by the
+  sending rank (point-to-point steps, whose first call is not rank
+  0's)."""
   told: set[tuple[int, int]] = set()
-  for i, j, crossed in origins.undistinguished([c for c, _ in steps]):
+  calls = [c for c, _ in steps]
+  for i, j, crossed in origins.undistinguished(calls, types, alone):
     told.add((i, j))
     names = steps[i][1], steps[j][1]
     if crossed is not None:
+      one, other = names[0][0], names[0][crossed]
+      shown = {one.rank: one, other.rank: other}
       return Mismatch(
-        tuple(
-          names[0][r] if r in (0, crossed) else None
-          for r in range(len(names[0]))
-        ),
-        f"the operands: rank {crossed}'s call {names[0][crossed].index} "
-        f"sends what rank 0's call {names[1][0].index} sends, and its "
-        f"call {names[1][crossed].index} what rank 0's call "
-        f"{names[0][0].index} sends: the two calls are swapped (same "
+        tuple(shown.get(r) for r in range(count)),
+        f"the operands: rank {other.rank}'s call {other.index} "
+        f"sends what rank {one.rank}'s call {names[1][0].index} sends, and "
+        f"its call {names[1][crossed].index} what rank {one.rank}'s call "
+        f"{one.index} sends: the two calls are swapped (same "
         "type, so MPI matches them, and each rank gets the other's data)",
-      ), ()
+      )
     iterations = any(
       a.op == b.op and getattr(a, "execution", 0) == getattr(b, "execution", 0)
       for a, b in zip(steps[i][0], steps[j][0], strict=True)
@@ -522,34 +604,44 @@ def swaps(
         "rank: each computes its operands by one expression, in another "
         "execution (a jitted function called twice, or eager calls)"
       )
+    elif len(steps[i][0]) == 1:
+      why = (
+        "rank: they send to one rank, which receives both alike, and no "
+        "other rank's operands say which is which"
+      )
     else:
       why = "rank: the ranks compute their operands differently"
     unclear.append(
-      f"calls {names[0][0].index} and {names[1][0].index} "
+      f"{_pair(names[0][0], names[1][0], by_rank)} "
       f"({names[0][0].label.split(' at ')[0]}) could be swapped on a "
       f"{why}, so nothing tells the two calls apart"
     )
-  for swap in origins.argument_swaps([c for c, _ in steps], told):
-    unclear.append(_argument_swap(steps, swap))
-  if len(unclear) > _SWAPS_SHOWN:
-    more = len(unclear) - _SWAPS_SHOWN
-    unclear[_SWAPS_SHOWN:] = [
-      f"and {more} more pair{'s' * (more != 1)} of calls like these"
-    ]
-  return None, tuple(unclear)
+  for swap in origins.argument_swaps(calls, told, types):
+    unclear.append(_argument_swap(steps, swap, by_rank))
+  return None
+
+
+def _pair(first: RankCall, second: RankCall, by_rank: bool) -> str:
+  """Two calls of a rank, for people: rank 0's as ``calls 1 and 2``."""
+  owner = f"rank {first.rank}'s " if by_rank else ""
+  return f"{owner}calls {first.index} and {second.index}"
 
 
 def _argument_swap(
-  steps: list[tuple[tuple[Call, ...], tuple[RankCall, ...]]],
+  steps: Sequence[tuple[tuple[Call, ...], tuple[RankCall, ...]]],
   swap: origins.ArgumentSwap,
+  by_rank: bool = False,
 ) -> str:
   """The sentence of `swap`: which operands, which parameters."""
   first, second = steps[swap.i][1][0], steps[swap.j][1][0]
   what = first.label.split(" at ")[0]
   if swap.i == swap.j:
-    where = f"call {first.index}'s operands {swap.k} and {swap.m} ({what})"
+    owner = f"rank {first.rank}'s " if by_rank else ""
+    where = (
+      f"{owner}call {first.index}'s operands {swap.k} and {swap.m} ({what})"
+    )
   else:
-    where = f"calls {first.index} and {second.index} ({what})"
+    where = f"{_pair(first, second, by_rank)} ({what})"
   return (
     f"{where} could be swapped on a rank: their operands read entry "
     f"parameters {swap.first} and {swap.second}, of one type "
@@ -620,8 +712,7 @@ def simulate(
     if isinstance(stopped, Deadlock) and matching.said:
       stopped = dataclasses.replace(stopped, matching=matching.said)
     first = first or (simulation, stopped)
-    stuck = {(r, h.op.name) for r, h in simulation.stuck if h is not None}
-    if stuck & matching.fixed:
+    if any(matching.is_fixed(r, h) for r, h in simulation.stuck):
       continue  # That receive met no send this way: not this matching.
     if stopped is not None:
       return simulation, stopped

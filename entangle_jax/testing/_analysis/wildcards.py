@@ -1,7 +1,7 @@
 """The matchings of wildcard receives, for the cross-rank check to try
 each one (issue 77).
 
-A receive from any source (MPI's ``ANY_SOURCE``: a peer below 0) meets
+A receive from any source (MPI's ``ANY_SOURCE``, `peers.any_source`) meets
 whichever matching send arrives first, and which one does may change from
 run to run. Three ranks where rank 0 receives from any rank, then from
 rank 2, while ranks 1 and 2 each send to it once: when the first receive
@@ -15,6 +15,11 @@ cross-rank check simulates each. A matching in which a fixed receive is
 never met did not happen that way (its sender never reached that send
 first) and is set aside; any other that ends in a deadlock or mismatch is
 reported, with the matching that led there.
+
+Each receive is one place in its rank's sequence (`Matching.fixed` holds
+the very calls given a sender), never an instruction name: a jitted
+helper run twice makes two receives of one name, and mpi4jax names the
+receive of every module alike (skeptic pass 77c, N3).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import dataclasses
 import itertools
 
 from entangle_jax._src.targets.communication import ANY
+from entangle_jax.testing._analysis import peers
 from entangle_jax.testing._analysis.ranks import (
   BeyondTheModel,
   Branch,
@@ -37,17 +43,11 @@ LIMIT = 256
 answer)."""
 
 
-def _accepts(wanted: int | None, tag: int | None) -> bool:
-  wanted = 0 if wanted is None else wanted
-  tag = 0 if tag is None else tag
-  return wanted <= ANY or tag <= ANY or wanted == tag
-
-
 def is_wildcard(call: Call) -> bool:
   """Whether `call` receives from any source: a receive, or the receiving
   side of a sendrecv."""
   source = _source(call)
-  return source is not None and source <= ANY
+  return peers.any_source(source)
 
 
 def _source(call: Call) -> int | None:
@@ -67,10 +67,16 @@ class Matching:
 
   sequences: list[tuple[Item, ...]]
   """Each rank's items, each wildcard receive given its sender."""
-  fixed: frozenset[tuple[int, str]]
-  """(rank, instruction name) of each receive given a sender."""
+  fixed: tuple[tuple[int, Call], ...]
+  """(rank, call) of each receive given a sender: the calls of
+  `sequences` themselves, told apart by identity (`is_fixed`)."""
   said: str
   """The choice, in words ("" when there is no wildcard receive)."""
+
+  def is_fixed(self, rank: int, item: Item | None) -> bool:
+    """Whether `item`, where `rank` stopped, is a receive given a
+    sender."""
+    return any(r == rank and c is item for r, c in self.fixed)
 
 
 def matchings(sequences: list[tuple[Item, ...]]) -> list[Matching]:
@@ -80,9 +86,9 @@ def matchings(sequences: list[tuple[Item, ...]]) -> list[Matching]:
   Raises:
     BeyondTheModel: more than `LIMIT` matchings.
   """
-  choices: list[tuple[int, Call, list[int]]] = []
+  choices: list[tuple[int, int, Call, list[int]]] = []
   for rank, items in enumerate(sequences):
-    for call in calls_of(items):
+    for place, call in enumerate(calls_of(items)):
       if not is_wildcard(call):
         continue
       senders = [
@@ -92,15 +98,15 @@ def matchings(sequences: list[tuple[Item, ...]]) -> list[Matching]:
         and any(
           c.kind in ("send", "sendrecv")
           and c.peer == rank
-          and _accepts(_receive_tag(call), c.tag)
+          and peers.tag_accepts(_receive_tag(call), c.tag)
           for c in calls_of(theirs)
         )
       ]
-      choices.append((rank, call, senders or [_source(call) or ANY]))
+      choices.append((rank, place, call, senders or [_source(call) or ANY]))
   if not choices:
-    return [Matching(sequences, frozenset(), "")]
+    return [Matching(sequences, (), "")]
   count = 1
-  for _, _, senders in choices:
+  for *_, senders in choices:
     count *= len(senders)
   if count > LIMIT:
     raise BeyondTheModel(
@@ -108,38 +114,60 @@ def matchings(sequences: list[tuple[Item, ...]]) -> list[Matching]:
       f"try, more than {LIMIT}: the cross-rank check cannot answer"
     )
   found = []
-  for picked in itertools.product(*(senders for _, _, senders in choices)):
+  for picked in itertools.product(*(senders for *_, senders in choices)):
     chosen = {
-      (rank, call.op.name): sender
-      for (rank, call, _), sender in zip(choices, picked, strict=True)
+      (rank, place): sender
+      for (rank, place, _, _), sender in zip(choices, picked, strict=True)
     }
     said = "; ".join(
-      f"rank {rank}'s receive from any rank ({call.op.location or call.op.name}"
-      f") meets rank {sender}'s send"
-      for (rank, call, _), sender in zip(choices, picked, strict=True)
+      f"rank {rank}'s receive from any rank ({_where(call)}) meets rank "
+      f"{sender}'s send"
+      for (rank, _, call, _), sender in zip(choices, picked, strict=True)
     )
     restricted = [
-      _fixed(items, rank, chosen) for rank, items in enumerate(sequences)
+      _Fixer({p: s for (r, p), s in chosen.items() if r == rank}).items(items)
+      for rank, items in enumerate(sequences)
     ]
-    found.append(Matching(restricted, frozenset(chosen), said))
+    fixed = [
+      (rank, call)
+      for rank, items in enumerate(restricted)
+      for place, call in enumerate(calls_of(items))
+      if (rank, place) in chosen
+    ]
+    found.append(Matching(restricted, tuple(fixed), said))
   return found
 
 
-def _fixed(
-  items: tuple[Item, ...], rank: int, chosen: dict[tuple[int, str], int]
-) -> tuple[Item, ...]:
-  out: list[Item] = []
-  for item in items:
-    if isinstance(item, Call):
-      sender = chosen.get((rank, item.op.name))
-      if sender is not None and is_wildcard(item):
-        side = "source" if item.kind == "sendrecv" else "peer"
-        item = dataclasses.replace(item, **{side: sender})
-    elif isinstance(item, Loop):
-      item = dataclasses.replace(item, body=_fixed(item.body, rank, chosen))
-    elif isinstance(item, Branch):
-      item = dataclasses.replace(
-        item, branches=tuple(_fixed(b, rank, chosen) for b in item.branches)
-      )
-    out.append(item)
-  return tuple(out)
+def _where(call: Call) -> str:
+  """Where a receive is, for people: its line, and its execution when the
+  sequence is a rank's executions (one line runs in each)."""
+  where = call.op.location or f"%{call.op.name}"
+  execution = getattr(call, "execution", None)
+  return f"{where}, execution {execution}" if execution else where
+
+
+class _Fixer:
+  """A rank's items, each receive at a place (its index among the rank's
+  calls, `calls_of`'s order) in `given` receiving from its sender."""
+
+  def __init__(self, given: dict[int, int]):
+    self.given = given
+    self.place = 0
+
+  def items(self, items: tuple[Item, ...]) -> tuple[Item, ...]:
+    out: list[Item] = []
+    for item in items:
+      if isinstance(item, Call):
+        sender = self.given.get(self.place)
+        self.place += 1
+        if sender is not None:
+          side = "source" if item.kind == "sendrecv" else "peer"
+          item = dataclasses.replace(item, **{side: sender})
+      elif isinstance(item, Loop):
+        item = dataclasses.replace(item, body=self.items(item.body))
+      elif isinstance(item, Branch):
+        item = dataclasses.replace(
+          item, branches=tuple(self.items(b) for b in item.branches)
+        )
+      out.append(item)
+    return tuple(out)

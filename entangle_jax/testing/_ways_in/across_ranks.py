@@ -25,7 +25,9 @@ The check, over each rank's `RankProgram`
 
 What it assumes: every communicator spans all the ranks given; a send
 blocks until its receive (as MPI may, for messages too big to buffer);
-a peer or tag below 0 is MPI's ``ANY_SOURCE`` or ``ANY_TAG``.
+a peer of -1 or -2 is MPI's ``PROC_NULL`` or a receive's ``ANY_SOURCE``
+(by the library); a receive's tag of -1 is ``ANY_TAG``; another peer or
+tag below 0 aborts (a `Mismatch`).
 """
 
 from __future__ import annotations
@@ -185,7 +187,8 @@ def format_result(result: CrossRankResult) -> str:
     lines.append(
       "  MPI matches calls by count and type, so a swap of two such calls "
       "runs, with each rank's data in the other's call. Compute their "
-      "operands alike on every rank, or give them different types."
+      "operands alike on every rank, or give them different types (or, "
+      "for sends, different tags that each receive names)."
     )
     for n, step in enumerate(result.matched, 1):
       lines.append(f"  {n}. {_step_text(step)}")
@@ -422,7 +425,9 @@ def check_programs(
   rank_dependent += tuple(simulation.diverging)
   by_type_only: tuple[str, ...] = ()
   if stopped is None:
-    stopped, by_type_only = swaps(simulation.collectives)
+    stopped, by_type_only = swaps(
+      simulation.collectives, simulation.messages, len(programs)
+    )
   mismatch = stopped if isinstance(stopped, Mismatch) else None
   deadlock = stopped if isinstance(stopped, Deadlock) else None
   verdict: Verdict = "matched-by-type" if by_type_only else "proved"

@@ -1,0 +1,396 @@
+"""The cross-rank check's point-to-point calls (skeptic pass 77c):
+receives from any source run in several executions, tags, what a plain
+send into a sendrecv carries, and swapped sends and receives of one type.
+
+Hermetic, in one process, as across_ranks_test.py: each rank's modules
+are compiled here with the rank as a Python value, with that file's FFI
+targets declared as a send, a receive and an allreduce, and a sendrecv
+of this file's declared as mpi4jax's is (each registered with entangle's
+no-op handler, only to compile).
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl.testing import absltest
+
+from entangle_jax import entangle
+from entangle_jax._src import native
+from entangle_jax._src.targets import table
+from entangle_jax._src.targets.declaration import Declarations, merged
+from entangle_jax.testing import CrossRankResult
+from entangle_jax.testing._analysis.ranks import RankProgram
+from entangle_jax.testing._ways_in import rank_sequences
+from tests.ways_in import across_ranks_test as base
+from tests.ways_in.across_ranks_test import recv, send
+
+X = jax.ShapeDtypeStruct((4,), jnp.float32)
+SENDRECV = "ranks_p2p_test_sendrecv"
+
+
+@functools.cache
+def registered() -> None:
+  """Registers this file's sendrecv with entangle's no-op handler."""
+  handler = native.load().registrations()["entangle"]
+  jax.ffi.register_ffi_target(SENDRECV, handler, platform="cpu")
+
+
+def declarations() -> Declarations:
+  """across_ranks_test.py's targets, and a sendrecv declared as
+  mpi4jax's is, its communicator left out (each rank's is the world)."""
+  mine = table.from_table(
+    {
+      "targets": {
+        SENDRECV: {
+          "communicates": {
+            "kind": "sendrecv",
+            "peer": "dest",
+            "tag": "sendtag",
+            "source": "source",
+            "source_tag": "recvtag",
+          }
+        }
+      }
+    },
+    "across_ranks_p2p_test",
+  )
+  return merged([mine, base.declarations()], distinct=False)
+
+
+def sendrecv(x, dest, source, received=None, sendtag=0, recvtag=-1):
+  """Sends `x` to `dest`, and receives from `source` an array of
+  `received`'s shape and type (`x`'s by default), as mpi4jax's
+  sendrecv (whose receive takes any tag unless told)."""
+  registered()
+  received = received or jax.ShapeDtypeStruct(x.shape, x.dtype)
+  call = jax.ffi.ffi_call(SENDRECV, received, has_side_effect=True)
+  return call(
+    x,
+    dest=np.int64(dest),
+    source=np.int64(source),
+    sendtag=np.int64(sendtag),
+    recvtag=np.int64(recvtag),
+  )
+
+
+def check(function, ranks=2) -> CrossRankResult:
+  """`function(rank, x)` compiled once per rank, checked across ranks
+  (as across_ranks_test.py's `check`, with this file's declarations)."""
+  modules = [
+    jax.jit(functools.partial(function, rank)).lower(X).compile()
+    for rank in range(ranks)
+  ]
+  return base.across(modules, declarations())
+
+
+def program(function) -> RankProgram:
+  """`function`'s module, compiled for an f32[4], read for the check."""
+  text = jax.jit(function).lower(X).compile().as_text()
+  assert text is not None
+  return RankProgram(text, declarations())
+
+
+def executions(*ranks) -> CrossRankResult:
+  """The cross-rank check of each rank's executions: per rank, the
+  functions it runs, in order, each one jitted execution (one function
+  run twice is one module executed twice, as a Python loop runs it)."""
+  cache: dict[object, tuple[str, RankProgram]] = {}
+
+  def named(function):
+    if function not in cache:
+      cache[function] = (f"jit_{function.__name__}", program(function))
+    return cache[function]
+
+  return rank_sequences.check_executions(
+    [[named(f) for f in runs] for runs in ranks]
+  )
+
+
+def receive_any(x):
+  return recv(x, (4,), source=-1)
+
+
+def receive_from_1(x):
+  return recv(x, (4,), source=1)
+
+
+def send_to_0(x):
+  return send(x, dest=0)
+
+
+def send_twice_to_0(x):
+  # One value twice, in one execution: the two sends need no telling
+  # apart (`origins`).
+  return send(entangle(x, send(x, dest=0)), dest=0)
+
+
+class WildcardExecutionsTest(absltest.TestCase):
+  """Skeptic pass 77c, N3 and F1: a receive from any source was known by
+  its rank and instruction name, but each execution of a jitted helper
+  runs the same instruction, and the receive of every module of one
+  binding has one name. Two executions shared one sender: a
+  master/worker loop over a jitted ``recv(ANY_SOURCE)`` was a deadlock,
+  and a matching that hangs was set aside as though its wildcard
+  receive had met no send."""
+
+  def test_one_name_in_two_modules(self):
+    # What the cases below rest on: the two modules' receives share a
+    # name.
+    names = {
+      call.op.name
+      for function in (receive_any, receive_from_1)
+      for call in program(function).calls()
+    }
+    self.assertLen(names, 1)
+
+  def test_a_helper_called_once_per_worker_is_proved(self):
+    result = executions([receive_any, receive_any], [send_to_0], [send_to_0])
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 2)
+
+  def test_control_a_call_too_many_deadlocks(self):
+    result = executions(
+      [receive_any, receive_any, receive_any], [send_to_0], [send_to_0]
+    )
+    self.assertEqual(result.verdict, "deadlock", result.text())
+
+  def test_a_fixed_receive_after_two_from_any_rank_may_hang(self):
+    # Rank 2 sends twice, rank 1 once: when the two receives from any
+    # rank meet rank 1, then rank 2, rank 0's receive from rank 1 waits
+    # for ever.
+    result = executions(
+      [receive_any, receive_any, receive_from_1],
+      [send_to_0],
+      [send_to_0, send_to_0],
+    )
+    self.assertEqual(result.verdict, "deadlock", result.text())
+    assert result.deadlock is not None
+    self.assertIn("execution 1) meets rank 1", result.deadlock.matching)
+    self.assertIn("execution 2) meets rank 2", result.deadlock.matching)
+    blocked = result.deadlock.blocked[0]
+    assert blocked is not None
+    self.assertIn("from rank 1", blocked.label)
+
+  def test_control_three_receives_from_any_rank_are_proved(self):
+    result = executions(
+      [receive_any, receive_any, receive_any],
+      [send_to_0],
+      [send_twice_to_0],
+    )
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 3)
+
+  def test_a_fixed_receive_in_another_module_may_hang(self):
+    # When the receive from any rank meets rank 1, the receive from rank
+    # 1 (another module, the same instruction name) waits for ever.
+    result = executions([receive_any, receive_from_1], [send_to_0], [send_to_0])
+    self.assertEqual(result.verdict, "deadlock", result.text())
+    assert result.deadlock is not None
+    self.assertIn("meets rank 1's send", result.deadlock.matching)
+
+  def test_control_the_fixed_receive_first_is_proved(self):
+    # Rank 1's send is taken first: the receive from any rank can only
+    # meet rank 2's.
+    result = executions([receive_from_1, receive_any], [send_to_0], [send_to_0])
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 2)
+
+
+class TagTest(absltest.TestCase):
+  """Skeptic pass 77c, N9: a tag below 0 was taken as ``ANY_TAG``. Only a
+  receive's ``ANY_TAG`` (-1) is a wildcard; MPI rejects another negative
+  tag (``MPI_ERR_TAG``: send and receive of tag -5 both aborted, and the
+  check proved them)."""
+
+  @staticmethod
+  def program(rank, x, sent, wanted):
+    if rank == 0:
+      return send(x, dest=1, tag=sent)
+    return recv(x, (4,), source=0, tag=wanted)
+
+  def test_a_negative_tag_is_rejected(self):
+    for sent, wanted in ((-5, -5), (3, -5), (-1, -1), (-5, 3)):
+      with self.subTest(sent=sent, wanted=wanted):
+        result = check(
+          functools.partial(self.program, sent=sent, wanted=wanted)
+        )
+        self.assertEqual(result.verdict, "mismatch", result.text())
+        assert result.mismatch is not None
+        self.assertIn("MPI_ERR_TAG", result.mismatch.differs)
+        self.assertIn("below 0", result.mismatch.differs)
+        self.assertEqual(result.status, 1)
+
+  def test_control_a_tag_or_any_tag_is_proved(self):
+    for sent, wanted in ((5, 5), (5, -1), (0, -1)):
+      with self.subTest(sent=sent, wanted=wanted):
+        result = check(
+          functools.partial(self.program, sent=sent, wanted=wanted)
+        )
+        self.assertEqual(result.verdict, "proved", result.text())
+
+  def test_a_sendrecv_with_a_negative_tag_is_rejected(self):
+    def program(rank, x, recvtag):
+      return sendrecv(x, dest=1 - rank, source=1 - rank, recvtag=recvtag)
+
+    result = check(functools.partial(program, recvtag=-7))
+    self.assertEqual(result.verdict, "mismatch", result.text())
+    assert result.mismatch is not None
+    self.assertIn("tag -7", result.mismatch.differs)
+    # Control: mpi4jax's default, ANY_TAG.
+    result = check(functools.partial(program, recvtag=-1))
+    self.assertEqual(result.verdict, "proved", result.text())
+
+
+class PeerTest(absltest.TestCase):
+  """A peer below 0 that is neither ``ANY_SOURCE`` nor ``PROC_NULL`` (of
+  the declared binding, with no communicator: Open MPI's -1 and -2) was
+  taken as a wildcard, as N9's tags were: MPI rejects it
+  (``MPI_ERR_RANK``)."""
+
+  @staticmethod
+  def program(rank, x, dest, source):
+    if rank == 0:
+      return send(x, dest=dest)
+    return recv(x, (4,), source=source)
+
+  def test_a_negative_peer_is_rejected(self):
+    for dest, source in ((1, -5), (-1, 0)):
+      with self.subTest(dest=dest, source=source):
+        result = check(
+          functools.partial(self.program, dest=dest, source=source)
+        )
+        self.assertEqual(result.verdict, "mismatch", result.text())
+        assert result.mismatch is not None
+        self.assertIn("MPI_ERR_RANK", result.mismatch.differs)
+
+  def test_control_a_rank_or_any_source_is_proved(self):
+    for source in (0, -1):
+      with self.subTest(source=source):
+        result = check(functools.partial(self.program, dest=1, source=source))
+        self.assertEqual(result.verdict, "proved", result.text())
+
+
+class PlainSendIntoSendrecvTest(absltest.TestCase):
+  """Skeptic pass 77c, N2: three ranks, rank 0's sendrecv sends to rank
+  1 (a plain receive) and receives from rank 2 (a plain send). Only the
+  sendrecv's outgoing message was compared: rank 2's i32[4] read as
+  f32[4] (wrong values), or an f32[8] (``MPI_ERR_TRUNCATE``), was
+  proved."""
+
+  @staticmethod
+  def program(rank, x, sent):
+    if rank == 0:
+      return sendrecv(x, dest=1, source=2)
+    if rank == 1:
+      return recv(x, (4,), source=0)
+    return send(sent(x), dest=0)
+
+  def test_another_type_is_a_mismatch(self):
+    result = check(
+      functools.partial(self.program, sent=lambda x: x.astype(jnp.int32)),
+      3,
+    )
+    self.assertEqual(result.verdict, "mismatch", result.text())
+    assert result.mismatch is not None
+    self.assertIn("rank 2 sends s32[4]", result.mismatch.differs)
+    self.assertIn("rank 0 receives it into f32[4]", result.mismatch.differs)
+
+  def test_a_longer_message_is_a_mismatch(self):
+    result = check(
+      functools.partial(self.program, sent=lambda x: jnp.tile(x, 2)), 3
+    )
+    self.assertEqual(result.verdict, "mismatch", result.text())
+    assert result.mismatch is not None
+    self.assertIn("rank 2 sends f32[8]", result.mismatch.differs)
+
+  def test_control_the_same_count_and_type_is_proved(self):
+    # MPI matches counts, not shapes: f32[2,2] meets f32[4].
+    result = check(
+      functools.partial(self.program, sent=lambda x: x.reshape(2, 2)), 3
+    )
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 1)
+
+
+class PointToPointSwapTest(absltest.TestCase):
+  """Skeptic pass 77c, N1: two point-to-point steps of one type between
+  the same ranks, swapped on one rank, give each rank the other's data
+  (MPI matches count, type and tag): origins told only collectives
+  apart, and all three shapes here were proved."""
+
+  @staticmethod
+  def exchange(rank, x, swap):
+    """Both ranks exchange ``a``, then ``b``; rank 1 in the other order
+    with `swap`."""
+    other = 1 - rank
+    a, b = x + 1.0, x * 10.0
+    if swap and rank == 1:
+      a, b = b, a
+    first = sendrecv(a, dest=other, source=other)
+    return first, sendrecv(entangle(b, first), dest=other, source=other)
+
+  def test_swapped_sendrecvs_are_a_mismatch(self):
+    result = check(functools.partial(self.exchange, swap=True))
+    self.assertEqual(result.verdict, "mismatch", result.text())
+    assert result.mismatch is not None
+    self.assertIn("the two calls are swapped", result.mismatch.differs)
+    self.assertIn("rank 1's call 1", result.mismatch.differs)
+    self.assertEqual([c.rank for c in result.mismatch.calls if c], [0, 1])
+
+  def test_control_one_order_is_proved(self):
+    result = check(functools.partial(self.exchange, swap=False))
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 2)
+
+  def test_a_jitted_exchange_called_twice_is_matched_by_type_only(self):
+    # A halo-exchange helper: each execution sends its own argument, and
+    # nothing says which a rank passed first.
+    def to_1(x):
+      return sendrecv(x, dest=1, source=1)
+
+    def to_0(x):
+      return sendrecv(x, dest=0, source=0)
+
+    result = executions([to_1, to_1], [to_0, to_0])
+    self.assertEqual(result.verdict, "matched-by-type", result.text())
+    (said,) = result.by_type_only
+    self.assertIn("rank 0's calls 1 and 2", said)
+    self.assertIn("in another execution", said)
+    self.assertEqual(result.status, 2)
+
+  @staticmethod
+  def two_sends(rank, x, second=lambda x: x * 10.0, tags=(0, 0), wanted=-1):
+    """Rank 0 sends ``x + 1``, then `second`, with `tags`; rank 1
+    receives twice, with tag `wanted`, then the second tag (or
+    ``ANY_TAG``)."""
+    if rank == 0:
+      done = send(x + 1.0, dest=1, tag=tags[0])
+      return send(entangle(second(x), done), dest=1, tag=tags[1])
+    got = recv(x, (4,), source=0, tag=wanted)
+    second_tag = tags[1] if wanted >= 0 else -1
+    return got, recv(got, (4,), source=0, tag=second_tag)
+
+  def test_two_sends_of_one_type_are_matched_by_type_only(self):
+    # Rank 0 could send them the other way round: the receiver takes
+    # either alike, and no other rank's operands say which is which.
+    for tags in ((0, 0), (1, 2)):  # A receive of ANY_TAG takes either.
+      with self.subTest(tags=tags):
+        result = check(functools.partial(self.two_sends, tags=tags))
+        self.assertEqual(result.verdict, "matched-by-type", result.text())
+        (said,) = result.by_type_only
+        self.assertIn("rank 0's calls 1 and 2", said)
+        self.assertIn("send", said)
+
+  def test_control_one_value_twice_or_told_by_tags_is_proved(self):
+    result = check(functools.partial(self.two_sends, second=lambda x: x + 1.0))
+    self.assertEqual(result.verdict, "proved", result.text())
+    # Receives of tag 1, then 2: a swap of the sends would deadlock.
+    result = check(functools.partial(self.two_sends, tags=(1, 2), wanted=1))
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 2)
+
+
+if __name__ == "__main__":
+  absltest.main()
