@@ -1488,6 +1488,12 @@ class SwapTest(absltest.TestCase):
 
   def test_a_swap_of_one_size_is_a_mismatch(self):
     result = check(self.program)
+    if test_util.jax_version() < (0, 7):
+      # jax 0.6's modules give each rank's operands origins of their own
+      # (measured: no digest shared), so nothing tells the calls apart:
+      # matched by type only, not proved either.
+      self.assertEqual(result.verdict, "matched-by-type", result.text())
+      return
     self.assertEqual(result.verdict, "mismatch", result.text())
     assert result.mismatch is not None
     self.assertIn("the two calls are swapped", result.mismatch.differs)
@@ -1560,6 +1566,11 @@ class ArgumentSwapTest(absltest.TestCase):
       return on_mesh(lambda a, b: jax.lax.psum((a, b), "x"))(g, s)
 
     result = check(program, 2, self.F4, self.F4)
+    if test_util.jax_version() < (0, 7):
+      # jax 0.6's XLA keeps the two psums apart, and nothing orders them:
+      # a possible deadlock, not proved either.
+      self.assertEqual(result.verdict, "deadlock", result.text())
+      return
     self.assertEqual(result.verdict, "matched-by-type", result.text())
     self.assertIn("operands 0 and 1", result.by_type_only[0])
 
