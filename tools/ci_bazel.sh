@@ -7,6 +7,11 @@
 #   tools/ci_bazel.sh --part=main        all but the downstream examples
 #   tools/ci_bazel.sh --part=examples    only the downstream examples
 # (.ci/run runs the two parts in different lanes.)
+# Bazel builds and tests with $ENTANGLE_JAX_PYTHON where it is set (as
+# docs/bazel.md says), else python3; the fresh-HOME build is for the other
+# of Python 3.11 and the newest Python, so that each gets a Bazel wheel.
+# .ci/run names the newest: its locks lane runs, with pytest on that
+# interpreter, only the test files Bazel leaves out (tools/bazel_left_out.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 caller_timings=${CI_TIMINGS:-}
@@ -76,7 +81,29 @@ fi
 section "Bazel: buildifier --check (BUILD, .bzl, WORKSPACE, MODULE.bazel)"
 tools/buildifier.sh --check
 
-section "Bazel: bazel test //..."
+# The interpreter this part's Bazel runs, and the other one (the fresh-HOME
+# build's), told apart by their tags: Python 3.11 (.venv's) and the newest
+# (.venv-newest's), each with its environment from requirements.lock.
+# (Each is asked for its real path: python3 may be a PATH shim, pyenv's.)
+real_python() { "$1" -c 'import os, sys; print(os.path.realpath(sys.executable))'; }
+tag_of() { "$1" -c 'import sys; print("cp%d%d" % sys.version_info[:2])'; }
+python_311=$(real_python .venv/bin/python)
+python_newest=$(real_python .venv-newest/bin/python)
+newest_tag=$(tag_of "$python_newest")
+bazel_python=$(real_python "${ENTANGLE_JAX_PYTHON:-python3}")
+bazel_tag=$(tag_of "$bazel_python")
+case $bazel_tag in
+  "$newest_tag") other_python=$python_311 ;;
+  cp311) other_python=$python_newest ;;
+  *)
+    echo "Bazel's interpreter $bazel_python ($bazel_tag) is neither 3.11 nor $newest_tag" >&2
+    exit 1
+    ;;
+esac
+other_tag=$(tag_of "$other_python")
+venv_of() { if [[ $(tag_of "$1") == "$newest_tag" ]]; then echo .venv-newest; else echo .venv; fi; }
+echo "Bazel runs $bazel_python ($bazel_tag); the fresh-HOME build $other_python ($other_tag)"
+section "Bazel: bazel test //... ($bazel_tag)"
 bazel test //... 2>&1 | tee "$scratch/bazel_test.log"
 # A passing run is a readable summary: no sandbox mount log, no size warning.
 if grep -E 'linux-sandbox-pid1|specified size is too big' "$scratch/bazel_test.log"; then
@@ -84,13 +111,13 @@ if grep -E 'linux-sandbox-pid1|specified size is too big' "$scratch/bazel_test.l
   exit 1
 fi
 
-section "Bazel: bazel build //:wheel, the installed-package suite on it"
+section "Bazel: bazel build //:wheel ($bazel_tag), the installed-package suite on it"
 bazel build //:wheel
 # Kept: the --config=cuda build below writes its own wheel to the same path.
 mkdir -p "$scratch/wheels"
 cp bazel-bin/entangle_jax-*.whl "$scratch/wheels/"
 bazel_wheel=$(realpath "$scratch"/wheels/entangle_jax-*.whl)
-uv venv --quiet --python 3.11 "$scratch/venv"
+uv venv --quiet --python "$bazel_python" "$scratch/venv"
 VIRTUAL_ENV=$scratch/venv uv pip sync --quiet --compile-bytecode --require-hashes requirements.lock
 VIRTUAL_ENV=$scratch/venv uv pip install --quiet --no-deps "$bazel_wheel"
 suite_against_installed "$scratch/venv/bin/python" . "$scratch/suite"
@@ -109,43 +136,44 @@ else
 fi
 bazel shutdown
 
-# The newest Python's wheel, built from scratch with a fresh HOME: the
+# The other interpreter's wheel, built from scratch with a fresh HOME: the
 # interpreter is named through $ENTANGLE_JAX_PYTHON (as README "Bazel" says),
 # every repository is fetched anew for it, and the build must leave HOME
 # empty.
-newest_python=$(.venv-newest/bin/python -c 'import os, sys; print(os.path.realpath(sys.executable))')
-newest_tag=$(.venv-newest/bin/python -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
-section "Bazel: a build of //... for $(basename "$newest_python") with a fresh HOME writes nothing there"
-tools/bazel/fresh_home_check.sh "$newest_python" "$scratch/newest-wheel"
-newest_bazel_wheel=$(realpath "$scratch"/newest-wheel/entangle_jax-*.whl)
+section "Bazel: a build of //... for $(basename "$other_python") with a fresh HOME writes nothing there"
+tools/bazel/fresh_home_check.sh "$other_python" "$scratch/other-wheel"
+other_bazel_wheel=$(realpath "$scratch"/other-wheel/entangle_jax-*.whl)
 
 # Both Bazel wheels against meson wheels built without CUDA for the same
 # interpreters: from .ci/run, the README Install wheels (uv build, which its
 # locks lane builds with no nvcc on PATH and leaves in $CI_MESON_WHEELS);
 # alone, built here.
-section "Bazel: both wheels compared with meson's (cp311 and $newest_tag)"
-if [[ -n ${CI_MESON_WHEELS:-} ]]; then
-  for _ in $(seq 900); do
-    compgen -G "$CI_MESON_WHEELS/entangle_jax-*-cp311-*.whl" >/dev/null &&
-      compgen -G "$CI_MESON_WHEELS/entangle_jax-*-$newest_tag-*.whl" >/dev/null && break
-    sleep 2
-  done
-  meson_wheel=$(realpath "$CI_MESON_WHEELS"/entangle_jax-*-cp311-*.whl)
-  newest_meson_wheel=$(realpath "$CI_MESON_WHEELS"/entangle_jax-*-"$newest_tag"-*.whl)
-else
-  rm -rf dist/meson dist/meson-newest
-  uv run python -m pip wheel --quiet --no-deps --no-build-isolation \
-    -Csetup-args=-Dcuda=disabled -Cbuild-dir=build/meson-wheel -w dist/meson .
-  # Through `uv run`, which puts the venv's meson and ninja on PATH.
-  UV_PROJECT_ENVIRONMENT=.venv-newest uv run python -m pip wheel --quiet --no-deps \
-    --no-build-isolation -Csetup-args=-Dcuda=disabled -Cbuild-dir=build/meson-wheel-newest \
-    -w dist/meson-newest .
-  meson_wheel=$(realpath dist/meson/entangle_jax-*.whl)
-  newest_meson_wheel=$(realpath dist/meson-newest/entangle_jax-*.whl)
-fi
+section "Bazel: both wheels compared with meson's ($bazel_tag and $other_tag)"
+meson_wheel_of() {
+  local python=$1 tag=$2
+  if [[ -n ${CI_MESON_WHEELS:-} ]]; then
+    for _ in $(seq 900); do
+      compgen -G "$CI_MESON_WHEELS/entangle_jax-*-$tag-*.whl" >/dev/null && break
+      sleep 2
+    done
+    realpath "$CI_MESON_WHEELS"/entangle_jax-*-"$tag"-*.whl
+  else
+    rm -rf "dist/meson-$tag"
+    # Through `uv run`, which puts the venv's meson and ninja on PATH.
+    UV_PROJECT_ENVIRONMENT=$(venv_of "$python") uv run python -m pip wheel --quiet \
+      --no-deps --no-build-isolation -Csetup-args=-Dcuda=disabled \
+      -Cbuild-dir="build/meson-wheel-$tag" -w "dist/meson-$tag" . >&2
+    realpath "dist/meson-$tag"/entangle_jax-*.whl
+  fi
+}
 # wheel_test is not in the Bazel suite: it needs the meson wheel too. It also
 # checks that both are tagged for the interpreter running it.
-ENTANGLE_JAX_BAZEL_WHEEL=$bazel_wheel ENTANGLE_JAX_MESON_WHEEL=$meson_wheel \
-  uv run pytest --noconftest tests/repository/wheel_test.py
-ENTANGLE_JAX_BAZEL_WHEEL=$newest_bazel_wheel ENTANGLE_JAX_MESON_WHEEL=$newest_meson_wheel \
-  UV_PROJECT_ENVIRONMENT=.venv-newest uv run pytest --noconftest tests/repository/wheel_test.py
+compare_wheels() {
+  local python=$1 tag=$2 bazel_built=$3 meson_built
+  meson_built=$(meson_wheel_of "$python" "$tag")
+  ENTANGLE_JAX_BAZEL_WHEEL=$bazel_built ENTANGLE_JAX_MESON_WHEEL=$meson_built \
+    UV_PROJECT_ENVIRONMENT=$(venv_of "$python") \
+    uv run pytest --noconftest tests/repository/wheel_test.py
+}
+compare_wheels "$bazel_python" "$bazel_tag" "$bazel_wheel"
+compare_wheels "$other_python" "$other_tag" "$other_bazel_wheel"

@@ -47,8 +47,9 @@ run_pytest() {
 # extension and what it registers, the runtime ordering test with its
 # control, export in a fresh process, the example store's extension, and the
 # demo. The whole
-# suite runs once per interpreter/jax pair (README Development, the oldest
-# and the newest lock) and under `bazel test //...`.
+# suite runs once per interpreter/jax pair: README Development (3.11), the
+# oldest lock, and the newest Python's under `bazel test //...` with the
+# files Bazel leaves out run by pytest.
 INSTALLED_SUITE=(
   tests/repository/installed_files_test.py
   tests/loading/extensions_test.py

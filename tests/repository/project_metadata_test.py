@@ -171,6 +171,24 @@ class ModuleBazelTest(absltest.TestCase):
     names = {re.split(r"[<>=!~ \[]", w, maxsplit=1)[0] for w in wanted}
     self.assertEqual(set(ast.literal_eval(value)), names)
 
+  def test_the_projects_bazel_tests_get_the_real_libraries(self):
+    # WORKSPACE and MODULE.bazel add pyproject.toml's real-libraries group
+    # to the project's own Bazel environment: without it, the tests of the
+    # shipped bindings' declarations skip under `bazel test //...`, which
+    # CI runs as the newest Python's suite (docs/development.md).
+    group = _pyproject()["dependency-groups"]["real-libraries"]
+    names = {re.split(r"[<>=!~ ;\[]", g, maxsplit=1)[0] for g in group}
+    for name in ("WORKSPACE", "MODULE.bazel"):
+      tree = ast.parse((ROOT / name).read_text())
+      (extra,) = [
+        k.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call)
+        for k in n.keywords
+        if k.arg == "extra_packages"
+      ]
+      self.assertEqual(set(ast.literal_eval(extra)), names, name)
+
   def _starlark_files(self) -> list[pathlib.Path]:
     files = [ROOT / "BUILD.bazel", ROOT / "WORKSPACE"]
     for folder in ("benchmarks", "entangle_jax", "native", "tests", "tools"):

@@ -11,6 +11,7 @@ Labels are resolved in the root module, so its repository names apply.
 load(":repositories.bzl", "entangle_jax_repositories")
 
 _configure = tag_class(attrs = {
+    "extra_packages": attr.string_list(),
     "jax": attr.label(),
     "pybind11": attr.label(),
     "python_headers": attr.label(),
@@ -34,6 +35,7 @@ def _entangle_jax_deps_impl(module_ctx):
         python_interpreter = tag.python_interpreter if tag else "python3",
         python_interpreter_target = _label(tag.python_interpreter_target) if tag else None,
         xla_ffi = _label(tag.xla_ffi) if tag else None,
+        extra_packages = tag.extra_packages if tag else [],
     )
 
 entangle_jax_deps = module_extension(

@@ -51,7 +51,8 @@ def entangle_jax_repositories(
         pybind11 = None,
         xla_ffi = None,
         python_interpreter = "python3",
-        python_interpreter_target = None):
+        python_interpreter_target = None,
+        extra_packages = []):
     """Declares the repositories entangle_jax's BUILD files use.
 
     Args:
@@ -65,6 +66,10 @@ def entangle_jax_repositories(
         the first fetch only.
       python_interpreter_target: the interpreter as a file label; wins over
         python_interpreter.
+      extra_packages: more of the lock's packages (with what they need) for
+        the default environment, beside DEFAULT_PACKAGES; unused when `jax`
+        is given. entangle_jax's own WORKSPACE names its `real-libraries`
+        group, whose tests skip without them.
     """
     interpreter = dict(
         python_interpreter = python_interpreter,
@@ -73,7 +78,7 @@ def entangle_jax_repositories(
     if not jax:
         python_env(
             name = "entangle_jax_python",
-            packages = DEFAULT_PACKAGES,
+            packages = DEFAULT_PACKAGES + [p for p in extra_packages if p not in DEFAULT_PACKAGES],
             requirements = "@entangle_jax//:requirements.lock",
             **interpreter
         )
