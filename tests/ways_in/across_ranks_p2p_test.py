@@ -10,6 +10,8 @@ no-op handler, only to compile).
 """
 
 import functools
+import io
+import pathlib
 
 import jax
 import jax.numpy as jnp
@@ -21,12 +23,13 @@ from entangle_jax._src import native
 from entangle_jax._src.targets import table
 from entangle_jax._src.targets.declaration import Declarations, merged
 from entangle_jax.testing import CrossRankResult
-from entangle_jax.testing._analysis.ranks import RankProgram
-from entangle_jax.testing._ways_in import rank_sequences
+from entangle_jax.testing._analysis.ranks import Loop, RankProgram
+from entangle_jax.testing._ways_in import command, rank_sequences
 from tests.ways_in import across_ranks_test as base
 from tests.ways_in.across_ranks_test import recv, send
 
 X = jax.ShapeDtypeStruct((4,), jnp.float32)
+LOOPS = pathlib.Path(__file__).resolve().parent / "data" / "ranks_mpi4jax_loops"
 SENDRECV = "ranks_p2p_test_sendrecv"
 
 
@@ -390,6 +393,151 @@ class PointToPointSwapTest(absltest.TestCase):
     result = check(functools.partial(self.two_sends, tags=(1, 2), wanted=1))
     self.assertEqual(result.verdict, "proved", result.text())
     self.assertLen(result.matched, 2)
+
+
+class LoopWildcardTest(absltest.TestCase):
+  """Issue 77: a receive from any source inside one module's loop got one
+  sender for every iteration. A master whose ``fori_loop`` receives twice
+  from any rank, each worker sending once, was a deadlock (each matching
+  forced both iterations to one worker); and with a receive from rank 1
+  after the loop, rank 2 sending twice, it was proved, though it hangs
+  when the loop meets rank 1, then rank 2 (mpirun, README.md of
+  data/ranks_mpi4jax_loops). Each iteration's receive now meets its own
+  sender, as the same receives written out in a Python loop do."""
+
+  @staticmethod
+  def master(rank, x, trips=2, after=None, sends=(1, 1), unrolled=False):
+    """Rank 0 receives from any rank `trips` times (in a ``fori_loop``,
+    or written out with `unrolled`), then from `after`; rank k sends
+    ``sends[k - 1]`` times."""
+    if rank == 0:
+
+      def body(_, acc):
+        return acc + recv(acc, (4,), source=-1)
+
+      if unrolled:
+        for _ in range(trips):
+          x = body(0, x)
+      else:
+        x = jax.lax.fori_loop(0, trips, body, x)
+      return x if after is None else recv(x, (4,), source=after)
+    done = send(x, dest=0)
+    for _ in range(sends[rank - 1] - 1):
+      done = send(entangle(x, done), dest=0)
+    return done
+
+  def test_the_loop_stays_a_loop(self):
+    # What the cases rest on: XLA keeps the loop, its trips known.
+    (loop,) = program(functools.partial(self.master, 0)).items
+    assert isinstance(loop, Loop)
+    self.assertEqual(loop.trips, 2)
+
+  def test_a_master_looping_over_its_workers_is_proved(self):
+    for unrolled in (False, True):
+      with self.subTest(unrolled=unrolled):
+        result = check(functools.partial(self.master, unrolled=unrolled), 3)
+        self.assertEqual(result.verdict, "proved", result.text())
+        self.assertLen(result.matched, 2)
+
+  def test_control_one_trip_too_many_deadlocks(self):
+    for unrolled in (False, True):
+      with self.subTest(unrolled=unrolled):
+        result = check(
+          functools.partial(self.master, trips=3, unrolled=unrolled), 3
+        )
+        self.assertEqual(result.verdict, "deadlock", result.text())
+
+  def test_a_fixed_receive_after_the_loop_may_hang(self):
+    for unrolled in (False, True):
+      with self.subTest(unrolled=unrolled):
+        result = check(
+          functools.partial(
+            self.master, after=1, sends=(1, 2), unrolled=unrolled
+          ),
+          3,
+        )
+        self.assertEqual(result.verdict, "deadlock", result.text())
+        assert result.deadlock is not None
+        self.assertIn("meets rank 1's send", result.deadlock.matching)
+        self.assertIn("meets rank 2's send", result.deadlock.matching)
+        blocked = result.deadlock.blocked[0]
+        assert blocked is not None
+        self.assertIn("from rank 1", blocked.label)
+
+  def test_control_any_rank_after_the_loop_is_proved(self):
+    for unrolled in (False, True):
+      with self.subTest(unrolled=unrolled):
+        result = check(
+          functools.partial(
+            self.master, after=-1, sends=(1, 2), unrolled=unrolled
+          ),
+          3,
+        )
+        self.assertEqual(result.verdict, "proved", result.text())
+        self.assertLen(result.matched, 3)
+
+  @staticmethod
+  def lockstep(rank, x, after=False):
+    """Every rank loops twice: rank 0 receives from any rank twice an
+    iteration, ranks 1 and 2 send once; with `after`, rank 0 then
+    receives from rank 2, which sends once more."""
+
+    def body(_, acc):
+      if rank == 0:
+        acc = acc + recv(acc, (4,), source=-1)
+        return acc + recv(acc, (4,), source=-1)
+      return acc + send(acc, dest=0).astype(jnp.float32)
+
+    x = jax.lax.fori_loop(0, 2, body, x)
+    if after and rank == 0:
+      return recv(x, (4,), source=2)
+    if after and rank == 2:
+      return send(x, dest=0)
+    return x
+
+  def test_a_sender_running_ahead_of_the_loop_may_hang(self):
+    # Rank 0's first iteration meets rank 2 twice (its second iteration
+    # ran ahead), its second rank 1 and rank 2's last send: rank 1's
+    # second send and the receive from rank 2 wait for ever. One
+    # iteration against another, as one step, never shows it.
+    result = check(functools.partial(self.lockstep, after=True), 3)
+    self.assertEqual(result.verdict, "deadlock", result.text())
+
+  def test_control_the_loops_alone_are_proved(self):
+    result = check(self.lockstep, 3)
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 4)
+
+
+class StoredLoopShapesTest(absltest.TestCase):
+  """LoopWildcardTest's shapes as mpi4jax programs run under ``mpirun -n
+  3`` (data/ranks_mpi4jax_loops/README.md): each rank's dumps and its
+  execution record, through ``--ranks``."""
+
+  def ranks(self, shape: str) -> tuple[int, str]:
+    folders = [str(LOOPS / shape / f"rank{rank}") for rank in range(3)]
+    out, err = io.StringIO(), io.StringIO()
+    with base.shipped_mpi4jax():
+      status = command.main(["--ranks", *folders], out=out, err=err)
+    return status, out.getvalue() + err.getvalue()
+
+  def test_the_right_master_loop_is_proved(self):
+    status, said = self.ranks("loop_any_ok")
+    self.assertEqual(status, 0, said)
+    self.assertIn("Proved: the 3 ranks make 2 communicating calls", said)
+
+  def test_the_master_loop_that_may_hang_is_a_deadlock(self):
+    # This run was right (rank 1 was late); runs where rank 2 was late
+    # hung in the receive from rank 1.
+    status, said = self.ranks("loop_any_then_fixed")
+    self.assertEqual(status, 1, said)
+    self.assertIn("Deadlock", said)
+    self.assertIn("meets rank 1's send", said)
+
+  def test_control_one_trip_too_many_is_a_deadlock(self):
+    status, said = self.ranks("loop_any_three")
+    self.assertEqual(status, 1, said)
+    self.assertIn("Deadlock", said)
 
 
 if __name__ == "__main__":
