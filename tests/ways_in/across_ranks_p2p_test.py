@@ -22,7 +22,7 @@ from entangle_jax import entangle
 from entangle_jax._src import native
 from entangle_jax._src.targets import table
 from entangle_jax._src.targets.declaration import Declarations, merged
-from entangle_jax.testing import CrossRankResult
+from entangle_jax.testing import CrossRankResult, races_across
 from entangle_jax.testing._analysis.ranks import Loop, RankProgram
 from entangle_jax.testing._ways_in import command, rank_sequences
 from tests.ways_in import across_ranks_test as base
@@ -31,13 +31,21 @@ from tests.ways_in.across_ranks_test import recv, send
 X = jax.ShapeDtypeStruct((4,), jnp.float32)
 LOOPS = pathlib.Path(__file__).resolve().parent / "data" / "ranks_mpi4jax_loops"
 SENDRECV = "ranks_p2p_test_sendrecv"
+# The same kinds on a declared communicator (its handle `COMM`): their
+# peers are ranks of it.
+ON_COMM = {
+  kind: f"ranks_p2p_test_{kind}_on_comm"
+  for kind in ("send", "recv", "sendrecv")
+}
+COMM = 7
 
 
 @functools.cache
 def registered() -> None:
-  """Registers this file's sendrecv with entangle's no-op handler."""
+  """Registers this file's targets with entangle's no-op handler."""
   handler = native.load().registrations()["entangle"]
-  jax.ffi.register_ffi_target(SENDRECV, handler, platform="cpu")
+  for target in (SENDRECV, *ON_COMM.values()):
+    jax.ffi.register_ffi_target(target, handler, platform="cpu")
 
 
 def declarations() -> Declarations:
@@ -59,7 +67,49 @@ def declarations() -> Declarations:
     },
     "across_ranks_p2p_test",
   )
-  return merged([mine, base.declarations()], distinct=False)
+  on_comm = table.from_table(
+    {
+      "targets": {
+        ON_COMM["send"]: {
+          "communicates": {
+            "kind": "send",
+            "peer": "dest",
+            "communicator": "comm",
+          }
+        },
+        ON_COMM["recv"]: {
+          "communicates": {
+            "kind": "recv",
+            "peer": "source",
+            "communicator": "comm",
+          }
+        },
+        ON_COMM["sendrecv"]: {
+          "communicates": {
+            "kind": "sendrecv",
+            "peer": "dest",
+            "source": "source",
+            "communicator": "comm",
+          }
+        },
+      }
+    },
+    "across_ranks_p2p_test",
+  )
+  return merged([mine, on_comm, base.declarations()], distinct=False)
+
+
+def on_comm(kind, x, **peers):
+  """A `kind` call (send, recv or sendrecv) on communicator `COMM`, with
+  `peers` (dest, source) ranks of it; returns what it receives (a
+  send: an i32 placeholder)."""
+  registered()
+  result = jax.ShapeDtypeStruct(
+    x.shape if kind != "send" else (), x.dtype if kind != "send" else jnp.int32
+  )
+  call = jax.ffi.ffi_call(ON_COMM[kind], result, has_side_effect=True)
+  numbers = {k: np.int64(v) for k, v in peers.items()}
+  return call(x, comm=np.int64(COMM), **numbers)
 
 
 def sendrecv(x, dest, source, received=None, sendtag=0, recvtag=-1):
@@ -507,6 +557,88 @@ class LoopWildcardTest(absltest.TestCase):
     result = check(self.lockstep, 3)
     self.assertEqual(result.verdict, "proved", result.text())
     self.assertLen(result.matched, 4)
+
+
+class LayoutTranslationTest(absltest.TestCase):
+  """Issue 77: on a communicator that spans every rank in another order
+  (``COMM_WORLD.Split(0, size - 1 - rank)``: its rank k is world rank
+  ``1 - k``), peers are ranks of it. They were not proved at all
+  ("unseen-communicators"); they are now translated to world ranks
+  through the recorded layout, and checked."""
+
+  REVERSED = ({COMM: (1, 0)}, {COMM: (1, 0)})
+  WORLD = ({COMM: (0, 1)}, {COMM: (0, 1)})
+
+  def check(self, program, layouts) -> CrossRankResult:
+    modules = [
+      jax.jit(functools.partial(program, rank)).lower(X).compile()
+      for rank in range(2)
+    ]
+    return races_across(
+      modules, declarations=declarations(), communicators=list(layouts)
+    )
+
+  @staticmethod
+  def handoff(rank, x, numbering):
+    """World rank 0 sends to world rank 1, which receives: `numbering`
+    gives the peer as a rank of the communicator."""
+    if rank == 0:
+      return on_comm("send", x, dest=numbering(1))
+    return on_comm("recv", x, source=numbering(0))
+
+  def test_peers_numbered_as_the_communicator_does_are_proved(self):
+    result = self.check(
+      functools.partial(self.handoff, numbering=lambda world: 1 - world),
+      self.REVERSED,
+    )
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 1)
+    # Reported as world ranks.
+    self.assertIn("send ranks_p2p_test_send_on_comm to rank 1", result.text())
+
+  def test_control_peers_numbered_as_the_world_does_deadlock(self):
+    # "To rank 1" from world rank 0 is to itself, and world rank 1's
+    # "from rank 0" is from itself: each waits for ever.
+    world = functools.partial(self.handoff, numbering=lambda world: world)
+    result = self.check(world, self.REVERSED)
+    self.assertEqual(result.verdict, "deadlock", result.text())
+    assert result.deadlock is not None
+    blocked = result.deadlock.blocked[0]
+    assert blocked is not None
+    self.assertIn("to rank 0", blocked.label)
+    # On a communicator numbered as the world, the same program is right.
+    result = self.check(world, self.WORLD)
+    self.assertEqual(result.verdict, "proved", result.text())
+
+  @staticmethod
+  def exchange(rank, x, other):
+    """A sendrecv with `other(rank)`, as a rank of the communicator."""
+    peer = other(rank)
+    return on_comm("sendrecv", x, dest=peer, source=peer)
+
+  def test_a_sendrecv_with_the_other_rank_of_the_communicator_is_proved(self):
+    # The other process's rank of the reversed communicator: 1 - (1 -
+    # rank), the rank itself in the world's numbers.
+    result = self.check(
+      functools.partial(self.exchange, other=lambda rank: rank), self.REVERSED
+    )
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 1)
+
+  def test_control_the_other_world_rank_is_a_message_to_itself(self):
+    # 1 - rank on the reversed communicator: each rank's own data back
+    # (mpirun_test's LayoutTest). MPI runs it; the check does not prove
+    # it, since it is how a world-numbered peer goes wrong.
+    result = self.check(
+      functools.partial(self.exchange, other=lambda rank: 1 - rank),
+      self.REVERSED,
+    )
+    self.assertEqual(result.verdict, "unseen-communicators", result.text())
+    self.assertIn("a message to itself", result.text())
+    result = self.check(
+      functools.partial(self.exchange, other=lambda rank: 1 - rank), self.WORLD
+    )
+    self.assertEqual(result.verdict, "proved", result.text())
 
 
 class StoredLoopShapesTest(absltest.TestCase):

@@ -421,7 +421,11 @@ def check_programs(
     for rank, p in enumerate(programs)
     for u in p.unordered
   )
-  simulation, stopped = simulate([p.items for p in programs])
+  # Peers on a communicator that numbers the ranks otherwise, as world
+  # ranks: the simulation's.
+  simulation, stopped = simulate(
+    communicators.translated([p.items for p in programs], layouts)
+  )
   rank_dependent += tuple(simulation.diverging)
   by_type_only: tuple[str, ...] = ()
   if stopped is None:
