@@ -23,10 +23,14 @@ from entangle_jax._src import native
 from entangle_jax._src.targets import table
 from entangle_jax._src.targets.declaration import Declarations, merged
 from entangle_jax.testing import CrossRankResult, races_across
-from entangle_jax.testing._analysis.ranks import Loop, RankProgram
+from entangle_jax.testing._analysis.ranks import (
+  BeyondTheModel,
+  Loop,
+  RankProgram,
+)
 from entangle_jax.testing._ways_in import command, rank_sequences
 from tests.ways_in import across_ranks_test as base
-from tests.ways_in.across_ranks_test import recv, send
+from tests.ways_in.across_ranks_test import allreduce, recv, send
 
 X = jax.ShapeDtypeStruct((4,), jnp.float32)
 LOOPS = pathlib.Path(__file__).resolve().parent / "data" / "ranks_mpi4jax_loops"
@@ -557,6 +561,36 @@ class LoopWildcardTest(absltest.TestCase):
     result = check(self.lockstep, 3)
     self.assertEqual(result.verdict, "proved", result.text())
     self.assertLen(result.matched, 4)
+
+  @staticmethod
+  def reduced_trips(rank, x, collective=False):
+    """Every rank loops as many times as an allreduced value says (XLA
+    does not know the trips): rank 0 receives from any rank twice an
+    iteration, ranks 1 and 2 send once; with `collective`, every rank
+    also allreduces each iteration."""
+    trips = allreduce(x)[0].astype(jnp.int32)
+
+    def body(_, acc):
+      if collective:
+        acc = allreduce(acc)
+      if rank == 0:
+        acc = acc + recv(acc, (4,), source=-1)
+        return acc + recv(acc, (4,), source=-1)
+      return acc + send(acc, dest=0).astype(jnp.float32)
+
+    return jax.lax.fori_loop(0, trips, body, x)
+
+  def test_unknown_trips_without_a_collective_cannot_be_answered(self):
+    # A sender may run ahead into its next iteration, and nothing says
+    # how far: the check says it cannot answer (exit 2), not "proved".
+    with self.assertRaisesRegex(
+      BeyondTheModel, "ran ahead into its next iteration"
+    ):
+      check(self.reduced_trips, 3)
+
+  def test_control_a_collective_each_iteration_is_proved(self):
+    result = check(functools.partial(self.reduced_trips, collective=True), 3)
+    self.assertEqual(result.verdict, "proved", result.text())
 
 
 class LayoutTranslationTest(absltest.TestCase):

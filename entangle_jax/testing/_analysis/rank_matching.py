@@ -34,6 +34,7 @@ from entangle_jax.testing._analysis.ranks import (
   Item,
   Loop,
   Unordered,
+  calls_of,
 )
 from entangle_jax.testing._analysis.same_module import ModuleIdentity
 
@@ -260,6 +261,7 @@ class Simulation:
       if all(isinstance(h, Loop) for h in heads):
         loops = [h for h in heads if isinstance(h, Loop)]
         self._compare_decisions(loops)
+        self._run_ahead(loops)
         found = self.run([loop.body for loop in loops])
         if found is not None:
           return found
@@ -330,6 +332,33 @@ class Simulation:
         items = sequences[rank]
         sequences[rank] = (*items[:at], *(h.body * h.trips), *items[at + 1 :])
     return True
+
+  def _run_ahead(self, loops: list[Loop]) -> None:
+    """The ranks' loops at one step, simulated as one body each, must not
+    hold a receive from any source, unless every rank's body makes a
+    collective: without one, a sender may run ahead into its next
+    iteration, and a receive meet it there, which one body against
+    another never shows (`_unrolled` unrolls the loops it can first).
+
+    Raises:
+      BeyondTheModel: they do.
+    """
+    if not any(
+      id(c) in self.wildcards for h in loops for c in calls_of(h.body)
+    ):
+      return
+    if all(
+      any(isinstance(x, Call) and x.kind == "collective" for x in h.body)
+      for h in loops
+    ):
+      return  # Each iteration meets the others' before the next begins.
+    raise BeyondTheModel(
+      f"a receive from any source in {label_of(loops[0])}, whose trips XLA "
+      "does not know (or whose body holds a loop or conditional) and which "
+      "makes no collective: each iteration's receive may meet a sender "
+      "that ran ahead into its next iteration, which the cross-rank check "
+      "does not follow: it cannot answer"
+    )
 
   def _compare_decisions(self, items: list[Loop] | list[Branch]) -> list:
     """The ranks' loops (or conditionals) at one step must compute their
