@@ -33,7 +33,8 @@ from tests.ways_in import across_ranks_test as base
 from tests.ways_in.across_ranks_test import allreduce, recv, send
 
 X = jax.ShapeDtypeStruct((4,), jnp.float32)
-LOOPS = pathlib.Path(__file__).resolve().parent / "data" / "ranks_mpi4jax_loops"
+DATA = pathlib.Path(__file__).resolve().parent / "data"
+LOOPS = DATA / "ranks_mpi4jax_loops"
 SENDRECV = "ranks_p2p_test_sendrecv"
 # The same kinds on a declared communicator (its handle `COMM`): their
 # peers are ranks of it.
@@ -673,6 +674,90 @@ class LayoutTranslationTest(absltest.TestCase):
       functools.partial(self.exchange, other=lambda rank: 1 - rank), self.WORLD
     )
     self.assertEqual(result.verdict, "proved", result.text())
+
+
+class GroupsTest(absltest.TestCase):
+  """Issue 77: ranks split into groups, each on a communicator of its
+  own (``COMM_WORLD.Split(rank % 2, rank)`` of 4 ranks: world ranks 0
+  and 2 one, 1 and 3 another). Checked as one set of ranks, groups that
+  make different calls were compared with each other; each group is now
+  checked alone."""
+
+  EVEN_ODD = ({COMM: (0, 2)}, {COMM: (1, 3)}, {COMM: (0, 2)}, {COMM: (1, 3)})
+
+  def check(self, program, layouts=None) -> CrossRankResult:
+    modules = [
+      jax.jit(functools.partial(program, rank)).lower(X).compile()
+      for rank in range(4)
+    ]
+    return races_across(
+      modules,
+      declarations=declarations(),
+      communicators=list(layouts or self.EVEN_ODD),
+    )
+
+  @staticmethod
+  def handoffs(rank, x, odd_sends=1, odd_receives=1):
+    """In each group its rank 0 sends to its rank 1, which receives; the
+    odd group's ranks `odd_sends` and `odd_receives` times."""
+    mine, odd = rank // 2, rank % 2
+    times = (odd_sends if mine == 0 else odd_receives) if odd else 1
+    out = x
+    for _ in range(times):
+      if mine == 0:
+        out = on_comm("send", entangle(x, out), dest=1)
+      else:
+        out = on_comm("recv", out, source=0)
+    return out
+
+  def test_groups_that_make_different_calls_are_proved(self):
+    # The odd group hands off twice, the even group once.
+    result = self.check(
+      functools.partial(self.handoffs, odd_sends=2, odd_receives=2)
+    )
+    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertLen(result.matched, 3)
+    ranks = {c.rank for step in result.matched for c in step.calls}
+    self.assertEqual(ranks, {0, 1, 2, 3})
+
+  def test_control_a_group_one_receive_short_deadlocks(self):
+    result = self.check(functools.partial(self.handoffs, odd_sends=2))
+    self.assertEqual(result.verdict, "deadlock", result.text())
+    assert result.deadlock is not None
+    blocked = [c for c in result.deadlock.blocked if c is not None]
+    self.assertEqual([c.rank for c in blocked], [1])  # World rank 1.
+    self.assertIn("send", blocked[0].label)
+
+  def test_control_one_communicator_of_every_rank_compares_them_all(self):
+    # The same modules as one group of 4: rank 0's send to "rank 1" is
+    # to world rank 1, which sends too.
+    result = self.check(
+      functools.partial(self.handoffs, odd_sends=2, odd_receives=2),
+      [{COMM: (0, 1, 2, 3)}] * 4,
+    )
+    self.assertNotEqual(result.verdict, "proved", result.text())
+
+  def test_the_stored_mpi4jax_groups_are_proved(self):
+    # mpirun -n 4 (data/ranks_mpi4jax_groups/README.md): right.
+    folders = [
+      str(DATA / "ranks_mpi4jax_groups" / "groups_ok" / f"rank{rank}")
+      for rank in range(4)
+    ]
+    out, err = io.StringIO(), io.StringIO()
+    with base.shipped_mpi4jax():
+      status = command.main(["--ranks", *folders], out=out, err=err)
+    said = out.getvalue() + err.getvalue()
+    self.assertEqual(status, 0, said)
+    self.assertIn("Proved: the 4 ranks make 3 communicating calls", said)
+    self.assertIn("world ranks [1, 3]", said)
+
+  def test_groups_that_disagree_on_their_members_are_not_proved(self):
+    # World rank 2's layout says the group is (2, 0): not the one rank 0
+    # holds, so nothing is split.
+    layouts = list(self.EVEN_ODD)
+    layouts[2] = {COMM: (2, 0)}
+    result = self.check(self.handoffs, layouts)
+    self.assertNotEqual(result.verdict, "proved", result.text())
 
 
 class StoredLoopShapesTest(absltest.TestCase):

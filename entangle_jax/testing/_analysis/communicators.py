@@ -42,6 +42,11 @@ one communicator must be one layout: two that differ are two
 communicators, whose calls never meet. Two communicators that each span
 every rank in one order, one used by some ranks and the other by the
 rest, are still taken for one: nothing in a process tells them apart.
+
+Communicators of some ranks that split the ranks into groups (`groups`:
+``Split(rank % 2, rank)``) are checked a group at a time
+(`entangle_jax.testing._ways_in.rank_groups`); any other communicator of
+some ranks proves nothing.
 """
 
 from __future__ import annotations
@@ -285,3 +290,41 @@ def handles(calls: Iterable[Call]) -> frozenset[int]:
     if value is not None:
       found.add(value)
   return frozenset(found)
+
+
+def groups(
+  sequences: Sequence[Iterable[Call]],
+  layouts: Sequence[Mapping[int, Layout]] | None,
+) -> tuple[Layout, ...] | None:
+  """The communicators of some ranks that split the ranks into groups,
+  each simulated alone (`rank_groups`): their layouts, each once; None
+  unless every rank makes all its calls (one at least) on one
+  communicator of known layout that holds the rank, every rank of a
+  layout has that layout too, and there are two or more (one layout of
+  every rank is the plain check's). No call may name a root: a root is
+  a rank of the communicator, which the decisions' analysis reads in
+  the world's numbering (`_translation_unproved`)."""
+  if layouts is None:
+    return None
+  found: list[Layout] = []
+  for rank, calls in enumerate(sequences):
+    seen: set[int | None] = set()
+    for call in calls:
+      if call.communication.communicator is None:
+        return None  # XLA's collectives, or another binding's: every rank.
+      if call.communication.root is not None:
+        return None
+      seen.add(as_int(dict(call.renamed).get("communicator")))
+    (handle,) = seen if len(seen) == 1 else (None,)
+    if handle is None:
+      return None
+    layout = layouts[rank].get(handle)
+    if layout is None or rank not in layout:
+      return None
+    found.append(layout)
+  for layout in found:
+    # Each member holds the same layout, so the groups split the ranks.
+    if any(m >= len(found) or found[m] != layout for m in layout):
+      return None
+  distinct = tuple(dict.fromkeys(found))
+  return distinct if len(distinct) > 1 else None
