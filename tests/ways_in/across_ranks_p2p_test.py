@@ -515,6 +515,8 @@ class LoopWildcardTest(absltest.TestCase):
         assert result.deadlock is not None
         self.assertIn("meets rank 1's send", result.deadlock.matching)
         self.assertIn("meets rank 2's send", result.deadlock.matching)
+        if not unrolled:  # One receive, in each iteration.
+          self.assertIn("iteration 2) meets", result.deadlock.matching)
         blocked = result.deadlock.blocked[0]
         assert blocked is not None
         self.assertIn("from rank 1", blocked.label)

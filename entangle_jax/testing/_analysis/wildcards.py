@@ -32,6 +32,7 @@ its own sender (issue 77).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 
@@ -124,6 +125,16 @@ def matchings(sequences: list[tuple[Item, ...]]) -> list[Matching]:
       choices.append((rank, place, call, senders or [_source(call) or ANY]))
   if not choices:
     return [Matching(sequences, (), "")]
+  # A loop unrolled (`unrolled`) repeats one receive: each is named with
+  # its iteration.
+  times = collections.Counter((rank, id(call)) for rank, _, call, _ in choices)
+  seen: collections.Counter[tuple[int, int]] = collections.Counter()
+  where = []
+  for rank, _, call, _ in choices:
+    seen[(rank, id(call))] += 1
+    k = seen[(rank, id(call))]
+    repeated = times[(rank, id(call))] > 1
+    where.append(_where(call) + (f", iteration {k}" if repeated else ""))
   count = 1
   for *_, senders in choices:
     count *= len(senders)
@@ -139,9 +150,8 @@ def matchings(sequences: list[tuple[Item, ...]]) -> list[Matching]:
       for (rank, place, _, _), sender in zip(choices, picked, strict=True)
     }
     said = "; ".join(
-      f"rank {rank}'s receive from any rank ({_where(call)}) meets rank "
-      f"{sender}'s send"
-      for (rank, _, call, _), sender in zip(choices, picked, strict=True)
+      f"rank {rank}'s receive from any rank ({at}) meets rank {sender}'s send"
+      for (rank, *_), at, sender in zip(choices, where, picked, strict=True)
     )
     restricted = [
       _Fixer({p: s for (r, p), s in chosen.items() if r == rank}).items(items)
