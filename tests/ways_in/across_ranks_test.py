@@ -594,9 +594,21 @@ class CommunicatorLayoutTest(absltest.TestCase):
   def test_a_communicator_numbering_the_ranks_the_other_way_is_not_proved(
     self,
   ):
+    # Its sendrecv with "the other rank" (1 - rank) is, translated to
+    # world ranks, each rank's message to itself; and its bcast's root is
+    # a rank of it.
     result = self.check([(1, 0), (1, 0)])
     self.assertEqual(result.verdict, "unseen-communicators", result.text())
     self.assertIn("world rank [1, 0][k]", result.text())
+    self.assertIn("names a root", result.text())
+
+  def test_ranks_on_communicators_of_different_layouts_are_not_proved(self):
+    # Two communicators, whichever numbering each has: their calls never
+    # meet (here rank 1's sendrecv with itself goes through, and rank 0's
+    # waits: a deadlock, found first).
+    result = self.check([(0, 1), (1, 0)])
+    self.assertNotEqual(result.verdict, "proved", result.text())
+    self.assertIn("different layouts", " ".join(result.communicators))
 
   def test_a_communicator_of_some_ranks_is_not_proved(self):
     result = self.check([(0,), (1,)])
@@ -639,10 +651,11 @@ class CommunicatorLayoutTest(absltest.TestCase):
       )
       self.assertEqual(result.verdict, "proved", result.text())
 
-  def test_collectives_beside_xla_collectives_need_the_worlds_order(self):
+  def test_collectives_beside_xla_collectives_need_every_rank(self):
     # A result reduced over a communicator of some ranks is not the same
-    # on every rank, and XLA's collectives are on every rank: the order
-    # of its ranks is taken as the world's.
+    # on every rank, and XLA's collectives are on every rank. Over every
+    # rank, in any order, it is the same on each (issue 77: the other
+    # order was not proved).
     def program(rank, x):
       del rank
       return on_mesh(lambda v: jax.lax.psum(allreduce(v), "x"))(x)
@@ -654,16 +667,17 @@ class CommunicatorLayoutTest(absltest.TestCase):
     result = races_across(
       modules,
       declarations=declarations(),
-      communicators=[{7: (1, 0)}, {7: (1, 0)}],
+      communicators=[{7: (0,)}, {7: (1,)}],
     )
     self.assertEqual(result.verdict, "unseen-communicators", result.text())
-    self.assertIn("which spans every", result.text())
-    result = races_across(
-      modules,
-      declarations=declarations(),
-      communicators=[{7: range(2)}, {7: [0, 1]}],
-    )
-    self.assertEqual(result.verdict, "proved", result.text())
+    self.assertIn("spans world ranks [0] of the 2", result.text())
+    for layout in ((0, 1), (1, 0)):
+      result = races_across(
+        modules,
+        declarations=declarations(),
+        communicators=[{7: layout}, {7: layout}],
+      )
+      self.assertEqual(result.verdict, "proved", result.text())
 
   def test_bad_layouts_are_named(self):
     ranks = self.mpi4jax_ranks()

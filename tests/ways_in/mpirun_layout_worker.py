@@ -10,7 +10,10 @@ other rank" (``1 - rank``), on a communicator that spans both ranks:
   does: each rank receives the other's ``x``;
 * ``reversed``: ``COMM_WORLD.Split(0, size - 1 - rank)``, which numbers
   them the other way round, so "the other rank" is the rank itself: each
-  rank receives its own ``x``.
+  rank receives its own ``x``;
+* ``reversed_numbered``: the same communicator, "the other rank" being
+  ``1 - comm.Get_rank()``, its own numbering: each rank receives the
+  other's ``x``.
 
 Both compile to the same module on each rank (the handle aside). The
 rank dumps its modules to ``OUT/PROGRAM/rankR`` (``XLA_FLAGS``) and runs
@@ -51,7 +54,7 @@ def communicator(name: str):
   size = MPI.COMM_WORLD.Get_size()
   if name == "world":
     return MPI.COMM_WORLD.Clone()
-  if name == "reversed":
+  if name in ("reversed", "reversed_numbered"):
     return MPI.COMM_WORLD.Split(0, size - 1 - rank)
   raise SystemExit(f"no program {name!r}")
 
@@ -59,7 +62,8 @@ def communicator(name: str):
 def main() -> None:
   faulthandler.dump_traceback_later(WATCHDOG_S, exit=True)
   comm = communicator(sys.argv[2])
-  other = 1 - rank
+  mine = comm.Get_rank() if sys.argv[2] == "reversed_numbered" else rank
+  other = 1 - mine
 
   @jax.jit
   def exchange(x):

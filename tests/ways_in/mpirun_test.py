@@ -252,14 +252,16 @@ class LayoutTest(absltest.TestCase):
   ranks as the world does, and on one that numbers them the other way
   round (``Split(0, size - 1 - rank)``): the modules are alike, so only
   the layout ``record_executions`` records tells them apart (skeptic pass
-  77b, U3: the reversed one was proved)."""
+  77b, U3: the reversed one was proved). Through that layout the peers
+  are world ranks (issue 77): "the other rank" numbered as the reversed
+  communicator does is proved."""
 
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
     skip_without_mpi()
     cls.out = pathlib.Path(tempfile.mkdtemp(prefix="mpirun-layouts-"))
-    for name in ("world", "reversed"):
+    for name in ("world", "reversed", "reversed_numbered"):
       status, output = mpirun(str(LAYOUT_WORKER), str(cls.out), name)
       assert status == 0, f"{name}:\n{output}"
 
@@ -298,6 +300,16 @@ class LayoutTest(absltest.TestCase):
     # "The other rank" was the rank itself: each received its own x.
     self.assertEqual(
       self.got("reversed"), [[0.0, 1.0, 2.0, 3.0], [1.0, 2.0, 3.0, 4.0]]
+    )
+
+  def test_the_reversed_numbering_followed_is_proved(self):
+    status, out = self.ranks_command("reversed_numbered")
+    self.assertEqual(status, 0, out)
+    self.assertIn("Proved", out)
+    self.assertIn("its communicator's rank 0 is world rank 1", out)
+    self.assertEqual(
+      self.got("reversed_numbered"),
+      [[1.0, 2.0, 3.0, 4.0], [0.0, 1.0, 2.0, 3.0]],
     )
 
 

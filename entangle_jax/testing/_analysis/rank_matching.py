@@ -28,11 +28,13 @@ from entangle_jax.testing._analysis import (
 )
 from entangle_jax.testing._analysis.ops import Op
 from entangle_jax.testing._analysis.ranks import (
+  BeyondTheModel,
   Branch,
   Call,
   Item,
   Loop,
   Unordered,
+  calls_of,
 )
 from entangle_jax.testing._analysis.same_module import ModuleIdentity
 
@@ -138,8 +140,18 @@ def op_label(op: Op) -> str:
 
 
 class Simulation:
-  def __init__(self, count: int):
+  def __init__(
+    self, count: int, wildcards: dict[int, tuple[int, int]] | None = None
+  ):
     self.count = count
+    self.wildcards = wildcards or {}
+    """(rank, place) of each receive from any source given a sender, by
+    the identity of its call (`wildcards.Matching.place_of`)."""
+    self.unroll: set[tuple[int, int]] = set()
+    """The receives of `wildcards` in loops that `_unrolled` ran over and
+    over: one sender for every iteration is not what MPI does, and the
+    matchings must be tried with those loops unrolled
+    (`wildcards.unrolled`)."""
     self.calls_made = [0] * count
     self.matched: list[MatchedStep] = []
     self.collectives: list[tuple[tuple[Call, ...], tuple[RankCall, ...]]] = []
@@ -249,6 +261,7 @@ class Simulation:
       if all(isinstance(h, Loop) for h in heads):
         loops = [h for h in heads if isinstance(h, Loop)]
         self._compare_decisions(loops)
+        self._run_ahead(loops)
         found = self.run([loop.body for loop in loops])
         if found is not None:
           return found
@@ -295,7 +308,16 @@ class Simulation:
     made = {(h.trips or 0) * len(h.body) for h in loops}
     if max(made) > _UNROLLED:
       return False
-    if len(loops) == len(heads):
+    wild = {
+      self.wildcards[id(c)]
+      for h in loops
+      for c in h.body
+      if id(c) in self.wildcards
+    }
+    if len(loops) == len(heads) and not wild:
+      # (Where one receives from any rank, each iteration's receive may
+      # meet another sender, one that ran ahead into its next iteration:
+      # a step each would not see it.)
       digests = {h.signature.digest if h.signature else None for h in loops}
       if len(digests) == 1 or len(made) > 1:
         # Alike: a step each. Or of different lengths: a trip count
@@ -303,12 +325,40 @@ class Simulation:
         return False
     elif not all(isinstance(h, Loop | Call) for h in heads):
       return False
+    self.unroll |= wild
     for rank, h in enumerate(heads):
       if isinstance(h, Loop) and h.trips is not None:
         at = position[rank]
         items = sequences[rank]
         sequences[rank] = (*items[:at], *(h.body * h.trips), *items[at + 1 :])
     return True
+
+  def _run_ahead(self, loops: list[Loop]) -> None:
+    """The ranks' loops at one step, simulated as one body each, must not
+    hold a receive from any source, unless every rank's body makes a
+    collective: without one, a sender may run ahead into its next
+    iteration, and a receive meet it there, which one body against
+    another never shows (`_unrolled` unrolls the loops it can first).
+
+    Raises:
+      BeyondTheModel: they do.
+    """
+    if not any(
+      id(c) in self.wildcards for h in loops for c in calls_of(h.body)
+    ):
+      return
+    if all(
+      any(isinstance(x, Call) and x.kind == "collective" for x in h.body)
+      for h in loops
+    ):
+      return  # Each iteration meets the others' before the next begins.
+    raise BeyondTheModel(
+      f"a receive from any source in {label_of(loops[0])}, whose trips XLA "
+      "does not know (or whose body holds a loop or conditional) and which "
+      "makes no collective: each iteration's receive may meet a sender "
+      "that ran ahead into its next iteration, which the cross-rank check "
+      "does not follow: it cannot answer"
+    )
 
   def _compare_decisions(self, items: list[Loop] | list[Branch]) -> list:
     """The ranks' loops (or conditionals) at one step must compute their
@@ -704,11 +754,37 @@ def simulate(
   (`wildcards.matchings`): the first that ends in a problem, else the
   first that ends well. A matching whose fixed receive is never met did
   not happen so; where none did, the first one's deadlock stands."""
+  for _ in range(_UNROLLINGS):
+    found = _simulate(sequences)
+    if isinstance(found, set):
+      # A loop's receive from any rank met one sender in every iteration:
+      # again, each iteration's receive on its own.
+      sequences = wildcards.unrolled(sequences, found)
+      continue
+    return found
+  raise BeyondTheModel(
+    "receives from any source in loops nested more than "
+    f"{_UNROLLINGS} deep: the cross-rank check cannot answer"
+  )
+
+
+_UNROLLINGS = 8
+"""How many times `simulate` unrolls loops that hold receives from any
+source, one level of nesting each time, before it gives up."""
+
+
+def _simulate(
+  sequences: list[tuple[Item, ...]],
+) -> tuple[Simulation, Mismatch | Deadlock | None] | set[tuple[int, int]]:
+  """`simulate` over `sequences` as they are; or the (rank, place) of
+  receives from any source whose loops must be unrolled first."""
   first: tuple[Simulation, Mismatch | Deadlock | None] | None = None
   clean = None
   for matching in wildcards.matchings(sequences):
-    simulation = Simulation(len(sequences))
+    simulation = Simulation(len(sequences), matching.place_of())
     stopped = simulation.run(matching.sequences)
+    if simulation.unroll:
+      return simulation.unroll
     if isinstance(stopped, Deadlock) and matching.said:
       stopped = dataclasses.replace(stopped, matching=matching.said)
     first = first or (simulation, stopped)

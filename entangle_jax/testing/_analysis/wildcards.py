@@ -20,10 +20,19 @@ Each receive is one place in its rank's sequence (`Matching.fixed` holds
 the very calls given a sender), never an instruction name: a jitted
 helper run twice makes two receives of one name, and mpi4jax names the
 receive of every module alike (skeptic pass 77c, N3).
+
+A receive inside a loop is one place for every iteration, but MPI matches
+each iteration's receive on its own: a master whose ``fori_loop`` receives
+from any rank twice meets one worker, then the other. So where the
+simulation runs a loop's body over and over (a loop that XLA knows the
+trips of, met by calls or by other loops), that loop is first replaced by
+its body that many times (`unrolled`), and each iteration's receive gets
+its own sender (issue 77).
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 
@@ -72,6 +81,17 @@ class Matching:
   `sequences` themselves, told apart by identity (`is_fixed`)."""
   said: str
   """The choice, in words ("" when there is no wildcard receive)."""
+  places: tuple[int, ...] = ()
+  """Each `fixed` call's place among its rank's calls (`calls_of`'s
+  order), in `fixed`'s order: where `unrolled` finds its loop."""
+
+  def place_of(self) -> dict[int, tuple[int, int]]:
+    """(rank, place) of each fixed receive, by the identity of its call:
+    for the simulation to say which loops hold one (`unrolled`)."""
+    return {
+      id(call): (rank, place)
+      for (rank, call), place in zip(self.fixed, self.places, strict=True)
+    }
 
   def is_fixed(self, rank: int, item: Item | None) -> bool:
     """Whether `item`, where `rank` stopped, is a receive given a
@@ -105,6 +125,16 @@ def matchings(sequences: list[tuple[Item, ...]]) -> list[Matching]:
       choices.append((rank, place, call, senders or [_source(call) or ANY]))
   if not choices:
     return [Matching(sequences, (), "")]
+  # A loop unrolled (`unrolled`) repeats one receive: each is named with
+  # its iteration.
+  times = collections.Counter((rank, id(call)) for rank, _, call, _ in choices)
+  seen: collections.Counter[tuple[int, int]] = collections.Counter()
+  where = []
+  for rank, _, call, _ in choices:
+    seen[(rank, id(call))] += 1
+    k = seen[(rank, id(call))]
+    repeated = times[(rank, id(call))] > 1
+    where.append(_where(call) + (f", iteration {k}" if repeated else ""))
   count = 1
   for *_, senders in choices:
     count *= len(senders)
@@ -120,21 +150,27 @@ def matchings(sequences: list[tuple[Item, ...]]) -> list[Matching]:
       for (rank, place, _, _), sender in zip(choices, picked, strict=True)
     }
     said = "; ".join(
-      f"rank {rank}'s receive from any rank ({_where(call)}) meets rank "
-      f"{sender}'s send"
-      for (rank, _, call, _), sender in zip(choices, picked, strict=True)
+      f"rank {rank}'s receive from any rank ({at}) meets rank {sender}'s send"
+      for (rank, *_), at, sender in zip(choices, where, picked, strict=True)
     )
     restricted = [
       _Fixer({p: s for (r, p), s in chosen.items() if r == rank}).items(items)
       for rank, items in enumerate(sequences)
     ]
     fixed = [
-      (rank, call)
+      (rank, place, call)
       for rank, items in enumerate(restricted)
       for place, call in enumerate(calls_of(items))
       if (rank, place) in chosen
     ]
-    found.append(Matching(restricted, tuple(fixed), said))
+    found.append(
+      Matching(
+        restricted,
+        tuple((rank, call) for rank, _, call in fixed),
+        said,
+        tuple(place for _, place, _ in fixed),
+      )
+    )
   return found
 
 
@@ -165,6 +201,48 @@ class _Fixer:
           item = dataclasses.replace(item, **{side: sender})
       elif isinstance(item, Loop):
         item = dataclasses.replace(item, body=self.items(item.body))
+      elif isinstance(item, Branch):
+        item = dataclasses.replace(
+          item, branches=tuple(self.items(b) for b in item.branches)
+        )
+      out.append(item)
+    return tuple(out)
+
+
+def unrolled(
+  sequences: list[tuple[Item, ...]], wanted: set[tuple[int, int]]
+) -> list[tuple[Item, ...]]:
+  """`sequences`, each loop that holds a receive at a (rank, place) of
+  `wanted` (places among the rank's calls, `calls_of`'s order) and whose
+  trips XLA knows replaced by its body that many times: each iteration's
+  receive is then a place of its own, and may meet another sender."""
+  out = []
+  for rank, items in enumerate(sequences):
+    places = {p for r, p in wanted if r == rank}
+    out.append(_Unroller(places).items(items) if places else items)
+  return out
+
+
+class _Unroller:
+  """A rank's items, each loop holding a place of `places` unrolled."""
+
+  def __init__(self, places: set[int]):
+    self.places = places
+    self.place = 0
+
+  def items(self, items: tuple[Item, ...]) -> tuple[Item, ...]:
+    out: list[Item] = []
+    for item in items:
+      if isinstance(item, Call):
+        self.place += 1
+      elif isinstance(item, Loop):
+        start = self.place
+        body = self.items(item.body)
+        held = any(start <= p < self.place for p in self.places)
+        if held and item.trips is not None:
+          out.extend(body * item.trips)
+          continue
+        item = dataclasses.replace(item, body=body)
       elif isinstance(item, Branch):
         item = dataclasses.replace(
           item, branches=tuple(self.items(b) for b in item.branches)

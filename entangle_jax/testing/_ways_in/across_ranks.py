@@ -57,6 +57,7 @@ from entangle_jax.testing._analysis.rank_matching import (
 from entangle_jax.testing._analysis.ranks import RankProgram, calls_of
 from entangle_jax.testing._findings import rank_findings as kinds
 from entangle_jax.testing._hlo.module_text import CompiledModule
+from entangle_jax.testing._ways_in import rank_groups
 
 __all__ = [
   "CrossRankResult",
@@ -409,6 +410,14 @@ def check_programs(
   rank's executions, `rank_sequences.check_executions`); `layouts` holds
   each rank's known communicator layouts (`communicators.Layout`)."""
   programs = list(programs)
+  split = communicators.groups(
+    [tuple(calls_of(p.items)) for p in programs], layouts
+  )
+  if split is not None:
+    # Groups on communicators of their own: each checked alone.
+    return _verdict(
+      len(programs), **rank_groups.check_groups(programs, split, check_programs)
+    )
   rank_dependent = rank_dependent_constructs(programs)
   unordered = tuple(
     UnorderedCalls(
@@ -421,37 +430,43 @@ def check_programs(
     for rank, p in enumerate(programs)
     for u in p.unordered
   )
-  simulation, stopped = simulate([p.items for p in programs])
+  # Peers on a communicator that numbers the ranks otherwise, as world
+  # ranks: the simulation's.
+  simulation, stopped = simulate(
+    communicators.translated([p.items for p in programs], layouts)
+  )
   rank_dependent += tuple(simulation.diverging)
   by_type_only: tuple[str, ...] = ()
   if stopped is None:
     stopped, by_type_only = swaps(
       simulation.collectives, simulation.messages, len(programs)
     )
-  mismatch = stopped if isinstance(stopped, Mismatch) else None
-  deadlock = stopped if isinstance(stopped, Deadlock) else None
-  verdict: Verdict = "matched-by-type" if by_type_only else "proved"
-  unseen = communicators.unseen(
-    [tuple(calls_of(p.items)) for p in programs], layouts
-  )
-  if unseen:
-    verdict = "unseen-communicators"
-  if rank_dependent:
-    verdict = "rank-dependent"
-  elif unordered:
-    verdict = "deadlock"
-  elif mismatch is not None:
-    verdict = "mismatch"
-  elif deadlock is not None:
-    verdict = "deadlock"
-  return CrossRankResult(
-    verdict,
+  return _verdict(
     len(programs),
-    tuple(simulation.matched),
-    mismatch,
-    deadlock,
-    rank_dependent,
-    unordered,
-    by_type_only,
-    unseen,
+    matched=tuple(simulation.matched),
+    mismatch=stopped if isinstance(stopped, Mismatch) else None,
+    deadlock=stopped if isinstance(stopped, Deadlock) else None,
+    rank_dependent=rank_dependent,
+    unordered=unordered,
+    by_type_only=by_type_only,
+    communicators=communicators.unseen(
+      [tuple(calls_of(p.items)) for p in programs], layouts
+    ),
   )
+
+
+def _verdict(ranks: int, **found: Any) -> CrossRankResult:
+  """The result of what was `found` (`CrossRankResult`'s fields), its
+  verdict the first problem, as `CrossRankResult` says."""
+  verdict: Verdict = "matched-by-type" if found["by_type_only"] else "proved"
+  if found["communicators"]:
+    verdict = "unseen-communicators"
+  if found["rank_dependent"]:
+    verdict = "rank-dependent"
+  elif found["unordered"]:
+    verdict = "deadlock"
+  elif found["mismatch"] is not None:
+    verdict = "mismatch"
+  elif found["deadlock"] is not None:
+    verdict = "deadlock"
+  return CrossRankResult(verdict, ranks, **found)
