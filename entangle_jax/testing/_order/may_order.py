@@ -68,10 +68,8 @@ nested).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
-import sys
 from collections.abc import Callable
 
 from entangle_jax._src.targets.names import ENTANGLE_TARGET
@@ -146,13 +144,12 @@ class MayOrder:
     self.live = 0
     """Bits of the instances whose results something that runs uses,
     through edges that no compiler may fold away."""
-    self._used: frozenset[str] | None = None
     self.fixed_point = False
     self.index = ModuleIndex(module)
     self._never: NeverNegative | None = None
     self._values: dict[str, Value] = {}
     self._constants: dict[str, tuple[object]] = {}
-    with _deep_values():
+    with algebra.deep_values():
       for _ in range(_PASSES_LIMIT):
         self._grew = False
         self.instances = {}
@@ -260,32 +257,8 @@ class MayOrder:
 
   def used_names(self) -> frozenset[str]:
     """The instructions whose results something that may run uses,
-    through any edge: from each computation's root and each op that has a
-    side effect, back through operands and into called computations."""
-    if self._used is None:
-      todo = [
-        i.name
-        for body in self.module.computations.values()
-        for i in body
-        if (i.root and i.computation == self.module.entry)
-        or i.side_effect
-        or i.opcode in algebra.NEVER_SPECULATED
-      ]
-      used: set[str] = set()
-      while todo:
-        name = todo.pop()
-        if name in used:
-          continue
-        used.add(name)
-        found = self.index.named(name)
-        if found is None:
-          continue
-        todo.extend(found.operands)
-        for callee in found.callees:
-          body = self.module.computations.get(callee, ())
-          todo.extend(c.name for c in body if c.root)
-      self._used = frozenset(used)
-    return self._used
+    through any edge (`ModuleIndex.used_names`)."""
+    return self.index.used_names(algebra.NEVER_SPECULATED)
 
   def _hoistable_from(
     self, call: CallInstance, other: CallInstance
@@ -709,23 +682,6 @@ class MayOrder:
     # it), and from each call in the branches that ran.
     inside = self._in_conditional.get(index, 0)
     return algebra.met(results, decision, inside)
-
-
-_DEEP_VALUES = 20_000
-"""The recursion limit while the evaluation runs: a value number nests as
-deep as the chain of ops that computed it, and comparing two of a chain
-of 600 ops (a checksum unrolled in Python) passed Python 3.11's default
-of 1,000 (skeptic pass 76f)."""
-
-
-@contextlib.contextmanager
-def _deep_values():
-  before = sys.getrecursionlimit()
-  sys.setrecursionlimit(max(before, _DEEP_VALUES))
-  try:
-    yield
-  finally:
-    sys.setrecursionlimit(before)
 
 
 def _counting(i: Instruction, operands: list[Value], found: Leaf) -> Leaf:
