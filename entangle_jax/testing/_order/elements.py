@@ -369,7 +369,11 @@ def indexed(
   taken = i.dims if slicing else dims_of(i.operands[1])
   alike = (
     (base.const and base.lit is not None)
-    or (base.key is not None and base.key[0] == "broadcast")
+    or (
+      base.key is not None
+      and base.key[0] == "broadcast"
+      and not _differing(base.key, None)
+    )
     or _one_value(base.parts, base.layout)
   )
   if alike or (dims is not None and taken == dims):
@@ -493,10 +497,16 @@ float)."""
 
 def _differing(key: tuple | None, count: int | None) -> bool:
   """Whether the value of number `key` (of `count` elements) surely has
-  two elements that differ: a one-dimensional ``iota`` of two or more (a
-  conversion of one keeps 0 and 1 apart), or a constant literal that
-  lists two different numbers. False where that cannot be told."""
-  while key is not None and key[0] == "convert" and len(key) == 3:
+  two elements that differ: a one-dimensional ``iota`` of two or more, or
+  a constant literal that lists two different numbers, or a broadcast or
+  a conversion of one (a broadcast repeats every element; a conversion
+  keeps 0 and 1 apart, which every ``iota`` starts with). False where
+  that cannot be told."""
+  while (
+    key is not None and key[0] in ("convert", "broadcast") and len(key) == 3
+  ):
+    if key[0] == "convert" and key[2] is not None and key[2][0] == "c":
+      return False  # A literal converted may merge its numbers.
     key = key[2]
   if key is None or (count is not None and count < 2):
     return False
