@@ -1312,7 +1312,8 @@ scan_over_ranges = scan_over(
 # Ordered: one range stacked twice has items that differ (skeptic pass
 # 76g: reported, right in 10 of 10 runs on jax 0.10.2). Its control, the
 # range times zero stacked twice, is zeros: the read leaves the loop, 0.0
-# where program order gives 15.0, in 10 of 10 runs.
+# where program order gives 15.0, in 10 of 10 runs on jax 0.10.2 (jax 0.6.2
+# keeps the read in the loop).
 scan_over_repeated_ranges = scan_over(
   "repeated_ranges",
   lambda s: jnp.concatenate([jnp.arange(3, dtype=s.dtype)] * 2),
@@ -1324,7 +1325,7 @@ scan_over_repeated_zeros = scan_over(
 # The same through a broadcast of the range (``tile``): a broadcast of an
 # array whose elements differ is no broadcast of one value. Its control,
 # a tile of the range times zero, is zeros (0.0 for 15.0 in 10 of 10
-# runs).
+# runs on jax 0.10.2).
 scan_over_tiled_range = scan_over(
   "tiled_range", lambda s: jnp.tile(jnp.arange(3, dtype=s.dtype), 2)
 )
