@@ -860,6 +860,28 @@ query_through_table_of_one_value = query_through(
 query_through_range_table = query_through(
   "range_table", lambda s, w: s + jnp.arange(3, dtype=s.dtype)[jnp.abs(w) % 3]
 )
+# The same through a gather (an array of one index, promised in bounds),
+# and its control, a table of one value.
+query_through_gathered_table = query_through(
+  "gathered_table",
+  lambda s, w: (
+    s
+    + jnp.array([-1, -2, -3], s.dtype)
+    .at[(jnp.abs(w) % 3)[None]]
+    .get(mode="promise_in_bounds")[0]
+    + 1
+  ),
+)
+query_through_gathered_one_value = query_through(
+  "gathered_one_value",
+  lambda s, w: (
+    s
+    + jnp.array([-1, -1, -1], s.dtype)
+    .at[(jnp.abs(w) % 3)[None]]
+    .get(mode="promise_in_bounds")[0]
+    + 1
+  ),
+)
 query_through_one_element_table = query_through(
   "one_element_table",
   lambda s, w: s + jnp.array([0], s.dtype)[jnp.abs(w) % 3],
@@ -1850,6 +1872,11 @@ class NoFalseReportTest(parameterized.TestCase):
       scan_over_repeated_zeros,
     ),
     ("tiled_range", scan_over_tiled_range, scan_over_tiled_zeros),
+    (
+      "gathered_table",
+      query_through_gathered_table,
+      query_through_gathered_one_value,
+    ),
     (
       "deep_checksums",
       deep_checksums(700),
