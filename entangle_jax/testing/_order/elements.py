@@ -367,14 +367,20 @@ def indexed(
   dims = dims_of(i.operands[0])
   slicing = opcode in ("dynamic-slice", "gather")
   taken = i.dims if slicing else dims_of(i.operands[1])
+  # Of a one-dimensional array (as indexed: a reshape keeps the value's
+  # number), elements that differ anywhere differ along the one dimension
+  # the index moves in. Of more dimensions, a broadcast or a stack of one
+  # array repeats it along the dimension an index may move in (the rows
+  # of ``broadcast_to(arange(3), (4, 3))`` are alike).
+  flat = dims is not None and len(dims) == 1
   alike = (
     (base.const and base.lit is not None)
     or (
       base.key is not None
       and base.key[0] == "broadcast"
-      and not _differing(base.key, None)
+      and not (flat and _differing(base.key, None))
     )
-    or _one_value(base.parts, base.layout)
+    or _one_value(base.parts, base.layout, flat)
   )
   if alike or (dims is not None and taken == dims):
     # All elements alike (a broadcast of one value), or all of them
@@ -440,18 +446,21 @@ def _scattered(
   return scattered(i.scatter_dims, key[1], index_dims, dims)
 
 
-def _one_value(parts: tuple | None, layout: tuple | None = None) -> bool:
+def _one_value(
+  parts: tuple | None, layout: tuple | None = None, flat: bool = False
+) -> bool:
   """Whether `parts` (a concatenate's, of `layout`) all hold one value
   number whose elements may be alike, or are constants of one value read
   here: every element then alike (``stack([s, s])``, ``stack([s % 1] *
   3)``, which XLA folds to zeros; skeptic pass 76g). Parts that are one
-  array whose own elements differ (``concatenate([arange(3)] * 2)``) are
-  not: an index that changes picks other values."""
+  array whose own elements differ, joined into a `flat` (one-dimensional)
+  array (``concatenate([arange(3)] * 2)``), are not: an index that
+  changes picks other values."""
   if not parts:
     return False
   keys = {part.key for part in parts}
   if len(keys) == 1 and None not in keys:
-    return not _differing(parts[0].key, _part_count(layout, 0))
+    return not (flat and _differing(parts[0].key, _part_count(layout, 0)))
   if not all(part.const and part.parts is None for part in parts):
     return False
   if any(part.lit is None for part in parts):
