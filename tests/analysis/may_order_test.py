@@ -839,6 +839,81 @@ def query_through_arange_mask(slot):
   return first, read_slot(slot + mask)
 
 
+# Ordered by data: each index picks another element of a table whose
+# elements all differ, so XLA cannot drop it (skeptic pass 76f: reported,
+# and right in 10 of 10 runs on jax 0.10.2). Their controls' tables hold
+# one value or one element, so XLA drops the index and the query reads the
+# slot before the update: 0.0 where program order gives 5.0, in 10 of 10
+# runs.
+query_through_table_of_differing_elements = query_through(
+  "table_of_differing_elements",
+  lambda s, w: (
+    s + _below_zero(jnp.array([-1.0, -2.0, -3.0])[jnp.abs(w) % 3], s.dtype) - 1
+  ),
+)
+query_through_table_of_one_value = query_through(
+  "table_of_one_value",
+  lambda s, w: (
+    s + _below_zero(jnp.array([-1.0, -1.0, -1.0])[jnp.abs(w) % 3], s.dtype) - 1
+  ),
+)
+query_through_range_table = query_through(
+  "range_table", lambda s, w: s + jnp.arange(3, dtype=s.dtype)[jnp.abs(w) % 3]
+)
+# The same through a gather (an array of one index, promised in bounds),
+# and its control, a table of one value.
+query_through_gathered_table = query_through(
+  "gathered_table",
+  lambda s, w: (
+    s
+    + jnp.array([-1, -2, -3], s.dtype)
+    .at[(jnp.abs(w) % 3)[None]]
+    .get(mode="promise_in_bounds")[0]
+    + 1
+  ),
+)
+query_through_gathered_one_value = query_through(
+  "gathered_one_value",
+  lambda s, w: (
+    s
+    + jnp.array([-1, -1, -1], s.dtype)
+    .at[(jnp.abs(w) % 3)[None]]
+    .get(mode="promise_in_bounds")[0]
+    + 1
+  ),
+)
+query_through_one_element_table = query_through(
+  "one_element_table",
+  lambda s, w: s + jnp.array([0], s.dtype)[jnp.abs(w) % 3],
+)
+
+
+# Indices a compiler that knows their range may pin to one start (the
+# clamp of a start into the table): no order, though XLA keeps them today
+# (right in 5 of 5 runs). Their control is `query_through_table_of_
+# differing_elements`, whose index takes each start.
+query_through_index_pinned_low = query_through(
+  "index_pinned_low",
+  lambda s, w: (
+    s
+    + lax.dynamic_slice(
+      jnp.array([-1, -2, -3], s.dtype), (jnp.minimum(jnp.abs(w), 0),), (1,)
+    )[0]
+    + 1
+  ),
+)
+query_through_index_pinned_high = query_through(
+  "index_pinned_high",
+  lambda s, w: (
+    s
+    + lax.dynamic_slice(
+      jnp.array([-1, -2, -3], s.dtype), (jnp.abs(w) + 7,), (1,)
+    )[0]
+    + 3
+  ),
+)
+
+
 def deep_checksums(steps):
   """Two checksums of one chain of `steps` ops compared, the compare
   before the query: value numbers as deep as the chain."""
@@ -1256,6 +1331,57 @@ scan_over_ranges = scan_over(
 )
 
 
+# Ordered: one range stacked twice has items that differ (skeptic pass
+# 76g: reported, right in 10 of 10 runs on jax 0.10.2). Its control, the
+# range times zero stacked twice, is zeros: the read leaves the loop, 0.0
+# where program order gives 15.0, in 10 of 10 runs on jax 0.10.2 (jax 0.6.2
+# keeps the read in the loop).
+scan_over_repeated_ranges = scan_over(
+  "repeated_ranges",
+  lambda s: jnp.concatenate([jnp.arange(3, dtype=s.dtype)] * 2),
+)
+scan_over_repeated_zeros = scan_over(
+  "repeated_zeros",
+  lambda s: jnp.concatenate([jnp.arange(3, dtype=s.dtype) * 0] * 2),
+)
+# The same through a broadcast of the range (``tile``): a broadcast of an
+# array whose elements differ is no broadcast of one value. Its control,
+# a tile of the range times zero, is zeros (0.0 for 15.0 in 10 of 10
+# runs on jax 0.10.2).
+scan_over_tiled_range = scan_over(
+  "tiled_range", lambda s: jnp.tile(jnp.arange(3, dtype=s.dtype), 2)
+)
+scan_over_tiled_zeros = scan_over(
+  "tiled_zeros", lambda s: jnp.tile(jnp.arange(3, dtype=s.dtype) * 0, 2)
+)
+
+
+def _scan_over_rows(name, make_rows):
+  def program(slot):
+    def body(total, row):
+      value = read_slot(slot + row[0])
+      write_slot(entangle(slot, value), value + 1.0)
+      return total + value, None
+
+    return lax.scan(body, jnp.float32(0.0), make_rows(slot))[0]
+
+  program.__name__ = program.__qualname__ = f"scan_over_rows_{name}"
+  return program
+
+
+# Rows of a range broadcast (or stacked) are alike: each iteration reads
+# ``slot + 0``, which a compiler may see (it folds a slice of a broadcast
+# along the broadcast dimensions) and move out of the loop. Right in 10 of
+# 10 runs on jax 0.10.2 (XLA keeps the read), and reported by rule.
+scan_over_rows_of_a_broadcast_range = _scan_over_rows(
+  "broadcast_range",
+  lambda s: jnp.broadcast_to(jnp.arange(3, dtype=s.dtype), (4, 3)),
+)
+scan_over_rows_of_a_stacked_range = _scan_over_rows(
+  "stacked_range", lambda s: jnp.stack([jnp.arange(3, dtype=s.dtype)] * 4)
+)
+
+
 def _jit_values(fn, times=3):
   values = []
   for _ in range(times):
@@ -1626,6 +1752,41 @@ class ReportedByTheRuleTest(parameterized.TestCase):
     )
 
 
+class PinnedIndexTest(parameterized.TestCase):
+  """An index orders only where it surely takes two starts: one a clamp
+  pins (``min(abs(w), 0)``, or ``abs(w) + 7`` of a table of three, which
+  takes two only where ``abs`` of the least integer wraps) is reported, as
+  a compiler may fold it; its control, ``abs(w) % 3``, is proved."""
+
+  @parameterized.named_parameters(
+    ("low", query_through_index_pinned_low),
+    ("high", query_through_index_pinned_high),
+  )
+  def test_reported_and_control_proved(self, program):
+    self.assertNotEmpty(_races(program))
+    control = query_through_table_of_differing_elements
+    self.assertEqual(_races(control), [], format_races(_races(control)))
+
+
+class RowsOfARepeatedRangeTest(parameterized.TestCase):
+  """A range repeated along another dimension has rows that are alike:
+  reported, as a compiler may move the read out of the loop; its control,
+  the range repeated along its own dimension (`scan_over_tiled_range`),
+  has items that differ and is proved."""
+
+  @parameterized.named_parameters(
+    ("broadcast", scan_over_rows_of_a_broadcast_range),
+    ("stacked", scan_over_rows_of_a_stacked_range),
+  )
+  def test_reported_and_control_proved(self, program):
+    found = _races(program)
+    self.assertIn(
+      "hoisted", [r.xla_change.kind for r in found], format_races(found)
+    )
+    control = scan_over_tiled_range
+    self.assertEqual(_races(control), [], format_races(_races(control)))
+
+
 class ProgramOrderOrdersFoldedWaitsTest(parameterized.TestCase):
   """`in_program_order` of each wait through a value XLA folds: it
   entangles the query after the update (it once took ``jnp.maximum(w, w) -
@@ -1739,6 +1900,27 @@ class NoFalseReportTest(parameterized.TestCase):
       "product_by_a_shifted_constant",
       query_through_product_by_a_shifted_constant,
       query_through_constants_wrapping_to_zero,
+    ),
+    (
+      "table_of_differing_elements",
+      query_through_table_of_differing_elements,
+      query_through_table_of_one_value,
+    ),
+    (
+      "range_table",
+      query_through_range_table,
+      query_through_one_element_table,
+    ),
+    (
+      "repeated_ranges",
+      scan_over_repeated_ranges,
+      scan_over_repeated_zeros,
+    ),
+    ("tiled_range", scan_over_tiled_range, scan_over_tiled_zeros),
+    (
+      "gathered_table",
+      query_through_gathered_table,
+      query_through_gathered_one_value,
     ),
     (
       "deep_checksums",

@@ -33,7 +33,7 @@ from entangle_jax.testing._analysis.ops import (
 )
 from entangle_jax.testing._hlo import Instruction, Module
 from entangle_jax.testing._hlo.attributes import Stack
-from entangle_jax.testing._order import call_graph, may_order
+from entangle_jax.testing._order import call_graph, call_instances, may_order
 
 Key = tuple[object, ...]
 
@@ -145,7 +145,7 @@ def hidden_races(
     may.used_names(),
   )
 
-  def writes(instance: may_order.CallInstance) -> bool:
+  def writes(instance: call_instances.CallInstance) -> bool:
     op = op_of[instance.instruction.name]
     return any(a.mode != "read" for a in op.accesses)
 
@@ -229,7 +229,7 @@ def _at_place(op: Op, stack: Stack) -> Op:
 
 def _placed_counts(
   at_place: dict[int, Op],
-  placed: Sequence[tuple[Op, may_order.CallInstance]],
+  placed: Sequence[tuple[Op, call_instances.CallInstance]],
 ) -> dict[Key, tuple[int, int]]:
   """How many calls of the program each key names, one per place, and
   the fewest loops around one (`Placement.of`'s answer, with each call
@@ -244,7 +244,7 @@ def _placed_counts(
 
 def _change_of(
   may: may_order.MayOrder,
-  why: may_order.Unordered,
+  why: call_instances.Unordered,
   race: Race,
   program_pair: tuple[Op, Op],
   at_place: dict[int, Op],

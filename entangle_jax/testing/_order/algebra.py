@@ -11,8 +11,10 @@ the program and picks the rule.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import sys
 from collections.abc import Sequence
 
 from entangle_jax.testing._hlo import Instruction
@@ -598,3 +600,21 @@ def varying(leaf: Leaf, var: int) -> Leaf:
   one = each(leaf)
   inner = new_leaf(one.deps, one.var | var, one.const)
   return replace(leaf, var=leaf.var | var, parts=(inner,), layout=None)
+
+
+_DEEP_VALUES = 20_000
+"""The recursion limit while the evaluation runs: a value number nests as
+deep as the chain of ops that computed it, and comparing two of a chain
+of 600 ops (a checksum unrolled in Python) passed Python 3.11's default
+of 1,000 (skeptic pass 76f)."""
+
+
+@contextlib.contextmanager
+def deep_values():
+  """Raises the recursion limit to `_DEEP_VALUES` while it runs."""
+  before = sys.getrecursionlimit()
+  sys.setrecursionlimit(max(before, _DEEP_VALUES))
+  try:
+    yield
+  finally:
+    sys.setrecursionlimit(before)

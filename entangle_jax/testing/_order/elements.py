@@ -343,15 +343,19 @@ def indexed(
   operands: list[Value],
   dims_of: Callable[[str], tuple[int, ...] | None],
   sets: bool,
+  takes_two: Callable[[str, int, int], bool] | None = None,
 ) -> Value:
   """A dynamic slice, gather, dynamic update or scatter `i` of
-  `operands`, where `dims_of` gives an instruction's dimensions and `sets`
-  says whether a scatter's combiner returns the update (a set).
+  `operands`, where `dims_of` gives an instruction's dimensions, `sets`
+  says whether a scatter's combiner returns the update (a set), and
+  `takes_two(name, low, high)` whether instruction `name` surely takes two
+  values once clamped into ``[low, high]`` (`index_values`).
 
   Its indices order nothing (XLA drops an index that cannot change the
-  result). Where an index changes over a loop's iterations, so do the
-  elements it picks (unless they are all alike), and no compiler may
-  move the result out of that loop."""
+  result), except an index that surely picks two different elements of a
+  table whose elements all differ. Where an index changes over a loop's
+  iterations, so do the elements it picks (unless they are all alike),
+  and no compiler may move the result out of that loop."""
   opcode = i.opcode
   at = DATA_OPERANDS[opcode](len(operands))
   data = [as_leaf(operands[k]) for k in at]
@@ -363,10 +367,20 @@ def indexed(
   dims = dims_of(i.operands[0])
   slicing = opcode in ("dynamic-slice", "gather")
   taken = i.dims if slicing else dims_of(i.operands[1])
+  # Of a one-dimensional array (as indexed: a reshape keeps the value's
+  # number), elements that differ anywhere differ along the one dimension
+  # the index moves in. Of more dimensions, a broadcast or a stack of one
+  # array repeats it along the dimension an index may move in (the rows
+  # of ``broadcast_to(arange(3), (4, 3))`` are alike).
+  flat = dims is not None and len(dims) == 1
   alike = (
     (base.const and base.lit is not None)
-    or (base.key is not None and base.key[0] == "broadcast")
-    or _one_value(base.parts)
+    or (
+      base.key is not None
+      and base.key[0] == "broadcast"
+      and not (flat and _differing(base.key, None))
+    )
+    or _one_value(base.parts, base.layout, flat)
   )
   if alike or (dims is not None and taken == dims):
     # All elements alike (a broadcast of one value), or all of them
@@ -374,6 +388,11 @@ def indexed(
     moving = 0
   if slicing:
     found = join([base])
+    if takes_two is not None and _picks_by_index(i, base, dims, takes_two):
+      # Two starts surely pick two values: no compiler may drop the
+      # index, so the result is computed from it too (``table[abs(w) %
+      # 3]`` of a table whose elements differ; skeptic pass 76f).
+      found = join([base, operands[1]])
     if base.parts is not None:
       region = None
       if opcode == "dynamic-slice":
@@ -427,16 +446,21 @@ def _scattered(
   return scattered(i.scatter_dims, key[1], index_dims, dims)
 
 
-def _one_value(parts: tuple | None) -> bool:
-  """Whether `parts` (a concatenate's) all hold one value number, or
-  are constants of one value read here: every element then alike
-  (``stack([s, s])``, ``stack([s % 1] * 3)``, which XLA folds to zeros;
-  skeptic pass 76g)."""
+def _one_value(
+  parts: tuple | None, layout: tuple | None = None, flat: bool = False
+) -> bool:
+  """Whether `parts` (a concatenate's, of `layout`) all hold one value
+  number whose elements may be alike, or are constants of one value read
+  here: every element then alike (``stack([s, s])``, ``stack([s % 1] *
+  3)``, which XLA folds to zeros; skeptic pass 76g). Parts that are one
+  array whose own elements differ, joined into a `flat` (one-dimensional)
+  array (``concatenate([arange(3)] * 2)``), are not: an index that
+  changes picks other values."""
   if not parts:
     return False
   keys = {part.key for part in parts}
   if len(keys) == 1 and None not in keys:
-    return True
+    return not (flat and _differing(parts[0].key, _part_count(layout, 0)))
   if not all(part.const and part.parts is None for part in parts):
     return False
   if any(part.lit is None for part in parts):
@@ -465,3 +489,102 @@ def _gathered_point(
   return tuple(
     (min(max(lit, 0), d - 1), min(max(lit, 0), d - 1) + 1, 1) for d in dims
   )
+
+
+_DISTINCT_IOTA = 256
+"""The longest ``iota`` whose elements are taken as all different: each
+integer type of 8 bits or more, and each float type of 16 bits or more,
+holds 0 to 255 apart (8-bit integers wrap only beyond)."""
+
+_IOTA_TYPES = frozenset(
+  {"s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64"}
+  | {"f16", "bf16", "f32", "f64"}
+)
+"""The element types `_DISTINCT_IOTA` holds for (no ``pred``, no 8-bit
+float)."""
+
+
+def _differing(key: tuple | None, count: int | None) -> bool:
+  """Whether the value of number `key` (of `count` elements) surely has
+  two elements that differ: a one-dimensional ``iota`` of two or more, or
+  a constant literal that lists two different numbers, or a broadcast or
+  a conversion of one (a broadcast repeats every element; a conversion
+  keeps 0 and 1 apart, which every ``iota`` starts with). False where
+  that cannot be told."""
+  while (
+    key is not None and key[0] in ("convert", "broadcast") and len(key) == 3
+  ):
+    if key[0] == "convert" and key[2] is not None and key[2][0] == "c":
+      return False  # A literal converted may merge its numbers.
+    key = key[2]
+  if key is None or (count is not None and count < 2):
+    return False
+  return _distinct(key) is not None
+
+
+def _distinct(key: tuple | None) -> int | None:
+  """The number of elements of the value of number `key` where they surely
+  all differ from one another: a one-dimensional
+  ``iota`` of a type that holds each of its numbers apart, or a constant
+  literal of as many different numbers as elements. None otherwise."""
+  if key is None or len(key) < 3:
+    return None
+  if key[0] == "iota" and isinstance(key[1], str):
+    shape = key[1]
+    found = dims_of(shape)
+    if (
+      found is None
+      or len(found) != 1
+      or not 2 <= found[0] <= _DISTINCT_IOTA
+      or shape.split("[", 1)[0].strip() not in _IOTA_TYPES
+    ):
+      return None
+    return found[0]
+  if key[0] == "c" and isinstance(key[1], str) and isinstance(key[2], str):
+    numbers = re.findall(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?", key[1])
+    found = dims_of(key[2])
+    if found is None or len(numbers) != math.prod(found):
+      return None  # Not every element read (``nan``, ``inf``, a tuple).
+    if len({float(n) for n in numbers}) != len(numbers) or len(numbers) < 2:
+      return None
+    return len(numbers)
+  return None
+
+
+def _part_count(layout: tuple | None, part: int) -> int | None:
+  """How many elements part `part` of a concatenate of `layout` holds;
+  None where the layout does not say."""
+  if layout is None or layout[0] != "joined":
+    return None
+  _, _, sizes, count = layout
+  joined = sum(sizes)
+  if not joined or part >= len(sizes):
+    return None
+  return count // joined * sizes[part]
+
+
+def _picks_by_index(
+  i: Instruction,
+  base: Leaf,
+  dims: tuple[int, ...] | None,
+  takes_two: Callable[[str, int, int], bool],
+) -> bool:
+  """Whether dynamic slice or gather `i` of `base`, a one-dimensional
+  array of `dims` whose elements all differ (`_distinct`), surely picks
+  two different elements: its one index surely takes two starts once
+  clamped (`takes_two`), so each start picks other elements. A dynamic
+  slice of fewer elements than the array, or a gather of one element."""
+  if dims is None or len(dims) != 1 or len(i.operands) != 2:
+    return False
+  if _distinct(base.key) != dims[0]:
+    return False
+  if i.opcode == "dynamic-slice":
+    if i.dims is None or len(i.dims) != 1:
+      return False
+    return takes_two(i.operands[1], 0, dims[0] - i.dims[0])
+  if i.gather_dims is None:
+    return False
+  offsets, collapsed, index_map, sizes, _ = i.gather_dims
+  if offsets or collapsed != (0,) or index_map != (0,) or sizes != (1,):
+    return False
+  return takes_two(i.operands[1], 0, dims[0] - 1)

@@ -34,7 +34,8 @@ other's results, through edges that no compiler folds away:
   unless fast math is switched on, which JAX leaves off);
 * an index (of a dynamic slice, gather, dynamic update or scatter) and a
   sort's keys order nothing: XLA drops an index that cannot change the
-  result, and the sort of one element;
+  result, and the sort of one element; an index that picks one element
+  of a table whose elements all differ orders (`elements.indexed`);
 * an integer operation or a comparison keeps nothing that both its
   operands are computed from (``w - w``, ``max(w, w) - w``, ``w == w``
   cancel), and ``x % 1``, ``x ** 0`` and a clamp to one constant are
@@ -67,18 +68,28 @@ nested).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
-import sys
 from collections.abc import Callable
 
 from entangle_jax._src.targets.names import ENTANGLE_TARGET
 from entangle_jax.testing._hlo import Instruction, Module
 from entangle_jax.testing._hlo.attributes import Stack
 from entangle_jax.testing._hlo.instruction import uniform_literal
-from entangle_jax.testing._order import algebra, elements, folding, loop_rules
+from entangle_jax.testing._order import (
+  algebra,
+  call_instances,
+  elements,
+  folding,
+  index_values,
+  loop_rules,
+)
 from entangle_jax.testing._order.algebra import NOTHING, Leaf, Value
+from entangle_jax.testing._order.call_instances import (
+  CallInstance,
+  Loop,
+  Unordered,
+)
 from entangle_jax.testing._order.module_index import ModuleIndex
 from entangle_jax.testing._order.never_negative import NeverNegative
 
@@ -87,76 +98,6 @@ _PASSES_LIMIT = 512
 states one iteration further). Stopped early, the states hold less than
 the fixed point: fewer calls they are computed from, so fewer pairs
 proved ordered and more calls taken as unused; sound, if less exact."""
-
-
-@dataclasses.dataclass
-class CallInstance:
-  """One selected call at one place of the program: one chain of the
-  instructions that run its computation, from the entry."""
-
-  bit: int
-  instruction: Instruction
-  chain: tuple[str, ...]
-  """The names of the ``call``, ``while`` and ``conditional``
-  instructions that lead to it, outermost first."""
-  loops: tuple[int, ...]
-  """The loops around it (`MayOrder.loops` indices), outermost first."""
-  branches: tuple[tuple[int, int], ...]
-  """The conditionals around it and the branch it is in:
-  ``(conditional, branch)``, by `MayOrder`'s numbering of conditionals."""
-  deps: int = 0
-  """The instances its operands are computed from (and, for a call with a
-  side effect, the decisions that run it)."""
-  var: int = 0
-  """The loops over whose iterations its operands may change."""
-
-  @property
-  def side_effect(self) -> bool:
-    return self.instruction.side_effect
-
-
-@dataclasses.dataclass
-class Loop:
-  """One ``while`` at one place of the program."""
-
-  instruction: Instruction
-  chain: tuple[str, ...]
-  trips: int | None = None
-  """Its trip count, where the program states it (a counter from a
-  constant, stepped by a constant, compared with a constant); None
-  otherwise."""
-  passed_on: frozenset = frozenset()
-  """The paths of the state elements its body hands back unchanged."""
-  state: Value | None = None
-  """What each state element is computed from, over every iteration."""
-  root: Value | None = None
-  """What the body's root held in the last pass."""
-  not_once: bool = False
-  """Whether its body, evaluated on the initial value (as a loop that
-  runs once), no longer counted one trip: it is not evaluated so again,
-  so that the passes do not go back and forth."""
-
-  @property
-  def may_repeat(self) -> bool:
-    """Whether the loop may run its body twice or more."""
-    return self.trips is None or self.trips > 1
-
-
-@dataclasses.dataclass(frozen=True)
-class Unordered:
-  """Two call instances that no compiler has to keep in order, and why."""
-
-  first: CallInstance
-  second: CallInstance
-  kind: str
-  """``"order"`` (neither is computed from the other), ``"hoisted"`` (one
-  may run once before the loop both are in), or ``"deleted"`` (one is a
-  call without side effect whose results nothing uses)."""
-  moved: CallInstance | None = None
-  """For ``"hoisted"`` and ``"deleted"``: the call XLA may move or
-  delete."""
-  loop: Loop | None = None
-  """For ``"hoisted"``: the loop it may leave."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,13 +144,12 @@ class MayOrder:
     self.live = 0
     """Bits of the instances whose results something that runs uses,
     through edges that no compiler may fold away."""
-    self._used: frozenset[str] | None = None
     self.fixed_point = False
     self.index = ModuleIndex(module)
     self._never: NeverNegative | None = None
     self._values: dict[str, Value] = {}
     self._constants: dict[str, tuple[object]] = {}
-    with _deep_values():
+    with algebra.deep_values():
       for _ in range(_PASSES_LIMIT):
         self._grew = False
         self.instances = {}
@@ -230,48 +170,14 @@ class MayOrder:
     return found
 
   def call_site(self, instance: CallInstance) -> Instruction | None:
-    """The innermost ``call`` that leads to `instance` (a jitted helper's
-    call at this place), or None where no ``call`` does."""
-    for name in reversed(instance.chain):
-      found = self.index.named(name)
-      if found is not None and found.opcode == "call":
-        return found
-    return None
+    """The innermost ``call`` that leads to `instance`
+    (`call_instances.call_site`)."""
+    return call_instances.call_site(self.index, instance)
 
   def placed_stack(self, instance: CallInstance) -> Stack:
-    """The Python stack of `instance` at its place, as XLA's inliner
-    composes it: a helper's computation keeps the stack of the place JAX
-    traced it at, so each ``call`` on the way swaps that place's frames
-    for its own. The instruction's own stack where no ``call`` leads to
-    it, or where the traced place cannot be told."""
-    placed: Stack | None = None
-    helper: str | None = None
-    for name in instance.chain:
-      call = self.index.named(name)
-      if call is None or call.opcode != "call" or not call.callees:
-        continue
-      if placed is None or helper is None:
-        placed = call.stack
-      else:
-        placed = self._rebased(call, helper, placed)
-      helper = call.callees[0]
-    if placed is None or helper is None:
-      return instance.instruction.stack
-    return self._rebased(instance.instruction, helper, placed)
-
-  def _rebased(self, i: Instruction, helper: str, placed: Stack) -> Stack:
-    """`i`'s stack, traced inside `helper` at one of its call sites, with
-    that site's frames replaced by `placed`."""
-    stack = i.stack
-    for caller in self.index.callers_of(helper):
-      site = caller.stack
-      if (
-        site
-        and len(site) <= len(stack)
-        and stack[len(stack) - len(site) :] == site
-      ):
-        return stack[: len(stack) - len(site)] + placed
-    return stack
+    """The Python stack of `instance` at its place
+    (`call_instances.placed_stack`)."""
+    return call_instances.placed_stack(self.index, instance)
 
   def _never_negative(
     self, i: Instruction, operands: list[Value], values: dict[str, Value]
@@ -318,7 +224,7 @@ class MayOrder:
     never both run (two branches of one conditional, or a call XLA may
     delete that only reads). `writes` says whether a call may write
     (only a deleted write loses anything)."""
-    if _exclusive(a, b):
+    if call_instances.exclusive(a, b):
       return None
     for call in (a, b):
       if self.deletable(call):
@@ -351,32 +257,8 @@ class MayOrder:
 
   def used_names(self) -> frozenset[str]:
     """The instructions whose results something that may run uses,
-    through any edge: from each computation's root and each op that has a
-    side effect, back through operands and into called computations."""
-    if self._used is None:
-      todo = [
-        i.name
-        for body in self.module.computations.values()
-        for i in body
-        if (i.root and i.computation == self.module.entry)
-        or i.side_effect
-        or i.opcode in algebra.NEVER_SPECULATED
-      ]
-      used: set[str] = set()
-      while todo:
-        name = todo.pop()
-        if name in used:
-          continue
-        used.add(name)
-        found = self.index.named(name)
-        if found is None:
-          continue
-        todo.extend(found.operands)
-        for callee in found.callees:
-          body = self.module.computations.get(callee, ())
-          todo.extend(c.name for c in body if c.root)
-      self._used = frozenset(used)
-    return self._used
+    through any edge (`ModuleIndex.used_names`)."""
+    return self.index.used_names(algebra.NEVER_SPECULATED)
 
   def _hoistable_from(
     self, call: CallInstance, other: CallInstance
@@ -520,7 +402,9 @@ class MayOrder:
         dims = self.index.dims_of(i.operands[0])
         return elements.sliced(whole, dims, i.slice_ranges)
     if opcode in algebra.DATA_OPERANDS and operands:
-      return elements.indexed(i, operands, self.index.dims_of, self._sets(i))
+      return elements.indexed(
+        i, operands, self.index.dims_of, self._sets(i), self._takes_two
+      )
     if opcode == "sort" and operands:
       # Each result is its own operand reordered: the keys decide the
       # order only, and XLA drops a sort of one element.
@@ -558,6 +442,13 @@ class MayOrder:
     if opcode == "custom-call":
       return self._custom_call(i, operands, context)
     return self._plain(i, operands, context)
+
+  def _takes_two(self, name: str, low: int, high: int) -> bool:
+    """Whether index `name` surely takes two values in ``[low, high]``
+    (`index_values.takes_two_starts`)."""
+    return index_values.takes_two_starts(
+      self.index, name, self.module.entry, low, high
+    )
 
   def _sets(self, i: Instruction) -> bool:
     """Whether a scatter's combiner returns the update (a set)."""
@@ -793,23 +684,6 @@ class MayOrder:
     return algebra.met(results, decision, inside)
 
 
-_DEEP_VALUES = 20_000
-"""The recursion limit while the evaluation runs: a value number nests as
-deep as the chain of ops that computed it, and comparing two of a chain
-of 600 ops (a checksum unrolled in Python) passed Python 3.11's default
-of 1,000 (skeptic pass 76f)."""
-
-
-@contextlib.contextmanager
-def _deep_values():
-  before = sys.getrecursionlimit()
-  sys.setrecursionlimit(max(before, _DEEP_VALUES))
-  try:
-    yield
-  finally:
-    sys.setrecursionlimit(before)
-
-
 def _counting(i: Instruction, operands: list[Value], found: Leaf) -> Leaf:
   """`found`, the constant that an ``add`` or a ``compare`` of constants
   folds to, still telling a loop counter's step or bound where it is one
@@ -820,15 +694,6 @@ def _counting(i: Instruction, operands: list[Value], found: Leaf) -> Leaf:
   else:
     origin = algebra.compare(i.direction, operands).origin
   return found if origin is None else algebra.replace(found, origin=origin)
-
-
-def _exclusive(a: CallInstance, b: CallInstance) -> bool:
-  """Whether `a` and `b` lie in two branches of one conditional."""
-  mine = dict(a.branches)
-  return any(
-    conditional in mine and mine[conditional] != branch
-    for conditional, branch in b.branches
-  )
 
 
 _PRODUCTS = frozenset({"multiply", "reduce", "dot"})

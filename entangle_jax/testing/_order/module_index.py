@@ -14,6 +14,7 @@ class ModuleIndex:
 
   def __init__(self, module: Module):
     self.module = module
+    self._used: dict[frozenset[str], frozenset[str]] = {}
 
   @functools.cached_property
   def by_name(self) -> dict[str, Instruction]:
@@ -64,3 +65,33 @@ class ModuleIndex:
     """The instructions of computation `name` (none for a name no
     computation has)."""
     return list(self.module.computations.get(name, ()))
+
+  def used_names(self, kept: frozenset[str]) -> frozenset[str]:
+    """The instructions whose results something that may run uses,
+    through any edge: from the entry's root, each op that has a side
+    effect and each op of `kept` (opcodes that run whatever uses them),
+    back through operands and into called computations."""
+    if kept in self._used:
+      return self._used[kept]
+    todo = [
+      i.name
+      for body in self.module.computations.values()
+      for i in body
+      if (i.root and i.computation == self.module.entry)
+      or i.side_effect
+      or i.opcode in kept
+    ]
+    used: set[str] = set()
+    while todo:
+      name = todo.pop()
+      if name in used:
+        continue
+      used.add(name)
+      found = self.by_name.get(name)
+      if found is None:
+        continue
+      todo.extend(found.operands)
+      for callee in found.callees:
+        todo.extend(self.roots(callee))
+    self._used[kept] = frozenset(used)
+    return self._used[kept]
