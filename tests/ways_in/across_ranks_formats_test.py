@@ -15,14 +15,14 @@ from unittest import mock
 from absl.testing import absltest, parameterized
 
 from entangle_jax._src.targets import shipped
-from entangle_jax.testing._emitters import formats, rank_formats, rank_github
-from entangle_jax.testing._findings import causes, rank_findings
-from entangle_jax.testing._findings.rank_findings import RankRun
-from entangle_jax.testing._ways_in import command, rank_report
-from entangle_jax.testing._ways_in.across_ranks import (
+from entangle_jax.testing._analysis.across_ranks import (
   CrossRankResult,
   UnorderedCalls,
 )
+from entangle_jax.testing._emitters import formats, rank_formats, rank_github
+from entangle_jax.testing._findings import causes, from_ranks, rank_findings
+from entangle_jax.testing._findings.rank_findings import RankRun
+from entangle_jax.testing._ways_in import command
 
 SHAPES = pathlib.Path(__file__).resolve().parent / "data" / "ranks_mpi4jax"
 SCRIPT = "/work/scratch/i70ranks/mpi/shapes.py"
@@ -71,7 +71,7 @@ def possible_deadlock() -> RankRun:
       ),
     ),
   )
-  module = rank_report.module_of("jit_f", ["r0/m.txt", "r1/m.txt"], result)
+  module = from_ranks.module_of("jit_f", ["r0/m.txt", "r1/m.txt"], result)
   return RankRun(2, (module,))
 
 
