@@ -81,6 +81,16 @@ from entangle_jax._src.targets.in_code import (
 from entangle_jax._src.targets.sources import (
   current as declarations_in_effect,
 )
+from entangle_jax.testing._analysis.across_ranks import (
+  CrossRankResult,
+  Deadlock,
+  MatchedStep,
+  Mismatch,
+  RankCall,
+  RankDependent,
+  UnorderedCalls,
+  races_across,
+)
 from entangle_jax.testing._analysis.device_processes import ProcessMap
 from entangle_jax.testing._analysis.ops import Op, Race, XlaChange
 from entangle_jax.testing._analysis.order_analysis import (
@@ -107,16 +117,6 @@ from entangle_jax.testing._sanitize.rank_calls import (
 )
 from entangle_jax.testing._sanitize.session import Seen, sanitize
 from entangle_jax.testing._sanitize.sites import CallSite, SanitizedModule
-from entangle_jax.testing._ways_in.across_ranks import (
-  CrossRankResult,
-  Deadlock,
-  MatchedStep,
-  Mismatch,
-  RankCall,
-  RankDependent,
-  UnorderedCalls,
-  races_across,
-)
 from entangle_jax.testing._ways_in.executions import record_executions
 from entangle_jax.testing._ways_in.order_graph import order_graph
 from entangle_jax.testing._ways_in.queries import (

@@ -8,7 +8,8 @@ plain records (``_findings``), the emitters that write them
 (``_emitters``), the run-time sanitizer (``_sanitize``), and the ways
 in (``_ways_in``). No emitter reads the HLO,
 order or analysis stages: emitters see records only, and among the
-findings only ``from_analysis`` reads the analysis. Above them sit only
+findings only the builders ``from_analysis`` and ``from_ranks`` read the
+analysis. Above them sit only
 the public face, the entry-point shims and the example store. Of the core
 package the stages read only what a native target does (``_src.targets``),
 how ``Resource`` records its accesses (``_src.access_marker``), what a
@@ -47,8 +48,12 @@ BEHIND_THE_RECORDS = tuple(
   f"{TESTING}.{name}" for name in ("_hlo", "_order", "_analysis")
 )
 """The stages no emitter may import: it reads the findings' records."""
-BUILDER = f"{TESTING}._findings.from_analysis"
-"""The one module of the findings stage that reads the analysis."""
+BUILDERS = [
+  f"{TESTING}._findings.from_analysis",
+  f"{TESTING}._findings.from_ranks",
+]
+"""The modules of the findings stage that read the analysis: one builds
+the single-process check's records, the other the cross-rank check's."""
 
 TOP = frozenset(
   f"{TESTING}{name}"
@@ -249,14 +254,14 @@ class ImportLayersTest(absltest.TestCase):
     for module in emitters:
       self.assertEqual(behind_the_records(self.anywhere[module]), [], module)
 
-  def test_only_the_builder_of_the_findings_reads_the_analysis(self):
+  def test_only_the_builders_of_the_findings_read_the_analysis(self):
     findings = f"{TESTING}._findings"
     readers = sorted(
       m
       for m, imports in self.anywhere.items()
       if within(m, findings) and behind_the_records(imports)
     )
-    self.assertEqual(readers, [BUILDER])
+    self.assertEqual(readers, BUILDERS)
 
   def test_an_emitter_reading_the_analysis_is_found(self):
     # The control: an emitter that imports the analysis (even inside a

@@ -15,14 +15,14 @@ from unittest import mock
 from absl.testing import absltest, parameterized
 
 from entangle_jax._src.targets import shipped
-from entangle_jax.testing._emitters import formats, rank_formats, rank_github
-from entangle_jax.testing._findings import causes, rank_findings
-from entangle_jax.testing._findings.rank_findings import RankRun
-from entangle_jax.testing._ways_in import command, rank_report
-from entangle_jax.testing._ways_in.across_ranks import (
+from entangle_jax.testing._analysis.across_ranks import (
   CrossRankResult,
   UnorderedCalls,
 )
+from entangle_jax.testing._emitters import formats, github
+from entangle_jax.testing._findings import causes, from_ranks, rank_findings
+from entangle_jax.testing._findings.rank_findings import RankRun
+from entangle_jax.testing._ways_in import command
 
 SHAPES = pathlib.Path(__file__).resolve().parent / "data" / "ranks_mpi4jax"
 SCRIPT = "/work/scratch/i70ranks/mpi/shapes.py"
@@ -71,13 +71,17 @@ def possible_deadlock() -> RankRun:
       ),
     ),
   )
-  module = rank_report.module_of("jit_f", ["r0/m.txt", "r1/m.txt"], result)
+  module = from_ranks.module_of("jit_f", ["r0/m.txt", "r1/m.txt"], result)
   return RankRun(2, (module,))
 
 
 class FormatsTest(parameterized.TestCase):
-  def test_every_single_process_format_has_a_cross_rank_emitter(self):
-    self.assertEqual(tuple(rank_formats.EMITTERS), formats.NAMES)
+  def test_every_format_of_the_one_table_writes_a_cross_rank_run(self):
+    # One table for both checks (issue 79): each format names the finding
+    # of a cross-rank run by its code.
+    run = possible_deadlock()
+    for name in formats.NAMES:
+      self.assertIn("EJ102", formats.render(name, run), name)
 
   @parameterized.parameters(*CASES)
   def test_the_exit_status_is_the_same_in_every_format(self, shape):
@@ -172,7 +176,7 @@ class FormatsTest(parameterized.TestCase):
     self.assertStartsWith(
       line,
       f"::error file={SCRIPT},line={lines[0]},"
-      f"title={rank_github.TITLE}%3A {kind.verdict}::{code}: ",
+      f"title={github.RANKS_TITLE}%3A {kind.verdict}::{code}: ",
     )
     message = line.split("::", 2)[2]
     for rank, number in enumerate(lines):
@@ -199,16 +203,14 @@ class PossibleDeadlockTest(absltest.TestCase):
   def test_its_finding_names_both_calls(self):
     run = possible_deadlock()
     self.assertEqual(run.status, 1)
-    (module,) = json.loads(rank_formats.render("json", run))["modules"]
+    (module,) = json.loads(formats.render("json", run))["modules"]
     (finding,) = module["findings"]
     self.assertEqual(finding["code"], "EJ102")
     self.assertEqual(
       [(s["rank"], s["path"], s["line"]) for s in finding["sites"]],
       [(0, "x.py", 3), (0, "x.py", 5)],
     )
-    (result,) = json.loads(rank_formats.render("sarif", run))["runs"][0][
-      "results"
-    ]
+    (result,) = json.loads(formats.render("sarif", run))["runs"][0]["results"]
     self.assertEqual(result["ruleId"], "EJ102")
     self.assertEqual(
       result["locations"][0]["physicalLocation"]["artifactLocation"],
@@ -216,10 +218,10 @@ class PossibleDeadlockTest(absltest.TestCase):
     )
     (related,) = result["relatedLocations"]
     self.assertEqual(related["physicalLocation"]["region"]["startLine"], 5)
-    (line,) = rank_formats.render("github", run).splitlines()
+    (line,) = formats.render("github", run).splitlines()
     self.assertStartsWith(line, "::error file=x.py,line=3,")
     self.assertIn("EJ102: Possible deadlock: rank 0 may make", line)
-    text = rank_formats.render("text", run)
+    text = formats.render("text", run)
     self.assertIn("[EJ102]", text)
     self.assertIn(rank_findings.FIX_UNORDERED, text)
 

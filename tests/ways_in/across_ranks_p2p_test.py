@@ -23,12 +23,13 @@ from entangle_jax._src import native
 from entangle_jax._src.targets import table
 from entangle_jax._src.targets.declaration import Declarations, merged
 from entangle_jax.testing import CrossRankResult, races_across
+from entangle_jax.testing._analysis import rank_sequences
 from entangle_jax.testing._analysis.ranks import (
   BeyondTheModel,
   Loop,
   RankProgram,
 )
-from entangle_jax.testing._ways_in import command, rank_sequences
+from entangle_jax.testing._ways_in import command
 from tests.ways_in import across_ranks_test as base
 from tests.ways_in.across_ranks_test import allreduce, recv, send
 

@@ -35,14 +35,16 @@ from entangle_jax._src.targets.communication import Communication
 from entangle_jax._src.targets.declaration import Declarations, merged
 from entangle_jax.testing import CrossRankResult, races_across
 from entangle_jax.testing._analysis import (
+  across_ranks,
   call_attributes,
+  rank_sequences,
   rank_values,
   ranks,
   same_module,
 )
 from entangle_jax.testing._analysis.call_attributes import raw_attribute
 from entangle_jax.testing._hlo import dumped_module
-from entangle_jax.testing._ways_in import across_ranks, command, rank_sequences
+from entangle_jax.testing._ways_in import command
 from tests import test_util
 
 ALLREDUCE = "ranks_test_allreduce"

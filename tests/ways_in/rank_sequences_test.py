@@ -27,9 +27,10 @@ from jax.experimental import io_callback
 from entangle_jax._src import native
 from entangle_jax._src.targets import sources, table
 from entangle_jax._src.targets.declaration import Declarations, merged
+from entangle_jax.testing._analysis import rank_sequences
+from entangle_jax.testing._analysis.across_ranks import check_programs
 from entangle_jax.testing._analysis.ranks import RankProgram
-from entangle_jax.testing._ways_in import command, executions, rank_sequences
-from entangle_jax.testing._ways_in.across_ranks import check_programs
+from entangle_jax.testing._ways_in import command, executions
 
 ALLREDUCE = "rank_sequences_test_allreduce"
 X = jax.ShapeDtypeStruct((4,), jnp.float32)

@@ -6,5 +6,8 @@ alone decides, shared by every analysis of it), `ops` (`Op` and `Race`,
 the answers), `selectors` (which ops a selector picks, which are
 effectful, which are native calls), `source_lines` (the user's line of
 an op, past library frames), `gc` (the cyclic collector paused while an
-analysis runs).
+analysis runs). The cross-rank check is here too: `ranks` (one rank's
+communicating calls), `across_ranks` (``races_across``,
+`CrossRankResult`), `rank_groups` (ranks split into communicators of
+their own) and `rank_sequences` (each rank's executions as one sequence).
 """

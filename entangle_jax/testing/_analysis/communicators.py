@@ -45,7 +45,7 @@ rest, are still taken for one: nothing in a process tells them apart.
 
 Communicators of some ranks that split the ranks into groups (`groups`:
 ``Split(rank % 2, rank)``) are checked a group at a time
-(`entangle_jax.testing._ways_in.rank_groups`); any other communicator of
+(`entangle_jax.testing._analysis.rank_groups`); any other communicator of
 some ranks proves nothing.
 """
 

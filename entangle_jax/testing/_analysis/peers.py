@@ -1,5 +1,5 @@
 """Which sends meet which receives in the cross-rank check's simulation
-(`entangle_jax.testing._ways_in.across_ranks`): by peer and tag. A
+(`entangle_jax.testing._analysis.across_ranks`): by peer and tag. A
 receive's source of -1 or -2 is MPI's ``ANY_SOURCE`` (-1 in Open MPI,
 -2 in MPICH; each library's other value is its PROC_NULL, whose calls
 the check leaves out before), meeting any; of the tags, only a

@@ -1,5 +1,5 @@
 """Matching the ranks' communicating calls: the lock-step simulation that
-`races_across` (`entangle_jax.testing._ways_in.across_ranks`) runs over
+`races_across` (`entangle_jax.testing._analysis.across_ranks`) runs over
 each rank's `RankProgram` items, and the records of what it finds.
 
 A collective completes when every rank is at one and their fingerprints

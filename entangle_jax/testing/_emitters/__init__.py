@@ -9,6 +9,6 @@ annotations on the user's lines), `sarif` (SARIF 2.1.0 for GitHub code
 scanning). `sentences` holds what several say of a run as a whole;
 `graph_formats` writes the order graph's records as DOT or Mermaid.
 The cross-rank check (``--ranks``) has its own records
-(`_findings.rank_findings`) and its table, `rank_formats`, with the same
-format names: `rank_text`, `rank_json`, `rank_github`, `rank_sarif`.
+(`_findings.rank_findings.RankRun`), and every format writes them too,
+from the same table.
 """

@@ -2,7 +2,8 @@
 ``--format``, the pytest plugin's ``--entangle-format``,
 ``race_check(format=...)``) picks its emitter here, and every emitter has
 one signature, ``render(run, options) -> str``, over the findings records
-alone.
+alone: a single-process run (`records.Run`) or a cross-rank one
+(`rank_findings.RankRun`, ``--ranks``), each format writing both.
 
 A new format is a module in this folder with a ``render`` of that
 signature, and a row here.
@@ -15,9 +16,10 @@ from collections.abc import Callable
 
 from entangle_jax.testing._emitters import github, json_report, sarif, text
 from entangle_jax.testing._emitters.options import Options
+from entangle_jax.testing._findings.rank_findings import RankRun
 from entangle_jax.testing._findings.records import Run
 
-Emitter = Callable[[Run, "Options | None"], str]
+Emitter = Callable[["Run | RankRun", "Options | None"], str]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +75,8 @@ def check_name(name: object, where: str) -> Format:
   return FORMATS[name]
 
 
-def render(name: str, run: Run, options: Options | None = None) -> str:
+def render(
+  name: str, run: Run | RankRun, options: Options | None = None
+) -> str:
   """`run` in format `name`."""
   return FORMATS[name].render(run, options)

@@ -17,6 +17,12 @@ calls are in the pairs, gets one ``::warning`` without a file
 (`Run.version_notes`). Modules for a platform other than CPU get the
 platform note as a ``::notice`` without a file: it names the GPU (``CUDA
 sm_90a``) and the runtime model the check applied.
+
+A cross-rank run (``--ranks``) gets one ``::error`` per finding, on the
+user's line of its first rank's call that has one (without a file when
+none does), titled with the kind; the message is one line: the code,
+every rank's call with its ``file:line``, what differs, and the fix
+(`sentences.rank_finding_sentence`). A proved module is no annotation.
 """
 
 from __future__ import annotations
@@ -30,7 +36,9 @@ from entangle_jax.testing._emitters.sentences import (
   finding_sentence,
   left_out_as_safe,
   platform_note,
+  rank_finding_sentence,
 )
+from entangle_jax.testing._findings.rank_findings import RankFinding, RankRun
 from entangle_jax.testing._findings.records import ReportedCall, Run
 
 TITLE = "entangle-jax race"
@@ -39,6 +47,7 @@ VERSION_TITLE = "entangle-jax declarations not applied"
 EXPECTED_TITLE = "entangle-jax race (expected: a control)"
 UNCHECKED_TITLE = "entangle-jax module not checked"
 PLATFORM_TITLE = "entangle-jax runtime model"
+RANKS_TITLE = "entangle-jax across ranks"
 
 
 def escape_data(text: str) -> str:
@@ -103,7 +112,33 @@ def annotations(run: Run) -> Iterator[str]:
     )
 
 
-def render(run: Run, options: Options | None = None) -> str:
-  """The annotations, a line each (`options` change nothing)."""
+def render(run: Run | RankRun, options: Options | None = None) -> str:
+  """The annotations, a line each (`options` change nothing): a cross-rank
+  run's are `rank_annotations` (none when every module is proved)."""
   del options
+  if isinstance(run, RankRun):
+    return "\n".join(rank_annotations(run))
   return "\n".join(annotations(run))
+
+
+# The cross-rank check ----------------------------------------------------
+
+
+def _rank_place(finding: RankFinding) -> str:
+  """``file=...,line=...,`` of the first site with a line, or nothing."""
+  for site in finding.sites:
+    if site.path is not None and site.line is not None:
+      return f"file={escape_property(site.path)},line={site.line},"
+  return ""
+
+
+def rank_annotations(run: RankRun) -> Iterator[str]:
+  """The annotation lines of a cross-rank run, a finding each, in module
+  order."""
+  for _, finding in run.findings:
+    title = f"{RANKS_TITLE}: {finding.kind.verdict}"
+    message = f"{finding.code}: {rank_finding_sentence(finding)}"
+    yield (
+      f"::error {_rank_place(finding)}title={escape_property(title)}::"
+      f"{escape_data(message)}"
+    )

@@ -1,5 +1,11 @@
 """The JSON emitter: everything a report says, every pair included, each
-object's raw value too, from the findings records."""
+object's raw value too, from the findings records.
+
+A cross-rank run's (``--ranks --format json``) holds everything the check
+found for each module (``CrossRankResult.to_json``: matched steps,
+mismatch, deadlock, rank-dependent loops and conditionals, unordered
+pairs), and its findings as every format gives them: code, kind, each
+rank's call with its file and line, the fix."""
 
 from __future__ import annotations
 
@@ -7,7 +13,12 @@ import json
 from typing import Any
 
 from entangle_jax.testing._emitters.options import Options
-from entangle_jax.testing._emitters.sentences import platform_note, summary
+from entangle_jax.testing._emitters.sentences import (
+  platform_note,
+  rank_summary,
+  summary,
+)
+from entangle_jax.testing._findings.rank_findings import RankFinding, RankRun
 from entangle_jax.testing._findings.records import (
   ModuleResult,
   Pair,
@@ -108,7 +119,41 @@ def as_json(run: Run) -> dict[str, Any]:
   }
 
 
-def render(run: Run, options: Options | None = None) -> str:
-  """`as_json` as text (`options` change nothing: JSON holds it all)."""
+def render(run: Run | RankRun, options: Options | None = None) -> str:
+  """`as_json` (or `ranks_as_json` for a cross-rank run) as text (`options`
+  change nothing: JSON holds it all)."""
   del options
-  return json.dumps(as_json(run), indent=1)
+  data = ranks_as_json(run) if isinstance(run, RankRun) else as_json(run)
+  return json.dumps(data, indent=1)
+
+
+# The cross-rank check ----------------------------------------------------
+
+
+def rank_finding_json(finding: RankFinding) -> dict[str, Any]:
+  """One cross-rank finding as JSON."""
+  return {
+    "code": finding.code,
+    "name": finding.kind.name,
+    "kind": finding.kind.verdict,
+    "headline": finding.headline,
+    "detail": finding.detail,
+    "fix": finding.fix,
+    "sites": [
+      {"rank": s.rank, "what": s.what, "path": s.path, "line": s.line}
+      for s in finding.sites
+    ],
+  }
+
+
+def ranks_as_json(run: RankRun) -> dict[str, Any]:
+  """The ``--ranks --format json`` answer for `run`, as a dict."""
+  return {
+    "status": run.status,
+    "summary": rank_summary(run),
+    "ranks": run.ranks,
+    "modules": [
+      {**m.data, "findings": [rank_finding_json(f) for f in m.findings]}
+      for m in run.modules
+    ],
+  }

@@ -1,5 +1,8 @@
-"""The text emitter: what people read, from the findings records
-(`entangle_jax.testing._findings.records`) alone."""
+"""The text emitter: what people read, from the findings records alone:
+a single-process run's (`entangle_jax.testing._findings.records.Run`)
+and a cross-rank run's (`rank_findings.RankRun`: each module's report as
+the check wrote it, each problem with its code and fix, then the run's
+summary)."""
 
 from __future__ import annotations
 
@@ -10,11 +13,13 @@ from entangle_jax.testing._emitters.options import SHOWN_PER_GROUP, Options
 from entangle_jax.testing._emitters.sentences import (
   left_out_by,
   left_out_list,
+  rank_summary,
   run_notes,
   safe_entry,
   summary,
 )
 from entangle_jax.testing._findings.causes import ORDER_FIX
+from entangle_jax.testing._findings.rank_findings import RankRun
 from entangle_jax.testing._findings.records import (
   Findings,
   ModuleResult,
@@ -190,12 +195,14 @@ def module_report(
   return "\n".join([f"== {result.module} ({result.path}){test}", *lines])
 
 
-def render(run: Run, options: Options | None = None) -> str:
+def render(run: Run | RankRun, options: Options | None = None) -> str:
   """A run's report: where the declarations came from (when the way in
   says), each module that races or could not be checked (but those the way
   in showed already) with its grouped pairs, each repeated fix or list of
   declarations once; the way in's notes, what the run could not see, the
-  summary."""
+  summary. A cross-rank run's: `ranks_report`."""
+  if isinstance(run, RankRun):
+    return ranks_report(run)
   options = options or Options()
   lines = []
   if run.declarations is not None:
@@ -221,3 +228,26 @@ def pairs_report(
   if not findings.count and not findings.left_out:
     return no_races(declared)
   return "\n".join(findings_lines(findings, shown_per_group, said=None))
+
+
+# The cross-rank check ----------------------------------------------------
+
+NOTHING_ACROSS_RANKS = (
+  "No communicating calls in any rank's modules: nothing to compare, "
+  "nothing proved. XLA's collectives are read from the modules; a native "
+  "call communicates only where a declaration says so."
+)
+
+
+def ranks_report(run: RankRun) -> str:
+  """A cross-rank run's report: each module's heading (its name and each
+  rank's file) and report, then the summary."""
+  lines = []
+  for module in run.modules:
+    if module.name is not None:
+      lines.append(f"{module.name} ({', '.join(module.files)}):")
+    lines.append(module.report)
+  if not run.modules:
+    lines.append(NOTHING_ACROSS_RANKS)
+  lines.append(rank_summary(run))
+  return "\n".join(lines)

@@ -38,7 +38,7 @@ to communicate) are paired in dump order, and each pair is checked with
 numbers of such modules, or modules of different names, are a mismatch.
 Exit 0 when every module is proved, 1 on a mismatch, a deadlock or a
 collective under rank-dependent control, 2 when it cannot answer. Every
-``--format`` applies (`entangle_jax.testing._emitters.rank_formats`):
+``--format`` applies (`entangle_jax.testing._emitters.formats`):
 each problem is a finding with a stable code (``EJ101`` rank-dependent
 control, ``EJ102`` possible deadlock, ``EJ103`` mismatch, ``EJ104``
 deadlock), every rank's call with its ``file:line``, and the fix.
@@ -66,15 +66,15 @@ from typing import TextIO
 
 from entangle_jax._src.targets import sources, table
 from entangle_jax._src.targets.declaration import Declarations
-from entangle_jax.testing._analysis import device_processes
+from entangle_jax.testing._analysis import device_processes, rank_sequences
+from entangle_jax.testing._analysis.across_ranks import check_programs
 from entangle_jax.testing._analysis.ranks import BeyondTheModel, RankProgram
-from entangle_jax.testing._emitters import formats, rank_formats, sentences
+from entangle_jax.testing._emitters import formats, sentences
 from entangle_jax.testing._emitters.options import Options
+from entangle_jax.testing._findings import from_ranks
 from entangle_jax.testing._findings.rank_findings import RankRun
 from entangle_jax.testing._findings.records import DeclarationsRead, Run
 from entangle_jax.testing._hlo import dumped_module
-from entangle_jax.testing._ways_in import rank_report, rank_sequences
-from entangle_jax.testing._ways_in.across_ranks import check_programs
 from entangle_jax.testing._ways_in.module_files import (
   CannotAnswer,
   check,
@@ -314,7 +314,7 @@ def _rank_modules(
 
 def _across_ranks(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
   """``--ranks``: the cross-rank check, one dump per rank, in the format
-  ``--format`` names (`rank_formats`)."""
+  ``--format`` names (`formats.FORMATS`, which writes both kinds of run)."""
   try:
     declarations, said, _ = _declarations(args.project)
     read = [
@@ -338,7 +338,7 @@ def _across_ranks(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # take for a problem in the program.
     crash = CannotAnswer(_crashed(error, "comparing the ranks"))
     return _cannot_answer(crash, args.format, out, err)
-  body = rank_formats.render(args.format, run)
+  body = formats.render(args.format, run)
   if body:  # GitHub annotations for a proved run: none.
     print(body, file=out)
   if not formats.FORMATS[args.format].for_people:
@@ -376,10 +376,10 @@ def _rank_run(
   names = [[name for name, _, _ in r] for r in ranks]
   if any(n != names[0] for n in names):
     files = [[file for _, file, _ in r] for r in ranks]
-    modules = [rank_report.modules_differ(folders, names, files)]
+    modules = [from_ranks.modules_differ(folders, names, files)]
   else:
     modules = [
-      rank_report.module_of(
+      from_ranks.module_of(
         name,
         [r[k][1] for r in ranks],
         check_programs([r[k][2] for r in ranks]),
@@ -443,7 +443,7 @@ def _executions_run(
     " then ".join(f"{name} ({file})" for name, file, _ in r) or "none"
     for r in runs
   ]
-  module = rank_report.module_of("the executions of each rank", files, result)
+  module = from_ranks.module_of("the executions of each rank", files, result)
   return RankRun(len(folders), (module,), said)
 
 

@@ -34,12 +34,12 @@ import threading
 from collections.abc import Callable, Generator
 from typing import Any
 
-from entangle_jax.testing._sanitize import jax_hooks
-from entangle_jax.testing._ways_in.rank_sequences import (
+from entangle_jax.testing._analysis.rank_sequences import (
   RECORD,
   RECORD_FORMAT,
   Execution,
 )
+from entangle_jax.testing._sanitize import jax_hooks
 
 
 def _varint(data: bytes, at: int) -> tuple[int, int]:

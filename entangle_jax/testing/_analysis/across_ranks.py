@@ -38,8 +38,9 @@ import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from entangle_jax._src import reason_words as kinds
 from entangle_jax._src.targets.declaration import Declarations
-from entangle_jax.testing._analysis import communicators
+from entangle_jax.testing._analysis import communicators, rank_groups
 from entangle_jax.testing._analysis.communicators import Layout
 from entangle_jax.testing._analysis.rank_matching import (
   Deadlock,
@@ -55,9 +56,7 @@ from entangle_jax.testing._analysis.rank_matching import (
   swaps,
 )
 from entangle_jax.testing._analysis.ranks import RankProgram, calls_of
-from entangle_jax.testing._findings import rank_findings as kinds
 from entangle_jax.testing._hlo.module_text import CompiledModule
-from entangle_jax.testing._ways_in import rank_groups
 
 __all__ = [
   "CrossRankResult",

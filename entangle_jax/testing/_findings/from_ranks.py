@@ -7,6 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from entangle_jax.testing._analysis.across_ranks import (
+  CrossRankResult,
+  RankCall,
+)
 from entangle_jax.testing._findings import rank_findings as kinds
 from entangle_jax.testing._findings.rank_findings import (
   RankFinding,
@@ -14,7 +18,6 @@ from entangle_jax.testing._findings.rank_findings import (
   RankSite,
   split_location,
 )
-from entangle_jax.testing._ways_in.across_ranks import CrossRankResult, RankCall
 
 
 def _site(rank: int, what: str, location: str | None) -> RankSite:

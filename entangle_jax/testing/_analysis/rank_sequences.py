@@ -30,6 +30,10 @@ import json
 import pathlib
 from collections.abc import Mapping, Sequence
 
+from entangle_jax.testing._analysis.across_ranks import (
+  CrossRankResult,
+  check_programs,
+)
 from entangle_jax.testing._analysis.communicators import Layout
 from entangle_jax.testing._analysis.ranks import (
   Branch,
@@ -38,10 +42,6 @@ from entangle_jax.testing._analysis.ranks import (
   Loop,
   RankProgram,
   Unordered,
-)
-from entangle_jax.testing._ways_in.across_ranks import (
-  CrossRankResult,
-  check_programs,
 )
 
 RECORD = "entangle_executions.json"
