@@ -68,9 +68,9 @@ done
 # Each example is a workspace of its own, with its own Bazel server.
 run_examples() {
   section "Bazel: the downstream examples"
-  (cd examples/bazel_downstream && bazel test //... && bazel shutdown)
-  (cd examples/bazel_larger_project && bazel test //... && bazel shutdown)
-  (cd examples/order_safe_binding && bazel test //... && bazel shutdown)
+  (cd examples/bazel_downstream && bazel test //... && bazel_server_cpu && bazel shutdown)
+  (cd examples/bazel_larger_project && bazel test //... && bazel_server_cpu && bazel shutdown)
+  (cd examples/order_safe_binding && bazel test //... && bazel_server_cpu && bazel shutdown)
 }
 
 if [[ $part == examples ]]; then
@@ -105,6 +105,7 @@ venv_of() { if [[ $(tag_of "$1") == "$newest_tag" ]]; then echo .venv-newest; el
 echo "Bazel runs $bazel_python ($bazel_tag); the fresh-HOME build $other_python ($other_tag)"
 section "Bazel: bazel test //... ($bazel_tag)"
 bazel test //... 2>&1 | tee "$scratch/bazel_test.log"
+bazel_server_cpu
 # A passing run is a readable summary: no sandbox mount log, no size warning.
 if grep -E 'linux-sandbox-pid1|specified size is too big' "$scratch/bazel_test.log"; then
   echo "bazel test printed sandbox debug output or a test size warning" >&2

@@ -1,8 +1,13 @@
 # Helpers that .ci/run and tools/ci_bazel.sh share (sourced, not run).
 #
 # Phases: `section NAME` ends the running phase and starts NAME. Each ended
-# phase is appended to $CI_TIMINGS as "SECONDS  [LANE] NAME", so that phases
-# run in parallel lanes (CI_LANE) land in one table; print_timings prints it.
+# phase is appended to $CI_TIMINGS as "SECONDS  CPU  [LANE] NAME", so that
+# phases run in parallel lanes (CI_LANE) land in one table; print_timings
+# prints it. CPU is the CPU-seconds (user and system) of the processes the
+# phase ran and waited for: on two cores shared by four lanes, the run's
+# length follows the sum of these, not one lane's wall time (issue 80).
+# Daemons are not in it: Bazel's server does the builds and runs the
+# tests, so a Bazel phase's CPU is mostly missing (its wall time shows it).
 
 CI_LANE=${CI_LANE:-main}
 : "${CI_TIMINGS:=$(mktemp)}"
@@ -10,12 +15,41 @@ export CI_TIMINGS
 _ci_phase=""
 _ci_phase_start=$SECONDS
 
+# _ci_ticks: the CPU, in clock ticks, of this shell's children that it has
+# waited for (fields 16 and 17 of /proc/PID/stat: cutime and cstime); 0
+# where there is no /proc. Set, not printed: a command substitution would
+# read its own subshell's.
+_ci_read_ticks() {
+  local stat fields
+  _ci_ticks=0
+  read -r stat 2>/dev/null </proc/$BASHPID/stat || return 0
+  # After "PID (COMMAND) ", the first field is the 3rd.
+  read -ra fields <<<"${stat##*) }"
+  _ci_ticks=$((${fields[13]:-0} + ${fields[14]:-0}))
+}
+
+# Prints the CPU-seconds the Bazel server of the workspace in the current
+# directory has used so far (its own and its waited-for children's: the
+# builds and tests it ran), which no phase's CPU counts.
+bazel_server_cpu() {
+  local pid stat fields
+  pid=$(bazel info server_pid 2>/dev/null) || return 0
+  read -r stat 2>/dev/null </proc/"$pid"/stat || return 0
+  read -ra fields <<<"${stat##*) }"
+  echo "Bazel's server ($PWD): $(((${fields[11]:-0} + ${fields[12]:-0} + ${fields[13]:-0} + ${fields[14]:-0}) / _ci_clock_ticks)) CPU-s so far"
+}
+_ci_clock_ticks=$(getconf CLK_TCK 2>/dev/null || echo 100)
+_ci_read_ticks
+_ci_phase_ticks=$_ci_ticks
+
 end_phase() {
   if [[ -n $_ci_phase ]]; then
-    printf '%6ds  [%s] %s\n' $((SECONDS - _ci_phase_start)) "$CI_LANE" \
-      "$_ci_phase" >>"$CI_TIMINGS"
-    printf '=== [%s] %s: %ds ===\n' "$CI_LANE" "$_ci_phase" \
-      $((SECONDS - _ci_phase_start))
+    _ci_read_ticks
+    local cpu=$(((_ci_ticks - _ci_phase_ticks) / _ci_clock_ticks))
+    printf '%6ds %6ds  [%s] %s\n' $((SECONDS - _ci_phase_start)) "$cpu" \
+      "$CI_LANE" "$_ci_phase" >>"$CI_TIMINGS"
+    printf '=== [%s] %s: %ds (%d CPU-s) ===\n' "$CI_LANE" "$_ci_phase" \
+      $((SECONDS - _ci_phase_start)) "$cpu"
   fi
   _ci_phase=""
 }
@@ -24,11 +58,13 @@ section() {
   end_phase
   _ci_phase=$*
   _ci_phase_start=$SECONDS
+  _ci_read_ticks
+  _ci_phase_ticks=$_ci_ticks
   printf '\n=== [%s] %s ===\n' "$CI_LANE" "$*"
 }
 
 print_timings() {
-  printf '\n=== phase timings (total %ds; lanes run in parallel) ===\n' "$1"
+  printf '\n=== phase timings (total %ds; lanes run in parallel; wall, then CPU) ===\n' "$1"
   cat "$CI_TIMINGS"
 }
 
