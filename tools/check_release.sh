@@ -85,7 +85,8 @@ version_and_suite() {
   local venv=$1 where=$2
   with_compiler() { shift; "$@"; }
   (cd "$scratch" && "$where" "$venv" "$venv/bin/python" -P -c 'import entangle_jax, sys; print("entangle_jax", entangle_jax.__version__, "from", entangle_jax.__file__); sys.exit(entangle_jax.__version__ != sys.argv[1])' "$version")
-  uv pip install --quiet --python "$venv/bin/python" --require-hashes -r "$root/requirements.lock"
+  "$python" "$root/tools/lock_subset.py" "$root/requirements.lock" >"$scratch/test-tools.lock"
+  uv pip install --quiet --compile-bytecode --python "$venv/bin/python" --require-hashes -r "$scratch/test-tools.lock"
   "$where" "$venv" "$root/tools/installed_suite.sh" "$venv/bin/python"
 }
 

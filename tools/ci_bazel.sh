@@ -119,7 +119,9 @@ mkdir -p "$scratch/wheels"
 cp bazel-bin/entangle_jax-*.whl "$scratch/wheels/"
 bazel_wheel=$(realpath "$scratch"/wheels/entangle_jax-*.whl)
 uv venv --quiet --python "$bazel_python" "$scratch/venv"
-VIRTUAL_ENV=$scratch/venv uv pip sync --quiet --compile-bytecode --require-hashes requirements.lock
+# The lock's test tools only (tools/lock_subset.py), as .ci/run's routes.
+python3 tools/lock_subset.py requirements.lock >"$scratch/test-tools.lock"
+VIRTUAL_ENV=$scratch/venv uv pip sync --quiet --compile-bytecode --require-hashes "$scratch/test-tools.lock"
 VIRTUAL_ENV=$scratch/venv uv pip install --quiet --no-deps "$bazel_wheel"
 suite_against_installed "$scratch/venv/bin/python" . "$scratch/suite"
 rm -rf "$scratch/venv" "$scratch/suite"

@@ -71,8 +71,9 @@ class ImportsTest(absltest.TestCase):
     self.assertIn(f"_DEVICES = {devices}", build)
     # Every test target takes it: a file's own, and each folder's suite.
     self.assertEqual(build.count("py_test("), 2)
-    self.assertIn("env = _DEVICES,", build)
-    self.assertIn("env = dict(\n            _DEVICES,", build)
+    # A file's own target: with its module's name where it has shards.
+    self.assertIn(") if name_of(src) in _SHARDS else _DEVICES,", build)
+    self.assertEqual(build.count("env = dict(\n            _DEVICES,"), 2)
 
   def test_the_device_count_took_effect(self):
     # Under pytest (conftest.py) and under Bazel (its test environment).
