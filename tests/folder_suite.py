@@ -103,7 +103,7 @@ def deal(methods: dict[str, list[str]], shards: int) -> list[list[Unit]]:
 class _OneShardLoader(absltest.TestLoader):
   """Loads only the methods `deal` gave this shard."""
 
-  def __init__(self, chosen: dict[type, set[str]]):
+  def __init__(self, chosen: dict[type[unittest.TestCase], set[str]]):
     super().__init__()
     self._chosen = chosen
 
@@ -113,7 +113,9 @@ class _OneShardLoader(absltest.TestLoader):
     return [name for name in names if name in keep]
 
 
-def shard_loader(classes: dict[str, type]) -> absltest.TestLoader | None:
+def shard_loader(
+  classes: dict[str, type[unittest.TestCase]],
+) -> absltest.TestLoader | None:
   """A loader for this process's shard of `classes` (by their names in
   the gathered globals), or None where Bazel asked for no sharding. Takes
   Bazel's sharding variables out of the environment, so that absltest
@@ -128,7 +130,7 @@ def shard_loader(classes: dict[str, type]) -> absltest.TestLoader | None:
     name: list(plain.getTestCaseNames(cls)) for name, cls in classes.items()
   }
   mine = deal(methods, int(total))[int(index or 0)]
-  chosen: dict[type, set[str]] = {}
+  chosen: dict[type[unittest.TestCase], set[str]] = {}
   for name, method_names in mine:
     chosen.setdefault(classes[name], set()).update(method_names)
   return _OneShardLoader(chosen)
@@ -138,7 +140,7 @@ if __name__ == "__main__":
   names = [n for n in os.environ.get(MODULES_ENV, "").split(",") if n]
   if not names:
     sys.exit(f"{MODULES_ENV} names no test module")
-  gathered: dict[str, type] = {}
+  gathered: dict[str, type[unittest.TestCase]] = {}
   gather(names, gathered)
   globals().update(gathered)
   loader = shard_loader(gathered)
