@@ -372,7 +372,10 @@ class MayOrder:
     if opcode == "broadcast" or opcode == "convert":
       return algebra.unchanged_constant(operands[0], i) if operands else NOTHING
     if opcode == "select" and len(operands) == 3:
-      return algebra.select(*operands)
+      taken = frozenset()
+      if not algebra.as_leaf(operands[0]).const:
+        taken = self._starts(i.operands[0], 0, 1, context)
+      return algebra.select(*operands, taken=taken)
     if opcode in algebra.IDEMPOTENT and len(operands) == 2:
       a, b = (algebra.as_leaf(o) for o in operands)
       if a.key is not None and a.key == b.key:
@@ -403,7 +406,11 @@ class MayOrder:
         return elements.sliced(whole, dims, i.slice_ranges)
     if opcode in algebra.DATA_OPERANDS and operands:
       return elements.indexed(
-        i, operands, self.index.dims_of, self._sets(i), self._takes_two
+        i,
+        operands,
+        self.index.dims_of,
+        self._sets(i),
+        lambda name, low, high: self._starts(name, low, high, context),
       )
     if opcode == "sort" and operands:
       # Each result is its own operand reordered: the keys decide the
@@ -443,11 +450,13 @@ class MayOrder:
       return self._custom_call(i, operands, context)
     return self._plain(i, operands, context)
 
-  def _takes_two(self, name: str, low: int, high: int) -> bool:
-    """Whether index `name` surely takes two values in ``[low, high]``
-    (`index_values.takes_two_starts`)."""
-    return index_values.takes_two_starts(
-      self.index, name, self.module.entry, low, high
+  def _starts(
+    self, name: str, low: int, high: int, context: _Context
+  ) -> frozenset[int]:
+    """The values index `name`, at the place `context`, surely takes once
+    clamped into ``[low, high]`` (`index_values.starts_taken`)."""
+    return index_values.starts_taken(
+      self.index, name, self.module.entry, low, high, context.chain
     )
 
   def _sets(self, i: Instruction) -> bool:
