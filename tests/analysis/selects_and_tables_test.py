@@ -136,6 +136,22 @@ predicate_maybe_constant = query_through(
 )
 
 
+def select_of_twin_reads(slot):
+  """A select between two branches computed alike from two identical
+  reads of another slot: XLA may merge the reads, then fold the select of
+  one value twice, so the predicate orders nothing (right in 10 of 10 runs
+  on jax 0.10.2, where XLA keeps the select; proved by the first version
+  of this rule). The slots are the constants 3 and 4, two objects, so
+  the one pair is the write's with the last read."""
+  del slot
+  mine, other = jnp.int32(SLOT), jnp.int32(SLOT + 1)
+  first = read_slot(mine)
+  written = write_slot(entangle(mine, first), first + 5.0)
+  yes = mine + (read_slot(other) > 1e9).astype(jnp.int32)
+  no = mine + (read_slot(other) > 1e9).astype(jnp.int32)
+  return first, read_slot(jnp.where(written < 1000, yes, no))
+
+
 def pure_write_read_beside(slot):
   """The control: the select's branches are one value, so nothing uses
   the write's result and XLA deletes it (the read sees 0.0, not 7.0)."""
@@ -187,6 +203,7 @@ class OrderedThroughAnIndexOrAPredicateTest(parameterized.TestCase):
   @parameterized.named_parameters(
     ("only_equal_positions", only_equal_positions),
     ("predicate_maybe_constant", predicate_maybe_constant),
+    ("twin_reads", select_of_twin_reads),
   )
   def test_an_order_a_compiler_may_fold_stays_reported(self, program):
     self.assertNotEmpty(_races(program))

@@ -372,26 +372,28 @@ def unchanged_constant(value: Value, i: Instruction) -> Value:
 def select(
   predicate: Value, yes: Value, no: Value, taken: frozenset[int] = frozenset()
 ) -> Value:
-  """``select(predicate, yes, no)``, element by element, where the
-  predicate surely takes the values `taken` (1 for true; `index_values`).
+  """``select(predicate, yes, no)``, element by element; `taken`: the
+  values the predicate surely takes (1 for true; `index_values`), given
+  only where no compiler may prove the branches equal (`MayOrder`'s
+  `_differ`: one is computed from a call that nothing in the other may
+  be merged with, or they are constants of two values).
 
   A constant predicate this module can read picks its branch. Any other
   predicate orders nothing by itself: XLA folds a select whose branches it
   proves equal to either branch (``where(p, s, -(-s))``, ``where(p, s, s
-  // 1)``, ``where(p, s, broadcast(s)[1])``), and which equalities a
-  compiler proves is its own; and one whose predicate its range analysis
-  proves constant to that branch. So the result is surely computed only
-  from what both branches share, and, where one is a loop's state element
-  as the body had it, the body may hand it back unchanged.
+  // 1)``, ``where(p, s, broadcast(s)[1])``, two identical reads merged),
+  and which equalities a compiler proves is its own; and one whose
+  predicate its range analysis proves constant to that branch. So the
+  result is surely computed only from what both branches share, and,
+  where one is a loop's state element as the body had it, the body may
+  hand it back unchanged.
 
-  Except where the branches surely differ (`_differ`: one is computed from
-  a call the other is not, or they are constants of two values): no
-  compiler folds them into one, so the select is folded only to a branch
-  its predicate may be constant at. A predicate that surely takes true
+  Where the branches surely differ, the select is folded only to a branch
+  its predicate may be constant at: a predicate that surely takes true
   cannot be folded to false, and one that takes both values cannot be
-  folded at all: the result is then computed from it and both branches
-  (``jnp.take``'s ``select(in_bounds, gathered, fill)``, ``where(w <
-  1000, w, s)``)."""
+  folded at all, so the result is then computed from it and both
+  branches (``jnp.take``'s ``select(in_bounds, gathered, fill)``,
+  ``where(w < 1000, w, s)``)."""
   choice = as_leaf(predicate)
   a, b = as_leaf(yes), as_leaf(no)
   if a.key is not None and a.key == b.key:
@@ -402,7 +404,7 @@ def select(
   const = a.const and b.const
   if a.parts is None and b.parts is None:
     deps = a.deps & b.deps
-    if taken and _differ(a, b):
+    if taken:
       if taken == {0, 1}:
         deps = choice.deps | a.deps | b.deps
       else:
@@ -421,13 +423,9 @@ def select(
   )
 
 
-def _differ(a: Leaf, b: Leaf) -> bool:
-  """Whether no compiler may prove leaves `a` and `b` equal: one is
-  surely computed from a call the other is not computed from (`deps`
-  holds only edges no compiler folds away), or both are constants this
-  module reads, of two values."""
-  if a.deps != b.deps:
-    return True
+def distinct_constants(a: Leaf, b: Leaf) -> bool:
+  """Whether `a` and `b` are constants this module reads, of two values
+  (which no compiler may prove equal)."""
   return (
     a.const
     and b.const

@@ -78,6 +78,7 @@ from entangle_jax.testing._hlo.attributes import Stack
 from entangle_jax.testing._hlo.instruction import uniform_literal
 from entangle_jax.testing._order import (
   algebra,
+  bitsets,
   call_instances,
   elements,
   folding,
@@ -373,7 +374,13 @@ class MayOrder:
       return algebra.unchanged_constant(operands[0], i) if operands else NOTHING
     if opcode == "select" and len(operands) == 3:
       taken = frozenset()
-      if not algebra.as_leaf(operands[0]).const:
+      yes, no = algebra.as_leaf(operands[1]), algebra.as_leaf(operands[2])
+      if (
+        not algebra.as_leaf(operands[0]).const
+        and yes.parts is None
+        and no.parts is None
+        and self._differ(yes, no)
+      ):
         taken = self._starts(i.operands[0], 0, 1, context)
       return algebra.select(*operands, taken=taken)
     if opcode in algebra.IDEMPOTENT and len(operands) == 2:
@@ -449,6 +456,41 @@ class MayOrder:
     if opcode == "custom-call":
       return self._custom_call(i, operands, context)
     return self._plain(i, operands, context)
+
+  def _differ(self, a: algebra.Leaf, b: algebra.Leaf) -> bool:
+    """Whether no compiler may prove leaves `a` and `b` equal: constants
+    of two values, or one is surely computed from a call (`deps` holds
+    only edges no compiler folds away) that nothing the other is computed
+    from may be merged with. A call with a side effect is never merged; a
+    call without one may be merged with an identical call, taken here as
+    any call of its target without a side effect (two reads of one slot
+    in the two branches of ``where(p, f(read(t)), f(read(t)))`` become
+    one, and the select of one value twice is folded)."""
+    if algebra.distinct_constants(a, b):
+      return True
+    return self._unmatched(a.deps & ~b.deps, b.deps) or self._unmatched(
+      b.deps & ~a.deps, a.deps
+    )
+
+  def _unmatched(self, only: int, other: int) -> bool:
+    """Whether a call of `only` has no call in `other` it may be merged
+    with (`_differ`)."""
+    if not only:
+      return False
+    mergeable = set()
+    for bit in bitsets.positions(other):
+      found = self.instances.get(bit)
+      if found is None:
+        return False  # Not a call this evaluation knows: may be any.
+      if not found.side_effect:
+        mergeable.add(found.instruction.target)
+    for bit in bitsets.positions(only):
+      found = self.instances.get(bit)
+      if found is None:
+        continue
+      if found.side_effect or found.instruction.target not in mergeable:
+        return True
+    return False
 
   def _starts(
     self, name: str, low: int, high: int, context: _Context
