@@ -124,9 +124,10 @@ def folded(
   if opcode == "clamp" and len(values) == 3:
     # ``clamp(low, x, high)``: jax 0.6.2 lowers ``lax.switch``'s index
     # so, and XLA folds it where all three are constants.
-    low, x, high = values
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+    ints = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+    if len(ints) != 3:
       return None
+    low, x, high = ints
     return min(max(x, low), high)
   if opcode in _SHIFTS and len(values) == 2:
     return _shifted(opcode, values[0], values[1], element)
