@@ -646,6 +646,36 @@ def _switch_clamped(slot):
   )
 
 
+def _clamped_predicate(start):
+  """``cond(clamp(0, slot * 0 + start, 1) == 1, ordered, racy)``: a
+  predicate XLA folds to a constant, through a clamp of constants."""
+
+  def program(slot):
+    picked = lax.clamp(0, slot * 0 + start, 1) == 1
+    return lax.cond(picked, _read_update_read, _read_update_read_loose, slot)
+
+  return program
+
+
+class ClampOfConstantsTest(absltest.TestCase):
+  def test_the_branch_a_clamp_of_constants_picks(self):
+    """The clamp folds to 1: only the ordered branch runs, proved and
+    right (the racy branch, which never runs, was paired: jax 0.6.2
+    lowers ``lax.switch``'s index through such a clamp, and
+    `switch_folded` was reported there). The control, a clamp to 0,
+    runs the racy branch: reported, and on jax 0.10.2 (0.0, 0.0) where
+    program order gives (0.0, 5.0), in 10 of 10 runs. (jax 0.10.2 and
+    newer fold the index before lowering; jax 0.6.2 leaves the clamp in
+    the module, where this test failed before the clamp was read.)"""
+    program = _clamped_predicate(5)
+    self.assertEqual(_races(program), [], format_races(_races(program)))
+    self.assertEqual(_jit_values(program), [_program_order_value(program)] * 3)
+    control = _clamped_predicate(-5)
+    self.assertNotEmpty(_races(control))
+    if test_util.jax_version()[:2] == (0, 10):
+      self.assertNotIn(_program_order_value(control), _jit_values(control))
+
+
 class WaitsXlaFoldsAwayTest(parameterized.TestCase):
   """Waits users write in place of `optimization_barrier` or of consuming
   the update's result, each a value XLA folds to one that no longer
