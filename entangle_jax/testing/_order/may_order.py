@@ -150,6 +150,9 @@ class MayOrder:
     self._never: NeverNegative | None = None
     self._values: dict[str, Value] = {}
     self._constants: dict[str, tuple[object]] = {}
+    # What each index or predicate takes, at each place: the module's
+    # alone, so worked out once, not once per pass over the loops.
+    self._taken: dict[tuple, frozenset[int]] = {}
     with algebra.deep_values():
       for _ in range(_PASSES_LIMIT):
         self._grew = False
@@ -497,9 +500,13 @@ class MayOrder:
   ) -> frozenset[int]:
     """The values index `name`, at the place `context`, surely takes once
     clamped into ``[low, high]`` (`index_values.starts_taken`)."""
-    return index_values.starts_taken(
-      self.index, name, self.module.entry, low, high, context.chain
-    )
+    key = (name, low, high, context.chain)
+    found = self._taken.get(key)
+    if found is None:
+      found = self._taken[key] = index_values.starts_taken(
+        self.index, name, self.module.entry, low, high, context.chain
+      )
+    return found
 
   def _sets(self, i: Instruction) -> bool:
     """Whether a scatter's combiner returns the update (a set)."""
