@@ -140,6 +140,18 @@ def equation_context(eqn):
     yield
 
 
+def call_site(eqn) -> tuple:
+  """The Python lines that made `eqn` (each frame's file and line), or ()
+  where JAX kept no traceback. JAX's differentiation copies an equation
+  with its source, so a checkpoint's recomputation and the forward call it
+  repeats have one site, and two calls of one target on one handle made
+  on different lines have two."""
+  traceback = getattr(eqn.source_info, "traceback", None)
+  if traceback is None:
+    return ()
+  return tuple((f.file_name, f.line_num) for f in traceback.frames)
+
+
 def current_name_stack() -> str:
   """The named scopes in effect now, as ``op_name`` will show them."""
   return str(_source_info_util.current_name_stack())

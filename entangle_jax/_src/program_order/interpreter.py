@@ -258,7 +258,8 @@ class Context:
     keys = list(self.pending)
     table = self.values
     if self.recompute:
-      found = [table.saved.get(k) for k in keys]
+      site = jax_compat.call_site(eqn)
+      found = [table.saved_for(k, site) for k in keys]
       if found and all(v is not None for v in found):
         return found  # The result the call made before, not made again.
     invals = list(invals)
@@ -513,8 +514,9 @@ def _recorded(
     # Saved by the rebuilt checkpoint's policy: never made again.
     outs = [checkpoint_name(o, SAVED) for o in outs]
   if ctx.top and not ctx.recompute and table.track_keys:
+    site = jax_compat.call_site(eqn)
     for k, out in zip(keys, outs, strict=True):
-      table.saved.setdefault(k, out)
+      table.save(k, site, out)
   bit = ctx.calls.new_bit()
   for out in outs:
     table.set_dep(out, bit | bits)

@@ -59,9 +59,12 @@ class ValueTable:
     self.keep: list[Any] = []
     # Native results by what computes them (`key`), for a checkpoint that
     # JAX's differentiation recomputes: it takes the result saved here,
-    # since a native call made again would see a later state.
+    # since a native call made again would see a later state. Each key
+    # holds every call made under it, with the Python lines that made it
+    # (`call_site`): two reads of one handle around a write share a key,
+    # and the recomputation is the one made where it was (`saved_for`).
     self.keys: dict[int, Any] = {}
-    self.saved: dict[Any, Any] = {}
+    self.saved: dict[Any, list[tuple[Any, Any]]] = {}
 
   def child(self) -> ValueTable:
     """The table a child evaluation starts with: its parent's calls and
@@ -88,6 +91,24 @@ class ValueTable:
       child.set_root(i, self.root(o))
       if i is not o and self.track_keys:
         child.keys[id(i)] = self.key(o)
+
+  def save(self, key: Any, site: Any, value: Any) -> None:
+    """Notes `value`, the result of a native call computed by `key` and
+    made at `site`, for a checkpoint's recomputation."""
+    self.saved.setdefault(key, []).append((site, value))
+
+  def saved_for(self, key: Any, site: Any) -> Any:
+    """The result a recomputation computed by `key` at `site` takes: the
+    one call made there under that key, or the only call made under it;
+    None where several could be it (the call is then made again, in
+    program order, rather than given another call's result)."""
+    made = self.saved.get(key, [])
+    here = [v for s, v in made if s == site]
+    if len(here) == 1:
+      return here[0]
+    if not here and len({id(v) for _, v in made}) == 1:
+      return made[0][1]
+    return None
 
   def key(self, value: Any) -> Any:
     """What computes `value`: an equation and the keys of its inputs, or

@@ -369,16 +369,31 @@ def unchanged_constant(value: Value, i: Instruction) -> Value:
   return replace(leaf, origin=None, key=key, layout=None, lit=lit)
 
 
-def select(predicate: Value, yes: Value, no: Value) -> Value:
-  """``select(predicate, yes, no)``, element by element.
+def select(
+  predicate: Value, yes: Value, no: Value, taken: frozenset[int] = frozenset()
+) -> Value:
+  """``select(predicate, yes, no)``, element by element; `taken`: the
+  values the predicate surely takes (1 for true; `index_values`), given
+  only where no compiler may prove the branches equal (`MayOrder`'s
+  `_differ`: one is computed from a call that nothing in the other may
+  be merged with, or they are constants of two values).
 
   A constant predicate this module can read picks its branch. Any other
-  predicate orders nothing: XLA folds a select whose branches it proves
-  equal to either branch (``where(p, s, -(-s))``, ``where(p, s, s // 1)``,
-  ``where(p, s, broadcast(s)[1])``), and which equalities a compiler
-  proves is its own. So the result is surely computed only from what both
-  branches share, and, where one is a loop's state element as the body had
-  it, the body may hand it back unchanged."""
+  predicate orders nothing by itself: XLA folds a select whose branches it
+  proves equal to either branch (``where(p, s, -(-s))``, ``where(p, s, s
+  // 1)``, ``where(p, s, broadcast(s)[1])``, two identical reads merged),
+  and which equalities a compiler proves is its own; and one whose
+  predicate its range analysis proves constant to that branch. So the
+  result is surely computed only from what both branches share, and,
+  where one is a loop's state element as the body had it, the body may
+  hand it back unchanged.
+
+  Where the branches surely differ, the select is folded only to a branch
+  its predicate may be constant at: a predicate that surely takes true
+  cannot be folded to false, and one that takes both values cannot be
+  folded at all, so the result is then computed from it and both
+  branches (``jnp.take``'s ``select(in_bounds, gathered, fill)``,
+  ``where(w < 1000, w, s)``)."""
   choice = as_leaf(predicate)
   a, b = as_leaf(yes), as_leaf(no)
   if a.key is not None and a.key == b.key:
@@ -388,7 +403,13 @@ def select(predicate: Value, yes: Value, no: Value) -> Value:
   origin = a.origin if a.origin == b.origin else _maybe(a, b)
   const = a.const and b.const
   if a.parts is None and b.parts is None:
-    return Leaf(a.deps & b.deps, a.var & b.var, const, origin=origin)
+    deps = a.deps & b.deps
+    if taken:
+      if taken == {0, 1}:
+        deps = choice.deps | a.deps | b.deps
+      else:
+        deps = a.deps if 1 in taken else b.deps
+    return Leaf(deps, a.var & b.var, const, origin=origin)
   # Element by element, the predicate may pick either: all of one, or
   # some elements of each, so the whole is surely computed only from
   # what both share and some element of either has.
@@ -399,6 +420,19 @@ def select(predicate: Value, yes: Value, no: Value) -> Value:
     const,
     origin=origin,
     parts=(common((one, other)),),
+  )
+
+
+def distinct_constants(a: Leaf, b: Leaf) -> bool:
+  """Whether `a` and `b` are constants this module reads, of two values
+  (which no compiler may prove equal)."""
+  return (
+    a.const
+    and b.const
+    and a.lit is not None
+    and b.lit is not None
+    and type(a.lit) is type(b.lit)
+    and a.lit != b.lit
   )
 
 

@@ -343,17 +343,17 @@ def indexed(
   operands: list[Value],
   dims_of: Callable[[str], tuple[int, ...] | None],
   sets: bool,
-  takes_two: Callable[[str, int, int], bool] | None = None,
+  starts_of: Callable[[str, int, int], frozenset[int]] | None = None,
 ) -> Value:
   """A dynamic slice, gather, dynamic update or scatter `i` of
   `operands`, where `dims_of` gives an instruction's dimensions, `sets`
   says whether a scatter's combiner returns the update (a set), and
-  `takes_two(name, low, high)` whether instruction `name` surely takes two
-  values once clamped into ``[low, high]`` (`index_values`).
+  `starts_of(name, low, high)` the values instruction `name` surely takes
+  once clamped into ``[low, high]`` (`index_values`).
 
   Its indices order nothing (XLA drops an index that cannot change the
-  result), except an index that surely picks two different elements of a
-  table whose elements all differ. Where an index changes over a loop's
+  result), except an index that surely picks two different values of a
+  table this module reads. Where an index changes over a loop's
   iterations, so do the elements it picks (unless they are all alike),
   and no compiler may move the result out of that loop."""
   opcode = i.opcode
@@ -388,7 +388,7 @@ def indexed(
     moving = 0
   if slicing:
     found = join([base])
-    if takes_two is not None and _picks_by_index(i, base, dims, takes_two):
+    if starts_of is not None and _picks_by_index(i, base, dims, starts_of):
       # Two starts surely pick two values: no compiler may drop the
       # index, so the result is computed from it too (``table[abs(w) %
       # 3]`` of a table whose elements differ; skeptic pass 76f).
@@ -527,6 +527,17 @@ def _distinct(key: tuple | None) -> int | None:
   all differ from one another: a one-dimensional
   ``iota`` of a type that holds each of its numbers apart, or a constant
   literal of as many different numbers as elements. None otherwise."""
+  table = _table(key)
+  if table is None or len(set(table)) != len(table):
+    return None
+  return len(table)
+
+
+def _table(key: tuple | None) -> tuple[float, ...] | None:
+  """The elements of the value of number `key`, in order, where this
+  module reads each: a one-dimensional ``iota`` of a type that holds each
+  of its numbers apart, or a constant literal of two or more numbers
+  (``[0, 0, 1]``, whose elements repeat, too). None otherwise."""
   if key is None or len(key) < 3:
     return None
   if key[0] == "iota" and isinstance(key[1], str):
@@ -539,15 +550,16 @@ def _distinct(key: tuple | None) -> int | None:
       or shape.split("[", 1)[0].strip() not in _IOTA_TYPES
     ):
       return None
-    return found[0]
+    return tuple(float(n) for n in range(found[0]))
   if key[0] == "c" and isinstance(key[1], str) and isinstance(key[2], str):
     numbers = re.findall(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?", key[1])
     found = dims_of(key[2])
     if found is None or len(numbers) != math.prod(found):
       return None  # Not every element read (``nan``, ``inf``, a tuple).
-    if len({float(n) for n in numbers}) != len(numbers) or len(numbers) < 2:
+    if len(numbers) < 2:
       return None
-    return len(numbers)
+    # -0 and 0 are one float: elements XLA may take for equal stay so.
+    return tuple(float(n) for n in numbers)
   return None
 
 
@@ -567,24 +579,32 @@ def _picks_by_index(
   i: Instruction,
   base: Leaf,
   dims: tuple[int, ...] | None,
-  takes_two: Callable[[str, int, int], bool],
+  starts_of: Callable[[str, int, int], frozenset[int]],
 ) -> bool:
   """Whether dynamic slice or gather `i` of `base`, a one-dimensional
-  array of `dims` whose elements all differ (`_distinct`), surely picks
-  two different elements: its one index surely takes two starts once
-  clamped (`takes_two`), so each start picks other elements. A dynamic
-  slice of fewer elements than the array, or a gather of one element."""
+  array of `dims` whose elements this module reads (`_table`), surely
+  picks two different values: its one index surely takes two starts once
+  clamped (`starts_of`, the starts it surely takes), and the elements at
+  two of them differ (``[0, 0, 1][abs(w) % 3]`` takes 0 and 1; of
+  ``[0, 0, 1][abs(w) % 2]`` both are 0, which XLA may fold). A dynamic
+  slice of fewer elements than the array (its windows compared), or a
+  gather of one element."""
   if dims is None or len(dims) != 1 or len(i.operands) != 2:
     return False
-  if _distinct(base.key) != dims[0]:
+  table = _table(base.key)
+  if table is None or len(table) != dims[0]:
     return False
   if i.opcode == "dynamic-slice":
     if i.dims is None or len(i.dims) != 1:
       return False
-    return takes_two(i.operands[1], 0, dims[0] - i.dims[0])
-  if i.gather_dims is None:
-    return False
-  offsets, collapsed, index_map, sizes, _ = i.gather_dims
-  if offsets or collapsed != (0,) or index_map != (0,) or sizes != (1,):
-    return False
-  return takes_two(i.operands[1], 0, dims[0] - 1)
+    size = i.dims[0]
+  else:
+    if i.gather_dims is None:
+      return False
+    offsets, collapsed, index_map, sizes, _ = i.gather_dims
+    if offsets or collapsed != (0,) or index_map != (0,) or sizes != (1,):
+      return False
+    size = 1
+  starts = starts_of(i.operands[1], 0, dims[0] - size)
+  windows = {table[start : start + size] for start in starts}
+  return len(windows) > 1

@@ -73,7 +73,16 @@ _SHIFTS = frozenset(
 )
 
 FOLDABLE = frozenset(
-  {"compare", "convert", "not", "negate", "reduce", *_BINARY, *_SHIFTS}
+  {
+    "clamp",
+    "compare",
+    "convert",
+    "not",
+    "negate",
+    "reduce",
+    *_BINARY,
+    *_SHIFTS,
+  }
 )
 """The opcodes `folded` may fold."""
 
@@ -112,6 +121,14 @@ def folded(
     return _fits(~v if opcode == "not" else -v, element)
   if opcode in _BINARY and len(values) == 2:
     return _binary(opcode, values[0], values[1], element)
+  if opcode == "clamp" and len(values) == 3:
+    # ``clamp(low, x, high)``: jax 0.6.2 lowers ``lax.switch``'s index
+    # so, and XLA folds it where all three are constants.
+    ints = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+    if len(ints) != 3:
+      return None
+    low, x, high = ints
+    return min(max(x, low), high)
   if opcode in _SHIFTS and len(values) == 2:
     return _shifted(opcode, values[0], values[1], element)
   if (

@@ -78,6 +78,7 @@ from entangle_jax.testing._hlo.attributes import Stack
 from entangle_jax.testing._hlo.instruction import uniform_literal
 from entangle_jax.testing._order import (
   algebra,
+  bitsets,
   call_instances,
   elements,
   folding,
@@ -149,6 +150,9 @@ class MayOrder:
     self._never: NeverNegative | None = None
     self._values: dict[str, Value] = {}
     self._constants: dict[str, tuple[object]] = {}
+    # What each index or predicate takes, at each place: the module's
+    # alone, so worked out once, not once per pass over the loops.
+    self._taken: dict[tuple, frozenset[int]] = {}
     with algebra.deep_values():
       for _ in range(_PASSES_LIMIT):
         self._grew = False
@@ -372,7 +376,16 @@ class MayOrder:
     if opcode == "broadcast" or opcode == "convert":
       return algebra.unchanged_constant(operands[0], i) if operands else NOTHING
     if opcode == "select" and len(operands) == 3:
-      return algebra.select(*operands)
+      taken = frozenset()
+      yes, no = algebra.as_leaf(operands[1]), algebra.as_leaf(operands[2])
+      if (
+        not algebra.as_leaf(operands[0]).const
+        and yes.parts is None
+        and no.parts is None
+        and self._differ(yes, no)
+      ):
+        taken = self._starts(i.operands[0], 0, 1, context)
+      return algebra.select(*operands, taken=taken)
     if opcode in algebra.IDEMPOTENT and len(operands) == 2:
       a, b = (algebra.as_leaf(o) for o in operands)
       if a.key is not None and a.key == b.key:
@@ -403,7 +416,11 @@ class MayOrder:
         return elements.sliced(whole, dims, i.slice_ranges)
     if opcode in algebra.DATA_OPERANDS and operands:
       return elements.indexed(
-        i, operands, self.index.dims_of, self._sets(i), self._takes_two
+        i,
+        operands,
+        self.index.dims_of,
+        self._sets(i),
+        lambda name, low, high: self._starts(name, low, high, context),
       )
     if opcode == "sort" and operands:
       # Each result is its own operand reordered: the keys decide the
@@ -443,12 +460,53 @@ class MayOrder:
       return self._custom_call(i, operands, context)
     return self._plain(i, operands, context)
 
-  def _takes_two(self, name: str, low: int, high: int) -> bool:
-    """Whether index `name` surely takes two values in ``[low, high]``
-    (`index_values.takes_two_starts`)."""
-    return index_values.takes_two_starts(
-      self.index, name, self.module.entry, low, high
+  def _differ(self, a: algebra.Leaf, b: algebra.Leaf) -> bool:
+    """Whether no compiler may prove leaves `a` and `b` equal: constants
+    of two values, or one is surely computed from a call (`deps` holds
+    only edges no compiler folds away) that nothing the other is computed
+    from may be merged with. A call with a side effect is never merged; a
+    call without one may be merged with an identical call, taken here as
+    any call of its target without a side effect (two reads of one slot
+    in the two branches of ``where(p, f(read(t)), f(read(t)))`` become
+    one, and the select of one value twice is folded)."""
+    if algebra.distinct_constants(a, b):
+      return True
+    return self._unmatched(a.deps & ~b.deps, b.deps) or self._unmatched(
+      b.deps & ~a.deps, a.deps
     )
+
+  def _unmatched(self, only: int, other: int) -> bool:
+    """Whether a call of `only` has no call in `other` it may be merged
+    with (`_differ`)."""
+    if not only:
+      return False
+    mergeable = set()
+    for bit in bitsets.positions(other):
+      found = self.instances.get(bit)
+      if found is None:
+        return False  # Not a call this evaluation knows: may be any.
+      if not found.side_effect:
+        mergeable.add(found.instruction.target)
+    for bit in bitsets.positions(only):
+      found = self.instances.get(bit)
+      if found is None:
+        continue
+      if found.side_effect or found.instruction.target not in mergeable:
+        return True
+    return False
+
+  def _starts(
+    self, name: str, low: int, high: int, context: _Context
+  ) -> frozenset[int]:
+    """The values index `name`, at the place `context`, surely takes once
+    clamped into ``[low, high]`` (`index_values.starts_taken`)."""
+    key = (name, low, high, context.chain)
+    found = self._taken.get(key)
+    if found is None:
+      found = self._taken[key] = index_values.starts_taken(
+        self.index, name, self.module.entry, low, high, context.chain
+      )
+    return found
 
   def _sets(self, i: Instruction) -> bool:
     """Whether a scatter's combiner returns the update (a set)."""
