@@ -32,14 +32,16 @@ from entangle_jax import entangle
 from entangle_jax.testing import (
   example_store,
   format_races,
-  races,
   read_slot,
-  reset_slots,
   write_slot,
 )
 from tests import test_util
-
-SLOT = 3
+from tests.analysis.slot_runs import (
+  SLOT,
+  jit_values,
+  program_order_value,
+  races_of,
+)
 
 
 def pure_write(slot, value):
@@ -159,25 +161,6 @@ def pure_write_read_beside(slot):
   return read_slot(jnp.where(written < 1000, slot, slot))
 
 
-def _program_order_value(fn):
-  reset_slots()
-  with jax.disable_jit():
-    return jax.tree.map(float, fn(jnp.int32(SLOT)))
-
-
-def _jit_values(fn, times=3):
-  jitted = jax.jit(fn)
-  values = []
-  for _ in range(times):
-    reset_slots()
-    values.append(jax.tree.map(float, jitted(jnp.int32(SLOT))))
-  return values
-
-
-def _races(fn):
-  return races(jax.jit(fn).lower(jnp.int32(SLOT)))
-
-
 class OrderedThroughAnIndexOrAPredicateTest(parameterized.TestCase):
   @parameterized.named_parameters(
     ("take_filled", take_filled, take_clip_all_same),
@@ -193,12 +176,12 @@ class OrderedThroughAnIndexOrAPredicateTest(parameterized.TestCase):
     ("pure_write", pure_write_read_through_where, pure_write_read_beside),
   )
   def test_proved_and_right_and_control_reported(self, program, control):
-    self.assertEqual(_races(program), [], format_races(_races(program)))
-    self.assertEqual(_jit_values(program), [_program_order_value(program)] * 3)
-    self.assertNotEmpty(_races(control))
+    self.assertEqual(races_of(program), [], format_races(races_of(program)))
+    self.assertEqual(jit_values(program), [program_order_value(program)] * 3)
+    self.assertNotEmpty(races_of(control))
     if test_util.jax_version()[:2] == (0, 10):
       # Measured there: the control reads the state before the write.
-      self.assertNotIn(_program_order_value(control), _jit_values(control))
+      self.assertNotIn(program_order_value(control), jit_values(control))
 
   @parameterized.named_parameters(
     ("only_equal_positions", only_equal_positions),
@@ -206,7 +189,7 @@ class OrderedThroughAnIndexOrAPredicateTest(parameterized.TestCase):
     ("twin_reads", select_of_twin_reads),
   )
   def test_an_order_a_compiler_may_fold_stays_reported(self, program):
-    self.assertNotEmpty(_races(program))
+    self.assertNotEmpty(races_of(program))
 
 
 if __name__ == "__main__":

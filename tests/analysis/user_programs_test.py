@@ -46,14 +46,15 @@ from entangle_jax import entangle, in_program_order
 from entangle_jax.testing import (
   example_store,
   format_races,
-  races,
   read_slot,
-  reset_slots,
   write_slot,
 )
 from tests import test_util
-
-SLOT = 3
+from tests.analysis.slot_runs import (
+  jit_values,
+  program_order_value,
+  races_of,
+)
 
 
 @jax.jit
@@ -532,25 +533,6 @@ switch_folded = _switch_folded(racy_at=0)
 switch_folded_loose = _switch_folded(racy_at=1)
 
 
-def _program_order_value(fn):
-  reset_slots()
-  with jax.disable_jit():
-    return jax.tree.map(float, fn(jnp.int32(SLOT)))
-
-
-def _jit_values(fn, times=3):
-  jitted = jax.jit(fn)
-  values = []
-  for _ in range(times):
-    reset_slots()
-    values.append(jax.tree.map(float, jitted(jnp.int32(SLOT))))
-  return values
-
-
-def _races(fn):
-  return races(jax.jit(fn).lower(jnp.int32(SLOT)))
-
-
 class UserProgramsTest(parameterized.TestCase):
   @parameterized.named_parameters(
     ("helper_twice", helper_twice, helper_twice_loose),
@@ -590,10 +572,10 @@ class UserProgramsTest(parameterized.TestCase):
     ("switch_folded", switch_folded, switch_folded_loose),
   )
   def test_proved_and_right_and_loose_twin_reported(self, program, loose):
-    self.assertEqual(_races(program), [], format_races(_races(program)))
-    self.assertEqual(_jit_values(program), [_program_order_value(program)] * 3)
+    self.assertEqual(races_of(program), [], format_races(races_of(program)))
+    self.assertEqual(jit_values(program), [program_order_value(program)] * 3)
     # The control: without the wait, the check reports the pair.
-    self.assertNotEmpty(_races(loose))
+    self.assertNotEmpty(races_of(loose))
 
 
 class OneTripCondInLoopTest(absltest.TestCase):
@@ -602,9 +584,9 @@ class OneTripCondInLoopTest(absltest.TestCase):
     iteration wrote it, so the read is ordered, right, and clean; at two
     trips the same body is reported (`UserProgramsTest`)."""
     program = _cond_in_fori(1, False)
-    self.assertEqual(_races(program), [], format_races(_races(program)))
-    self.assertEqual(_jit_values(program), [_program_order_value(program)] * 3)
-    self.assertNotEmpty(_races(_cond_in_fori(2, False)))
+    self.assertEqual(races_of(program), [], format_races(races_of(program)))
+    self.assertEqual(jit_values(program), [program_order_value(program)] * 3)
+    self.assertNotEmpty(races_of(_cond_in_fori(2, False)))
 
 
 class ProgramOrderCheckpointTest(absltest.TestCase):
@@ -617,12 +599,12 @@ class ProgramOrderCheckpointTest(absltest.TestCase):
     (0.0, 2.70..., 3.0), with no pair reported. It takes the result of
     the read made on its own line now."""
     ordered = in_program_order(remat_policy_loose)
-    self.assertEqual(_races(ordered), [], format_races(_races(ordered)))
+    self.assertEqual(races_of(ordered), [], format_races(races_of(ordered)))
     self.assertEqual(
-      _jit_values(ordered), [_program_order_value(remat_policy_loose)] * 3
+      jit_values(ordered), [program_order_value(remat_policy_loose)] * 3
     )
     # The control: without the transform the read is reported.
-    self.assertNotEmpty(_races(remat_policy_loose))
+    self.assertNotEmpty(races_of(remat_policy_loose))
 
 
 def _waiting_through(fold):
@@ -668,12 +650,12 @@ class ClampOfConstantsTest(absltest.TestCase):
     newer fold the index before lowering; jax 0.6.2 leaves the clamp in
     the module, where this test failed before the clamp was read.)"""
     program = _clamped_predicate(5)
-    self.assertEqual(_races(program), [], format_races(_races(program)))
-    self.assertEqual(_jit_values(program), [_program_order_value(program)] * 3)
+    self.assertEqual(races_of(program), [], format_races(races_of(program)))
+    self.assertEqual(jit_values(program), [program_order_value(program)] * 3)
     control = _clamped_predicate(-5)
-    self.assertNotEmpty(_races(control))
+    self.assertNotEmpty(races_of(control))
     if test_util.jax_version()[:2] == (0, 10):
-      self.assertNotIn(_program_order_value(control), _jit_values(control))
+      self.assertNotIn(program_order_value(control), jit_values(control))
 
 
 class WaitsXlaFoldsAwayTest(parameterized.TestCase):
@@ -706,12 +688,12 @@ class WaitsXlaFoldsAwayTest(parameterized.TestCase):
     ("switch_clamped", _switch_clamped),
   )
   def test_reported_and_fixed(self, program):
-    self.assertNotEmpty(_races(program))
+    self.assertNotEmpty(races_of(program))
     if test_util.jax_version()[:2] == (0, 10):
-      self.assertNotIn(_program_order_value(program), _jit_values(program))
+      self.assertNotIn(program_order_value(program), jit_values(program))
     for fixed in (_read_update_read, in_program_order(program)):
-      self.assertEqual(_races(fixed), [], format_races(_races(fixed)))
-      self.assertEqual(_jit_values(fixed), [_program_order_value(program)] * 3)
+      self.assertEqual(races_of(fixed), [], format_races(races_of(fixed)))
+      self.assertEqual(jit_values(fixed), [program_order_value(program)] * 3)
 
 
 if __name__ == "__main__":
