@@ -2,6 +2,8 @@
 two calls as they ran: on two devices of an SPMD module, the verdict
 across devices (issue 59), each case beside its control."""
 
+import io
+
 from absl.testing import absltest
 
 from entangle_jax import testing
@@ -9,8 +11,15 @@ from entangle_jax._src.targets.declaration import (
   Declarations,
   TargetDeclaration,
 )
-from entangle_jax.testing._sanitize import session, sites, user_modules
-from entangle_jax.testing._sanitize.calls import SanitizedCall
+from entangle_jax.testing._sanitize import (
+  callbacks,
+  checks,
+  session,
+  sites,
+  user_modules,
+)
+from entangle_jax.testing._sanitize.calls import SanitizedCall, SanitizedObject
+from entangle_jax.testing._sanitize.checks import SanitizerRace
 from tests.hand_written_hlo import hlo_module
 
 W = "tp_set"
@@ -97,9 +106,11 @@ def _static(
   return static, placed
 
 
-def _ran(site: sites.CallSite, device: int, value: int = 7) -> SanitizedCall:
+def _ran(
+  site: sites.CallSite, device: int, value: int = 7, run_id: int = 1
+) -> SanitizedCall:
   return SanitizedCall(
-    W, "Host", "lib", 1, 0, 10, 1, site, ((0, (value,)),), device=device
+    W, "Host", "lib", 1, 0, 10, run_id, site, ((0, (value,)),), device=device
   )
 
 
@@ -179,6 +190,56 @@ class AgreementTest(absltest.TestCase):
     cause = static.cause(a, b)
     self.assertIsNotNone(cause)
     self.assertNotEmpty(cause.steps)
+
+  def test_no_word_or_fix_on_two_calls_of_two_executions(self):
+    # Skeptic pass r78h: a race between two executions (another thread's
+    # run of the module landing in this one's) was given the static
+    # check's word on the pair as if one execution had made both calls:
+    # "reports them as may race" with its fix (an entangle inside the
+    # module, which orders nothing across executions), or "finds them
+    # ordered, yet they raced" for one op's two runs.
+    declarations = Declarations((TargetDeclaration(W, "write", 0),))
+    text = hlo_module(
+      f"%p = s32[] parameter(0)\n{_call(W, 'p', 'one')}\n"
+      + _call(W, "p", "two", line=2)
+    )
+    self.assertLen(testing.races(text), 1)
+    static, (first, second) = _static(text, declarations, ["one", "two"])
+    seen = session.Seen(_static=static)
+    obj = SanitizedObject("lib", 7)
+
+    def race(kind, a, b):
+      return SanitizerRace(kind, a, b, obj)
+
+    across = [
+      race(checks.OVERLAP, _ran(first, 0), _ran(second, 0, run_id=2)),
+      race(checks.OVERLAP, _ran(first, 0), _ran(first, 0, run_id=2)),
+      race(checks.INTERLEAVED, _ran(first, 0), _ran(second, 0, run_id=2)),
+    ]
+    for r in across:
+      self.assertEqual(seen.static_finding(r), session.ACROSS_EXECUTIONS)
+      self.assertIsNone(seen.static_cause(r))
+      self.assertIsNone(seen.static_fix(r))
+    text_report = seen.report(file=io.StringIO())
+    self.assertNotIn("reports them", text_report)
+    self.assertNotIn("Fix:", text_report)
+    # Control: the same two ops in one execution (and a callback's run
+    # that its recorder could not place) get the static check's word and
+    # fix.
+    one = [
+      race(checks.OVERLAP, _ran(first, 0), _ran(second, 0)),
+      race(
+        checks.OVERLAP,
+        _ran(first, 0),
+        _ran(second, 0, run_id=callbacks.UNKNOWN_RUN),
+      ),
+    ]
+    for r in one:
+      self.assertEqual(
+        seen.static_finding(r),
+        "the static check reports them as may race, and they did",
+      )
+      self.assertIsNotNone(seen.static_fix(r))
 
   def test_no_word_where_the_users_module_is_not_at_hand(self):
     # Without the user's module the report says nothing of the static

@@ -70,6 +70,10 @@ PROGRAM = textwrap.dedent(
       "threads": sorted(
         {len({r.first.thread, r.second.thread}) for r in seen.races}
       ),
+      "static": sorted(
+        {(seen.static_finding(r) or "", seen.static_fix(r) or "")
+         for r in seen.races}
+      ),
       "report": seen.report(file=sys.stderr),
     }
 
@@ -96,6 +100,40 @@ PROGRAM = textwrap.dedent(
           thread.start()
         thread.join()
     out[mode] = summary(seen, sum(r != 1.0 for r in reads))
+
+  # The gap shape with both executions of one module: B runs A's program
+  # with its own value, and only A's callback waits.
+  def gap_of_a(t, v):
+    if v == 1.0:
+      in_gap.set()
+      b_done.wait(10)
+    return np.int32(0)
+
+  def one_prog(v):
+    t = store.write_slot(jnp.int32(5), v)
+    g = jax.pure_callback(
+      gap_of_a, jax.ShapeDtypeStruct((), jnp.int32), t, v
+    )
+    return store.read_slot(entangle(t, g))
+
+  with testing.sanitize() as seen:
+    one = jax.jit(one_prog)
+    # Compiled before the rounds: B's first call would wait for A's, which
+    # fills JAX's cache, and A's waits for B's.
+    jax.block_until_ready(one(jnp.float32(3.0)))
+    reads = []
+    for _ in range(ROUNDS):
+      in_gap.clear()
+      b_done.clear()
+      def other():
+        in_gap.wait(10)
+        jax.block_until_ready(one(jnp.float32(2.0)))
+        b_done.set()
+      thread = threading.Thread(target=other)
+      thread.start()
+      reads.append(float(one(jnp.float32(1.0))))
+      thread.join()
+  out["one_module"] = summary(seen, sum(r != 1.0 for r in reads))
 
   def free(v, big):
     t = store.write_slot(jnp.int32(6), v)
@@ -241,6 +279,26 @@ class InterleavedTest(absltest.TestCase):
     free = self.out["free"]
     interleaved = free["kinds"].count("interleaved")
     self.assertGreaterEqual(interleaved, free["wrong"], free["report"])
+
+  def test_no_race_carries_the_static_check_of_one_execution(self):
+    # Each race here is between two executions, which the static check,
+    # reading one execution, says nothing of: no "reports them" or
+    # "finds them ordered", and no fix (an entangle inside the module
+    # would leave the race as it is). In the free-running shape both
+    # executions are of one module (and, in the one_module shape, always
+    # race).
+    from entangle_jax.testing._sanitize.session import ACROSS_EXECUTIONS
+
+    for mode, shape in self.out.items():
+      for finding, fix in shape["static"]:
+        self.assertIn(finding, ("", ACROSS_EXECUTIONS), (mode, shape["report"]))
+        self.assertEqual(fix, "", (mode, shape["report"]))
+    # Both executions of one module, where it used to answer: the control
+    # is the read (every round's saw B's write).
+    one = self.out["one_module"]
+    self.assertEqual(one["wrong"], ROUNDS, one["report"])
+    self.assertEqual(one["kinds"], ["interleaved"] * ROUNDS, one["report"])
+    self.assertEqual(one["static"], [[ACROSS_EXECUTIONS, ""]], one["report"])
 
 
 if __name__ == "__main__":

@@ -134,9 +134,12 @@ class Seen:
 
   def static_finding(self, race: SanitizerRace) -> str | None:
     """What the static check says of `race`'s two calls, when both have a
-    place in one module."""
+    place in one module; for two calls of different executions, that it
+    has no word on them (`ACROSS_EXECUTIONS`)."""
     if self._static is None:
       return None
+    if _of_two_executions(race):
+      return ACROSS_EXECUTIONS
     return self._static.finding(race.first, race.second)
 
   def static_fix(self, race: SanitizerRace) -> str | None:
@@ -153,7 +156,7 @@ class Seen:
     """The cause (`Cause`: code, headline, fix steps) that the static
     report gives for `race`'s pair, when ``races()`` of the user's module
     reports the pair; else None."""
-    if self._static is None:
+    if self._static is None or _of_two_executions(race):
       return None
     return self._static.cause(race.first, race.second)
 
@@ -615,6 +618,37 @@ class _Static:
     from entangle_jax.testing._findings.from_analysis import cause_of
 
     return cause_of(race)
+
+
+ACROSS_EXECUTIONS = (
+  "the static check reads one execution at a time: it has no word on two "
+  "calls of different executions, and no fix of its orders them (run the "
+  "executions one after another, or give each its own object)"
+)
+"""The static line of a race between two executions (`_of_two_executions`):
+the pair the static check would be asked about is one op's two runs, or
+two ops that one execution orders (or not), which says nothing of another
+execution's call landing between them; its fix, an ``entangle`` inside the
+module, would leave the race as it is."""
+
+
+def _of_two_executions(race: SanitizerRace) -> bool:
+  """Whether `race`'s first two calls ran in two executions: always for
+  ``"interleaved"``; for another kind, where both calls' executions are
+  known, counted alike and differ. Native calls and the host callbacks
+  routed on CPU carry XLA's run id; a callback elsewhere carries its
+  recorder's count (negative, `callbacks`), which says nothing against a
+  native call's id: there the answer is no (the static line stays)."""
+  if race.kind == checks.INTERLEAVED:
+    return True
+  a, b = race.first.run_id, race.second.run_id
+  unknown = (callbacks.UNKNOWN_RUN, callbacks.SEQUENCE_RUN)
+  if a in unknown or b in unknown:
+    return False
+  native = (race.first.function is None, race.second.function is None)
+  if native[0] != native[1] and not (a > 0 and b > 0):
+    return False
+  return (a > 0) == (b > 0) and a != b
 
 
 def _same_stack(x: tuple, y: tuple) -> bool:
