@@ -114,5 +114,23 @@ class LoopBesideAFinishedRankTest(absltest.TestCase):
     self.assertEqual(result.verdict, "deadlock", result.text())
 
 
+class BranchOfMessagesBesideARankTest(absltest.TestCase):
+  """Three ranks allreduce ``x[:1]`` and branch on it; the branch taken
+  sends ``x`` from rank 0 to rank 1, and rank 2 makes no call in either
+  branch (its module has no conditional among its calls). Ranks 0 and 1
+  were at a conditional, rank 2 past it, and the check said deadlock."""
+
+  def test_a_branch_of_messages_between_two_of_three_is_proved(self):
+    # Ran right: rank 1 got rank 0's x, [0, 1, 2, 3].
+    status, said = ranks_command("cond_pair_three", 3)
+    self.assertEqual(status, 0, said)
+    self.assertIn("Proved: the 3 ranks make 2 communicating calls", said)
+
+  def test_control_a_receive_too_many_in_the_branch_is_a_deadlock(self):
+    # Rank 1 receives twice, rank 0 sends once: rank 1 hung.
+    result = modules_checked("cond_pair_three_short", 3)
+    self.assertEqual(result.verdict, "deadlock", result.text())
+
+
 if __name__ == "__main__":
   absltest.main()
