@@ -282,7 +282,51 @@ class Simulation:
             return found
         position[:] = [p + 1 for p in position]
         continue
+      among = self._messages_among(heads, position)
+      if isinstance(among, Mismatch | Deadlock):
+        return among
+      if among:
+        continue
       return self._stuck(heads)
+
+  def _messages_among(
+    self, heads: list[Item | None], position: list[int]
+  ) -> bool | Mismatch | Deadlock:
+    """Where some ranks are at conditionals whose branches hold only
+    messages among those ranks (sends, receives and sendrecvs whose peers
+    are among them, none from any source), and the other ranks at no
+    conditional (a rank whose module has no call in either branch has
+    none: issue 77's generated corpus): each branch simulated for those
+    ranks alone, their decisions compared as for every rank's, and
+    True (or the first finding). The other ranks take no part in those
+    messages, and no message of theirs can meet a receive that names its
+    source among the others. False where this does not apply."""
+    at = [r for r, h in enumerate(heads) if isinstance(h, Branch)]
+    if not at or len(at) == len(heads):
+      return False
+    branches = [h for h in heads if isinstance(h, Branch)]
+    counts = {len(b.branches) for b in branches}
+    if len(counts) != 1:
+      return False
+    among = set(at)
+    for branch in branches:
+      for x in sum(branch.branches, ()):
+        if not isinstance(x, Call) or x.kind not in _MESSAGES:
+          return False
+        ends = [x.peer, x.source] if x.kind == "sendrecv" else [x.peer]
+        if id(x) in self.wildcards or any(e not in among for e in ends):
+          return False
+    compared = self._compare_decisions(branches)
+    for k in range(counts.pop()):
+      alone: list[tuple[Item, ...]] = [() for _ in range(self.count)]
+      for r, branch in zip(at, compared, strict=True):
+        alone[r] = branch.branches[k]
+      found = self.run(alone)
+      if found is not None:
+        return found
+    for r in at:
+      position[r] += 1
+    return True
 
   def _unrolled(
     self,
@@ -323,7 +367,10 @@ class Simulation:
         # Alike: a step each. Or of different lengths: a trip count
         # differs, which `_compare_decisions` names.
         return False
-    elif not all(isinstance(h, Loop | Call) for h in heads):
+    elif not all(h is None or isinstance(h, Loop | Call) for h in heads):
+      # (A rank that has made all its calls, None, is no loop to match:
+      # two ranks' loops of sends and receives beside it run as their
+      # bodies, issue 77's generated corpus.)
       return False
     self.unroll |= wild
     for rank, h in enumerate(heads):
@@ -568,6 +615,7 @@ class Simulation:
 
 
 _UNBOUND = object()
+_MESSAGES = ("send", "recv", "sendrecv")
 _UNROLLED = 4096
 """The most calls a loop's body run its trip count of times may make
 for the simulation to unroll it (`Simulation._unrolled`)."""

@@ -20,8 +20,8 @@ a hash of the expression that computes it, in which
 * the result of a communicating call whose result is the same on every
   rank of its group (`Communication.same_result`) is a leaf named by its
   kind, its target or opcode, its type and its position among the rank's
-  communicating calls: the simulation matches those calls across ranks,
-  so equal results need no equal operands;
+  collectives: the simulation matches those calls across ranks, in that
+  order, so equal results need no equal operands;
 * every other instruction is a node of its opcode, its result type, its
   attributes (names, metadata, channel ids and a native call's
   ``backend_config``, which holds per-process handles, left out), its
@@ -195,6 +195,140 @@ def _hash(*parts: object) -> str:
   return hashlib.sha1(repr(parts).encode()).hexdigest()[:16]
 
 
+PURE = frozenset(
+  {
+    "abs",
+    "add",
+    "and",
+    "bitcast",
+    "bitcast-convert",
+    "broadcast",
+    "clamp",
+    "compare",
+    "concatenate",
+    "constant",
+    "convert",
+    "copy",
+    "dynamic-slice",
+    "get-tuple-element",
+    "iota",
+    "maximum",
+    "minimum",
+    "negate",
+    "not",
+    "or",
+    "pad",
+    "parameter",
+    "reshape",
+    "reverse",
+    "select",
+    "sign",
+    "slice",
+    "subtract",
+    "transpose",
+    "tuple",
+    "xor",
+  }
+)
+"""Opcodes whose result is the same function of their operands wherever
+XLA computes them, fused or not: additions, comparisons and moves. Left
+out: products and quotients (a product feeding a sum may be contracted
+into one fused multiply-add in one fusion and not in another, rounding
+otherwise), reductions and dots (summed in another order in a fusion of
+another shape), random numbers, custom calls (a native call may hold
+state)."""
+
+
+def inlined_fusions(module: _hlo.Module) -> dict[str, _hlo.Instruction]:
+  """The fused computations that can be read as the expression they
+  compute at their one call: each computation called by exactly one
+  instruction, a ``fusion``, and made of `PURE` opcodes only, with that
+  fusion. XLA fuses an expression into each of its users as it sees fit
+  (``x[:1] + 1`` computed once for a broadcast and again inside the
+  decision that reads it): read through its fusions, an expression is
+  the same on every rank however each rank's XLA fused it."""
+  callers: dict[str, list[_hlo.Instruction]] = {}
+  for body in module.computations.values():
+    for i in body:
+      for callee in i.callees:
+        callers.setdefault(callee, []).append(i)
+  found: dict[str, _hlo.Instruction] = {}
+  for name, calls in callers.items():
+    if len(calls) != 1 or calls[0].opcode != "fusion":
+      continue
+    if tuple(calls[0].callees) != (name,):
+      continue
+    if all(i.opcode in PURE for i in module.computations.get(name, ())):
+      found[name] = calls[0]
+  return found
+
+
+class PureValues:
+  """Keys of the values of one module's instructions, equal for two
+  instructions that compute one value: the same `PURE` expression of the
+  same entry parameters and constants, read through `inlined_fusions`;
+  None where an instruction is no such expression."""
+
+  def __init__(self, module: _hlo.Module, lines: list[str]):
+    self._module = module
+    self._lines = lines
+    self._fused = inlined_fusions(module)
+    self._defined = {
+      (i.computation, i.name): i
+      for body in module.computations.values()
+      for i in body
+    }
+    self._keys: dict[tuple[str, str], str | None] = {}
+
+  def key(self, i: _hlo.Instruction) -> str | None:
+    at = (i.computation, i.name)
+    if at in self._keys:
+      return self._keys[at]
+    self._keys[at] = None  # Cycles cannot occur in HLO: a guard only.
+    found = self._key(i)
+    self._keys[at] = found
+    return found
+
+  def _key(self, i: _hlo.Instruction) -> str | None:
+    if i.opcode not in PURE and i.opcode != "fusion":
+      return None
+    if i.opcode == "parameter":
+      n = i.parameter_number
+      if i.computation == self._module.entry and n is not None:
+        return _hash("entry parameter", n, _strip_layout(i.shape))
+      caller = self._fused.get(i.computation)
+      if caller is None or n is None or n >= len(caller.operands):
+        return None
+      return self.key(self._operand(caller, n))
+    if i.opcode == "fusion":
+      if not i.callees or i.callees[0] not in self._fused:
+        return None
+      return self.key(self._root(i.callees[0]))
+    if i.opcode == "constant":
+      if ELIDED in (i.literal or ""):
+        return None
+      return _hash("constant", _strip_layout(i.shape), i.literal)
+    line = self._lines[i.line - 1] if 0 < i.line <= len(self._lines) else ""
+    parts: list[object] = [
+      i.opcode,
+      _strip_layout(i.shape),
+      i.tuple_index,
+      _attributes(line, False),
+    ]
+    for k in range(len(i.operands)):
+      operand = self.key(self._operand(i, k))
+      if operand is None:
+        return None
+      parts.append(operand)
+    return _hash(*parts)
+
+  def _operand(self, i: _hlo.Instruction, k: int) -> _hlo.Instruction:
+    return self._defined[(i.computation, i.operands[k])]
+
+  def _root(self, computation: str) -> _hlo.Instruction:
+    return next(i for i in self._module.computations[computation] if i.root)
+
+
 class DecisionSlice:
   """The signatures of one module's decisions.
 
@@ -202,8 +336,8 @@ class DecisionSlice:
     module: the parsed module.
     lines: its text's lines (for the attributes).
     communication: how an instruction communicates (None: it does not).
-    call_index: a communicating instruction's position among the rank's
-      communicating calls (None: not among them).
+    call_index: a collective's position among the rank's collectives
+      (None: no collective).
     broadcast_from: where given, the broadcast (declared with a
       `Communication.root` and `same_result`) whose root this rank is
       that sends an instruction, and its place among the broadcast's
@@ -234,6 +368,7 @@ class DecisionSlice:
       for body in module.computations.values()
       for i in body
     }
+    self._fused = inlined_fusions(module)
     self._nodes: dict[tuple[str, str], tuple[str, frozenset[int]]] = {}
     self._leaves: dict[tuple[str, str], tuple[str, ...]] = {}
     self._loops: set[str] = {
@@ -265,8 +400,16 @@ class DecisionSlice:
     leaves: tuple[str, ...] = ()
     communication = self._communication(i)
     broadcast = self._broadcast(i, communication)
+    inlined = self._inlined(i)
     if broadcast is not None:
       digest = broadcast
+    elif inlined is not None:
+      # Read through the fusion: its expression, as if XLA had not fused
+      # it (`inlined_fusions`).
+      digest, reads = self._node(inlined)
+      self._nodes[key] = (digest, reads)
+      self._leaves[key] = self._leaves[(inlined.computation, inlined.name)]
+      return digest, reads
     elif i.opcode == "parameter":
       in_loop = i.computation in self._loops
       if i.computation == self._module.entry:
@@ -380,6 +523,20 @@ class DecisionSlice:
         operand_leaves += self._leaves[(callee, self._root(callee).name)]
     return _hash(*parts), reads, tuple(operand_leaves)
 
+  def _inlined(self, i: _hlo.Instruction) -> _hlo.Instruction | None:
+    """What `i` stands for where it is read through a fusion: a
+    parameter of an inlined fused computation, its fusion's operand; an
+    inlined fusion, its computation's root; else None."""
+    if i.opcode == "parameter" and i.computation in self._fused:
+      caller = self._fused[i.computation]
+      n = i.parameter_number
+      if n is not None and n < len(caller.operands):
+        return self._operand(caller, n)
+      return None
+    if i.opcode == "fusion" and i.callees and i.callees[0] in self._fused:
+      return self._root(i.callees[0])
+    return None
+
   def _whole(self, computation: str) -> str:
     """A called computation's root, its parameters symbolic."""
     return self._node(self._root(computation))[0]
@@ -435,8 +592,11 @@ class DecisionSlice:
         flips, i = against
         negated = negated != flips
       elif i.opcode == "fusion" and i.callees and i.operands:
+        # An inlined fusion's parameters are its operands' nodes already.
         outer = tuple(
-          self._node(self._operand(i, k))[0] for k in range(len(i.operands))
+          self._node(self._operand(i, k))[0]
+          for k in range(len(i.operands))
+          if i.callees[0] not in self._fused
         )
         base, inner = self._polarity(self._root(i.callees[0]), outer)
         return base, negated != inner

@@ -50,7 +50,12 @@ from entangle_jax.testing import _hlo
 from entangle_jax.testing._analysis import call_attributes, same_module
 from entangle_jax.testing._analysis.ops import Op
 from entangle_jax.testing._analysis.order_analysis import OrderAnalysis
-from entangle_jax.testing._analysis.rank_values import DecisionSlice, Signature
+from entangle_jax.testing._analysis.rank_values import (
+  DecisionSlice,
+  PureValues,
+  Signature,
+  inlined_fusions,
+)
 from entangle_jax.testing._hlo.instruction import picked_branch, scalar_literal
 from entangle_jax.testing._hlo.module_text import CompiledModule, module_text
 
@@ -293,6 +298,7 @@ class RankProgram:
       for i in body:
         for callee in i.callees:
           self._callers.setdefault(callee, []).append(i)
+    self._fused = inlined_fusions(self.module)
     self._broadcast = self._broadcast_operands()
     self._same: dict[str, dict[str, Same]] = {}
     self._contexts: dict[tuple[str, tuple], dict[str, Same]] = {}
@@ -301,11 +307,17 @@ class RankProgram:
     self._reads: dict[tuple[str, str, tuple], frozenset[EntryParameter]] = {}
     self.unordered: list[Unordered] = []
     items = self._items(self.module.entry)
-    # Each communicating call's position in the rank's program order, for
-    # the decisions' signatures: a shared result is named by it.
+    # Each collective's position among the rank's collectives, in program
+    # order, for the decisions' signatures: a shared result is named by
+    # it. Only collectives give shared results, and they meet the other
+    # ranks' in this order whatever messages the ranks exchange between
+    # them (a rank that receives from two others makes one call more than
+    # each sender: positions among all calls would differ, issue 77's
+    # generated corpus).
+    collectives = [c for c in calls_of(items) if c.kind == "collective"]
     where = {
       (c.op.instruction.computation, c.op.instruction.name): k
-      for k, c in enumerate(calls_of(items))
+      for k, c in enumerate(collectives)
     }
 
     def index(i: _hlo.Instruction) -> int | None:
@@ -384,6 +396,22 @@ class RankProgram:
         ]
         for k, name in enumerate(data):
           found.setdefault((i.computation, name), (i, k))
+    if not found:
+      return found
+    # XLA may compute the operand again where the program reads it (a
+    # decision fused with its own copy of ``x[:1] + 1``): an instruction
+    # that computes the same `PURE` expression holds the same value.
+    values = PureValues(self.module, self._lines)
+    sent: dict[str, tuple[_hlo.Instruction, int]] = {}
+    for (computation, name), where in found.items():
+      key = values.key(self._defined[(computation, name)])
+      if key is not None:
+        sent.setdefault(key, where)
+    for body in self.module.computations.values():
+      for i in body:
+        key = values.key(i)
+        if key is not None and key in sent:
+          found.setdefault((i.computation, i.name), sent[key])
     return found
 
   def _broadcast_from(
@@ -498,6 +526,10 @@ class RankProgram:
         )
       return result if _all_same(ins[0]) else False
     if opcode == "call" and i.callees:
+      return self._root(i.callees[0], self._values(i.callees[0], tuple(ins)))
+    if opcode == "fusion" and i.callees and i.callees[0] in self._fused:
+      # Read through: its expression may read a copy of a broadcast's
+      # operand (`_broadcast_operands`), the same on every rank.
       return self._root(i.callees[0], self._values(i.callees[0], tuple(ins)))
     return all(_all_same(v) for v in ins)
 
