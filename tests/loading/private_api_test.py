@@ -137,6 +137,25 @@ class PrivateApiTest(absltest.TestCase):
     self.assertIn("test_equation_context_keeps_scopes_and_source_lines", text)
     self.assertNotIn('<locals>.again"', text)
 
+  def test_call_site_is_each_equations_own_python_lines(self):
+    # eqn.source_info.traceback.frames, each with file_name and line_num:
+    # in_program_order tells a checkpoint's recomputed call from another
+    # call of one target on one handle by these (value_table.saved_for).
+    # Where JAX stops keeping them, call_site gives () and both sites below
+    # would be one.
+    def f(x):
+      a = jnp.sin(x)
+      b = jnp.sin(x)
+      return a + b
+
+    first, second, _ = jax.make_jaxpr(f)(1.0).jaxpr.eqns
+    here = jax_compat.call_site(first)
+    self.assertTrue(here, "JAX kept no Python lines for the equation")
+    self.assertTrue(
+      any(name.endswith("private_api_test.py") for name, _ in here), here
+    )
+    self.assertNotEqual(here, jax_compat.call_site(second))
+
   def test_current_name_stack_is_the_scopes_in_effect(self):
     # source_info_util.current_name_stack(): str() joins the scopes by "/".
     with jax.named_scope("outer"), jax.named_scope("entangle_jax:read:r"):
