@@ -183,6 +183,16 @@ SHAPES = (
 )
 
 
+def assert_each_wrong_read_reported(test, runs, name):
+  """Each run of `name` reported exactly the reads that came out wrong,
+  each paired, and (the control) some run had a wrong read."""
+  test.assertTrue(any(run["wrong"] for run in runs), name)
+  for run in runs:
+    test.assertEqual(run["reported"], run["wrong"], run["report"])
+    test.assertEqual(run["races"], len(run["wrong"]), run["report"])
+    test.assertEqual(run["unpaired"], 0, run["report"])
+
+
 class NestedLoopsTest(absltest.TestCase):
   @classmethod
   def setUpClass(cls):
@@ -242,13 +252,9 @@ class WithoutMarkersTest(absltest.TestCase):
   def test_constant_trip_counts_pair_every_wrong_read(self):
     for name in self.COUNTED:
       with self.subTest(name):
-        runs = self.out[f"{name} fixed=False"]
-        # The control: the race happened in some run.
-        self.assertTrue(any(run["wrong"] for run in runs), name)
-        for run in runs:
-          self.assertEqual(run["reported"], run["wrong"], run["report"])
-          self.assertEqual(run["races"], len(run["wrong"]), run["report"])
-          self.assertEqual(run["unpaired"], 0, run["report"])
+        assert_each_wrong_read_reported(
+          self, self.out[f"{name} fixed=False"], name
+        )
         for fixed in self.out[f"{name} fixed=True"]:
           self.assertEqual((fixed["races"], fixed["unpaired"]), (0, 0))
 
@@ -419,13 +425,9 @@ class CallbackNestedLoopsTest(absltest.TestCase):
   def test_every_get_that_saw_a_later_put_is_reported_and_no_other(self):
     for name in self.SHAPES:
       with self.subTest(name):
-        runs = self.out[f"{name} fixed=False"]
-        # The control: the race happened in some run.
-        self.assertTrue(any(run["wrong"] for run in runs), name)
-        for run in runs:
-          self.assertEqual(run["reported"], run["wrong"], run["report"])
-          self.assertEqual(run["races"], len(run["wrong"]), run["report"])
-          self.assertEqual(run["unpaired"], 0, run["report"])
+        assert_each_wrong_read_reported(
+          self, self.out[f"{name} fixed=False"], name
+        )
 
   def test_the_fix_applied_gives_right_reads_and_no_race(self):
     for name in self.SHAPES:
