@@ -13,9 +13,9 @@ Bazel lane. Each file keeps a target of its own, run by name
 Sharding (Bazel's TEST_TOTAL_SHARDS and TEST_SHARD_INDEX) is done here,
 not by absltest: absltest deals the methods out one by one, so a class
 with a method in every shard ran its ``setUpClass`` (a compile, a dump,
-a fresh interpreter) once per shard. Here each shard gets whole classes
-where a class is no more than a shard's share of the methods (`deal`),
-and only a larger class is dealt out method by method."""
+a fresh interpreter) once per shard. Here each shard gets whole the classes
+that have a set-up of their own and are no more than a shard's share of
+the methods (`deal`); the other classes are dealt out method by method."""
 
 import os
 import sys
@@ -63,13 +63,19 @@ def gather(names: list[str], into: dict) -> int:
   return count
 
 
-def deal(methods: dict[str, list[str]], shards: int) -> list[list[Unit]]:
+def deal(
+  methods: dict[str, list[str]],
+  shards: int,
+  whole: frozenset[str] = frozenset(),
+) -> list[list[Unit]]:
   """`methods` (each class's test methods, by the class's name) dealt
   into `shards` lists, each test once.
 
-  A class with no more methods than a shard's share (all methods over
-  `shards`, rounded up) stays whole, so that its ``setUpClass`` runs in
-  one shard; a larger one is split into single methods. The units go,
+  A class named in `whole` (one with a ``setUpClass`` of its own) that
+  has no more methods than a shard's share (all methods over `shards`,
+  rounded up) stays whole, so that its set-up runs in one shard; any
+  other class is split into single methods, as absltest deals them (two
+  slow methods of a class with nothing to share stay apart). The units go,
   largest first, each to the shard with the fewest methods so far (the
   lowest index among equals), so every shard computes the same deal.
   Raises ValueError where a shard would get no test: Python's unittest
@@ -80,7 +86,7 @@ def deal(methods: dict[str, list[str]], shards: int) -> list[list[Unit]]:
   share = -(-total // shards)
   units: list[Unit] = []
   for cls, names in sorted(methods.items()):
-    if len(names) <= share:
+    if cls in whole and len(names) <= share:
       units.append((cls, tuple(names)))
     else:
       units.extend((cls, (name,)) for name in names)
@@ -129,7 +135,13 @@ def shard_loader(
   methods = {
     name: list(plain.getTestCaseNames(cls)) for name, cls in classes.items()
   }
-  mine = deal(methods, int(total))[int(index or 0)]
+  base = absltest.TestCase.setUpClass.__func__
+  whole = frozenset(
+    name
+    for name, cls in classes.items()
+    if getattr(cls.setUpClass, "__func__", None) is not base
+  )
+  mine = deal(methods, int(total), whole)[int(index or 0)]
   chosen: dict[type[unittest.TestCase], set[str]] = {}
   for name, method_names in mine:
     chosen.setdefault(classes[name], set()).update(method_names)
