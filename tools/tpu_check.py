@@ -359,6 +359,11 @@ def _record(call) -> dict:
     "module": site.module.name if site else None,
     "module_serial": site.module.serial if site else None,
     "one_device": site.module.one_device if site else None,
+    # Each loop's trip count, where the module states it: what pairs an
+    # inner loop's calls by iteration (`SanitizedModule.loop_trips`).
+    "loop_trips": {str(k): v for k, v in site.module.loop_trips.items()}
+    if site
+    else None,
     "position": site.position if site else None,
     "pure": site.pure if site else None,
     "context": [[f.kind, f.construct, f.region] for f in site.context]
@@ -535,6 +540,17 @@ def sanitizer_nested() -> dict:
 
     return jax.lax.fori_loop(0, 3, body, x)
 
+  def fori_in_fori_ordered(x):
+    # The control: the reads take the write's result, so data orders each
+    # after its outer iteration's write; no read may be reported.
+    def body(i, x):
+      w = io_callback(slow_write, F32, late(x), i)
+      return jax.lax.fori_loop(
+        0, 2, lambda j, y: y + io_callback(read, F32, w, i, j), w
+      )
+
+    return jax.lax.fori_loop(0, 3, body, x)
+
   def log(x, i, j):
     read(x, i, j)
 
@@ -554,6 +570,7 @@ def sanitizer_nested() -> dict:
 
   for name, fn in (
     ("fori_in_fori_x3", fori_in_fori),
+    ("fori_in_fori_ordered_x3", fori_in_fori_ordered),
     ("scan_x3", scan_in_fori),
     ("debug_in_fori_x3", debug_in_fori),
   ):
@@ -581,6 +598,10 @@ def sanitizer_nested() -> dict:
       }
     )
     out[name] = {
+      # The calls as recorded and the bodies' stamps, for a hermetic test
+      # that replays them (tests/sanitize/tpu_records_test.py).
+      "records": [_record(c) for c in seen.calls],
+      "stamps": [list(s) for s in stamps],
       "callbacks_ran": len(stamps),
       "truth": truth,
       "reported": [list(x) for x in reported],
