@@ -26,6 +26,7 @@ from entangle_jax import testing
 from entangle_jax.demo import _hazard
 from entangle_jax.demo._hazard import Ordering
 from entangle_jax.testing import example_store, module_text
+from tests import preloaded_child
 
 NUM_CPU_DEVICES = 8
 """The host CPU devices every test has: tests/conftest.py sets them up under
@@ -171,9 +172,10 @@ def pytest_run(
   else named with ``-p``; ``-q`` unless not `quiet` (``-p no:terminal``
   takes that option away)."""
   load = [] if pytest_plugin_installed() else ["-p", PYTEST_PLUGIN]
-  return subprocess.run(
+  # Forked from a Python that has imported jax and pytest where the
+  # environment allows (`preloaded_child`): most of a child's start.
+  return preloaded_child.run(
     [
-      sys.executable,
       "-m",
       "pytest",
       *load,
@@ -183,22 +185,28 @@ def pytest_run(
       *(["-q"] if quiet else []),
       *args,
     ],
-    capture_output=True,
-    text=True,
     timeout=300,
     env=dict(child_env(), **env),
     cwd=root,
   )
 
 
-def run_python(source: str, *args: str, timeout: float):
-  """Runs `source` in a fresh interpreter; returns the CompletedProcess."""
-  return subprocess.run(
-    [sys.executable, "-c", source, *args],
-    capture_output=True,
-    text=True,
-    timeout=timeout,
-    env=child_env(),
+def run_python(source: str, *args: str, timeout: float, fresh: bool = False):
+  """Runs ``python -c source *args``; returns the CompletedProcess. The
+  child is forked from a Python that has imported jax and pytest
+  (`preloaded_child`) unless `fresh`: a test of what importing does (the
+  order of imports, what is loaded or registered) asks for a fresh
+  interpreter."""
+  if fresh:
+    return subprocess.run(
+      [sys.executable, "-c", source, *args],
+      capture_output=True,
+      text=True,
+      timeout=timeout,
+      env=child_env(),
+    )
+  return preloaded_child.run(
+    ["-c", source, *args], timeout=timeout, env=child_env()
   )
 
 

@@ -14,8 +14,6 @@ import dataclasses
 import io
 import pathlib
 import shutil
-import subprocess
-import sys
 import tempfile
 import textwrap
 
@@ -37,7 +35,7 @@ from entangle_jax.testing import (
 )
 from entangle_jax.testing._analysis import xla_changes
 from entangle_jax.testing._ways_in import command, module_files
-from tests import test_util
+from tests import preloaded_child, test_util
 from tests.hand_written_hlo import read_then_write
 
 STEPS = 7
@@ -445,14 +443,9 @@ class DumpTest(absltest.TestCase):
       test_util.child_env(),
       XLA_FLAGS=f"--xla_dump_to={cls.dump} --xla_dump_hlo_as_text",
     )
-    subprocess.run(
-      [sys.executable, str(source)],
-      check=True,
-      capture_output=True,
-      timeout=180,
-      env=env,
-      cwd=cls.root,
-    )
+    preloaded_child.run(
+      [str(source)], timeout=180, env=env, cwd=cls.root
+    ).check_returncode()
 
   def _check(self, *argv) -> tuple[int, str, str]:
     """The command (`python -m entangle_jax.testing`) on `argv`, called in

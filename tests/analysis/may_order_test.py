@@ -21,8 +21,6 @@ import json
 import pathlib
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import textwrap
 
@@ -46,7 +44,7 @@ from entangle_jax.testing._hlo import parse
 from entangle_jax.testing._hlo.module_text import lowered_hlo_text
 from entangle_jax.testing._order import may_order
 from entangle_jax.testing._order.may_order import MayOrder
-from tests import test_util
+from tests import preloaded_child, test_util
 
 SLOT = 3
 
@@ -2102,20 +2100,13 @@ class SameAnswerFromADumpTest(absltest.TestCase):
       test_util.child_env(),
       XLA_FLAGS=f"--xla_dump_to={dump} --xla_dump_hlo_as_text",
     )
-    subprocess.run(
-      [sys.executable, "helper.py"],
-      check=True,
-      capture_output=True,
-      timeout=180,
-      env=env,
-      cwd=root,
-    )
+    preloaded_child.run(
+      ["helper.py"], timeout=180, env=env, cwd=root
+    ).check_returncode()
 
     def check(*flags):
-      return subprocess.run(
-        [sys.executable, "-m", "entangle_jax.testing", str(dump), *flags],
-        capture_output=True,
-        text=True,
+      return preloaded_child.run(
+        ["-m", "entangle_jax.testing", str(dump), *flags],
         timeout=180,
         env=test_util.child_env(),
         cwd=root,

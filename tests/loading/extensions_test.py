@@ -57,7 +57,7 @@ _STAGES = textwrap.dedent(
 
 class RegistrationTest(absltest.TestCase):
   def test_only_entangle_is_loaded_until_the_store_is_used(self):
-    result = test_util.run_python(_STAGES, timeout=120)
+    result = test_util.run_python(_STAGES, timeout=120, fresh=True)
     self.assertEqual(result.returncode, 0, result.stderr)
     production, analysis, reads_before, store, reads_after = (
       result.stdout.strip().splitlines()

@@ -60,7 +60,7 @@ class ImportBeforeJaxTest(absltest.TestCase):
 
   def run_after(self, prelude: str) -> list[str]:
     source = _AFTER.format(prelude=prelude)
-    result = test_util.run_python(source, self.module, timeout=120)
+    result = test_util.run_python(source, self.module, timeout=120, fresh=True)
     self.assertEqual(result.returncode, 0, result.stderr)
     return result.stdout.strip().splitlines()
 

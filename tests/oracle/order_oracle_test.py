@@ -14,8 +14,6 @@ both judges on the same programs and runs; else a pass would mean nothing.
 import contextlib
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import unittest.mock
 
@@ -23,7 +21,7 @@ from absl import logging
 from absl.testing import absltest
 
 from entangle_jax import testing
-from tests import test_util
+from tests import preloaded_child, test_util
 from tests.oracle import oracle_checks, oracle_programs
 
 SEEDS = range(6)
@@ -91,13 +89,10 @@ def observe(seeds, runs: int) -> list[Observed]:
   )
   with tempfile.TemporaryDirectory() as tmp:
     out = os.path.join(tmp, "observed.json")
-    done = subprocess.run(
-      [sys.executable, WORKER, out, str(runs), *map(str, seeds)],
-      capture_output=True,
-      text=True,
+    done = preloaded_child.run(
+      [WORKER, out, str(runs), *map(str, seeds)],
       env=env,
       timeout=WORKER_TIMEOUT_S,
-      check=False,
     )
     if done.returncode != 0:
       raise AssertionError(

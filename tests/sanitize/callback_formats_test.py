@@ -24,14 +24,12 @@ sanitizer started.
 import json
 import os
 import re
-import subprocess
-import sys
 import tempfile
 import textwrap
 
 from absl.testing import absltest
 
-from tests import test_util
+from tests import preloaded_child, test_util
 
 RUNS = 6
 
@@ -181,10 +179,8 @@ class CallbackFormatsTest(absltest.TestCase):
 
   @classmethod
   def run_program(cls, fix):
-    run = subprocess.run(
-      [sys.executable, cls.path, str(RUNS), json.dumps(fix)],
-      capture_output=True,
-      text=True,
+    run = preloaded_child.run(
+      [cls.path, str(RUNS), json.dumps(fix)],
       timeout=300,
       env=test_util.child_env(),
     )

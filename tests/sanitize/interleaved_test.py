@@ -263,7 +263,13 @@ class InterleavedTest(absltest.TestCase):
     # Every racy round is reported, in the execution whose read went
     # wrong, and no other round.
     self.assertEqual(work["reported"], work["racy"], work["report"])
-    self.assertEqual(set(work["kinds"]), {"interleaved"}, work["report"])
+    # A round whose write and read also ran at the same time (seen once
+    # in about ten runs, the machine idle) is reported as an overlap too,
+    # which it was.
+    self.assertIn("interleaved", work["kinds"], work["report"])
+    self.assertLessEqual(
+      set(work["kinds"]), {"interleaved", "overlap"}, work["report"]
+    )
     self.assertEqual(work["threads"], [2], work["report"])
     # The write that landed is of the same round's other execution.
     for first, second in work["landed"]:

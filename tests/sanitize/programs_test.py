@@ -305,9 +305,9 @@ class HostLoopsTest(absltest.TestCase):
 SHARD_MAP = textwrap.dedent(
   """
   import json, os, sys
-  os.environ["JAX_NUM_CPU_DEVICES"] = "2"
   from functools import partial
   import jax, jax.numpy as jnp
+  jax.config.update("jax_num_cpu_devices", 2)
   from jax.sharding import PartitionSpec as P
   from entangle_jax import testing
   with testing.sanitize():

@@ -7,8 +7,6 @@ import io
 import json
 import os
 import pathlib
-import subprocess
-import sys
 import tempfile
 import textwrap
 from unittest import mock
@@ -20,7 +18,7 @@ from entangle_jax.testing._emitters import sentences
 from entangle_jax.testing._findings.records import Run
 from entangle_jax.testing._ways_in import command as _check
 from entangle_jax.testing._ways_in import module_files
-from tests import test_util
+from tests import preloaded_child, test_util
 from tests.hand_written_hlo import hlo_module
 from tests.test_util import records_full_stack
 
@@ -61,14 +59,7 @@ def dump(program: str, root: pathlib.Path, name: str) -> pathlib.Path:
     test_util.child_env(),
     XLA_FLAGS=f"--xla_dump_to={out} --xla_dump_hlo_as_text",
   )
-  result = subprocess.run(
-    [sys.executable, str(source)],
-    capture_output=True,
-    text=True,
-    timeout=180,
-    env=env,
-    cwd=root,
-  )
+  result = preloaded_child.run([str(source)], timeout=180, env=env, cwd=root)
   if result.returncode:
     raise AssertionError(result.stderr[-3000:])
   return out
@@ -190,10 +181,8 @@ class DumpTest(absltest.TestCase):
     self.assertIn("HLO text file", path_help)
 
   def test_the_command_runs_as_a_module(self):
-    result = subprocess.run(
-      [sys.executable, "-m", "entangle_jax.testing", str(self.racy)],
-      capture_output=True,
-      text=True,
+    result = preloaded_child.run(
+      ["-m", "entangle_jax.testing", str(self.racy)],
       timeout=120,
       env=test_util.child_env(),
     )

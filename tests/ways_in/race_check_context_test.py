@@ -11,7 +11,6 @@ import os
 import pathlib
 import shutil
 import subprocess
-import sys
 import tempfile
 import textwrap
 from unittest import mock
@@ -23,7 +22,7 @@ from absl.testing import absltest
 from entangle_jax.testing import RaceCheckError, race_check
 from entangle_jax.testing._ways_in import dump_watch as _dump_watch
 from entangle_jax.testing._ways_in import race_check as _race_check
-from tests import test_util
+from tests import preloaded_child, test_util
 
 PROGRAM_TEST = textwrap.dedent(
   """
@@ -77,10 +76,8 @@ def run_test_file(
   (root / "step_test.py").write_text(program)
   if pyproject is not None:
     (root / "pyproject.toml").write_text(pyproject)
-  return subprocess.run(
-    [sys.executable, "step_test.py"],
-    capture_output=True,
-    text=True,
+  return preloaded_child.run(
+    ["step_test.py"],
     timeout=300,
     env=dict(test_util.child_env(), **env),
     cwd=root,

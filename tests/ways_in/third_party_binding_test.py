@@ -14,15 +14,13 @@ import os
 import pathlib
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import textwrap
 
 from absl.testing import absltest
 
 from entangle_jax.testing._ways_in import command as _check
-from tests import test_util
+from tests import preloaded_child, test_util
 from tests.test_util import pytest_run
 from tests.third_party_binding.build import build
 
@@ -146,14 +144,8 @@ def dump(root: pathlib.Path, fn: str) -> tuple[pathlib.Path, list[int]]:
   """Runs program.py's `fn` with XLA dumping; returns the dump and the
   wrong reads of each run."""
   out = root / f"{fn}_dump"
-  result = subprocess.run(
-    [
-      sys.executable,
-      "-c",
-      f"import program; print(program.wrong_reads(program.{fn}))",
-    ],
-    capture_output=True,
-    text=True,
+  result = preloaded_child.run(
+    ["-c", f"import program; print(program.wrong_reads(program.{fn}))"],
     timeout=180,
     env=dict(
       test_util.child_env(),
@@ -237,10 +229,8 @@ class ThirdPartyBindingTest(absltest.TestCase):
   def test_race_check_fails_the_racy_absltest_and_passes_the_fixed(self):
     (self.root / "program_test.py").write_text(ABSLTEST)
     try:
-      result = subprocess.run(
-        [sys.executable, "program_test.py"],
-        capture_output=True,
-        text=True,
+      result = preloaded_child.run(
+        ["program_test.py"],
         timeout=300,
         env=test_util.child_env(),
         cwd=self.root,
