@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import traceback
 import types
 
@@ -63,20 +64,42 @@ def _import_time_env(env: dict[str, str]) -> dict[str, str]:
 
 
 def _started(env: dict[str, str]) -> subprocess.Popen | None:
-  """The server, started with `env` if none runs; None once it failed."""
+  """The server, started with `env` if none was; None once it failed to
+  start or has ended."""
   if "process" not in _server:
     process = subprocess.Popen(
       [sys.executable, "-c", f"from {__name__} import serve; serve()"],
       stdin=subprocess.PIPE,
       stdout=subprocess.PIPE,
       env=env,
-      text=True,
+      bufsize=0,
     )
-    ready = process.stdout.readline() if process.stdout else ""
-    _server["process"] = process if ready.strip() == "ready" else None
+    ready = _line(process, None) == "ready"
+    _server["process"] = process if ready else None
     _server["env"] = _import_time_env(env)
     atexit.register(_stop)
-  return _server["process"]
+  process = _server["process"]
+  return process if process is not None and process.poll() is None else None
+
+
+def _line(process: subprocess.Popen, timeout: float | None) -> str | None:
+  """The server's next line, or None where none came within `timeout`
+  seconds (None: no limit) or it ended. Read a byte at a time from the
+  pipe itself: a buffered reader could hold the next line where
+  ``select`` does not see it."""
+  assert process.stdout is not None
+  fd = process.stdout.fileno()
+  deadline = None if timeout is None else time.monotonic() + timeout
+  text = b""
+  while not text.endswith(b"\n"):
+    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+    if not select.select([fd], [], [], left)[0]:
+      return None
+    byte = os.read(fd, 1)
+    if not byte:
+      return None
+    text += byte
+  return text.decode().strip()
 
 
 def _stop() -> None:
@@ -88,7 +111,7 @@ def _stop() -> None:
 
 def forkable(env: dict[str, str]) -> bool:
   """Whether a child with environment `env` can be forked from the
-  server (started now, with `env`, if none runs)."""
+  server (started now, with `env`, if none was)."""
   if os.environ.get(OFF) or env.get(OFF):
     return False
   if _started(env) is None:
@@ -130,18 +153,20 @@ def run(
         "out": out,
         "err": err,
       }
-      process.stdin.write(json.dumps(request) + "\n")
-      process.stdin.flush()
-      pid = int(process.stdout.readline())
-      ready, _, _ = select.select([process.stdout], [], [], timeout)
-      if not ready:
+      process.stdin.write(json.dumps(request).encode() + b"\n")
+      pid = int(_line(process, None) or "0")
+      if not pid:
+        raise RuntimeError("the preloaded child server ended")
+      code = _line(process, timeout)
+      if code is None:
         os.kill(pid, signal.SIGKILL)
-        process.stdout.readline()
+        _line(process, None)
         raise subprocess.TimeoutExpired(
           command, timeout, _read(out), _read(err)
         )
-      code = int(process.stdout.readline())
-      return subprocess.CompletedProcess(command, code, _read(out), _read(err))
+      return subprocess.CompletedProcess(
+        command, int(code), _read(out), _read(err)
+      )
 
 
 def _read(path: str) -> str:

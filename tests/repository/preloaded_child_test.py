@@ -143,6 +143,17 @@ class PreloadedChildTest(absltest.TestCase):
     )
     self.assertEqual((after.returncode, after.stdout), (0, "next\n"))
 
+  def test_a_server_that_ended_gives_fresh_children(self):
+    preloaded_child.run(["-c", "pass"], env=self.env, timeout=60)
+    server = preloaded_child._server["process"]
+    server.kill()
+    server.wait()
+    # The next test's run starts a server anew.
+    self.addCleanup(preloaded_child._server.clear)
+    run = preloaded_child.run(["-c", _REPORT, "0"], env=self.env, timeout=60)
+    self.assertEqual(run.returncode, 0, run.stderr)
+    self.assertIn("jax before: False", run.stdout)
+
 
 if __name__ == "__main__":
   absltest.main()

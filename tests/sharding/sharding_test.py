@@ -332,7 +332,11 @@ for name, fn in (
 
 class PersistentCacheTest(absltest.TestCase):
   def run_process(self, cache_dir: str) -> str:
-    result = test_util.run_python(_CACHE_PROCESS, cache_dir, timeout=240)
+    # Fresh interpreters: two children forked from one preloaded Python
+    # share custom_partitioning's per-process key (the control below).
+    result = test_util.run_python(
+      _CACHE_PROCESS, cache_dir, timeout=240, fresh=True
+    )
     self.assertEqual(result.returncode, 0, result.stderr)
     return result.stdout
 
