@@ -63,10 +63,12 @@ def _import_time_env(env: dict[str, str]) -> dict[str, str]:
   }
 
 
-def _started(env: dict[str, str]) -> subprocess.Popen | None:
-  """The server, started with `env` if none was; None once it failed to
-  start or has ended."""
+def _started() -> subprocess.Popen | None:
+  """The server, started if none was (with this process's environment,
+  its ``sys.path`` as ``PYTHONPATH``); None once it failed to start or
+  has ended."""
   if "process" not in _server:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     process = subprocess.Popen(
       [sys.executable, "-c", f"from {__name__} import serve; serve()"],
       stdin=subprocess.PIPE,
@@ -79,7 +81,10 @@ def _started(env: dict[str, str]) -> subprocess.Popen | None:
     _server["env"] = _import_time_env(env)
     atexit.register(_stop)
   process = _server["process"]
-  return process if process is not None and process.poll() is None else None
+  if process is not None and process.poll() is not None:
+    _close(process)
+    _server["process"] = process = None
+  return process
 
 
 def _line(process: subprocess.Popen, timeout: float | None) -> str | None:
@@ -104,17 +109,24 @@ def _line(process: subprocess.Popen, timeout: float | None) -> str | None:
 
 def _stop() -> None:
   process = _server.get("process")
-  if process is not None and process.poll() is None:
-    process.stdin.close()
-    process.wait()
+  if process is not None:
+    _close(process)
+
+
+def _close(process: subprocess.Popen) -> None:
+  """Ends the server (at the end of its stdin) and closes its pipes."""
+  for pipe in (process.stdin, process.stdout):
+    if pipe is not None:
+      pipe.close()
+  process.wait()
 
 
 def forkable(env: dict[str, str]) -> bool:
   """Whether a child with environment `env` can be forked from the
-  server (started now, with `env`, if none was)."""
+  server (started now if none was)."""
   if os.environ.get(OFF) or env.get(OFF):
     return False
-  if _started(env) is None:
+  if _started() is None:
     return False
   return _import_time_env(env) == _server["env"]
 
