@@ -137,15 +137,17 @@ def run(
   env: dict[str, str],
   cwd: str | os.PathLike | None = None,
   timeout: float,
+  fresh: bool = False,
 ) -> subprocess.CompletedProcess:
   """``subprocess.run([sys.executable, *argv], capture_output=True,
-  text=True, ...)``, forked from the preloaded server where `forkable`:
-  `argv` is ``-m MODULE ...``, ``-c SOURCE ...`` or ``SCRIPT ...``.
-  Raises ``subprocess.TimeoutExpired`` after `timeout` seconds, the
-  child killed, as ``subprocess.run`` does."""
+  text=True, ...)``, forked from the preloaded server where `forkable`
+  and not `fresh` (a test of what importing does asks for a fresh
+  interpreter): `argv` is ``-m MODULE ...``, ``-c SOURCE ...`` or
+  ``SCRIPT ...``. Raises ``subprocess.TimeoutExpired`` after `timeout`
+  seconds, the child killed, as ``subprocess.run`` does."""
   command = [sys.executable, *argv]
   with _lock:
-    if not forkable(env):
+    if fresh or not forkable(env):
       return subprocess.run(
         command,
         capture_output=True,

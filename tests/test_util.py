@@ -197,16 +197,8 @@ def run_python(source: str, *args: str, timeout: float, fresh: bool = False):
   (`preloaded_child`) unless `fresh`: a test of what importing does (the
   order of imports, what is loaded or registered) asks for a fresh
   interpreter."""
-  if fresh:
-    return subprocess.run(
-      [sys.executable, "-c", source, *args],
-      capture_output=True,
-      text=True,
-      timeout=timeout,
-      env=child_env(),
-    )
   return preloaded_child.run(
-    ["-c", source, *args], timeout=timeout, env=child_env()
+    ["-c", source, *args], timeout=timeout, env=child_env(), fresh=fresh
   )
 
 

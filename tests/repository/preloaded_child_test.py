@@ -88,6 +88,10 @@ class PreloadedChildTest(absltest.TestCase):
       run = preloaded_child.run(argv, env=env, cwd=self.folder, timeout=60)
       self.assertEqual(run.returncode, 0, run.stderr)
       self.assertIn("jax before: False", run.stdout)
+    asked = preloaded_child.run(
+      argv, env=self.env, cwd=self.folder, timeout=60, fresh=True
+    )
+    self.assertIn("jax before: False", asked.stdout)
 
   def test_xla_flags_reach_the_childs_backend(self):
     # The flag the pytest plugin sets: each child's modules land in the
